@@ -1,0 +1,171 @@
+// Communicator front end: size checks, wire rounding and ledger records for every backend.
+#include "core/communicator.hpp"
+
+#include <algorithm>
+#include <numeric>
+#include <stdexcept>
+#include <string>
+
+#include "kernels/cpu/bf16.hpp"
+
+namespace scape {
+
+std::size_t wire_bytes(WireType w) { return w == WireType::bf16 ? 2 : 4; }
+
+const char* to_string(WireType w) { return w == WireType::bf16 ? "bf16" : "fp32"; }
+
+WireType parse_wire_type(std::string_view value, std::string_view parameter) {
+  if (value == "fp32") return WireType::fp32;
+  if (value == "bf16") return WireType::bf16;
+  throw std::invalid_argument(std::string(parameter) + ": unknown value '" + std::string(value) +
+                              "' (expected fp32 or bf16)");
+}
+
+void PendingAllGather::wait() {
+  if (!request_) return;
+  // Release the handle even when wait throws, so a failed collective is not waited twice.
+  std::unique_ptr<AsyncRequest> r = std::move(request_);
+  r->wait();
+}
+
+Communicator::Communicator(int rank, int size, NetworkModel net) : rank_(rank), size_(size), ledger_(size, net) {
+  if (size < 1) throw std::invalid_argument("Communicator: size must be >= 1, got " + std::to_string(size));
+  if (rank < 0 || rank >= size) {
+    throw std::invalid_argument("Communicator: rank " + std::to_string(rank) + " outside [0, " +
+                                std::to_string(size) + ")");
+  }
+}
+
+namespace {
+
+std::size_t total(std::span<const std::size_t> counts) {
+  return std::accumulate(counts.begin(), counts.end(), std::size_t{0});
+}
+
+[[noreturn]] void size_error(std::string_view purpose, const std::string& what) {
+  throw std::invalid_argument("collective '" + std::string(purpose) + "': " + what);
+}
+
+void round_into(std::span<const float> in, std::span<float> out) {
+  for (std::size_t j = 0; j < in.size(); ++j) out[j] = kernels::round_to_bf16(in[j]);
+}
+
+void round_in_place(std::span<float> x) {
+  for (float& v : x) v = kernels::round_to_bf16(v);
+}
+
+}  // namespace
+
+void Communicator::check_gather(std::size_t send, std::size_t recv, std::span<const std::size_t> counts,
+                                std::string_view purpose) const {
+  if (counts.size() != static_cast<std::size_t>(size_)) {
+    size_error(purpose, "counts has " + std::to_string(counts.size()) + " entries for " + std::to_string(size_) +
+                            " ranks");
+  }
+  if (send != counts[static_cast<std::size_t>(rank_)]) {
+    size_error(purpose, "rank " + std::to_string(rank_) + " sends " + std::to_string(send) + " elements but counts says " +
+                            std::to_string(counts[static_cast<std::size_t>(rank_)]));
+  }
+  if (recv != total(counts)) {
+    size_error(purpose, "receive buffer holds " + std::to_string(recv) + " elements, counts sum to " +
+                            std::to_string(total(counts)));
+  }
+}
+
+void Communicator::all_reduce_mean(std::span<float> data, WireType wire, std::string_view purpose) {
+  if (wire == WireType::bf16) round_in_place(data);
+  ledger_.record(CollectiveKind::all_reduce, purpose, data.size() * wire_bytes(wire), false);
+  do_all_reduce_mean(data);
+  if (wire == WireType::bf16) round_in_place(data);
+}
+
+void Communicator::reduce_scatter_mean(std::span<const float> send, std::span<float> recv,
+                                       std::span<const std::size_t> counts, WireType wire,
+                                       std::string_view purpose) {
+  if (counts.size() != static_cast<std::size_t>(size_)) {
+    size_error(purpose, "counts has " + std::to_string(counts.size()) + " entries for " + std::to_string(size_) +
+                            " ranks");
+  }
+  if (send.size() != total(counts)) {
+    size_error(purpose, "send buffer holds " + std::to_string(send.size()) + " elements, counts sum to " +
+                            std::to_string(total(counts)));
+  }
+  if (recv.size() != counts[static_cast<std::size_t>(rank_)]) {
+    size_error(purpose, "rank " + std::to_string(rank_) + " receive buffer holds " + std::to_string(recv.size()) +
+                            " elements but counts says " + std::to_string(counts[static_cast<std::size_t>(rank_)]));
+  }
+  ledger_.record(CollectiveKind::reduce_scatter, purpose, send.size() * wire_bytes(wire), false);
+  if (wire == WireType::bf16) {
+    wire_scratch_.resize(send.size());
+    round_into(send, wire_scratch_);
+    do_reduce_scatter_mean(std::span<const float>(wire_scratch_.data(), send.size()), recv, counts);
+    round_in_place(recv);
+  } else {
+    do_reduce_scatter_mean(send, recv, counts);
+  }
+}
+
+void Communicator::all_gather(std::span<const float> send, std::span<float> recv,
+                              std::span<const std::size_t> counts, WireType wire, std::string_view purpose) {
+  check_gather(send.size(), recv.size(), counts, purpose);
+  ledger_.record(CollectiveKind::all_gather, purpose, recv.size() * wire_bytes(wire), false);
+  // A private copy of the send buffer lets callers gather into the buffer they send from.
+  wire_scratch_.resize(send.size());
+  if (wire == WireType::bf16) {
+    round_into(send, wire_scratch_);
+  } else {
+    std::copy(send.begin(), send.end(), wire_scratch_.begin());
+  }
+  byte_counts_.resize(counts.size());
+  for (std::size_t r = 0; r < counts.size(); ++r) byte_counts_[r] = counts[r] * sizeof(float);
+  do_all_gather_bytes(std::as_bytes(std::span<const float>(wire_scratch_.data(), send.size())),
+                      std::as_writable_bytes(recv), byte_counts_);
+}
+
+void Communicator::all_gather_words(std::span<const std::uint64_t> send, std::span<std::uint64_t> recv,
+                                    std::span<const std::size_t> counts, std::string_view purpose) {
+  check_gather(send.size(), recv.size(), counts, purpose);
+  ledger_.record(CollectiveKind::all_gather, purpose, recv.size() * sizeof(std::uint64_t), false);
+  byte_counts_.resize(counts.size());
+  for (std::size_t r = 0; r < counts.size(); ++r) byte_counts_[r] = counts[r] * sizeof(std::uint64_t);
+  do_all_gather_bytes(std::as_bytes(send), std::as_writable_bytes(recv), byte_counts_);
+}
+
+PendingAllGather Communicator::all_gather_words_async(std::span<const std::uint64_t> send,
+                                                      std::span<std::uint64_t> recv,
+                                                      std::span<const std::size_t> counts,
+                                                      std::string_view purpose) {
+  check_gather(send.size(), recv.size(), counts, purpose);
+  ledger_.record(CollectiveKind::all_gather, purpose, recv.size() * sizeof(std::uint64_t), true);
+  std::vector<std::size_t> bytes(counts.size());
+  for (std::size_t r = 0; r < counts.size(); ++r) bytes[r] = counts[r] * sizeof(std::uint64_t);
+  return PendingAllGather(do_all_gather_bytes_async(std::as_bytes(send), std::as_writable_bytes(recv), bytes));
+}
+
+void Communicator::all_gather_bytes(std::span<const std::byte> send, std::span<std::byte> recv,
+                                    std::span<const std::size_t> counts, std::string_view purpose) {
+  check_gather(send.size(), recv.size(), counts, purpose);
+  ledger_.record(CollectiveKind::all_gather, purpose, recv.size(), false);
+  do_all_gather_bytes(send, recv, counts);
+}
+
+PendingAllGather Communicator::all_gather_bytes_async(std::span<const std::byte> send, std::span<std::byte> recv,
+                                                      std::span<const std::size_t> counts,
+                                                      std::string_view purpose) {
+  check_gather(send.size(), recv.size(), counts, purpose);
+  ledger_.record(CollectiveKind::all_gather, purpose, recv.size(), true);
+  return PendingAllGather(do_all_gather_bytes_async(send, recv, counts));
+}
+
+void Communicator::barrier() { do_barrier(); }
+
+void mean_in_rank_order(std::span<const float* const> inputs, std::span<float> out) {
+  const float w = static_cast<float>(inputs.size());
+  for (std::size_t j = 0; j < out.size(); ++j) {
+    float acc = inputs[0][j];
+    for (std::size_t r = 1; r < inputs.size(); ++r) acc += inputs[r][j];
+    out[j] = acc / w;
+  }
+}
+
+}  // namespace scape

@@ -1,0 +1,105 @@
+// Communicator interface seen by the optimizer core: all_reduce (average), reduce_scatter,
+// all_gather, an asynchronous all_gather waited on later, barrier, rank and size. Backends
+// (EmulatedComm in sim/, MpiComm and NcclComm in runtime/) only move bytes and sum floats;
+// the wire rounding, size checks and the byte ledger live here, once.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string_view>
+#include <vector>
+
+#include "core/ledger.hpp"
+
+namespace scape {
+
+// Width at which a payload crosses the wire. Values really are rounded to bf16 before they
+// are reduced; in memory they stay fp32.
+enum class WireType { fp32, bf16 };
+std::size_t wire_bytes(WireType w);
+const char* to_string(WireType w);
+// Throws std::invalid_argument naming `parameter` and the value when it is not fp32/bf16.
+WireType parse_wire_type(std::string_view value, std::string_view parameter);
+
+// Backend side of an asynchronous all-gather.
+class AsyncRequest {
+ public:
+  virtual ~AsyncRequest() = default;
+  virtual void wait() = 0;
+};
+
+// Handle of an asynchronous all-gather: the receive buffer is valid only after wait(), and
+// the send buffer must stay alive and unchanged until then (MPI semantics).
+class PendingAllGather {
+ public:
+  PendingAllGather() = default;
+  explicit PendingAllGather(std::unique_ptr<AsyncRequest> request) : request_(std::move(request)) {}
+  bool pending() const { return request_ != nullptr; }
+  void wait();
+
+ private:
+  std::unique_ptr<AsyncRequest> request_;
+};
+
+class Communicator {
+ public:
+  Communicator(int rank, int size, NetworkModel net);
+  virtual ~Communicator() = default;
+  Communicator(const Communicator&) = delete;
+  Communicator& operator=(const Communicator&) = delete;
+
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+  ByteLedger& ledger() { return ledger_; }
+  const ByteLedger& ledger() const { return ledger_; }
+
+  // data <- mean over ranks of data (sum in rank order, then divided by W).
+  void all_reduce_mean(std::span<float> data, WireType wire, std::string_view purpose);
+  // send holds sum(counts) values, segment r for rank r; recv (counts[rank] values) receives
+  // the mean over ranks of this rank's segment.
+  void reduce_scatter_mean(std::span<const float> send, std::span<float> recv,
+                           std::span<const std::size_t> counts, WireType wire, std::string_view purpose);
+  // recv = concatenation over ranks of their send (counts[r] values from rank r).
+  void all_gather(std::span<const float> send, std::span<float> recv, std::span<const std::size_t> counts,
+                  WireType wire, std::string_view purpose);
+  void all_gather_words(std::span<const std::uint64_t> send, std::span<std::uint64_t> recv,
+                        std::span<const std::size_t> counts, std::string_view purpose);
+  PendingAllGather all_gather_words_async(std::span<const std::uint64_t> send, std::span<std::uint64_t> recv,
+                                          std::span<const std::size_t> counts, std::string_view purpose);
+  // Raw bytes (index/value pairs); counts in bytes.
+  void all_gather_bytes(std::span<const std::byte> send, std::span<std::byte> recv,
+                        std::span<const std::size_t> counts, std::string_view purpose);
+  PendingAllGather all_gather_bytes_async(std::span<const std::byte> send, std::span<std::byte> recv,
+                                          std::span<const std::size_t> counts, std::string_view purpose);
+  void barrier();
+
+ protected:
+  // Backend hooks. Sizes are already checked; values already rounded to the wire type.
+  virtual void do_all_reduce_mean(std::span<float> data) = 0;
+  virtual void do_reduce_scatter_mean(std::span<const float> send, std::span<float> recv,
+                                      std::span<const std::size_t> counts) = 0;
+  virtual void do_all_gather_bytes(std::span<const std::byte> send, std::span<std::byte> recv,
+                                   std::span<const std::size_t> counts) = 0;
+  virtual std::unique_ptr<AsyncRequest> do_all_gather_bytes_async(std::span<const std::byte> send,
+                                                                  std::span<std::byte> recv,
+                                                                  std::span<const std::size_t> counts) = 0;
+  virtual void do_barrier() = 0;
+
+ private:
+  void check_gather(std::size_t send, std::size_t recv, std::span<const std::size_t> counts,
+                    std::string_view purpose) const;
+
+  int rank_;
+  int size_;
+  ByteLedger ledger_;
+  std::vector<float> wire_scratch_;
+  std::vector<std::size_t> byte_counts_;
+};
+
+// The reduction every backend must use so that results are bit-identical across backends:
+// out[j] = (in[0][j] + in[1][j] + ... + in[W-1][j]) / W, summed left to right in rank order.
+void mean_in_rank_order(std::span<const float* const> inputs, std::span<float> out);
+
+}  // namespace scape

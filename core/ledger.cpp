@@ -1,0 +1,76 @@
+// Byte ledger and alpha-beta model (docs/algorithms.md, "Communication volume").
+#include "core/ledger.hpp"
+
+#include <stdexcept>
+
+namespace scape {
+
+const char* to_string(CollectiveKind kind) {
+  switch (kind) {
+    case CollectiveKind::all_reduce: return "all_reduce";
+    case CollectiveKind::reduce_scatter: return "reduce_scatter";
+    case CollectiveKind::all_gather: return "all_gather";
+  }
+  return "unknown";
+}
+
+double ring_bytes_sent_per_worker(CollectiveKind kind, int workers, double payload_bytes) {
+  if (workers < 1) throw std::invalid_argument("ring_bytes_sent_per_worker: workers must be >= 1");
+  const double w = workers;
+  const double fraction = (w - 1.0) / w;
+  // A ring all-reduce is a reduce-scatter followed by an all-gather, hence the factor 2.
+  return kind == CollectiveKind::all_reduce ? 2.0 * fraction * payload_bytes : fraction * payload_bytes;
+}
+
+int ring_latency_steps(CollectiveKind kind, int workers) {
+  if (workers < 1) throw std::invalid_argument("ring_latency_steps: workers must be >= 1");
+  return kind == CollectiveKind::all_reduce ? 2 * (workers - 1) : workers - 1;
+}
+
+double alpha_beta_time(CollectiveKind kind, int workers, double payload_bytes, const NetworkModel& net) {
+  const double sent = ring_bytes_sent_per_worker(kind, workers, payload_bytes);
+  const double bandwidth_term = sent > 0 ? sent / net.bandwidth_Bps : 0.0;
+  return ring_latency_steps(kind, workers) * net.alpha_s + bandwidth_term;
+}
+
+ByteLedger::ByteLedger(int workers, NetworkModel net) : workers_(workers), net_(net) {
+  if (workers < 1) throw std::invalid_argument("ByteLedger: workers must be >= 1");
+  if (!(net.alpha_s >= 0)) throw std::invalid_argument("NetworkModel: alpha_s must be >= 0");
+  if (!(net.bandwidth_Bps > 0)) throw std::invalid_argument("NetworkModel: bandwidth_Bps must be > 0");
+}
+
+void ByteLedger::record(CollectiveKind kind, std::string_view purpose, std::uint64_t payload_bytes,
+                        bool overlapped) {
+  CommRecord r;
+  r.purpose = std::string(purpose);
+  r.kind = kind;
+  r.payload_bytes = payload_bytes;
+  r.bytes_sent_per_worker = ring_bytes_sent_per_worker(kind, workers_, static_cast<double>(payload_bytes));
+  r.latency_steps = ring_latency_steps(kind, workers_);
+  r.modelled_time_s = alpha_beta_time(kind, workers_, static_cast<double>(payload_bytes), net_);
+  r.overlapped = overlapped;
+  CommTotals& t = totals_[r.purpose];
+  t.calls += 1;
+  t.payload_bytes += payload_bytes;
+  t.bytes_sent_per_worker += r.bytes_sent_per_worker;
+  t.modelled_time_s += r.modelled_time_s;
+  pending_.push_back(std::move(r));
+}
+
+std::vector<CommRecord> ByteLedger::drain() {
+  std::vector<CommRecord> out;
+  out.swap(pending_);
+  return out;
+}
+
+CommSummary summarize(const std::vector<CommRecord>& records) {
+  CommSummary s;
+  for (const auto& r : records) {
+    s.bytes_sent_per_worker += r.bytes_sent_per_worker;
+    s.modelled_time_s += r.modelled_time_s;
+    (r.overlapped ? s.overlapped_time_s : s.exposed_time_s) += r.modelled_time_s;
+  }
+  return s;
+}
+
+}  // namespace scape

@@ -1,0 +1,79 @@
+// Byte ledger and alpha-beta time model of the collectives (docs/algorithms.md,
+// "Communication volume"). Every communicator backend records through this one place, so
+// the simulator, the MPI runtime and the predictor count bytes identically.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <limits>
+#include <map>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace scape {
+
+enum class CollectiveKind { all_reduce, reduce_scatter, all_gather };
+const char* to_string(CollectiveKind kind);
+
+// Per-worker link: latency alpha (seconds per message step) and bandwidth (bytes per second).
+struct NetworkModel {
+  double alpha_s = 0.0;
+  double bandwidth_Bps = std::numeric_limits<double>::infinity();
+};
+
+// Ring closed forms for a collective over `payload_bytes` bytes in total among W workers.
+double ring_bytes_sent_per_worker(CollectiveKind kind, int workers, double payload_bytes);
+int ring_latency_steps(CollectiveKind kind, int workers);
+// T = steps * alpha + bytes_sent_per_worker / B.
+double alpha_beta_time(CollectiveKind kind, int workers, double payload_bytes, const NetworkModel& net);
+
+// One collective call as the ledger saw it.
+struct CommRecord {
+  std::string purpose;           // e.g. "grad_reduce_scatter", "mask_all_gather"
+  CollectiveKind kind = CollectiveKind::all_reduce;
+  std::uint64_t payload_bytes = 0;  // n: total bytes of the collective at wire width
+  double bytes_sent_per_worker = 0;
+  int latency_steps = 0;
+  double modelled_time_s = 0;
+  bool overlapped = false;       // started asynchronously to hide behind compute
+};
+
+struct CommTotals {
+  std::uint64_t calls = 0;
+  std::uint64_t payload_bytes = 0;
+  double bytes_sent_per_worker = 0;
+  double modelled_time_s = 0;
+};
+
+class ByteLedger {
+ public:
+  ByteLedger(int workers, NetworkModel net);
+
+  void record(CollectiveKind kind, std::string_view purpose, std::uint64_t payload_bytes, bool overlapped);
+
+  // Records since the last drain (an optimizer step drains them into its metrics).
+  std::vector<CommRecord> drain();
+  // Cumulative totals per purpose since construction.
+  const std::map<std::string, CommTotals>& totals() const { return totals_; }
+  const NetworkModel& network() const { return net_; }
+  int workers() const { return workers_; }
+
+ private:
+  int workers_;
+  NetworkModel net_;
+  std::vector<CommRecord> pending_;
+  std::map<std::string, CommTotals> totals_;
+};
+
+// Sum of a step's records: bytes sent per worker and modelled time, split into what is
+// exposed and what overlaps compute (the lagged mask all-gather).
+struct CommSummary {
+  double bytes_sent_per_worker = 0;
+  double modelled_time_s = 0;
+  double exposed_time_s = 0;
+  double overlapped_time_s = 0;
+};
+CommSummary summarize(const std::vector<CommRecord>& records);
+
+}  // namespace scape

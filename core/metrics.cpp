@@ -1,0 +1,195 @@
+// Step metrics (docs/algorithms.md, "Metrics").
+#include "core/metrics.hpp"
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <limits>
+
+namespace scape::metrics {
+namespace {
+
+constexpr std::size_t kBlock = 8192;
+constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+
+using Index = std::int64_t;
+
+// Partial sums per fixed block (parallel), added in block order (serial): deterministic.
+template <typename BlockFn>
+double blocked_sum(std::size_t n, BlockFn block_fn) {
+  const std::size_t blocks = (n + kBlock - 1) / kBlock;
+  std::vector<double> partial(blocks, 0.0);
+#pragma omp parallel for schedule(static) if (blocks > 8)
+  for (Index b = 0; b < static_cast<Index>(blocks); ++b) {
+    const std::size_t lo = static_cast<std::size_t>(b) * kBlock;
+    partial[static_cast<std::size_t>(b)] = block_fn(lo, std::min(n, lo + kBlock));
+  }
+  double s = 0;
+  for (double p : partial) s += p;
+  return s;
+}
+
+std::uint64_t range_mask(std::size_t word, std::size_t begin, std::size_t end) {
+  const std::size_t lo = word * 64;
+  std::uint64_t m = ~std::uint64_t{0};
+  if (begin > lo) m &= ~std::uint64_t{0} << (begin - lo);
+  if (end < lo + 64) m &= (std::uint64_t{1} << (end - lo)) - 1;
+  return m;
+}
+
+template <typename Combine>
+std::size_t popcount_combined(std::span<const std::uint64_t> a, std::span<const std::uint64_t> b, std::size_t begin,
+                              std::size_t end, Combine combine) {
+  if (end <= begin) return 0;
+  const std::size_t first = begin / 64;
+  const std::size_t last = (end - 1) / 64;
+  std::size_t count = 0;
+  for (std::size_t w = first; w <= last; ++w) {
+    count += static_cast<std::size_t>(std::popcount(combine(a[w], b[w]) & range_mask(w, begin, end)));
+  }
+  return count;
+}
+
+}  // namespace
+
+double l2_norm(std::span<const float> x) {
+  const double ss = blocked_sum(x.size(), [&](std::size_t lo, std::size_t hi) {
+    double s = 0;
+    for (std::size_t j = lo; j < hi; ++j) s += static_cast<double>(x[j]) * x[j];
+    return s;
+  });
+  return std::sqrt(ss);
+}
+
+double max_abs(std::span<const float> x) {
+  float m = 0;
+  bool nan = false;
+#pragma omp parallel for schedule(static) reduction(max : m) reduction(|| : nan) if (x.size() > 65536)
+  for (Index j = 0; j < static_cast<Index>(x.size()); ++j) {
+    const float v = std::fabs(x[static_cast<std::size_t>(j)]);
+    nan = nan || std::isnan(v);
+    m = std::max(m, v);
+  }
+  return nan ? kNaN : m;
+}
+
+std::size_t popcount_range(std::span<const std::uint64_t> words, std::size_t begin, std::size_t end) {
+  return popcount_combined(words, words, begin, end, [](std::uint64_t x, std::uint64_t) { return x; });
+}
+
+std::size_t popcount_and_range(std::span<const std::uint64_t> a, std::span<const std::uint64_t> b, std::size_t begin,
+                               std::size_t end) {
+  return popcount_combined(a, b, begin, end, [](std::uint64_t x, std::uint64_t y) { return x & y; });
+}
+
+std::size_t popcount_or_range(std::span<const std::uint64_t> a, std::span<const std::uint64_t> b, std::size_t begin,
+                              std::size_t end) {
+  return popcount_combined(a, b, begin, end, [](std::uint64_t x, std::uint64_t y) { return x | y; });
+}
+
+double jaccard_range(std::span<const std::uint64_t> a, std::span<const std::uint64_t> b, std::size_t begin,
+                     std::size_t end) {
+  const std::size_t uni = popcount_or_range(a, b, begin, end);
+  if (uni == 0) return 1.0;
+  return static_cast<double>(popcount_and_range(a, b, begin, end)) / static_cast<double>(uni);
+}
+
+void fill_mask_metrics(const ParamLayout& layout, std::span<const std::uint64_t> mask,
+                       std::span<const std::uint64_t> previous, std::size_t k_total, StepMetrics& out) {
+  const std::size_t n = layout.size();
+  out.k_total = k_total;
+  out.mask_size = popcount_range(mask, 0, n);
+  out.mask_density = n ? static_cast<double>(out.mask_size) / static_cast<double>(n) : kNaN;
+  out.fill_in = k_total ? static_cast<double>(out.mask_size) / static_cast<double>(k_total) : kNaN;
+  const bool have_previous = !previous.empty();
+  out.mask_jaccard = have_previous ? jaccard_range(mask, previous, 0, n) : kNaN;
+  const auto& slots = layout.slots();
+  out.tensor_mask_density.resize(slots.size());
+  out.tensor_mask_jaccard.resize(slots.size());
+  for (std::size_t s = 0; s < slots.size(); ++s) {
+    const auto& slot = slots[s];
+    out.tensor_mask_density[s] =
+        static_cast<double>(popcount_range(mask, slot.offset, slot.end())) / static_cast<double>(slot.numel());
+    out.tensor_mask_jaccard[s] = have_previous ? jaccard_range(mask, previous, slot.offset, slot.end()) : kNaN;
+  }
+}
+
+void fill_residual_metrics(const ParamLayout& layout, std::span<const float> residual, std::span<const float> theta,
+                           StepMetrics& out) {
+  out.residual_norm = l2_norm(residual);
+  out.residual_max = max_abs(residual);
+  const double theta_norm = l2_norm(theta);
+  out.residual_to_param = theta_norm > 0 ? out.residual_norm / theta_norm : kNaN;
+  const auto& slots = layout.slots();
+  out.tensor_residual_norm.resize(slots.size());
+  for (std::size_t s = 0; s < slots.size(); ++s) {
+    out.tensor_residual_norm[s] = l2_norm(residual.subspan(slots[s].offset, slots[s].numel()));
+  }
+}
+
+void mark_sparse_metrics_not_applicable(StepMetrics& out) {
+  out.target_density = kNaN;
+  out.mask_density = out.mask_jaccard = out.fill_in = kNaN;
+  out.residual_norm = out.residual_max = out.residual_to_param = kNaN;
+  out.staleness_mean = out.staleness_p99 = out.staleness_max = kNaN;
+}
+
+void StalenessTracker::deliver(std::span<const std::uint32_t> indices, int t) {
+  const Index k = static_cast<Index>(indices.size());
+#pragma omp parallel for schedule(static) if (k > 65536)
+  for (Index i = 0; i < k; ++i) last_[indices[static_cast<std::size_t>(i)]] = t;
+}
+
+void StalenessTracker::fill(int t, StepMetrics& out) const {
+  // Staleness lies in [0, t]: a histogram gives the exact nearest-rank p99 in O(N + t).
+  std::vector<std::size_t> histogram(static_cast<std::size_t>(t) + 1, 0);
+  double sum = 0;
+  for (std::int32_t last : last_) {
+    const std::int32_t s = t - last;
+    histogram[static_cast<std::size_t>(s)] += 1;
+    sum += s;
+  }
+  const std::size_t n = last_.size();
+  if (n == 0) {
+    out.staleness_mean = out.staleness_p99 = out.staleness_max = kNaN;
+    return;
+  }
+  out.staleness_mean = sum / static_cast<double>(n);
+  const std::size_t rank = static_cast<std::size_t>(std::ceil(0.99 * static_cast<double>(n)));
+  std::size_t seen = 0;
+  std::size_t p99 = 0;
+  std::size_t max = 0;
+  for (std::size_t s = 0; s < histogram.size(); ++s) {
+    if (histogram[s] == 0) continue;
+    max = s;
+    if (seen < rank) p99 = s;
+    seen += histogram[s];
+  }
+  out.staleness_p99 = static_cast<double>(p99);
+  out.staleness_max = static_cast<double>(max);
+}
+
+void UpdateTracker::before(std::span<const float> theta) { std::copy(theta.begin(), theta.end(), before_.begin()); }
+
+void UpdateTracker::after(std::span<const float> theta, StepMetrics& out) {
+  const std::size_t n = theta.size();
+  std::vector<float> delta(n);
+  std::size_t both = 0;
+  std::size_t flipped = 0;
+  for (std::size_t j = 0; j < n; ++j) {
+    const float d = theta[j] - before_[j];
+    delta[j] = d;
+    const std::int8_t sign = static_cast<std::int8_t>((d > 0) - (d < 0));
+    if (have_previous_ && sign != 0 && previous_sign_[j] != 0) {
+      ++both;
+      flipped += sign != previous_sign_[j] ? 1u : 0u;
+    }
+    previous_sign_[j] = sign;
+  }
+  have_previous_ = true;
+  out.update_norm = l2_norm(delta);
+  out.update_max = max_abs(delta);
+  out.update_sign_flip = both ? static_cast<double>(flipped) / static_cast<double>(both) : kNaN;
+}
+
+}  // namespace scape::metrics

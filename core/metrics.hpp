@@ -1,0 +1,65 @@
+// Step metrics shared by all optimizers (docs/algorithms.md, "Metrics"): deterministic norms,
+// mask density / Jaccard / fill-in, residual size, staleness and update statistics.
+// Reductions use fixed blocks summed in order, so a metric does not depend on thread count.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "core/layout.hpp"
+#include "core/optimizer.hpp"
+
+namespace scape::metrics {
+
+double l2_norm(std::span<const float> x);
+double max_abs(std::span<const float> x);
+
+// Set bits of `words` in the bit range [begin, end).
+std::size_t popcount_range(std::span<const std::uint64_t> words, std::size_t begin, std::size_t end);
+std::size_t popcount_and_range(std::span<const std::uint64_t> a, std::span<const std::uint64_t> b,
+                               std::size_t begin, std::size_t end);
+std::size_t popcount_or_range(std::span<const std::uint64_t> a, std::span<const std::uint64_t> b,
+                              std::size_t begin, std::size_t end);
+
+// |a & b| / |a | b| over [begin, end); 1 when both are empty.
+double jaccard_range(std::span<const std::uint64_t> a, std::span<const std::uint64_t> b, std::size_t begin,
+                     std::size_t end);
+
+// Fills mask_size, mask_density, mask_jaccard (NaN without a previous mask), fill_in and the
+// per-tensor mask density and Jaccard.
+void fill_mask_metrics(const ParamLayout& layout, std::span<const std::uint64_t> mask,
+                       std::span<const std::uint64_t> previous, std::size_t k_total, StepMetrics& out);
+// Fills residual_norm, residual_max, residual_to_param and per-tensor residual norms.
+void fill_residual_metrics(const ParamLayout& layout, std::span<const float> residual, std::span<const float> theta,
+                           StepMetrics& out);
+// Sets every mask, residual and staleness metric to NaN (dense optimizers).
+void mark_sparse_metrics_not_applicable(StepMetrics& out);
+
+// Steps since each coordinate was last delivered (t - last delivery; t when never delivered).
+class StalenessTracker {
+ public:
+  explicit StalenessTracker(std::size_t n) : last_(n, 0) {}
+  void deliver(std::span<const std::uint32_t> indices, int t);
+  // Mean, p99 (nearest rank) and max at step t, written into out.
+  void fill(int t, StepMetrics& out) const;
+
+ private:
+  std::vector<std::int32_t> last_;
+};
+
+// Update statistics: call before() with theta before the step and after() with theta after.
+class UpdateTracker {
+ public:
+  explicit UpdateTracker(std::size_t n) : before_(n), previous_sign_(n, 0) {}
+  void before(std::span<const float> theta);
+  void after(std::span<const float> theta, StepMetrics& out);
+
+ private:
+  std::vector<float> before_;
+  std::vector<std::int8_t> previous_sign_;
+  bool have_previous_ = false;
+};
+
+}  // namespace scape::metrics

@@ -1,0 +1,37 @@
+// Pieces shared by the optimizers: per-step Adam scalars, weight decay by tensor flag, and the
+// dense inner step over a range of the flat buffer (docs/algorithms.md, "Dense references").
+#pragma once
+
+#include <cstddef>
+#include <span>
+
+#include "core/layout.hpp"
+#include "core/optimizer.hpp"
+#include "kernels/cpu/adam.hpp"
+
+namespace scape::detail {
+
+// Scalars of step t with learning rate eta; `decayed` selects the theta multiplier 1 - eta*lambda.
+kernels::AdamScalars adam_scalars(const OptimizerConfig& c, double eta, int t, bool decayed);
+
+// Calls fn(lo, hi, decay) for every piece of [begin, end) that lies in one tensor.
+template <typename Fn>
+void for_each_tensor_piece(const ParamLayout& layout, std::size_t begin, std::size_t end, Fn fn) {
+  for (const auto& slot : layout.slots()) {
+    const std::size_t lo = slot.offset > begin ? slot.offset : begin;
+    const std::size_t hi = slot.end() < end ? slot.end() : end;
+    if (lo < hi) fn(lo, hi, slot.decay);
+  }
+}
+
+// theta[j] *= 1 - eta*lambda for every flagged j in [begin, end).
+void apply_weight_decay(const ParamLayout& layout, std::span<float> theta, std::size_t begin, std::size_t end,
+                        const OptimizerConfig& c, double eta);
+
+// One dense AdamW or AdamS step on [begin, end) of theta (full buffer), with decay by tensor
+// flag. m, v and g are indexed from `begin` (v is unused for AdamS).
+void dense_inner_step(InnerRule rule, const ParamLayout& layout, std::span<float> theta, std::size_t begin,
+                      std::size_t end, std::span<float> m, std::span<float> v, std::span<const float> g,
+                      const OptimizerConfig& c, double eta, int t);
+
+}  // namespace scape::detail

@@ -1,0 +1,160 @@
+// Switch parsing, configuration checks and the optimizer factory.
+#include "core/optimizer.hpp"
+
+#include <cmath>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+
+#include "core/dense_optimizer.hpp"
+#include "core/optim_common.hpp"
+#include "core/scape_optimizer.hpp"
+#include "core/topk_ef_optimizer.hpp"
+
+namespace scape {
+namespace {
+
+template <typename Enum, std::size_t N>
+Enum parse_enum(std::string_view value, std::string_view parameter, const std::pair<const char*, Enum> (&table)[N]) {
+  for (const auto& [name, e] : table) {
+    if (value == name) return e;
+  }
+  std::string expected;
+  for (std::size_t i = 0; i < N; ++i) expected += (i ? ", " : "") + std::string(table[i].first);
+  throw std::invalid_argument(std::string(parameter) + ": unknown value '" + std::string(value) + "' (expected one of " +
+                              expected + ")");
+}
+
+template <typename Enum, std::size_t N>
+const char* enum_name(Enum e, const std::pair<const char*, Enum> (&table)[N]) {
+  for (const auto& [name, v] : table) {
+    if (v == e) return name;
+  }
+  return "unknown";
+}
+
+const std::pair<const char*, OptimizerType> kTypes[] = {{"adamw", OptimizerType::adamw},
+                                                        {"adams", OptimizerType::adams},
+                                                        {"scape", OptimizerType::scape},
+                                                        {"topk_ef", OptimizerType::topk_ef}};
+const std::pair<const char*, InnerRule> kInner[] = {{"adams", InnerRule::adams}, {"adamw", InnerRule::adamw}};
+const std::pair<const char*, UpdateMode> kUpdate[] = {{"masked", UpdateMode::masked}, {"dense", UpdateMode::dense}};
+const std::pair<const char*, MaskStatistic> kStatistic[] = {{"first_moment", MaskStatistic::first_moment},
+                                                            {"gradient", MaskStatistic::gradient},
+                                                            {"momentum_only", MaskStatistic::momentum_only},
+                                                            {"random", MaskStatistic::random}};
+const std::pair<const char*, MaskPartition> kPartition[] = {{"partitioned", MaskPartition::partitioned},
+                                                            {"local_union", MaskPartition::local_union}};
+const std::pair<const char*, SecondMoment> kSecond[] = {{"single_buffer", SecondMoment::single_buffer},
+                                                        {"two_collectives", SecondMoment::two_collectives}};
+
+[[noreturn]] void bad(const std::string& parameter, double value, const std::string& rule) {
+  std::ostringstream os;
+  os << parameter << ": " << value << " is out of range (" << rule << ")";
+  throw std::invalid_argument(os.str());
+}
+
+}  // namespace
+
+OptimizerType parse_optimizer_type(std::string_view v) { return parse_enum(v, "optimizer.type", kTypes); }
+InnerRule parse_inner_rule(std::string_view v) { return parse_enum(v, "optimizer.inner", kInner); }
+UpdateMode parse_update_mode(std::string_view v) { return parse_enum(v, "optimizer.update", kUpdate); }
+MaskStatistic parse_mask_statistic(std::string_view v) { return parse_enum(v, "optimizer.mask_statistic", kStatistic); }
+MaskPartition parse_mask_partition(std::string_view v) { return parse_enum(v, "optimizer.mask_partition", kPartition); }
+SecondMoment parse_second_moment(std::string_view v) { return parse_enum(v, "optimizer.second_moment", kSecond); }
+const char* to_string(OptimizerType v) { return enum_name(v, kTypes); }
+const char* to_string(InnerRule v) { return enum_name(v, kInner); }
+const char* to_string(UpdateMode v) { return enum_name(v, kUpdate); }
+const char* to_string(MaskStatistic v) { return enum_name(v, kStatistic); }
+const char* to_string(MaskPartition v) { return enum_name(v, kPartition); }
+const char* to_string(SecondMoment v) { return enum_name(v, kSecond); }
+
+void OptimizerConfig::validate() const {
+  if (!(lr > 0) || !std::isfinite(lr)) bad("optimizer.lr", lr, "must be finite and > 0");
+  if (min_lr >= 0 && !(min_lr <= lr)) bad("optimizer.min_lr", min_lr, "must be in [0, lr]");
+  if (warmup_steps < 0) bad("optimizer.warmup_steps", warmup_steps, "must be >= 0");
+  if (!(beta1 >= 0 && beta1 < 1)) bad("optimizer.betas[0]", beta1, "must be in [0, 1)");
+  if (!(beta2 >= 0 && beta2 < 1)) bad("optimizer.betas[1]", beta2, "must be in [0, 1)");
+  if (!(eps > 0) || !std::isfinite(eps)) bad("optimizer.eps", eps, "must be finite and > 0");
+  if (!(weight_decay >= 0) || !std::isfinite(weight_decay)) bad("optimizer.weight_decay", weight_decay, "must be >= 0");
+  const bool sparse = type == OptimizerType::scape || type == OptimizerType::topk_ef;
+  if (sparse) {
+    const double rho = density();
+    if (!(sparsity >= 0 && sparsity < 1)) {
+      bad("optimizer.sparsity", sparsity, "must be in [0, 1): the density 1 - sparsity must lie in (0, 1]");
+    }
+    if (!(rho > 0 && rho <= 1)) bad("optimizer.sparsity", sparsity, "density 1 - sparsity must lie in (0, 1]");
+    if (density_warmup < 0) bad("optimizer.density_warmup", density_warmup, "must be >= 0");
+  }
+  if (type == OptimizerType::scape) {
+    if (mask_lag != 0 && mask_lag != 1) bad("optimizer.mask_lag", mask_lag, "must be 0 or 1");
+    if (mask_partition == MaskPartition::local_union && sharded) {
+      throw std::invalid_argument(
+          "optimizer.mask_partition: local_union needs the momentum on every worker; set optimizer.sharded = false");
+    }
+    if (mask_partition == MaskPartition::local_union && update == UpdateMode::dense) {
+      throw std::invalid_argument("optimizer.update: dense is only defined for mask_partition = partitioned");
+    }
+  }
+  if (type == OptimizerType::topk_ef && sharded) {
+    throw std::invalid_argument("optimizer.sharded: topk_ef keeps replicated optimizer state; set sharded = false");
+  }
+}
+
+namespace detail {
+
+kernels::AdamScalars adam_scalars(const OptimizerConfig& c, double eta, int t, bool decayed) {
+  kernels::AdamScalars s;
+  s.lr = static_cast<float>(eta);
+  s.beta1 = static_cast<float>(c.beta1);
+  s.beta2 = static_cast<float>(c.beta2);
+  s.eps = static_cast<float>(c.eps);
+  s.decay = decayed ? static_cast<float>(1.0 - eta * c.weight_decay) : 1.0f;
+  s.bc1 = c.bias_correction ? static_cast<float>(1.0 - std::pow(c.beta1, t)) : 1.0f;
+  s.bc2 = c.bias_correction ? static_cast<float>(1.0 - std::pow(c.beta2, t)) : 1.0f;
+  return s;
+}
+
+void apply_weight_decay(const ParamLayout& layout, std::span<float> theta, std::size_t begin, std::size_t end,
+                        const OptimizerConfig& c, double eta) {
+  const float factor = static_cast<float>(1.0 - eta * c.weight_decay);
+  for_each_tensor_piece(layout, begin, end, [&](std::size_t lo, std::size_t hi, bool decay) {
+    if (decay) kernels::scale(theta.subspan(lo, hi - lo), factor);
+  });
+}
+
+void dense_inner_step(InnerRule rule, const ParamLayout& layout, std::span<float> theta, std::size_t begin,
+                      std::size_t end, std::span<float> m, std::span<float> v, std::span<const float> g,
+                      const OptimizerConfig& c, double eta, int t) {
+  for_each_tensor_piece(layout, begin, end, [&](std::size_t lo, std::size_t hi, bool decay) {
+    const auto s = adam_scalars(c, eta, t, decay);
+    const std::size_t n = hi - lo;
+    const std::size_t local = lo - begin;
+    if (rule == InnerRule::adamw) {
+      kernels::adamw_step(theta.subspan(lo, n), m.subspan(local, n), v.subspan(local, n), g.subspan(local, n), s);
+    } else {
+      kernels::adams_step(theta.subspan(lo, n), m.subspan(local, n), g.subspan(local, n), s);
+    }
+  });
+}
+
+}  // namespace detail
+
+std::unique_ptr<Optimizer> make_optimizer(const OptimizerConfig& config, const ParamLayout& layout, Communicator& comm,
+                                          int total_steps) {
+  config.validate();
+  if (total_steps < 1) throw std::invalid_argument("steps: must be >= 1, got " + std::to_string(total_steps));
+  if (layout.size() == 0) throw std::invalid_argument("make_optimizer: the parameter layout is empty");
+  switch (config.type) {
+    case OptimizerType::adamw:
+    case OptimizerType::adams:
+      return std::make_unique<DenseOptimizer>(config, layout, comm, total_steps);
+    case OptimizerType::scape:
+      return std::make_unique<ScapeOptimizer>(config, layout, comm, total_steps);
+    case OptimizerType::topk_ef:
+      return std::make_unique<TopkEfOptimizer>(config, layout, comm, total_steps);
+  }
+  throw std::invalid_argument("optimizer.type: unknown optimizer");
+}
+
+}  // namespace scape

@@ -1,0 +1,125 @@
+// Optimizer configuration, step metrics and the factory. An optimizer is an update rule
+// (AdamW or AdamS) times a gradient-sync policy (dense, SCAPE, raw-gradient top-k); see
+// docs/algorithms.md. Optimizers see only flat spans and a Communicator.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/communicator.hpp"
+#include "core/layout.hpp"
+#include "core/ledger.hpp"
+#include "core/schedule.hpp"
+
+namespace scape {
+
+enum class OptimizerType { adamw, adams, scape, topk_ef };
+enum class InnerRule { adams, adamw };
+enum class UpdateMode { masked, dense };
+enum class MaskStatistic { first_moment, gradient, momentum_only, random };
+enum class MaskPartition { partitioned, local_union };
+enum class SecondMoment { single_buffer, two_collectives };
+
+// Parsers for switch values; an unknown value throws std::invalid_argument naming the
+// parameter, the value and the accepted values.
+OptimizerType parse_optimizer_type(std::string_view v);
+InnerRule parse_inner_rule(std::string_view v);
+UpdateMode parse_update_mode(std::string_view v);
+MaskStatistic parse_mask_statistic(std::string_view v);
+MaskPartition parse_mask_partition(std::string_view v);
+SecondMoment parse_second_moment(std::string_view v);
+const char* to_string(OptimizerType v);
+const char* to_string(InnerRule v);
+const char* to_string(UpdateMode v);
+const char* to_string(MaskStatistic v);
+const char* to_string(MaskPartition v);
+const char* to_string(SecondMoment v);
+
+// Hyper-parameters and switches. Defaults are the documented ones (docs/algorithms.md).
+struct OptimizerConfig {
+  OptimizerType type = OptimizerType::scape;
+  double lr = 6e-4;
+  double min_lr = -1.0;  // negative: lr / 10
+  int warmup_steps = 0;
+  double beta1 = 0.9;
+  double beta2 = 0.95;
+  double eps = 1e-8;
+  double weight_decay = 0.1;
+  bool bias_correction = true;
+  double sparsity = 0.99;  // density rho = 1 - sparsity (SCAPE and top-k only)
+  bool sharded = true;     // distributed optimizer; topk_ef requires false
+  WireType wire_dtype = WireType::fp32;   // gradient-like payloads
+  WireType param_dtype = WireType::fp32;  // parameter payloads
+  InnerRule inner = InnerRule::adams;     // SCAPE and topk_ef
+  UpdateMode update = UpdateMode::masked;
+  MaskStatistic mask_statistic = MaskStatistic::first_moment;
+  MaskPartition mask_partition = MaskPartition::partitioned;
+  int mask_lag = 1;
+  SecondMoment second_moment = SecondMoment::single_buffer;
+  bool residual = true;
+  int density_warmup = 0;
+  std::uint64_t seed = 0;  // the random mask statistic
+
+  double density() const { return 1.0 - sparsity; }
+  double resolved_min_lr() const { return min_lr < 0 ? lr / 10.0 : min_lr; }
+  // Throws std::invalid_argument naming the first offending parameter and its value.
+  void validate() const;
+};
+
+// What one step on one worker knows. NaN marks a metric that does not apply.
+struct StepMetrics {
+  int step = 0;
+  double lr = 0;
+  double target_density = 0;     // rho_t
+  std::size_t k_total = 0;       // K
+  std::size_t mask_size = 0;     // |M_t|
+  double mask_density = 0;       // |M_t| / N
+  double mask_jaccard = 0;       // with the previous step's mask
+  double fill_in = 0;            // |M_t| / K
+  double residual_norm = 0;      // ||e_i||_2 after the step
+  double residual_max = 0;
+  double residual_to_param = 0;  // ||e_i||_2 / ||theta||_2
+  double staleness_mean = 0;     // steps since each coordinate was last delivered
+  double staleness_p99 = 0;
+  double staleness_max = 0;
+  double update_norm = 0;        // ||delta theta||_2
+  double update_max = 0;
+  double update_sign_flip = 0;   // fraction of coordinates updated in both steps whose sign flipped
+  double local_grad_norm = 0;    // ||g_i||_2 of this worker's gradient
+  std::size_t nonfinite_grads = 0;
+  std::vector<CommRecord> comm;  // every collective of this step
+  // Per tensor, in layout order.
+  std::vector<double> tensor_residual_norm;
+  std::vector<double> tensor_mask_density;
+  std::vector<double> tensor_mask_jaccard;
+};
+
+class Optimizer {
+ public:
+  virtual ~Optimizer() = default;
+  // One step of this worker. Collective: every rank calls it with its own replica of the
+  // parameters and its own local gradient, both of layout size N.
+  virtual StepMetrics step(std::span<float> params, std::span<const float> grads) = 0;
+  // Waits for outstanding asynchronous collectives (call before destroying the communicator).
+  virtual void finish() {}
+  // The global mask used by the last step (empty for dense optimizers; this worker's local
+  // mask for topk_ef). Words cover N bits.
+  virtual std::span<const std::uint64_t> mask() const { return {}; }
+  // This worker's error-feedback residual (empty for dense optimizers).
+  virtual std::span<const float> residual() const { return {}; }
+  int steps_done() const { return t_; }
+
+ protected:
+  int t_ = 0;
+};
+
+// Builds the optimizer for one rank. `total_steps` is T of the learning-rate schedule.
+std::unique_ptr<Optimizer> make_optimizer(const OptimizerConfig& config, const ParamLayout& layout,
+                                          Communicator& comm, int total_steps);
+
+}  // namespace scape

@@ -1,0 +1,143 @@
+// Elementwise AdamW / AdamS steps (docs/algorithms.md, "Dense references", "SCAPE step 6").
+#include "kernels/cpu/adam.hpp"
+
+#include <cmath>
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+
+namespace scape::kernels {
+namespace {
+
+void require_same(std::size_t a, std::size_t b, const char* what) {
+  if (a != b) {
+    throw std::invalid_argument(std::string(what) + ": buffer sizes differ (" + std::to_string(a) +
+                                " vs " + std::to_string(b) + ")");
+  }
+}
+
+using Index = std::int64_t;
+
+// The step scalars copied into locals: read through the AdamScalars reference, the compiler
+// must assume the stores to theta/m/v may change them, so it reloads them every element and
+// will not vectorize. The loops take them firstprivate so each thread holds its own copy.
+struct Hoisted {
+  explicit Hoisted(const AdamScalars& s)
+      : lr(s.lr), beta1(s.beta1), beta2(s.beta2), eps(s.eps), decay(s.decay),
+        one_minus_b1(1.0f - s.beta1), one_minus_b2(1.0f - s.beta2) {}
+  float lr, beta1, beta2, eps, decay, one_minus_b1, one_minus_b2;
+};
+
+}  // namespace
+
+void adamw_step(std::span<float> theta, std::span<float> m, std::span<float> v, std::span<const float> g,
+                const AdamScalars& s) {
+  require_same(theta.size(), m.size(), "adamw_step: theta/m");
+  require_same(theta.size(), v.size(), "adamw_step: theta/v");
+  require_same(theta.size(), g.size(), "adamw_step: theta/g");
+  const Hoisted h(s);
+  const float step_size = s.lr / s.bc1;
+  const float inv_sqrt_bc2 = 1.0f / std::sqrt(s.bc2);
+  float* __restrict th = theta.data();
+  float* __restrict mm = m.data();
+  float* __restrict vv = v.data();
+  const float* __restrict gg = g.data();
+  const Index n = static_cast<Index>(theta.size());
+#pragma omp parallel for simd schedule(static) firstprivate(h) if (n > 32768)
+  for (Index j = 0; j < n; ++j) {
+    const float gj = gg[j];
+    const float mj = h.beta1 * mm[j] + h.one_minus_b1 * gj;
+    const float vj = h.beta2 * vv[j] + h.one_minus_b2 * gj * gj;
+    mm[j] = mj;
+    vv[j] = vj;
+    th[j] = th[j] * h.decay - step_size * mj / (std::sqrt(vj) * inv_sqrt_bc2 + h.eps);
+  }
+}
+
+void adams_step(std::span<float> theta, std::span<float> m, std::span<const float> g, const AdamScalars& s) {
+  require_same(theta.size(), m.size(), "adams_step: theta/m");
+  require_same(theta.size(), g.size(), "adams_step: theta/g");
+  const Hoisted h(s);
+  const float inv_bc1 = 1.0f / s.bc1;
+  float* __restrict th = theta.data();
+  float* __restrict mm = m.data();
+  const float* __restrict gg = g.data();
+  const Index n = static_cast<Index>(theta.size());
+#pragma omp parallel for simd schedule(static) firstprivate(h) if (n > 32768)
+  for (Index j = 0; j < n; ++j) {
+    const float gj = gg[j];
+    const float mhat_prev = mm[j] * inv_bc1;
+    const float d = std::sqrt(h.beta2 * mhat_prev * mhat_prev + h.one_minus_b2 * gj * gj) + h.eps;
+    const float mj = h.beta1 * mm[j] + h.one_minus_b1 * gj;
+    mm[j] = mj;
+    th[j] = th[j] * h.decay - h.lr * (mj * inv_bc1) / d;
+  }
+}
+
+void adamw_step_masked(std::span<float> theta, std::span<float> m, std::span<float> v,
+                       std::span<const std::uint32_t> idx, std::span<const float> m_new,
+                       std::span<const float> g_bar, const AdamScalars& s) {
+  require_same(theta.size(), m.size(), "adamw_step_masked: theta/m");
+  require_same(theta.size(), v.size(), "adamw_step_masked: theta/v");
+  require_same(idx.size(), m_new.size(), "adamw_step_masked: idx/m_new");
+  require_same(idx.size(), g_bar.size(), "adamw_step_masked: idx/g_bar");
+  const Hoisted h(s);
+  const float step_size = s.lr / s.bc1;
+  const float inv_sqrt_bc2 = 1.0f / std::sqrt(s.bc2);
+  const Index k = static_cast<Index>(idx.size());
+#pragma omp parallel for schedule(static) firstprivate(h) if (k > 16384)
+  for (Index i = 0; i < k; ++i) {
+    const std::uint32_t j = idx[static_cast<std::size_t>(i)];
+    const float gj = g_bar[static_cast<std::size_t>(i)];
+    const float mj = m_new[static_cast<std::size_t>(i)];
+    const float vj = h.beta2 * v[j] + h.one_minus_b2 * gj * gj;
+    m[j] = mj;
+    v[j] = vj;
+    theta[j] -= step_size * mj / (std::sqrt(vj) * inv_sqrt_bc2 + h.eps);
+  }
+}
+
+void adams_step_masked(std::span<float> theta, std::span<float> m, std::span<const std::uint32_t> idx,
+                       std::span<const float> m_new, std::span<const float> g_bar, const AdamScalars& s) {
+  require_same(theta.size(), m.size(), "adams_step_masked: theta/m");
+  require_same(idx.size(), m_new.size(), "adams_step_masked: idx/m_new");
+  require_same(idx.size(), g_bar.size(), "adams_step_masked: idx/g_bar");
+  const Hoisted h(s);
+  const float inv_bc1 = 1.0f / s.bc1;
+  const Index k = static_cast<Index>(idx.size());
+#pragma omp parallel for schedule(static) firstprivate(h) if (k > 16384)
+  for (Index i = 0; i < k; ++i) {
+    const std::uint32_t j = idx[static_cast<std::size_t>(i)];
+    const float gj = g_bar[static_cast<std::size_t>(i)];
+    const float mhat_prev = m[j] * inv_bc1;
+    const float d = std::sqrt(h.beta2 * mhat_prev * mhat_prev + h.one_minus_b2 * gj * gj) + h.eps;
+    const float mj = m_new[static_cast<std::size_t>(i)];
+    m[j] = mj;
+    theta[j] -= h.lr * (mj * inv_bc1) / d;
+  }
+}
+
+void scale(std::span<float> x, float factor) {
+  if (factor == 1.0f) return;
+  float* __restrict p = x.data();
+  const Index n = static_cast<Index>(x.size());
+#pragma omp parallel for simd schedule(static) if (n > 65536)
+  for (Index j = 0; j < n; ++j) p[j] *= factor;
+}
+
+std::size_t accumulate(std::span<float> acc, std::span<const float> g) {
+  require_same(acc.size(), g.size(), "accumulate: acc/g");
+  float* __restrict a = acc.data();
+  const float* __restrict gg = g.data();
+  const Index n = static_cast<Index>(acc.size());
+  std::size_t nonfinite = 0;
+#pragma omp parallel for simd schedule(static) reduction(+ : nonfinite) if (n > 65536)
+  for (Index j = 0; j < n; ++j) {
+    const float gj = gg[j];
+    nonfinite += std::isfinite(gj) ? 0u : 1u;
+    a[j] += gj;
+  }
+  return nonfinite;
+}
+
+}  // namespace scape::kernels

@@ -1,0 +1,48 @@
+// Elementwise AdamW and AdamS steps over spans (dense) and index lists (masked), plus the
+// small elementwise helpers the optimizers share. Formulas: docs/algorithms.md, "Dense
+// references" and "SCAPE step 6". The order is decay -> moments -> step.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+
+namespace scape::kernels {
+
+// Scalars of one step, computed once by the optimizer (in double, then rounded to float).
+struct AdamScalars {
+  float lr = 0.0f;     // eta_t
+  float beta1 = 0.9f;
+  float beta2 = 0.95f;
+  float eps = 1e-8f;
+  float decay = 1.0f;  // theta multiplier (1 - eta*lambda) for decayed tensors, 1 otherwise
+  float bc1 = 1.0f;    // c1 = 1 - beta1^t with bias correction, 1 without
+  float bc2 = 1.0f;    // c2 = 1 - beta2^t with bias correction, 1 without (AdamW only)
+};
+
+// AdamW (PyTorch semantics) with gradient g:
+//   theta *= decay; m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2;
+//   theta -= lr * (m / c1) / (sqrt(v / c2) + eps).
+void adamw_step(std::span<float> theta, std::span<float> m, std::span<float> v,
+                std::span<const float> g, const AdamScalars& s);
+
+// AdamS: d = sqrt(b2 (m_prev / c1)^2 + (1-b2) g^2) + eps; m = b1 m_prev + (1-b1) g;
+//   theta = theta * decay - lr * (m / c1) / d.
+void adams_step(std::span<float> theta, std::span<float> m, std::span<const float> g, const AdamScalars& s);
+
+// Masked forms used by SCAPE: only theta[idx[k]], m[idx[k]] (and v) change. The new momentum
+// m_new[k] and the synchronized gradient g_bar[k] are given (compacted, in idx order), because
+// SCAPE synchronizes the momentum itself and reconstructs g_bar from it. No decay here:
+// SCAPE applies decay to every flagged coordinate separately (scale()).
+void adamw_step_masked(std::span<float> theta, std::span<float> m, std::span<float> v,
+                       std::span<const std::uint32_t> idx, std::span<const float> m_new,
+                       std::span<const float> g_bar, const AdamScalars& s);
+void adams_step_masked(std::span<float> theta, std::span<float> m, std::span<const std::uint32_t> idx,
+                       std::span<const float> m_new, std::span<const float> g_bar, const AdamScalars& s);
+
+// x *= factor.
+void scale(std::span<float> x, float factor);
+// acc += g; returns how many entries of g are NaN or +-inf.
+std::size_t accumulate(std::span<float> acc, std::span<const float> g);
+
+}  // namespace scape::kernels

@@ -1,0 +1,77 @@
+// EmulatedComm: W threads of one process act as ranks. Reductions are done in rank order
+// (mean_in_rank_order), so results are bit-for-bit deterministic whatever the thread timing.
+// If one rank throws, the group is aborted and every rank blocked in a collective throws
+// CommAborted instead of hanging; run_ranks rethrows the original error.
+#pragma once
+
+#include <condition_variable>
+#include <cstddef>
+#include <functional>
+#include <mutex>
+#include <stdexcept>
+#include <vector>
+
+#include "core/communicator.hpp"
+
+namespace scape::sim {
+
+class CommAborted : public std::runtime_error {
+ public:
+  CommAborted() : std::runtime_error("collective aborted: another rank failed") {}
+};
+
+// State shared by the W ranks of one emulated group.
+class EmulatedGroup {
+ public:
+  explicit EmulatedGroup(int workers);
+  int workers() const { return workers_; }
+
+  // Blocks until every rank has arrived; throws CommAborted once the group is aborted.
+  void arrive_and_wait();
+  void abort();
+
+  // Per-rank published pointers, valid between the barriers of one collective.
+  struct Slot {
+    const void* send = nullptr;
+    void* scratch = nullptr;
+    std::size_t size = 0;
+    std::vector<std::size_t> counts;
+  };
+  Slot& slot(int rank) { return slots_[static_cast<std::size_t>(rank)]; }
+
+ private:
+  int workers_;
+  std::mutex mutex_;
+  std::condition_variable cv_;
+  int arrived_ = 0;
+  std::size_t generation_ = 0;
+  bool aborted_ = false;
+  std::vector<Slot> slots_;
+};
+
+class EmulatedComm final : public Communicator {
+ public:
+  EmulatedComm(EmulatedGroup& group, int rank, NetworkModel net = {});
+
+ protected:
+  void do_all_reduce_mean(std::span<float> data) override;
+  void do_reduce_scatter_mean(std::span<const float> send, std::span<float> recv,
+                              std::span<const std::size_t> counts) override;
+  void do_all_gather_bytes(std::span<const std::byte> send, std::span<std::byte> recv,
+                           std::span<const std::size_t> counts) override;
+  std::unique_ptr<AsyncRequest> do_all_gather_bytes_async(std::span<const std::byte> send, std::span<std::byte> recv,
+                                                          std::span<const std::size_t> counts) override;
+  void do_barrier() override;
+
+ private:
+  void check_same_counts(std::span<const std::size_t> counts, const char* what);
+
+  EmulatedGroup& group_;
+  std::vector<float> chunk_;
+};
+
+// Runs fn(comm) on W threads, one EmulatedComm each. After all threads end, rethrows the
+// first genuine error (lowest rank), never a CommAborted that it caused.
+void run_ranks(int workers, const NetworkModel& net, const std::function<void(Communicator&)>& fn);
+
+}  // namespace scape::sim

@@ -1,0 +1,3 @@
+// Shared doctest entry point for every test executable.
+#define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
+#include <doctest/doctest.h>

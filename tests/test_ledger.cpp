@@ -1,0 +1,211 @@
+// Invariant 7: the byte ledger of every optimizer equals the closed forms of
+// docs/algorithms.md ("Communication volume"), and the alpha-beta model its formula.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <map>
+
+#include "core/ledger.hpp"
+#include "core/schedule.hpp"
+#include "quadratic_run.hpp"
+
+using namespace scape;
+using scape::testing::mixed_layout;
+using scape::testing::run_quadratic;
+
+namespace {
+
+constexpr int kSteps = 5;
+
+// purpose -> payload bytes of every call of that purpose in one step
+using StepPayloads = std::map<std::string, std::vector<std::uint64_t>>;
+
+StepPayloads payloads(const StepMetrics& m) {
+  StepPayloads out;
+  for (const auto& r : m.comm) out[r.purpose].push_back(r.payload_bytes);
+  return out;
+}
+
+void check_sent(const StepMetrics& m, int w) {
+  for (const auto& r : m.comm) {
+    const double n = static_cast<double>(r.payload_bytes);
+    const double factor = r.kind == CollectiveKind::all_reduce ? 2.0 : 1.0;
+    CHECK(r.bytes_sent_per_worker == doctest::Approx(factor * (w - 1) * n / w).epsilon(1e-12));
+    CHECK(r.latency_steps == static_cast<int>(factor) * (w - 1));
+  }
+}
+
+std::size_t k_partitioned(double rho, std::size_t n, int w) {
+  const Sharding sh(n, w);
+  std::size_t k = 0;
+  for (int o = 0; o < w; ++o) k += k_for(rho, sh.size(o));
+  return k;
+}
+
+}  // namespace
+
+TEST_CASE("closed forms: alpha-beta time") {
+  NetworkModel net{5e-6, 25e9};
+  // all-reduce of 1 MB on 4 workers: 2*3 alpha + 2*(3/4)*1e6 / 25e9
+  CHECK(alpha_beta_time(CollectiveKind::all_reduce, 4, 1e6, net) == doctest::Approx(6 * 5e-6 + 1.5e6 / 25e9));
+  CHECK(alpha_beta_time(CollectiveKind::reduce_scatter, 8, 8e6, net) == doctest::Approx(7 * 5e-6 + 7e6 / 25e9));
+  CHECK(alpha_beta_time(CollectiveKind::all_gather, 1, 8e6, net) == 0.0);
+  ByteLedger ledger(4, net);
+  ledger.record(CollectiveKind::all_gather, "x", 4000, true);
+  ledger.record(CollectiveKind::all_reduce, "y", 4000, false);
+  const auto recs = ledger.drain();
+  REQUIRE(recs.size() == 2);
+  const auto s = summarize(recs);
+  CHECK(s.overlapped_time_s == doctest::Approx(3 * 5e-6 + 3000 / 25e9));
+  CHECK(s.exposed_time_s == doctest::Approx(6 * 5e-6 + 6000 / 25e9));
+  CHECK(s.bytes_sent_per_worker == doctest::Approx(3000 + 6000));
+  CHECK(ledger.drain().empty());
+  CHECK(ledger.totals().at("x").calls == 1);
+}
+
+TEST_CASE("closed forms: dense optimizers") {
+  const ParamLayout layout = mixed_layout(2);
+  const std::uint64_t n = layout.size();
+  for (int w : {1, 2, 4, 7}) {
+    for (WireType wire : {WireType::fp32, WireType::bf16}) {
+      CAPTURE(w);
+      OptimizerConfig c;
+      c.type = OptimizerType::adams;
+      c.wire_dtype = wire;
+      c.sharded = false;
+      auto run = run_quadratic(c, layout, w, kSteps);
+      for (const auto& s : run.steps[0]) {
+        CHECK(payloads(s.metrics) == StepPayloads{{"grad_all_reduce", {n * wire_bytes(wire)}}});
+        check_sent(s.metrics, w);
+      }
+      c.sharded = true;
+      c.param_dtype = WireType::bf16;
+      run = run_quadratic(c, layout, w, kSteps);
+      for (const auto& s : run.steps[0]) {
+        CHECK(payloads(s.metrics) ==
+              StepPayloads{{"grad_reduce_scatter", {n * wire_bytes(wire)}}, {"param_all_gather", {n * 2}}});
+        check_sent(s.metrics, w);
+      }
+    }
+  }
+}
+
+TEST_CASE("closed forms: SCAPE in every mode") {
+  const ParamLayout layout = mixed_layout(4);
+  const std::uint64_t n = layout.size();
+  const std::uint64_t mask_bytes = 8 * ((n + 63) / 64);
+  for (int w : {1, 2, 4, 7}) {
+    for (double rho : {1.0, 0.1, 0.01}) {
+      CAPTURE(w);
+      CAPTURE(rho);
+      const std::uint64_t k = k_partitioned(rho, n, w);
+      OptimizerConfig c;
+      c.type = OptimizerType::scape;
+      c.sparsity = 1.0 - rho;
+
+      // Sharded, masked update, lag 1: the first step also gathers M_1 at lag 0; the last
+      // step starts no gather because no step uses its mask.
+      auto run = run_quadratic(c, layout, w, kSteps);
+      for (int t = 1; t <= kSteps; ++t) {
+        const auto& m = run.steps[0][static_cast<std::size_t>(t - 1)].metrics;
+        StepPayloads expected{{"grad_reduce_scatter", {k * 4}}, {"param_all_gather", {k * 4}}};
+        if (t == 1) expected["mask_all_gather"] = {mask_bytes, mask_bytes};
+        else if (t < kSteps) expected["mask_all_gather"] = {mask_bytes};
+        CHECK(payloads(m) == expected);
+        check_sent(m, w);
+        for (const auto& r : m.comm) {
+          // Only the lagged gathers of the next mask overlap compute.
+          const bool lagged = r.purpose == "mask_all_gather" && &r == &m.comm.back() && t < kSteps;
+          CHECK(r.overlapped == lagged);
+        }
+      }
+
+      // Replicated, bf16 wire.
+      c.sharded = false;
+      c.wire_dtype = WireType::bf16;
+      c.mask_lag = 0;
+      run = run_quadratic(c, layout, w, kSteps);
+      for (const auto& s : run.steps[0]) {
+        CHECK(payloads(s.metrics) == StepPayloads{{"mask_all_gather", {mask_bytes}}, {"grad_all_reduce", {k * 2}}});
+        check_sent(s.metrics, w);
+      }
+
+      // Sharded with update = dense: the parameter all-gather is dense.
+      c = OptimizerConfig{};
+      c.sparsity = 1.0 - rho;
+      c.update = UpdateMode::dense;
+      c.mask_lag = 0;
+      run = run_quadratic(c, layout, w, kSteps);
+      for (const auto& s : run.steps[0]) {
+        CHECK(payloads(s.metrics) == StepPayloads{{"mask_all_gather", {mask_bytes}},
+                                                  {"grad_reduce_scatter", {k * 4}},
+                                                  {"param_all_gather", {n * 4}}});
+      }
+
+      // two_collectives doubles the gradient payload.
+      c = OptimizerConfig{};
+      c.sparsity = 1.0 - rho;
+      c.second_moment = SecondMoment::two_collectives;
+      c.mask_lag = 0;
+      run = run_quadratic(c, layout, w, kSteps);
+      for (const auto& s : run.steps[0]) {
+        CHECK(payloads(s.metrics) == StepPayloads{{"mask_all_gather", {mask_bytes}},
+                                                  {"grad_reduce_scatter", {k * 4}},
+                                                  {"accum_reduce_scatter", {k * 4}},
+                                                  {"param_all_gather", {k * 4}}});
+      }
+
+      // local_union: W K 4 bytes of indices, then |M| values all-reduced.
+      c = OptimizerConfig{};
+      c.sparsity = 1.0 - rho;
+      c.sharded = false;
+      c.mask_partition = MaskPartition::local_union;
+      c.mask_lag = 0;
+      run = run_quadratic(c, layout, w, kSteps);
+      const std::uint64_t kg = k_for(rho, n);
+      for (const auto& s : run.steps[0]) {
+        CHECK(payloads(s.metrics) == StepPayloads{{"index_all_gather", {w * kg * 4}},
+                                                  {"grad_all_reduce", {s.metrics.mask_size * 4}}});
+        check_sent(s.metrics, w);
+      }
+    }
+  }
+}
+
+TEST_CASE("closed forms: raw-gradient top-k sends W K (4 + p_wire)") {
+  const ParamLayout layout = mixed_layout(2);
+  const std::uint64_t n = layout.size();
+  for (int w : {1, 2, 4, 7}) {
+    for (WireType wire : {WireType::fp32, WireType::bf16}) {
+      OptimizerConfig c;
+      c.type = OptimizerType::topk_ef;
+      c.sharded = false;
+      c.sparsity = 0.9;
+      c.wire_dtype = wire;
+      const auto run = run_quadratic(c, layout, w, kSteps);
+      const std::uint64_t k = k_for(0.1, n);
+      for (const auto& s : run.steps[0]) {
+        CHECK(payloads(s.metrics) == StepPayloads{{"topk_all_gather", {w * k * (4 + wire_bytes(wire))}}});
+        check_sent(s.metrics, w);
+        CHECK(s.metrics.fill_in >= 1.0);
+        CHECK(s.metrics.fill_in <= w);
+      }
+    }
+  }
+}
+
+TEST_CASE("density warm-up: k follows rho^min(1,(t-1)/tau)") {
+  const ParamLayout layout = mixed_layout(4);
+  OptimizerConfig c;
+  c.sparsity = 0.99;
+  c.density_warmup = 4;
+  c.mask_lag = 0;
+  const auto run = run_quadratic(c, layout, 2, 7);
+  for (int t = 1; t <= 7; ++t) {
+    const double rho_t = std::pow(0.01, std::min(1.0, (t - 1) / 4.0));
+    const auto& m = run.steps[0][static_cast<std::size_t>(t - 1)].metrics;
+    CHECK(m.target_density == doctest::Approx(rho_t));
+    CHECK(m.k_total == k_partitioned(rho_t, layout.size(), 2));
+  }
+  CHECK(run.steps[0][0].metrics.mask_density == 1.0);
+}
