@@ -105,13 +105,13 @@ namespace detail {
 
 kernels::AdamScalars adam_scalars(const OptimizerConfig& c, double eta, int t, bool decayed) {
   kernels::AdamScalars s;
-  s.lr = static_cast<float>(eta);
-  s.beta1 = static_cast<float>(c.beta1);
-  s.beta2 = static_cast<float>(c.beta2);
-  s.eps = static_cast<float>(c.eps);
-  s.decay = decayed ? static_cast<float>(1.0 - eta * c.weight_decay) : 1.0f;
-  s.bc1 = c.bias_correction ? static_cast<float>(1.0 - std::pow(c.beta1, t)) : 1.0f;
-  s.bc2 = c.bias_correction ? static_cast<float>(1.0 - std::pow(c.beta2, t)) : 1.0f;
+  s.lr = eta;
+  s.beta1 = c.beta1;
+  s.beta2 = c.beta2;
+  s.eps = c.eps;
+  s.decay = decayed ? 1.0 - eta * c.weight_decay : 1.0;
+  s.bc1 = c.bias_correction ? 1.0 - std::pow(c.beta1, t) : 1.0;
+  s.bc2 = c.bias_correction ? 1.0 - std::pow(c.beta2, t) : 1.0;
   return s;
 }
 

@@ -59,7 +59,7 @@ void ScapeOptimizer::compute_statistic(int use_step) {
   const std::size_t hi = partitioned() ? own_end_ : n_;
   stat_.resize(hi - lo);
   const float b1 = static_cast<float>(config_.beta1);
-  const float omb1 = 1.0f - b1;
+  const float omb1 = static_cast<float>(1.0 - config_.beta1);
   const float* a = e_.data() + lo;
   const float* m = m_.data() + (lo - state_begin_);
   float* s = stat_.data();
@@ -155,7 +155,7 @@ void ScapeOptimizer::pack_payload() {
   const bool two = config_.second_moment == SecondMoment::two_collectives;
   a_packed_.resize(two ? k : 0);
   const float b1 = static_cast<float>(config_.beta1);
-  const float omb1 = 1.0f - b1;
+  const float omb1 = static_cast<float>(1.0 - config_.beta1);
 #pragma omp parallel for schedule(static) if (k > 16384)
   for (Index i = 0; i < static_cast<Index>(k); ++i) {
     const std::size_t j = idx_[static_cast<std::size_t>(i)];
@@ -204,7 +204,7 @@ void ScapeOptimizer::reconstruct_gradient() {
     return;
   }
   const float b1 = static_cast<float>(config_.beta1);
-  const float omb1 = 1.0f - b1;
+  const float omb1 = static_cast<float>(1.0 - config_.beta1);
   for (std::size_t i = 0; i < k; ++i) g_bar_[i] = (b_bar_[i] - b1 * m_[update_idx_[i]]) / omb1;
 }
 

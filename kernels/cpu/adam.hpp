@@ -9,15 +9,16 @@
 
 namespace scape::kernels {
 
-// Scalars of one step, computed once by the optimizer (in double, then rounded to float).
+// Scalars of one step, in double. Kernels derive 1 - beta in double and round every scalar
+// to fp32 once: computing 1 - beta2 from an fp32 beta2 = 0.999 would be off by 1.3e-5.
 struct AdamScalars {
-  float lr = 0.0f;     // eta_t
-  float beta1 = 0.9f;
-  float beta2 = 0.95f;
-  float eps = 1e-8f;
-  float decay = 1.0f;  // theta multiplier (1 - eta*lambda) for decayed tensors, 1 otherwise
-  float bc1 = 1.0f;    // c1 = 1 - beta1^t with bias correction, 1 without
-  float bc2 = 1.0f;    // c2 = 1 - beta2^t with bias correction, 1 without (AdamW only)
+  double lr = 0.0;     // eta_t
+  double beta1 = 0.9;
+  double beta2 = 0.95;
+  double eps = 1e-8;
+  double decay = 1.0;  // theta multiplier (1 - eta*lambda) for decayed tensors, 1 otherwise
+  double bc1 = 1.0;    // c1 = 1 - beta1^t with bias correction, 1 without
+  double bc2 = 1.0;    // c2 = 1 - beta2^t with bias correction, 1 without (AdamW only)
 };
 
 // AdamW (PyTorch semantics) with gradient g:
