@@ -1,11 +1,14 @@
 // Threads-as-ranks communicator with deterministic rank-order reductions.
 #include "sim/emulated_comm.hpp"
 
+#include <algorithm>
 #include <cstring>
 #include <exception>
 #include <numeric>
 #include <string>
 #include <thread>
+
+#include <omp.h>
 
 namespace scape::sim {
 
@@ -143,8 +146,12 @@ void run_ranks(int workers, const NetworkModel& net, const std::function<void(Co
   std::vector<char> aborted(static_cast<std::size_t>(workers), 0);  // not vector<bool>: written concurrently
   std::vector<std::thread> threads;
   threads.reserve(static_cast<std::size_t>(workers));
+  // Rank threads share the cores: each gets its slice of the OpenMP threads, because nested
+  // teams of spinning OpenMP threads on oversubscribed cores slow everything down many times.
+  const int omp_threads = std::max(1, omp_get_max_threads() / workers);
   for (int r = 0; r < workers; ++r) {
     threads.emplace_back([&, r] {
+      omp_set_num_threads(omp_threads);
       try {
         EmulatedComm comm(group, r, net);
         fn(comm);

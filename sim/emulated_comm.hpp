@@ -70,7 +70,8 @@ class EmulatedComm final : public Communicator {
   std::vector<float> chunk_;
 };
 
-// Runs fn(comm) on W threads, one EmulatedComm each. After all threads end, rethrows the
+// Runs fn(comm) on W threads, one EmulatedComm each, each with omp_get_max_threads() / W
+// OpenMP threads (at least 1). After all threads end, rethrows the
 // first genuine error (lowest rank), never a CommAborted that it caused.
 void run_ranks(int workers, const NetworkModel& net, const std::function<void(Communicator&)>& fn);
 
