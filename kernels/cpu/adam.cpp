@@ -23,8 +23,14 @@ using Index = std::int64_t;
 // will not vectorize. The loops take them firstprivate so each thread holds its own copy.
 struct Hoisted {
   explicit Hoisted(const AdamScalars& s)
-      : lr(s.lr), beta1(s.beta1), beta2(s.beta2), eps(s.eps), decay(s.decay),
-        one_minus_b1(1.0f - s.beta1), one_minus_b2(1.0f - s.beta2) {}
+      : lr(static_cast<float>(s.lr)),
+        beta1(static_cast<float>(s.beta1)),
+        beta2(static_cast<float>(s.beta2)),
+        eps(static_cast<float>(s.eps)),
+        decay(static_cast<float>(s.decay)),
+        // 1 - beta in double: from an fp32 beta2 = 0.999 it would be off by 1.3e-5.
+        one_minus_b1(static_cast<float>(1.0 - s.beta1)),
+        one_minus_b2(static_cast<float>(1.0 - s.beta2)) {}
   float lr, beta1, beta2, eps, decay, one_minus_b1, one_minus_b2;
 };
 
@@ -36,8 +42,8 @@ void adamw_step(std::span<float> theta, std::span<float> m, std::span<float> v, 
   require_same(theta.size(), v.size(), "adamw_step: theta/v");
   require_same(theta.size(), g.size(), "adamw_step: theta/g");
   const Hoisted h(s);
-  const float step_size = s.lr / s.bc1;
-  const float inv_sqrt_bc2 = 1.0f / std::sqrt(s.bc2);
+  const float step_size = static_cast<float>(s.lr / s.bc1);
+  const float inv_sqrt_bc2 = static_cast<float>(1.0 / std::sqrt(s.bc2));
   float* __restrict th = theta.data();
   float* __restrict mm = m.data();
   float* __restrict vv = v.data();
@@ -58,7 +64,7 @@ void adams_step(std::span<float> theta, std::span<float> m, std::span<const floa
   require_same(theta.size(), m.size(), "adams_step: theta/m");
   require_same(theta.size(), g.size(), "adams_step: theta/g");
   const Hoisted h(s);
-  const float inv_bc1 = 1.0f / s.bc1;
+  const float inv_bc1 = static_cast<float>(1.0 / s.bc1);
   float* __restrict th = theta.data();
   float* __restrict mm = m.data();
   const float* __restrict gg = g.data();
@@ -82,8 +88,8 @@ void adamw_step_masked(std::span<float> theta, std::span<float> m, std::span<flo
   require_same(idx.size(), m_new.size(), "adamw_step_masked: idx/m_new");
   require_same(idx.size(), g_bar.size(), "adamw_step_masked: idx/g_bar");
   const Hoisted h(s);
-  const float step_size = s.lr / s.bc1;
-  const float inv_sqrt_bc2 = 1.0f / std::sqrt(s.bc2);
+  const float step_size = static_cast<float>(s.lr / s.bc1);
+  const float inv_sqrt_bc2 = static_cast<float>(1.0 / std::sqrt(s.bc2));
   const Index k = static_cast<Index>(idx.size());
 #pragma omp parallel for schedule(static) firstprivate(h) if (k > 16384)
   for (Index i = 0; i < k; ++i) {
@@ -103,7 +109,7 @@ void adams_step_masked(std::span<float> theta, std::span<float> m, std::span<con
   require_same(idx.size(), m_new.size(), "adams_step_masked: idx/m_new");
   require_same(idx.size(), g_bar.size(), "adams_step_masked: idx/g_bar");
   const Hoisted h(s);
-  const float inv_bc1 = 1.0f / s.bc1;
+  const float inv_bc1 = static_cast<float>(1.0 / s.bc1);
   const Index k = static_cast<Index>(idx.size());
 #pragma omp parallel for schedule(static) firstprivate(h) if (k > 16384)
   for (Index i = 0; i < k; ++i) {
