@@ -58,4 +58,18 @@ StepMetrics DenseOptimizer::step(std::span<float> params, std::span<const float>
   return out;
 }
 
+void DenseOptimizer::save_state(StateMap& state) {
+  put_state_value(state, "t", t_);
+  put_state(state, "m", m_);
+  put_state(state, "v", v_);
+  updates_.save(state, "updates.");
+}
+
+void DenseOptimizer::load_state(const StateMap& state) {
+  t_ = get_state_value<int>(state, "t");
+  get_state(state, "m", m_);
+  get_state(state, "v", v_);
+  updates_.load(state, "updates.");
+}
+
 }  // namespace scape

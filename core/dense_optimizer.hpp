@@ -13,6 +13,8 @@ class DenseOptimizer final : public Optimizer {
  public:
   DenseOptimizer(const OptimizerConfig& config, const ParamLayout& layout, Communicator& comm, int total_steps);
   StepMetrics step(std::span<float> params, std::span<const float> grads) override;
+  void save_state(StateMap& state) override;
+  void load_state(const StateMap& state) override;
 
  private:
   OptimizerConfig config_;

@@ -173,7 +173,8 @@ void UpdateTracker::before(std::span<const float> theta) { std::copy(theta.begin
 
 void UpdateTracker::after(std::span<const float> theta, StepMetrics& out) {
   const std::size_t n = theta.size();
-  std::vector<float> delta(n);
+  std::vector<float>& delta = delta_;
+  delta.resize(n);
   std::size_t both = 0;
   std::size_t flipped = 0;
   for (std::size_t j = 0; j < n; ++j) {

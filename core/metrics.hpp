@@ -10,6 +10,7 @@
 
 #include "core/layout.hpp"
 #include "core/optimizer.hpp"
+#include "core/state.hpp"
 
 namespace scape::metrics {
 
@@ -44,6 +45,8 @@ class StalenessTracker {
   void deliver(std::span<const std::uint32_t> indices, int t);
   // Mean, p99 (nearest rank) and max at step t, written into out.
   void fill(int t, StepMetrics& out) const;
+  void save(StateMap& state, const std::string& prefix) const { put_state(state, prefix + "last_delivery", last_); }
+  void load(const StateMap& state, const std::string& prefix) { get_state(state, prefix + "last_delivery", last_); }
 
  private:
   std::vector<std::int32_t> last_;
@@ -55,9 +58,18 @@ class UpdateTracker {
   explicit UpdateTracker(std::size_t n) : before_(n), previous_sign_(n, 0) {}
   void before(std::span<const float> theta);
   void after(std::span<const float> theta, StepMetrics& out);
+  void save(StateMap& state, const std::string& prefix) const {
+    put_state(state, prefix + "previous_sign", previous_sign_);
+    put_state_value(state, prefix + "have_previous", static_cast<std::uint8_t>(have_previous_));
+  }
+  void load(const StateMap& state, const std::string& prefix) {
+    get_state(state, prefix + "previous_sign", previous_sign_);
+    have_previous_ = get_state_value<std::uint8_t>(state, prefix + "have_previous") != 0;
+  }
 
  private:
   std::vector<float> before_;
+  std::vector<float> delta_;
   std::vector<std::int8_t> previous_sign_;
   bool have_previous_ = false;
 };

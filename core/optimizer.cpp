@@ -140,6 +140,31 @@ void dense_inner_step(InnerRule rule, const ParamLayout& layout, std::span<float
 
 }  // namespace detail
 
+std::vector<std::string> collective_purposes(const OptimizerConfig& c) {
+  switch (c.type) {
+    case OptimizerType::adamw:
+    case OptimizerType::adams:
+      if (c.sharded) return {"grad_reduce_scatter", "param_all_gather"};
+      return {"grad_all_reduce"};
+    case OptimizerType::topk_ef:
+      return {"topk_all_gather"};
+    case OptimizerType::scape:
+      break;
+  }
+  const bool two = c.second_moment == SecondMoment::two_collectives;
+  std::vector<std::string> out;
+  out.push_back(c.mask_partition == MaskPartition::partitioned ? "mask_all_gather" : "index_all_gather");
+  if (c.sharded) {
+    out.push_back("grad_reduce_scatter");
+    if (two) out.push_back("accum_reduce_scatter");
+    out.push_back("param_all_gather");
+  } else {
+    out.push_back("grad_all_reduce");
+    if (two) out.push_back("accum_all_reduce");
+  }
+  return out;
+}
+
 std::unique_ptr<Optimizer> make_optimizer(const OptimizerConfig& config, const ParamLayout& layout, Communicator& comm,
                                           int total_steps) {
   config.validate();

@@ -15,6 +15,7 @@
 #include "core/layout.hpp"
 #include "core/ledger.hpp"
 #include "core/schedule.hpp"
+#include "core/state.hpp"
 
 namespace scape {
 
@@ -113,10 +114,17 @@ class Optimizer {
   // This worker's error-feedback residual (empty for dense optimizers).
   virtual std::span<const float> residual() const { return {}; }
   int steps_done() const { return t_; }
+  // Everything that influences later steps, for checkpoints. save_state completes outstanding
+  // asynchronous collectives first (collective: every rank calls it at the same step).
+  virtual void save_state(StateMap& state) = 0;
+  virtual void load_state(const StateMap& state) = 0;
 
  protected:
   int t_ = 0;
 };
+
+// Purposes of the collectives this configuration can record (bytes_sent_<purpose> metrics).
+std::vector<std::string> collective_purposes(const OptimizerConfig& config);
 
 // Builds the optimizer for one rank. `total_steps` is T of the learning-rate schedule.
 std::unique_ptr<Optimizer> make_optimizer(const OptimizerConfig& config, const ParamLayout& layout,

@@ -17,6 +17,8 @@ class ScapeOptimizer final : public Optimizer {
 
   StepMetrics step(std::span<float> params, std::span<const float> grads) override;
   void finish() override;
+  void save_state(StateMap& state) override;
+  void load_state(const StateMap& state) override;
   std::span<const std::uint64_t> mask() const override { return mask_; }
   std::span<const float> residual() const override { return e_; }
   // Bits this worker computed at the end of the last step for the next mask (its own shard,

@@ -125,4 +125,26 @@ StepMetrics TopkEfOptimizer::step(std::span<float> params, std::span<const float
   return out;
 }
 
+void TopkEfOptimizer::save_state(StateMap& state) {
+  put_state_value(state, "t", t_);
+  put_state(state, "residual", e_);
+  put_state(state, "m", m_);
+  put_state(state, "v", v_);
+  put_state(state, "previous_mask", previous_mask_);
+  put_state_value(state, "have_previous_mask", static_cast<std::uint8_t>(have_previous_mask_));
+  staleness_.save(state, "staleness.");
+  updates_.save(state, "updates.");
+}
+
+void TopkEfOptimizer::load_state(const StateMap& state) {
+  t_ = get_state_value<int>(state, "t");
+  get_state(state, "residual", e_);
+  get_state(state, "m", m_);
+  get_state(state, "v", v_);
+  get_state(state, "previous_mask", previous_mask_);
+  have_previous_mask_ = get_state_value<std::uint8_t>(state, "have_previous_mask") != 0;
+  staleness_.load(state, "staleness.");
+  updates_.load(state, "updates.");
+}
+
 }  // namespace scape

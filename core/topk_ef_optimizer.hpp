@@ -14,6 +14,8 @@ class TopkEfOptimizer final : public Optimizer {
  public:
   TopkEfOptimizer(const OptimizerConfig& config, const ParamLayout& layout, Communicator& comm, int total_steps);
   StepMetrics step(std::span<float> params, std::span<const float> grads) override;
+  void save_state(StateMap& state) override;
+  void load_state(const StateMap& state) override;
   std::span<const std::uint64_t> mask() const override { return local_mask_; }
   std::span<const float> residual() const override { return e_; }
 

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <set>
 
 #include "quadratic_run.hpp"
 
@@ -173,4 +174,88 @@ TEST_CASE("SCAPE trains the noisy quadratic about as well as dense AdamS") {
   MESSAGE("quadratic loss: initial " << initial << ", dense AdamS " << dense_loss << ", SCAPE 0.9 " << sparse_loss);
   CHECK(dense_loss < 0.1 * initial);
   CHECK(sparse_loss < 0.3 * initial);
+}
+
+TEST_CASE("save_state / load_state resume every optimizer bit for bit") {
+  const ParamLayout layout = mixed_layout(2);
+  sim::QuadraticSpec spec;
+  spec.seed = 5;
+  const sim::NoisyQuadratic problem(layout.size(), spec);
+  std::vector<OptimizerConfig> configs(5);
+  configs[0].type = OptimizerType::adamw;
+  configs[1].sparsity = 0.9;  // SCAPE, sharded, lag 1
+  configs[2].sparsity = 0.9;
+  configs[2].sharded = false;
+  configs[2].mask_partition = MaskPartition::local_union;
+  configs[3].type = OptimizerType::topk_ef;
+  configs[3].sharded = false;
+  configs[4].sparsity = 0.9;
+  configs[4].inner = InnerRule::adamw;
+  for (const auto& c : configs) {
+    CAPTURE(to_string(c.type));
+    const int steps = 8, split = 3, workers = 3;
+    std::vector<std::vector<float>> straight(workers), resumed(workers);
+    std::vector<StateMap> saved(workers);
+    std::vector<std::vector<float>> saved_params(workers);
+    auto train = [&](Communicator& comm, Optimizer& opt, std::vector<float>& theta, int from, int to) {
+      std::vector<float> g(layout.size());
+      for (int t = from; t <= to; ++t) {
+        problem.gradient(theta, t, comm.rank(), g);
+        opt.step(theta, g);
+      }
+    };
+    sim::run_ranks(workers, NetworkModel{}, [&](Communicator& comm) {
+      auto opt = make_optimizer(c, layout, comm, steps);
+      std::vector<float> theta(layout.size(), 0.0f);
+      train(comm, *opt, theta, 1, split);
+      opt->save_state(saved[static_cast<std::size_t>(comm.rank())]);
+      saved_params[static_cast<std::size_t>(comm.rank())] = theta;
+      train(comm, *opt, theta, split + 1, steps);
+      opt->finish();
+      straight[static_cast<std::size_t>(comm.rank())] = theta;
+    });
+    sim::run_ranks(workers, NetworkModel{}, [&](Communicator& comm) {
+      auto opt = make_optimizer(c, layout, comm, steps);
+      opt->load_state(saved[static_cast<std::size_t>(comm.rank())]);
+      CHECK(opt->steps_done() == split);
+      std::vector<float> theta = saved_params[static_cast<std::size_t>(comm.rank())];
+      train(comm, *opt, theta, split + 1, steps);
+      opt->finish();
+      resumed[static_cast<std::size_t>(comm.rank())] = theta;
+    });
+    for (int r = 0; r < workers; ++r) {
+      const auto& a = straight[static_cast<std::size_t>(r)];
+      const auto& b = resumed[static_cast<std::size_t>(r)];
+      CHECK(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0);
+    }
+  }
+  StateMap broken;
+  sim::run_ranks(1, NetworkModel{}, [&](Communicator& comm) {
+    auto opt = make_optimizer(OptimizerConfig{}, layout, comm, 4);
+    CHECK_THROWS_WITH_AS(opt->load_state(broken), doctest::Contains("missing optimizer state"), std::runtime_error);
+  });
+}
+
+TEST_CASE("collective_purposes lists exactly what each configuration records") {
+  const ParamLayout layout = mixed_layout();
+  std::vector<OptimizerConfig> configs(6);
+  configs[0].type = OptimizerType::adams;
+  configs[1].type = OptimizerType::adamw;
+  configs[1].sharded = false;
+  configs[2].second_moment = SecondMoment::two_collectives;
+  configs[3].sharded = false;
+  configs[3].mask_partition = MaskPartition::local_union;
+  configs[4].type = OptimizerType::topk_ef;
+  configs[4].sharded = false;
+  configs[5].sharded = false;
+  configs[5].second_moment = SecondMoment::two_collectives;
+  for (const auto& c : configs) {
+    const auto run = run_quadratic(c, layout, 2, 3);
+    std::set<std::string> seen;
+    for (const auto& s : run.steps[0]) {
+      for (const auto& r : s.metrics.comm) seen.insert(r.purpose);
+    }
+    const auto listed = collective_purposes(c);
+    CHECK(seen == std::set<std::string>(listed.begin(), listed.end()));
+  }
 }

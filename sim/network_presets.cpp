@@ -1,0 +1,33 @@
+// Network presets (docs/network.md has the sources and the reasoning behind each latency).
+#include "sim/network_presets.hpp"
+
+#include <stdexcept>
+
+namespace scape::sim {
+
+const std::vector<NetworkPreset>& network_presets() {
+  static const std::vector<NetworkPreset> presets = {
+      {"ib_ndr400", "InfiniBand NDR 400 Gb/s, one port per GPU", 5.0, 50.0},
+      {"nvlink_h100", "NVLink 4 (H100/H200 class), 900 GB/s bidirectional per GPU", 3.0, 450.0},
+      {"pcie_gen5", "PCIe Gen5 x16", 5.0, 64.0},
+      {"eth_100g", "100 Gb Ethernet (RoCE)", 10.0, 12.5},
+      {"loopback", "shared memory on one host (MPI runs on a laptop)", 1.0, 10.0},
+  };
+  return presets;
+}
+
+const NetworkPreset& find_network_preset(std::string_view name, std::string_view field) {
+  std::string known;
+  for (const auto& p : network_presets()) {
+    if (name == p.name) return p;
+    known += (known.empty() ? "" : ", ") + std::string(p.name);
+  }
+  throw std::invalid_argument(std::string(field) + ": unknown network preset '" + std::string(name) +
+                              "' (known: " + known + ")");
+}
+
+NetworkModel to_network_model(double alpha_us, double bandwidth_GBps) {
+  return NetworkModel{alpha_us * 1e-6, bandwidth_GBps * 1e9};
+}
+
+}  // namespace scape::sim
