@@ -1,0 +1,66 @@
+// Gather (compact), scatter (expand) and zeroing at an index list, with the index bounds
+// checked up front so a bad list throws before any buffer is touched.
+#include "kernels/cpu/compact.hpp"
+
+#include <algorithm>
+#include <stdexcept>
+#include <string>
+
+namespace scape::kernels {
+namespace {
+
+// Below this many indices a parallel region costs more than the gather it splits.
+constexpr std::int64_t kParallelIndices = std::int64_t{1} << 15;
+
+void require_same(std::size_t a, std::size_t b, const char* what) {
+  if (a != b) {
+    throw std::invalid_argument(std::string(what) + ": " + std::to_string(a) + " indices but " +
+                                std::to_string(b) + " compacted values");
+  }
+}
+
+// One read of idx (a small fraction of the traffic of the gather or scatter that follows).
+void require_in_bounds(std::span<const std::uint32_t> idx, std::size_t dense_size, const char* what) {
+  const auto nk = static_cast<std::int64_t>(idx.size());
+  std::uint32_t highest = 0;
+#pragma omp parallel for simd schedule(static) reduction(max : highest) if (nk > kParallelIndices)
+  for (std::int64_t i = 0; i < nk; ++i) highest = std::max(highest, idx[static_cast<std::size_t>(i)]);
+  if (!idx.empty() && highest >= dense_size) {
+    throw std::invalid_argument(std::string(what) + ": index " + std::to_string(highest) +
+                                " out of range for a dense buffer of " + std::to_string(dense_size));
+  }
+}
+
+}  // namespace
+
+void compact(std::span<const float> src, std::span<const std::uint32_t> idx, std::span<float> dst) {
+  require_same(idx.size(), dst.size(), "compact");
+  require_in_bounds(idx, src.size(), "compact");
+  const auto nk = static_cast<std::int64_t>(idx.size());
+#pragma omp parallel for schedule(static) if (nk > kParallelIndices)
+  for (std::int64_t i = 0; i < nk; ++i) {
+    const auto k = static_cast<std::size_t>(i);
+    dst[k] = src[idx[k]];
+  }
+}
+
+void expand(std::span<const float> src, std::span<const std::uint32_t> idx, std::span<float> dst) {
+  require_same(idx.size(), src.size(), "expand");
+  require_in_bounds(idx, dst.size(), "expand");
+  // Indices are mask positions, hence distinct, so parallel writers never share an element.
+  const auto nk = static_cast<std::int64_t>(idx.size());
+#pragma omp parallel for schedule(static) if (nk > kParallelIndices)
+  for (std::int64_t i = 0; i < nk; ++i) {
+    const auto k = static_cast<std::size_t>(i);
+    dst[idx[k]] = src[k];
+  }
+}
+
+void zero_at(std::span<float> dst, std::span<const std::uint32_t> idx) {
+  require_in_bounds(idx, dst.size(), "zero_at");
+  const auto nk = static_cast<std::int64_t>(idx.size());
+#pragma omp parallel for schedule(static) if (nk > kParallelIndices)
+  for (std::int64_t i = 0; i < nk; ++i) dst[idx[static_cast<std::size_t>(i)]] = 0.0f;
+}
+
+}  // namespace scape::kernels

@@ -1,0 +1,289 @@
+// Exact top-k by magnitude: a two-level radix select on the bit pattern of |x|. Pass 1
+// histograms the high 15 bits and finds the bucket holding the k-th largest; pass 2 writes the
+// mask bits above that bucket and marks the bucket's members as candidates; passes 3 and 4
+// touch only the candidates: histogram their low 16 bits, then take those above the threshold
+// and the ties at it, lowest indices first. Only passes 1 and 2 read all of the input. Below
+// 2^16 elements an introselect on a copy of the keys replaces the two histogram passes.
+#include "kernels/cpu/select.hpp"
+
+#include <algorithm>
+#include <bit>
+#include <functional>
+#include <limits>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include <omp.h>
+
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
+
+#include "kernels/cpu/bitmask.hpp"
+
+namespace scape::kernels {
+namespace {
+
+// With the sign bit cleared, the uint32 order of a float's bits is its magnitude order
+// (+0 == -0, NaN above +inf), so magnitudes can be ranked with integer histograms.
+inline std::uint32_t magnitude_key(float x) { return std::bit_cast<std::uint32_t>(x) & 0x7fffffffu; }
+
+constexpr unsigned kLowBits = 16;
+constexpr std::size_t kHighBuckets = std::size_t{1} << (31 - kLowBits);  // the sign bit is clear
+constexpr std::size_t kLowBuckets = std::size_t{1} << kLowBits;
+constexpr std::uint32_t kLowMask = (std::uint32_t{1} << kLowBits) - 1;
+
+// Below this many elements per chunk the per-chunk histograms cost more than the work they split.
+constexpr std::size_t kMinChunkElements = std::size_t{1} << 18;
+
+// Below this many elements the radix select loses to an introselect on a copy of the keys:
+// clearing and faulting in ~0.4 MB of histograms costs ~0.2 ms, an introselect on 2^15 keys
+// about as much (measured single-threaded on the dev VM).
+constexpr std::size_t kRadixMinElements = std::size_t{1} << 16;
+
+// Splits [0, n) into contiguous chunks that start on word boundaries, so each chunk owns its
+// mask words. The split depends only on n and the thread count it is made with; every pass
+// reuses it, which is what lets per-chunk tie counts from one pass steer the next.
+struct Chunking {
+  std::size_t n = 0;
+  std::size_t words = 0;
+  std::size_t count = 1;
+
+  std::size_t first_word(std::size_t c) const { return words * c / count; }
+  std::size_t begin(std::size_t c) const { return std::min(n, 64 * first_word(c)); }
+  std::size_t end(std::size_t c) const { return std::min(n, 64 * first_word(c + 1)); }
+};
+
+Chunking make_chunking(std::size_t n) {
+  const auto threads = static_cast<std::size_t>(std::max(1, omp_get_max_threads()));
+  const std::size_t words = words_for(n);
+  return {n, words, std::clamp<std::size_t>(n / kMinChunkElements, 1, std::min(threads, words))};
+}
+
+// Where the rank-th largest (1-based) sits in a histogram read from the top bucket down:
+// its bucket, and how many of that bucket's entries fall inside the top `rank`.
+struct BucketPick {
+  std::uint32_t bucket = 0;
+  std::uint64_t take = 0;
+};
+
+BucketPick pick_bucket(const std::vector<std::uint64_t>& counts, std::uint64_t rank) {
+  std::uint64_t above = 0;
+  for (std::size_t b = counts.size(); b-- > 0;) {
+    if (above + counts[b] >= rank) return {static_cast<std::uint32_t>(b), rank - above};
+    above += counts[b];
+  }
+  throw std::logic_error("topk_abs_mask: histogram holds fewer entries than the rank sought");
+}
+
+// Sums per-chunk histograms (chunk c occupies [c*buckets, (c+1)*buckets)).
+std::vector<std::uint64_t> merge_histograms(const std::vector<std::uint32_t>& per_chunk, std::size_t chunks,
+                                            std::size_t buckets) {
+  std::vector<std::uint64_t> merged(buckets, 0);
+  const auto nb = static_cast<std::int64_t>(buckets);
+  // A serial merge of a few histograms takes tens of microseconds, less than waking a team.
+#pragma omp parallel for schedule(static) if (chunks > 4)
+  for (std::int64_t b = 0; b < nb; ++b) {
+    std::uint64_t sum = 0;
+    for (std::size_t c = 0; c < chunks; ++c) sum += per_chunk[c * buckets + static_cast<std::size_t>(b)];
+    merged[static_cast<std::size_t>(b)] = sum;
+  }
+  return merged;
+}
+
+std::vector<std::uint32_t> histogram_high(const float* values, const Chunking& chunks) {
+  std::vector<std::uint32_t> hist(chunks.count * kHighBuckets, 0);
+  const auto nc = static_cast<std::int64_t>(chunks.count);
+#pragma omp parallel for schedule(static, 1) if (nc > 1)
+  for (std::int64_t c = 0; c < nc; ++c) {
+    const auto chunk = static_cast<std::size_t>(c);
+    std::uint32_t* h = hist.data() + chunk * kHighBuckets;
+    for (std::size_t j = chunks.begin(chunk); j < chunks.end(chunk); ++j) ++h[magnitude_key(values[j]) >> kLowBits];
+  }
+  return hist;
+}
+
+// Which of the (up to 64) values at v have their high bits above bucket `high`, and which in it.
+struct WordSplit {
+  std::uint64_t above = 0;
+  std::uint64_t inside = 0;
+};
+
+WordSplit split_word(const float* v, std::size_t len, std::uint32_t high) {
+#if defined(__SSE2__)
+  // Pass 2 is half of the top-k time; four lanes with movemask run it at memory speed, where
+  // the scalar shift-or loop below is compute-bound at about half that.
+  if (len == 64) {
+    const __m128i magnitude = _mm_set1_epi32(0x7fffffff);
+    const __m128i bucket = _mm_set1_epi32(static_cast<int>(high));
+    WordSplit split;
+    for (unsigned q = 0; q < 16; ++q) {
+      const __m128i bits = _mm_loadu_si128(reinterpret_cast<const __m128i*>(v + 4 * q));
+      // Bucket numbers are below 2^15, so the signed compare orders them correctly.
+      const __m128i buckets = _mm_srli_epi32(_mm_and_si128(bits, magnitude), kLowBits);
+      const auto above = static_cast<unsigned>(_mm_movemask_ps(_mm_castsi128_ps(_mm_cmpgt_epi32(buckets, bucket))));
+      const auto inside = static_cast<unsigned>(_mm_movemask_ps(_mm_castsi128_ps(_mm_cmpeq_epi32(buckets, bucket))));
+      split.above |= std::uint64_t{above} << (4 * q);
+      split.inside |= std::uint64_t{inside} << (4 * q);
+    }
+    return split;
+  }
+#endif
+  WordSplit split;
+  for (std::size_t b = 0; b < len; ++b) {
+    const std::uint32_t bucket = magnitude_key(v[b]) >> kLowBits;
+    split.above |= std::uint64_t{bucket > high} << b;
+    split.inside |= std::uint64_t{bucket == high} << b;
+  }
+  return split;
+}
+
+// Pass 2: words[w] gets the values above bucket `high` (all of them are in the top k),
+// inside[w] those in it (the candidates the low bits decide between).
+void split_at_bucket(const float* values, const Chunking& chunks, std::uint32_t high, std::uint64_t* words,
+                     std::uint64_t* inside) {
+  const auto nc = static_cast<std::int64_t>(chunks.count);
+#pragma omp parallel for schedule(static, 1) if (nc > 1)
+  for (std::int64_t c = 0; c < nc; ++c) {
+    const auto chunk = static_cast<std::size_t>(c);
+    for (std::size_t w = chunks.first_word(chunk); w < chunks.first_word(chunk + 1); ++w) {
+      const WordSplit split = split_word(values + 64 * w, std::min<std::size_t>(64, chunks.n - 64 * w), high);
+      words[w] = split.above;
+      inside[w] = split.inside;
+    }
+  }
+}
+
+// Calls visit(j) for every set bit j of inside[] within chunk c, ascending.
+template <typename Visit>
+void for_each_in_chunk(const Chunking& chunks, std::size_t chunk, const std::uint64_t* inside, Visit visit) {
+  for (std::size_t w = chunks.first_word(chunk); w < chunks.first_word(chunk + 1); ++w) {
+    for (std::uint64_t bits = inside[w]; bits != 0; bits &= bits - 1) {
+      visit(w, static_cast<unsigned>(std::countr_zero(bits)));
+    }
+  }
+}
+
+// Pass 3: histogram of the low bits of the candidates, per chunk.
+std::vector<std::uint32_t> histogram_low(const float* values, const Chunking& chunks, const std::uint64_t* inside) {
+  std::vector<std::uint32_t> hist(chunks.count * kLowBuckets, 0);
+  const auto nc = static_cast<std::int64_t>(chunks.count);
+#pragma omp parallel for schedule(static, 1) if (nc > 1)
+  for (std::int64_t c = 0; c < nc; ++c) {
+    const auto chunk = static_cast<std::size_t>(c);
+    std::uint32_t* h = hist.data() + chunk * kLowBuckets;
+    for_each_in_chunk(chunks, chunk, inside, [&](std::size_t w, unsigned b) {
+      ++h[magnitude_key(values[64 * w + b]) & kLowMask];
+    });
+  }
+  return hist;
+}
+
+// The ties needed at the threshold go to the lowest indices: hand them out chunk by chunk.
+std::vector<std::uint64_t> ties_per_chunk(std::uint64_t needed, const std::vector<std::uint32_t>& low_hist,
+                                          std::uint32_t low, std::size_t chunks) {
+  std::vector<std::uint64_t> taken(chunks, 0);
+  for (std::size_t c = 0; c < chunks; ++c) {
+    taken[c] = std::min<std::uint64_t>(needed, low_hist[c * kLowBuckets + low]);
+    needed -= taken[c];
+  }
+  return taken;
+}
+
+// Pass 4: among the candidates, takes the low bits above `low` and, per chunk, the first
+// ties_taken[c] equal to it.
+void take_from_bucket(const float* values, const Chunking& chunks, const std::uint64_t* inside, std::uint32_t low,
+                      const std::vector<std::uint64_t>& ties_taken, std::uint64_t* words) {
+  const auto nc = static_cast<std::int64_t>(chunks.count);
+#pragma omp parallel for schedule(static, 1) if (nc > 1)
+  for (std::int64_t c = 0; c < nc; ++c) {
+    const auto chunk = static_cast<std::size_t>(c);
+    std::uint64_t ties_left = ties_taken[chunk];
+    for_each_in_chunk(chunks, chunk, inside, [&](std::size_t w, unsigned b) {
+      const std::uint32_t key_low = magnitude_key(values[64 * w + b]) & kLowMask;
+      const bool tie_taken = key_low == low && ties_left > 0;
+      ties_left -= tie_taken ? 1 : 0;
+      if (key_low > low || tie_taken) words[w] |= std::uint64_t{1} << b;
+    });
+  }
+}
+
+// Large inputs: radix select on the high bits, then on the low bits of the candidates.
+void select_radix(const float* values, const Chunking& chunks, std::uint64_t k, std::uint64_t* words,
+                  std::uint64_t* inside) {
+  const BucketPick high = pick_bucket(merge_histograms(histogram_high(values, chunks), chunks.count, kHighBuckets), k);
+  split_at_bucket(values, chunks, high.bucket, words, inside);
+  const std::vector<std::uint32_t> low_hist = histogram_low(values, chunks, inside);
+  const BucketPick low = pick_bucket(merge_histograms(low_hist, chunks.count, kLowBuckets), high.take);
+  take_from_bucket(values, chunks, inside, low.bucket, ties_per_chunk(low.take, low_hist, low.bucket, chunks.count),
+                   words);
+}
+
+// Small inputs: the histograms' fixed cost (~0.4 MB to clear and scan) dwarfs the data, so an
+// introselect on a copy of the keys finds the threshold instead; one chunk takes all ties.
+void select_small(const float* values, const Chunking& chunks, std::uint64_t k, std::uint64_t* words,
+                  std::uint64_t* inside) {
+  std::vector<std::uint32_t> keys(chunks.n);
+  std::transform(values, values + chunks.n, keys.begin(), magnitude_key);
+  const auto kth = keys.begin() + static_cast<std::ptrdiff_t>(k - 1);
+  std::nth_element(keys.begin(), kth, keys.end(), std::greater<>());
+  const std::uint32_t threshold = *kth;
+  // After nth_element everything before kth is >= threshold and everything after is <= it.
+  const auto above = static_cast<std::uint64_t>(std::count_if(keys.begin(), kth, [&](std::uint32_t key) {
+    return key > threshold;
+  }));
+  split_at_bucket(values, chunks, threshold >> kLowBits, words, inside);
+  take_from_bucket(values, chunks, inside, threshold & kLowMask, {k - above}, words);
+}
+
+void set_first_bits(std::span<std::uint64_t> words, std::size_t n) {
+  std::fill(words.begin(), words.end(), ~std::uint64_t{0});
+  if (n % 64 != 0) words.back() = (std::uint64_t{1} << (n % 64)) - 1;
+}
+
+}  // namespace
+
+void topk_abs_mask(std::span<const float> values, std::size_t k, std::span<std::uint64_t> mask_words) {
+  const std::size_t n = values.size();
+  if (k > n) {
+    throw std::invalid_argument("topk_abs_mask: k = " + std::to_string(k) + " exceeds n = " + std::to_string(n));
+  }
+  if (mask_words.size() != words_for(n)) {
+    throw std::invalid_argument("topk_abs_mask: mask has " + std::to_string(mask_words.size()) +
+                                " words, n = " + std::to_string(n) + " needs " + std::to_string(words_for(n)));
+  }
+  // Per-chunk histogram counters are 32-bit.
+  if (n > std::numeric_limits<std::uint32_t>::max()) {
+    throw std::invalid_argument("topk_abs_mask: n = " + std::to_string(n) + " exceeds 2^32 - 1");
+  }
+  if (k == 0) {
+    std::fill(mask_words.begin(), mask_words.end(), 0);
+    return;
+  }
+  if (k == n) {
+    set_first_bits(mask_words, n);
+    return;
+  }
+  const Chunking chunks = make_chunking(n);
+  // Candidate bits for the threshold bucket; every word is written before it is read.
+  const auto inside = std::make_unique_for_overwrite<std::uint64_t[]>(chunks.words);
+  if (n < kRadixMinElements) {
+    select_small(values.data(), chunks, k, mask_words.data(), inside.get());
+  } else {
+    select_radix(values.data(), chunks, k, mask_words.data(), inside.get());
+  }
+}
+
+std::size_t topk_abs_indices(std::span<const float> values, std::size_t k, std::span<std::uint32_t> out) {
+  if (out.size() < k) {
+    throw std::invalid_argument("topk_abs_indices: out holds " + std::to_string(out.size()) + " entries, k = " +
+                                std::to_string(k));
+  }
+  std::vector<std::uint64_t> mask(words_for(values.size()));
+  topk_abs_mask(values, k, mask);
+  return bits_to_indices(mask, 0, out.first(k));
+}
+
+}  // namespace scape::kernels

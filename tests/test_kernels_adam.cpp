@@ -1,0 +1,306 @@
+// Tests for the AdamW / AdamS kernels (kernels/cpu/adam.hpp): double-precision references of
+// the header formulas on random data, a hand-computed AdamW trajectory with PyTorch semantics,
+// non-finite counting in accumulate, and size checks.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <random>
+#include <stdexcept>
+#include <vector>
+
+#include "kernels/cpu/adam.hpp"
+
+namespace sk = scape::kernels;
+
+namespace {
+
+// Tolerance: the kernels evaluate ~10 float operations per element, each with relative error
+// <= 2^-24 ~ 6e-8, so the result is within ~6e-7 of the exact value *relative to the sum of
+// the magnitudes of the terms* (|decayed theta| + |lr * update| with the momentum terms taken
+// in absolute value, so a cancellation in m does not shrink the bound). 1e-6 of that sum
+// covers rounding with margin, yet is far below the effect of any formula slip: a missing bias
+// correction, decay or eps changes theta by >= 1e-5 relative on these inputs.
+constexpr double kRelTol = 1e-6;
+
+struct State {
+  std::vector<float> theta, m, v, g;
+};
+
+// Gradient scales span 1e-9 .. 1, so eps (1e-8) matters for some entries and not for others.
+// v >= m^2, as in a real Adam state, keeps |m| / sqrt(v) bounded.
+State random_state(std::size_t n, std::uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::uniform_real_distribution<float> log_scale(-9.0f, 0.0f);
+  State s{std::vector<float>(n), std::vector<float>(n), std::vector<float>(n), std::vector<float>(n)};
+  for (std::size_t j = 0; j < n; ++j) {
+    const float scale = std::pow(10.0f, log_scale(rng));
+    s.theta[j] = normal(rng);
+    s.g[j] = scale * normal(rng);
+    s.m[j] = 0.5f * scale * normal(rng);
+    const float spread = 0.5f * scale * normal(rng);
+    s.v[j] = s.m[j] * s.m[j] + spread * spread;
+  }
+  return s;
+}
+
+sk::AdamScalars step_scalars(int t, bool decayed) {
+  sk::AdamScalars s;
+  s.lr = 1e-3;
+  s.beta1 = 0.9;
+  s.beta2 = 0.95;
+  s.eps = 1e-8;
+  s.decay = decayed ? 1.0 - 1e-3 * 0.1 : 1.0;
+  s.bc1 = 1.0 - std::pow(0.9, t);
+  s.bc2 = 1.0 - std::pow(0.95, t);
+  return s;
+}
+
+// Counts entries outside |got - want| <= kRelTol * scale.
+std::size_t count_off(const std::vector<float>& got, const std::vector<double>& want,
+                      const std::vector<double>& scale) {
+  std::size_t off = 0;
+  for (std::size_t j = 0; j < got.size(); ++j) off += std::fabs(got[j] - want[j]) > kRelTol * scale[j] ? 1 : 0;
+  return off;
+}
+
+// Sorted distinct indices, ~40% of [0, n).
+std::vector<std::uint32_t> random_indices(std::size_t n, std::uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::bernoulli_distribution keep(0.4);
+  std::vector<std::uint32_t> idx;
+  for (std::size_t j = 0; j < n; ++j) {
+    if (keep(rng)) idx.push_back(static_cast<std::uint32_t>(j));
+  }
+  return idx;
+}
+
+}  // namespace
+
+TEST_CASE("adamw_step matches a double-precision reference") {
+  const std::size_t n = 100'003;  // above the parallel threshold, not a multiple of the SIMD width
+  const State before = random_state(n, 1);
+  const sk::AdamScalars s = step_scalars(3, true);
+  State after = before;
+  sk::adamw_step(after.theta, after.m, after.v, after.g, s);
+
+  const double b1 = s.beta1, b2 = s.beta2;
+  std::vector<double> m(n), m_terms(n), v(n), theta(n), theta_terms(n);
+  for (std::size_t j = 0; j < n; ++j) {
+    const double g = before.g[j];
+    m[j] = b1 * before.m[j] + (1 - b1) * g;
+    m_terms[j] = b1 * std::fabs(before.m[j]) + (1 - b1) * std::fabs(g);
+    v[j] = b2 * before.v[j] + (1 - b2) * g * g;
+    const double denom = std::sqrt(v[j] / s.bc2) + s.eps;
+    const double decayed = before.theta[j] * s.decay;
+    theta[j] = decayed - s.lr * (m[j] / s.bc1) / denom;
+    theta_terms[j] = std::fabs(decayed) + s.lr * (m_terms[j] / s.bc1) / denom;
+  }
+  CHECK(count_off(after.m, m, m_terms) == 0);
+  CHECK(count_off(after.v, v, v) == 0);
+  CHECK(count_off(after.theta, theta, theta_terms) == 0);
+  CHECK(after.g == before.g);
+}
+
+TEST_CASE("adams_step matches a double-precision reference") {
+  const std::size_t n = 100'003;
+  const State before = random_state(n, 2);
+  const sk::AdamScalars s = step_scalars(5, true);
+  State after = before;
+  sk::adams_step(after.theta, after.m, after.g, s);
+
+  const double b1 = s.beta1, b2 = s.beta2;
+  std::vector<double> m(n), m_terms(n), theta(n), theta_terms(n);
+  for (std::size_t j = 0; j < n; ++j) {
+    const double g = before.g[j];
+    const double mhat_prev = before.m[j] / s.bc1;
+    const double d = std::sqrt(b2 * mhat_prev * mhat_prev + (1 - b2) * g * g) + s.eps;
+    m[j] = b1 * before.m[j] + (1 - b1) * g;
+    m_terms[j] = b1 * std::fabs(before.m[j]) + (1 - b1) * std::fabs(g);
+    const double decayed = before.theta[j] * s.decay;
+    theta[j] = decayed - s.lr * (m[j] / s.bc1) / d;
+    theta_terms[j] = std::fabs(decayed) + s.lr * (m_terms[j] / s.bc1) / d;
+  }
+  CHECK(count_off(after.m, m, m_terms) == 0);
+  CHECK(count_off(after.theta, theta, theta_terms) == 0);
+  CHECK(after.v == before.v);
+}
+
+TEST_CASE("adamw_step_masked updates only the listed entries, without decay") {
+  const std::size_t n = 60'000;
+  const State before = random_state(n, 3);
+  const std::vector<std::uint32_t> idx = random_indices(n, 4);  // ~24k entries: the parallel path
+  const State packed = random_state(idx.size(), 5);             // m_new = packed.m, g_bar = packed.g
+  const sk::AdamScalars s = step_scalars(2, true);              // decay must be ignored here
+  State after = before;
+  sk::adamw_step_masked(after.theta, after.m, after.v, idx, packed.m, packed.g, s);
+
+  State expected = before;
+  std::vector<double> theta(before.theta.begin(), before.theta.end()), v(n), terms(n);
+  for (std::size_t j = 0; j < n; ++j) {
+    v[j] = before.v[j];
+    terms[j] = std::fabs(before.theta[j]);
+  }
+  for (std::size_t k = 0; k < idx.size(); ++k) {
+    const std::size_t j = idx[k];
+    const double g = packed.g[k];
+    v[j] = s.beta2 * before.v[j] + (1 - s.beta2) * g * g;
+    const double update = s.lr * (packed.m[k] / s.bc1) / (std::sqrt(v[j] / s.bc2) + s.eps);
+    theta[j] = before.theta[j] - update;
+    terms[j] = std::fabs(before.theta[j]) + std::fabs(update);
+    expected.m[j] = packed.m[k];
+  }
+  CHECK(after.m == expected.m);  // copied, so exact; untouched entries stay exact too
+  CHECK(count_off(after.v, v, v) == 0);
+  CHECK(count_off(after.theta, theta, terms) == 0);
+  std::vector<bool> listed(n, false);
+  for (const std::uint32_t j : idx) listed[j] = true;
+  std::size_t untouched_changed = 0;
+  for (std::size_t j = 0; j < n; ++j) {
+    if (!listed[j]) untouched_changed += (after.theta[j] != before.theta[j] || after.v[j] != before.v[j]) ? 1 : 0;
+  }
+  CHECK(untouched_changed == 0);
+}
+
+TEST_CASE("adams_step_masked updates only the listed entries, without decay") {
+  const std::size_t n = 60'000;
+  const State before = random_state(n, 6);
+  const std::vector<std::uint32_t> idx = random_indices(n, 7);
+  const State packed = random_state(idx.size(), 8);
+  const sk::AdamScalars s = step_scalars(4, true);
+  State after = before;
+  sk::adams_step_masked(after.theta, after.m, idx, packed.m, packed.g, s);
+
+  State expected = before;
+  std::vector<double> theta(before.theta.begin(), before.theta.end()), terms(n);
+  for (std::size_t j = 0; j < n; ++j) terms[j] = std::fabs(before.theta[j]);
+  const double b2 = s.beta2;
+  for (std::size_t k = 0; k < idx.size(); ++k) {
+    const std::size_t j = idx[k];
+    const double g = packed.g[k];
+    const double mhat_prev = before.m[j] / s.bc1;  // the stored m, before overwrite
+    const double d = std::sqrt(b2 * mhat_prev * mhat_prev + (1 - b2) * g * g) + s.eps;
+    const double update = s.lr * (packed.m[k] / s.bc1) / d;
+    theta[j] = before.theta[j] - update;
+    terms[j] += std::fabs(update);
+    expected.m[j] = packed.m[k];
+  }
+  CHECK(after.m == expected.m);
+  CHECK(count_off(after.theta, theta, terms) == 0);
+  std::size_t untouched_changed = 0;
+  std::size_t k = 0;
+  for (std::size_t j = 0; j < n; ++j) {
+    if (k < idx.size() && idx[k] == j) {
+      ++k;
+      continue;
+    }
+    untouched_changed += after.theta[j] != before.theta[j] ? 1 : 0;
+  }
+  CHECK(untouched_changed == 0);
+}
+
+// One element, PyTorch AdamW: lr = 0.1, betas = (0.9, 0.99), eps = 1e-8, weight_decay = 0.1,
+// theta0 = 1, m0 = v0 = 0, gradients 0.5, -0.25, 1.0. Each step: theta *= 1 - lr*wd = 0.99;
+// m = 0.9 m + 0.1 g; v = 0.99 v + 0.01 g^2; c1 = 1 - 0.9^t; c2 = 1 - 0.99^t;
+// theta -= lr * (m/c1) / (sqrt(v/c2) + eps).
+//   t=1: theta = 0.99; m = 0.05; v = 0.0025; c1 = 0.1; c2 = 0.01;
+//        m/c1 = 0.5; sqrt(v/c2) = sqrt(0.25) = 0.5; step = 0.1 * 0.5 / (0.5 + 1e-8) = 0.099999998
+//        theta = 0.99 - 0.099999998 = 0.890000002
+//   t=2: theta = 0.890000002 * 0.99 = 0.88110000198; m = 0.045 - 0.025 = 0.02;
+//        v = 0.002475 + 0.000625 = 0.0031; c1 = 0.19; c2 = 0.0199;
+//        m/c1 = 0.1052631579; v/c2 = 0.1557788945, sqrt = 0.3946883511;
+//        step = 0.1 * 0.1052631579 / 0.3946883611 = 0.0266699422
+//        theta = 0.88110000198 - 0.0266699422 = 0.8544300597
+//   t=3: theta = 0.8544300597 * 0.99 = 0.8458857592; m = 0.018 + 0.1 = 0.118;
+//        v = 0.003069 + 0.01 = 0.013069; c1 = 0.271; c2 = 0.029701;
+//        m/c1 = 0.4354243542; v/c2 = 0.4400188546, sqrt = 0.6633391701;
+//        step = 0.1 * 0.4354243542 / 0.6633391801 = 0.0656412839
+//        theta = 0.8458857592 - 0.0656412839 = 0.7802444753
+TEST_CASE("adamw_step reproduces a hand-computed PyTorch AdamW trajectory") {
+  const double lr = 0.1, b1 = 0.9, b2 = 0.99, wd = 0.1;
+  const double grads[] = {0.5, -0.25, 1.0};
+  const double expected_theta[] = {0.890000002, 0.8544300597, 0.7802444753};
+  std::vector<float> theta{1.0f}, m{0.0f}, v{0.0f}, g{0.0f};
+  for (int t = 1; t <= 3; ++t) {
+    CAPTURE(t);
+    sk::AdamScalars s;  // in double, as the optimizer computes them
+    s.lr = lr;
+    s.beta1 = b1;
+    s.beta2 = b2;
+    s.eps = 1e-8;
+    s.decay = 1.0 - lr * wd;
+    s.bc1 = 1.0 - std::pow(b1, t);
+    s.bc2 = 1.0 - std::pow(b2, t);
+    g[0] = static_cast<float>(grads[t - 1]);
+    sk::adamw_step(theta, m, v, g, s);
+    // A few float roundings per step on values ~1: well inside 1e-6 absolute.
+    CHECK(std::fabs(theta[0] - expected_theta[t - 1]) < 1e-6);
+  }
+  // The kernels take 1 - beta from the double scalars, so m and v are within a few fp32
+  // roundings (~1e-7 relative) of the exact values. (Had 1 - beta2 been formed from an fp32
+  // beta2 = 0.99, v would be off by 1e-6 relative and fail this bound.)
+  CHECK(std::fabs(m[0] - 0.118) < 0.118 * 5e-7);
+  CHECK(std::fabs(v[0] - 0.013069) < 0.013069 * 5e-7);
+}
+
+TEST_CASE("accumulate adds and counts NaN, +inf and -inf") {
+  for (const std::size_t n : {std::size_t{10}, std::size_t{200'000}}) {
+    CAPTURE(n);
+    std::vector<float> acc(n), g(n);
+    for (std::size_t j = 0; j < n; ++j) {
+      acc[j] = 0.25f * static_cast<float>(j % 97);
+      g[j] = 1.0f - 0.125f * static_cast<float>(j % 13);
+    }
+    const std::vector<float> acc_before = acc;
+    const float nan = std::numeric_limits<float>::quiet_NaN();
+    const float inf = std::numeric_limits<float>::infinity();
+    g[1] = nan;
+    g[n - 1] = -nan;
+    g[3] = inf;
+    g[n - 3] = -inf;
+    g[5] = -inf;
+    CHECK(sk::accumulate(acc, g) == 5);
+    CHECK(std::isnan(acc[1]));
+    CHECK(std::isnan(acc[n - 1]));
+    CHECK(acc[3] == inf);
+    CHECK(acc[n - 3] == -inf);
+    CHECK(acc[5] == -inf);
+    std::size_t wrong = 0;
+    for (std::size_t j = 0; j < n; ++j) {
+      if (std::isfinite(g[j])) wrong += acc[j] != acc_before[j] + g[j] ? 1 : 0;
+    }
+    CHECK(wrong == 0);
+  }
+  std::vector<float> acc(4, 0.0f);
+  const std::vector<float> finite{1.0f, -2.0f, 3.0e38f, -3.0e38f};
+  CHECK(sk::accumulate(acc, finite) == 0);  // large but finite gradients are not counted
+}
+
+TEST_CASE("scale multiplies every entry") {
+  std::vector<float> x{1.0f, -2.0f, 0.5f, 0.0f};
+  sk::scale(x, 0.5f);
+  CHECK(x == std::vector<float>{0.5f, -1.0f, 0.25f, 0.0f});
+  sk::scale(x, 1.0f);
+  CHECK(x == std::vector<float>{0.5f, -1.0f, 0.25f, 0.0f});
+}
+
+TEST_CASE("adam kernels reject mismatched sizes") {
+  std::vector<float> a(4), b(4), c(4), d(4), shorter(3);
+  const std::vector<std::uint32_t> idx{0, 2};
+  std::vector<float> two(2), one(1);
+  sk::AdamScalars s;
+  CHECK_THROWS_AS(sk::adamw_step(a, b, c, shorter, s), std::invalid_argument);
+  CHECK_THROWS_AS(sk::adamw_step(a, shorter, c, d, s), std::invalid_argument);
+  CHECK_THROWS_AS(sk::adamw_step(a, b, shorter, d, s), std::invalid_argument);
+  CHECK_THROWS_AS(sk::adams_step(a, shorter, d, s), std::invalid_argument);
+  CHECK_THROWS_AS(sk::adams_step(a, b, shorter, s), std::invalid_argument);
+  CHECK_THROWS_AS(sk::adamw_step_masked(a, b, shorter, idx, two, two, s), std::invalid_argument);
+  CHECK_THROWS_AS(sk::adamw_step_masked(a, b, c, idx, one, two, s), std::invalid_argument);
+  CHECK_THROWS_AS(sk::adamw_step_masked(a, b, c, idx, two, one, s), std::invalid_argument);
+  CHECK_THROWS_AS(sk::adams_step_masked(a, shorter, idx, two, two, s), std::invalid_argument);
+  CHECK_THROWS_AS(sk::adams_step_masked(a, b, idx, one, two, s), std::invalid_argument);
+  CHECK_THROWS_AS(sk::adams_step_masked(a, b, idx, two, one, s), std::invalid_argument);
+  CHECK_THROWS_AS(sk::accumulate(a, shorter), std::invalid_argument);
+}
