@@ -1,0 +1,172 @@
+// GPT forward+backward throughput at ~0.2M, ~1M and ~10M parameters, as tokens/s and as a
+// fraction of Eigen GEMMs of the model's largest layer (MLP up-projection, forward and backward
+// products) measured in the same run, at 1 thread (a simulator worker) and all cores. Model
+// FLOPs: scape::model::train_flops_per_token (6 per matmul weight plus the causal attention).
+#include <benchmark/benchmark.h>
+#include <omp.h>
+
+#include <Eigen/Dense>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/rng.hpp"
+#include "model/gpt.hpp"
+
+namespace {
+
+using scape::model::Gpt;
+using scape::model::GptConfig;
+
+struct Size {
+  const char* name;
+  GptConfig cfg;
+  int batch;
+};
+
+// Byte-level vocabulary throughout; 10M is nanoGPT's shakespeare_char architecture.
+const Size kSizes[] = {
+    {"0.2M", {.n_layer = 4, .n_head = 4, .n_embd = 64, .block_size = 64, .vocab_size = 256}, 16},
+    {"1M", {.n_layer = 5, .n_head = 4, .n_embd = 128, .block_size = 128, .vocab_size = 256}, 16},
+    {"10M", {.n_layer = 6, .n_head = 6, .n_embd = 384, .block_size = 256, .vocab_size = 256}, 4},
+};
+
+struct Row {
+  double params = 0, tokens_per_s = 0, model_flops = 0, gemm_flops = 0;
+};
+// Filled as the benchmarks run and printed by main(); keyed by (size index, threads).
+std::map<std::pair<int, int>, Row> g_rows;
+
+// Arg 1 is the thread count; 0 means every core (the single-worker configuration).
+int apply_threads(std::int64_t arg) {
+  const int threads = arg == 0 ? omp_get_num_procs() : static_cast<int>(arg);
+  omp_set_num_threads(threads);
+  return threads;
+}
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+using RowMajor = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+
+// The reference: the three products of the MLP up-projection, the model's largest layer, at
+// the same N = B T: y = x w^T (forward), dx = dy w and dw = dy^T x (backward).
+struct Gemm {
+  RowMajor x, w, y, dy, dx, dw;
+  explicit Gemm(const Size& z)
+      : x(RowMajor::Random(static_cast<Eigen::Index>(z.batch) * z.cfg.block_size, z.cfg.n_embd)),
+        w(RowMajor::Random(4 * z.cfg.n_embd, z.cfg.n_embd)),
+        y(x.rows(), w.rows()),
+        dy(RowMajor::Random(x.rows(), w.rows())),
+        dx(x.rows(), x.cols()),
+        dw(w.rows(), w.cols()) {}
+  double flops() const { return 3 * 2.0 * static_cast<double>(x.rows() * x.cols() * w.rows()); }
+  void run() {
+    y.noalias() = x * w.transpose();
+    dx.noalias() = dy * w;
+    dw.noalias() = dy.transpose() * x;
+  }
+};
+
+// GEMM rate for the table: the BM_Gemm figure when it ran, else a quick 0.3 s measurement.
+double gemm_rate(int s, int threads) {
+  const double known = g_rows[{s, threads}].gemm_flops;
+  if (known > 0) return known;
+  Gemm g(kSizes[s]);
+  g.run();
+  long iters = 0;
+  const auto t0 = std::chrono::steady_clock::now();
+  do {
+    g.run();
+    ++iters;
+  } while (seconds_since(t0) < 0.3);
+  return g_rows[{s, threads}].gemm_flops = g.flops() * static_cast<double>(iters) / seconds_since(t0);
+}
+
+void BM_Gemm(benchmark::State& state) {
+  const int s = static_cast<int>(state.range(0));
+  const int threads = apply_threads(state.range(1));
+  Gemm g(kSizes[s]);
+  g.run();
+  const auto t0 = std::chrono::steady_clock::now();
+  for (auto _ : state) {
+    g.run();
+    benchmark::DoNotOptimize(g.y.data());
+    benchmark::ClobberMemory();
+  }
+  const double elapsed = seconds_since(t0);
+  state.counters["FLOP/s"] = benchmark::Counter(g.flops(), benchmark::Counter::kIsIterationInvariantRate);
+  state.SetLabel(std::string(kSizes[s].name) + " threads=" + std::to_string(threads));
+  g_rows[{s, threads}].gemm_flops = g.flops() * static_cast<double>(state.iterations()) / elapsed;
+}
+
+void BM_ForwardBackward(benchmark::State& state) {
+  const int s = static_cast<int>(state.range(0));
+  const int threads = apply_threads(state.range(1));
+  const Size& z = kSizes[s];
+  const int B = z.batch, T = z.cfg.block_size;
+  Gpt model(z.cfg);
+  std::vector<float> params(model.num_params()), grads(model.num_params());
+  model.init_params(params, 1);
+  std::vector<std::int32_t> in(static_cast<std::size_t>(B) * T), tg(in.size());
+  for (std::size_t i = 0; i < in.size(); ++i) {
+    in[i] = static_cast<std::int32_t>(scape::rng::derive(1, i) % 256);
+    tg[i] = static_cast<std::int32_t>(scape::rng::derive(2, i) % 256);
+  }
+  model.forward_backward(params, in, tg, B, T, grads);  // allocates the workspace
+  const auto t0 = std::chrono::steady_clock::now();
+  for (auto _ : state) {
+    benchmark::DoNotOptimize(model.forward_backward(params, in, tg, B, T, grads));
+  }
+  const double elapsed = seconds_since(t0);
+  const double tokens = static_cast<double>(B) * T;
+  const double flops = tokens * scape::model::train_flops_per_token(z.cfg, T);
+  const auto iters = static_cast<double>(state.iterations());
+
+  Row& row = g_rows[{s, threads}];
+  row.params = static_cast<double>(model.num_params());
+  row.tokens_per_s = tokens * iters / elapsed;
+  row.model_flops = flops * iters / elapsed;
+  const double gemm = gemm_rate(s, threads);
+  state.counters["tokens/s"] = benchmark::Counter(tokens, benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["FLOP/s"] = benchmark::Counter(flops, benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["gemm_frac"] = row.model_flops / gemm;
+  state.SetLabel(std::string(z.name) + " threads=" + std::to_string(threads));
+}
+
+void print_table() {
+  std::printf("\n%-5s %9s %11s %7s %12s %12s %12s %9s\n", "size", "params", "B x T", "threads", "tokens/s",
+              "model GF/s", "GEMM GF/s", "frac");
+  for (const auto& [key, row] : g_rows) {
+    if (row.tokens_per_s == 0) continue;
+    const Size& z = kSizes[key.first];
+    std::printf("%-5s %9.0f %4d x %-4d %7d %12.0f %12.2f %12.2f %8.1f%%\n", z.name, row.params, z.batch,
+                z.cfg.block_size, key.second, row.tokens_per_s, row.model_flops / 1e9, row.gemm_flops / 1e9,
+                100.0 * row.model_flops / row.gemm_flops);
+  }
+}
+
+}  // namespace
+
+// Every GEMM reference runs before the model benchmarks; 1 s minimum per figure to average out
+// the noise of shared machines.
+BENCHMARK(BM_Gemm)->ArgsProduct({{0, 1, 2}, {1, 0}})->Unit(benchmark::kMillisecond)->UseRealTime()->MinTime(1.0);
+BENCHMARK(BM_ForwardBackward)
+    ->ArgsProduct({{0, 1, 2}, {1, 0}})
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime()
+    ->MinTime(1.0);
+
+int main(int argc, char** argv) {
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  benchmark::RunSpecifiedBenchmarks();
+  print_table();
+  benchmark::Shutdown();
+  return 0;
+}
