@@ -1,0 +1,1 @@
+"""Analysis scripts and helpers for scape run files and gradient traces."""

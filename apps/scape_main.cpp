@@ -1,0 +1,233 @@
+// scape: run, sweep, validate and describe experiments from JSON.
+// Exit status: 0 completed, 2 invalid configuration or input, 3 diverged, 1 any other failure.
+#include <CLI/CLI.hpp>
+
+#include <atomic>
+#include <cmath>
+#include <cstdio>
+#include <iostream>
+#include <mutex>
+#include <thread>
+
+#include "experiments/config.hpp"
+#include "experiments/recorder.hpp"
+#include "train/train_loop.hpp"
+
+#ifndef SCAPE_GIT_SHA
+#define SCAPE_GIT_SHA "unknown"
+#endif
+#ifndef SCAPE_VERSION
+#define SCAPE_VERSION "0.0.0"
+#endif
+
+namespace {
+
+namespace ex = scape::experiments;
+namespace tr = scape::train;
+using nlohmann::json;
+
+constexpr int kExitOk = 0;
+constexpr int kExitFailure = 1;
+constexpr int kExitInvalid = 2;
+constexpr int kExitDiverged = 3;
+
+int exit_code(tr::RunStatus s) {
+  switch (s) {
+    case tr::RunStatus::completed: return kExitOk;
+    case tr::RunStatus::diverged: return kExitDiverged;
+    case tr::RunStatus::failed: return kExitFailure;
+  }
+  return kExitFailure;
+}
+
+ex::ExperimentConfig load_config(const std::string& file, const std::vector<std::string>& sets) {
+  json j = ex::read_json_file(file);
+  for (const auto& s : sets) ex::apply_override(j, s);
+  const auto base = std::filesystem::absolute(file).parent_path();
+  return ex::parse_experiment(j, base);
+}
+
+tr::RunOptions options_for(const std::filesystem::path& out, bool quiet) {
+  tr::RunOptions o;
+  o.out = out;
+  o.quiet = quiet;
+  o.scape_version = SCAPE_VERSION;
+  o.git_sha = SCAPE_GIT_SHA;
+  return o;
+}
+
+double dense_bytes(const tr::RunOutcome& r, int workers) {
+  // A dense step sends 2 (W-1)/W N fp32 values per worker, replicated or sharded alike.
+  return 2.0 * (workers - 1) / workers * static_cast<double>(r.n_params) * 4.0;
+}
+
+void print_outcome(const ex::ExperimentConfig& c, const tr::RunOutcome& r, const std::filesystem::path& out) {
+  std::fprintf(stderr, "%s: %s after %d/%d steps in %.1f s -> %s\n", c.name.c_str(), tr::to_string(r.status),
+               r.steps_completed, c.steps, r.wall_s, out.string().c_str());
+  if (!r.error.empty()) std::fprintf(stderr, "  %s\n", r.error.c_str());
+}
+
+int cmd_run(const std::string& file, std::string out, const std::vector<std::string>& sets, bool quiet, int every,
+            bool resume) {
+  const auto config = load_config(file, sets);
+  if (out.empty()) out = config.name + ".h5";
+  auto options = options_for(out, quiet);
+  options.checkpoint_every = every;
+  options.resume = resume;
+  const auto outcome = tr::run_simulated(config, options);
+  print_outcome(config, outcome, out);
+  return exit_code(outcome.status);
+}
+
+int cmd_validate(const std::string& file, const std::vector<std::string>& sets) {
+  const auto config = load_config(file, sets);
+  std::cout << config.to_json().dump(2) << "\n";
+  std::fprintf(stderr, "%s: valid (run id %s)\n", file.c_str(), ex::run_id(config.to_json()).c_str());
+  return kExitOk;
+}
+
+struct SweepRow {
+  std::string label;
+  std::string status;
+  tr::RunOutcome outcome;
+  int workers = 1;
+  std::string note;
+};
+
+std::string label_of(const ex::SweepPoint& p) {
+  std::string s;
+  for (const auto& [k, v] : p.assignment) s += (s.empty() ? "" : " ") + k + "=" + (v.is_string() ? v.get<std::string>() : v.dump());
+  return s.empty() ? "base" : s;
+}
+
+int cmd_sweep(const std::string& file, const std::string& out_dir, const std::vector<std::string>& sets, int jobs,
+              bool quiet) {
+  json sweep = ex::read_json_file(file);
+  const auto base_dir = std::filesystem::absolute(file).parent_path();
+  auto points = ex::expand_sweep(sweep, base_dir);
+  std::filesystem::create_directories(out_dir);
+  std::vector<SweepRow> rows(points.size());
+  std::vector<std::pair<ex::ExperimentConfig, std::filesystem::path>> todo;
+  std::vector<std::size_t> todo_rows;
+  for (std::size_t i = 0; i < points.size(); ++i) {
+    rows[i].label = label_of(points[i]);
+    try {
+      for (const auto& s : sets) ex::apply_override(points[i].config, s);
+      const auto config = ex::parse_experiment(points[i].config, base_dir);
+      rows[i].workers = config.workers;
+      const auto path = std::filesystem::path(out_dir) / (config.name + "-" + ex::run_id(config.to_json()) + ".h5");
+      if (std::filesystem::exists(path)) {
+        try {
+          const auto summary = ex::read_run_summary(path);
+          if (summary.status == "completed") {
+            rows[i].status = "skipped (completed)";
+            rows[i].note = path.string();
+            continue;
+          }
+        } catch (const std::exception&) {
+          // Unreadable leftovers are rerun and overwritten.
+        }
+      }
+      todo.emplace_back(config, path);
+      todo_rows.push_back(i);
+    } catch (const ex::ConfigError& e) {
+      rows[i].status = "invalid";
+      rows[i].note = e.what();
+    }
+  }
+  std::fprintf(stderr, "sweep %s: %zu points, %zu to run, %zu skipped or invalid, %d job(s)\n", file.c_str(),
+               points.size(), todo.size(), points.size() - todo.size(), jobs);
+  std::atomic<std::size_t> next{0};
+  std::mutex mu;
+  auto worker = [&] {
+    for (std::size_t k = next++; k < todo.size(); k = next++) {
+      const auto& [config, path] = todo[k];
+      SweepRow& row = rows[todo_rows[k]];
+      try {
+        row.outcome = tr::run_simulated(config, options_for(path, quiet || jobs > 1));
+        row.status = tr::to_string(row.outcome.status);
+        row.note = row.outcome.error.empty() ? path.string() : row.outcome.error;
+      } catch (const std::exception& e) {
+        row.status = "invalid";
+        row.note = e.what();
+      }
+      std::lock_guard lock(mu);
+      std::fprintf(stderr, "[%zu/%zu] %s: %s\n", k + 1, todo.size(), row.label.c_str(), row.status.c_str());
+    }
+  };
+  std::vector<std::thread> pool;
+  for (int j = 0; j < std::max(1, jobs); ++j) pool.emplace_back(worker);
+  for (auto& t : pool) t.join();
+
+  std::printf("\n| point | status | final val loss | final train loss | bytes/step vs dense | mean mask Jaccard | modelled step ms |\n");
+  std::printf("|---|---|---|---|---|---|---|\n");
+  int code = kExitOk;
+  for (const auto& r : rows) {
+    const auto& o = r.outcome;
+    const bool ran = r.status == "completed" || r.status == "diverged";
+    if (ran) {
+      const double dense = dense_bytes(o, r.workers);
+      std::printf("| %s | %s | %.4f | %.4f | %.4f | %.3f | %.3f |\n", r.label.c_str(), r.status.c_str(), o.final_val_loss,
+                  o.final_train_loss, dense > 0 ? o.bytes_per_step / dense : NAN, o.mean_mask_jaccard,
+                  o.step_time_model * 1e3);
+    } else {
+      std::printf("| %s | %s | | | | | |\n", r.label.c_str(), r.status.c_str());
+    }
+    if (r.status == "failed" || r.status == "invalid") code = kExitFailure;
+    if (r.status == "diverged" && code == kExitOk) code = kExitDiverged;
+  }
+  for (const auto& r : rows) {
+    if (r.status == "invalid" || r.status == "failed") std::fprintf(stderr, "%s: %s: %s\n", r.label.c_str(), r.status.c_str(), r.note.c_str());
+  }
+  return code;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"scape: research simulator for communication-sparse distributed training.\n"
+               "Exit status: 0 completed, 2 invalid configuration or input, 3 diverged, 1 other failure."};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", std::string(SCAPE_VERSION) + " (" + SCAPE_GIT_SHA + ")");
+
+  std::string config_file, out, out_dir;
+  std::vector<std::string> sets;
+  bool quiet = false, resume = false;
+  int every = 0, jobs = 1;
+
+  auto* run = app.add_subcommand("run", "run one experiment with W simulated workers and write an HDF5 run file");
+  run->add_option("config", config_file, "experiment JSON file")->required()->check(CLI::ExistingPath);
+  run->add_option("--out", out, "run file (default: <name>.h5 in the current directory)");
+  run->add_option("--set", sets, "override a config value: key.path=value (JSON, else a string); repeatable");
+  run->add_flag("--quiet", quiet, "no progress output");
+  run->add_option("--checkpoint-every", every, "write OUT.ckpt every N steps (0: never)")->check(CLI::NonNegativeNumber);
+  run->add_flag("--resume", resume, "continue from OUT.ckpt; ends bit-identical to an uninterrupted run");
+
+  auto* sweep = app.add_subcommand("sweep", "run every point of a sweep; completed points are skipped on a re-run");
+  sweep->add_option("sweep", config_file, "sweep JSON file")->required()->check(CLI::ExistingPath);
+  sweep->add_option("--out", out_dir, "output folder for the run files")->required();
+  sweep->add_option("--jobs", jobs, "points run in parallel (default 1)")->check(CLI::Range(1, 64));
+  sweep->add_option("--set", sets, "override a value in every point: key.path=value");
+  sweep->add_flag("--quiet", quiet, "no progress output");
+
+  auto* validate = app.add_subcommand("validate", "check a config and print it with every default filled in");
+  validate->add_option("config", config_file, "experiment JSON file")->required()->check(CLI::ExistingPath);
+  validate->add_option("--set", sets, "override a config value: key.path=value");
+
+  app.add_subcommand("schema", "print the JSON Schema of experiment configs");
+
+  CLI11_PARSE(app, argc, argv);
+  try {
+    if (run->parsed()) return cmd_run(config_file, out, sets, quiet, every, resume);
+    if (sweep->parsed()) return cmd_sweep(config_file, out_dir, sets, jobs, quiet);
+    if (validate->parsed()) return cmd_validate(config_file, sets);
+    std::cout << ex::experiment_schema().dump(2) << "\n";
+    return kExitOk;
+  } catch (const ex::ConfigError& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return kExitInvalid;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return kExitFailure;
+  }
+}

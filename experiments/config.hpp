@@ -1,0 +1,113 @@
+// Experiment configuration: strict JSON -> typed config. Unknown keys, wrong types and
+// out-of-range values are ConfigErrors naming the JSON path (with the nearest valid key for a
+// typo). Every optional field has a documented default (docs/configuration.md); the resolved
+// config, defaults filled in, is what a run records.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "core/optimizer.hpp"
+#include "core/ledger.hpp"
+
+namespace scape::experiments {
+
+// Invalid configuration or input: the command exits with status 2.
+class ConfigError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+struct ModelSection {
+  std::string type = "gpt";  // gpt | replay | quadratic
+  // gpt
+  int n_layer = 2;
+  int n_head = 4;
+  int n_embd = 64;
+  int block_size = 64;
+  int vocab_size = 256;
+  // replay
+  std::filesystem::path path;
+  // quadratic (the synthetic gradient source of the optimizer tests)
+  std::int64_t size = 65536;
+  double noise = 0.5;
+  double curvature_tail = 1.0;
+};
+
+struct DataSection {
+  std::string type = "synthetic";  // synthetic | text | tokens
+  std::filesystem::path path;      // text and tokens
+  std::string format = "auto";     // tokens: auto | nanogpt | llmc
+  int batch_size = 8;              // sequences per worker per step
+  double val_fraction = 0.1;
+  // synthetic Markov corpus
+  std::int64_t tokens = 1000000;
+  int successors = 4;
+  double concentration = 0.9;
+};
+
+struct NetworkSection {
+  std::string preset = "ib_ndr400";  // "" when given by alpha_us and bandwidth_GBps alone
+  double alpha_us = 0;
+  double bandwidth_GBps = 0;
+  NetworkModel model() const;
+};
+
+struct EvalSection {
+  int interval = 50;  // steps between validation evaluations (the last step always evaluates)
+  int batches = 4;    // batches of data.batch_size * workers sequences
+};
+
+struct LogSection {
+  int flush_interval = 10;
+  bool save_params = false;
+  bool oracle = true;  // mask overlap with the exact top-k of the mean accumulated gradient
+};
+
+struct ExperimentConfig {
+  std::string name = "run";
+  std::string description;
+  std::uint64_t seed = 1;
+  int workers = 4;
+  int steps = 200;
+  ModelSection model;
+  DataSection data;
+  OptimizerConfig optimizer;
+  NetworkSection network;
+  EvalSection eval;
+  LogSection log;
+
+  bool has_data() const { return model.type == "gpt"; }
+  // Defaults filled in, paths absolute: the JSON a run records and hashes.
+  nlohmann::json to_json() const;
+};
+
+// Parses and validates one experiment. Relative paths resolve against base_dir.
+ExperimentConfig parse_experiment(const nlohmann::json& j, const std::filesystem::path& base_dir);
+// Reads a JSON file (errors name the file and the line), applies --set overrides, parses.
+nlohmann::json read_json_file(const std::filesystem::path& path);
+// "a.b.c=value": value parsed as JSON when it parses, else taken as a string.
+void apply_override(nlohmann::json& j, const std::string& assignment);
+// SHA-256-free stable id: 16 hex digits of a 64-bit hash of the resolved config's dump.
+std::string run_id(const nlohmann::json& resolved);
+// JSON Schema (draft 2020-12) of an experiment config.
+nlohmann::json experiment_schema();
+
+// Sweep: {"base": {...}} or {"base_file": "..."}, plus "grid": {"dotted.key": [values...]}
+// (every combination) and/or "points": [{"dotted.key": value, ...}, ...] (each grid combination
+// is applied on top of each point).
+struct SweepPoint {
+  nlohmann::json config;  // the base with this point's values set
+  std::vector<std::pair<std::string, nlohmann::json>> assignment;
+};
+std::vector<SweepPoint> expand_sweep(const nlohmann::json& sweep, const std::filesystem::path& base_dir);
+
+// Edit distance, for "did you mean" suggestions.
+std::size_t edit_distance(const std::string& a, const std::string& b);
+
+}  // namespace scape::experiments

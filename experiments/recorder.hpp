@@ -1,0 +1,101 @@
+// The run file: one HDF5 file per run holding its config, status, per-step metrics, per-tensor
+// metrics, evaluations and optionally the final parameters. This layout is the contract with
+// the analysis scripts (layout_version 1):
+//
+//   root attributes  config (resolved JSON text), status ("running" | "completed" | "diverged" |
+//                    "failed"), steps_completed (int64), error ("" when none), scape_version,
+//                    git_sha (variable-length UTF-8 strings), layout_version (int64 = 1)
+//   /metrics/step    int64 [rows], extensible; the row count of the run
+//   /metrics/<name>  float64 [rows], aligned with /metrics/step; NaN means "not applicable"
+//   /eval/step       int64 [evals], /eval/val_loss float64 [evals], extensible
+//   /tensors/names   strings [tensors]
+//   /tensors/<name>  float64 [rows, tensors], extensible along rows, aligned with /metrics/step
+//   /final/params    float32 [N], only when requested at creation; NaN until written
+//
+// Crash safety: rows are buffered in memory and written every flush_interval steps (and by
+// flush, set_status, close and the destructor). The file is created in the latest format and
+// switched to SWMR-write mode once every object exists, so the file on disk is consistent at
+// every point, and a SIGKILLed run keeps every flushed step. steps_completed is the last
+// flushed step. Within a flush /metrics/step is written last, so after a kill in mid-flush its
+// length is the number of complete rows.
+//
+// Reading a run file: a live or killed writer leaves the superblock marked "open for writing",
+// so plain readers are refused; open it in SWMR-read mode (h5py: File(path, "r", swmr=True),
+// C: H5F_ACC_RDONLY | H5F_ACC_SWMR_READ; read_run_summary does this itself), or run
+// `h5clear -s` on it. A cleanly closed or resumed-and-closed file opens normally (h5dump too).
+#pragma once
+
+#include <cstddef>
+#include <filesystem>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace scape::experiments {
+
+inline constexpr long kRunLayoutVersion = 1;
+
+struct RunFileSpec {
+  std::string config_json, scape_version, git_sha;
+  std::vector<std::string> metric_names;         // excluding "step"
+  std::vector<std::string> tensor_names;
+  std::vector<std::string> tensor_metric_names;  // e.g. residual_norm, mask_density, mask_jaccard
+  std::size_t final_params_size = 0;             // 0: no /final/params
+  int flush_interval = 10;
+};
+
+// One writer per run file, used from one thread at a time (HDF5 calls take hdf5_mutex()).
+class RunRecorder {
+ public:
+  // Creates (truncating) the run file with status "running" and steps_completed 0.
+  static RunRecorder create(const std::filesystem::path& path, const RunFileSpec& spec);
+  // Reopens a run file, also one whose writer was killed (and not still running: its superblock
+  // flags are cleared), checks it against `spec`, drops every metric / eval / tensor row with
+  // step > steps_completed and continues appending with status "running". The file's config,
+  // scape_version and git_sha attributes are kept.
+  static RunRecorder open_for_resume(const std::filesystem::path& path, const RunFileSpec& spec,
+                                     long steps_completed);
+
+  RunRecorder(RunRecorder&&) noexcept;
+  RunRecorder& operator=(RunRecorder&&) noexcept;
+  RunRecorder(const RunRecorder&) = delete;
+  RunRecorder& operator=(const RunRecorder&) = delete;
+  // Flushes buffered rows and closes; the status stays as last set. Failures go to stderr.
+  ~RunRecorder();
+
+  // Steps are non-negative and increase. `metrics` is aligned with metric_names; `tensor_values` holds
+  // tensor_metric_names.size() x tensor_names.size() values, metric-major.
+  void append_step(long step, std::span<const double> metrics, std::span<const double> tensor_values = {});
+  // Eval steps are non-negative and increase.
+  void append_eval(long step, double val_loss);
+  // Writes /final/params now (size final_params_size) and flushes.
+  void write_final_params(std::span<const float> params);
+  // status is one of running, completed, diverged, failed. Also flushes.
+  void set_status(std::string_view status, std::string_view error = "");
+  void flush();
+  // Flushes and closes, throwing on failure; the recorder is then empty.
+  void close();
+
+  const std::filesystem::path& path() const;
+  long last_step() const;
+
+ private:
+  struct State;
+  explicit RunRecorder(std::unique_ptr<State> state);
+  State& live() const;  // throws std::logic_error after close or move
+  void close_quietly() noexcept;
+  std::unique_ptr<State> state_;
+};
+
+struct RunFileSummary {
+  std::string status, error, config_json;
+  long steps_completed = 0;
+};
+
+// Throws H5Error naming the file for a missing file, a non-HDF5 file, or an HDF5 file that is
+// not a run file (no config / layout_version attribute, or an unknown layout_version).
+RunFileSummary read_run_summary(const std::filesystem::path& path);
+
+}  // namespace scape::experiments

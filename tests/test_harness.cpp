@@ -1,0 +1,296 @@
+// End-to-end tests of `scape run` / `scape sweep` / `scape validate`: HDF5 metrics against the
+// closed forms and ranges, bad configs (exit 2, message naming the problem), divergence
+// (exit 3, metrics kept), SIGKILL leaving a readable file, resume bit for bit, sweep re-runs.
+#include <doctest/doctest.h>
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <csignal>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <string>
+#include <thread>
+
+#include "core/schedule.hpp"
+#include "experiments/hdf5.hpp"
+#include "experiments/recorder.hpp"
+
+namespace fs = std::filesystem;
+namespace ex = scape::experiments;
+
+namespace {
+
+struct TempDir {
+  fs::path path;
+  TempDir() {
+    path = fs::temp_directory_path() / ("scape-harness-" + std::to_string(::getpid()) + "-" + std::to_string(counter()++));
+    fs::create_directories(path);
+  }
+  ~TempDir() {
+    std::error_code ec;
+    fs::remove_all(path, ec);
+  }
+  static int& counter() {
+    static int c = 0;
+    return c;
+  }
+};
+
+struct Result {
+  int code;
+  std::string output;
+};
+
+// Runs the scape binary with arguments; returns its exit status and stderr+stdout.
+Result run_scape(const std::string& args) {
+  const std::string cmd = std::string(SCAPE_BINARY) + " " + args + " 2>&1";
+  FILE* p = ::popen(cmd.c_str(), "r");
+  REQUIRE(p != nullptr);
+  std::string out;
+  char buf[4096];
+  while (std::fgets(buf, sizeof buf, p)) out += buf;
+  const int status = ::pclose(p);
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : 128, out};
+}
+
+void write_file(const fs::path& p, const std::string& text) {
+  std::ofstream out(p);
+  out << text;
+}
+
+std::vector<double> read_metric(const fs::path& file, const std::string& name) {
+  auto f = ex::File::open(file, ex::Access::read);
+  return f.open_dataset("/metrics/" + name).read_all<double>();
+}
+
+const char* kQuadratic = R"({
+  "name": "quad", "seed": 3, "workers": 4, "steps": 12,
+  "model": {"type": "quadratic", "size": 5000, "noise": 0.5},
+  "optimizer": {"type": "scape", "sparsity": 0.99, "lr": 0.01},
+  "network": {"alpha_us": 2.0, "bandwidth_GBps": 10.0},
+  "log": {"flush_interval": 3}
+})";
+
+const char* kTinyGpt = R"({
+  "name": "gpt", "seed": 1, "workers": 2, "steps": 6,
+  "model": {"type": "gpt", "n_layer": 1, "n_head": 2, "n_embd": 16, "block_size": 16, "vocab_size": 32},
+  "data": {"type": "synthetic", "batch_size": 2, "tokens": 20000},
+  "optimizer": {"type": "scape", "sparsity": 0.9, "lr": 0.003},
+  "eval": {"interval": 3, "batches": 1},
+  "log": {"flush_interval": 2, "save_params": true}
+})";
+
+}  // namespace
+
+TEST_CASE("scape run: the run file's bytes equal the closed forms; densities and Jaccard lie in range") {
+  TempDir dir;
+  write_file(dir.path / "q.json", kQuadratic);
+  const auto r = run_scape("run " + (dir.path / "q.json").string() + " --out " + (dir.path / "q.h5").string() + " --quiet");
+  CHECK(r.code == 0);
+  CAPTURE(r.output);
+  const auto summary = ex::read_run_summary(dir.path / "q.h5");
+  CHECK(summary.status == "completed");
+  CHECK(summary.steps_completed == 12);
+  const std::size_t n = 5000, w = 4;
+  // Shards of 64 ceil(5000 / 256) = 1280; k_w = ceil(0.01 |S_w|).
+  std::size_t k = 0;
+  for (std::size_t s : {1280u, 1280u, 1280u, 1160u}) k += scape::k_for(1.0 - 0.99, s);
+  const double fraction = (w - 1.0) / w;
+  const auto rs = read_metric(dir.path / "q.h5", "bytes_sent_grad_reduce_scatter");
+  const auto ag = read_metric(dir.path / "q.h5", "bytes_sent_param_all_gather");
+  const auto mask = read_metric(dir.path / "q.h5", "bytes_sent_mask_all_gather");
+  const auto total = read_metric(dir.path / "q.h5", "bytes_sent");
+  const auto steps = ex::File::open(dir.path / "q.h5", ex::Access::read).open_dataset("/metrics/step").read_all<std::int64_t>();
+  REQUIRE(rs.size() == 12);
+  CHECK(steps.front() == 1);
+  CHECK(steps.back() == 12);
+  const double mask_bytes = 8.0 * ((n + 63) / 64);
+  for (std::size_t t = 0; t < 12; ++t) {
+    CHECK(rs[t] == doctest::Approx(fraction * 4.0 * k));
+    CHECK(ag[t] == doctest::Approx(fraction * 4.0 * k));
+    const double masks = t == 0 ? 2 : (t == 11 ? 0 : 1);
+    CHECK(mask[t] == doctest::Approx(masks * fraction * mask_bytes));
+    CHECK(total[t] == doctest::Approx(rs[t] + ag[t] + mask[t]));
+  }
+  for (const char* name : {"mask_jaccard", "mask_oracle_overlap", "mask_density"}) {
+    const auto v = read_metric(dir.path / "q.h5", name);
+    for (std::size_t t = 1; t < v.size(); ++t) {
+      CHECK(v[t] >= 0.0);
+      CHECK(v[t] <= 1.0);
+    }
+  }
+  CHECK(std::isnan(read_metric(dir.path / "q.h5", "mask_jaccard")[0]));
+  CHECK(read_metric(dir.path / "q.h5", "mask_density")[5] == doctest::Approx(static_cast<double>(k) / n));
+  // Under lag 1 the second mask is computed from the same statistic as the first.
+  CHECK(read_metric(dir.path / "q.h5", "mask_jaccard")[1] == 1.0);
+  // alpha-beta: reduce-scatter of 4k bytes on 4 workers = 3 alpha + 0.75 * 4k / B.
+  const auto exposed = read_metric(dir.path / "q.h5", "comm_time_exposed");
+  CHECK(exposed[5] == doctest::Approx(2 * (3 * 2e-6 + fraction * 4.0 * k / 1e10)));
+}
+
+TEST_CASE("scape run on a GPT: validation, final parameters and dense metrics as NaN") {
+  TempDir dir;
+  write_file(dir.path / "g.json", kTinyGpt);
+  auto r = run_scape("run " + (dir.path / "g.json").string() + " --out " + (dir.path / "g.h5").string() + " --quiet");
+  CHECK(r.code == 0);
+  auto f = ex::File::open(dir.path / "g.h5", ex::Access::read);
+  CHECK(f.open_dataset("/eval/step").read_all<std::int64_t>() == std::vector<std::int64_t>{3, 6});
+  const auto val = f.open_dataset("/eval/val_loss").read_all<double>();
+  CHECK(val[0] < std::log(32.0) + 0.3);
+  CHECK(f.open_dataset("/final/params").read_all<float>().size() > 1000);
+  const auto loss = read_metric(dir.path / "g.h5", "train_loss");
+  CHECK(loss[0] == doctest::Approx(std::log(32.0)).epsilon(0.05));
+  r = run_scape("run " + (dir.path / "g.json").string() + " --out " + (dir.path / "d.h5").string() +
+            " --quiet --set optimizer.type=adams");
+  CHECK(r.code == 0);
+  CHECK(std::isnan(read_metric(dir.path / "d.h5", "mask_density")[2]));
+  CHECK(std::isnan(read_metric(dir.path / "d.h5", "residual_norm")[2]));
+}
+
+TEST_CASE("bad configurations exit 2 with a message naming the problem") {
+  TempDir dir;
+  write_file(dir.path / "corrupt.bin", std::string("\x01\x02\x03", 3));
+  write_file(dir.path / "bad.json", "{\"workers\": 2,,}");
+  struct Case {
+    std::string set;
+    std::string needle;
+  };
+  const std::vector<Case> cases = {
+      {"optimizer.sparsty=0.9", "optimizer.sparsty: unknown key (did you mean 'sparsity'?)"},
+      {"workers=\\\"four\\\"", "workers: expected an integer"},
+      {"optimizer.sparsity=1.5", "optimizer.sparsity: 1.5 is out of range"},
+      {"workers=0", "workers: 0 is out of range"},
+      {"optimizer.type=sgd", "optimizer.type: unknown value \"sgd\""},
+      {"model.n_head=3", "model.n_head: 3 does not divide model.n_embd"},
+      {"optimizer.betas=[0.9]", "optimizer.betas: expected [beta1, beta2]"},
+      {"network.preset=infiniband", "network.preset: unknown network preset 'infiniband'"},
+      {"optimizer.mask_partition=local_union", "set optimizer.sharded = false"},
+      {"model.path=x.h5", "model.path: only valid for model.type \"replay\""},
+      {"optimizer.lr=-1", "optimizer.lr: -1"},
+      {"eval.interval=0", "eval.interval: 0 is out of range"},
+  };
+  write_file(dir.path / "g.json", kTinyGpt);
+  for (const auto& c : cases) {
+    CAPTURE(c.set);
+    const auto r = run_scape("run " + (dir.path / "g.json").string() + " --out " + (dir.path / "x.h5").string() +
+                         " --quiet --set " + c.set);
+    CAPTURE(r.output);
+    CHECK(r.code == 2);
+    CHECK(r.output.find(c.needle) != std::string::npos);
+    CHECK_FALSE(fs::exists(dir.path / "x.h5"));
+  }
+  // Missing and corrupt data files: the message names the file.
+  write_file(dir.path / "text.json", R"({"steps": 2, "model": {"vocab_size": 256, "n_layer": 1, "n_embd": 16, "n_head": 2},
+                                         "data": {"type": "text", "path": "missing.txt"}})");
+  write_file(dir.path / "tokens.json", R"({"steps": 2, "model": {"vocab_size": 256, "n_layer": 1, "n_embd": 16, "n_head": 2},
+                                           "data": {"type": "tokens", "path": "corrupt.bin"}})");
+  for (const char* name : {"text.json", "tokens.json"}) {
+    const auto r = run_scape("run " + (dir.path / name).string() + " --out " + (dir.path / "x.h5").string() + " --quiet");
+    CAPTURE(r.output);
+    CHECK(r.code == 2);
+    CHECK(r.output.find(std::string(name) == "text.json" ? "missing.txt" : "corrupt.bin") != std::string::npos);
+    CHECK_FALSE(fs::exists(dir.path / "x.h5"));
+  }
+  const auto bad_json = run_scape("run " + (dir.path / "bad.json").string() + " --quiet");
+  CHECK(bad_json.code == 2);
+  CHECK(bad_json.output.find("bad.json: invalid JSON") != std::string::npos);
+  const auto missing = run_scape("validate " + (dir.path / "nope.json").string());
+  CHECK(missing.code != 0);
+  const auto valid = run_scape("validate " + (dir.path / "g.json").string());
+  CHECK(valid.code == 0);
+  CHECK(valid.output.find("\"min_lr\": 0.0003") != std::string::npos);  // documented default lr / 10
+  const auto schema = run_scape("schema");
+  CHECK(schema.code == 0);
+  CHECK(schema.output.find("\"mask_statistic\"") != std::string::npos);
+}
+
+TEST_CASE("a diverging run ends with status diverged, exit 3, and keeps its metrics") {
+  TempDir dir;
+  write_file(dir.path / "g.json", kTinyGpt);
+  const auto r = run_scape("run " + (dir.path / "g.json").string() + " --out " + (dir.path / "div.h5").string() +
+                       " --quiet --set optimizer.lr=1e3 --set steps=40 --set optimizer.type=adamw");
+  CAPTURE(r.output);
+  CHECK(r.code == 3);
+  const auto s = ex::read_run_summary(dir.path / "div.h5");
+  CHECK(s.status == "diverged");
+  CHECK(s.steps_completed >= 1);
+  CHECK(s.error.find("step") != std::string::npos);
+  const auto loss = read_metric(dir.path / "div.h5", "train_loss");
+  CHECK(static_cast<long>(loss.size()) == s.steps_completed);
+  const bool flagged = !std::isfinite(loss.back()) || read_metric(dir.path / "div.h5", "nonfinite_grads").back() > 0;
+  CHECK(flagged);
+}
+
+TEST_CASE("SIGKILL mid-run leaves a readable file; resume ends bit-identical to an uninterrupted run") {
+  TempDir dir;
+  const std::string cfg = R"({
+    "name": "long", "seed": 9, "workers": 2, "steps": 60,
+    "model": {"type": "quadratic", "size": 1500000},
+    "optimizer": {"type": "scape", "sparsity": 0.9, "lr": 0.01},
+    "log": {"flush_interval": 2, "save_params": true, "oracle": false}
+  })";
+  write_file(dir.path / "l.json", cfg);
+  const auto straight = run_scape("run " + (dir.path / "l.json").string() + " --out " + (dir.path / "a.h5").string() + " --quiet");
+  REQUIRE(straight.code == 0);
+
+  const fs::path killed = dir.path / "b.h5";
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    ::execl(SCAPE_BINARY, SCAPE_BINARY, "run", (dir.path / "l.json").c_str(), "--out", killed.c_str(), "--quiet",
+            "--checkpoint-every", "10", static_cast<char*>(nullptr));
+    ::_exit(127);
+  }
+  // Kill once the first checkpoint exists and a few more steps were flushed.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+  while (!fs::exists(killed.string() + ".ckpt") && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  ::kill(pid, SIGKILL);
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  REQUIRE(fs::exists(killed.string() + ".ckpt"));
+  const auto s = ex::read_run_summary(killed);
+  CHECK(s.status == "running");
+  const auto loss = read_metric(killed, "train_loss");
+  CHECK(loss.size() >= 10);
+  CHECK(loss.size() < 60);
+  const auto full = read_metric(dir.path / "a.h5", "train_loss");
+  for (std::size_t t = 0; t < loss.size(); ++t) CHECK(loss[t] == full[t]);
+
+  const auto resumed = run_scape("run " + (dir.path / "l.json").string() + " --out " + killed.string() + " --quiet --resume");
+  CAPTURE(resumed.output);
+  REQUIRE(resumed.code == 0);
+  auto pa = ex::File::open(dir.path / "a.h5", ex::Access::read).open_dataset("/final/params").read_all<float>();
+  auto pb = ex::File::open(killed, ex::Access::read).open_dataset("/final/params").read_all<float>();
+  REQUIRE(pa.size() == pb.size());
+  CHECK(std::memcmp(pa.data(), pb.data(), pa.size() * sizeof(float)) == 0);
+  CHECK(read_metric(killed, "train_loss") == full);
+  CHECK(ex::read_run_summary(killed).status == "completed");
+}
+
+TEST_CASE("scape sweep runs every point, skips completed ones on a re-run, and survives a failing point") {
+  TempDir dir;
+  const std::string sweep = R"({
+    "base": {"name": "sw", "workers": 2, "steps": 5, "model": {"type": "quadratic", "size": 3000},
+             "optimizer": {"type": "scape", "lr": 0.01}},
+    "grid": {"optimizer.sparsity": [0.9, 0.99]},
+    "points": [{"optimizer.mask_lag": 0}, {"optimizer.mask_lag": 1}, {"optimizer.mask_lag": 7}]
+  })";
+  write_file(dir.path / "s.json", sweep);
+  auto r = run_scape("sweep " + (dir.path / "s.json").string() + " --out " + (dir.path / "out").string() + " --jobs 2 --quiet");
+  CAPTURE(r.output);
+  CHECK(r.code == 1);  // the mask_lag 7 points are invalid; the others still ran
+  std::size_t files = 0;
+  for (const auto& e : fs::directory_iterator(dir.path / "out")) files += e.path().extension() == ".h5";
+  CHECK(files == 4);
+  CHECK(r.output.find("optimizer.mask_lag: 7 is out of range") != std::string::npos);
+  r = run_scape("sweep " + (dir.path / "s.json").string() + " --out " + (dir.path / "out").string() + " --quiet");
+  std::size_t skipped = 0;
+  for (std::size_t pos = 0; (pos = r.output.find("skipped (completed)", pos)) != std::string::npos; ++pos) ++skipped;
+  CHECK(skipped == 4);
+}

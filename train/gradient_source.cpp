@@ -1,0 +1,228 @@
+// Gradient sources: GPT on its data shard, replay of a trace, the noisy quadratic.
+#include "train/gradient_source.hpp"
+
+#include <cmath>
+#include <fstream>
+#include <limits>
+
+#include "experiments/trace.hpp"
+#include "model/data.hpp"
+#include "model/gpt.hpp"
+#include "sim/synthetic_gradients.hpp"
+
+namespace scape::train {
+namespace {
+
+constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+
+model::GptConfig gpt_config(const experiments::ModelSection& m) {
+  model::GptConfig g;
+  g.n_layer = m.n_layer;
+  g.n_head = m.n_head;
+  g.n_embd = m.n_embd;
+  g.block_size = m.block_size;
+  g.vocab_size = m.vocab_size;
+  return g;
+}
+
+model::TokenFormat detect_format(const std::filesystem::path& path, const std::string& format) {
+  if (format == "nanogpt") return model::TokenFormat::kNanoGpt;
+  if (format == "llmc") return model::TokenFormat::kLlmc;
+  std::ifstream in(path, std::ios::binary);
+  std::int32_t magic = 0;
+  in.read(reinterpret_cast<char*>(&magic), sizeof magic);
+  return in && magic == model::kLlmcMagic ? model::TokenFormat::kLlmc : model::TokenFormat::kNanoGpt;
+}
+
+class GptData final : public SourceData {
+ public:
+  explicit GptData(const experiments::ExperimentConfig& c) : cfg_(gpt_config(c.model)), seed_(c.seed) {
+    try {
+      cfg_.validate();
+    } catch (const std::invalid_argument& e) {
+      throw experiments::ConfigError(e.what());
+    }
+    layout_ = model::gpt_layout(cfg_);
+    const auto& d = c.data;
+    try {
+      if (d.type == "synthetic") {
+        model::MarkovConfig mc;
+        mc.vocab_size = cfg_.vocab_size;
+        mc.successors = std::min(d.successors, cfg_.vocab_size);
+        mc.concentration = d.concentration;
+        mc.seed = c.seed;
+        split_ = model::synthetic_corpus(mc, static_cast<std::size_t>(d.tokens), d.val_fraction);
+      } else if (d.type == "text") {
+        if (cfg_.vocab_size < 256) {
+          throw experiments::ConfigError("model.vocab_size: text data is read as bytes and needs vocab_size >= 256, got " +
+                                         std::to_string(cfg_.vocab_size));
+        }
+        split_ = model::load_text_bytes(d.path.string(), d.val_fraction);
+      } else {
+        const auto tokens = model::read_tokens(d.path.string(), detect_format(d.path, d.format), cfg_.vocab_size);
+        split_ = model::split_tokens(tokens, d.val_fraction, cfg_.vocab_size);
+      }
+    } catch (const model::DataError& e) {
+      throw experiments::ConfigError(std::string("data.path: ") + e.what());
+    } catch (const std::invalid_argument& e) {
+      throw experiments::ConfigError(std::string("data: ") + e.what());
+    }
+    const auto need = static_cast<std::size_t>(cfg_.block_size) + 1;
+    if (split_.train.size() < need || split_.val.size() < need) {
+      throw experiments::ConfigError("data: the train split has " + std::to_string(split_.train.size()) +
+                                     " tokens and the validation split " + std::to_string(split_.val.size()) +
+                                     "; each needs at least block_size + 1 = " + std::to_string(need));
+    }
+  }
+  const ParamLayout& layout() const override { return layout_; }
+  void init_params(std::span<float> params) const override {
+    model::Gpt gpt(cfg_);
+    gpt.init_params(params, seed_);
+  }
+  const model::GptConfig& gpt() const { return cfg_; }
+  const model::TokenSplit& split() const { return split_; }
+
+ private:
+  model::GptConfig cfg_;
+  std::uint64_t seed_;
+  ParamLayout layout_;
+  model::TokenSplit split_;
+};
+
+class GptSource final : public GradientSource {
+ public:
+  GptSource(const experiments::ExperimentConfig& c, const GptData& data, int rank)
+      : gpt_(data.gpt()),
+        train_(data.split().train, data.gpt().block_size, c.seed, model::Split::kTrain),
+        val_(data.split().val, data.gpt().block_size, c.seed, model::Split::kVal),
+        rank_(rank),
+        workers_(c.workers),
+        batch_(c.data.batch_size),
+        T_(data.gpt().block_size),
+        inputs_(static_cast<std::size_t>(batch_) * static_cast<std::size_t>(T_)),
+        targets_(inputs_.size()) {}
+
+  double gradient(std::span<const float> params, int step, std::span<float> grads) override {
+    train_.worker_batch(static_cast<std::uint64_t>(step), batch_ * workers_, workers_, rank_, inputs_, targets_);
+    return gpt_.forward_backward(params, inputs_, targets_, batch_, T_, grads);
+  }
+
+  double validation_loss(std::span<const float> params, int batches) override {
+    // Evaluation batches are the validation split's steps 1..batches, whole global batches.
+    double sum = 0;
+    for (int b = 1; b <= batches; ++b) {
+      for (int r = 0; r < workers_; ++r) {
+        val_.worker_batch(static_cast<std::uint64_t>(b), batch_ * workers_, workers_, r, inputs_, targets_);
+        sum += gpt_.loss(params, inputs_, targets_, batch_, T_);
+      }
+    }
+    return sum / (batches * workers_);
+  }
+
+ private:
+  model::Gpt gpt_;
+  model::BatchSampler train_, val_;
+  int rank_, workers_, batch_, T_;
+  std::vector<std::int32_t> inputs_, targets_;
+};
+
+class ReplayData final : public SourceData {
+ public:
+  explicit ReplayData(const experiments::ExperimentConfig& c) {
+    try {
+      trace_ = std::make_unique<experiments::GradientTrace>(c.model.path);
+    } catch (const std::exception& e) {
+      throw experiments::ConfigError(std::string("model.path: ") + e.what());
+    }
+    if (trace_->workers() != c.workers) {
+      throw experiments::ConfigError("workers: " + std::to_string(c.workers) + " but the trace " + c.model.path.string() +
+                                     " holds gradients of " + std::to_string(trace_->workers()) + " workers");
+    }
+    if (c.steps > trace_->steps()) {
+      throw experiments::ConfigError("steps: " + std::to_string(c.steps) + " exceeds the " +
+                                     std::to_string(trace_->steps()) + " steps recorded in " + c.model.path.string());
+    }
+    const auto& names = trace_->names();
+    const auto& sizes = trace_->sizes();
+    const auto& decay = trace_->decay();
+    for (std::size_t i = 0; i < names.size(); ++i) {
+      layout_.add(names[i], {static_cast<std::size_t>(sizes[i])}, decay[i] != 0);
+    }
+  }
+  const ParamLayout& layout() const override { return layout_; }
+  void init_params(std::span<float> params) const override { trace_->read_init(params); }
+  experiments::GradientTrace& trace() const { return *trace_; }
+
+ private:
+  std::unique_ptr<experiments::GradientTrace> trace_;
+  ParamLayout layout_;
+};
+
+class ReplaySource final : public GradientSource {
+ public:
+  ReplaySource(const ReplayData& data, int rank) : data_(data), rank_(rank) {}
+  double gradient(std::span<const float>, int step, std::span<float> grads) override {
+    data_.trace().read_grad(step, rank_, grads);
+    return kNaN;
+  }
+  double validation_loss(std::span<const float>, int) override { return kNaN; }
+
+ private:
+  const ReplayData& data_;
+  int rank_;
+};
+
+class QuadraticData final : public SourceData {
+ public:
+  explicit QuadraticData(const experiments::ExperimentConfig& c)
+      : problem_(static_cast<std::size_t>(c.model.size), spec(c)) {
+    layout_.add("theta", {static_cast<std::size_t>(c.model.size)}, true);
+  }
+  const ParamLayout& layout() const override { return layout_; }
+  void init_params(std::span<float> params) const override { problem_.initial_params(params); }
+  const sim::NoisyQuadratic& problem() const { return problem_; }
+
+ private:
+  static sim::QuadraticSpec spec(const experiments::ExperimentConfig& c) {
+    sim::QuadraticSpec s;
+    s.seed = c.seed;
+    s.noise = c.model.noise;
+    s.curvature_tail = c.model.curvature_tail;
+    return s;
+  }
+  sim::NoisyQuadratic problem_;
+  ParamLayout layout_;
+};
+
+class QuadraticSource final : public GradientSource {
+ public:
+  QuadraticSource(const QuadraticData& data, int rank) : data_(data), rank_(rank) {}
+  double gradient(std::span<const float> params, int step, std::span<float> grads) override {
+    data_.problem().gradient(params, step, rank_, grads);
+    return data_.problem().loss(params);
+  }
+  double validation_loss(std::span<const float>, int) override { return kNaN; }
+
+ private:
+  const QuadraticData& data_;
+  int rank_;
+};
+
+}  // namespace
+
+std::unique_ptr<SourceData> load_source_data(const experiments::ExperimentConfig& config) {
+  if (config.model.type == "gpt") return std::make_unique<GptData>(config);
+  if (config.model.type == "replay") return std::make_unique<ReplayData>(config);
+  return std::make_unique<QuadraticData>(config);
+}
+
+std::unique_ptr<GradientSource> make_gradient_source(const experiments::ExperimentConfig& config,
+                                                     const SourceData& data, int rank) {
+  if (config.model.type == "gpt") {
+    return std::make_unique<GptSource>(config, static_cast<const GptData&>(data), rank);
+  }
+  if (config.model.type == "replay") return std::make_unique<ReplaySource>(static_cast<const ReplayData&>(data), rank);
+  return std::make_unique<QuadraticSource>(static_cast<const QuadraticData&>(data), rank);
+}
+
+}  // namespace scape::train
