@@ -116,15 +116,23 @@ void fill_mask_metrics(const ParamLayout& layout, std::span<const std::uint64_t>
 
 void fill_residual_metrics(const ParamLayout& layout, std::span<const float> residual, std::span<const float> theta,
                            StepMetrics& out) {
-  out.residual_norm = l2_norm(residual);
+  // One pass over the residual per tensor gives the per-tensor norms, the total and the max.
+  const auto& slots = layout.slots();
+  out.tensor_residual_norm.resize(slots.size());
+  double total = 0;
+  for (std::size_t s = 0; s < slots.size(); ++s) {
+    const double ss = blocked_sum(slots[s].numel(), [&](std::size_t lo, std::size_t hi) {
+      double acc = 0;
+      for (std::size_t j = slots[s].offset + lo; j < slots[s].offset + hi; ++j) acc += static_cast<double>(residual[j]) * residual[j];
+      return acc;
+    });
+    out.tensor_residual_norm[s] = std::sqrt(ss);
+    total += ss;
+  }
+  out.residual_norm = std::sqrt(total);
   out.residual_max = max_abs(residual);
   const double theta_norm = l2_norm(theta);
   out.residual_to_param = theta_norm > 0 ? out.residual_norm / theta_norm : kNaN;
-  const auto& slots = layout.slots();
-  out.tensor_residual_norm.resize(slots.size());
-  for (std::size_t s = 0; s < slots.size(); ++s) {
-    out.tensor_residual_norm[s] = l2_norm(residual.subspan(slots[s].offset, slots[s].numel()));
-  }
 }
 
 void mark_sparse_metrics_not_applicable(StepMetrics& out) {
@@ -172,24 +180,41 @@ void StalenessTracker::fill(int t, StepMetrics& out) const {
 void UpdateTracker::before(std::span<const float> theta) { std::copy(theta.begin(), theta.end(), before_.begin()); }
 
 void UpdateTracker::after(std::span<const float> theta, StepMetrics& out) {
+  // One fused pass: squared norm per fixed block (summed in block order, so deterministic),
+  // max |delta| and sign flips, and the new signs for the next step.
   const std::size_t n = theta.size();
-  std::vector<float>& delta = delta_;
-  delta.resize(n);
-  std::size_t both = 0;
-  std::size_t flipped = 0;
-  for (std::size_t j = 0; j < n; ++j) {
-    const float d = theta[j] - before_[j];
-    delta[j] = d;
-    const std::int8_t sign = static_cast<std::int8_t>((d > 0) - (d < 0));
-    if (have_previous_ && sign != 0 && previous_sign_[j] != 0) {
-      ++both;
-      flipped += sign != previous_sign_[j] ? 1u : 0u;
+  const std::size_t blocks = (n + kBlock - 1) / kBlock;
+  std::vector<double>& partial = partial_;
+  partial.assign(blocks, 0.0);
+  float max = 0;
+  bool nan = false;
+  std::size_t both = 0, flipped = 0;
+  const bool have_previous = have_previous_;
+#pragma omp parallel for schedule(static) reduction(max : max) reduction(|| : nan) reduction(+ : both, flipped) if (blocks > 8)
+  for (Index b = 0; b < static_cast<Index>(blocks); ++b) {
+    const std::size_t lo = static_cast<std::size_t>(b) * kBlock;
+    const std::size_t hi = std::min(n, lo + kBlock);
+    double ss = 0;
+    for (std::size_t j = lo; j < hi; ++j) {
+      const float d = theta[j] - before_[j];
+      ss += static_cast<double>(d) * d;
+      const float a = std::fabs(d);
+      nan = nan || std::isnan(a);
+      max = std::max(max, a);
+      const std::int8_t sign = static_cast<std::int8_t>((d > 0) - (d < 0));
+      if (have_previous && sign != 0 && previous_sign_[j] != 0) {
+        ++both;
+        flipped += sign != previous_sign_[j] ? 1u : 0u;
+      }
+      previous_sign_[j] = sign;
     }
-    previous_sign_[j] = sign;
+    partial[static_cast<std::size_t>(b)] = ss;
   }
+  double total = 0;
+  for (double p : partial) total += p;
   have_previous_ = true;
-  out.update_norm = l2_norm(delta);
-  out.update_max = max_abs(delta);
+  out.update_norm = std::sqrt(total);
+  out.update_max = nan ? kNaN : max;
   out.update_sign_flip = both ? static_cast<double>(flipped) / static_cast<double>(both) : kNaN;
 }
 

@@ -69,7 +69,7 @@ class UpdateTracker {
 
  private:
   std::vector<float> before_;
-  std::vector<float> delta_;
+  std::vector<double> partial_;
   std::vector<std::int8_t> previous_sign_;
   bool have_previous_ = false;
 };

@@ -294,3 +294,35 @@ TEST_CASE("scape sweep runs every point, skips completed ones on a re-run, and s
   for (std::size_t pos = 0; (pos = r.output.find("skipped (completed)", pos)) != std::string::npos; ++pos) ++skipped;
   CHECK(skipped == 4);
 }
+
+TEST_CASE("replay: a recorded gradient trace drives the optimizer; workers and steps are checked against it") {
+  TempDir dir;
+  const fs::path trace = dir.path / "trace.h5";
+  const std::string py = "cd " + std::string(SCAPE_SOURCE_DIR) + " && /usr/bin/python3 -m analysis.trace_writer --demo " +
+                         trace.string() + " --steps 6 --workers 3 > /dev/null 2>&1";
+  if (std::system(py.c_str()) != 0) {
+    MESSAGE("skipped: /usr/bin/python3 with h5py and numpy is needed to write the trace");
+    return;
+  }
+  const std::string cfg = R"({"name": "rep", "workers": 3, "steps": 6,
+    "model": {"type": "replay", "path": "trace.h5"},
+    "optimizer": {"type": "scape", "sparsity": 0.9, "lr": 0.01}, "log": {"save_params": true}})";
+  write_file(dir.path / "r.json", cfg);
+  auto r = run_scape("run " + (dir.path / "r.json").string() + " --out " + (dir.path / "r.h5").string() + " --quiet");
+  CAPTURE(r.output);
+  CHECK(r.code == 0);
+  const auto loss = read_metric(dir.path / "r.h5", "train_loss");
+  REQUIRE(loss.size() == 6);
+  CHECK(std::isnan(loss[0]));  // a trace has no loss
+  CHECK(read_metric(dir.path / "r.h5", "grad_norm")[0] > 0);
+  r = run_scape("run " + (dir.path / "r.json").string() + " --out " + (dir.path / "x.h5").string() + " --quiet --set workers=2");
+  CHECK(r.code == 2);
+  CHECK(r.output.find("holds gradients of 3 workers") != std::string::npos);
+  r = run_scape("run " + (dir.path / "r.json").string() + " --out " + (dir.path / "x.h5").string() + " --quiet --set steps=7");
+  CHECK(r.code == 2);
+  CHECK(r.output.find("exceeds the 6 steps") != std::string::npos);
+  r = run_scape("run " + (dir.path / "r.json").string() + " --out " + (dir.path / "x.h5").string() +
+                " --quiet --set model.path=nothere.h5");
+  CHECK(r.code == 2);
+  CHECK(r.output.find("nothere.h5") != std::string::npos);
+}

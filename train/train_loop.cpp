@@ -38,7 +38,8 @@ std::vector<std::string> scalar_metric_names(const OptimizerConfig& c) {
                                     "target_density",  "mask_density", "mask_jaccard",      "mask_oracle_overlap",
                                     "fill_in",         "residual_norm", "residual_max",     "residual_to_param",
                                     "staleness_mean",  "staleness_p99", "staleness_max",    "update_norm",
-                                    "update_max",      "update_sign_flip", "nonfinite_grads"};
+                                    "update_max",      "update_sign_flip", "nonfinite_grads", "optimizer_time",
+                                    "record_time"};
   for (const auto& p : collective_purposes(c)) names.push_back("bytes_sent_" + p);
   return names;
 }
@@ -58,12 +59,15 @@ struct Aggregator {
   std::vector<float> mean_grad, mean_acc;
   std::vector<std::uint64_t> oracle_words;
 
+  double record_s = 0;  // rank 0's time to combine and write the previous step's row
+
   void fill(std::span<const WorkerReport* const> reports, std::span<const std::uint64_t> mask, double& loss_out) {
     const std::size_t w = reports.size();
     const StepMetrics& m0 = reports[0]->metrics;
     double loss = 0, residual = 0, residual_max = 0, ratio = 0, stale_mean = 0, stale_p99 = 0, stale_max = 0, compute = 0;
-    double nonfinite = 0;
+    double nonfinite = 0, optimizer = 0;
     for (const auto* r : reports) {
+      optimizer += r->optimizer_s;
       loss += r->loss;
       residual += r->metrics.residual_norm;
       residual_max = std::max(residual_max, r->metrics.residual_max);
@@ -117,6 +121,8 @@ struct Aggregator {
         {"update_max", m0.update_max},
         {"update_sign_flip", m0.update_sign_flip},
         {"nonfinite_grads", nonfinite},
+        {"optimizer_time", optimizer / wd},
+        {"record_time", record_s},
     };
     for (const auto& r : m0.comm) v["bytes_sent_" + r.purpose] += r.bytes_sent_per_worker;
     row.assign(metric_names.size(), 0.0);
@@ -362,12 +368,16 @@ RunOutcome run_simulated(const experiments::ExperimentConfig& config, const RunO
           for (std::size_t j = 0; j < grads.size(); ++j) acc[j] = e[j] + grads[j];
           report.accumulated = acc;
         }
+        const double o0 = thread_cpu_seconds();
         report.metrics = opt->step(params, grads);
+        report.optimizer_s = thread_cpu_seconds() - o0;
         report.grads = grads;
         const bool stop = exchange.exchange(rank, report, [&](std::span<const WorkerReport* const> reports) {
           double loss = 0;
+          const auto r0 = std::chrono::steady_clock::now();
           agg.fill(reports, opt->mask(), loss);
           recorder.append_step(t, agg.row, agg.tensor_row);
+          agg.record_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - r0).count();
           bool bad = false;
           for (const auto* r : reports) bad = bad || report_diverged(*r, config.model.type != "replay");
           bad = bad || !std::isfinite(reports[0]->metrics.update_norm);

@@ -21,6 +21,7 @@ namespace scape::train {
 struct WorkerReport {
   double loss = 0;
   double compute_s = 0;            // thread CPU seconds of forward/backward
+  double optimizer_s = 0;          // thread CPU seconds of the optimizer step and its collectives
   StepMetrics metrics;
   std::span<const float> grads;        // g_i
   std::span<const float> accumulated;  // a_i = e_i + g_i (empty without the oracle)
