@@ -19,7 +19,7 @@
 #include "sim/emulated_comm.hpp"
 
 namespace scape::train {
-namespace {
+namespace detail {
 
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 
@@ -167,10 +167,17 @@ class SimExchange final : public StepExchange {
     comms_[rank]->barrier();
     return stop_;
   }
-  void barrier() override {}
+  std::vector<StateMap> gather_states(int rank, const StateMap& mine) override {
+    states_.resize(slots_.size());
+    states_[static_cast<std::size_t>(rank)] = mine;
+    comms_[rank]->barrier();
+    return rank == 0 ? states_ : std::vector<StateMap>{};
+  }
+  void barrier(int rank) override { comms_[rank]->barrier(); }
 
  private:
   std::vector<const WorkerReport*> slots_;
+  std::vector<StateMap> states_;
   Communicator* const* comms_;
   bool stop_ = false;
 };
@@ -233,12 +240,6 @@ void write_checkpoint(const std::filesystem::path& path, const std::string& id, 
   std::filesystem::rename(tmp, path);
 }
 
-struct Checkpoint {
-  int step = 0;
-  std::vector<StateMap> states;
-  std::vector<float> params;
-};
-
 Checkpoint read_checkpoint(const std::filesystem::path& path, const std::string& id, int workers, std::size_t n) {
   std::ifstream in(path, std::ios::binary);
   if (!in) throw experiments::ConfigError(path.string() + ": no checkpoint to resume from");
@@ -292,7 +293,9 @@ bool report_diverged(const WorkerReport& r, bool has_loss) {
   return r.metrics.nonfinite_grads > 0 || (has_loss && !std::isfinite(r.loss));
 }
 
-}  // namespace
+}  // namespace detail
+
+using namespace detail;
 
 const char* to_string(RunStatus s) {
   switch (s) {
@@ -303,16 +306,11 @@ const char* to_string(RunStatus s) {
   return "failed";
 }
 
-RunOutcome run_simulated(const experiments::ExperimentConfig& config, const RunOptions& options) {
-  const auto wall_start = std::chrono::steady_clock::now();
-  const std::unique_ptr<SourceData> data = load_source_data(config);  // ConfigError: nothing written
-  const ParamLayout& layout = data->layout();
+RunLog::RunLog(const experiments::ExperimentConfig& config, const ParamLayout& layout, const RunOptions& options,
+               int resume_step)
+    : config_(config), options_(options), layout_(layout) {
   const nlohmann::json resolved = config.to_json();
-  const std::string id = experiments::run_id(resolved);
-  const std::filesystem::path checkpoint_path = options.out.string() + ".ckpt";
-  Checkpoint checkpoint;
-  if (options.resume) checkpoint = read_checkpoint(checkpoint_path, id, config.workers, layout.size());
-
+  id_ = experiments::run_id(resolved);
   experiments::RunFileSpec spec;
   spec.config_json = resolved.dump(2);
   spec.scape_version = options.scape_version;
@@ -322,126 +320,164 @@ RunOutcome run_simulated(const experiments::ExperimentConfig& config, const RunO
   spec.tensor_metric_names = tensor_metric_names();
   spec.final_params_size = config.log.save_params ? layout.size() : 0;
   spec.flush_interval = config.log.flush_interval;
-  auto recorder = options.resume ? experiments::RunRecorder::open_for_resume(options.out, spec, checkpoint.step)
-                                 : experiments::RunRecorder::create(options.out, spec);
+  metric_names_ = spec.metric_names;
+  recorder_ = std::make_unique<experiments::RunRecorder>(
+      options.resume ? experiments::RunRecorder::open_for_resume(options.out, spec, resume_step)
+                     : experiments::RunRecorder::create(options.out, spec));
+  outcome_.steps_completed = resume_step;
+  outcome_.n_params = layout.size();
+  const double tokens = config.has_data() ? static_cast<double>(config.workers) * config.data.batch_size *
+                                                config.model.block_size
+                                          : 0.0;
+  progress_ = std::make_unique<Progress>(config.steps, tokens, options.quiet);
+  aggregator_ = std::make_unique<Aggregator>(Aggregator{config, layout, metric_names_, {}, {}, {}, {}, {}});
+}
 
-  RunOutcome outcome;
-  outcome.steps_completed = checkpoint.step;
-  outcome.n_params = layout.size();
-  Aggregator agg{config, layout, spec.metric_names, {}, {}, {}, {}, {}};
-  const double tokens_per_step = config.has_data() ? static_cast<double>(config.workers) * config.data.batch_size *
-                                                         config.model.block_size
-                                                   : 0.0;
-  Progress progress(config.steps, tokens_per_step, options.quiet);
-  double bytes_total = 0, jaccard_total = 0, step_time_total = 0;
-  int jaccard_count = 0, rows = 0;
-  double last_val = kNaN, last_loss = kNaN;
-  bool diverged = false;
-  std::vector<StateMap> saved_states(static_cast<std::size_t>(config.workers));
+RunLog::~RunLog() = default;
+
+bool RunLog::record_step(int t, std::span<const WorkerReport* const> reports, std::span<const std::uint64_t> mask,
+                         GradientSource& source, std::span<const float> params) {
+  std::lock_guard lock(mutex_);
+  double loss = 0;
+  const auto r0 = std::chrono::steady_clock::now();
+  aggregator_->fill(reports, mask, loss);
+  recorder_->append_step(t, aggregator_->row, aggregator_->tensor_row);
+  aggregator_->record_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - r0).count();
+  bool bad = !std::isfinite(reports[0]->metrics.update_norm);
+  for (const auto* r : reports) bad = bad || report_diverged(*r, config_.model.type != "replay");
+  outcome_.steps_completed = t;
+  last_loss_ = loss;
+  bytes_total_ += aggregator_->row[3];
+  step_time_total_ += aggregator_->row[7];
+  ++rows_;
+  if (!std::isnan(reports[0]->metrics.mask_jaccard)) {
+    jaccard_total_ += reports[0]->metrics.mask_jaccard;
+    ++jaccard_count_;
+  }
+  if (bad) {
+    diverged_ = true;
+    return true;
+  }
+  if (config_.has_data() && (t % config_.eval.interval == 0 || t == config_.steps)) {
+    last_val_ = source.validation_loss(params, config_.eval.batches);
+    recorder_->append_eval(t, last_val_);
+  }
+  progress_->update(t, loss, last_val_, t == config_.steps);
+  return false;
+}
+
+void RunLog::write_checkpoint(int t, const std::vector<StateMap>& states, std::span<const float> params) {
+  std::lock_guard lock(mutex_);
+  // Rows up to t reach the disk before the checkpoint that resumes after t.
+  recorder_->flush();
+  detail::write_checkpoint(checkpoint_path(options_.out), id_, t, states, params);
+}
+
+void RunLog::write_final_params(std::span<const float> params) {
+  std::lock_guard lock(mutex_);
+  if (!diverged_ && config_.log.save_params) recorder_->write_final_params(params);
+}
+
+RunOutcome RunLog::finish(const std::string& failure) {
+  std::lock_guard lock(mutex_);
+  if (!failure.empty()) {
+    outcome_.status = RunStatus::failed;
+    outcome_.error = failure;
+    recorder_->set_status("failed", failure);
+  } else if (diverged_) {
+    outcome_.status = RunStatus::diverged;
+    outcome_.error = "non-finite loss or gradient at step " + std::to_string(outcome_.steps_completed);
+    recorder_->set_status("diverged", outcome_.error);
+  } else {
+    outcome_.status = RunStatus::completed;
+    recorder_->set_status("completed", "");
+    std::error_code ec;
+    std::filesystem::remove(checkpoint_path(options_.out), ec);
+  }
+  outcome_.final_val_loss = last_val_;
+  outcome_.final_train_loss = last_loss_;
+  outcome_.bytes_per_step = rows_ ? bytes_total_ / rows_ : kNaN;
+  outcome_.mean_mask_jaccard = jaccard_count_ ? jaccard_total_ / jaccard_count_ : kNaN;
+  outcome_.step_time_model = rows_ ? step_time_total_ / rows_ : kNaN;
+  return outcome_;
+}
+
+int RunLog::steps_completed() const { return outcome_.steps_completed; }
+
+std::filesystem::path checkpoint_path(const std::filesystem::path& out) { return out.string() + ".ckpt"; }
+
+Checkpoint load_checkpoint(const experiments::ExperimentConfig& config, const RunOptions& options, std::size_t n) {
+  return read_checkpoint(checkpoint_path(options.out), experiments::run_id(config.to_json()), config.workers, n);
+}
+
+void train_rank(const experiments::ExperimentConfig& config, const SourceData& data, const RunOptions& options,
+                Communicator& comm, StepExchange& exchange, RunLog* log, const Checkpoint* resume) {
+  const int rank = comm.rank();
+  const ParamLayout& layout = data.layout();
+  auto source = make_gradient_source(config, data, rank);
+  auto opt = make_optimizer(config.optimizer, layout, comm, config.steps);
+  std::vector<float> params(layout.size()), grads(layout.size()), acc;
+  int first = 1;
+  if (resume != nullptr) {
+    params = resume->params;
+    opt->load_state(resume->states[static_cast<std::size_t>(rank)]);
+    first = resume->step + 1;
+  } else {
+    data.init_params(params);
+  }
+  const bool want_oracle = config.log.oracle && sparse(config.optimizer);
+  for (int t = first; t <= config.steps; ++t) {
+    WorkerReport report;
+    const double c0 = thread_cpu_seconds();
+    report.loss = source->gradient(params, t, grads);
+    report.compute_s = thread_cpu_seconds() - c0;
+    if (want_oracle) {
+      const auto e = opt->residual();
+      acc.resize(grads.size());
+      for (std::size_t j = 0; j < grads.size(); ++j) acc[j] = e[j] + grads[j];
+      report.accumulated = acc;
+    }
+    const double o0 = thread_cpu_seconds();
+    report.metrics = opt->step(params, grads);
+    report.optimizer_s = thread_cpu_seconds() - o0;
+    report.grads = grads;
+    const bool stop = exchange.exchange(rank, report, [&](std::span<const WorkerReport* const> reports) {
+      return log->record_step(t, reports, opt->mask(), *source, params);
+    });
+    if (stop) break;
+    if (options.checkpoint_every > 0 && t % options.checkpoint_every == 0 && t < config.steps) {
+      StateMap mine;
+      opt->save_state(mine);
+      const auto states = exchange.gather_states(rank, mine);
+      if (rank == 0) log->write_checkpoint(t, states, params);
+      exchange.barrier(rank);
+    }
+  }
+  opt->finish();
+  exchange.barrier(rank);
+  if (rank == 0) log->write_final_params(params);
+}
+
+RunOutcome run_simulated(const experiments::ExperimentConfig& config, const RunOptions& options) {
+  const auto wall_start = std::chrono::steady_clock::now();
+  const std::unique_ptr<SourceData> data = load_source_data(config);  // ConfigError: nothing written
+  Checkpoint checkpoint;
+  if (options.resume) checkpoint = load_checkpoint(config, options, data->layout().size());
+  RunLog log(config, data->layout(), options, checkpoint.step);
   std::vector<Communicator*> comms(static_cast<std::size_t>(config.workers), nullptr);
   SimExchange exchange(config.workers, comms.data());
-  std::mutex error_mutex;
-
+  std::string failure;
   try {
     sim::run_ranks(config.workers, config.network.model(), [&](Communicator& comm) {
-      const int rank = comm.rank();
-      comms[static_cast<std::size_t>(rank)] = &comm;
+      comms[static_cast<std::size_t>(comm.rank())] = &comm;
       comm.barrier();  // every rank has registered its communicator
-      auto source = make_gradient_source(config, *data, rank);
-      auto opt = make_optimizer(config.optimizer, layout, comm, config.steps);
-      std::vector<float> params(layout.size()), grads(layout.size()), acc;
-      if (options.resume) {
-        params = checkpoint.params;
-        opt->load_state(checkpoint.states[static_cast<std::size_t>(rank)]);
-      } else {
-        data->init_params(params);
-      }
-      const bool want_oracle = config.log.oracle && sparse(config.optimizer);
-      for (int t = checkpoint.step + 1; t <= config.steps; ++t) {
-        WorkerReport report;
-        const double c0 = thread_cpu_seconds();
-        report.loss = source->gradient(params, t, grads);
-        report.compute_s = thread_cpu_seconds() - c0;
-        if (want_oracle) {
-          const auto e = opt->residual();
-          acc.resize(grads.size());
-          for (std::size_t j = 0; j < grads.size(); ++j) acc[j] = e[j] + grads[j];
-          report.accumulated = acc;
-        }
-        const double o0 = thread_cpu_seconds();
-        report.metrics = opt->step(params, grads);
-        report.optimizer_s = thread_cpu_seconds() - o0;
-        report.grads = grads;
-        const bool stop = exchange.exchange(rank, report, [&](std::span<const WorkerReport* const> reports) {
-          double loss = 0;
-          const auto r0 = std::chrono::steady_clock::now();
-          agg.fill(reports, opt->mask(), loss);
-          recorder.append_step(t, agg.row, agg.tensor_row);
-          agg.record_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - r0).count();
-          bool bad = false;
-          for (const auto* r : reports) bad = bad || report_diverged(*r, config.model.type != "replay");
-          bad = bad || !std::isfinite(reports[0]->metrics.update_norm);
-          outcome.steps_completed = t;
-          last_loss = loss;
-          bytes_total += agg.row[3];
-          step_time_total += agg.row[7];
-          ++rows;
-          if (!std::isnan(reports[0]->metrics.mask_jaccard)) {
-            jaccard_total += reports[0]->metrics.mask_jaccard;
-            ++jaccard_count;
-          }
-          if (bad) {
-            diverged = true;
-            return true;
-          }
-          const bool eval_now = config.has_data() && (t % config.eval.interval == 0 || t == config.steps);
-          if (eval_now) {
-            last_val = source->validation_loss(params, config.eval.batches);
-            recorder.append_eval(t, last_val);
-          }
-          progress.update(t, loss, last_val, t == config.steps);
-          return false;
-        });
-        if (stop) break;
-        if (options.checkpoint_every > 0 && t % options.checkpoint_every == 0 && t < config.steps) {
-          saved_states[static_cast<std::size_t>(rank)].clear();
-          opt->save_state(saved_states[static_cast<std::size_t>(rank)]);
-          comm.barrier();
-          if (rank == 0) {
-            // Rows up to t reach the disk before the checkpoint that resumes after t.
-            recorder.flush();
-            write_checkpoint(checkpoint_path, id, t, saved_states, params);
-          }
-          comm.barrier();
-        }
-      }
-      opt->finish();
-      comm.barrier();
-      if (rank == 0 && !diverged && config.log.save_params) recorder.write_final_params(params);
+      train_rank(config, *data, options, comm, exchange, comm.rank() == 0 ? &log : nullptr,
+                 options.resume ? &checkpoint : nullptr);
     });
   } catch (const std::exception& e) {
-    std::lock_guard lock(error_mutex);
-    outcome.status = RunStatus::failed;
-    outcome.error = std::string("step ") + std::to_string(outcome.steps_completed + 1) + ": " + e.what();
-    recorder.set_status("failed", outcome.error);
-    outcome.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - wall_start).count();
-    return outcome;
+    failure = "step " + std::to_string(log.steps_completed() + 1) + ": " + e.what();
   }
-  if (diverged) {
-    outcome.status = RunStatus::diverged;
-    outcome.error = "non-finite loss or gradient at step " + std::to_string(outcome.steps_completed);
-    recorder.set_status("diverged", outcome.error);
-  } else {
-    outcome.status = RunStatus::completed;
-    recorder.set_status("completed", "");
-    std::error_code ec;
-    std::filesystem::remove(checkpoint_path, ec);
-  }
-  outcome.final_val_loss = last_val;
-  outcome.final_train_loss = last_loss;
-  outcome.bytes_per_step = rows ? bytes_total / rows : kNaN;
-  outcome.mean_mask_jaccard = jaccard_count ? jaccard_total / jaccard_count : kNaN;
-  outcome.step_time_model = rows ? step_time_total / rows : kNaN;
+  RunOutcome outcome = log.finish(failure);
   outcome.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - wall_start).count();
   return outcome;
 }

@@ -6,13 +6,18 @@
 #include <cstdint>
 #include <filesystem>
 #include <functional>
+#include <limits>
+#include <memory>
+#include <mutex>
 #include <span>
 #include <string>
 #include <vector>
 
 #include "core/communicator.hpp"
 #include "core/optimizer.hpp"
+#include "core/state.hpp"
 #include "experiments/config.hpp"
+#include "experiments/recorder.hpp"
 #include "train/gradient_source.hpp"
 
 namespace scape::train {
@@ -36,7 +41,9 @@ class StepExchange {
   // returns rank 0's decision (true: stop).
   virtual bool exchange(int rank, const WorkerReport& report,
                         const std::function<bool(std::span<const WorkerReport* const>)>& decide) = 0;
-  virtual void barrier() = 0;
+  // Every rank's optimizer state, in rank order, on rank 0 (empty elsewhere).
+  virtual std::vector<StateMap> gather_states(int rank, const StateMap& mine) = 0;
+  virtual void barrier(int rank) = 0;
 };
 
 struct RunOptions {
@@ -63,6 +70,59 @@ struct RunOutcome {
   double wall_s = 0;
   std::size_t n_params = 0;
 };
+
+// What a checkpoint holds: every rank's optimizer state and the (identical) parameters.
+struct Checkpoint {
+  int step = 0;
+  std::vector<StateMap> states;
+  std::vector<float> params;
+};
+std::filesystem::path checkpoint_path(const std::filesystem::path& out);
+// Throws ConfigError when the checkpoint is missing, corrupt or from another config.
+Checkpoint load_checkpoint(const experiments::ExperimentConfig& config, const RunOptions& options, std::size_t n);
+
+namespace detail {
+struct Aggregator;
+class Progress;
+}  // namespace detail
+
+// Rank 0's side of a run: the run file, the progress line and the running summary.
+class RunLog {
+ public:
+  RunLog(const experiments::ExperimentConfig& config, const ParamLayout& layout, const RunOptions& options,
+         int resume_step);
+  ~RunLog();
+  // Combines the workers' reports into one row; returns true when the run must stop (diverged).
+  bool record_step(int t, std::span<const WorkerReport* const> reports, std::span<const std::uint64_t> mask,
+                   GradientSource& source, std::span<const float> params);
+  void write_checkpoint(int t, const std::vector<StateMap>& states, std::span<const float> params);
+  void write_final_params(std::span<const float> params);
+  // Sets the final status (failed when `failure` is not empty) and returns the outcome.
+  RunOutcome finish(const std::string& failure);
+  int steps_completed() const;
+
+ private:
+  const experiments::ExperimentConfig& config_;
+  const RunOptions& options_;
+  const ParamLayout& layout_;
+  std::string id_;
+  std::vector<std::string> metric_names_;
+  std::unique_ptr<experiments::RunRecorder> recorder_;
+  std::unique_ptr<detail::Aggregator> aggregator_;
+  std::unique_ptr<detail::Progress> progress_;
+  std::mutex mutex_;
+  RunOutcome outcome_;
+  double bytes_total_ = 0, jaccard_total_ = 0, step_time_total_ = 0;
+  int jaccard_count_ = 0, rows_ = 0;
+  double last_val_ = std::numeric_limits<double>::quiet_NaN();
+  double last_loss_ = std::numeric_limits<double>::quiet_NaN();
+  bool diverged_ = false;
+};
+
+// One rank's part of a run, shared by every backend: `log` is rank 0's (nullptr elsewhere),
+// `resume` the checkpoint to continue from (nullptr for a fresh run).
+void train_rank(const experiments::ExperimentConfig& config, const SourceData& data, const RunOptions& options,
+                Communicator& comm, StepExchange& exchange, RunLog* log, const Checkpoint* resume);
 
 // Runs an experiment in this process with W emulated workers. Throws ConfigError for invalid
 // configuration or input (nothing is written then); every later failure is recorded in the
