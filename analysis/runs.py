@@ -1,0 +1,251 @@
+"""Reading scape run files (docs/run-files.md) into plain Python and numpy objects.
+
+`load_run(path)` is the entry point for notebooks::
+
+    from analysis import load_run
+    run = load_run("runs/quickstart-1a2b3c.h5")
+    run.config["optimizer"]["type"], run.metrics["train_loss"], run.val_loss
+
+Files are always opened in SWMR mode, because a file whose writer is still running, or was
+killed, refuses an ordinary open; SWMR reads work for finished files too.
+"""
+
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import h5py
+import numpy as np
+
+LAYOUT_VERSION = 1
+"""The run-file layout this module reads (the `layout_version` root attribute)."""
+
+DENSE_TYPES = ("adamw", "adams")
+SPARSE_TYPES = ("scape", "topk_ef")
+
+# Optimizer keys that only mean something for some optimizer types: the resolved config fills
+# every default in, so a dense AdamS run still carries `sparsity: 0.99`. Comparing runs on those
+# values would invent differences (and labels) that do not exist.
+_SCAPE_ONLY_KEYS = ("sparsity", "inner", "update", "mask_statistic", "mask_partition", "mask_lag",
+                    "second_moment", "residual", "density_warmup")
+_TOPK_KEYS = ("sparsity", "inner", "density_warmup")
+
+
+class RunFileError(Exception):
+    """A file that cannot be analysed as a run file; the message names the file and says why."""
+
+
+@dataclass
+class Run:
+    """One run file: its resolved config, root attributes and recorded series.
+
+    `metrics` maps each /metrics/<name> to a float array aligned with `metrics["step"]`; NaN
+    means "does not apply". `eval_step`/`val_loss` are empty for models without validation
+    (quadratic, replay). `tensors` maps a per-tensor metric to a [steps x tensors] array whose
+    columns are named by `tensor_names`.
+    """
+
+    path: Path
+    config: dict
+    status: str
+    steps_completed: int
+    error: str
+    scape_version: str
+    git_sha: str
+    metrics: dict = field(default_factory=dict)
+    eval_step: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    val_loss: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    tensor_names: list = field(default_factory=list)
+    tensors: dict = field(default_factory=dict)
+
+    @property
+    def name(self):
+        """The config's run name (several runs of a sweep usually share it)."""
+        return self.config.get("name", self.path.stem)
+
+    @property
+    def optimizer_type(self):
+        return self.config.get("optimizer", {}).get("type", "?")
+
+    @property
+    def is_dense(self):
+        return self.optimizer_type in DENSE_TYPES
+
+    @property
+    def steps(self):
+        """Recorded step numbers (int)."""
+        return self.metrics.get("step", np.zeros(0, dtype=np.int64))
+
+    def metric(self, name):
+        """The series `name`, or an all-NaN array of the right length when the file lacks it."""
+        if name in self.metrics:
+            return self.metrics[name]
+        return np.full(len(self.steps), np.nan)
+
+    def wall_clock(self):
+        """Modelled wall-clock time in seconds at the end of each step (cumsum of step_time_model)."""
+        return np.cumsum(np.nan_to_num(self.metric("step_time_model"), nan=0.0))
+
+
+def _text(value):
+    """HDF5 string attributes come back as str or bytes depending on how they were written."""
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "replace")
+    if isinstance(value, np.ndarray) and value.shape == ():
+        return _text(value[()])
+    return str(value)
+
+
+def _check_layout(path, attrs):
+    """Refuses files of another layout with a message that says which layout they have."""
+    if "layout_version" not in attrs:
+        raise RunFileError(f"{path}: older run-file layout (no 'layout_version' attribute); "
+                           f"this analysis reads layout {LAYOUT_VERSION} — re-run it with the current scape")
+    version = int(np.asarray(attrs["layout_version"]).reshape(-1)[0])
+    if version != LAYOUT_VERSION:
+        raise RunFileError(f"{path}: run-file layout_version {version}; this analysis reads layout "
+                           f"{LAYOUT_VERSION} — use the analysis scripts of the scape that wrote it")
+    if "config" not in attrs or "status" not in attrs:
+        raise RunFileError(f"{path}: HDF5 file without the 'config'/'status' attributes of a scape run file")
+
+
+def _read_series(group, length_from="step"):
+    """Reads every 1-D dataset of `group`, cut to a common length.
+
+    A file whose writer is running can be read between the extension of two datasets; cutting
+    to the shortest keeps the rows aligned.
+    """
+    series = {name: group[name][()] for name in group if isinstance(group[name], h5py.Dataset)}
+    if not series:
+        return {}
+    n = min(len(v) for v in series.values())
+    out = {}
+    for name, values in series.items():
+        values = values[:n]
+        out[name] = values.astype(np.int64) if name == length_from else values.astype(np.float64)
+    return out
+
+
+def _read_tensors(group):
+    """Per-tensor metrics: names plus [steps x tensors] arrays (empty when absent)."""
+    if group is None or "names" not in group:
+        return [], {}
+    names = [_text(n) for n in group["names"][()]]
+    tensors = {k: group[k][()].astype(np.float64) for k in group if k != "names"}
+    return names, tensors
+
+
+def load_run(path):
+    """Reads one run file; raises RunFileError (with the file name and the reason) when it is not one."""
+    path = Path(path)
+    if not path.is_file():
+        raise RunFileError(f"{path}: no such file")
+    try:
+        if not h5py.is_hdf5(str(path)):
+            raise RunFileError(f"{path}: not an HDF5 file")
+        with h5py.File(path, "r", swmr=True) as f:
+            attrs = f.attrs
+            _check_layout(path, attrs)
+            try:
+                config = json.loads(_text(attrs["config"]))
+            except json.JSONDecodeError as e:
+                raise RunFileError(f"{path}: the 'config' attribute is not valid JSON ({e})") from None
+            metrics = _read_series(f["metrics"]) if "metrics" in f else {}
+            evals = _read_series(f["eval"]) if "eval" in f else {}
+            names, tensors = _read_tensors(f.get("tensors"))
+            n = len(metrics.get("step", []))
+            tensors = {k: v[:n] for k, v in tensors.items()}
+            return Run(path=path, config=config, status=_text(attrs["status"]),
+                       steps_completed=int(np.asarray(attrs.get("steps_completed", n)).reshape(-1)[0]),
+                       error=_text(attrs.get("error", "")), scape_version=_text(attrs.get("scape_version", "")),
+                       git_sha=_text(attrs.get("git_sha", "")), metrics=metrics,
+                       eval_step=evals.get("step", np.zeros(0, dtype=np.int64)),
+                       val_loss=evals.get("val_loss", np.zeros(0)), tensor_names=names, tensors=tensors)
+    except RunFileError:
+        raise
+    except (OSError, KeyError, ValueError, TypeError) as e:
+        raise RunFileError(f"{path}: cannot be read as a run file ({type(e).__name__}: {e})") from None
+
+
+def find_run_files(inputs):
+    """Expands folders (every *.h5 below them, sorted) and keeps files as given.
+
+    Returns (files, problems) where problems lists (path, reason) for inputs that do not exist.
+    Checkpoints (`RUN.h5.ckpt`) do not end in .h5 and are skipped.
+    """
+    files, problems = [], []
+    for item in inputs:
+        p = Path(item)
+        if p.is_dir():
+            files.extend(sorted(q for q in p.rglob("*.h5") if q.is_file()))
+        elif p.is_file():
+            files.append(p)
+        else:
+            problems.append((p, f"{p}: no such file or folder"))
+    seen, unique = set(), []
+    for f in files:
+        key = f.resolve()
+        if key not in seen:
+            seen.add(key)
+            unique.append(f)
+    return unique, problems
+
+
+def load_runs(inputs):
+    """Loads every run file under `inputs`; returns (runs, problems) and never raises for a bad file."""
+    files, problems = find_run_files(inputs)
+    runs = []
+    for f in files:
+        try:
+            runs.append(load_run(f))
+        except RunFileError as e:
+            problems.append((f, str(e)))
+    return runs, problems
+
+
+def flatten(config, prefix=""):
+    """{"optimizer": {"lr": 1}} -> {"optimizer.lr": 1}; lists become tuples (hashable)."""
+    out = {}
+    for key, value in config.items():
+        dotted = f"{prefix}{key}"
+        if isinstance(value, dict):
+            out.update(flatten(value, dotted + "."))
+        elif isinstance(value, list):
+            out[dotted] = tuple(value)
+        else:
+            out[dotted] = value
+    return out
+
+
+def effective_config(run):
+    """The flattened config without keys that do not apply to the run's optimizer or model.
+
+    Dense optimizers ignore every SCAPE switch; raw-gradient top-k uses only sparsity, inner and
+    density warm-up of them and is always replicated; `name` and `description` are labels and `log.*` says what is recorded,
+    not settings of the training; `optimizer.min_lr` is dropped when it is the default lr/10.
+    """
+    flat = flatten(run.config)
+    kind = run.optimizer_type
+    allowed = {"scape": _SCAPE_ONLY_KEYS, "topk_ef": _TOPK_KEYS}.get(kind, ())
+    for key in _SCAPE_ONLY_KEYS:
+        if key not in allowed:
+            flat.pop(f"optimizer.{key}", None)
+    if kind == "topk_ef":
+        flat.pop("optimizer.sharded", None)  # always replicated: not a choice, so not a difference
+    for key in ("name", "description"):
+        flat.pop(key, None)
+    for key in [k for k in flat if k.startswith("log.")]:  # what is recorded, not how it trains
+        flat.pop(key)
+    lr, min_lr = flat.get("optimizer.lr"), flat.get("optimizer.min_lr")
+    if isinstance(lr, (int, float)) and isinstance(min_lr, (int, float)) and math.isclose(min_lr, lr / 10,
+                                                                                          rel_tol=1e-9):
+        flat.pop("optimizer.min_lr")  # the default lr/10 follows lr: not a setting of its own
+    return flat
+
+
+def finite_mean(values):
+    """Mean of the finite entries (NaN when there are none)."""
+    values = np.asarray(values, dtype=np.float64)
+    values = values[np.isfinite(values)]
+    return float(values.mean()) if values.size else math.nan
