@@ -1,0 +1,132 @@
+// Per-step collectives of an optimizer configuration, mirroring the calls of
+// dense_optimizer.cpp, scape_optimizer.cpp and topk_ef_optimizer.cpp one for one (same
+// purposes, same order, same payload rule) and recording them through a ByteLedger.
+#include "core/volume.hpp"
+
+#include <algorithm>
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+
+#include "core/schedule.hpp"
+#include "kernels/cpu/bitmask.hpp"
+
+namespace scape {
+namespace {
+
+constexpr std::uint64_t kIndexBytes = sizeof(std::uint32_t);  // indices on the wire are 32-bit
+
+bool partitioned(const OptimizerConfig& c) { return c.mask_partition == MaskPartition::partitioned; }
+
+// The mask all-gather of SCAPE: bit words of every shard (partitioned; the shard words sum to
+// the words of N because shard boundaries are multiples of 64) or every worker's K(rho) local
+// indices (local_union).
+void record_mask_gather(ByteLedger& ledger, const OptimizerConfig& c, std::size_t n, int workers, double rho,
+                        bool overlapped) {
+  if (partitioned(c)) {
+    ledger.record(CollectiveKind::all_gather, "mask_all_gather", kernels::words_for(n) * sizeof(std::uint64_t),
+                  overlapped);
+    return;
+  }
+  const std::uint64_t k = k_for(rho, n);
+  ledger.record(CollectiveKind::all_gather, "index_all_gather", static_cast<std::uint64_t>(workers) * k * kIndexBytes,
+                overlapped);
+}
+
+void record_dense(ByteLedger& ledger, const OptimizerConfig& c, std::size_t n) {
+  if (c.sharded) {
+    ledger.record(CollectiveKind::reduce_scatter, "grad_reduce_scatter", n * wire_bytes(c.wire_dtype), false);
+    ledger.record(CollectiveKind::all_gather, "param_all_gather", n * wire_bytes(c.param_dtype), false);
+  } else {
+    ledger.record(CollectiveKind::all_reduce, "grad_all_reduce", n * wire_bytes(c.wire_dtype), false);
+  }
+}
+
+// |M_t| of local_union: the caller's value, checked against [K, min(N, W K)].
+std::size_t union_mask_size(std::size_t k, std::size_t n, int workers, std::optional<std::size_t> given) {
+  if (!given) return k;
+  const std::size_t upper = std::min(n, static_cast<std::size_t>(workers) * k);
+  if (*given < k || *given > upper) {
+    throw std::invalid_argument("step_collectives: union size " + std::to_string(*given) +
+                                " is outside [K, min(N, W K)] = [" + std::to_string(k) + ", " +
+                                std::to_string(upper) + "]");
+  }
+  return *given;
+}
+
+void record_scape(ByteLedger& ledger, const OptimizerConfig& c, std::size_t n, int workers, int t, int total,
+                  std::optional<std::size_t> union_size) {
+  const double rho = density_at(c.density(), c.density_warmup, t);
+  // Step 2: the mask of step t is gathered now (lag 0, and step 1 under lag 1).
+  if (c.mask_lag == 0 || t == 1) record_mask_gather(ledger, c, n, workers, rho, false);
+  const std::size_t k = mask_k(c, n, workers, rho);
+  const std::size_t m = partitioned(c) ? k : union_mask_size(k, n, workers, union_size);
+  const std::uint64_t values = m * wire_bytes(c.wire_dtype);
+  const bool two = c.second_moment == SecondMoment::two_collectives;
+  if (c.sharded) {
+    ledger.record(CollectiveKind::reduce_scatter, "grad_reduce_scatter", values, false);
+    if (two) ledger.record(CollectiveKind::reduce_scatter, "accum_reduce_scatter", values, false);
+    const std::size_t synced = c.update == UpdateMode::dense ? n : m;
+    ledger.record(CollectiveKind::all_gather, "param_all_gather", synced * wire_bytes(c.param_dtype), false);
+  } else {
+    ledger.record(CollectiveKind::all_reduce, "grad_all_reduce", values, false);
+    if (two) ledger.record(CollectiveKind::all_reduce, "accum_all_reduce", values, false);
+  }
+  // Step 9: the next mask, at the next step's density, starts asynchronously; the last step
+  // starts none.
+  if (c.mask_lag == 1 && t < total) {
+    record_mask_gather(ledger, c, n, workers, density_at(c.density(), c.density_warmup, t + 1), true);
+  }
+}
+
+void record_topk(ByteLedger& ledger, const OptimizerConfig& c, std::size_t n, int workers, int t) {
+  const std::uint64_t k = k_for(density_at(c.density(), c.density_warmup, t), n);
+  const std::uint64_t record = kIndexBytes + wire_bytes(c.wire_dtype);
+  ledger.record(CollectiveKind::all_gather, "topk_all_gather", static_cast<std::uint64_t>(workers) * k * record, false);
+}
+
+}  // namespace
+
+std::size_t mask_k(const OptimizerConfig& config, std::size_t n_params, int workers, double rho) {
+  switch (config.type) {
+    case OptimizerType::adamw:
+    case OptimizerType::adams:
+      return 0;
+    case OptimizerType::topk_ef:
+      return k_for(rho, n_params);
+    case OptimizerType::scape:
+      break;
+  }
+  if (!partitioned(config)) return k_for(rho, n_params);
+  const Sharding sharding(n_params, workers);
+  std::size_t k = 0;
+  for (int w = 0; w < workers; ++w) k += k_for(rho, sharding.size(w));
+  return k;
+}
+
+std::vector<CommRecord> step_collectives(const OptimizerConfig& config, std::size_t n_params, int workers, int step,
+                                         int total_steps, const NetworkModel& net,
+                                         std::optional<std::size_t> union_size) {
+  config.validate();
+  if (n_params == 0) throw std::invalid_argument("step_collectives: n_params must be > 0");
+  if (total_steps < 1 || step < 1 || step > total_steps) {
+    throw std::invalid_argument("step_collectives: step " + std::to_string(step) + " is outside [1, " +
+                                std::to_string(total_steps) + "]");
+  }
+  ByteLedger ledger(workers, net);
+  switch (config.type) {
+    case OptimizerType::adamw:
+    case OptimizerType::adams:
+      record_dense(ledger, config, n_params);
+      break;
+    case OptimizerType::scape:
+      record_scape(ledger, config, n_params, workers, step, total_steps, union_size);
+      break;
+    case OptimizerType::topk_ef:
+      record_topk(ledger, config, n_params, workers, step);
+      break;
+  }
+  return ledger.drain();
+}
+
+}  // namespace scape

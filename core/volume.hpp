@@ -1,0 +1,29 @@
+// Collectives of one optimizer step computed without running the optimizer: the payload of
+// every collective the optimizers of core/ would issue at step t, recorded through a
+// ByteLedger so that bytes, latency steps and modelled time come from the same closed forms
+// (core/ledger.cpp) as a simulator or MPI run. The predictor (predict/) builds on this.
+#pragma once
+
+#include <cstddef>
+#include <optional>
+#include <vector>
+
+#include "core/ledger.hpp"
+#include "core/optimizer.hpp"
+
+namespace scape {
+
+// The global mask size K of SCAPE or top-k at density rho: the sum of the per-shard k_w
+// (partitioned) or k(rho, N) (local_union, topk_ef). Zero for dense optimizers.
+std::size_t mask_k(const OptimizerConfig& config, std::size_t n_params, int workers, double rho);
+
+// The records the ledger of any worker holds after step `step` (1-based) of `total_steps`,
+// in the order the optimizer issues them. SCAPE with mask_partition = local_union reduces the
+// union |M_t| of the local masks, which depends on the data: pass it as `union_size` (it lies
+// in [K, min(N, W K)]; K when absent). Throws std::invalid_argument for an invalid config,
+// workers < 1, n_params = 0, a step outside [1, total_steps] or a union size outside its range.
+std::vector<CommRecord> step_collectives(const OptimizerConfig& config, std::size_t n_params, int workers, int step,
+                                         int total_steps, const NetworkModel& net,
+                                         std::optional<std::size_t> union_size = std::nullopt);
+
+}  // namespace scape

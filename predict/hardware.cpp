@@ -1,0 +1,31 @@
+// GPU presets (docs/PREDICTING.md, "GPU presets", has the sources).
+#include "predict/hardware.hpp"
+
+#include <stdexcept>
+#include <string>
+
+namespace scape::predict {
+
+const std::vector<GpuPreset>& gpu_presets() {
+  // Datasheets quote bf16 tensor throughput with 2:4 sparsity; the dense figure is half.
+  static const std::vector<GpuPreset> presets = {
+      {"a100", "NVIDIA A100 SXM4 80 GB (HBM2e)", 312.0, 2.039, "NVIDIA A100 Tensor Core GPU datasheet"},
+      {"h100", "NVIDIA H100 SXM5 80 GB (HBM3)", 989.0, 3.35, "NVIDIA H100 Tensor Core GPU datasheet"},
+      {"h200", "NVIDIA H200 SXM 141 GB (HBM3e)", 989.0, 4.8, "NVIDIA H200 Tensor Core GPU datasheet"},
+      {"gh200", "NVIDIA GH200 Grace Hopper Superchip, 144 GB HBM3e GPU memory", 989.0, 4.9,
+       "NVIDIA GH200 Grace Hopper Superchip datasheet"},
+  };
+  return presets;
+}
+
+const GpuPreset& find_gpu_preset(std::string_view name, std::string_view field) {
+  std::string known;
+  for (const auto& p : gpu_presets()) {
+    if (name == p.name) return p;
+    known += (known.empty() ? "" : ", ") + std::string(p.name);
+  }
+  throw std::invalid_argument(std::string(field) + ": unknown GPU preset '" + std::string(name) + "' (known: " + known +
+                              ")");
+}
+
+}  // namespace scape::predict

@@ -1,0 +1,36 @@
+// GPU presets of the predictor (peak dense bf16 throughput and memory bandwidth from the
+// vendor datasheets; docs/PREDICTING.md lists the sources) and the GPU a prediction uses.
+#pragma once
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace scape::predict {
+
+struct GpuPreset {
+  const char* name;
+  const char* description;
+  double peak_bf16_TFLOPs;  // dense (no 2:4 sparsity), 1e12 FLOP/s
+  double memory_TBps;       // device memory bandwidth, 1e12 bytes/s
+  const char* source;
+};
+
+const std::vector<GpuPreset>& gpu_presets();
+// Throws std::invalid_argument naming `field` and listing the presets when unknown.
+const GpuPreset& find_gpu_preset(std::string_view name, std::string_view field);
+
+// MFU 0.4 is the default: a stated assumption for well-tuned dense training at this scale.
+constexpr double kDefaultMfu = 0.4;
+
+struct GpuSpec {
+  std::string preset;          // "" when every figure was given explicitly
+  double peak_TFLOPs = 989.0;  // dense bf16
+  double mfu = kDefaultMfu;    // achieved fraction of the peak, in (0, 1]
+  double memory_TBps = 3.35;
+
+  double achieved_flops() const { return peak_TFLOPs * 1e12 * mfu; }
+  double memory_Bps() const { return memory_TBps * 1e12; }
+};
+
+}  // namespace scape::predict

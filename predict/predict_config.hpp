@@ -1,0 +1,77 @@
+// Prediction configuration: strict JSON -> typed config, in the style of the experiment
+// configs (experiments/config.hpp): unknown keys, wrong types and out-of-range values are
+// experiments::ConfigErrors naming the JSON path, so `scape predict` exits with status 2. The
+// optimizer section is parsed by the run-config parser itself. docs/PREDICTING.md lists every
+// field and default.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "core/optimizer.hpp"
+#include "predict/hardware.hpp"
+#include "predict/models.hpp"
+#include "predict/step_model.hpp"
+#include "predict/topology.hpp"
+
+namespace scape::predict {
+
+enum class Scaling { strong, weak };
+const char* to_string(Scaling s);
+
+struct BatchSpec {
+  Scaling scaling = Scaling::strong;
+  int seq_len = 1024;
+  std::int64_t global_sequences = 0;   // strong: the fixed global batch
+  std::int64_t per_gpu_sequences = 0;  // weak: the fixed batch of one GPU
+
+  double sequences_per_gpu(int workers) const;
+  double tokens_per_gpu(int workers) const { return sequences_per_gpu(workers) * seq_len; }
+  double global_tokens(int workers) const { return tokens_per_gpu(workers) * workers; }
+};
+
+// One level of the network: a shared preset (sim/network_presets.hpp), possibly overridden.
+struct LinkSpec {
+  std::string preset;  // "" when both figures were given
+  double alpha_us = 0;
+  double bandwidth_GBps = 0;
+  NetworkModel model() const;
+};
+
+struct PredictConfig {
+  std::string name = "predict";
+  std::string description;
+  std::string model_preset;  // "" for explicit dimensions
+  ModelSpec model;
+  AttentionFlops attention = AttentionFlops::causal;
+  BatchSpec batch;
+  GpuSpec gpu;
+  int gpus_per_node = 1;
+  int nics_per_node = 1;
+  LinkSpec inter;
+  LinkSpec intra;
+  OverlapModel overlap;
+  OptimizerConfig optimizer;
+  OptimizerConfig baseline;
+  double fill_in = 1.0;  // SCAPE local_union: |M| / K
+  std::vector<int> workers;
+
+  Topology topology() const;
+  // Defaults filled in: what the prediction file records.
+  nlohmann::json to_json() const;
+};
+
+// The dense optimizer a sparse one is compared with: AdamS (AdamW when its inner rule is
+// AdamW) with the same sharding and wire precisions; a dense optimizer is its own baseline.
+OptimizerConfig default_baseline(const OptimizerConfig& c);
+
+// Throws experiments::ConfigError naming the field.
+PredictConfig parse_predict_config(const nlohmann::json& j);
+// Reads the file, applies --set overrides (key.path=value), parses.
+PredictConfig load_predict_config(const std::filesystem::path& file, const std::vector<std::string>& sets);
+
+}  // namespace scape::predict

@@ -1,0 +1,264 @@
+// Printed table, HDF5 prediction file and CSV of a prediction (docs/PREDICTING.md, "Outputs").
+#include "predict/report.hpp"
+
+#include <algorithm>
+#include <cstdio>
+#include <fstream>
+#include <functional>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "experiments/hdf5.hpp"
+
+namespace scape::predict {
+namespace {
+
+namespace ex = scape::experiments;
+
+std::string fmt(const char* format, double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, format, v);
+  return buf;
+}
+
+std::string thousands(std::uint64_t v) {
+  std::string digits = std::to_string(v), out;
+  for (std::size_t i = 0; i < digits.size(); ++i) {
+    if (i > 0 && (digits.size() - i) % 3 == 0) out += ',';
+    out += digits[i];
+  }
+  return out;
+}
+
+// The two configurations of every row, by name, in output order.
+struct Side {
+  const char* name;
+  const OptimizerConfig& config;
+  std::function<const StepPrediction&(const PredictionRow&)> step;
+  std::function<double(const PredictionRow&)> speedup, efficiency, tokens_per_s;
+};
+
+std::vector<Side> sides(const Prediction& p) {
+  return {
+      {"optimizer", p.config.optimizer, [](const PredictionRow& r) -> const StepPrediction& { return r.optimizer; },
+       [](const PredictionRow& r) { return r.speedup; }, [](const PredictionRow& r) { return r.efficiency; },
+       [](const PredictionRow& r) { return r.tokens_per_s(); }},
+      {"baseline", p.config.baseline, [](const PredictionRow& r) -> const StepPrediction& { return r.baseline; },
+       [](const PredictionRow&) { return 1.0; }, [](const PredictionRow& r) { return r.baseline_efficiency; },
+       [](const PredictionRow& r) { return r.baseline_tokens_per_s(); }},
+  };
+}
+
+// Purposes of both configurations in the order their collectives are issued.
+std::vector<std::string> purposes(const Prediction& p) {
+  std::vector<std::string> out;
+  for (const auto& side : sides(p)) {
+    for (const auto& row : p.rows) {
+      for (const auto& c : side.step(row).collectives) {
+        if (std::find(out.begin(), out.end(), c.record.purpose) == out.end()) out.push_back(c.record.purpose);
+      }
+    }
+  }
+  return out;
+}
+
+// All collectives of one purpose in a step, summed (a steady-state step has at most one).
+std::optional<CollectiveTime> of_purpose(const StepPrediction& s, const std::string& purpose) {
+  std::optional<CollectiveTime> out;
+  for (const auto& c : s.collectives) {
+    if (c.record.purpose != purpose) continue;
+    if (!out) {
+      out = c;
+      continue;
+    }
+    out->record.payload_bytes += c.record.payload_bytes;
+    out->record.bytes_sent_per_worker += c.record.bytes_sent_per_worker;
+    out->buckets += c.buckets;
+    out->time_s += c.time_s;
+    out->exposed_s += c.exposed_s;
+    out->intra_bytes += c.intra_bytes;
+    out->inter_bytes += c.inter_bytes;
+  }
+  return out;
+}
+
+std::string describe(const OptimizerConfig& o) {
+  std::string s = to_string(o.type);
+  s += std::string(" (") + (o.sharded ? "sharded" : "replicated");
+  if (o.type == OptimizerType::scape || o.type == OptimizerType::topk_ef) {
+    s += ", sparsity " + fmt("%g", o.sparsity);
+  }
+  if (o.type == OptimizerType::scape) {
+    s += std::string(", ") + to_string(o.mask_partition) + " mask, lag " + std::to_string(o.mask_lag) + ", " +
+         to_string(o.update) + " update, " + to_string(o.second_moment);
+  }
+  return s + ", wire " + to_string(o.wire_dtype) + ", params " + to_string(o.param_dtype) + ")";
+}
+
+std::string link(const LinkSpec& l) {
+  return (l.preset.empty() ? std::string("custom") : l.preset) + " (" + fmt("%g", l.alpha_us) + " us, " +
+         fmt("%g", l.bandwidth_GBps) + " GB/s)";
+}
+
+void print_header(std::ostream& out, const Prediction& p) {
+  const auto& c = p.config;
+  const auto& m = c.model;
+  out << "prediction " << c.name << (c.description.empty() ? "" : ": " + c.description) << "\n";
+  out << "model " << (c.model_preset.empty() ? "custom" : c.model_preset) << " (" << to_string(m.family) << ", "
+      << m.n_layer << " layers, width " << m.n_embd << ", " << m.n_head << " heads, vocab " << m.vocab_size
+      << "): N = " << thousands(p.n_params) << " parameters, " << fmt("%.3g", p.flops_per_token / 1e9)
+      << " GFLOP per token (attention " << to_string(c.attention) << ")\n";
+  out << "gpu " << (c.gpu.preset.empty() ? "custom" : c.gpu.preset) << ": " << fmt("%g", c.gpu.peak_TFLOPs)
+      << " TFLOP/s bf16 at MFU " << fmt("%g", c.gpu.mfu) << ", memory " << fmt("%g", c.gpu.memory_TBps) << " TB/s\n";
+  out << "network: " << c.gpus_per_node << " GPU(s) and " << c.nics_per_node << " port(s) per node; inter "
+      << link(c.inter) << "; intra " << link(c.intra) << "\n";
+  out << "batch: " << to_string(c.batch.scaling) << " scaling, sequence length " << c.batch.seq_len << ", "
+      << (c.batch.scaling == Scaling::strong ? std::to_string(c.batch.global_sequences) + " sequences per step"
+                                             : std::to_string(c.batch.per_gpu_sequences) + " sequences per GPU")
+      << "\n";
+  const auto on = [](bool b) { return b ? "on" : "off"; };
+  out << "overlap: grad_reduce " << on(c.overlap.grad_reduce) << ", param_gather " << on(c.overlap.param_gather)
+      << ", sparse_reduce " << on(c.overlap.sparse_reduce) << ", mask_gather " << on(c.overlap.mask_gather)
+      << ", buckets " << fmt("%g", c.overlap.bucket_MB) << " MB\n";
+  out << "optimizer: " << describe(c.optimizer) << "\nbaseline:  " << describe(c.baseline) << "\n";
+  out << "collective columns: modelled time in ms, exposed part in parentheses\n\n";
+}
+
+// One value per worker count, as a 1-D float64 dataset.
+void write_column(const ex::File& file, const std::string& name, const Prediction& p,
+                  const std::function<double(const PredictionRow&)>& value_of) {
+  std::vector<double> v;
+  for (const auto& r : p.rows) v.push_back(value_of(r));
+  const hsize_t n = v.size();
+  file.create_dataset(name, H5T_IEEE_F64LE, ex::DatasetShape{{n}, {}, {}, {}}).write<double>({0}, {n}, v);
+}
+
+void write_int64(const ex::File& file, const std::string& name, const std::vector<std::int64_t>& v) {
+  const hsize_t n = v.size();
+  file.create_dataset(name, H5T_STD_I64LE, ex::DatasetShape{{n}, {}, {}, {}}).write<std::int64_t>({0}, {n}, v);
+}
+
+// /optimizer or /baseline: the step breakdown and the derived figures.
+void write_side(const ex::File& file, const Prediction& p, const Side& side) {
+  const std::string g = side.name;
+  file.create_group(g).write_string_attribute("type", to_string(side.config.type));
+  const std::pair<const char*, double (*)(const StepPrediction&)> fields[] = {
+      {"tokens_per_gpu", [](const StepPrediction& s) { return s.tokens_per_gpu; }},
+      {"forward_s", [](const StepPrediction& s) { return s.forward_s; }},
+      {"backward_s", [](const StepPrediction& s) { return s.backward_s; }},
+      {"compute_s", [](const StepPrediction& s) { return s.compute_s(); }},
+      {"optimizer_s", [](const StepPrediction& s) { return s.optimizer_s; }},
+      {"optimizer_bytes", [](const StepPrediction& s) { return s.optimizer_bytes; }},
+      {"comm_s", [](const StepPrediction& s) { return s.comm_s; }},
+      {"exposed_comm_s", [](const StepPrediction& s) { return s.exposed_comm_s; }},
+      {"step_s", [](const StepPrediction& s) { return s.step_s; }},
+  };
+  for (const auto& [name, get] : fields) {
+    write_column(file, g + "/" + name, p, [&](const PredictionRow& r) { return get(side.step(r)); });
+  }
+  write_column(file, g + "/tokens_per_s", p, side.tokens_per_s);
+  write_column(file, g + "/speedup", p, side.speedup);
+  write_column(file, g + "/efficiency", p, side.efficiency);
+}
+
+// <side>/collectives/<purpose>: the ledger's bytes and the network's times of one collective.
+void write_collective(const ex::File& file, const Prediction& p, const Side& side, const std::string& purpose) {
+  const std::string base = std::string(side.name) + "/collectives/" + purpose;
+  const CollectiveTime first = *of_purpose(side.step(p.rows.front()), purpose);
+  auto group = file.create_group(base);
+  group.write_string_attribute("kind", to_string(first.record.kind));
+  group.write_string_attribute("window", to_string(first.window));
+  const std::pair<const char*, double (*)(const CollectiveTime&)> fields[] = {
+      {"payload_bytes", [](const CollectiveTime& c) { return static_cast<double>(c.record.payload_bytes); }},
+      {"bytes_sent_per_worker", [](const CollectiveTime& c) { return c.record.bytes_sent_per_worker; }},
+      {"intra_bytes_per_gpu", [](const CollectiveTime& c) { return c.intra_bytes; }},
+      {"inter_bytes_per_gpu", [](const CollectiveTime& c) { return c.inter_bytes; }},
+      {"buckets", [](const CollectiveTime& c) { return static_cast<double>(c.buckets); }},
+      {"time_s", [](const CollectiveTime& c) { return c.time_s; }},
+      {"exposed_s", [](const CollectiveTime& c) { return c.exposed_s; }},
+  };
+  for (const auto& [name, get] : fields) {
+    write_column(file, base + "/" + name, p,
+                 [&](const PredictionRow& r) { return get(*of_purpose(side.step(r), purpose)); });
+  }
+}
+
+}  // namespace
+
+void print_prediction(std::ostream& out, const Prediction& p) {
+  print_header(out, p);
+  const auto names = purposes(p);
+  out << "| W | config | compute ms | opt. step ms |";
+  for (const auto& n : names) out << " " << n << " |";
+  out << " exposed comm ms | step ms | tokens/s | speedup | efficiency |\n|---|---|---|---|";
+  for (std::size_t i = 0; i < names.size(); ++i) out << "---|";
+  out << "---|---|---|---|---|\n";
+  for (const auto& row : p.rows) {
+    for (const auto& side : sides(p)) {
+      const StepPrediction& s = side.step(row);
+      out << "| " << row.workers << " | " << to_string(side.config.type) << " | " << fmt("%.2f", s.compute_s() * 1e3)
+          << " | " << fmt("%.2f", s.optimizer_s * 1e3) << " |";
+      for (const auto& n : names) {
+        const auto c = of_purpose(s, n);
+        out << " " << (c ? fmt("%.2f", c->time_s * 1e3) + " (" + fmt("%.2f", c->exposed_s * 1e3) + ")" : "") << " |";
+      }
+      out << " " << fmt("%.2f", s.exposed_comm_s * 1e3) << " | " << fmt("%.2f", s.step_s * 1e3) << " | "
+          << fmt("%.4g", side.tokens_per_s(row)) << " | " << fmt("%.3f", side.speedup(row)) << " | "
+          << fmt("%.3f", side.efficiency(row)) << " |\n";
+    }
+  }
+}
+
+void write_prediction_hdf5(const std::filesystem::path& path, const Prediction& p) {
+  auto file = ex::File::create(path);
+  file.write_string_attribute("format", "scape-prediction-1");
+  file.write_string_attribute("config", p.config.to_json().dump());
+  std::vector<std::int64_t> workers;
+  for (const auto& r : p.rows) workers.push_back(r.workers);
+  write_int64(file, "workers", workers);
+  write_int64(file, "model/n_params", {static_cast<std::int64_t>(p.n_params)});
+  const std::vector<double> flops{p.flops_per_token};
+  file.create_dataset("model/flops_per_token", H5T_IEEE_F64LE, ex::DatasetShape{{1}, {}, {}, {}})
+      .write<double>({0}, {1}, flops);
+  write_column(file, "global_tokens", p, [](const PredictionRow& r) { return r.global_tokens; });
+  for (const auto& side : sides(p)) {
+    write_side(file, p, side);
+    for (const auto& purpose : purposes(p)) {
+      if (of_purpose(side.step(p.rows.front()), purpose)) write_collective(file, p, side, purpose);
+    }
+  }
+  file.close();
+}
+
+void write_prediction_csv(const std::filesystem::path& path, const Prediction& p) {
+  std::ofstream out(path);
+  if (!out) throw std::runtime_error(path.string() + ": cannot open for writing");
+  const auto names = purposes(p);
+  out << "workers,config,type,tokens_per_gpu,global_tokens,compute_s,optimizer_s";
+  for (const auto& n : names) out << "," << n << "_payload_bytes," << n << "_time_s," << n << "_exposed_s";
+  out << ",comm_s,exposed_comm_s,step_s,tokens_per_s,speedup,efficiency\n";
+  const auto num = [](double v) { return fmt("%.10g", v); };
+  for (const auto& row : p.rows) {
+    for (const auto& side : sides(p)) {
+      const StepPrediction& s = side.step(row);
+      out << row.workers << "," << side.name << "," << to_string(side.config.type) << "," << num(s.tokens_per_gpu)
+          << "," << num(row.global_tokens) << "," << num(s.compute_s()) << "," << num(s.optimizer_s);
+      for (const auto& n : names) {
+        const auto c = of_purpose(s, n);
+        if (c) {
+          out << "," << c->record.payload_bytes << "," << num(c->time_s) << "," << num(c->exposed_s);
+        } else {
+          out << ",,,";
+        }
+      }
+      out << "," << num(s.comm_s) << "," << num(s.exposed_comm_s) << "," << num(s.step_s) << ","
+          << num(side.tokens_per_s(row)) << "," << num(side.speedup(row)) << "," << num(side.efficiency(row)) << "\n";
+    }
+  }
+  out.flush();
+  if (!out) throw std::runtime_error(path.string() + ": write failed");
+}
+
+}  // namespace scape::predict

@@ -1,0 +1,196 @@
+// Step time: compute, collectives on the two-level network, overlap, optimizer step
+// (docs/PREDICTING.md, "Step time" and "Optimizer step").
+#include "predict/step_model.hpp"
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <optional>
+
+#include "core/layout.hpp"
+#include "core/schedule.hpp"
+#include "core/volume.hpp"
+
+namespace scape::predict {
+namespace {
+
+// Bytes per element of the optimizer kernels, fp32 state (docs/PREDICTING.md, "Optimizer step").
+constexpr double kAdamSStep = 20;     // read g, theta, m; write theta, m
+constexpr double kAdamWExtra = 8;     // read and write v
+constexpr double kAccumulate = 12;    // a = e + g: read e, g; write e
+constexpr double kSelect = 20;        // statistic (read a, m; write s) and two top-k passes over s
+constexpr double kTopkSelect = 8;     // top-k of |a|: two passes over a
+constexpr double kPack = 16;          // per mask coordinate: index, a (and m), write b; zero e
+constexpr double kReadWrite = 8;      // read and write one value (weight decay, divide by W)
+constexpr double kMaskedStep = 44;    // reconstruct g (idx, b, m -> g) and the indexed AdamS step
+constexpr double kIndexedMove = 12;   // index, value, destination (compact, expand, sum pairs)
+constexpr double kClear = 4;          // write one value
+
+bool dense_type(const OptimizerConfig& c) { return c.type == OptimizerType::adamw || c.type == OptimizerType::adams; }
+bool adamw_rule(const OptimizerConfig& c) {
+  return c.type == OptimizerType::adamw || (!dense_type(c) && c.inner == InnerRule::adamw);
+}
+double dense_step_bytes(const OptimizerConfig& c) { return kAdamSStep + (adamw_rule(c) ? kAdamWExtra : 0); }
+
+// Elements of optimizer state one GPU steps: its shard (the first, never shorter) or all N.
+double state_elements(const OptimizerConfig& c, std::uint64_t n, int workers) {
+  return c.sharded ? static_cast<double>(Sharding(n, workers).size(0)) : static_cast<double>(n);
+}
+
+double scape_step_bytes(const OptimizerConfig& c, std::uint64_t n, int workers, std::uint64_t m) {
+  const double nn = static_cast<double>(n);
+  const double mm = static_cast<double>(m);
+  const double state = state_elements(c, n, workers);
+  // The mask coordinates this GPU updates: K / W on an owner (sharded), all of them otherwise.
+  const double own = c.sharded ? std::ceil(mm / workers) : mm;
+  const double ranked = c.mask_partition == MaskPartition::partitioned
+                            ? static_cast<double>(Sharding(n, workers).size(0))
+                            : nn;
+  double bytes = kAccumulate * nn + kSelect * ranked + kPack * mm;
+  if (c.update == UpdateMode::dense) {
+    bytes += kClear * state + kIndexedMove * own + dense_step_bytes(c) * state;
+  } else {
+    bytes += kReadWrite * nn + (kMaskedStep + (adamw_rule(c) ? kAdamWExtra : 0)) * own;
+    if (c.sharded) bytes += kIndexedMove * (own + mm);  // compact the owned values, expand all
+  }
+  return bytes;
+}
+
+double topk_step_bytes(const OptimizerConfig& c, std::uint64_t n, int workers, std::uint64_t k) {
+  const double nn = static_cast<double>(n);
+  const double kk = static_cast<double>(k);
+  const double sum_pairs = kIndexedMove * workers * kk + (kClear + kReadWrite) * nn;  // zero, add, divide by W
+  return (kAccumulate + kTopkSelect) * nn + kPack * kk + sum_pairs + dense_step_bytes(c) * nn;
+}
+
+bool gradient_reduction(const std::string& purpose) {
+  return purpose.rfind("grad_", 0) == 0 || purpose.rfind("accum_", 0) == 0;
+}
+
+Window window_for(const CommRecord& r, const OptimizerConfig& c, const OverlapModel& o) {
+  if (r.overlapped) return o.mask_gather ? Window::compute : Window::none;
+  if (r.purpose == "param_all_gather") return o.param_gather ? Window::forward : Window::none;
+  if (gradient_reduction(r.purpose)) {
+    // SCAPE can pack a bucket before the backward pass ends only when the mask is already known.
+    const bool sparse = c.type == OptimizerType::scape && c.mask_lag == 1 && o.sparse_reduce;
+    if ((dense_type(c) && o.grad_reduce) || sparse) return Window::backward;
+  }
+  return Window::none;
+}
+
+std::optional<std::size_t> union_size(const OptimizerConfig& c, std::uint64_t n, int workers, double fill_in,
+                                      std::size_t k) {
+  if (c.type != OptimizerType::scape || c.mask_partition != MaskPartition::local_union) return std::nullopt;
+  const double upper = std::min(static_cast<double>(n), static_cast<double>(workers) * static_cast<double>(k));
+  const double m = std::clamp(std::round(fill_in * static_cast<double>(k)), static_cast<double>(k), upper);
+  return static_cast<std::size_t>(m);
+}
+
+CollectiveTime cost(const CommRecord& r, Window window, const StepInputs& in, int workers) {
+  CollectiveTime c;
+  c.record = r;
+  c.window = window;
+  const double payload = static_cast<double>(r.payload_bytes);
+  if (window == Window::forward || window == Window::backward) {
+    const double bucket = in.overlap.bucket_MB * 1e6;
+    c.buckets = std::max(1, static_cast<int>(std::ceil(payload / bucket)));
+  }
+  const double each = payload / c.buckets;
+  c.time_s = c.buckets * collective_time(r.kind, each, in.topology, workers);
+  const LinkBytes b = link_bytes_per_gpu(r.kind, each, in.topology, workers);
+  c.intra_bytes = c.buckets * b.intra;
+  c.inter_bytes = c.buckets * b.inter;
+  return c;
+}
+
+// Sets exposed_s of the collectives of one window: `exposed` of their total, shared in
+// proportion to their times.
+void share_exposed(std::vector<CollectiveTime>& cs, Window w, double total, double exposed) {
+  for (auto& c : cs) {
+    if (c.window == w) c.exposed_s = total > 0 ? exposed * c.time_s / total : 0.0;
+  }
+}
+
+void apply_overlap(StepPrediction& s) {
+  std::array<double, 4> total{};
+  std::array<int, 4> buckets{};
+  for (const auto& c : s.collectives) {
+    total[static_cast<std::size_t>(c.window)] += c.time_s;
+    buckets[static_cast<std::size_t>(c.window)] += c.buckets;
+  }
+  const auto at = [](auto& a, Window w) -> auto& { return a[static_cast<std::size_t>(w)]; };
+  double busy = 0;  // link time already hidden inside the forward and backward passes
+  for (const auto& [w, len] : {std::pair{Window::forward, s.forward_s}, std::pair{Window::backward, s.backward_s}}) {
+    const double exposed = bucketed_exposed(at(total, w), std::max(1, at(buckets, w)), len);
+    share_exposed(s.collectives, w, at(total, w), exposed);
+    busy += at(total, w) - exposed;
+  }
+  // The lagged mask all-gather runs from the end of one step to the end of the next backward
+  // pass, on a link that the bucketed collectives already use for `busy` of that time.
+  const double free = std::max(0.0, s.compute_s() - busy);
+  share_exposed(s.collectives, Window::compute, at(total, Window::compute),
+                std::max(0.0, at(total, Window::compute) - free));
+  for (auto& c : s.collectives) {
+    if (c.window == Window::none) c.exposed_s = c.time_s;
+  }
+}
+
+}  // namespace
+
+const char* to_string(Window w) {
+  switch (w) {
+    case Window::none: return "none";
+    case Window::forward: return "forward";
+    case Window::backward: return "backward";
+    case Window::compute: return "forward+backward";
+  }
+  return "unknown";
+}
+
+int steady_state_step(const OptimizerConfig& c) { return std::max(2, c.density_warmup + 1); }
+
+double optimizer_step_bytes(const OptimizerConfig& c, std::uint64_t n, int workers, std::uint64_t mask_size) {
+  switch (c.type) {
+    case OptimizerType::adamw:
+    case OptimizerType::adams:
+      return dense_step_bytes(c) * state_elements(c, n, workers);
+    case OptimizerType::scape:
+      return scape_step_bytes(c, n, workers, mask_size);
+    case OptimizerType::topk_ef:
+      return topk_step_bytes(c, n, workers, mask_size);
+  }
+  return 0;
+}
+
+double bucketed_exposed(double time_s, int buckets, double window_s) {
+  if (!(time_s > 0)) return 0.0;
+  const double b = std::max(1, buckets);
+  return std::max(time_s / b, time_s - window_s * (b - 1) / b);
+}
+
+StepPrediction predict_step(const StepInputs& in, int workers, double tokens_per_gpu) {
+  StepPrediction s;
+  s.workers = workers;
+  s.tokens_per_gpu = tokens_per_gpu;
+  s.forward_s = in.flops_per_token * tokens_per_gpu / (3.0 * in.gpu.achieved_flops());
+  s.backward_s = 2.0 * s.forward_s;
+
+  const OptimizerConfig& c = in.optimizer;
+  const int t = steady_state_step(c);
+  const std::size_t k = mask_k(c, in.n_params, workers, density_at(c.density(), c.density_warmup, t));
+  const auto m = union_size(c, in.n_params, workers, in.fill_in, k);
+  for (const auto& r : step_collectives(c, in.n_params, workers, t, t + 1, in.topology.inter, m)) {
+    s.collectives.push_back(cost(r, window_for(r, c, in.overlap), in, workers));
+  }
+  apply_overlap(s);
+  for (const auto& col : s.collectives) {
+    s.comm_s += col.time_s;
+    s.exposed_comm_s += col.exposed_s;
+  }
+  s.optimizer_bytes = optimizer_step_bytes(c, in.n_params, workers, m.value_or(k));
+  s.optimizer_s = s.optimizer_bytes / in.gpu.memory_Bps();
+  s.step_s = s.compute_s() + s.optimizer_s + s.exposed_comm_s;
+  return s;
+}
+
+}  // namespace scape::predict

@@ -1,0 +1,211 @@
+// `scape predict` end to end: every shipped prediction config runs and writes its HDF5 and
+// CSV files; bad input exits with status 2 and a message naming the field; the parser's
+// defaults and --set overrides.
+#include <doctest/doctest.h>
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include "experiments/config.hpp"
+#include "experiments/hdf5.hpp"
+#include "predict/predict_config.hpp"
+
+namespace fs = std::filesystem;
+namespace ex = scape::experiments;
+using namespace scape::predict;
+using nlohmann::json;
+
+namespace {
+
+struct TempDir {
+  fs::path path;
+  TempDir() {
+    static int counter = 0;
+    path = fs::temp_directory_path() /
+           ("scape-predict-" + std::to_string(::getpid()) + "-" + std::to_string(counter++));
+    fs::create_directories(path);
+  }
+  ~TempDir() {
+    std::error_code ec;
+    fs::remove_all(path, ec);
+  }
+};
+
+struct Result {
+  int code;
+  std::string output;
+};
+
+Result run_scape(const std::string& args) {
+  const std::string cmd = std::string(SCAPE_BINARY) + " " + args + " 2>&1";
+  FILE* p = ::popen(cmd.c_str(), "r");
+  REQUIRE(p != nullptr);
+  std::string out;
+  char buf[4096];
+  while (std::fgets(buf, sizeof buf, p)) out += buf;
+  const int status = ::pclose(p);
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : 128, out};
+}
+
+json small_config() {
+  return json::parse(R"({
+    "name": "small",
+    "model": {"preset": "gpt2-124m"},
+    "batch": {"scaling": "weak", "seq_len": 1024, "per_gpu_sequences": 8},
+    "gpu": {"preset": "a100", "mfu": 0.5},
+    "network": {"gpus_per_node": 4, "inter": {"preset": "eth_100g"}},
+    "optimizer": {"type": "scape", "sparsity": 0.9, "wire_dtype": "bf16"},
+    "workers": [1, 4, 8, 16]
+  })");
+}
+
+fs::path write_config(const TempDir& dir, const json& j, const std::string& name = "predict.json") {
+  const fs::path p = dir.path / name;
+  std::ofstream(p) << j.dump(2);
+  return p;
+}
+
+// Runs `scape predict` on `j` and expects exit status 2 with `field` in the message.
+void expect_invalid(const json& j, const std::string& field, const std::string& extra_args = "") {
+  TempDir dir;
+  const auto cfg = write_config(dir, j);
+  const auto r = run_scape("predict " + cfg.string() + " --out " + (dir.path / "p.h5").string() + " " + extra_args);
+  CAPTURE(r.output);
+  CHECK(r.code == 2);
+  CHECK(r.output.find(field) != std::string::npos);
+  CHECK_FALSE(fs::exists(dir.path / "p.h5"));
+}
+
+}  // namespace
+
+TEST_CASE("every shipped prediction config runs and writes HDF5 and CSV") {
+  const fs::path configs = fs::path(SCAPE_SOURCE_DIR) / "experiments/configs/predict";
+  REQUIRE(fs::is_directory(configs));
+  int seen = 0;
+  for (const auto& entry : fs::directory_iterator(configs)) {
+    if (entry.path().extension() != ".json") continue;
+    ++seen;
+    CAPTURE(entry.path());
+    TempDir dir;
+    const auto h5 = dir.path / "p.h5", csv = dir.path / "p.csv";
+    const auto r = run_scape("predict " + entry.path().string() + " --out " + h5.string() + " --csv " + csv.string());
+    CAPTURE(r.output);
+    REQUIRE(r.code == 0);
+    CHECK(r.output.find("| W | config |") != std::string::npos);
+    const auto config = load_predict_config(entry.path(), {});
+    auto f = ex::File::open(h5, ex::Access::read);
+    CHECK(f.read_string_attribute("format") == "scape-prediction-1");
+    CHECK(f.open_dataset("workers").read_all<std::int64_t>().size() == config.workers.size());
+    CHECK(f.open_dataset("optimizer/speedup").read_all<double>().size() == config.workers.size());
+    std::ifstream in(csv);
+    std::string header;
+    std::getline(in, header);
+    CHECK(header.rfind("workers,config,type,", 0) == 0);
+    int lines = 0;
+    for (std::string line; std::getline(in, line);) ++lines;
+    CHECK(lines == 2 * static_cast<int>(config.workers.size()));
+  }
+  CHECK(seen >= 4);
+}
+
+TEST_CASE("the prediction file holds the ledger's bytes and the table's times") {
+  TempDir dir;
+  const auto cfg = write_config(dir, small_config());
+  const auto h5 = dir.path / "p.h5";
+  REQUIRE(run_scape("predict " + cfg.string() + " --out " + h5.string()).code == 0);
+  auto f = ex::File::open(h5, ex::Access::read);
+  CHECK(f.open_dataset("model/n_params").read_all<std::int64_t>() == std::vector<std::int64_t>{124439808});
+  // Dense AdamS baseline, sharded, bf16 gradients, fp32 parameters.
+  const auto rs = f.open_dataset("baseline/collectives/grad_reduce_scatter/payload_bytes").read_all<double>();
+  const auto ag = f.open_dataset("baseline/collectives/param_all_gather/payload_bytes").read_all<double>();
+  CHECK(rs.front() == 124439808.0 * 2);
+  CHECK(ag.front() == 124439808.0 * 4);
+  const auto sent = f.open_dataset("baseline/collectives/grad_reduce_scatter/bytes_sent_per_worker").read_all<double>();
+  CHECK(sent[0] == 0.0);
+  CHECK(sent[2] == doctest::Approx(7.0 / 8 * 124439808.0 * 2));
+  const auto step = f.open_dataset("optimizer/step_s").read_all<double>();
+  const auto tokens = f.open_dataset("optimizer/tokens_per_s").read_all<double>();
+  const auto global = f.open_dataset("global_tokens").read_all<double>();
+  CHECK(tokens[3] == doctest::Approx(global[3] / step[3]));
+  CHECK(global[3] == 16.0 * 8 * 1024);
+  CHECK(f.open_dataset("optimizer/efficiency").read_all<double>()[0] == 1.0);
+}
+
+TEST_CASE("bad input exits 2 naming the field") {
+  auto j = small_config();
+  j["model"]["preset"] = "gpt-9";
+  expect_invalid(j, "model.preset");
+  j = small_config();
+  j["gpu"]["mfu"] = 0;
+  expect_invalid(j, "gpu.mfu");
+  j["gpu"]["mfu"] = 1.5;
+  expect_invalid(j, "gpu.mfu");
+  j = small_config();
+  expect_invalid(j, "gpu.mfu", "--set gpu.mfu=-0.1");
+  j["workers"] = json::array({4, 0});
+  expect_invalid(j, "workers[1]");
+  j["workers"] = json::array();
+  expect_invalid(j, "workers");
+  j = small_config();
+  j["batch"] = {{"scaling", "weak"}, {"global_sequences", 100}, {"reference_workers", 16}};
+  expect_invalid(j, "batch.global_sequences");
+  j = small_config();
+  j["batch"] = {{"scaling", "strong"}, {"global_sequences", 100}};
+  expect_invalid(j, "batch.global_sequences");
+  j = small_config();
+  j["gpu"]["preset"] = "tpu";
+  expect_invalid(j, "gpu.preset");
+  j = small_config();
+  j["network"]["inter"]["preset"] = "carrier_pigeon";
+  expect_invalid(j, "network.inter.preset");
+  j = small_config();
+  j["workers"] = json::array({4, 6});
+  expect_invalid(j, "workers[1]");
+  j = small_config();
+  j["optimizer"]["sparsty"] = 0.9;
+  expect_invalid(j, "did you mean 'sparsity'");
+  j = small_config();
+  j["baseline"] = {{"type", "adams"}, {"sharded", "yes"}};
+  expect_invalid(j, "baseline.sharded");
+  j = small_config();
+  j["model"] = {{"family", "llama"}, {"n_layer", 2}, {"n_embd", 64}, {"n_head", 4}};
+  expect_invalid(j, "model.vocab_size");
+}
+
+TEST_CASE("parser: defaults, explicit models and the derived baseline") {
+  auto c = parse_predict_config(small_config());
+  CHECK(c.batch.per_gpu_sequences == 8);
+  CHECK(c.batch.tokens_per_gpu(16) == 8.0 * 1024);
+  CHECK(c.gpu.peak_TFLOPs == 312.0);
+  CHECK(c.gpu.mfu == 0.5);
+  CHECK(c.nics_per_node == 4);
+  CHECK(c.inter.bandwidth_GBps == 12.5);
+  CHECK(c.intra.preset == "nvlink_h100");
+  CHECK(c.baseline.type == scape::OptimizerType::adams);
+  CHECK(c.baseline.sharded);
+  CHECK(c.baseline.wire_dtype == scape::WireType::bf16);
+  CHECK(c.overlap.grad_reduce);
+  CHECK_FALSE(c.overlap.sparse_reduce);
+  // Weak scaling from a global batch at the largest worker count.
+  auto j = small_config();
+  j["batch"] = {{"scaling", "weak"}, {"global_sequences", 128}};
+  CHECK(parse_predict_config(j).batch.per_gpu_sequences == 8);
+  // Explicit Llama dimensions derive the SwiGLU width and untied embeddings.
+  j["model"] = {{"family", "llama"}, {"n_layer", 32}, {"n_embd", 4096}, {"n_head", 32}, {"vocab_size", 32000}};
+  c = parse_predict_config(j);
+  CHECK(c.model.ffn_hidden == 11008);
+  CHECK_FALSE(c.model.tied_embeddings);
+  CHECK(parameter_count(c.model) == 6738415616);
+  // A preset with one field overridden.
+  j["model"] = {{"preset", "gpt2-124m"}, {"vocab_size", 50304}};
+  CHECK(parameter_count(parse_predict_config(j).model) == 124439808 + 47 * 768);
+  // The resolved config parses back to the same prediction inputs.
+  const auto again = parse_predict_config(parse_predict_config(small_config()).to_json());
+  CHECK(again.to_json() == parse_predict_config(small_config()).to_json());
+  CHECK_THROWS_AS(parse_predict_config(json::parse(R"({"workers": [1]})")), ex::ConfigError);
+}

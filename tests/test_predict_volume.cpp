@@ -1,0 +1,177 @@
+// The predictor's bytes are the simulator's bytes: step_collectives (core/volume.cpp) against
+// the ledger records of real simulator runs over the noisy quadratic, collective for
+// collective and step for step (step 1 and the last step under lag 1 included), for every
+// optimizer family and switch that changes the collectives, at W in {1, 2, 4, 7}.
+#include <doctest/doctest.h>
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "core/volume.hpp"
+#include "predict/step_model.hpp"
+#include "quadratic_run.hpp"
+
+using namespace scape;
+using scape::testing::mixed_layout;
+using scape::testing::run_quadratic;
+
+namespace {
+
+constexpr int kSteps = 4;
+
+struct Case {
+  const char* name;
+  OptimizerConfig config;
+};
+
+OptimizerConfig make(OptimizerType type, bool sharded) {
+  OptimizerConfig c;
+  c.type = type;
+  c.sharded = sharded;
+  c.lr = 0.01;
+  return c;
+}
+
+std::vector<Case> cases() {
+  std::vector<Case> out;
+  out.push_back({"adams replicated", make(OptimizerType::adams, false)});
+  out.push_back({"adamw sharded", make(OptimizerType::adamw, true)});
+  auto bf16 = make(OptimizerType::adams, true);
+  bf16.wire_dtype = WireType::bf16;
+  out.push_back({"adams sharded bf16 grads", bf16});
+  out.push_back({"scape sharded", make(OptimizerType::scape, true)});
+  out.push_back({"scape replicated", make(OptimizerType::scape, false)});
+  auto dense_update = make(OptimizerType::scape, true);
+  dense_update.update = UpdateMode::dense;
+  out.push_back({"scape dense update", dense_update});
+  auto two = make(OptimizerType::scape, true);
+  two.second_moment = SecondMoment::two_collectives;
+  out.push_back({"scape two_collectives sharded", two});
+  auto two_rep = make(OptimizerType::scape, false);
+  two_rep.second_moment = SecondMoment::two_collectives;
+  out.push_back({"scape two_collectives replicated", two_rep});
+  auto lag0 = make(OptimizerType::scape, true);
+  lag0.mask_lag = 0;
+  out.push_back({"scape lag 0", lag0});
+  auto warm = make(OptimizerType::scape, true);
+  warm.density_warmup = 2;
+  warm.param_dtype = WireType::bf16;
+  out.push_back({"scape density warm-up, bf16 params", warm});
+  auto local = make(OptimizerType::scape, false);
+  local.mask_partition = MaskPartition::local_union;
+  out.push_back({"scape local_union", local});
+  auto local_warm = local;
+  local_warm.density_warmup = 2;
+  out.push_back({"scape local_union density warm-up", local_warm});
+  auto topk = make(OptimizerType::topk_ef, false);
+  topk.wire_dtype = WireType::bf16;
+  out.push_back({"topk_ef", topk});
+  return out;
+}
+
+void check_same(const CommRecord& predicted, const CommRecord& simulated) {
+  CHECK(predicted.purpose == simulated.purpose);
+  CHECK(predicted.kind == simulated.kind);
+  CHECK(predicted.payload_bytes == simulated.payload_bytes);
+  CHECK(predicted.bytes_sent_per_worker == simulated.bytes_sent_per_worker);
+  CHECK(predicted.latency_steps == simulated.latency_steps);
+  CHECK(predicted.overlapped == simulated.overlapped);
+  CHECK(predicted.modelled_time_s == simulated.modelled_time_s);
+}
+
+}  // namespace
+
+TEST_CASE("step_collectives reports the simulator's bytes per collective, step for step") {
+  const ParamLayout layout = mixed_layout();
+  for (const auto& c : cases()) {
+    for (const double sparsity : {0.9, 0.99}) {
+      for (const int w : {1, 2, 4, 7}) {
+        OptimizerConfig config = c.config;
+        config.sparsity = sparsity;
+        CAPTURE(c.name);
+        CAPTURE(sparsity);
+        CAPTURE(w);
+        const auto run = run_quadratic(config, layout, w, kSteps);
+        std::map<std::string, CommTotals> totals;
+        for (int t = 1; t <= kSteps; ++t) {
+          CAPTURE(t);
+          for (int rank = 0; rank < w; ++rank) {
+            const StepMetrics& m = run.steps[static_cast<std::size_t>(rank)][static_cast<std::size_t>(t - 1)].metrics;
+            // local_union's |M_t| depends on the data: the simulator's value goes in.
+            const bool local = config.type == OptimizerType::scape &&
+                               config.mask_partition == MaskPartition::local_union;
+            const auto predicted = step_collectives(config, layout.size(), w, t, kSteps, NetworkModel{},
+                                                    local ? std::optional<std::size_t>(m.mask_size) : std::nullopt);
+            REQUIRE(predicted.size() == m.comm.size());
+            for (std::size_t i = 0; i < predicted.size(); ++i) check_same(predicted[i], m.comm[i]);
+            if (rank != 0) continue;
+            for (const auto& r : predicted) {
+              auto& tot = totals[r.purpose];
+              tot.calls += 1;
+              tot.payload_bytes += r.payload_bytes;
+              tot.bytes_sent_per_worker += r.bytes_sent_per_worker;
+            }
+          }
+        }
+        REQUIRE(totals.size() == run.ledger_totals.size());
+        for (const auto& [purpose, tot] : run.ledger_totals) {
+          CAPTURE(purpose);
+          REQUIRE(totals.count(purpose) == 1);
+          CHECK(totals[purpose].calls == tot.calls);
+          CHECK(totals[purpose].payload_bytes == tot.payload_bytes);
+          CHECK(totals[purpose].bytes_sent_per_worker == tot.bytes_sent_per_worker);
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("step_collectives: lag 1 gathers two masks at step 1 and none at the last step") {
+  OptimizerConfig c;
+  c.sparsity = 0.99;
+  const auto first = step_collectives(c, 10000, 4, 1, 3, NetworkModel{});
+  const auto middle = step_collectives(c, 10000, 4, 2, 3, NetworkModel{});
+  const auto last = step_collectives(c, 10000, 4, 3, 3, NetworkModel{});
+  auto masks = [](const std::vector<CommRecord>& rs) {
+    int n = 0;
+    for (const auto& r : rs) n += r.purpose == "mask_all_gather";
+    return n;
+  };
+  CHECK(masks(first) == 2);
+  CHECK_FALSE(first.front().overlapped);
+  CHECK(first.back().overlapped);
+  CHECK(masks(middle) == 1);
+  CHECK(masks(last) == 0);
+  // 8 ceil(N/64) bytes: 157 words for N = 10000.
+  CHECK(middle.back().payload_bytes == 8 * 157);
+}
+
+TEST_CASE("step_collectives rejects what the optimizer would reject") {
+  OptimizerConfig c;
+  CHECK_THROWS_AS(step_collectives(c, 0, 4, 1, 3, NetworkModel{}), std::invalid_argument);
+  CHECK_THROWS_AS(step_collectives(c, 1000, 0, 1, 3, NetworkModel{}), std::invalid_argument);
+  CHECK_THROWS_AS(step_collectives(c, 1000, 4, 4, 3, NetworkModel{}), std::invalid_argument);
+  c.sparsity = 1.5;
+  CHECK_THROWS_AS(step_collectives(c, 1000, 4, 1, 3, NetworkModel{}), std::invalid_argument);
+  OptimizerConfig local;
+  local.sharded = false;
+  local.mask_partition = MaskPartition::local_union;
+  local.sparsity = 0.9;  // K = 100 of 1000 on 4 workers: |M| in [100, 400]
+  CHECK_NOTHROW(step_collectives(local, 1000, 4, 2, 3, NetworkModel{}, 400));
+  CHECK_THROWS_AS(step_collectives(local, 1000, 4, 2, 3, NetworkModel{}, 401), std::invalid_argument);
+  CHECK_THROWS_AS(step_collectives(local, 1000, 4, 2, 3, NetworkModel{}, 99), std::invalid_argument);
+}
+
+TEST_CASE("predict_step costs exactly the ledger's collectives") {
+  predict::StepInputs in;
+  in.optimizer.sparsity = 0.9;
+  in.n_params = 123457;
+  in.flops_per_token = 1e6;
+  in.topology.inter = NetworkModel{5e-6, 50e9};
+  const int t = predict::steady_state_step(in.optimizer);
+  const auto expected = step_collectives(in.optimizer, in.n_params, 7, t, t + 1, in.topology.inter);
+  const auto s = predict::predict_step(in, 7, 1000);
+  REQUIRE(s.collectives.size() == expected.size());
+  for (std::size_t i = 0; i < expected.size(); ++i) check_same(s.collectives[i].record, expected[i]);
+}
