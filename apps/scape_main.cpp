@@ -1,4 +1,4 @@
-// scape: run, sweep, validate and describe experiments from JSON.
+// scape: run, sweep, validate and describe experiments from JSON, and predict cluster step times.
 // Exit status: 0 completed, 2 invalid configuration or input, 3 diverged, 1 any other failure.
 #include <CLI/CLI.hpp>
 
@@ -11,7 +11,12 @@
 
 #include "experiments/config.hpp"
 #include "experiments/recorder.hpp"
+#include "predict/report.hpp"
 #include "train/train_loop.hpp"
+
+#ifdef SCAPE_HAVE_MPI
+#include "runtime/mpi_run.hpp"
+#endif
 
 #ifndef SCAPE_GIT_SHA
 #define SCAPE_GIT_SHA "unknown"
@@ -67,13 +72,29 @@ void print_outcome(const ex::ExperimentConfig& c, const tr::RunOutcome& r, const
   if (!r.error.empty()) std::fprintf(stderr, "  %s\n", r.error.c_str());
 }
 
+struct Backend {
+  std::string name = "sim";
+  bool deterministic = false;
+  double collective_timeout_s = 300;
+};
+
 int cmd_run(const std::string& file, std::string out, const std::vector<std::string>& sets, bool quiet, int every,
-            bool resume) {
+            bool resume, const Backend& backend) {
   const auto config = load_config(file, sets);
   if (out.empty()) out = config.name + ".h5";
   auto options = options_for(out, quiet);
   options.checkpoint_every = every;
   options.resume = resume;
+  if (backend.name == "mpi") {
+#ifdef SCAPE_HAVE_MPI
+    scape::runtime::MpiOptions mpi;
+    mpi.deterministic = backend.deterministic;
+    mpi.collective_timeout_s = backend.collective_timeout_s;
+    return scape::runtime::run_mpi(config, options, mpi);
+#else
+    throw ex::ConfigError("--backend mpi: this scape was built without MPI (install libopenmpi-dev and rebuild)");
+#endif
+  }
   const auto outcome = tr::run_simulated(config, options);
   print_outcome(config, outcome, out);
   return exit_code(outcome.status);
@@ -182,6 +203,18 @@ int cmd_sweep(const std::string& file, const std::string& out_dir, const std::ve
   return code;
 }
 
+int cmd_predict(const std::string& file, std::string out, const std::string& csv, const std::vector<std::string>& sets) {
+  const auto config = scape::predict::load_predict_config(file, sets);
+  const auto prediction = scape::predict::run_prediction(config);
+  scape::predict::print_prediction(std::cout, prediction);
+  if (out.empty()) out = config.name + "-predict.h5";
+  scape::predict::write_prediction_hdf5(out, prediction);
+  if (!csv.empty()) scape::predict::write_prediction_csv(csv, prediction);
+  std::fprintf(stderr, "%s: predicted %zu worker counts -> %s%s\n", config.name.c_str(), prediction.rows.size(),
+               out.c_str(), csv.empty() ? "" : (" and " + csv).c_str());
+  return kExitOk;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -202,6 +235,16 @@ int main(int argc, char** argv) {
   run->add_flag("--quiet", quiet, "no progress output");
   run->add_option("--checkpoint-every", every, "write OUT.ckpt every N steps (0: never)")->check(CLI::NonNegativeNumber);
   run->add_flag("--resume", resume, "continue from OUT.ckpt; ends bit-identical to an uninterrupted run");
+  Backend backend;
+  run->add_option("--backend", backend.name, "sim: W threads in this process; mpi: one process per rank under mpirun")
+      ->check(CLI::IsMember({"sim", "mpi"}))
+      ->capture_default_str();
+  run->add_flag("--deterministic", backend.deterministic,
+                "mpi: reduce in rank order, bit-identical to the simulator with the same W");
+  run->add_option("--collective-timeout", backend.collective_timeout_s,
+                  "mpi: seconds a collective may block before the watchdog fails the run")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
 
   auto* sweep = app.add_subcommand("sweep", "run every point of a sweep; completed points are skipped on a re-run");
   sweep->add_option("sweep", config_file, "sweep JSON file")->required()->check(CLI::ExistingPath);
@@ -216,11 +259,38 @@ int main(int argc, char** argv) {
 
   app.add_subcommand("schema", "print the JSON Schema of experiment configs");
 
+  std::string csv;
+  auto* predict = app.add_subcommand(
+      "predict", "predict step time, speedup and scaling efficiency on a cluster (docs/PREDICTING.md)");
+  predict->add_option("config", config_file, "prediction JSON file")->required()->check(CLI::ExistingPath);
+  predict->add_option("--set", sets, "override a config value: key.path=value (JSON, else a string); repeatable");
+  predict->add_option("--out", out, "HDF5 prediction file (default: <name>-predict.h5 in the current directory)");
+  predict->add_option("--csv", csv, "also write the table as CSV");
+
   CLI11_PARSE(app, argc, argv);
+#ifdef SCAPE_HAVE_MPI
+  // MPI lives for the whole process: initialised before any run, finalised after.
+  struct MpiSession {
+    bool active = false;
+    ~MpiSession() {
+      if (active) MPI_Finalize();
+    }
+  } mpi_session;
+  if (run->parsed() && backend.name == "mpi") {
+    int provided = 0;
+    MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
+    mpi_session.active = true;
+    if (provided < MPI_THREAD_MULTIPLE) {
+      std::fprintf(stderr, "error: --backend mpi needs MPI_THREAD_MULTIPLE (the lagged all-gather runs on its own thread)\n");
+      return kExitFailure;
+    }
+  }
+#endif
   try {
-    if (run->parsed()) return cmd_run(config_file, out, sets, quiet, every, resume);
+    if (run->parsed()) return cmd_run(config_file, out, sets, quiet, every, resume, backend);
     if (sweep->parsed()) return cmd_sweep(config_file, out_dir, sets, jobs, quiet);
     if (validate->parsed()) return cmd_validate(config_file, sets);
+    if (predict->parsed()) return cmd_predict(config_file, out, csv, sets);
     std::cout << ex::experiment_schema().dump(2) << "\n";
     return kExitOk;
   } catch (const ex::ConfigError& e) {

@@ -2,6 +2,8 @@
 #include "core/communicator.hpp"
 
 #include <algorithm>
+#include <chrono>
+#include <functional>
 #include <numeric>
 #include <stdexcept>
 #include <string>
@@ -37,6 +39,17 @@ Communicator::Communicator(int rank, int size, NetworkModel net) : rank_(rank), 
 }
 
 namespace {
+
+// Adds the wall time of its scope to the communicator's measured time for `purpose`.
+class ScopedTimer {
+ public:
+  explicit ScopedTimer(std::function<void(double)> done) : done_(std::move(done)) {}
+  ~ScopedTimer() { done_(std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count()); }
+
+ private:
+  std::function<void(double)> done_;
+  std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
+};
 
 std::size_t total(std::span<const std::size_t> counts) {
   return std::accumulate(counts.begin(), counts.end(), std::size_t{0});
@@ -75,7 +88,10 @@ void Communicator::check_gather(std::size_t send, std::size_t recv, std::span<co
 void Communicator::all_reduce_mean(std::span<float> data, WireType wire, std::string_view purpose) {
   if (wire == WireType::bf16) round_in_place(data);
   ledger_.record(CollectiveKind::all_reduce, purpose, data.size() * wire_bytes(wire), false);
-  do_all_reduce_mean(data);
+  {
+    const ScopedTimer timer([&](double t) { add_measured_time(purpose, t); });
+    do_all_reduce_mean(data);
+  }
   if (wire == WireType::bf16) round_in_place(data);
 }
 
@@ -98,10 +114,16 @@ void Communicator::reduce_scatter_mean(std::span<const float> send, std::span<fl
   if (wire == WireType::bf16) {
     wire_scratch_.resize(send.size());
     round_into(send, wire_scratch_);
-    do_reduce_scatter_mean(std::span<const float>(wire_scratch_.data(), send.size()), recv, counts);
+    {
+      const ScopedTimer timer([&](double t) { add_measured_time(purpose, t); });
+      do_reduce_scatter_mean(std::span<const float>(wire_scratch_.data(), send.size()), recv, counts);
+    }
     round_in_place(recv);
   } else {
-    do_reduce_scatter_mean(send, recv, counts);
+    {
+      const ScopedTimer timer([&](double t) { add_measured_time(purpose, t); });
+      do_reduce_scatter_mean(send, recv, counts);
+    }
   }
 }
 
@@ -118,8 +140,11 @@ void Communicator::all_gather(std::span<const float> send, std::span<float> recv
   }
   byte_counts_.resize(counts.size());
   for (std::size_t r = 0; r < counts.size(); ++r) byte_counts_[r] = counts[r] * sizeof(float);
-  do_all_gather_bytes(std::as_bytes(std::span<const float>(wire_scratch_.data(), send.size())),
-                      std::as_writable_bytes(recv), byte_counts_);
+  {
+    const ScopedTimer timer([&](double t) { add_measured_time(purpose, t); });
+    do_all_gather_bytes(std::as_bytes(std::span<const float>(wire_scratch_.data(), send.size())),
+                        std::as_writable_bytes(recv), byte_counts_);
+  }
 }
 
 void Communicator::all_gather_words(std::span<const std::uint64_t> send, std::span<std::uint64_t> recv,
@@ -128,7 +153,10 @@ void Communicator::all_gather_words(std::span<const std::uint64_t> send, std::sp
   ledger_.record(CollectiveKind::all_gather, purpose, recv.size() * sizeof(std::uint64_t), false);
   byte_counts_.resize(counts.size());
   for (std::size_t r = 0; r < counts.size(); ++r) byte_counts_[r] = counts[r] * sizeof(std::uint64_t);
-  do_all_gather_bytes(std::as_bytes(send), std::as_writable_bytes(recv), byte_counts_);
+  {
+    const ScopedTimer timer([&](double t) { add_measured_time(purpose, t); });
+    do_all_gather_bytes(std::as_bytes(send), std::as_writable_bytes(recv), byte_counts_);
+  }
 }
 
 PendingAllGather Communicator::all_gather_words_async(std::span<const std::uint64_t> send,
@@ -146,7 +174,10 @@ void Communicator::all_gather_bytes(std::span<const std::byte> send, std::span<s
                                     std::span<const std::size_t> counts, std::string_view purpose) {
   check_gather(send.size(), recv.size(), counts, purpose);
   ledger_.record(CollectiveKind::all_gather, purpose, recv.size(), false);
-  do_all_gather_bytes(send, recv, counts);
+  {
+    const ScopedTimer timer([&](double t) { add_measured_time(purpose, t); });
+    do_all_gather_bytes(send, recv, counts);
+  }
 }
 
 PendingAllGather Communicator::all_gather_bytes_async(std::span<const std::byte> send, std::span<std::byte> recv,
@@ -158,6 +189,30 @@ PendingAllGather Communicator::all_gather_bytes_async(std::span<const std::byte>
 }
 
 void Communicator::barrier() { do_barrier(); }
+
+void Communicator::add_measured_time(std::string_view purpose, double seconds) {
+  std::lock_guard lock(measured_mutex_);
+  measured_[std::string(purpose)] += seconds;
+}
+
+void Communicator::add_exposed_wait(double seconds) {
+  std::lock_guard lock(measured_mutex_);
+  exposed_wait_ += seconds;
+}
+
+std::map<std::string, double> Communicator::take_measured_times() {
+  std::lock_guard lock(measured_mutex_);
+  std::map<std::string, double> out;
+  out.swap(measured_);
+  return out;
+}
+
+double Communicator::take_exposed_wait() {
+  std::lock_guard lock(measured_mutex_);
+  const double w = exposed_wait_;
+  exposed_wait_ = 0;
+  return w;
+}
 
 void mean_in_rank_order(std::span<const float* const> inputs, std::span<float> out) {
   const float w = static_cast<float>(inputs.size());

@@ -6,7 +6,10 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <map>
 #include <memory>
+#include <mutex>
+#include <string>
 #include <span>
 #include <string_view>
 #include <vector>
@@ -75,7 +78,17 @@ class Communicator {
                                           std::span<const std::size_t> counts, std::string_view purpose);
   void barrier();
 
+  // Wall seconds spent in each collective (by purpose) since the last call, and the time the
+  // caller was blocked waiting for asynchronous all-gathers. Real backends make these
+  // meaningful; for threads-as-ranks they only measure synchronisation.
+  std::map<std::string, double> take_measured_times();
+  double take_exposed_wait();
+
  protected:
+  // Backends report the duration of an asynchronous collective and the caller's wait for it.
+  void add_measured_time(std::string_view purpose, double seconds);
+  void add_exposed_wait(double seconds);
+
   // Backend hooks. Sizes are already checked; values already rounded to the wire type.
   virtual void do_all_reduce_mean(std::span<float> data) = 0;
   virtual void do_reduce_scatter_mean(std::span<const float> send, std::span<float> recv,
@@ -96,6 +109,9 @@ class Communicator {
   ByteLedger ledger_;
   std::vector<float> wire_scratch_;
   std::vector<std::size_t> byte_counts_;
+  std::mutex measured_mutex_;
+  std::map<std::string, double> measured_;
+  double exposed_wait_ = 0;
 };
 
 // The reduction every backend must use so that results are bit-identical across backends:

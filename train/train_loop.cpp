@@ -32,7 +32,7 @@ double thread_cpu_seconds() {
 bool sparse(const OptimizerConfig& c) { return c.type == OptimizerType::scape || c.type == OptimizerType::topk_ef; }
 
 // Scalar metric names, fixed for the whole run (a run file's columns).
-std::vector<std::string> scalar_metric_names(const OptimizerConfig& c) {
+std::vector<std::string> scalar_metric_names(const OptimizerConfig& c, bool measured) {
   std::vector<std::string> names = {"train_loss",      "lr",           "grad_norm",         "bytes_sent",
                                     "comm_time_model", "comm_time_exposed", "compute_time",  "step_time_model",
                                     "target_density",  "mask_density", "mask_jaccard",      "mask_oracle_overlap",
@@ -41,6 +41,11 @@ std::vector<std::string> scalar_metric_names(const OptimizerConfig& c) {
                                     "update_max",      "update_sign_flip", "nonfinite_grads", "optimizer_time",
                                     "record_time"};
   for (const auto& p : collective_purposes(c)) names.push_back("bytes_sent_" + p);
+  if (measured) {
+    for (const auto& p : collective_purposes(c)) names.push_back("comm_time_measured_" + p);
+    names.push_back("comm_time_measured_async_all_gather");
+    names.push_back("mask_wait_exposed");
+  }
   return names;
 }
 
@@ -125,6 +130,15 @@ struct Aggregator {
         {"record_time", record_s},
     };
     for (const auto& r : m0.comm) v["bytes_sent_" + r.purpose] += r.bytes_sent_per_worker;
+    // Measured times: the slowest worker sets the pace of a synchronous step.
+    for (const auto* r : reports) {
+      for (const auto& [purpose, seconds] : r->measured) {
+        double& slot = v["comm_time_measured_" + purpose];
+        slot = std::max(slot, seconds);
+      }
+      double& wait = v["mask_wait_exposed"];
+      wait = std::max(wait, r->exposed_wait_s);
+    }
     row.assign(metric_names.size(), 0.0);
     for (std::size_t i = 0; i < metric_names.size(); ++i) {
       const auto it = v.find(metric_names[i]);
@@ -315,7 +329,7 @@ RunLog::RunLog(const experiments::ExperimentConfig& config, const ParamLayout& l
   spec.config_json = resolved.dump(2);
   spec.scape_version = options.scape_version;
   spec.git_sha = options.git_sha;
-  spec.metric_names = scalar_metric_names(config.optimizer);
+  spec.metric_names = scalar_metric_names(config.optimizer, options.measured_comm);
   for (const auto& s : layout.slots()) spec.tensor_names.push_back(s.name);
   spec.tensor_metric_names = tensor_metric_names();
   spec.final_params_size = config.log.save_params ? layout.size() : 0;
@@ -427,6 +441,7 @@ void train_rank(const experiments::ExperimentConfig& config, const SourceData& d
   }
   const bool want_oracle = config.log.oracle && sparse(config.optimizer);
   for (int t = first; t <= config.steps; ++t) {
+    if (options.before_step) options.before_step(rank, t);
     WorkerReport report;
     const double c0 = thread_cpu_seconds();
     report.loss = source->gradient(params, t, grads);
@@ -441,6 +456,8 @@ void train_rank(const experiments::ExperimentConfig& config, const SourceData& d
     report.metrics = opt->step(params, grads);
     report.optimizer_s = thread_cpu_seconds() - o0;
     report.grads = grads;
+    report.measured = comm.take_measured_times();
+    report.exposed_wait_s = comm.take_exposed_wait();
     const bool stop = exchange.exchange(rank, report, [&](std::span<const WorkerReport* const> reports) {
       return log->record_step(t, reports, opt->mask(), *source, params);
     });

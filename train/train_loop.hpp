@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <functional>
+#include <map>
 #include <limits>
 #include <memory>
 #include <mutex>
@@ -30,6 +31,8 @@ struct WorkerReport {
   StepMetrics metrics;
   std::span<const float> grads;        // g_i
   std::span<const float> accumulated;  // a_i = e_i + g_i (empty without the oracle)
+  std::map<std::string, double> measured;  // wall seconds per collective purpose (real backends)
+  double exposed_wait_s = 0;               // time blocked waiting for asynchronous all-gathers
 };
 
 // Moves reports to rank 0 and rank 0's decision back. The simulator implements it with
@@ -51,6 +54,9 @@ struct RunOptions {
   bool quiet = false;
   int checkpoint_every = 0;       // 0: no checkpoints
   bool resume = false;
+  bool measured_comm = false;     // record comm_time_measured_<purpose> and mask_wait_exposed
+  // Called by every rank before each step (fault injection in tests); may throw.
+  std::function<void(int rank, int step)> before_step;
   std::string scape_version;
   std::string git_sha;
 };

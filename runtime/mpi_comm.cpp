@@ -1,0 +1,204 @@
+// MpiComm (docs/runtime.md): MPI collectives behind the Communicator front end.
+#include "runtime/mpi_comm.hpp"
+
+#include <chrono>
+#include <future>
+#include <limits>
+#include <numeric>
+#include <stdexcept>
+
+namespace scape::runtime {
+namespace {
+
+double now_s() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+int rank_of(MPI_Comm c) {
+  int r = 0;
+  MPI_Comm_rank(c, &r);
+  return r;
+}
+
+int size_of(MPI_Comm c) {
+  int s = 0;
+  MPI_Comm_size(c, &s);
+  return s;
+}
+
+std::vector<int> int_counts(std::span<const std::size_t> counts, const char* what) {
+  std::vector<int> out(counts.size());
+  for (std::size_t i = 0; i < counts.size(); ++i) out[i] = to_mpi_count(counts[i], what);
+  return out;
+}
+
+std::vector<int> displacements(const std::vector<int>& counts) {
+  std::vector<int> d(counts.size(), 0);
+  for (std::size_t i = 1; i < counts.size(); ++i) d[i] = d[i - 1] + counts[i - 1];
+  return d;
+}
+
+}  // namespace
+
+int to_mpi_count(std::size_t n, const char* what) {
+  if (n > static_cast<std::size_t>(std::numeric_limits<int>::max())) {
+    throw std::invalid_argument(std::string(what) + ": " + std::to_string(n) + " elements exceed MPI's int counts");
+  }
+  return static_cast<int>(n);
+}
+
+MpiComm::MpiComm(MPI_Comm world, NetworkModel net, MpiOptions options)
+    : Communicator(rank_of(world), size_of(world), net), world_(world), options_(options) {
+  MPI_Comm_dup(world_, &async_comm_);
+  comm_thread_ = std::thread([this] { comm_thread_main(); });
+}
+
+MpiComm::~MpiComm() {
+  {
+    std::lock_guard lock(queue_mutex_);
+    stopping_ = true;
+  }
+  queue_cv_.notify_all();
+  comm_thread_.join();
+  MPI_Comm_free(&async_comm_);
+}
+
+double MpiComm::blocked_for() const {
+  const double since = blocked_since_.load();
+  return since > 0 ? now_s() - since : 0.0;
+}
+
+void MpiComm::mark_blocked(bool blocked) { blocked_since_.store(blocked ? now_s() : 0.0); }
+
+void MpiComm::comm_thread_main() {
+  for (;;) {
+    std::function<void()> task;
+    {
+      std::unique_lock lock(queue_mutex_);
+      queue_cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
+      if (queue_.empty()) return;
+      task = std::move(queue_.front());
+      queue_.pop_front();
+    }
+    task();
+  }
+}
+
+void MpiComm::enqueue(std::function<void()> task) {
+  {
+    std::lock_guard lock(queue_mutex_);
+    queue_.push_back(std::move(task));
+  }
+  queue_cv_.notify_one();
+}
+
+void MpiComm::mean_by_alltoall(std::span<const float> send, std::span<float> recv, std::span<const std::size_t> counts) {
+  // Rank r receives every rank's segment r, then sums them in rank order like EmulatedComm.
+  const int w = size();
+  const std::size_t mine = counts[static_cast<std::size_t>(rank())];
+  gathered_.resize(mine * static_cast<std::size_t>(w));
+  const auto send_counts = int_counts(counts, "reduce_scatter");
+  const auto send_displs = displacements(send_counts);
+  std::vector<int> recv_counts(static_cast<std::size_t>(w), to_mpi_count(mine, "reduce_scatter"));
+  const auto recv_displs = displacements(recv_counts);
+  mark_blocked(true);
+  MPI_Alltoallv(send.data(), send_counts.data(), send_displs.data(), MPI_FLOAT, gathered_.data(), recv_counts.data(),
+                recv_displs.data(), MPI_FLOAT, world_);
+  mark_blocked(false);
+  std::vector<const float*> inputs(static_cast<std::size_t>(w));
+  for (int q = 0; q < w; ++q) inputs[static_cast<std::size_t>(q)] = gathered_.data() + static_cast<std::size_t>(q) * mine;
+  mean_in_rank_order(inputs, recv);
+}
+
+void MpiComm::do_all_reduce_mean(std::span<float> data) {
+  const int w = size();
+  if (!options_.deterministic) {
+    mark_blocked(true);
+    MPI_Allreduce(MPI_IN_PLACE, data.data(), to_mpi_count(data.size(), "all_reduce"), MPI_FLOAT, MPI_SUM, world_);
+    mark_blocked(false);
+    const float wf = static_cast<float>(w);
+    for (float& x : data) x /= wf;
+    return;
+  }
+  // The chunks EmulatedComm uses: [n r / W, n (r+1) / W).
+  const std::size_t n = data.size();
+  std::vector<std::size_t> counts(static_cast<std::size_t>(w));
+  for (int q = 0; q < w; ++q) {
+    counts[static_cast<std::size_t>(q)] = n * static_cast<std::size_t>(q + 1) / static_cast<std::size_t>(w) -
+                                          n * static_cast<std::size_t>(q) / static_cast<std::size_t>(w);
+  }
+  std::vector<float> chunk(counts[static_cast<std::size_t>(rank())]);
+  mean_by_alltoall(data, chunk, counts);
+  const auto c = int_counts(counts, "all_reduce");
+  const auto d = displacements(c);
+  mark_blocked(true);
+  MPI_Allgatherv(chunk.data(), c[static_cast<std::size_t>(rank())], MPI_FLOAT, data.data(), c.data(), d.data(),
+                 MPI_FLOAT, world_);
+  mark_blocked(false);
+}
+
+void MpiComm::do_reduce_scatter_mean(std::span<const float> send, std::span<float> recv,
+                                     std::span<const std::size_t> counts) {
+  if (options_.deterministic) {
+    mean_by_alltoall(send, recv, counts);
+    return;
+  }
+  const auto c = int_counts(counts, "reduce_scatter");
+  mark_blocked(true);
+  MPI_Reduce_scatter(send.data(), recv.data(), c.data(), MPI_FLOAT, MPI_SUM, world_);
+  mark_blocked(false);
+  const float wf = static_cast<float>(size());
+  for (float& x : recv) x /= wf;
+}
+
+void MpiComm::do_all_gather_bytes(std::span<const std::byte> send, std::span<std::byte> recv,
+                                  std::span<const std::size_t> counts) {
+  const auto c = int_counts(counts, "all_gather");
+  const auto d = displacements(c);
+  mark_blocked(true);
+  MPI_Allgatherv(send.data(), c[static_cast<std::size_t>(rank())], MPI_BYTE, recv.data(), c.data(), d.data(), MPI_BYTE,
+                 world_);
+  mark_blocked(false);
+}
+
+// Runs on the communication thread; wait() blocks the caller only for what is left of it.
+class MpiComm::AsyncGather final : public AsyncRequest {
+ public:
+  AsyncGather(MpiComm& comm, std::future<double> done) : comm_(comm), done_(std::move(done)) {}
+  void wait() override {
+    const auto start = std::chrono::steady_clock::now();
+    comm_.mark_blocked(true);
+    const double duration = done_.get();
+    comm_.mark_blocked(false);
+    comm_.add_exposed_wait(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+    comm_.add_measured_time("async_all_gather", duration);
+  }
+
+ private:
+  MpiComm& comm_;
+  std::future<double> done_;
+};
+
+std::unique_ptr<AsyncRequest> MpiComm::do_all_gather_bytes_async(std::span<const std::byte> send,
+                                                                 std::span<std::byte> recv,
+                                                                 std::span<const std::size_t> counts) {
+  auto c = int_counts(counts, "all_gather");
+  auto d = displacements(c);
+  auto promise = std::make_shared<std::promise<double>>();
+  std::future<double> done = promise->get_future();
+  const int mine = c[static_cast<std::size_t>(rank())];
+  enqueue([this, send, recv, c = std::move(c), d = std::move(d), mine, promise] {
+    const auto start = std::chrono::steady_clock::now();
+    MPI_Allgatherv(send.data(), mine, MPI_BYTE, recv.data(), c.data(), d.data(), MPI_BYTE, async_comm_);
+    promise->set_value(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+  });
+  return std::make_unique<AsyncGather>(*this, std::move(done));
+}
+
+void MpiComm::do_barrier() {
+  mark_blocked(true);
+  MPI_Barrier(world_);
+  mark_blocked(false);
+}
+
+}  // namespace scape::runtime

@@ -1,0 +1,71 @@
+// MpiComm: the Communicator over MPI, one process per rank. Reductions use MPI's own
+// collectives (MPI_Allreduce, MPI_Reduce_scatter) or, in deterministic mode, an all-to-all
+// followed by the same rank-order mean as the simulator, so a run is bit-identical to
+// EmulatedComm with the same W. The asynchronous all-gather runs on a dedicated
+// communication thread over a duplicated communicator, so it progresses while the compute
+// thread runs forward/backward without calling MPI (needs MPI_THREAD_MULTIPLE).
+#pragma once
+
+#include <mpi.h>
+
+#include <atomic>
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "core/communicator.hpp"
+
+namespace scape::runtime {
+
+struct MpiOptions {
+  bool deterministic = false;
+  double collective_timeout_s = 300;  // watchdog: a collective blocked longer is a failure
+};
+
+class MpiComm final : public Communicator {
+ public:
+  MpiComm(MPI_Comm world, NetworkModel net, MpiOptions options);
+  ~MpiComm() override;
+
+  // Seconds the oldest blocking MPI call of this rank has been running (0 when none): the
+  // watchdog reads it from another thread.
+  double blocked_for() const;
+  MPI_Comm world() const { return world_; }
+
+ protected:
+  void do_all_reduce_mean(std::span<float> data) override;
+  void do_reduce_scatter_mean(std::span<const float> send, std::span<float> recv,
+                              std::span<const std::size_t> counts) override;
+  void do_all_gather_bytes(std::span<const std::byte> send, std::span<std::byte> recv,
+                           std::span<const std::size_t> counts) override;
+  std::unique_ptr<AsyncRequest> do_all_gather_bytes_async(std::span<const std::byte> send, std::span<std::byte> recv,
+                                                          std::span<const std::size_t> counts) override;
+  void do_barrier() override;
+
+ private:
+  class AsyncGather;
+  friend class AsyncGather;
+  void comm_thread_main();
+  void enqueue(std::function<void()> task);
+  void mean_by_alltoall(std::span<const float> send, std::span<float> recv, std::span<const std::size_t> counts);
+  void mark_blocked(bool blocked);
+
+  MPI_Comm world_;
+  MPI_Comm async_comm_ = MPI_COMM_NULL;
+  MpiOptions options_;
+  std::thread comm_thread_;
+  std::mutex queue_mutex_;
+  std::condition_variable queue_cv_;
+  std::deque<std::function<void()>> queue_;
+  bool stopping_ = false;
+  std::atomic<double> blocked_since_{0.0};
+  std::vector<float> gathered_;
+};
+
+// MPI counts are int: throws naming the collective when a count does not fit.
+int to_mpi_count(std::size_t n, const char* what);
+
+}  // namespace scape::runtime

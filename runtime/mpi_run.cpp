@@ -1,0 +1,372 @@
+// MPI runner (docs/runtime.md): setup with collective error checks, the report exchange,
+// and the failure monitor / watchdog thread.
+#include "runtime/mpi_run.hpp"
+
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+#include <mutex>
+#include <thread>
+
+namespace scape::runtime {
+namespace {
+
+constexpr int kErrorTag = 77;
+constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+
+// Gathers every rank's error text on rank 0 ("" = fine); returns true on every rank when any failed.
+bool any_failed(MPI_Comm world, const std::string& error, std::string& all_errors) {
+  int failed = error.empty() ? 0 : 1, any = 0;
+  MPI_Allreduce(&failed, &any, 1, MPI_INT, MPI_MAX, world);
+  if (!any) return false;
+  int rank = 0, size = 0;
+  MPI_Comm_rank(world, &rank);
+  MPI_Comm_size(world, &size);
+  int len = static_cast<int>(error.size());
+  std::vector<int> lens(static_cast<std::size_t>(size));
+  MPI_Gather(&len, 1, MPI_INT, lens.data(), 1, MPI_INT, 0, world);
+  std::vector<int> displs(static_cast<std::size_t>(size), 0);
+  for (int q = 1; q < size; ++q) displs[static_cast<std::size_t>(q)] = displs[static_cast<std::size_t>(q - 1)] + lens[static_cast<std::size_t>(q - 1)];
+  std::vector<char> text(static_cast<std::size_t>(displs.back() + lens.back()) + 1);
+  MPI_Gatherv(error.data(), len, MPI_CHAR, text.data(), lens.data(), displs.data(), MPI_CHAR, 0, world);
+  if (rank == 0) {
+    for (int q = 0; q < size; ++q) {
+      if (lens[static_cast<std::size_t>(q)] == 0) continue;
+      all_errors += (all_errors.empty() ? "" : "\n") + std::string("rank ") + std::to_string(q) + ": " +
+                    std::string(text.data() + displs[static_cast<std::size_t>(q)], static_cast<std::size_t>(lens[static_cast<std::size_t>(q)]));
+    }
+  }
+  return true;
+}
+
+// Reports travel as a fixed vector of doubles, the gradients (and a_i) as floats.
+class MpiExchange final : public train::StepExchange {
+ public:
+  MpiExchange(MPI_Comm world, const experiments::ExperimentConfig& config, std::size_t n, std::size_t tensors)
+      : world_(world), n_(n), tensors_(tensors) {
+    MPI_Comm_rank(world, &rank_);
+    MPI_Comm_size(world, &size_);
+    purposes_ = collective_purposes(config.optimizer);
+    purposes_.push_back("async_all_gather");
+  }
+
+  bool exchange(int rank, const train::WorkerReport& report,
+                const std::function<bool(std::span<const train::WorkerReport* const>)>& decide) override {
+    const std::vector<double> mine = pack(report);
+    const std::size_t width = mine.size();
+    const std::size_t w = static_cast<std::size_t>(size_);
+    if (rank == 0) {
+      scalars_.resize(width * w);
+      grads_.resize(n_ * w);
+    }
+    MPI_Gather(mine.data(), to_mpi_count(width, "report"), MPI_DOUBLE, scalars_.data(), to_mpi_count(width, "report"),
+               MPI_DOUBLE, 0, world_);
+    MPI_Gather(report.grads.data(), to_mpi_count(n_, "gradient gather"), MPI_FLOAT, grads_.data(),
+               to_mpi_count(n_, "gradient gather"), MPI_FLOAT, 0, world_);
+    int with_acc = report.accumulated.empty() ? 0 : 1;
+    MPI_Bcast(&with_acc, 1, MPI_INT, 0, world_);
+    if (with_acc) {
+      if (rank == 0) acc_.resize(n_ * w);
+      MPI_Gather(report.accumulated.data(), to_mpi_count(n_, "oracle gather"), MPI_FLOAT, acc_.data(),
+                 to_mpi_count(n_, "oracle gather"), MPI_FLOAT, 0, world_);
+    }
+    int stop = 0;
+    if (rank == 0) {
+      others_.assign(w, train::WorkerReport{});
+      std::vector<const train::WorkerReport*> all(w);
+      all[0] = &report;
+      for (std::size_t q = 1; q < w; ++q) {
+        unpack(std::span<const double>(scalars_.data() + q * width, width), report, others_[q]);
+        others_[q].grads = std::span<const float>(grads_.data() + q * n_, n_);
+        if (with_acc) others_[q].accumulated = std::span<const float>(acc_.data() + q * n_, n_);
+        all[q] = &others_[q];
+      }
+      stop = decide(all) ? 1 : 0;
+    }
+    MPI_Bcast(&stop, 1, MPI_INT, 0, world_);
+    return stop != 0;
+  }
+
+  std::vector<StateMap> gather_states(int rank, const StateMap& mine) override {
+    std::vector<char> bytes = serialize(mine);
+    long long len = static_cast<long long>(bytes.size());
+    std::vector<long long> lens(static_cast<std::size_t>(size_));
+    MPI_Gather(&len, 1, MPI_LONG_LONG, lens.data(), 1, MPI_LONG_LONG, 0, world_);
+    std::vector<int> counts(static_cast<std::size_t>(size_)), displs(static_cast<std::size_t>(size_), 0);
+    std::vector<char> all;
+    if (rank == 0) {
+      for (int q = 0; q < size_; ++q) counts[static_cast<std::size_t>(q)] = to_mpi_count(static_cast<std::size_t>(lens[static_cast<std::size_t>(q)]), "checkpoint gather");
+      for (int q = 1; q < size_; ++q) displs[static_cast<std::size_t>(q)] = displs[static_cast<std::size_t>(q - 1)] + counts[static_cast<std::size_t>(q - 1)];
+      all.resize(static_cast<std::size_t>(displs.back() + counts.back()));
+    }
+    MPI_Gatherv(bytes.data(), to_mpi_count(bytes.size(), "checkpoint gather"), MPI_CHAR, all.data(), counts.data(),
+                displs.data(), MPI_CHAR, 0, world_);
+    std::vector<StateMap> out;
+    if (rank == 0) {
+      for (int q = 0; q < size_; ++q) {
+        out.push_back(deserialize(all.data() + displs[static_cast<std::size_t>(q)], static_cast<std::size_t>(counts[static_cast<std::size_t>(q)])));
+      }
+    }
+    return out;
+  }
+
+  void barrier(int) override { MPI_Barrier(world_); }
+
+ private:
+  std::vector<double> pack(const train::WorkerReport& r) const {
+    const auto& m = r.metrics;
+    std::vector<double> v = {r.loss, r.compute_s, r.optimizer_s, r.exposed_wait_s, m.residual_norm, m.residual_max,
+                             m.residual_to_param, m.staleness_mean, m.staleness_p99, m.staleness_max,
+                             static_cast<double>(m.nonfinite_grads)};
+    for (const auto& p : purposes_) {
+      const auto it = r.measured.find(p);
+      v.push_back(it == r.measured.end() ? kNaN : it->second);
+    }
+    for (std::size_t s = 0; s < tensors_; ++s) v.push_back(s < m.tensor_residual_norm.size() ? m.tensor_residual_norm[s] : kNaN);
+    return v;
+  }
+
+  void unpack(std::span<const double> v, const train::WorkerReport& rank0, train::WorkerReport& out) const {
+    out.loss = v[0];
+    out.compute_s = v[1];
+    out.optimizer_s = v[2];
+    out.exposed_wait_s = v[3];
+    out.metrics = StepMetrics{};
+    out.metrics.residual_norm = v[4];
+    out.metrics.residual_max = v[5];
+    out.metrics.residual_to_param = v[6];
+    out.metrics.staleness_mean = v[7];
+    out.metrics.staleness_p99 = v[8];
+    out.metrics.staleness_max = v[9];
+    out.metrics.nonfinite_grads = static_cast<std::size_t>(v[10]);
+    std::size_t i = 11;
+    for (const auto& p : purposes_) {
+      if (!std::isnan(v[i])) out.measured[p] = v[i];
+      ++i;
+    }
+    if (!rank0.metrics.tensor_residual_norm.empty()) out.metrics.tensor_residual_norm.assign(v.begin() + static_cast<std::ptrdiff_t>(i), v.begin() + static_cast<std::ptrdiff_t>(i + tensors_));
+  }
+
+  static std::vector<char> serialize(const StateMap& s) {
+    std::vector<char> out;
+    auto put = [&](const void* p, std::size_t n) {
+      const std::uint64_t len = n;
+      out.insert(out.end(), reinterpret_cast<const char*>(&len), reinterpret_cast<const char*>(&len) + sizeof len);
+      out.insert(out.end(), static_cast<const char*>(p), static_cast<const char*>(p) + n);
+    };
+    for (const auto& [name, bytes] : s) {
+      put(name.data(), name.size());
+      put(bytes.data(), bytes.size());
+    }
+    return out;
+  }
+
+  static StateMap deserialize(const char* p, std::size_t n) {
+    StateMap s;
+    std::size_t pos = 0;
+    auto get = [&](std::string& out) {
+      std::uint64_t len = 0;
+      std::memcpy(&len, p + pos, sizeof len);
+      pos += sizeof len;
+      out.assign(p + pos, static_cast<std::size_t>(len));
+      pos += len;
+    };
+    while (pos < n) {
+      std::string name, bytes;
+      get(name);
+      get(bytes);
+      auto& dst = s[name];
+      dst.resize(bytes.size());
+      std::memcpy(dst.data(), bytes.data(), bytes.size());
+    }
+    return s;
+  }
+
+  MPI_Comm world_;
+  int rank_ = 0, size_ = 1;
+  std::size_t n_, tensors_;
+  std::vector<std::string> purposes_;
+  std::vector<double> scalars_;
+  std::vector<float> grads_, acc_;
+  std::vector<train::WorkerReport> others_;
+};
+
+// Watches for this rank's failure (or a collective blocked past the timeout) and, on rank 0,
+// for messages from failing ranks; then closes the run file and aborts every rank.
+class FailureMonitor {
+ public:
+  FailureMonitor(MPI_Comm world, const MpiComm& comm, train::RunLog* log, double timeout_s)
+      : comm_(comm), log_(log), timeout_s_(timeout_s) {
+    MPI_Comm_dup(world, &errors_);
+    MPI_Comm_rank(world, &rank_);
+    thread_ = std::thread([this] { run(); });
+  }
+  ~FailureMonitor() {
+    stop_ = true;
+    thread_.join();
+    MPI_Comm_free(&errors_);
+  }
+
+  void fail(const std::string& message) {
+    std::lock_guard lock(mutex_);
+    if (message_.empty()) message_ = message;
+    failed_ = true;
+  }
+
+ private:
+  void run() {
+    while (!stop_) {
+      if (comm_.blocked_for() > timeout_s_) {
+        fail("a collective has not completed after " + std::to_string(timeout_s_) +
+             " s (watchdog; set --collective-timeout)");
+      }
+      if (failed_) handle_local_failure();
+      if (rank_ == 0) poll_remote_failures();
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+  }
+
+  void handle_local_failure() {
+    std::string message;
+    {
+      std::lock_guard lock(mutex_);
+      message = message_;
+    }
+    if (rank_ == 0) abort_all("rank 0: " + message);
+    MPI_Send(message.data(), static_cast<int>(message.size()), MPI_CHAR, 0, kErrorTag, errors_);
+    // Rank 0 aborts the job; if it cannot (it is itself stuck), do it from here.
+    std::this_thread::sleep_for(std::chrono::seconds(10));
+    std::fprintf(stderr, "rank %d: %s\n", rank_, message.c_str());
+    MPI_Abort(MPI_COMM_WORLD, 1);
+  }
+
+  void poll_remote_failures() {
+    int flag = 0;
+    MPI_Status status;
+    MPI_Iprobe(MPI_ANY_SOURCE, kErrorTag, errors_, &flag, &status);
+    if (!flag) return;
+    int len = 0;
+    MPI_Get_count(&status, MPI_CHAR, &len);
+    std::string message(static_cast<std::size_t>(len), '\0');
+    MPI_Recv(message.data(), len, MPI_CHAR, status.MPI_SOURCE, kErrorTag, errors_, MPI_STATUS_IGNORE);
+    abort_all("rank " + std::to_string(status.MPI_SOURCE) + ": " + message);
+  }
+
+  [[noreturn]] void abort_all(const std::string& message) {
+    std::fprintf(stderr, "error: %s\n", message.c_str());
+    if (log_ != nullptr) {
+      try {
+        log_->finish(message);
+      } catch (const std::exception& e) {
+        std::fprintf(stderr, "error: could not close the run file: %s\n", e.what());
+      }
+    }
+    std::fflush(stderr);
+    MPI_Abort(MPI_COMM_WORLD, 1);
+    std::abort();
+  }
+
+  const MpiComm& comm_;
+  train::RunLog* log_;
+  double timeout_s_;
+  MPI_Comm errors_ = MPI_COMM_NULL;
+  int rank_ = 0;
+  std::atomic<bool> stop_{false};
+  std::atomic<bool> failed_{false};
+  std::mutex mutex_;
+  std::string message_;
+  std::thread thread_;
+};
+
+// Tracks the step each rank is in, for error messages, and applies SCAPE_INJECT_FAILURE:
+// "RANK:STEP" makes that rank throw before that step, "RANK:STEP:hang" makes it stop
+// responding (tests of failure handling and of the watchdog).
+void install_step_hook(train::RunOptions& options, std::atomic<int>& current_step) {
+  int rank = -1, step = -1;
+  char mode[8] = {0};
+  const char* spec = std::getenv("SCAPE_INJECT_FAILURE");
+  const int fields = spec ? std::sscanf(spec, "%d:%d:%7s", &rank, &step, mode) : 0;
+  const bool hang = fields == 3 && std::string(mode) == "hang";
+  if (fields < 2) rank = -1;
+  options.before_step = [rank, step, hang, &current_step](int r, int t) {
+    current_step = t;
+    if (r != rank || t != step) return;
+    if (hang) {
+      for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));
+    }
+    throw std::runtime_error("injected failure");
+  };
+}
+
+}  // namespace
+
+int run_mpi(const experiments::ExperimentConfig& config, train::RunOptions options, const MpiOptions& mpi) {
+  MPI_Comm world = MPI_COMM_WORLD;
+  int rank = 0, size = 0;
+  MPI_Comm_rank(world, &rank);
+  MPI_Comm_size(world, &size);
+  options.measured_comm = true;
+  options.quiet = options.quiet || rank != 0;
+  std::atomic<int> current_step{0};
+  install_step_hook(options, current_step);
+
+  // Setup, checked collectively: a bad data path on one rank stops every rank with exit 2.
+  std::string error;
+  std::unique_ptr<train::SourceData> data;
+  train::Checkpoint checkpoint;
+  if (size != config.workers) {
+    error = "workers: the config asks for " + std::to_string(config.workers) + " workers but mpirun started " +
+            std::to_string(size) + " ranks";
+  } else {
+    try {
+      data = train::load_source_data(config);
+      if (options.resume) checkpoint = train::load_checkpoint(config, options, data->layout().size());
+    } catch (const std::exception& e) {
+      error = e.what();
+    }
+  }
+  std::string all_errors;
+  if (any_failed(world, error, all_errors)) {
+    if (rank == 0) std::fprintf(stderr, "error: %s\n", all_errors.c_str());
+    return 2;
+  }
+  std::unique_ptr<train::RunLog> log;
+  if (rank == 0) {
+    try {
+      log = std::make_unique<train::RunLog>(config, data->layout(), options, checkpoint.step);
+    } catch (const std::exception& e) {
+      error = e.what();
+    }
+  }
+  if (any_failed(world, error, all_errors)) {
+    if (rank == 0) std::fprintf(stderr, "error: %s\n", all_errors.c_str());
+    return 1;
+  }
+
+  int code = 0;
+  {
+    MpiComm comm(world, config.network.model(), mpi);
+    MpiExchange exchange(world, config, data->layout().size(), data->layout().slots().size());
+    FailureMonitor monitor(world, comm, log.get(), mpi.collective_timeout_s);
+    try {
+      train::train_rank(config, *data, options, comm, exchange, log.get(), options.resume ? &checkpoint : nullptr);
+    } catch (const std::exception& e) {
+      monitor.fail("step " + std::to_string(current_step.load()) + ": " + e.what());
+      for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));  // the monitor aborts the job
+    }
+    if (rank == 0) {
+      const train::RunOutcome outcome = log->finish("");
+      code = outcome.status == train::RunStatus::completed ? 0 : (outcome.status == train::RunStatus::diverged ? 3 : 1);
+      std::fprintf(stderr, "%s: %s after %d/%d steps -> %s\n", config.name.c_str(), train::to_string(outcome.status),
+                   outcome.steps_completed, config.steps, options.out.string().c_str());
+    }
+    MPI_Bcast(&code, 1, MPI_INT, 0, world);
+  }
+  return code;
+}
+
+}  // namespace scape::runtime

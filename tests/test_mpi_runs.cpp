@@ -1,0 +1,169 @@
+// End-to-end runs of `mpirun -np W scape run --backend mpi`: bit-identical to the simulator in
+// deterministic mode, equal to rounding in the default mode, the same byte counts, measured
+// times recorded, and failures (a throwing rank, a hung rank) ending the job within 30 s with
+// the failing rank's message and the run file closed as failed.
+#include <doctest/doctest.h>
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+
+#include "experiments/hdf5.hpp"
+#include "experiments/recorder.hpp"
+
+namespace fs = std::filesystem;
+namespace ex = scape::experiments;
+
+#ifdef MPIEXEC
+
+namespace {
+
+struct Result {
+  int code;
+  std::string output;
+  double seconds;
+};
+
+Result sh(const std::string& cmd) {
+  const auto start = std::chrono::steady_clock::now();
+  FILE* p = ::popen((cmd + " 2>&1").c_str(), "r");
+  REQUIRE(p != nullptr);
+  std::string out;
+  char buf[4096];
+  while (std::fgets(buf, sizeof buf, p)) out += buf;
+  const int status = ::pclose(p);
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : 128, out,
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count()};
+}
+
+struct Dir {
+  fs::path path = fs::temp_directory_path() / ("scape-mpi-" + std::to_string(::getpid()));
+  Dir() { fs::create_directories(path); }
+  ~Dir() {
+    std::error_code ec;
+    fs::remove_all(path, ec);
+  }
+};
+
+// One thread per process, as each simulated worker has on this machine, so that both run
+// the same forward/backward arithmetic.
+std::string mpirun(int np, const std::string& args, const std::string& env = "") {
+  return env + " OMP_NUM_THREADS=1 " + MPIEXEC + " --oversubscribe -np " + std::to_string(np) +
+         " -x OMP_NUM_THREADS" + (env.empty() ? "" : " -x SCAPE_INJECT_FAILURE") + " " + SCAPE_BINARY + " run " + args;
+}
+
+std::vector<float> params(const fs::path& f) {
+  return ex::File::open(f, ex::Access::read).open_dataset("/final/params").read_all<float>();
+}
+
+std::vector<double> metric(const fs::path& f, const std::string& name) {
+  return ex::File::open(f, ex::Access::read).open_dataset("/metrics/" + name).read_all<double>();
+}
+
+const char* kGpt = R"({"name": "eq", "seed": 2, "workers": 4, "steps": 8,
+  "model": {"type": "gpt", "n_layer": 1, "n_head": 2, "n_embd": 16, "block_size": 16, "vocab_size": 32},
+  "data": {"type": "synthetic", "batch_size": 2, "tokens": 20000},
+  "optimizer": {"type": "scape", "sparsity": 0.99, "lr": 0.003},
+  "eval": {"interval": 4, "batches": 1},
+  "log": {"flush_interval": 2, "save_params": true}})";
+
+}  // namespace
+
+TEST_CASE("deterministic mode: mpirun -np 4 is bit-identical to the simulator with 4 workers, bytes included") {
+  Dir dir;
+  std::ofstream(dir.path / "eq.json") << kGpt;
+  const std::vector<std::pair<const char*, std::string>> cases = {
+      {"dense AdamS", "--set optimizer.type=adams"},
+      {"SCAPE 0.99 lag 1 partitioned sharded", ""},
+      {"SCAPE 0.99 lag 1 partitioned replicated", "--set optimizer.sharded=false"},
+  };
+  for (const auto& [name, set] : cases) {
+    CAPTURE(std::string(name));
+    const auto cfg = (dir.path / "eq.json").string();
+    const auto sim = sh(std::string(SCAPE_BINARY) + " run " + cfg + " --quiet --out " + (dir.path / "sim.h5").string() + " " + set);
+    REQUIRE(sim.code == 0);
+    const auto mpi = sh(mpirun(4, cfg + " --backend mpi --deterministic --quiet --out " + (dir.path / "mpi.h5").string() + " " + set));
+    CAPTURE(mpi.output);
+    REQUIRE(mpi.code == 0);
+    const auto a = params(dir.path / "sim.h5"), b = params(dir.path / "mpi.h5");
+    REQUIRE(a.size() == b.size());
+    CHECK(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0);
+    CHECK(metric(dir.path / "sim.h5", "train_loss") == metric(dir.path / "mpi.h5", "train_loss"));
+    CHECK(metric(dir.path / "sim.h5", "bytes_sent") == metric(dir.path / "mpi.h5", "bytes_sent"));
+    const bool replicated = set.find("sharded=false") != std::string::npos;
+    for (double t : metric(dir.path / "mpi.h5", replicated ? "comm_time_measured_grad_all_reduce"
+                                                           : "comm_time_measured_grad_reduce_scatter")) {
+      CHECK(t > 0);
+    }
+    CHECK(ex::read_run_summary(dir.path / "mpi.h5").status == "completed");
+  }
+}
+
+TEST_CASE("default mode: MPI's own reductions agree with the simulator to rounding") {
+  Dir dir;
+  // The quadratic's gradient does not feed back through a softmax, so rounding differences of
+  // the reductions (a few ulps per step) stay a few ulps of the parameters: 1e-5 relative.
+  std::ofstream(dir.path / "q.json") << R"({"name": "q", "seed": 4, "workers": 3, "steps": 10,
+    "model": {"type": "quadratic", "size": 4000}, "optimizer": {"type": "adams", "lr": 0.01},
+    "log": {"save_params": true}})";
+  const auto cfg = (dir.path / "q.json").string();
+  REQUIRE(sh(std::string(SCAPE_BINARY) + " run " + cfg + " --quiet --out " + (dir.path / "sim.h5").string()).code == 0);
+  const auto mpi = sh(mpirun(3, cfg + " --backend mpi --quiet --out " + (dir.path / "mpi.h5").string()));
+  CAPTURE(mpi.output);
+  REQUIRE(mpi.code == 0);
+  const auto a = params(dir.path / "sim.h5"), b = params(dir.path / "mpi.h5");
+  double worst = 0;
+  for (std::size_t j = 0; j < a.size(); ++j) worst = std::max(worst, std::fabs(double(a[j]) - b[j]) / (1.0 + std::fabs(a[j])));
+  CHECK(worst <= 1e-5);
+}
+
+TEST_CASE("a rank that throws ends every rank within 30 s, with its message, and the file says failed") {
+  Dir dir;
+  std::ofstream(dir.path / "eq.json") << kGpt;
+  const auto r = sh(mpirun(4, (dir.path / "eq.json").string() + " --backend mpi --quiet --out " + (dir.path / "f.h5").string(),
+                           "SCAPE_INJECT_FAILURE=2:5"));
+  CAPTURE(r.output);
+  CHECK(r.code != 0);
+  CHECK(r.seconds < 30);
+  CHECK(r.output.find("rank 2: step 5: injected failure") != std::string::npos);
+  const auto s = ex::read_run_summary(dir.path / "f.h5");
+  CHECK(s.status == "failed");
+  CHECK(s.error.find("rank 2") != std::string::npos);
+}
+
+TEST_CASE("a hung rank is caught by the collective watchdog") {
+  Dir dir;
+  std::ofstream(dir.path / "eq.json") << kGpt;
+  const auto r = sh(mpirun(4, (dir.path / "eq.json").string() + " --backend mpi --quiet --collective-timeout 3 --out " +
+                                  (dir.path / "h.h5").string(),
+                           "SCAPE_INJECT_FAILURE=1:3:hang"));
+  CAPTURE(r.output);
+  CHECK(r.code != 0);
+  CHECK(r.seconds < 30);
+  CHECK(r.output.find("watchdog") != std::string::npos);
+  CHECK(ex::read_run_summary(dir.path / "h.h5").status == "failed");
+}
+
+TEST_CASE("a bad data path stops every rank with exit 2, and a wrong rank count is named") {
+  Dir dir;
+  std::ofstream(dir.path / "bad.json") << R"({"workers": 2, "steps": 2, "model": {"vocab_size": 256, "n_layer": 1, "n_embd": 16, "n_head": 2},
+    "data": {"type": "text", "path": "nowhere.txt"}})";
+  auto r = sh(mpirun(2, (dir.path / "bad.json").string() + " --backend mpi --quiet --out " + (dir.path / "b.h5").string()));
+  CHECK(r.code == 2);
+  CHECK(r.output.find("nowhere.txt") != std::string::npos);
+  r = sh(mpirun(3, (dir.path / "bad.json").string() + " --backend mpi --quiet --out " + (dir.path / "b.h5").string()));
+  CHECK(r.code == 2);
+  CHECK(r.output.find("mpirun started 3 ranks") != std::string::npos);
+}
+
+#else
+
+TEST_CASE("MPI runtime") { MESSAGE("skipped: scape was built without MPI"); }
+
+#endif
