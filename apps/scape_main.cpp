@@ -100,7 +100,32 @@ int cmd_run(const std::string& file, std::string out, const std::vector<std::str
   return exit_code(outcome.status);
 }
 
+std::string label_of(const ex::SweepPoint& p) {
+  std::string s;
+  for (const auto& [k, v] : p.assignment) s += (s.empty() ? "" : " ") + k + "=" + (v.is_string() ? v.get<std::string>() : v.dump());
+  return s.empty() ? "base" : s;
+}
+
 int cmd_validate(const std::string& file, const std::vector<std::string>& sets) {
+  json j = ex::read_json_file(file);
+  if (j.is_object() && (j.contains("grid") || j.contains("points"))) {
+    // A sweep: every point must be a valid experiment.
+    const auto base_dir = std::filesystem::absolute(file).parent_path();
+    auto points = ex::expand_sweep(j, base_dir);
+    int invalid = 0;
+    for (auto& p : points) {
+      try {
+        for (const auto& s : sets) ex::apply_override(p.config, s);
+        const auto config = ex::parse_experiment(p.config, base_dir);
+        std::printf("valid    %s  (run id %s)\n", label_of(p).c_str(), ex::run_id(config.to_json()).c_str());
+      } catch (const ex::ConfigError& e) {
+        ++invalid;
+        std::printf("invalid  %s: %s\n", label_of(p).c_str(), e.what());
+      }
+    }
+    std::fprintf(stderr, "%s: sweep of %zu points, %d invalid\n", file.c_str(), points.size(), invalid);
+    return invalid ? kExitInvalid : kExitOk;
+  }
   const auto config = load_config(file, sets);
   std::cout << config.to_json().dump(2) << "\n";
   std::fprintf(stderr, "%s: valid (run id %s)\n", file.c_str(), ex::run_id(config.to_json()).c_str());
@@ -115,11 +140,6 @@ struct SweepRow {
   std::string note;
 };
 
-std::string label_of(const ex::SweepPoint& p) {
-  std::string s;
-  for (const auto& [k, v] : p.assignment) s += (s.empty() ? "" : " ") + k + "=" + (v.is_string() ? v.get<std::string>() : v.dump());
-  return s.empty() ? "base" : s;
-}
 
 int cmd_sweep(const std::string& file, const std::string& out_dir, const std::vector<std::string>& sets, int jobs,
               bool quiet) {
@@ -253,8 +273,8 @@ int main(int argc, char** argv) {
   sweep->add_option("--set", sets, "override a value in every point: key.path=value");
   sweep->add_flag("--quiet", quiet, "no progress output");
 
-  auto* validate = app.add_subcommand("validate", "check a config and print it with every default filled in");
-  validate->add_option("config", config_file, "experiment JSON file")->required()->check(CLI::ExistingPath);
+  auto* validate = app.add_subcommand("validate", "check a config (print it with every default filled in) or every point of a sweep");
+  validate->add_option("config", config_file, "experiment or sweep JSON file")->required()->check(CLI::ExistingPath);
   validate->add_option("--set", sets, "override a config value: key.path=value");
 
   app.add_subcommand("schema", "print the JSON Schema of experiment configs");

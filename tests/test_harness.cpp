@@ -282,6 +282,9 @@ TEST_CASE("scape sweep runs every point, skips completed ones on a re-run, and s
     "points": [{"optimizer.mask_lag": 0}, {"optimizer.mask_lag": 1}, {"optimizer.mask_lag": 7}]
   })";
   write_file(dir.path / "s.json", sweep);
+  const auto checked = run_scape("validate " + (dir.path / "s.json").string());
+  CHECK(checked.code == 2);  // validate checks every point of a sweep without running it
+  CHECK(checked.output.find("sweep of 6 points, 2 invalid") != std::string::npos);
   auto r = run_scape("sweep " + (dir.path / "s.json").string() + " --out " + (dir.path / "out").string() + " --jobs 2 --quiet");
   CAPTURE(r.output);
   CHECK(r.code == 1);  // the mask_lag 7 points are invalid; the others still ran
