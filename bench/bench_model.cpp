@@ -73,36 +73,18 @@ struct Gemm {
   }
 };
 
-// GEMM rate for the table: the BM_Gemm figure when it ran, else a quick 0.3 s measurement.
-double gemm_rate(int s, int threads) {
-  const double known = g_rows[{s, threads}].gemm_flops;
-  if (known > 0) return known;
-  Gemm g(kSizes[s]);
+// GEMM FLOP/s over at least `seconds` of repeated runs.
+double gemm_rate(const Size& z, double seconds) {
+  Gemm g(z);
   g.run();
   long iters = 0;
   const auto t0 = std::chrono::steady_clock::now();
   do {
     g.run();
-    ++iters;
-  } while (seconds_since(t0) < 0.3);
-  return g_rows[{s, threads}].gemm_flops = g.flops() * static_cast<double>(iters) / seconds_since(t0);
-}
-
-void BM_Gemm(benchmark::State& state) {
-  const int s = static_cast<int>(state.range(0));
-  const int threads = apply_threads(state.range(1));
-  Gemm g(kSizes[s]);
-  g.run();
-  const auto t0 = std::chrono::steady_clock::now();
-  for (auto _ : state) {
-    g.run();
     benchmark::DoNotOptimize(g.y.data());
-    benchmark::ClobberMemory();
-  }
-  const double elapsed = seconds_since(t0);
-  state.counters["FLOP/s"] = benchmark::Counter(g.flops(), benchmark::Counter::kIsIterationInvariantRate);
-  state.SetLabel(std::string(kSizes[s].name) + " threads=" + std::to_string(threads));
-  g_rows[{s, threads}].gemm_flops = g.flops() * static_cast<double>(state.iterations()) / elapsed;
+    ++iters;
+  } while (seconds_since(t0) < seconds);
+  return g.flops() * static_cast<double>(iters) / seconds_since(t0);
 }
 
 void BM_ForwardBackward(benchmark::State& state) {
@@ -119,22 +101,27 @@ void BM_ForwardBackward(benchmark::State& state) {
     tg[i] = static_cast<std::int32_t>(scape::rng::derive(2, i) % 256);
   }
   model.forward_backward(params, in, tg, B, T, grads);  // allocates the workspace
+
+  // The reference brackets the model's timing, so both see the same machine load.
+  const double gemm_before = gemm_rate(z, 0.5);
   const auto t0 = std::chrono::steady_clock::now();
   for (auto _ : state) {
     benchmark::DoNotOptimize(model.forward_backward(params, in, tg, B, T, grads));
   }
   const double elapsed = seconds_since(t0);
+  const double gemm = 0.5 * (gemm_before + gemm_rate(z, 0.5));
+
   const double tokens = static_cast<double>(B) * T;
   const double flops = tokens * scape::model::train_flops_per_token(z.cfg, T);
   const auto iters = static_cast<double>(state.iterations());
-
   Row& row = g_rows[{s, threads}];
   row.params = static_cast<double>(model.num_params());
   row.tokens_per_s = tokens * iters / elapsed;
   row.model_flops = flops * iters / elapsed;
-  const double gemm = gemm_rate(s, threads);
+  row.gemm_flops = gemm;
   state.counters["tokens/s"] = benchmark::Counter(tokens, benchmark::Counter::kIsIterationInvariantRate);
   state.counters["FLOP/s"] = benchmark::Counter(flops, benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["GEMM_FLOP/s"] = gemm;
   state.counters["gemm_frac"] = row.model_flops / gemm;
   state.SetLabel(std::string(z.name) + " threads=" + std::to_string(threads));
 }
@@ -153,9 +140,7 @@ void print_table() {
 
 }  // namespace
 
-// Every GEMM reference runs before the model benchmarks; 1 s minimum per figure to average out
-// the noise of shared machines.
-BENCHMARK(BM_Gemm)->ArgsProduct({{0, 1, 2}, {1, 0}})->Unit(benchmark::kMillisecond)->UseRealTime()->MinTime(1.0);
+// 1 s minimum per figure to average out the noise of shared machines.
 BENCHMARK(BM_ForwardBackward)
     ->ArgsProduct({{0, 1, 2}, {1, 0}})
     ->Unit(benchmark::kMillisecond)

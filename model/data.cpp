@@ -116,7 +116,8 @@ Tokens read_tokens(const std::string& path, TokenFormat format, int vocab_size) 
   const std::vector<char> bytes = read_file_bytes(path);
   if (format == TokenFormat::kLlmc) return read_llmc(path, bytes, vocab_size);
   if (bytes.size() % sizeof(std::uint16_t) != 0) {
-    throw DataError(path, "truncated: " + std::to_string(bytes.size()) + " bytes is not a whole number of uint16 tokens");
+    throw DataError(path, "truncated: " + std::to_string(bytes.size()) +
+                              " bytes is not a whole number of uint16 tokens");
   }
   return decode_uint16(path, bytes.data(), bytes.size() / sizeof(std::uint16_t), vocab_size);
 }
@@ -125,7 +126,9 @@ void write_tokens(const std::string& path, std::span<const std::uint16_t> tokens
   std::ofstream out(path, std::ios::binary | std::ios::trunc);
   if (!out) throw DataError(path, "cannot be opened for writing");
   if (format == TokenFormat::kLlmc) {
-    if (tokens.size() > static_cast<std::size_t>(std::numeric_limits<std::int32_t>::max())) throw DataError(path, "too many tokens for an llm.c header");
+    if (tokens.size() > static_cast<std::size_t>(std::numeric_limits<std::int32_t>::max())) {
+      throw DataError(path, "too many tokens for an llm.c header");
+    }
     std::int32_t header[kLlmcHeaderInts] = {};
     header[0] = kLlmcMagic;
     header[1] = kLlmcVersion;
@@ -156,15 +159,16 @@ MarkovSource::MarkovSource(const MarkovConfig& cfg) : cfg_(cfg) {
   for (int s = 0; s < V; ++s) {
     int* succ = succ_.data() + static_cast<std::size_t>(s) * K;
     double* p = succ_p_.data() + static_cast<std::size_t>(s) * K;
+    const auto state = static_cast<std::uint64_t>(s);
     double total = 0;
     for (int j = 0; j < K; ++j) {
+      const auto rank = static_cast<std::uint64_t>(j);
       // Distinct successors: probe forward from the hashed token past ones already taken.
-      int t = static_cast<int>(key(cfg.seed, {kSuccessor, static_cast<std::uint64_t>(s), static_cast<std::uint64_t>(j)}) %
-                               static_cast<std::uint64_t>(V));
+      int t = static_cast<int>(key(cfg.seed, {kSuccessor, state, rank}) % static_cast<std::uint64_t>(V));
       while (std::find(succ, succ + j, t) != succ + j) t = (t + 1) % V;
       succ[j] = t;
       // Weights in [1, 4): unequal, so the row is not just uniform over its successors.
-      p[j] = 1.0 + 3.0 * rng::uniform(key(cfg.seed, {kWeight, static_cast<std::uint64_t>(s)}), static_cast<std::uint64_t>(j));
+      p[j] = 1.0 + 3.0 * rng::uniform(key(cfg.seed, {kWeight, state}), rank);
       total += p[j];
     }
     for (int j = 0; j < K; ++j) p[j] *= cfg.concentration / total;
@@ -205,6 +209,10 @@ MarkovSource::MarkovSource(const MarkovConfig& cfg) : cfg_(cfg) {
 }
 
 double MarkovSource::probability(int from, int to) const {
+  if (from < 0 || from >= cfg_.vocab_size || to < 0 || to >= cfg_.vocab_size) {
+    throw std::out_of_range("MarkovSource::probability: state " + std::to_string(from) + " -> " + std::to_string(to) +
+                            " outside [0, " + std::to_string(cfg_.vocab_size) + ")");
+  }
   const int K = cfg_.successors;
   double p = (1.0 - cfg_.concentration) / cfg_.vocab_size;
   for (int j = 0; j < K; ++j) {

@@ -67,6 +67,7 @@ class MarkovSource {
   explicit MarkovSource(const MarkovConfig& cfg);
 
   int vocab_size() const { return cfg_.vocab_size; }
+  // P(from, to); throws std::out_of_range outside [0, vocab_size).
   double probability(int from, int to) const;
   // Stationary distribution by power iteration in double.
   const std::vector<double>& stationary() const { return stationary_; }

@@ -223,11 +223,12 @@ TEST_CASE("Markov source: stochastic rows, stationary law, exact entropy rate") 
   nll /= static_cast<double>(seq.size() - 1);
   MESSAGE("Markov V=64: entropy rate ", src.entropy_rate(), " nats, empirical ", nll);
   CHECK(nll == doctest::Approx(src.entropy_rate()).epsilon(0.01));
-  for (int s = 0; s < V; ++s) CHECK(freq[static_cast<std::size_t>(s)] == doctest::Approx(pi[static_cast<std::size_t>(s)]).epsilon(0.1));
+  for (std::size_t s = 0; s < pi.size(); ++s) CHECK(freq[s] == doctest::Approx(pi[s]).epsilon(0.1));
 
   CHECK(src.generate(1000, 0) == Tokens(seq.begin(), seq.begin() + 1000));
   CHECK(src.generate(1000, 1) != Tokens(seq.begin(), seq.begin() + 1000));
   CHECK(MarkovSource(MarkovConfig{.seed = 6}).entropy_rate() != src.entropy_rate());
+  CHECK_THROWS_AS(src.probability(0, V), std::out_of_range);
   CHECK_THROWS_WITH_AS(MarkovSource(MarkovConfig{.concentration = 1.0}), doctest::Contains("concentration"),
                        std::invalid_argument);
   CHECK_THROWS_WITH_AS(MarkovSource(MarkovConfig{.vocab_size = 4, .successors = 5}), doctest::Contains("successors"),
@@ -256,8 +257,12 @@ TEST_CASE("the global batch is the same whatever the number of workers") {
     CHECK(global(step, 4) == one);
     CHECK(global(step, 8) == one);
     // Targets are the inputs shifted by one token.
+    const auto& [in, tg] = one;
     for (int g = 0; g < G; ++g) {
-      for (int t = 0; t + 1 < T; ++t) CHECK(one.second[static_cast<std::size_t>(g * T + t)] == one.first[static_cast<std::size_t>(g * T + t + 1)]);
+      for (int t = 0; t + 1 < T; ++t) {
+        const auto i = static_cast<std::size_t>(g * T + t);
+        CHECK(tg[i] == in[i + 1]);
+      }
     }
   }
   CHECK(global(0, 1) != global(1, 1));

@@ -23,7 +23,9 @@ constexpr GptConfig kSmall{.n_layer = 2, .n_head = 4, .n_embd = 32, .block_size 
 
 std::vector<std::int32_t> random_tokens(std::size_t n, int vocab, std::uint64_t seed) {
   std::vector<std::int32_t> out(n);
-  for (std::size_t i = 0; i < n; ++i) out[i] = static_cast<std::int32_t>(scape::rng::derive(seed, i) % static_cast<std::uint64_t>(vocab));
+  for (std::size_t i = 0; i < n; ++i) {
+    out[i] = static_cast<std::int32_t>(scape::rng::derive(seed, i) % static_cast<std::uint64_t>(vocab));
+  }
   return out;
 }
 

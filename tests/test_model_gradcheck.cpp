@@ -34,9 +34,9 @@ Case make_case(const GptDouble& model) {
   c.params.resize(model.num_params());
   model.init_params(c.params, 7);
   for (std::size_t i = 0; i < c.params.size(); ++i) c.params[i] += 0.3 * scape::rng::normal(1000, i);
-  for (int i = 0; i < kB * kT; ++i) {
-    c.inputs.push_back(static_cast<std::int32_t>(scape::rng::derive(3, static_cast<std::uint64_t>(i)) % kTiny.vocab_size));
-    c.targets.push_back(static_cast<std::int32_t>(scape::rng::derive(4, static_cast<std::uint64_t>(i)) % kTiny.vocab_size));
+  for (std::uint64_t i = 0; i < kB * kT; ++i) {
+    c.inputs.push_back(static_cast<std::int32_t>(scape::rng::derive(3, i) % kTiny.vocab_size));
+    c.targets.push_back(static_cast<std::int32_t>(scape::rng::derive(4, i) % kTiny.vocab_size));
   }
   c.targets[3] = c.inputs[3];  // a repeated token exercises the scatter-add into wte
   return c;

@@ -181,7 +181,8 @@ TEST_CASE("training on tinyshakespeare bytes lowers validation loss well below l
   for (auto t : data.train) counts[t] += 1;
   double unigram = 0;
   for (double c : counts) {
-    if (c > 0) unigram -= c / static_cast<double>(data.train.size()) * std::log(c / static_cast<double>(data.train.size()));
+    const double p = c / static_cast<double>(data.train.size());
+    if (p > 0) unigram -= p * std::log(p);
   }
 
   const GptConfig cfg{.n_layer = 2, .n_head = 4, .n_embd = 64, .block_size = 64, .vocab_size = 256};

@@ -86,7 +86,9 @@ TEST_CASE("deterministic mode: mpirun -np 4 is bit-identical to the simulator wi
   for (const auto& [name, set] : cases) {
     CAPTURE(std::string(name));
     const auto cfg = (dir.path / "eq.json").string();
-    const auto sim = sh(std::string(SCAPE_BINARY) + " run " + cfg + " --quiet --out " + (dir.path / "sim.h5").string() + " " + set);
+    // One OpenMP thread per worker on both sides, whatever this machine's core count.
+    const auto sim = sh("OMP_NUM_THREADS=1 " + std::string(SCAPE_BINARY) + " run " + cfg + " --quiet --out " +
+                        (dir.path / "sim.h5").string() + " " + set);
     REQUIRE(sim.code == 0);
     const auto mpi = sh(mpirun(4, cfg + " --backend mpi --deterministic --quiet --out " + (dir.path / "mpi.h5").string() + " " + set));
     CAPTURE(mpi.output);
