@@ -26,11 +26,7 @@ DenseOptimizer::DenseOptimizer(const OptimizerConfig& config, const ParamLayout&
 
 StepMetrics DenseOptimizer::step(std::span<float> params, std::span<const float> grads) {
   const std::size_t n = layout_.size();
-  if (params.size() != n || grads.size() != n) {
-    throw std::invalid_argument("optimizer step: params (" + std::to_string(params.size()) + ") and grads (" +
-                                std::to_string(grads.size()) + ") must both have the layout size " +
-                                std::to_string(n));
-  }
+  detail::check_step_sizes(params, grads, n);
   const int t = ++t_;
   StepMetrics out;
   out.step = t;

@@ -11,6 +11,9 @@
 
 namespace scape::detail {
 
+// Throws std::invalid_argument unless params and grads both have the layout size n.
+void check_step_sizes(std::span<const float> params, std::span<const float> grads, std::size_t n);
+
 // Scalars of step t with learning rate eta; `decayed` selects the theta multiplier 1 - eta*lambda.
 kernels::AdamScalars adam_scalars(const OptimizerConfig& c, double eta, int t, bool decayed);
 

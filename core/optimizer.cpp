@@ -103,6 +103,14 @@ void OptimizerConfig::validate() const {
 
 namespace detail {
 
+void check_step_sizes(std::span<const float> params, std::span<const float> grads, std::size_t n) {
+  if (params.size() != n || grads.size() != n) {
+    throw std::invalid_argument("optimizer step: params (" + std::to_string(params.size()) + ") and grads (" +
+                                std::to_string(grads.size()) + ") must both have the layout size " +
+                                std::to_string(n));
+  }
+}
+
 kernels::AdamScalars adam_scalars(const OptimizerConfig& c, double eta, int t, bool decayed) {
   kernels::AdamScalars s;
   s.lr = eta;

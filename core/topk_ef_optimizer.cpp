@@ -77,11 +77,7 @@ void TopkEfOptimizer::sum_pairs_in_rank_order(std::size_t k) {
 }
 
 StepMetrics TopkEfOptimizer::step(std::span<float> params, std::span<const float> grads) {
-  if (params.size() != n_ || grads.size() != n_) {
-    throw std::invalid_argument("optimizer step: params (" + std::to_string(params.size()) + ") and grads (" +
-                                std::to_string(grads.size()) + ") must both have the layout size " +
-                                std::to_string(n_));
-  }
+  detail::check_step_sizes(params, grads, n_);
   const int t = ++t_;
   const double rho = density_at(config_.density(), config_.density_warmup, t);
   const std::size_t k = k_for(rho, n_);
