@@ -10,6 +10,8 @@
 #include <thread>
 
 #include "experiments/config.hpp"
+#include "experiments/hdf5.hpp"
+#include "model/gpt.hpp"
 #include "experiments/recorder.hpp"
 #include "predict/report.hpp"
 #include "train/train_loop.hpp"
@@ -59,6 +61,14 @@ tr::RunOptions options_for(const std::filesystem::path& out, bool quiet) {
   o.scape_version = SCAPE_VERSION;
   o.git_sha = SCAPE_GIT_SHA;
   return o;
+}
+
+// A table cell: the number, or n/a for a metric that does not apply (NaN).
+std::string cell(double x, const char* format) {
+  if (std::isnan(x)) return "n/a";
+  char buf[64];
+  std::snprintf(buf, sizeof buf, format, x);
+  return buf;
 }
 
 double dense_bytes(const tr::RunOutcome& r, int workers) {
@@ -132,6 +142,48 @@ int cmd_validate(const std::string& file, const std::vector<std::string>& sets) 
   return kExitOk;
 }
 
+double mean_finite(const std::vector<double>& v) {
+  double sum = 0;
+  int n = 0;
+  for (double x : v) {
+    if (std::isfinite(x)) {
+      sum += x;
+      ++n;
+    }
+  }
+  return n ? sum / n : NAN;
+}
+
+// The summary figures of a finished run, read back from its file (a skipped sweep point).
+tr::RunOutcome outcome_from_file(const std::filesystem::path& path) {
+  const auto f = ex::File::open(path, ex::Access::read);
+  tr::RunOutcome o;
+  o.status = tr::RunStatus::completed;
+  const auto loss = f.open_dataset("/metrics/train_loss").read_all<double>();
+  o.final_train_loss = loss.empty() ? NAN : loss.back();
+  const auto val = f.open_dataset("/eval/val_loss").read_all<double>();
+  o.final_val_loss = val.empty() ? NAN : val.back();
+  o.bytes_per_step = mean_finite(f.open_dataset("/metrics/bytes_sent").read_all<double>());
+  o.mean_mask_jaccard = mean_finite(f.open_dataset("/metrics/mask_jaccard").read_all<double>());
+  o.step_time_model = mean_finite(f.open_dataset("/metrics/step_time_model").read_all<double>());
+  const auto config = json::parse(f.read_string_attribute("config"));
+  const auto& m = config.at("model");
+  if (m.at("type") == "quadratic") {
+    o.n_params = m.at("size").get<std::size_t>();
+  } else if (m.at("type") == "gpt") {
+    scape::model::GptConfig g;
+    g.n_layer = m.at("n_layer");
+    g.n_head = m.at("n_head");
+    g.n_embd = m.at("n_embd");
+    g.block_size = m.at("block_size");
+    g.vocab_size = m.at("vocab_size");
+    o.n_params = scape::model::gpt_layout(g).size();
+  } else if (f.has_link("/final/params")) {
+    o.n_params = f.open_dataset("/final/params").dims().at(0);
+  }
+  return o;
+}
+
 struct SweepRow {
   std::string label;
   std::string status;
@@ -163,6 +215,7 @@ int cmd_sweep(const std::string& file, const std::string& out_dir, const std::ve
           if (summary.status == "completed") {
             rows[i].status = "skipped (completed)";
             rows[i].note = path.string();
+            rows[i].outcome = outcome_from_file(path);
             continue;
           }
         } catch (const std::exception&) {
@@ -205,12 +258,13 @@ int cmd_sweep(const std::string& file, const std::string& out_dir, const std::ve
   int code = kExitOk;
   for (const auto& r : rows) {
     const auto& o = r.outcome;
-    const bool ran = r.status == "completed" || r.status == "diverged";
+    const bool ran = r.status == "completed" || r.status == "diverged" || r.status == "skipped (completed)";
     if (ran) {
       const double dense = dense_bytes(o, r.workers);
-      std::printf("| %s | %s | %.4f | %.4f | %.4f | %.3f | %.3f |\n", r.label.c_str(), r.status.c_str(), o.final_val_loss,
-                  o.final_train_loss, dense > 0 ? o.bytes_per_step / dense : NAN, o.mean_mask_jaccard,
-                  o.step_time_model * 1e3);
+      std::printf("| %s | %s | %s | %s | %s | %s | %s |\n", r.label.c_str(), r.status.c_str(),
+                  cell(o.final_val_loss, "%.4f").c_str(), cell(o.final_train_loss, "%.4f").c_str(),
+                  cell(dense > 0 ? o.bytes_per_step / dense : NAN, "%.4f").c_str(),
+                  cell(o.mean_mask_jaccard, "%.3f").c_str(), cell(o.step_time_model * 1e3, "%.3f").c_str());
     } else {
       std::printf("| %s | %s | | | | | |\n", r.label.c_str(), r.status.c_str());
     }

@@ -296,6 +296,9 @@ TEST_CASE("scape sweep runs every point, skips completed ones on a re-run, and s
   std::size_t skipped = 0;
   for (std::size_t pos = 0; (pos = r.output.find("skipped (completed)", pos)) != std::string::npos; ++pos) ++skipped;
   CHECK(skipped == 4);
+  // Skipped points still report their figures, read back from their files.
+  CHECK(r.output.find("skipped (completed) | n/a | ") != std::string::npos);
+  CHECK(r.output.find("skipped (completed) | | ") == std::string::npos);
 }
 
 TEST_CASE("replay: a recorded gradient trace drives the optimizer; workers and steps are checked against it") {
