@@ -200,8 +200,8 @@ int cmd_sweep(const std::string& file, const std::string& out_dir, const std::ve
   auto points = ex::expand_sweep(sweep, base_dir);
   std::filesystem::create_directories(out_dir);
   std::vector<SweepRow> rows(points.size());
-  std::vector<std::pair<ex::ExperimentConfig, std::filesystem::path>> todo;
-  std::vector<std::size_t> todo_rows;
+  std::vector<std::pair<ex::ExperimentConfig, std::filesystem::path>> to_run;
+  std::vector<std::size_t> run_rows;
   for (std::size_t i = 0; i < points.size(); ++i) {
     rows[i].label = label_of(points[i]);
     try {
@@ -222,21 +222,21 @@ int cmd_sweep(const std::string& file, const std::string& out_dir, const std::ve
           // Unreadable leftovers are rerun and overwritten.
         }
       }
-      todo.emplace_back(config, path);
-      todo_rows.push_back(i);
+      to_run.emplace_back(config, path);
+      run_rows.push_back(i);
     } catch (const ex::ConfigError& e) {
       rows[i].status = "invalid";
       rows[i].note = e.what();
     }
   }
   std::fprintf(stderr, "sweep %s: %zu points, %zu to run, %zu skipped or invalid, %d job(s)\n", file.c_str(),
-               points.size(), todo.size(), points.size() - todo.size(), jobs);
+               points.size(), to_run.size(), points.size() - to_run.size(), jobs);
   std::atomic<std::size_t> next{0};
   std::mutex mu;
   auto worker = [&] {
-    for (std::size_t k = next++; k < todo.size(); k = next++) {
-      const auto& [config, path] = todo[k];
-      SweepRow& row = rows[todo_rows[k]];
+    for (std::size_t k = next++; k < to_run.size(); k = next++) {
+      const auto& [config, path] = to_run[k];
+      SweepRow& row = rows[run_rows[k]];
       try {
         row.outcome = tr::run_simulated(config, options_for(path, quiet || jobs > 1));
         row.status = tr::to_string(row.outcome.status);
@@ -246,7 +246,7 @@ int cmd_sweep(const std::string& file, const std::string& out_dir, const std::ve
         row.note = e.what();
       }
       std::lock_guard lock(mu);
-      std::fprintf(stderr, "[%zu/%zu] %s: %s\n", k + 1, todo.size(), row.label.c_str(), row.status.c_str());
+      std::fprintf(stderr, "[%zu/%zu] %s: %s\n", k + 1, to_run.size(), row.label.c_str(), row.status.c_str());
     }
   };
   std::vector<std::thread> pool;

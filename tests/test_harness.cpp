@@ -18,43 +18,17 @@
 #include "core/schedule.hpp"
 #include "experiments/hdf5.hpp"
 #include "experiments/recorder.hpp"
+#include "test_support.hpp"
 
 namespace fs = std::filesystem;
 namespace ex = scape::experiments;
 
 namespace {
 
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    path = fs::temp_directory_path() / ("scape-harness-" + std::to_string(::getpid()) + "-" + std::to_string(counter()++));
-    fs::create_directories(path);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-  static int& counter() {
-    static int c = 0;
-    return c;
-  }
-};
+using scape::testing::TempDir;
 
-struct Result {
-  int code;
-  std::string output;
-};
-
-// Runs the scape binary with arguments; returns its exit status and stderr+stdout.
-Result run_scape(const std::string& args) {
-  const std::string cmd = std::string(SCAPE_BINARY) + " " + args + " 2>&1";
-  FILE* p = ::popen(cmd.c_str(), "r");
-  REQUIRE(p != nullptr);
-  std::string out;
-  char buf[4096];
-  while (std::fgets(buf, sizeof buf, p)) out += buf;
-  const int status = ::pclose(p);
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : 128, out};
+scape::testing::CommandResult run_scape(const std::string& args) {
+  return scape::testing::run_command(std::string(SCAPE_BINARY) + " " + args);
 }
 
 void write_file(const fs::path& p, const std::string& text) {

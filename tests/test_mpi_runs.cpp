@@ -16,6 +16,7 @@
 
 #include "experiments/hdf5.hpp"
 #include "experiments/recorder.hpp"
+#include "test_support.hpp"
 
 namespace fs = std::filesystem;
 namespace ex = scape::experiments;
@@ -24,32 +25,8 @@ namespace ex = scape::experiments;
 
 namespace {
 
-struct Result {
-  int code;
-  std::string output;
-  double seconds;
-};
-
-Result sh(const std::string& cmd) {
-  const auto start = std::chrono::steady_clock::now();
-  FILE* p = ::popen((cmd + " 2>&1").c_str(), "r");
-  REQUIRE(p != nullptr);
-  std::string out;
-  char buf[4096];
-  while (std::fgets(buf, sizeof buf, p)) out += buf;
-  const int status = ::pclose(p);
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : 128, out,
-          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count()};
-}
-
-struct Dir {
-  fs::path path = fs::temp_directory_path() / ("scape-mpi-" + std::to_string(::getpid()));
-  Dir() { fs::create_directories(path); }
-  ~Dir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-};
+using scape::testing::run_command;
+using Dir = scape::testing::TempDir;
 
 // One thread per process, as each simulated worker has on this machine, so that both run
 // the same forward/backward arithmetic.
@@ -87,10 +64,10 @@ TEST_CASE("deterministic mode: mpirun -np 4 is bit-identical to the simulator wi
     CAPTURE(std::string(name));
     const auto cfg = (dir.path / "eq.json").string();
     // One OpenMP thread per worker on both sides, whatever this machine's core count.
-    const auto sim = sh("OMP_NUM_THREADS=1 " + std::string(SCAPE_BINARY) + " run " + cfg + " --quiet --out " +
+    const auto sim = run_command("OMP_NUM_THREADS=1 " + std::string(SCAPE_BINARY) + " run " + cfg + " --quiet --out " +
                         (dir.path / "sim.h5").string() + " " + set);
     REQUIRE(sim.code == 0);
-    const auto mpi = sh(mpirun(4, cfg + " --backend mpi --deterministic --quiet --out " + (dir.path / "mpi.h5").string() + " " + set));
+    const auto mpi = run_command(mpirun(4, cfg + " --backend mpi --deterministic --quiet --out " + (dir.path / "mpi.h5").string() + " " + set));
     CAPTURE(mpi.output);
     REQUIRE(mpi.code == 0);
     const auto a = params(dir.path / "sim.h5"), b = params(dir.path / "mpi.h5");
@@ -115,8 +92,8 @@ TEST_CASE("default mode: MPI's own reductions agree with the simulator to roundi
     "model": {"type": "quadratic", "size": 4000}, "optimizer": {"type": "adams", "lr": 0.01},
     "log": {"save_params": true}})";
   const auto cfg = (dir.path / "q.json").string();
-  REQUIRE(sh(std::string(SCAPE_BINARY) + " run " + cfg + " --quiet --out " + (dir.path / "sim.h5").string()).code == 0);
-  const auto mpi = sh(mpirun(3, cfg + " --backend mpi --quiet --out " + (dir.path / "mpi.h5").string()));
+  REQUIRE(run_command(std::string(SCAPE_BINARY) + " run " + cfg + " --quiet --out " + (dir.path / "sim.h5").string()).code == 0);
+  const auto mpi = run_command(mpirun(3, cfg + " --backend mpi --quiet --out " + (dir.path / "mpi.h5").string()));
   CAPTURE(mpi.output);
   REQUIRE(mpi.code == 0);
   const auto a = params(dir.path / "sim.h5"), b = params(dir.path / "mpi.h5");
@@ -128,7 +105,7 @@ TEST_CASE("default mode: MPI's own reductions agree with the simulator to roundi
 TEST_CASE("a rank that throws ends every rank within 30 s, with its message, and the file says failed") {
   Dir dir;
   std::ofstream(dir.path / "eq.json") << kGpt;
-  const auto r = sh(mpirun(4, (dir.path / "eq.json").string() + " --backend mpi --quiet --out " + (dir.path / "f.h5").string(),
+  const auto r = run_command(mpirun(4, (dir.path / "eq.json").string() + " --backend mpi --quiet --out " + (dir.path / "f.h5").string(),
                            "SCAPE_INJECT_FAILURE=2:5"));
   CAPTURE(r.output);
   CHECK(r.code != 0);
@@ -142,7 +119,7 @@ TEST_CASE("a rank that throws ends every rank within 30 s, with its message, and
 TEST_CASE("a hung rank is caught by the collective watchdog") {
   Dir dir;
   std::ofstream(dir.path / "eq.json") << kGpt;
-  const auto r = sh(mpirun(4, (dir.path / "eq.json").string() + " --backend mpi --quiet --collective-timeout 3 --out " +
+  const auto r = run_command(mpirun(4, (dir.path / "eq.json").string() + " --backend mpi --quiet --collective-timeout 3 --out " +
                                   (dir.path / "h.h5").string(),
                            "SCAPE_INJECT_FAILURE=1:3:hang"));
   CAPTURE(r.output);
@@ -156,10 +133,10 @@ TEST_CASE("a bad data path stops every rank with exit 2, and a wrong rank count 
   Dir dir;
   std::ofstream(dir.path / "bad.json") << R"({"workers": 2, "steps": 2, "model": {"vocab_size": 256, "n_layer": 1, "n_embd": 16, "n_head": 2},
     "data": {"type": "text", "path": "nowhere.txt"}})";
-  auto r = sh(mpirun(2, (dir.path / "bad.json").string() + " --backend mpi --quiet --out " + (dir.path / "b.h5").string()));
+  auto r = run_command(mpirun(2, (dir.path / "bad.json").string() + " --backend mpi --quiet --out " + (dir.path / "b.h5").string()));
   CHECK(r.code == 2);
   CHECK(r.output.find("nowhere.txt") != std::string::npos);
-  r = sh(mpirun(3, (dir.path / "bad.json").string() + " --backend mpi --quiet --out " + (dir.path / "b.h5").string()));
+  r = run_command(mpirun(3, (dir.path / "bad.json").string() + " --backend mpi --quiet --out " + (dir.path / "b.h5").string()));
   CHECK(r.code == 2);
   CHECK(r.output.find("mpirun started 3 ranks") != std::string::npos);
 }

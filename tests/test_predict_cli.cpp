@@ -14,6 +14,7 @@
 #include "experiments/config.hpp"
 #include "experiments/hdf5.hpp"
 #include "predict/predict_config.hpp"
+#include "test_support.hpp"
 
 namespace fs = std::filesystem;
 namespace ex = scape::experiments;
@@ -22,34 +23,10 @@ using nlohmann::json;
 
 namespace {
 
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    static int counter = 0;
-    path = fs::temp_directory_path() /
-           ("scape-predict-" + std::to_string(::getpid()) + "-" + std::to_string(counter++));
-    fs::create_directories(path);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-};
+using scape::testing::TempDir;
 
-struct Result {
-  int code;
-  std::string output;
-};
-
-Result run_scape(const std::string& args) {
-  const std::string cmd = std::string(SCAPE_BINARY) + " " + args + " 2>&1";
-  FILE* p = ::popen(cmd.c_str(), "r");
-  REQUIRE(p != nullptr);
-  std::string out;
-  char buf[4096];
-  while (std::fgets(buf, sizeof buf, p)) out += buf;
-  const int status = ::pclose(p);
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : 128, out};
+scape::testing::CommandResult run_scape(const std::string& args) {
+  return scape::testing::run_command(std::string(SCAPE_BINARY) + " " + args);
 }
 
 json small_config() {

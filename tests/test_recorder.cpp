@@ -19,35 +19,16 @@
 
 #include "experiments/hdf5.hpp"
 #include "experiments/recorder.hpp"
+#include "test_support.hpp"
 
 using namespace scape::experiments;
 namespace fs = std::filesystem;
 
 namespace {
 
-// A fresh directory under the system temp dir, removed with everything in it.
-class TempDir {
- public:
-  TempDir() {
-    static std::atomic<int> counter{0};
-    path_ = fs::temp_directory_path() /
-            ("scape-test-recorder-" + std::to_string(getpid()) + "-" + std::to_string(counter++));
-    fs::create_directories(path_);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  fs::path operator/(const std::string& name) const { return path_ / name; }
+using scape::testing::have_h5py;
+using scape::testing::TempDir;
 
- private:
-  fs::path path_;
-};
-
-bool have_h5py() {
-  return fs::exists("/usr/bin/python3") &&
-         std::system("/usr/bin/python3 -c 'import h5py, numpy' >/dev/null 2>&1") == 0;
-}
 
 // Runs a Python script (written next to the data) and returns its exit status.
 int run_python(const TempDir& dir, const std::string& script) {

@@ -16,6 +16,7 @@
 
 #include "experiments/hdf5.hpp"
 #include "experiments/recorder.hpp"
+#include "test_support.hpp"
 #include "experiments/trace.hpp"
 
 using namespace scape::experiments;
@@ -23,28 +24,9 @@ namespace fs = std::filesystem;
 
 namespace {
 
-class TempDir {
- public:
-  TempDir() {
-    static std::atomic<int> counter{0};
-    path_ = fs::temp_directory_path() /
-            ("scape-test-trace-" + std::to_string(getpid()) + "-" + std::to_string(counter++));
-    fs::create_directories(path_);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  fs::path operator/(const std::string& name) const { return path_ / name; }
+using scape::testing::have_h5py;
+using scape::testing::TempDir;
 
- private:
-  fs::path path_;
-};
-
-bool have_h5py() {
-  return fs::exists("/usr/bin/python3") &&
-         std::system("/usr/bin/python3 -c 'import h5py, numpy' >/dev/null 2>&1") == 0;
-}
 
 // ctest sets SCAPE_SOURCE_DIR; run by hand, the test finds the tree from its own source path.
 fs::path source_dir() {

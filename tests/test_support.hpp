@@ -1,0 +1,61 @@
+// Helpers shared by the test programs: a temporary directory removed with its contents, a
+// shell command run with its exit status, output and duration, and the h5py check.
+#pragma once
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <stdexcept>
+#include <string>
+
+namespace scape::testing {
+
+class TempDir {
+ public:
+  TempDir() {
+    static std::atomic<int> counter{0};
+    path = std::filesystem::temp_directory_path() /
+           ("scape-test-" + std::to_string(::getpid()) + "-" + std::to_string(counter++));
+    std::filesystem::create_directories(path);
+  }
+  ~TempDir() {
+    std::error_code ec;
+    std::filesystem::remove_all(path, ec);
+  }
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  std::filesystem::path operator/(const std::string& name) const { return path / name; }
+
+  std::filesystem::path path;
+};
+
+struct CommandResult {
+  int code = 0;         // exit status; 128 when the command did not exit normally
+  std::string output;   // stdout and stderr together
+  double seconds = 0;
+};
+
+inline CommandResult run_command(const std::string& command) {
+  const auto start = std::chrono::steady_clock::now();
+  FILE* p = ::popen((command + " 2>&1").c_str(), "r");
+  if (p == nullptr) throw std::runtime_error("popen failed for: " + command);
+  CommandResult r;
+  char buf[4096];
+  while (std::fgets(buf, sizeof buf, p)) r.output += buf;
+  const int status = ::pclose(p);
+  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : 128;
+  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return r;
+}
+
+inline bool have_h5py() {
+  return std::filesystem::exists("/usr/bin/python3") &&
+         std::system("/usr/bin/python3 -c 'import h5py, numpy' >/dev/null 2>&1") == 0;
+}
+
+}  // namespace scape::testing
