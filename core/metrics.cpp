@@ -114,7 +114,7 @@ void fill_mask_metrics(const ParamLayout& layout, std::span<const std::uint64_t>
   }
 }
 
-void fill_residual_metrics(const ParamLayout& layout, std::span<const float> residual, std::span<const float> theta,
+void fill_residual_metrics(const ParamLayout& layout, std::span<const float> residual, double theta_norm,
                            StepMetrics& out) {
   // One pass over the residual per tensor gives the per-tensor norms, the total and the max.
   const auto& slots = layout.slots();
@@ -131,7 +131,6 @@ void fill_residual_metrics(const ParamLayout& layout, std::span<const float> res
   }
   out.residual_norm = std::sqrt(total);
   out.residual_max = max_abs(residual);
-  const double theta_norm = l2_norm(theta);
   out.residual_to_param = theta_norm > 0 ? out.residual_norm / theta_norm : kNaN;
 }
 
@@ -143,76 +142,92 @@ void mark_sparse_metrics_not_applicable(StepMetrics& out) {
 }
 
 void StalenessTracker::deliver(std::span<const std::uint32_t> indices, int t) {
-  const Index k = static_cast<Index>(indices.size());
-#pragma omp parallel for schedule(static) if (k > 65536)
-  for (Index i = 0; i < k; ++i) last_[indices[static_cast<std::size_t>(i)]] = t;
+  if (count_by_last_.size() < static_cast<std::size_t>(t) + 1) count_by_last_.resize(static_cast<std::size_t>(t) + 1, 0);
+  for (std::uint32_t j : indices) {
+    --count_by_last_[static_cast<std::size_t>(last_[j])];
+    ++count_by_last_[static_cast<std::size_t>(t)];
+    last_[j] = t;
+  }
+}
+
+void StalenessTracker::load(const StateMap& state, const std::string& prefix) {
+  get_state(state, prefix + "last_delivery", last_);
+  count_by_last_.assign(1, 0);
+  for (std::int32_t l : last_) {
+    if (count_by_last_.size() <= static_cast<std::size_t>(l)) count_by_last_.resize(static_cast<std::size_t>(l) + 1, 0);
+    ++count_by_last_[static_cast<std::size_t>(l)];
+  }
 }
 
 void StalenessTracker::fill(int t, StepMetrics& out) const {
-  // Staleness lies in [0, t]: a histogram gives the exact nearest-rank p99 in O(N + t).
-  std::vector<std::size_t> histogram(static_cast<std::size_t>(t) + 1, 0);
-  double sum = 0;
-  for (std::int32_t last : last_) {
-    const std::int32_t s = t - last;
-    histogram[static_cast<std::size_t>(s)] += 1;
-    sum += s;
-  }
   const std::size_t n = last_.size();
   if (n == 0) {
     out.staleness_mean = out.staleness_p99 = out.staleness_max = kNaN;
     return;
   }
-  out.staleness_mean = sum / static_cast<double>(n);
+  // Staleness t - l ascending is l descending: walk the counts from the newest delivery back.
   const std::size_t rank = static_cast<std::size_t>(std::ceil(0.99 * static_cast<double>(n)));
+  double sum = 0;
   std::size_t seen = 0;
-  std::size_t p99 = 0;
-  std::size_t max = 0;
-  for (std::size_t s = 0; s < histogram.size(); ++s) {
-    if (histogram[s] == 0) continue;
-    max = s;
-    if (seen < rank) p99 = s;
-    seen += histogram[s];
+  bool have_p99 = false;
+  for (std::size_t l = count_by_last_.size(); l-- > 0;) {
+    const std::size_t c = count_by_last_[l];
+    if (c == 0) continue;
+    const double s = static_cast<double>(t) - static_cast<double>(l);
+    sum += s * static_cast<double>(c);
+    seen += c;
+    if (!have_p99 && seen >= rank) {
+      out.staleness_p99 = s;
+      have_p99 = true;
+    }
+    out.staleness_max = s;
   }
-  out.staleness_p99 = static_cast<double>(p99);
-  out.staleness_max = static_cast<double>(max);
+  out.staleness_mean = sum / static_cast<double>(n);
 }
 
 void UpdateTracker::before(std::span<const float> theta) { std::copy(theta.begin(), theta.end(), before_.begin()); }
 
 void UpdateTracker::after(std::span<const float> theta, StepMetrics& out) {
-  // One fused pass: squared norm per fixed block (summed in block order, so deterministic),
-  // max |delta| and sign flips, and the new signs for the next step.
+  // One fused, branch-free pass: squared norms of the update and of theta per fixed block
+  // (summed in block order, so deterministic), max |delta|, sign flips, and the new signs.
   const std::size_t n = theta.size();
   const std::size_t blocks = (n + kBlock - 1) / kBlock;
-  std::vector<double>& partial = partial_;
-  partial.assign(blocks, 0.0);
+  partial_.assign(2 * blocks, 0.0);
   float max = 0;
-  bool nan = false;
-  std::size_t both = 0, flipped = 0;
-  const bool have_previous = have_previous_;
-#pragma omp parallel for schedule(static) reduction(max : max) reduction(|| : nan) reduction(+ : both, flipped) if (blocks > 8)
+  std::size_t nan = 0, both = 0, flipped = 0;
+  const int have_previous = have_previous_ ? 1 : 0;
+  const float* th = theta.data();
+  const float* before = before_.data();
+  std::int8_t* prev = previous_sign_.data();
+#pragma omp parallel for schedule(static) reduction(max : max) reduction(+ : nan, both, flipped) if (blocks > 8)
   for (Index b = 0; b < static_cast<Index>(blocks); ++b) {
     const std::size_t lo = static_cast<std::size_t>(b) * kBlock;
     const std::size_t hi = std::min(n, lo + kBlock);
-    double ss = 0;
+    double ss = 0, tt = 0;
     for (std::size_t j = lo; j < hi; ++j) {
-      const float d = theta[j] - before_[j];
+      const float d = th[j] - before[j];
       ss += static_cast<double>(d) * d;
+      tt += static_cast<double>(th[j]) * th[j];
       const float a = std::fabs(d);
-      nan = nan || std::isnan(a);
-      max = std::max(max, a);
-      const std::int8_t sign = static_cast<std::int8_t>((d > 0) - (d < 0));
-      if (have_previous && sign != 0 && previous_sign_[j] != 0) {
-        ++both;
-        flipped += sign != previous_sign_[j] ? 1u : 0u;
-      }
-      previous_sign_[j] = sign;
+      nan += a != a;
+      max = a > max ? a : max;
+      const int sign = (d > 0) - (d < 0);
+      const int p = prev[j];
+      const int counted = have_previous & (sign != 0) & (p != 0);
+      both += static_cast<std::size_t>(counted);
+      flipped += static_cast<std::size_t>(counted & (sign != p));
+      prev[j] = static_cast<std::int8_t>(sign);
     }
-    partial[static_cast<std::size_t>(b)] = ss;
+    partial_[2 * static_cast<std::size_t>(b)] = ss;
+    partial_[2 * static_cast<std::size_t>(b) + 1] = tt;
   }
-  double total = 0;
-  for (double p : partial) total += p;
+  double total = 0, theta_total = 0;
+  for (std::size_t b = 0; b < blocks; ++b) {
+    total += partial_[2 * b];
+    theta_total += partial_[2 * b + 1];
+  }
   have_previous_ = true;
+  theta_norm_ = std::sqrt(theta_total);
   out.update_norm = std::sqrt(total);
   out.update_max = nan ? kNaN : max;
   out.update_sign_flip = both ? static_cast<double>(flipped) / static_cast<double>(both) : kNaN;

@@ -32,24 +32,28 @@ double jaccard_range(std::span<const std::uint64_t> a, std::span<const std::uint
 // per-tensor mask density and Jaccard.
 void fill_mask_metrics(const ParamLayout& layout, std::span<const std::uint64_t> mask,
                        std::span<const std::uint64_t> previous, std::size_t k_total, StepMetrics& out);
-// Fills residual_norm, residual_max, residual_to_param and per-tensor residual norms.
-void fill_residual_metrics(const ParamLayout& layout, std::span<const float> residual, std::span<const float> theta,
+// Fills residual_norm, residual_max, residual_to_param (given ||theta||_2) and per-tensor
+// residual norms.
+void fill_residual_metrics(const ParamLayout& layout, std::span<const float> residual, double theta_norm,
                            StepMetrics& out);
 // Sets every mask, residual and staleness metric to NaN (dense optimizers).
 void mark_sparse_metrics_not_applicable(StepMetrics& out);
 
 // Steps since each coordinate was last delivered (t - last delivery; t when never delivered).
+// A count of coordinates per last-delivery step is kept up to date on delivery, so the
+// statistics cost O(t) per step instead of a pass over all N coordinates.
 class StalenessTracker {
  public:
-  explicit StalenessTracker(std::size_t n) : last_(n, 0) {}
+  explicit StalenessTracker(std::size_t n) : last_(n, 0), count_by_last_(1, n) {}
   void deliver(std::span<const std::uint32_t> indices, int t);
   // Mean, p99 (nearest rank) and max at step t, written into out.
   void fill(int t, StepMetrics& out) const;
   void save(StateMap& state, const std::string& prefix) const { put_state(state, prefix + "last_delivery", last_); }
-  void load(const StateMap& state, const std::string& prefix) { get_state(state, prefix + "last_delivery", last_); }
+  void load(const StateMap& state, const std::string& prefix);
 
  private:
   std::vector<std::int32_t> last_;
+  std::vector<std::size_t> count_by_last_;  // [l] = coordinates last delivered at step l
 };
 
 // Update statistics: call before() with theta before the step and after() with theta after.
@@ -57,7 +61,9 @@ class UpdateTracker {
  public:
   explicit UpdateTracker(std::size_t n) : before_(n), previous_sign_(n, 0) {}
   void before(std::span<const float> theta);
+  // Also measures ||theta||_2 after the step (theta_norm()), since it reads theta anyway.
   void after(std::span<const float> theta, StepMetrics& out);
+  double theta_norm() const { return theta_norm_; }
   void save(StateMap& state, const std::string& prefix) const {
     put_state(state, prefix + "previous_sign", previous_sign_);
     put_state_value(state, prefix + "have_previous", static_cast<std::uint8_t>(have_previous_));
@@ -72,6 +78,7 @@ class UpdateTracker {
   std::vector<double> partial_;
   std::vector<std::int8_t> previous_sign_;
   bool have_previous_ = false;
+  double theta_norm_ = 0;
 };
 
 }  // namespace scape::metrics

@@ -291,9 +291,9 @@ StepMetrics ScapeOptimizer::step(std::span<float> params, std::span<const float>
                              k_total(rho), out);
   previous_mask_ = mask_;
   have_previous_mask_ = true;
-  metrics::fill_residual_metrics(layout_, e_, params, out);
-  staleness_.fill(t, out);
   updates_.after(params, out);
+  metrics::fill_residual_metrics(layout_, e_, updates_.theta_norm(), out);
+  staleness_.fill(t, out);
   out.comm = comm_.ledger().drain();
   return out;
 }

@@ -114,9 +114,9 @@ StepMetrics TopkEfOptimizer::step(std::span<float> params, std::span<const float
   out.fill_in = k ? static_cast<double>(kernels::popcount(union_mask_)) / static_cast<double>(k) : 0.0;
   previous_mask_ = local_mask_;
   have_previous_mask_ = true;
-  metrics::fill_residual_metrics(layout_, e_, params, out);
-  staleness_.fill(t, out);
   updates_.after(params, out);
+  metrics::fill_residual_metrics(layout_, e_, updates_.theta_norm(), out);
+  staleness_.fill(t, out);
   out.comm = comm_.ledger().drain();
   return out;
 }
