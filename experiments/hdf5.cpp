@@ -10,6 +10,16 @@
 
 namespace scape::experiments {
 
+// Appended piecewise: GCC 12 warns falsely (-Wrestrict) on "'" + std::string(s) + "'".
+std::string in_quotes(std::string_view s) {
+  std::string out;
+  out.reserve(s.size() + 2);
+  out += '\'';
+  out += s;
+  out += '\'';
+  return out;
+}
+
 namespace {
 
 // The innermost (most specific) description on HDF5's error stack, which is then cleared.
@@ -24,15 +34,6 @@ std::string error_stack_detail() {
   return detail;
 }
 
-// Appended piecewise: GCC 12 warns falsely (-Wrestrict) on "'" + std::string(s) + "'".
-std::string in_quotes(std::string_view s) {
-  std::string out;
-  out.reserve(s.size() + 2);
-  out += '\'';
-  out += s;
-  out += '\'';
-  return out;
-}
 
 Handle variable_string_type(const std::string& file) {
   Handle type(H5Tcopy(H5T_C_S1), H5Tclose);
@@ -76,6 +77,25 @@ std::vector<std::string> read_string_values(hid_t file_type, hid_t space, std::s
     out.push_back(std::move(s));
   }
   return out;
+}
+
+// An attribute holding one value of the expected class, open with its type and dataspace.
+struct ScalarAttribute {
+  Handle handle, type, space;
+};
+
+ScalarAttribute open_scalar_attribute(hid_t object, const std::string& attr, const std::string& file,
+                                      const std::string& what, H5T_class_t expected, const char* kind) {
+  ScalarAttribute a;
+  a.handle = Handle(H5Aopen(object, attr.c_str(), H5P_DEFAULT), H5Aclose);
+  if (!a.handle) throw_h5_error(file, "open " + what);
+  a.type = Handle(H5Aget_type(a.handle.get()), H5Tclose);
+  a.space = Handle(H5Aget_space(a.handle.get()), H5Sclose);
+  if (!a.type || !a.space) throw_h5_error(file, "inspect " + what);
+  const std::string article = std::string("aeiou").find(kind[0]) == std::string::npos ? "a " : "an ";
+  if (H5Tget_class(a.type.get()) != expected) throw_invalid_file(file, what + " is not " + article + kind);
+  if (H5Sget_simple_extent_npoints(a.space.get()) != 1) throw_invalid_file(file, what + " is not a single " + kind);
+  return a;
 }
 
 }  // namespace
@@ -202,29 +222,17 @@ void Object::write_int_attribute(const std::string& attr, std::int64_t value) co
 std::string Object::read_string_attribute(const std::string& attr) const {
   const auto lock = lock_hdf5();
   const std::string what = "attribute " + in_quotes(attr) + " of " + in_quotes(name_);
-  const Handle handle(H5Aopen(id(), attr.c_str(), H5P_DEFAULT), H5Aclose);
-  if (!handle) throw_h5_error(file_, "open " + what);
-  const Handle type(H5Aget_type(handle.get()), H5Tclose);
-  const Handle space(H5Aget_space(handle.get()), H5Sclose);
-  if (!type || !space) throw_h5_error(file_, "inspect " + what);
-  if (H5Tget_class(type.get()) != H5T_STRING) throw_invalid_file(file_, what + " is not a string");
-  if (H5Sget_simple_extent_npoints(space.get()) != 1) throw_invalid_file(file_, what + " is not a single string");
-  const auto read = [&](hid_t mem_type, void* buffer) { return H5Aread(handle.get(), mem_type, buffer); };
-  return read_string_values(type.get(), space.get(), 1, read, file_, what).front();
+  const ScalarAttribute a = open_scalar_attribute(id(), attr, file_, what, H5T_STRING, "string");
+  const auto read = [&](hid_t mem_type, void* buffer) { return H5Aread(a.handle.get(), mem_type, buffer); };
+  return read_string_values(a.type.get(), a.space.get(), 1, read, file_, what).front();
 }
 
 std::int64_t Object::read_int_attribute(const std::string& attr) const {
   const auto lock = lock_hdf5();
   const std::string what = "attribute " + in_quotes(attr) + " of " + in_quotes(name_);
-  const Handle handle(H5Aopen(id(), attr.c_str(), H5P_DEFAULT), H5Aclose);
-  if (!handle) throw_h5_error(file_, "open " + what);
-  const Handle type(H5Aget_type(handle.get()), H5Tclose);
-  const Handle space(H5Aget_space(handle.get()), H5Sclose);
-  if (!type || !space) throw_h5_error(file_, "inspect " + what);
-  if (H5Tget_class(type.get()) != H5T_INTEGER) throw_invalid_file(file_, what + " is not an integer");
-  if (H5Sget_simple_extent_npoints(space.get()) != 1) throw_invalid_file(file_, what + " is not a single integer");
+  const ScalarAttribute a = open_scalar_attribute(id(), attr, file_, what, H5T_INTEGER, "integer");
   std::int64_t value = 0;
-  if (H5Aread(handle.get(), H5T_NATIVE_INT64, &value) < 0) throw_h5_error(file_, "read " + what);
+  if (H5Aread(a.handle.get(), H5T_NATIVE_INT64, &value) < 0) throw_h5_error(file_, "read " + what);
   return value;
 }
 

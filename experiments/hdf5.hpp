@@ -29,6 +29,9 @@ class H5Error : public std::runtime_error {
 // calls the C API directly while other threads may use HDF5 must hold it too. First use also
 // turns off HDF5's own error-stack printing: failures are reported through H5Error instead.
 std::recursive_mutex& hdf5_mutex();
+
+// 'name' in single quotes, for error messages that name files, datasets and attributes.
+std::string in_quotes(std::string_view s);
 [[nodiscard]] std::unique_lock<std::recursive_mutex> lock_hdf5();
 
 // Throws H5Error "HDF5 file '<file>': cannot <what>: <innermost HDF5 message>".

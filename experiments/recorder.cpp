@@ -29,15 +29,6 @@ constexpr hsize_t kTensorChunkValues = 8192;      // 64 KiB of float64 per /tens
 constexpr hsize_t kParamChunkValues = 1u << 20;   // 4 MiB of float32 per /final/params chunk
 constexpr long kNoStep = -1;  // steps are non-negative
 
-// Appended piecewise: GCC 12 warns falsely (-Wrestrict) on "'" + std::string(s) + "'".
-std::string in_quotes(std::string_view s) {
-  std::string out;
-  out.reserve(s.size() + 2);
-  out += '\'';
-  out += s;
-  out += '\'';
-  return out;
-}
 
 [[noreturn]] void bad_argument(const std::filesystem::path& path, const std::string& problem) {
   throw std::invalid_argument("run file " + in_quotes(path.string()) + ": " + problem);

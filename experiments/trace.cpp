@@ -9,15 +9,6 @@ namespace scape::experiments {
 
 namespace {
 
-// Appended piecewise: GCC 12 warns falsely (-Wrestrict) on "'" + std::string(s) + "'".
-std::string in_quotes(std::string_view s) {
-  std::string out;
-  out.reserve(s.size() + 2);
-  out += '\'';
-  out += s;
-  out += '\'';
-  return out;
-}
 
 std::string dims_text(const std::vector<hsize_t>& dims) {
   std::string s;
