@@ -1,5 +1,6 @@
 // Elementwise AdamW / AdamS steps (docs/algorithms.md, "Dense references", "SCAPE step 6").
 #include "kernels/cpu/adam.hpp"
+#include "kernels/size_checks.hpp"
 
 #include <cmath>
 #include <cstdint>
@@ -9,30 +10,13 @@
 namespace scape::kernels {
 namespace {
 
-void require_same(std::size_t a, std::size_t b, const char* what) {
-  if (a != b) {
-    throw std::invalid_argument(std::string(what) + ": buffer sizes differ (" + std::to_string(a) +
-                                " vs " + std::to_string(b) + ")");
-  }
-}
+using checks::require_same;
 
 using Index = std::int64_t;
 
-// The step scalars copied into locals: read through the AdamScalars reference, the compiler
-// must assume the stores to theta/m/v may change them, so it reloads them every element and
-// will not vectorize. The loops take them firstprivate so each thread holds its own copy.
-struct Hoisted {
-  explicit Hoisted(const AdamScalars& s)
-      : lr(static_cast<float>(s.lr)),
-        beta1(static_cast<float>(s.beta1)),
-        beta2(static_cast<float>(s.beta2)),
-        eps(static_cast<float>(s.eps)),
-        decay(static_cast<float>(s.decay)),
-        // 1 - beta in double: from an fp32 beta2 = 0.999 it would be off by 1.3e-5.
-        one_minus_b1(static_cast<float>(1.0 - s.beta1)),
-        one_minus_b2(static_cast<float>(1.0 - s.beta2)) {}
-  float lr, beta1, beta2, eps, decay, one_minus_b1, one_minus_b2;
-};
+// Each kernel keeps its AdamFloats in a local, taken firstprivate by the loops: read through
+// a reference, the compiler must assume the stores to theta/m/v may change the scalars, so it
+// reloads them every element and will not vectorize.
 
 }  // namespace
 
@@ -41,9 +25,9 @@ void adamw_step(std::span<float> theta, std::span<float> m, std::span<float> v, 
   require_same(theta.size(), m.size(), "adamw_step: theta/m");
   require_same(theta.size(), v.size(), "adamw_step: theta/v");
   require_same(theta.size(), g.size(), "adamw_step: theta/g");
-  const Hoisted h(s);
-  const float step_size = static_cast<float>(s.lr / s.bc1);
-  const float inv_sqrt_bc2 = static_cast<float>(1.0 / std::sqrt(s.bc2));
+  const AdamFloats h(s);
+  const float step_size = h.step_size;
+  const float inv_sqrt_bc2 = h.inv_sqrt_bc2;
   float* __restrict th = theta.data();
   float* __restrict mm = m.data();
   float* __restrict vv = v.data();
@@ -63,8 +47,8 @@ void adamw_step(std::span<float> theta, std::span<float> m, std::span<float> v, 
 void adams_step(std::span<float> theta, std::span<float> m, std::span<const float> g, const AdamScalars& s) {
   require_same(theta.size(), m.size(), "adams_step: theta/m");
   require_same(theta.size(), g.size(), "adams_step: theta/g");
-  const Hoisted h(s);
-  const float inv_bc1 = static_cast<float>(1.0 / s.bc1);
+  const AdamFloats h(s);
+  const float inv_bc1 = h.inv_bc1;
   float* __restrict th = theta.data();
   float* __restrict mm = m.data();
   const float* __restrict gg = g.data();
@@ -87,9 +71,9 @@ void adamw_step_masked(std::span<float> theta, std::span<float> m, std::span<flo
   require_same(theta.size(), v.size(), "adamw_step_masked: theta/v");
   require_same(idx.size(), m_new.size(), "adamw_step_masked: idx/m_new");
   require_same(idx.size(), g_bar.size(), "adamw_step_masked: idx/g_bar");
-  const Hoisted h(s);
-  const float step_size = static_cast<float>(s.lr / s.bc1);
-  const float inv_sqrt_bc2 = static_cast<float>(1.0 / std::sqrt(s.bc2));
+  const AdamFloats h(s);
+  const float step_size = h.step_size;
+  const float inv_sqrt_bc2 = h.inv_sqrt_bc2;
   const Index k = static_cast<Index>(idx.size());
 #pragma omp parallel for schedule(static) firstprivate(h) if (k > 16384)
   for (Index i = 0; i < k; ++i) {
@@ -108,8 +92,8 @@ void adams_step_masked(std::span<float> theta, std::span<float> m, std::span<con
   require_same(theta.size(), m.size(), "adams_step_masked: theta/m");
   require_same(idx.size(), m_new.size(), "adams_step_masked: idx/m_new");
   require_same(idx.size(), g_bar.size(), "adams_step_masked: idx/g_bar");
-  const Hoisted h(s);
-  const float inv_bc1 = static_cast<float>(1.0 / s.bc1);
+  const AdamFloats h(s);
+  const float inv_bc1 = h.inv_bc1;
   const Index k = static_cast<Index>(idx.size());
 #pragma omp parallel for schedule(static) firstprivate(h) if (k > 16384)
   for (Index i = 0; i < k; ++i) {

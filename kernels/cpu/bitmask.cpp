@@ -1,5 +1,6 @@
 // Bitmask kernels over 64-bit words: byte-flag packing, popcounts, index-list conversions.
 #include "kernels/cpu/bitmask.hpp"
+#include "kernels/size_checks.hpp"
 
 #include <algorithm>
 #include <array>
@@ -23,19 +24,8 @@ constexpr std::int64_t kParallelWords = 4096;
 
 std::string size_text(std::size_t value) { return std::to_string(value); }
 
-void require_words(std::size_t have, std::size_t bits, const char* what) {
-  if (have != words_for(bits)) {
-    throw std::invalid_argument(std::string(what) + ": " + size_text(have) + " words given, " + size_text(bits) +
-                                " bits need " + size_text(words_for(bits)));
-  }
-}
-
-void require_same_words(std::size_t a, std::size_t b, const char* what) {
-  if (a != b) {
-    throw std::invalid_argument(std::string(what) + ": masks differ in length (" + size_text(a) + " vs " +
-                                size_text(b) + " words)");
-  }
-}
+using checks::require_same_words;
+using checks::require_words;
 
 // Eight byte flags (loaded as one word) -> 8 bits, bit i = (byte i != 0). Adding 0x7f to the
 // low 7 bits of a byte carries into its top bit exactly when they are nonzero; OR-ing the byte

@@ -1,6 +1,7 @@
 // Gather (compact), scatter (expand) and zeroing at an index list, with the index bounds
 // checked up front so a bad list throws before any buffer is touched.
 #include "kernels/cpu/compact.hpp"
+#include "kernels/size_checks.hpp"
 
 #include <algorithm>
 #include <stdexcept>
@@ -9,15 +10,10 @@
 namespace scape::kernels {
 namespace {
 
+using checks::require_compacted;
+
 // Below this many indices a parallel region costs more than the gather it splits.
 constexpr std::int64_t kParallelIndices = std::int64_t{1} << 15;
-
-void require_same(std::size_t a, std::size_t b, const char* what) {
-  if (a != b) {
-    throw std::invalid_argument(std::string(what) + ": " + std::to_string(a) + " indices but " +
-                                std::to_string(b) + " compacted values");
-  }
-}
 
 // One read of idx (a small fraction of the traffic of the gather or scatter that follows).
 void require_in_bounds(std::span<const std::uint32_t> idx, std::size_t dense_size, const char* what) {
@@ -34,7 +30,7 @@ void require_in_bounds(std::span<const std::uint32_t> idx, std::size_t dense_siz
 }  // namespace
 
 void compact(std::span<const float> src, std::span<const std::uint32_t> idx, std::span<float> dst) {
-  require_same(idx.size(), dst.size(), "compact");
+  require_compacted(idx.size(), dst.size(), "compact");
   require_in_bounds(idx, src.size(), "compact");
   const auto nk = static_cast<std::int64_t>(idx.size());
 #pragma omp parallel for schedule(static) if (nk > kParallelIndices)
@@ -45,7 +41,7 @@ void compact(std::span<const float> src, std::span<const std::uint32_t> idx, std
 }
 
 void expand(std::span<const float> src, std::span<const std::uint32_t> idx, std::span<float> dst) {
-  require_same(idx.size(), src.size(), "expand");
+  require_compacted(idx.size(), src.size(), "expand");
   require_in_bounds(idx, dst.size(), "expand");
   // Indices are mask positions, hence distinct, so parallel writers never share an element.
   const auto nk = static_cast<std::int64_t>(idx.size());

@@ -1,0 +1,83 @@
+// SCAPE elementwise passes on the CPU (docs/algorithms.md, "SCAPE").
+#include "kernels/cpu/scape_ops.hpp"
+
+#include <stdexcept>
+#include <string>
+
+#include "core/rng.hpp"
+#include "kernels/cpu/bf16.hpp"
+#include "kernels/size_checks.hpp"
+
+namespace scape::kernels {
+namespace {
+
+using Index = std::int64_t;
+
+using checks::require_size;
+
+}  // namespace
+
+void first_moment_statistic(std::span<const float> m, std::span<const float> a, float b1, float omb1,
+                            std::span<float> out) {
+  require_size(m.size(), out.size(), "first_moment_statistic: m");
+  require_size(a.size(), out.size(), "first_moment_statistic: a");
+  const float* __restrict mm = m.data();
+  const float* __restrict aa = a.data();
+  float* __restrict s = out.data();
+  const Index n = static_cast<Index>(out.size());
+#pragma omp parallel for simd schedule(static) if (n > 65536)
+  for (Index j = 0; j < n; ++j) s[j] = b1 * mm[j] + omb1 * aa[j];
+}
+
+void random_statistic(std::uint64_t key, std::uint64_t first_counter, std::span<float> out) {
+  const Index n = static_cast<Index>(out.size());
+#pragma omp parallel for schedule(static) if (n > 65536)
+  for (Index j = 0; j < n; ++j) {
+    out[static_cast<std::size_t>(j)] = static_cast<float>(rng::uniform(key, first_counter + static_cast<std::uint64_t>(j)));
+  }
+}
+
+void pack_payload(std::span<const float> a, std::span<const float> m, std::size_t m_offset,
+                  std::span<const std::uint32_t> idx, float b1, float omb1, bool with_momentum, std::span<float> b,
+                  std::span<float> a_out) {
+  require_size(b.size(), idx.size(), "pack_payload: b");
+  if (!a_out.empty()) require_size(a_out.size(), idx.size(), "pack_payload: a_out");
+  const Index k = static_cast<Index>(idx.size());
+  const bool two = !a_out.empty();
+#pragma omp parallel for schedule(static) if (k > 16384)
+  for (Index i = 0; i < k; ++i) {
+    const auto ii = static_cast<std::size_t>(i);
+    const std::size_t j = idx[ii];
+    const float aj = a[j];
+    b[ii] = with_momentum ? b1 * m[j - m_offset] + omb1 * aj : omb1 * aj;
+    if (two) a_out[ii] = aj;
+  }
+}
+
+void rebase_indices(std::span<const std::uint32_t> idx, std::uint32_t base, std::span<std::uint32_t> out) {
+  require_size(out.size(), idx.size(), "rebase_indices: out");
+  for (std::size_t i = 0; i < idx.size(); ++i) out[i] = idx[i] - base;
+}
+
+void add_momentum(std::span<float> b_bar, std::span<const float> m, std::span<const std::uint32_t> idx, float b1) {
+  require_size(b_bar.size(), idx.size(), "add_momentum: b_bar");
+  for (std::size_t i = 0; i < idx.size(); ++i) b_bar[i] += b1 * m[idx[i]];
+}
+
+void reconstruct_gradient(std::span<const float> b_bar, std::span<const float> m,
+                          std::span<const std::uint32_t> idx, float b1, float omb1, std::span<float> g_bar) {
+  require_size(b_bar.size(), idx.size(), "reconstruct_gradient: b_bar");
+  require_size(g_bar.size(), idx.size(), "reconstruct_gradient: g_bar");
+  for (std::size_t i = 0; i < idx.size(); ++i) g_bar[i] = (b_bar[i] - b1 * m[idx[i]]) / omb1;
+}
+
+void round_to_bf16(std::span<const float> in, std::span<float> out) {
+  require_size(out.size(), in.size(), "round_to_bf16: out");
+  for (std::size_t j = 0; j < in.size(); ++j) out[j] = round_to_bf16(in[j]);
+}
+
+void fill(std::span<float> x, float value) {
+  for (float& v : x) v = value;
+}
+
+}  // namespace scape::kernels
