@@ -40,13 +40,13 @@ StepMetrics DenseOptimizer::step(std::span<float> params, std::span<const float>
   if (config_.sharded) {
     const auto counts = sharding_.sizes();
     comm_.reduce_scatter_mean(grads, g_bar_, counts, config_.wire_dtype, "grad_reduce_scatter");
-    detail::dense_inner_step(rule_, layout_, params, state_begin_, state_end_, m_, v_, g_bar_, config_, out.lr, t);
+    detail::dense_inner_step(kernels::cpu_backend(), rule_, layout_, params, state_begin_, state_end_, m_, v_, g_bar_, config_, out.lr, t);
     comm_.all_gather(params.subspan(state_begin_, state_end_ - state_begin_), params, counts, config_.param_dtype,
                      "param_all_gather");
   } else {
     std::copy(grads.begin(), grads.end(), g_bar_.begin());
     comm_.all_reduce_mean(g_bar_, config_.wire_dtype, "grad_all_reduce");
-    detail::dense_inner_step(rule_, layout_, params, 0, n, m_, v_, g_bar_, config_, out.lr, t);
+    detail::dense_inner_step(kernels::cpu_backend(), rule_, layout_, params, 0, n, m_, v_, g_bar_, config_, out.lr, t);
   }
 
   updates_.after(params, out);

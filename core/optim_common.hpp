@@ -7,6 +7,7 @@
 
 #include "core/layout.hpp"
 #include "core/optimizer.hpp"
+#include "kernels/backend.hpp"
 #include "kernels/cpu/adam.hpp"
 
 namespace scape::detail {
@@ -27,13 +28,13 @@ void for_each_tensor_piece(const ParamLayout& layout, std::size_t begin, std::si
   }
 }
 
-// theta[j] *= 1 - eta*lambda for every flagged j in [begin, end).
-void apply_weight_decay(const ParamLayout& layout, std::span<float> theta, std::size_t begin, std::size_t end,
-                        const OptimizerConfig& c, double eta);
+// theta[j] *= 1 - eta*lambda for every flagged j in [begin, end), on backend k.
+void apply_weight_decay(kernels::KernelBackend& k, const ParamLayout& layout, std::span<float> theta,
+                        std::size_t begin, std::size_t end, const OptimizerConfig& c, double eta);
 
 // One dense AdamW or AdamS step on [begin, end) of theta (full buffer), with decay by tensor
-// flag. m, v and g are indexed from `begin` (v is unused for AdamS).
-void dense_inner_step(InnerRule rule, const ParamLayout& layout, std::span<float> theta, std::size_t begin,
+// flag, on backend k. m, v and g are indexed from `begin` (v is unused for AdamS).
+void dense_inner_step(kernels::KernelBackend& k, InnerRule rule, const ParamLayout& layout, std::span<float> theta, std::size_t begin,
                       std::size_t end, std::span<float> m, std::span<float> v, std::span<const float> g,
                       const OptimizerConfig& c, double eta, int t);
 

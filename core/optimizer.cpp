@@ -96,6 +96,17 @@ void OptimizerConfig::validate() const {
       throw std::invalid_argument("optimizer.update: dense is only defined for mask_partition = partitioned");
     }
   }
+  if (type != OptimizerType::scape && device != kernels::DeviceKind::cpu) {
+    throw std::invalid_argument(std::string("optimizer.device: ") + kernels::to_string(device) +
+                                " runs optimizer type scape only; " + to_string(type) + " runs on the cpu");
+  }
+  if (type != OptimizerType::scape && residual_offload) {
+    throw std::invalid_argument(std::string("optimizer.residual_offload: only optimizer type scape keeps an "
+                                            "offloadable residual, not ") + to_string(type));
+  }
+  if (offload_chunk < 1024 || offload_chunk > (std::size_t{1} << 30)) {
+    bad("optimizer.offload_chunk", static_cast<double>(offload_chunk), "must be in [1024, 2^30] elements");
+  }
   if (type == OptimizerType::topk_ef && sharded) {
     throw std::invalid_argument("optimizer.sharded: topk_ef keeps replicated optimizer state; set sharded = false");
   }
@@ -123,15 +134,15 @@ kernels::AdamScalars adam_scalars(const OptimizerConfig& c, double eta, int t, b
   return s;
 }
 
-void apply_weight_decay(const ParamLayout& layout, std::span<float> theta, std::size_t begin, std::size_t end,
-                        const OptimizerConfig& c, double eta) {
+void apply_weight_decay(kernels::KernelBackend& k, const ParamLayout& layout, std::span<float> theta,
+                        std::size_t begin, std::size_t end, const OptimizerConfig& c, double eta) {
   const float factor = static_cast<float>(1.0 - eta * c.weight_decay);
   for_each_tensor_piece(layout, begin, end, [&](std::size_t lo, std::size_t hi, bool decay) {
-    if (decay) kernels::scale(theta.subspan(lo, hi - lo), factor);
+    if (decay) k.scale(theta.subspan(lo, hi - lo), factor);
   });
 }
 
-void dense_inner_step(InnerRule rule, const ParamLayout& layout, std::span<float> theta, std::size_t begin,
+void dense_inner_step(kernels::KernelBackend& k, InnerRule rule, const ParamLayout& layout, std::span<float> theta, std::size_t begin,
                       std::size_t end, std::span<float> m, std::span<float> v, std::span<const float> g,
                       const OptimizerConfig& c, double eta, int t) {
   for_each_tensor_piece(layout, begin, end, [&](std::size_t lo, std::size_t hi, bool decay) {
@@ -139,9 +150,9 @@ void dense_inner_step(InnerRule rule, const ParamLayout& layout, std::span<float
     const std::size_t n = hi - lo;
     const std::size_t local = lo - begin;
     if (rule == InnerRule::adamw) {
-      kernels::adamw_step(theta.subspan(lo, n), m.subspan(local, n), v.subspan(local, n), g.subspan(local, n), s);
+      k.adamw_step(theta.subspan(lo, n), m.subspan(local, n), v.subspan(local, n), g.subspan(local, n), s);
     } else {
-      kernels::adams_step(theta.subspan(lo, n), m.subspan(local, n), g.subspan(local, n), s);
+      k.adams_step(theta.subspan(lo, n), m.subspan(local, n), g.subspan(local, n), s);
     }
   });
 }

@@ -16,6 +16,7 @@
 #include "core/ledger.hpp"
 #include "core/schedule.hpp"
 #include "core/state.hpp"
+#include "kernels/backend.hpp"
 
 namespace scape {
 
@@ -65,6 +66,13 @@ struct OptimizerConfig {
   bool residual = true;
   int density_warmup = 0;
   std::uint64_t seed = 0;  // the random mask statistic
+  // Where the optimizer's kernels and state live (SCAPE only for cuda; docs/algorithms.md,
+  // "Devices and residual offload").
+  kernels::DeviceKind device = kernels::DeviceKind::cpu;
+  // Keep the residual in (pinned) host memory and stream it through two device chunks of
+  // offload_chunk elements each (SCAPE only).
+  bool residual_offload = false;
+  std::size_t offload_chunk = std::size_t{1} << 22;
 
   double density() const { return 1.0 - sparsity; }
   double resolved_min_lr() const { return min_lr < 0 ? lr / 10.0 : min_lr; }
@@ -113,6 +121,8 @@ class Optimizer {
   virtual std::span<const std::uint64_t> mask() const { return {}; }
   // This worker's error-feedback residual (empty for dense optimizers).
   virtual std::span<const float> residual() const { return {}; }
+  // Where the kernels run, and the device memory the residual saves when offloaded; one line.
+  virtual std::string device_summary() const { return "cpu"; }
   int steps_done() const { return t_; }
   // Everything that influences later steps, for checkpoints. save_state completes outstanding
   // asynchronous collectives first (collective: every rank calls it at the same step).

@@ -1,22 +1,49 @@
 // SCAPE step (docs/algorithms.md, "SCAPE"): the numbered comments refer to steps 1-8 there.
+// Kernels are queued on the backend; the host reads a buffer only after k_.synchronize(), and
+// every collective is handed synchronized buffers.
 #include "core/scape_optimizer.hpp"
 
 #include <algorithm>
-#include <cmath>
+#include <cstdio>
+#include <cstring>
 #include <numeric>
+#include <stdexcept>
+#include <string>
 
 #include "core/optim_common.hpp"
 #include "core/rng.hpp"
-#include "kernels/cpu/adam.hpp"
 #include "kernels/cpu/bitmask.hpp"
-#include "kernels/cpu/compact.hpp"
-#include "kernels/cpu/select.hpp"
 
 namespace scape {
 namespace {
 
-using Index = std::int64_t;
 constexpr std::uint64_t kRandomMaskPurpose = 0x6d61736b;  // "mask"
+
+template <typename T>
+void load_buffer(const StateMap& state, const std::string& name, kernels::Buffer<T>& buffer) {
+  const auto& bytes = state_entry<T>(state, name);
+  buffer.resize(bytes.size() / sizeof(T));
+  if (!bytes.empty()) std::memcpy(buffer.data(), bytes.data(), bytes.size());
+}
+
+template <typename T>
+void copy_buffer(kernels::KernelBackend& k, const kernels::Buffer<T>& from, kernels::Buffer<T>& to) {
+  to.resize(from.size());
+  k.copy_bytes(from.data(), to.data(), from.bytes());
+}
+
+std::string human_bytes(std::size_t bytes) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  double x = static_cast<double>(bytes);
+  int u = 0;
+  while (x >= 1024 && u < 4) {
+    x /= 1024;
+    ++u;
+  }
+  char text[32];
+  std::snprintf(text, sizeof text, u == 0 ? "%.0f %s" : "%.1f %s", x, units[u]);
+  return text;
+}
 
 }  // namespace
 
@@ -33,17 +60,30 @@ ScapeOptimizer::ScapeOptimizer(const OptimizerConfig& config, const ParamLayout&
       state_end_(config.sharded ? sharding_.end(comm.rank()) : layout.size()),
       own_begin_(sharding_.begin(comm.rank())),
       own_end_(sharding_.end(comm.rank())),
-      e_(n_, 0.0f),
-      m_(state_end_ - state_begin_, 0.0f),
-      v_(config.inner == InnerRule::adamw ? state_end_ - state_begin_ : 0, 0.0f),
-      mask_(kernels::words_for(n_), 0),
-      previous_mask_(kernels::words_for(n_), 0),
-      next_mask_(kernels::words_for(n_), 0),
-      local_bits_(sharding_.words(comm.rank()), 0),
+      backend_(kernels::make_backend(config.device)),
+      e_(*backend_, n_, config.residual_offload, config.offload_chunk),
       staleness_(n_),
-      updates_(n_) {}
+      updates_(n_) {
+  m_.assign_zero(state_end_ - state_begin_);
+  v_.assign_zero(config.inner == InnerRule::adamw ? state_end_ - state_begin_ : 0);
+  mask_.assign_zero(kernels::words_for(n_));
+  previous_mask_.assign_zero(kernels::words_for(n_));
+  next_mask_.assign_zero(kernels::words_for(n_));
+  local_bits_.assign_zero(sharding_.words(comm.rank()));
+  k_.synchronize();
+}
 
 ScapeOptimizer::~ScapeOptimizer() = default;
+
+std::string ScapeOptimizer::device_summary() const {
+  std::string out = k_.description();
+  if (e_.offloaded()) {
+    const std::size_t resident = n_ * sizeof(float);
+    out += "; residual offloaded to pinned host memory: the device holds " + human_bytes(e_.device_bytes()) + " instead of " +
+           human_bytes(resident) + " (saves " + human_bytes(resident - std::min(resident, e_.device_bytes())) + ")";
+  }
+  return out;
+}
 
 std::size_t ScapeOptimizer::k_total(double rho) const {
   if (!partitioned()) return k_for(rho, n_);
@@ -52,247 +92,296 @@ std::size_t ScapeOptimizer::k_total(double rho) const {
   return k;
 }
 
-void ScapeOptimizer::compute_statistic(int use_step) {
-  // Step 8: the owner's view of this step's first moment, m~ = b1 m_prev + (1-b1) a, before
-  // masking; the alternatives rank |a|, |m_prev| or seeded noise instead.
-  const std::size_t lo = partitioned() ? own_begin_ : 0;
-  const std::size_t hi = partitioned() ? own_end_ : n_;
-  stat_.resize(hi - lo);
-  const float b1 = static_cast<float>(config_.beta1);
-  const float omb1 = static_cast<float>(1.0 - config_.beta1);
-  const float* a = e_.data() + lo;
-  const float* m = m_.data() + (lo - state_begin_);
-  float* s = stat_.data();
-  const Index count = static_cast<Index>(hi - lo);
-  switch (config_.mask_statistic) {
-    case MaskStatistic::first_moment:
-#pragma omp parallel for simd schedule(static) if (count > 65536)
-      for (Index j = 0; j < count; ++j) s[j] = b1 * m[j] + omb1 * a[j];
-      break;
-    case MaskStatistic::gradient:
-      std::copy(a, a + count, s);
-      break;
-    case MaskStatistic::momentum_only:
-      std::copy(m, m + count, s);
-      break;
-    case MaskStatistic::random: {
-      // Keyed by the step that uses the mask and, for local_union, by the worker.
-      std::uint64_t key = rng::derive(rng::derive(config_.seed, kRandomMaskPurpose), static_cast<std::uint64_t>(use_step));
-      if (!partitioned()) key = rng::derive(key, static_cast<std::uint64_t>(rank_));
-#pragma omp parallel for schedule(static) if (count > 65536)
-      for (Index j = 0; j < count; ++j) {
-        s[j] = static_cast<float>(rng::uniform(key, lo + static_cast<std::uint64_t>(j)));
-      }
-      break;
+bool ScapeOptimizer::statistic_reads_residual() const {
+  return config_.mask_statistic == MaskStatistic::first_moment || config_.mask_statistic == MaskStatistic::gradient;
+}
+
+std::size_t ScapeOptimizer::residual_pass(std::span<const float> grads, bool accumulate, bool statistic, bool deliver) {
+  if (statistic) stat_.resize(statistic_end() - statistic_begin());
+  // deliver_part finds each chunk's mask positions in idx_ on the host.
+  k_.synchronize();
+  std::size_t nonfinite = 0;
+  e_.for_each_chunk(accumulate || deliver, [&](std::size_t begin, std::span<float> a) {
+    // Step 1: a_i = e_i + g_i, held in the residual until step 3 writes it back.
+    if (accumulate) nonfinite += k_.accumulate(a, grads.subspan(begin, a.size()));
+    if (statistic) {
+      const std::size_t lo = std::max(begin, statistic_begin());
+      const std::size_t hi = std::min(begin + a.size(), statistic_end());
+      if (lo < hi) statistic_part(a.subspan(lo - begin, hi - lo), lo);
     }
+    if (deliver) deliver_part(begin, a);
+  });
+  return nonfinite;
+}
+
+void ScapeOptimizer::statistic_part(std::span<const float> a, std::size_t first) {
+  // Step 8: the owner's view of this step's first moment, m~ = b1 m_prev + (1-b1) a, before
+  // masking; the gradient statistic ranks |a| instead.
+  float* s = stat_.data() + (first - statistic_begin());
+  if (config_.mask_statistic == MaskStatistic::gradient) {
+    k_.copy_bytes(a.data(), s, a.size_bytes());
+    return;
+  }
+  const auto m = m_.span().subspan(first - state_begin_, a.size());
+  k_.first_moment_statistic(m, a, static_cast<float>(config_.beta1), static_cast<float>(1.0 - config_.beta1),
+                            std::span<float>(s, a.size()));
+}
+
+void ScapeOptimizer::deliver_part(std::size_t begin, std::span<float> a) {
+  // Steps 2-3 on the mask positions inside [begin, begin + |a|): the single buffer
+  // b_i = b1 m_prev + (1-b1) a_i in mask order (a worker without m_prev for a coordinate,
+  // sharded, sends (1-b1) a_i and the owner adds b1 m_prev), then the residual keeps a_i off
+  // the mask and delivered coordinates restart from zero.
+  const auto all = idx_.span();
+  const auto first = std::lower_bound(all.begin(), all.end(), static_cast<std::uint32_t>(begin));
+  const auto last = std::lower_bound(first, all.end(), static_cast<std::uint32_t>(begin + a.size()));
+  const auto i0 = static_cast<std::size_t>(first - all.begin());
+  const std::size_t count = static_cast<std::size_t>(last - first);
+  if (count > 0) {
+    std::span<const std::uint32_t> ids = all.subspan(i0, count);
+    if (begin != 0) {
+      const auto rebased = chunk_idx_.span().first(count);
+      k_.rebase_indices(ids, static_cast<std::uint32_t>(begin), rebased);
+      ids = rebased;
+    }
+    const bool with_momentum = !config_.sharded;  // replicated state: m covers [0, N)
+    const auto m = with_momentum ? std::span<const float>(m_.span().subspan(begin, a.size())) : std::span<const float>{};
+    const auto a_out = two_collectives() ? a_packed_.span().subspan(i0, count) : std::span<float>{};
+    k_.pack_payload(a, m, 0, ids, static_cast<float>(config_.beta1), static_cast<float>(1.0 - config_.beta1),
+                    with_momentum, b_.span().subspan(i0, count), a_out);
+    if (config_.residual) k_.zero_at(a, ids);
+  }
+  if (!config_.residual) k_.fill(a, 0.0f);
+}
+
+void ScapeOptimizer::prepare_statistic(int use_step) {
+  const std::size_t lo = statistic_begin();
+  const std::size_t count = statistic_end() - lo;
+  if (config_.mask_statistic == MaskStatistic::momentum_only) {
+    stat_.resize(count);
+    k_.copy_bytes(m_.data() + (lo - state_begin_), stat_.data(), count * sizeof(float));
+  } else if (config_.mask_statistic == MaskStatistic::random) {
+    // Keyed by the step that uses the mask and, for local_union, by the worker.
+    std::uint64_t key = rng::derive(rng::derive(config_.seed, kRandomMaskPurpose), static_cast<std::uint64_t>(use_step));
+    if (!partitioned()) key = rng::derive(key, static_cast<std::uint64_t>(rank_));
+    stat_.resize(count);
+    k_.random_statistic(key, lo, stat_.span());
   }
 }
 
 void ScapeOptimizer::select_local(double rho) {
   if (partitioned()) {
-    kernels::topk_abs_mask(stat_, k_for(rho, own_end_ - own_begin_), local_bits_);
+    k_.topk_abs_mask(stat_.span(), k_for(rho, own_end_ - own_begin_), local_bits_.span());
   } else {
     local_indices_.resize(k_for(rho, n_));
-    kernels::topk_abs_indices(stat_, local_indices_.size(), local_indices_);
+    k_.topk_abs_indices(stat_.span(), local_indices_.size(), local_indices_.span());
   }
 }
 
 void ScapeOptimizer::gather_mask_now() {
+  k_.synchronize();
   if (partitioned()) {
     std::vector<std::size_t> counts(static_cast<std::size_t>(sharding_.workers()));
     for (int w = 0; w < sharding_.workers(); ++w) counts[static_cast<std::size_t>(w)] = sharding_.words(w);
-    comm_.all_gather_words(local_bits_, mask_, counts, "mask_all_gather");
+    comm_.all_gather_words(local_bits_.span(), mask_.span(), counts, "mask_all_gather");
     return;
   }
   gathered_counts_.assign(static_cast<std::size_t>(sharding_.workers()), local_indices_.size() * sizeof(std::uint32_t));
   gathered_indices_.resize(local_indices_.size() * static_cast<std::size_t>(sharding_.workers()));
-  comm_.all_gather_bytes(std::as_bytes(std::span<const std::uint32_t>(local_indices_)),
-                         std::as_writable_bytes(std::span<std::uint32_t>(gathered_indices_)), gathered_counts_,
-                         "index_all_gather");
-  std::fill(mask_.begin(), mask_.end(), 0);
-  kernels::indices_to_bits(gathered_indices_, 0, mask_);
+  comm_.all_gather_bytes(std::as_bytes(local_indices_.span()), std::as_writable_bytes(gathered_indices_.span()),
+                         gathered_counts_, "index_all_gather");
+  k_.zero_bytes(mask_.data(), mask_.bytes());
+  k_.indices_to_bits(gathered_indices_.span(), 0, mask_.span());
 }
 
 void ScapeOptimizer::start_mask_gather() {
+  k_.synchronize();
   if (partitioned()) {
     std::vector<std::size_t> counts(static_cast<std::size_t>(sharding_.workers()));
     for (int w = 0; w < sharding_.workers(); ++w) counts[static_cast<std::size_t>(w)] = sharding_.words(w);
-    pending_ = comm_.all_gather_words_async(local_bits_, next_mask_, counts, "mask_all_gather");
+    pending_ = comm_.all_gather_words_async(local_bits_.span(), next_mask_.span(), counts, "mask_all_gather");
     return;
   }
   gathered_counts_.assign(static_cast<std::size_t>(sharding_.workers()), local_indices_.size() * sizeof(std::uint32_t));
   gathered_indices_.resize(local_indices_.size() * static_cast<std::size_t>(sharding_.workers()));
-  pending_ = comm_.all_gather_bytes_async(std::as_bytes(std::span<const std::uint32_t>(local_indices_)),
-                                          std::as_writable_bytes(std::span<std::uint32_t>(gathered_indices_)),
-                                          gathered_counts_, "index_all_gather");
+  pending_ = comm_.all_gather_bytes_async(std::as_bytes(local_indices_.span()),
+                                          std::as_writable_bytes(gathered_indices_.span()), gathered_counts_,
+                                          "index_all_gather");
 }
 
 void ScapeOptimizer::receive_mask() {
   pending_.wait();
   if (partitioned()) {
-    mask_.swap(next_mask_);
+    std::swap(mask_, next_mask_);
     return;
   }
-  std::fill(mask_.begin(), mask_.end(), 0);
-  kernels::indices_to_bits(gathered_indices_, 0, mask_);
+  k_.zero_bytes(mask_.data(), mask_.bytes());
+  k_.indices_to_bits(gathered_indices_.span(), 0, mask_.span());
 }
 
-std::vector<std::size_t> ScapeOptimizer::mask_counts_per_shard() const {
+std::vector<std::size_t> ScapeOptimizer::mask_counts_per_shard() {
+  k_.synchronize();
   std::vector<std::size_t> counts(static_cast<std::size_t>(sharding_.workers()));
   for (int w = 0; w < sharding_.workers(); ++w) {
-    counts[static_cast<std::size_t>(w)] = metrics::popcount_range(mask_, sharding_.begin(w), sharding_.end(w));
+    counts[static_cast<std::size_t>(w)] = metrics::popcount_range(mask_.span(), sharding_.begin(w), sharding_.end(w));
   }
   return counts;
 }
 
-void ScapeOptimizer::pack_payload() {
-  // Step 2: the single buffer b_i = b1 m_prev + (1-b1) a_i on the mask, in mask order. A
-  // worker without m_prev for a coordinate (sharded) sends (1-b1) a_i; the owner adds b1 m_prev.
-  idx_.resize(kernels::popcount(mask_));
-  kernels::bits_to_indices(mask_, 0, idx_);
-  const std::size_t k = idx_.size();
+void ScapeOptimizer::index_mask() {
+  const std::size_t k = k_.popcount(mask_.span());
+  idx_.resize(k);
+  k_.bits_to_indices(mask_.span(), 0, idx_.span());
   b_.resize(k);
-  const bool two = config_.second_moment == SecondMoment::two_collectives;
-  a_packed_.resize(two ? k : 0);
-  const float b1 = static_cast<float>(config_.beta1);
-  const float omb1 = static_cast<float>(1.0 - config_.beta1);
-#pragma omp parallel for schedule(static) if (k > 16384)
-  for (Index i = 0; i < static_cast<Index>(k); ++i) {
-    const std::size_t j = idx_[static_cast<std::size_t>(i)];
-    const float a = e_[j];
-    b_[static_cast<std::size_t>(i)] = config_.sharded ? omb1 * a : b1 * m_[j - state_begin_] + omb1 * a;
-    if (two) a_packed_[static_cast<std::size_t>(i)] = a;
-  }
+  a_packed_.resize(two_collectives() ? k : 0);
+  if (e_.offloaded()) chunk_idx_.resize(k);
+  counts_ = partitioned() ? mask_counts_per_shard() : std::vector<std::size_t>{};
 }
 
-void ScapeOptimizer::synchronize(std::span<const std::size_t> counts) {
+void ScapeOptimizer::synchronize() {
   // Step 4: one collective (two with second_moment = two_collectives).
-  const bool two = config_.second_moment == SecondMoment::two_collectives;
+  const float b1 = static_cast<float>(config_.beta1);
+  k_.synchronize();
   if (config_.sharded) {
-    const std::size_t own = counts[static_cast<std::size_t>(rank_)];
-    update_offset_ = std::accumulate(counts.begin(), counts.begin() + rank_, std::size_t{0});
+    const std::size_t own = counts_[static_cast<std::size_t>(rank_)];
+    update_offset_ = std::accumulate(counts_.begin(), counts_.begin() + rank_, std::size_t{0});
     b_bar_.resize(own);
-    comm_.reduce_scatter_mean(b_, b_bar_, counts, config_.wire_dtype, "grad_reduce_scatter");
-    if (two) {
+    comm_.reduce_scatter_mean(b_.span(), b_bar_.span(), counts_, config_.wire_dtype, "grad_reduce_scatter");
+    if (two_collectives()) {
       a_bar_.resize(own);
-      comm_.reduce_scatter_mean(a_packed_, a_bar_, counts, config_.wire_dtype, "accum_reduce_scatter");
+      comm_.reduce_scatter_mean(a_packed_.span(), a_bar_.span(), counts_, config_.wire_dtype, "accum_reduce_scatter");
     }
     update_idx_.resize(own);
-    const float b1 = static_cast<float>(config_.beta1);
-    for (std::size_t i = 0; i < own; ++i) {
-      update_idx_[i] = idx_[update_offset_ + i] - static_cast<std::uint32_t>(state_begin_);
-      b_bar_[i] += b1 * m_[update_idx_[i]];
-    }
+    k_.rebase_indices(idx_.span().subspan(update_offset_, own), static_cast<std::uint32_t>(state_begin_),
+                      update_idx_.span());
+    k_.add_momentum(b_bar_.span(), m_.span(), update_idx_.span(), b1);
     return;
   }
   update_offset_ = 0;
-  b_bar_ = b_;
-  comm_.all_reduce_mean(b_bar_, config_.wire_dtype, "grad_all_reduce");
-  if (two) {
-    a_bar_ = a_packed_;
-    comm_.all_reduce_mean(a_bar_, config_.wire_dtype, "accum_all_reduce");
-  }
-  update_idx_ = idx_;
+  copy_buffer(k_, b_, b_bar_);
+  if (two_collectives()) copy_buffer(k_, a_packed_, a_bar_);
+  k_.synchronize();
+  comm_.all_reduce_mean(b_bar_.span(), config_.wire_dtype, "grad_all_reduce");
+  if (two_collectives()) comm_.all_reduce_mean(a_bar_.span(), config_.wire_dtype, "accum_all_reduce");
+  copy_buffer(k_, idx_, update_idx_);
 }
 
 void ScapeOptimizer::reconstruct_gradient() {
   // Step 5: g_bar = (b_bar - b1 m_prev) / (1 - b1) on the mask; no second collective.
-  const std::size_t k = update_idx_.size();
-  g_bar_.resize(k);
-  if (config_.second_moment == SecondMoment::two_collectives) {
-    std::copy(a_bar_.begin(), a_bar_.end(), g_bar_.begin());
+  if (two_collectives()) {
+    copy_buffer(k_, a_bar_, g_bar_);
     return;
   }
-  const float b1 = static_cast<float>(config_.beta1);
-  const float omb1 = static_cast<float>(1.0 - config_.beta1);
-  for (std::size_t i = 0; i < k; ++i) g_bar_[i] = (b_bar_[i] - b1 * m_[update_idx_[i]]) / omb1;
+  g_bar_.resize(update_idx_.size());
+  k_.reconstruct_gradient(b_bar_.span(), m_.span(), update_idx_.span(), static_cast<float>(config_.beta1),
+                          static_cast<float>(1.0 - config_.beta1), g_bar_.span());
 }
 
-void ScapeOptimizer::update_masked(std::span<float> params, double eta, int t, std::span<const std::size_t> counts) {
+void ScapeOptimizer::update_masked(std::span<float> params, double eta, int t) {
   // Step 6: decay every flagged coordinate on every worker, then the inner rule on the mask
   // with m <- b_bar. Step 7: the K updated values are all-gathered (sharded).
-  detail::apply_weight_decay(layout_, params, 0, n_, config_, eta);
+  detail::apply_weight_decay(k_, layout_, params, 0, n_, config_, eta);
   const auto s = detail::adam_scalars(config_, eta, t, false);
   auto theta = params.subspan(state_begin_, state_end_ - state_begin_);
   if (config_.inner == InnerRule::adamw) {
-    kernels::adamw_step_masked(theta, m_, v_, update_idx_, b_bar_, g_bar_, s);
+    k_.adamw_step_masked(theta, m_.span(), v_.span(), update_idx_.span(), b_bar_.span(), g_bar_.span(), s);
   } else {
-    kernels::adams_step_masked(theta, m_, update_idx_, b_bar_, g_bar_, s);
+    k_.adams_step_masked(theta, m_.span(), update_idx_.span(), b_bar_.span(), g_bar_.span(), s);
   }
   if (!config_.sharded) return;
   own_values_.resize(update_idx_.size());
-  kernels::compact(theta, update_idx_, own_values_);
+  k_.compact(theta, update_idx_.span(), own_values_.span());
   all_values_.resize(idx_.size());
-  comm_.all_gather(own_values_, all_values_, counts, config_.param_dtype, "param_all_gather");
-  kernels::expand(all_values_, idx_, params);
+  k_.synchronize();
+  comm_.all_gather(own_values_.span(), all_values_.span(), counts_, config_.param_dtype, "param_all_gather");
+  k_.expand(all_values_.span(), idx_.span(), params);
 }
 
 void ScapeOptimizer::update_dense(std::span<float> params, double eta, int t) {
   // Step 6 with update = dense: g_bar = 0 off the mask and the inner rule runs everywhere;
   // sharded mode then all-gathers every parameter.
-  dense_g_.assign(state_end_ - state_begin_, 0.0f);
-  kernels::expand(g_bar_, update_idx_, dense_g_);
-  detail::dense_inner_step(config_.inner, layout_, params, state_begin_, state_end_, m_, v_, dense_g_, config_, eta, t);
+  dense_g_.assign_zero(state_end_ - state_begin_);
+  k_.expand(g_bar_.span(), update_idx_.span(), dense_g_.span());
+  detail::dense_inner_step(k_, config_.inner, layout_, params, state_begin_, state_end_, m_.span(), v_.span(),
+                           dense_g_.span(), config_, eta, t);
   if (!config_.sharded) return;
+  k_.synchronize();
   comm_.all_gather(params.subspan(own_begin_, own_end_ - own_begin_), params, sharding_.sizes(), config_.param_dtype,
                    "param_all_gather");
 }
 
-StepMetrics ScapeOptimizer::step(std::span<float> params, std::span<const float> grads) {
-  detail::check_step_sizes(params, grads, n_);
+StepMetrics ScapeOptimizer::step(std::span<float> params_in, std::span<const float> grads_in) {
+  detail::check_step_sizes(params_in, grads_in, n_);
   const int t = ++t_;
   const double rho = density_at(config_.density(), config_.density_warmup, t);
   StepMetrics out;
   out.step = t;
   out.lr = learning_rate(schedule_, t);
   out.target_density = rho;
-  out.local_grad_norm = metrics::l2_norm(grads);
-  updates_.before(params);
+  out.local_grad_norm = metrics::l2_norm(grads_in);
+  updates_.before(params_in);
 
-  // Step 1: a_i = e_i + g_i, held in e_ until the residual is written back.
-  out.nonfinite_grads = kernels::accumulate(e_, grads);
+  // Inputs the backend's kernels cannot address are staged through its own buffers.
+  const bool stage_params = !k_.can_access(params_in.data());
+  std::span<float> params = params_in;
+  std::span<const float> grads = grads_in;
+  if (stage_params) {
+    params_stage_.resize(n_);
+    k_.copy_bytes(params_in.data(), params_stage_.data(), params_in.size_bytes());
+    params = params_stage_.span();
+  }
+  if (!k_.can_access(grads_in.data())) {
+    grads_stage_.resize(n_);
+    k_.copy_bytes(grads_in.data(), grads_stage_.data(), grads_in.size_bytes());
+    grads = grads_stage_.span();
+  }
 
-  // The mask M_t: computed now (lag 0, and the first step under lag 1) or received.
-  if (config_.mask_lag == 0 || t == 1) {
-    compute_statistic(t);
+  // The mask M_t: received (lag 1 after the first step) or computed from this step's a_i.
+  const bool mask_known = config_.mask_lag == 1 && t > 1;
+  const bool lagged_next = config_.mask_lag == 1 && t < schedule_.total_steps;
+  if (mask_known) {
+    receive_mask();
+    index_mask();
+  }
+  // One pass over the residual when the mask is known (steps 1, 8's statistic, 2 and 3);
+  // otherwise the mask is selected between the accumulate pass and the delivery pass.
+  const bool statistic_needed = !mask_known || lagged_next;
+  out.nonfinite_grads = residual_pass(grads, true, statistic_needed && statistic_reads_residual(), mask_known);
+  if (!mask_known) {
+    prepare_statistic(t);
     select_local(rho);
     gather_mask_now();
-  } else {
-    receive_mask();
+    index_mask();
+    residual_pass(grads, false, false, true);
   }
-  // Step 8's statistic needs m_prev and a_i as they are now; its all-gather starts at the end.
-  const bool lagged_next = config_.mask_lag == 1 && t < schedule_.total_steps;
+  // Step 8's statistic is taken from m_prev and a_i as they were before this step's update;
+  // its all-gather starts at the end of the step.
   if (lagged_next) {
-    compute_statistic(t + 1);
+    prepare_statistic(t + 1);
     select_local(density_at(config_.density(), config_.density_warmup, t + 1));
   }
+  k_.synchronize();
+  staleness_.deliver(idx_.span(), t);
 
-  const std::vector<std::size_t> counts = partitioned() ? mask_counts_per_shard() : std::vector<std::size_t>{};
-  pack_payload();
-  // Step 3: the residual keeps a_i off the mask; delivered coordinates restart from zero.
-  if (config_.residual) {
-    kernels::zero_at(e_, idx_);
-  } else {
-    std::fill(e_.begin(), e_.end(), 0.0f);
-  }
-  staleness_.deliver(idx_, t);
-
-  synchronize(counts);
+  synchronize();
   reconstruct_gradient();
   if (config_.update == UpdateMode::dense) {
     update_dense(params, out.lr, t);
   } else {
-    update_masked(params, out.lr, t, counts);
+    update_masked(params, out.lr, t);
   }
   if (lagged_next) start_mask_gather();
 
-  metrics::fill_mask_metrics(layout_, mask_, have_previous_mask_ ? std::span<const std::uint64_t>(previous_mask_)
-                                                                 : std::span<const std::uint64_t>{},
+  k_.synchronize();
+  metrics::fill_mask_metrics(layout_, mask_.span(), have_previous_mask_ ? std::span<const std::uint64_t>(previous_mask_.span())
+                                                                        : std::span<const std::uint64_t>{},
                              k_total(rho), out);
-  previous_mask_ = mask_;
+  copy_buffer(k_, mask_, previous_mask_);
   have_previous_mask_ = true;
-  updates_.after(params, out);
-  metrics::fill_residual_metrics(layout_, e_, updates_.theta_norm(), out);
+  if (stage_params) k_.copy_bytes(params_stage_.data(), params_in.data(), params_in.size_bytes());
+  k_.synchronize();
+  updates_.after(params_in, out);
+  metrics::fill_residual_metrics(layout_, e_.host_view(), updates_.theta_norm(), out);
   staleness_.fill(t, out);
   out.comm = comm_.ledger().drain();
   return out;
@@ -304,28 +393,30 @@ void ScapeOptimizer::save_state(StateMap& state) {
   // The lagged all-gather of the next mask completes here, so the checkpoint holds the
   // received mask; receive_mask() of the next step then finds nothing pending.
   pending_.wait();
+  k_.synchronize();
   put_state_value(state, "t", t_);
-  put_state(state, "residual", e_);
-  put_state(state, "m", m_);
-  put_state(state, "v", v_);
-  put_state(state, "mask", mask_);
-  put_state(state, "previous_mask", previous_mask_);
-  put_state(state, "next_mask", next_mask_);
-  put_state(state, "gathered_indices", gathered_indices_);
+  put_state(state, "residual", e_.host_view());
+  put_state(state, "m", m_.span());
+  put_state(state, "v", v_.span());
+  put_state(state, "mask", mask_.span());
+  put_state(state, "previous_mask", previous_mask_.span());
+  put_state(state, "next_mask", next_mask_.span());
+  put_state(state, "gathered_indices", gathered_indices_.span());
   put_state_value(state, "have_previous_mask", static_cast<std::uint8_t>(have_previous_mask_));
   staleness_.save(state, "staleness.");
   updates_.save(state, "updates.");
 }
 
 void ScapeOptimizer::load_state(const StateMap& state) {
+  k_.synchronize();
   t_ = get_state_value<int>(state, "t");
-  get_state(state, "residual", e_);
-  get_state(state, "m", m_);
-  get_state(state, "v", v_);
-  get_state(state, "mask", mask_);
-  get_state(state, "previous_mask", previous_mask_);
-  get_state(state, "next_mask", next_mask_);
-  get_state(state, "gathered_indices", gathered_indices_);
+  get_state_exact(state, "residual", e_.host_view());
+  get_state_exact(state, "m", m_.span());
+  get_state_exact(state, "v", v_.span());
+  get_state_exact(state, "mask", mask_.span());
+  get_state_exact(state, "previous_mask", previous_mask_.span());
+  get_state_exact(state, "next_mask", next_mask_.span());
+  load_buffer(state, "gathered_indices", gathered_indices_);
   have_previous_mask_ = get_state_value<std::uint8_t>(state, "have_previous_mask") != 0;
   staleness_.load(state, "staleness.");
   updates_.load(state, "updates.");

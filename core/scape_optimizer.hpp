@@ -1,12 +1,16 @@
 // SCAPE: AdamS (or AdamW) with sparse communication on first-moment top-k masks, partitioned
 // per owner shard, lagged by one step, one synchronized buffer, per-worker error feedback
-// (docs/algorithms.md, "SCAPE", steps 1-8 and the switches).
+// (docs/algorithms.md, "SCAPE", steps 1-8 and the switches). Every buffer lives in the
+// memory of a KernelBackend (CPU or CUDA) and every pass over it is a backend kernel.
 #pragma once
 
+#include <memory>
 #include <vector>
 
 #include "core/metrics.hpp"
 #include "core/optimizer.hpp"
+#include "core/residual_store.hpp"
+#include "kernels/backend.hpp"
 
 namespace scape {
 
@@ -15,33 +19,51 @@ class ScapeOptimizer final : public Optimizer {
   ScapeOptimizer(const OptimizerConfig& config, const ParamLayout& layout, Communicator& comm, int total_steps);
   ~ScapeOptimizer() override;
 
+  // params and grads must be host-addressable (host or managed memory); spans the backend's
+  // kernels cannot read are staged through device buffers.
   StepMetrics step(std::span<float> params, std::span<const float> grads) override;
   void finish() override;
   void save_state(StateMap& state) override;
   void load_state(const StateMap& state) override;
-  std::span<const std::uint64_t> mask() const override { return mask_; }
-  std::span<const float> residual() const override { return e_; }
+  std::span<const std::uint64_t> mask() const override { return mask_.span(); }
+  std::span<const float> residual() const override { return e_.host_view(); }
+  std::string device_summary() const override;
   // Bits this worker computed at the end of the last step for the next mask (its own shard,
   // partitioned masks under lag 1): invariant 6 compares them with the next step's mask.
-  std::span<const std::uint64_t> next_mask_local_bits() const { return local_bits_; }
+  std::span<const std::uint64_t> next_mask_local_bits() const { return local_bits_.span(); }
+  // Device memory the residual occupies (N floats resident, two chunks offloaded).
+  std::size_t residual_device_bytes() const { return e_.device_bytes(); }
 
  private:
   bool partitioned() const { return config_.mask_partition == MaskPartition::partitioned; }
+  bool two_collectives() const { return config_.second_moment == SecondMoment::two_collectives; }
   std::size_t k_total(double rho) const;
-  // The ranking statistic of this worker over its own shard (partitioned) or the whole
-  // buffer (local_union), from m_prev and a_i; `use_step` keys the random statistic.
-  void compute_statistic(int use_step);
+  // The range the ranking statistic covers: the own shard (partitioned) or the whole buffer.
+  std::size_t statistic_begin() const { return partitioned() ? own_begin_ : 0; }
+  std::size_t statistic_end() const { return partitioned() ? own_end_ : n_; }
+  bool statistic_reads_residual() const;
+
+  // One pass over the residual, chunk by chunk: step 1 (a_i = e_i + g_i) when `accumulate`,
+  // the part of step 8's statistic that reads a_i when `statistic`, steps 2-3 (payload on
+  // the mask, delivered coordinates restart from zero) when `deliver`. Returns how many
+  // gradient entries were not finite.
+  std::size_t residual_pass(std::span<const float> grads, bool accumulate, bool statistic, bool deliver);
+  void statistic_part(std::span<const float> a, std::size_t first);
+  void deliver_part(std::size_t begin, std::span<float> a);
+  // The statistic where it does not read a_i (momentum_only, random keyed by `use_step`).
+  void prepare_statistic(int use_step);
   // Selects this worker's part of the mask for density rho from stat_ into its send buffer.
   void select_local(double rho);
   void gather_mask_now();
   void start_mask_gather();
   void receive_mask();
-  void pack_payload();
-  void synchronize(std::span<const std::size_t> counts);
+  // idx_ (mask positions, ascending), payload sizes and the per-shard counts of mask_.
+  void index_mask();
+  void synchronize();
   void reconstruct_gradient();
-  void update_masked(std::span<float> params, double eta, int t, std::span<const std::size_t> counts);
+  void update_masked(std::span<float> params, double eta, int t);
   void update_dense(std::span<float> params, double eta, int t);
-  std::vector<std::size_t> mask_counts_per_shard() const;
+  std::vector<std::size_t> mask_counts_per_shard();
 
   OptimizerConfig config_;
   const ParamLayout& layout_;
@@ -53,25 +75,30 @@ class ScapeOptimizer final : public Optimizer {
   std::size_t state_begin_, state_end_;  // optimizer state kept by this worker
   std::size_t own_begin_, own_end_;      // this worker's shard (it computes its mask bits)
 
-  std::vector<float> e_;                 // residual; holds a_i = e_i + g_i during a step
-  std::vector<float> m_, v_;             // moments over [state_begin_, state_end_)
-  std::vector<float> stat_;
-  std::vector<std::uint64_t> mask_, previous_mask_, next_mask_;
-  std::vector<std::uint64_t> local_bits_;        // partitioned: own shard words (send buffer)
-  std::vector<std::uint32_t> local_indices_;     // local_union: own top-K (send buffer)
-  std::vector<std::uint32_t> gathered_indices_;  // local_union: everyone's top-K
+  std::unique_ptr<kernels::KernelBackend> backend_;
+  kernels::KernelBackend& k_ = *backend_;
+  ResidualStore e_;                      // residual; holds a_i = e_i + g_i during a step
+  kernels::Buffer<float> m_{k_}, v_{k_};  // moments over [state_begin_, state_end_)
+  kernels::Buffer<float> stat_{k_};
+  kernels::Buffer<std::uint64_t> mask_{k_}, previous_mask_{k_}, next_mask_{k_};
+  kernels::Buffer<std::uint64_t> local_bits_{k_};          // partitioned: own shard words (send buffer)
+  kernels::Buffer<std::uint32_t> local_indices_{k_};       // local_union: own top-K (send buffer)
+  kernels::Buffer<std::uint32_t> gathered_indices_{k_};    // local_union: everyone's top-K
   std::vector<std::size_t> gathered_counts_;
   PendingAllGather pending_;
   bool have_previous_mask_ = false;
 
-  std::vector<std::uint32_t> idx_;        // mask positions, ascending (mask order)
-  std::vector<std::uint32_t> update_idx_;  // positions this worker updates, relative to state_begin_
-  std::size_t update_offset_ = 0;         // where update_idx_ starts inside idx_
-  std::vector<float> b_, a_packed_;        // send payloads
-  std::vector<float> b_bar_, a_bar_;       // synchronized values for update_idx_
-  std::vector<float> g_bar_;               // reconstructed gradient for update_idx_
-  std::vector<float> dense_g_;             // update = dense: g_bar over the state range
-  std::vector<float> own_values_, all_values_;  // parameter all-gather of updated values
+  kernels::Buffer<std::uint32_t> idx_{k_};         // mask positions, ascending (mask order)
+  kernels::Buffer<std::uint32_t> chunk_idx_{k_};   // offloaded: idx_ of one chunk, relative to it
+  std::vector<std::size_t> counts_;                // mask entries per shard (partitioned)
+  kernels::Buffer<std::uint32_t> update_idx_{k_};  // positions this worker updates, relative to state_begin_
+  std::size_t update_offset_ = 0;                  // where update_idx_ starts inside idx_
+  kernels::Buffer<float> b_{k_}, a_packed_{k_};    // send payloads
+  kernels::Buffer<float> b_bar_{k_}, a_bar_{k_};   // synchronized values for update_idx_
+  kernels::Buffer<float> g_bar_{k_};               // reconstructed gradient for update_idx_
+  kernels::Buffer<float> dense_g_{k_};             // update = dense: g_bar over the state range
+  kernels::Buffer<float> own_values_{k_}, all_values_{k_};  // parameter all-gather of updated values
+  kernels::Buffer<float> params_stage_{k_}, grads_stage_{k_};  // inputs the kernels cannot read
 
   metrics::StalenessTracker staleness_;
   metrics::UpdateTracker updates_;

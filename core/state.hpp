@@ -5,6 +5,7 @@
 #include <cstddef>
 #include <cstring>
 #include <map>
+#include <span>
 #include <stdexcept>
 #include <string>
 #include <type_traits>
@@ -23,18 +24,45 @@ void put_state(StateMap& state, const std::string& name, const std::vector<T>& v
 }
 
 template <typename T>
+void put_state(StateMap& state, const std::string& name, std::span<T> v) {
+  static_assert(std::is_trivially_copyable_v<T>);
+  std::vector<std::byte> bytes(v.size_bytes());
+  if (!v.empty()) std::memcpy(bytes.data(), v.data(), bytes.size());
+  state[name] = std::move(bytes);
+}
+
+template <typename T>
 void put_state_value(StateMap& state, const std::string& name, const T& x) {
   put_state(state, name, std::vector<T>{x});
+}
+
+// The bytes of entry `name`, holding a whole number of T; throws std::runtime_error naming the
+// entry when it is missing or its size is not a multiple of sizeof(T).
+template <typename T>
+const std::vector<std::byte>& state_entry(const StateMap& state, const std::string& name) {
+  const auto it = state.find(name);
+  if (it == state.end()) throw std::runtime_error("checkpoint: missing optimizer state '" + name + "'");
+  if (it->second.size() % sizeof(T) != 0) throw std::runtime_error("checkpoint: optimizer state '" + name + "' is corrupt");
+  return it->second;
 }
 
 // Throws std::runtime_error naming the entry when it is missing or has a wrong size.
 template <typename T>
 void get_state(const StateMap& state, const std::string& name, std::vector<T>& v) {
-  const auto it = state.find(name);
-  if (it == state.end()) throw std::runtime_error("checkpoint: missing optimizer state '" + name + "'");
-  if (it->second.size() % sizeof(T) != 0) throw std::runtime_error("checkpoint: optimizer state '" + name + "' is corrupt");
-  v.resize(it->second.size() / sizeof(T));
-  if (!v.empty()) std::memcpy(v.data(), it->second.data(), it->second.size());
+  const auto& bytes = state_entry<T>(state, name);
+  v.resize(bytes.size() / sizeof(T));
+  if (!v.empty()) std::memcpy(v.data(), bytes.data(), bytes.size());
+}
+
+// Into a buffer of fixed size: throws std::runtime_error when the entry's size differs.
+template <typename T>
+void get_state_exact(const StateMap& state, const std::string& name, std::span<T> out) {
+  const auto& bytes = state_entry<T>(state, name);
+  if (bytes.size() != out.size_bytes()) {
+    throw std::runtime_error("checkpoint: optimizer state '" + name + "' holds " + std::to_string(bytes.size()) +
+                             " bytes, this optimizer needs " + std::to_string(out.size_bytes()));
+  }
+  if (!out.empty()) std::memcpy(out.data(), bytes.data(), bytes.size());
 }
 
 template <typename T>

@@ -105,7 +105,7 @@ StepMetrics TopkEfOptimizer::step(std::span<float> params, std::span<const float
   const std::vector<std::size_t> counts(static_cast<std::size_t>(comm_.size()), send_.size());
   comm_.all_gather_bytes(send_, recv_, counts, "topk_all_gather");
   sum_pairs_in_rank_order(k);
-  detail::dense_inner_step(config_.inner, layout_, params, 0, n_, m_, v_, g_bar_, config_, out.lr, t);
+  detail::dense_inner_step(kernels::cpu_backend(), config_.inner, layout_, params, 0, n_, m_, v_, g_bar_, config_, out.lr, t);
 
   // Mask metrics describe this worker's own mask; fill-in is the union over workers / K.
   metrics::fill_mask_metrics(layout_, local_mask_, have_previous_mask_ ? std::span<const std::uint64_t>(previous_mask_)

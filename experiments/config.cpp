@@ -113,6 +113,12 @@ const std::vector<Field>& optimizer_fields() {
        kInf, false, false, {"single_buffer", "two_collectives"}},
       {"residual", Kind::boolean, "error feedback (keep undelivered gradient)", true},
       {"density_warmup", Kind::integer, "steps of exponential density decay from 1 (0 = off)", 0, 0, 1e9},
+      {"device", Kind::string, "scape: where the optimizer's kernels and state live (cuda needs a CUDA build and GPU)",
+       "cpu", -kInf, kInf, false, false, {"cpu", "cuda"}},
+      {"residual_offload", Kind::boolean,
+       "scape: keep the residual in pinned host memory, streamed through two device chunks", false},
+      {"offload_chunk", Kind::integer, "scape: elements per device chunk of the offloaded residual", 4194304, 1024,
+       1073741824},
   };
   return f;
 }
@@ -345,6 +351,9 @@ OptimizerConfig parse_optimizer(const json& j, std::uint64_t seed) {
   c.second_moment = parse_second_moment(s.get("second_moment").get<std::string>());
   c.residual = s.get("residual").get<bool>();
   c.density_warmup = s.get("density_warmup").get<int>();
+  c.device = kernels::parse_device_kind(s.get("device").get<std::string>(), "optimizer.device");
+  c.residual_offload = s.get("residual_offload").get<bool>();
+  c.offload_chunk = s.get("offload_chunk").get<std::size_t>();
   c.seed = seed;
   try {
     c.validate();
@@ -501,7 +510,10 @@ json ExperimentConfig::to_json() const {
                     {"mask_lag", o.mask_lag},
                     {"second_moment", to_string(o.second_moment)},
                     {"residual", o.residual},
-                    {"density_warmup", o.density_warmup}};
+                    {"density_warmup", o.density_warmup},
+                    {"device", kernels::to_string(o.device)},
+                    {"residual_offload", o.residual_offload},
+                    {"offload_chunk", o.offload_chunk}};
   json n = {{"alpha_us", network.alpha_us}, {"bandwidth_GBps", network.bandwidth_GBps}};
   if (!network.preset.empty()) n["preset"] = network.preset;
   j["network"] = n;

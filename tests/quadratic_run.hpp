@@ -78,6 +78,37 @@ inline RunRecord run_quadratic(const OptimizerConfig& config, const ParamLayout&
   return record;
 }
 
+// Two runs of the same configuration on different backends or residual stores: every
+// parameter, residual and mask bit-identical on every worker and step, and the same bytes.
+// (doctest must be included by the test file.)
+#ifdef DOCTEST_VERSION_STR
+inline void require_identical_runs(const RunRecord& a, const RunRecord& b) {
+  REQUIRE(a.steps.size() == b.steps.size());
+  for (std::size_t w = 0; w < a.steps.size(); ++w) {
+    REQUIRE(a.steps[w].size() == b.steps[w].size());
+    for (std::size_t t = 0; t < a.steps[w].size(); ++t) {
+      CAPTURE(w);
+      CAPTURE(t + 1);
+      const StepRecord& x = a.steps[w][t];
+      const StepRecord& y = b.steps[w][t];
+      REQUIRE(x.mask == y.mask);
+      REQUIRE(x.next_local_bits == y.next_local_bits);
+      REQUIRE(x.residual_before == y.residual_before);
+      REQUIRE(x.params_after == y.params_after);
+      CHECK(x.metrics.residual_norm == y.metrics.residual_norm);
+      CHECK(x.metrics.nonfinite_grads == y.metrics.nonfinite_grads);
+      CHECK(x.metrics.mask_size == y.metrics.mask_size);
+    }
+  }
+  for (const auto& [purpose, totals] : a.ledger_totals) {
+    CAPTURE(purpose);
+    REQUIRE(b.ledger_totals.count(purpose) == 1);
+    CHECK(b.ledger_totals.at(purpose).payload_bytes == totals.payload_bytes);
+    CHECK(b.ledger_totals.at(purpose).calls == totals.calls);
+  }
+}
+#endif
+
 inline bool bit(std::span<const std::uint64_t> words, std::size_t j) { return (words[j / 64] >> (j % 64)) & 1u; }
 
 }  // namespace scape::testing

@@ -436,6 +436,8 @@ void train_rank(const experiments::ExperimentConfig& config, const SourceData& d
   const ParamLayout& layout = data.layout();
   auto source = make_gradient_source(config, data, rank);
   auto opt = make_optimizer(config.optimizer, layout, comm, config.steps);
+  const bool moved = config.optimizer.device != kernels::DeviceKind::cpu || config.optimizer.residual_offload;
+  if (rank == 0 && moved && !options.quiet) std::fprintf(stderr, "optimizer: %s\n", opt->device_summary().c_str());
   std::vector<float> params(layout.size()), grads(layout.size()), acc;
   int first = 1;
   if (resume != nullptr) {
@@ -481,8 +483,19 @@ void train_rank(const experiments::ExperimentConfig& config, const SourceData& d
   if (rank == 0) log->write_final_params(params);
 }
 
+void require_optimizer_device(const experiments::ExperimentConfig& config) {
+  if (config.optimizer.device != kernels::DeviceKind::cuda) return;
+  if (!kernels::cuda_built()) {
+    throw experiments::ConfigError("optimizer.device: cuda, but this scape was built without CUDA (no nvcc at configure time)");
+  }
+  if (kernels::cuda_device_count() == 0) {
+    throw experiments::ConfigError("optimizer.device: cuda, but no CUDA device is visible on this machine");
+  }
+}
+
 RunOutcome run_simulated(const experiments::ExperimentConfig& config, const RunOptions& options) {
   const auto wall_start = std::chrono::steady_clock::now();
+  require_optimizer_device(config);  // ConfigError: nothing written
   const std::unique_ptr<SourceData> data = load_source_data(config);  // ConfigError: nothing written
   Checkpoint checkpoint;
   if (options.resume) checkpoint = load_checkpoint(config, options, data->layout().size());

@@ -130,6 +130,10 @@ class RunLog {
 void train_rank(const experiments::ExperimentConfig& config, const SourceData& data, const RunOptions& options,
                 Communicator& comm, StepExchange& exchange, RunLog* log, const Checkpoint* resume);
 
+// Throws experiments::ConfigError naming optimizer.device when it asks for cuda and this build
+// has no CUDA or this machine no visible device (checked before anything is written).
+void require_optimizer_device(const experiments::ExperimentConfig& config);
+
 // Runs an experiment in this process with W emulated workers. Throws ConfigError for invalid
 // configuration or input (nothing is written then); every later failure is recorded in the
 // run file and returned in the outcome.
