@@ -1,0 +1,171 @@
+// Elementwise AdamW / AdamS steps on the GPU (docs/algorithms.md, "Dense references", "SCAPE
+// step 6"): the expressions of kernels/cpu/adam.cpp, term for term, so that with --fmad=false
+// and IEEE sqrtf/division every output is bit-identical to the CPU kernel.
+#include <cmath>
+#include <stdexcept>
+#include <string>
+
+#include "kernels/cuda/common.cuh"
+#include "kernels/cuda/kernels.hpp"
+#include "kernels/size_checks.hpp"
+
+namespace scape::kernels::cuda {
+namespace {
+
+using detail::blocks_for;
+using detail::global_thread;
+using detail::grid_threads;
+using detail::kThreads;
+
+using checks::require_same;
+
+
+__global__ void adamw_kernel(float* __restrict__ th, float* __restrict__ mm, float* __restrict__ vv,
+                             const float* __restrict__ gg, std::size_t n, AdamFloats h, float step_size,
+                             float inv_sqrt_bc2) {
+  for (std::size_t j = global_thread(); j < n; j += grid_threads()) {
+    const float gj = gg[j];
+    const float mj = h.beta1 * mm[j] + h.one_minus_b1 * gj;
+    const float vj = h.beta2 * vv[j] + h.one_minus_b2 * gj * gj;
+    mm[j] = mj;
+    vv[j] = vj;
+    th[j] = th[j] * h.decay - step_size * mj / (sqrtf(vj) * inv_sqrt_bc2 + h.eps);
+  }
+}
+
+__global__ void adams_kernel(float* __restrict__ th, float* __restrict__ mm, const float* __restrict__ gg,
+                             std::size_t n, AdamFloats h, float inv_bc1) {
+  for (std::size_t j = global_thread(); j < n; j += grid_threads()) {
+    const float gj = gg[j];
+    const float mhat_prev = mm[j] * inv_bc1;
+    const float d = sqrtf(h.beta2 * mhat_prev * mhat_prev + h.one_minus_b2 * gj * gj) + h.eps;
+    const float mj = h.beta1 * mm[j] + h.one_minus_b1 * gj;
+    mm[j] = mj;
+    th[j] = th[j] * h.decay - h.lr * (mj * inv_bc1) / d;
+  }
+}
+
+__global__ void adamw_masked_kernel(float* __restrict__ theta, float* __restrict__ m, float* __restrict__ v,
+                                    std::size_t n, const std::uint32_t* __restrict__ idx,
+                                    const float* __restrict__ m_new, const float* __restrict__ g_bar,
+                                    std::size_t k, AdamFloats h, float step_size, float inv_sqrt_bc2) {
+  for (std::size_t i = global_thread(); i < k; i += grid_threads()) {
+    const std::uint32_t j = idx[i];
+    if (j >= n) continue;
+    const float gj = g_bar[i];
+    const float mj = m_new[i];
+    const float vj = h.beta2 * v[j] + h.one_minus_b2 * gj * gj;
+    m[j] = mj;
+    v[j] = vj;
+    theta[j] -= step_size * mj / (sqrtf(vj) * inv_sqrt_bc2 + h.eps);
+  }
+}
+
+__global__ void adams_masked_kernel(float* __restrict__ theta, float* __restrict__ m, std::size_t n,
+                                    const std::uint32_t* __restrict__ idx, const float* __restrict__ m_new,
+                                    const float* __restrict__ g_bar, std::size_t k, AdamFloats h, float inv_bc1) {
+  for (std::size_t i = global_thread(); i < k; i += grid_threads()) {
+    const std::uint32_t j = idx[i];
+    if (j >= n) continue;
+    const float gj = g_bar[i];
+    const float mhat_prev = m[j] * inv_bc1;
+    const float d = sqrtf(h.beta2 * mhat_prev * mhat_prev + h.one_minus_b2 * gj * gj) + h.eps;
+    const float mj = m_new[i];
+    m[j] = mj;
+    theta[j] -= h.lr * (mj * inv_bc1) / d;
+  }
+}
+
+__global__ void scale_kernel(float* __restrict__ p, std::size_t n, float factor) {
+  for (std::size_t j = global_thread(); j < n; j += grid_threads()) p[j] *= factor;
+}
+
+// acc += g, counting the non-finite g (exponent all ones). Integer sums are exact in any
+// order, so the count is deterministic.
+__global__ void accumulate_kernel(float* __restrict__ a, const float* __restrict__ gg, std::size_t n,
+                                  unsigned long long* __restrict__ nonfinite) {
+  unsigned long long count = 0;
+  for (std::size_t j = global_thread(); j < n; j += grid_threads()) {
+    const float gj = gg[j];
+    count += (__float_as_uint(gj) & 0x7f800000u) == 0x7f800000u ? 1u : 0u;
+    a[j] += gj;
+  }
+  for (int offset = 16; offset > 0; offset /= 2) count += __shfl_down_sync(0xffffffffu, count, offset);
+  if ((threadIdx.x & 31u) == 0 && count != 0) atomicAdd(nonfinite, count);
+}
+
+}  // namespace
+
+void adamw_step(std::span<float> theta, std::span<float> m, std::span<float> v, std::span<const float> g,
+                const AdamScalars& s) {
+  require_same(theta.size(), m.size(), "adamw_step: theta/m");
+  require_same(theta.size(), v.size(), "adamw_step: theta/v");
+  require_same(theta.size(), g.size(), "adamw_step: theta/g");
+  if (theta.empty()) return;
+  const AdamFloats h(s);
+  const float step_size = h.step_size;
+  const float inv_sqrt_bc2 = h.inv_sqrt_bc2;
+  adamw_kernel<<<blocks_for(theta.size()), kThreads, 0, current_stream()>>>(theta.data(), m.data(), v.data(), g.data(),
+                                                                           theta.size(), h, step_size, inv_sqrt_bc2);
+  SCAPE_CUDA_CHECK_LAUNCH();
+}
+
+void adams_step(std::span<float> theta, std::span<float> m, std::span<const float> g, const AdamScalars& s) {
+  require_same(theta.size(), m.size(), "adams_step: theta/m");
+  require_same(theta.size(), g.size(), "adams_step: theta/g");
+  if (theta.empty()) return;
+  const AdamFloats h(s);
+  const float inv_bc1 = h.inv_bc1;
+  adams_kernel<<<blocks_for(theta.size()), kThreads, 0, current_stream()>>>(theta.data(), m.data(), g.data(),
+                                                                           theta.size(), h, inv_bc1);
+  SCAPE_CUDA_CHECK_LAUNCH();
+}
+
+void adamw_step_masked(std::span<float> theta, std::span<float> m, std::span<float> v,
+                       std::span<const std::uint32_t> idx, std::span<const float> m_new,
+                       std::span<const float> g_bar, const AdamScalars& s) {
+  require_same(theta.size(), m.size(), "adamw_step_masked: theta/m");
+  require_same(theta.size(), v.size(), "adamw_step_masked: theta/v");
+  require_same(idx.size(), m_new.size(), "adamw_step_masked: idx/m_new");
+  require_same(idx.size(), g_bar.size(), "adamw_step_masked: idx/g_bar");
+  if (idx.empty()) return;
+  const AdamFloats h(s);
+  const float step_size = h.step_size;
+  const float inv_sqrt_bc2 = h.inv_sqrt_bc2;
+  adamw_masked_kernel<<<blocks_for(idx.size()), kThreads, 0, current_stream()>>>(
+      theta.data(), m.data(), v.data(), theta.size(), idx.data(), m_new.data(), g_bar.data(), idx.size(), h,
+      step_size, inv_sqrt_bc2);
+  SCAPE_CUDA_CHECK_LAUNCH();
+}
+
+void adams_step_masked(std::span<float> theta, std::span<float> m, std::span<const std::uint32_t> idx,
+                       std::span<const float> m_new, std::span<const float> g_bar, const AdamScalars& s) {
+  require_same(theta.size(), m.size(), "adams_step_masked: theta/m");
+  require_same(idx.size(), m_new.size(), "adams_step_masked: idx/m_new");
+  require_same(idx.size(), g_bar.size(), "adams_step_masked: idx/g_bar");
+  if (idx.empty()) return;
+  const AdamFloats h(s);
+  const float inv_bc1 = h.inv_bc1;
+  adams_masked_kernel<<<blocks_for(idx.size()), kThreads, 0, current_stream()>>>(
+      theta.data(), m.data(), theta.size(), idx.data(), m_new.data(), g_bar.data(), idx.size(), h, inv_bc1);
+  SCAPE_CUDA_CHECK_LAUNCH();
+}
+
+void scale(std::span<float> x, float factor) {
+  if (factor == 1.0f || x.empty()) return;
+  scale_kernel<<<blocks_for(x.size()), kThreads, 0, current_stream()>>>(x.data(), x.size(), factor);
+  SCAPE_CUDA_CHECK_LAUNCH();
+}
+
+std::size_t accumulate(std::span<float> acc, std::span<const float> g) {
+  require_same(acc.size(), g.size(), "accumulate: acc/g");
+  if (acc.empty()) return 0;
+  const cudaStream_t stream = current_stream();
+  detail::Scratch<unsigned long long> count(1, stream);
+  SCAPE_CUDA_CHECK(cudaMemsetAsync(count.get(), 0, sizeof(unsigned long long), stream));
+  accumulate_kernel<<<blocks_for(acc.size()), kThreads, 0, stream>>>(acc.data(), g.data(), acc.size(), count.get());
+  SCAPE_CUDA_CHECK_LAUNCH();
+  return static_cast<std::size_t>(detail::read_back(count.get(), stream));
+}
+
+}  // namespace scape::kernels::cuda

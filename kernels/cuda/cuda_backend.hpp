@@ -1,0 +1,18 @@
+// The CUDA KernelBackend (kernels/backend.hpp) and device discovery, for kernels/backend.cpp.
+// Plain C++: no CUDA types, so g++-compiled code can include it. The backend (CudaBackend in
+// cuda_backend.cu) runs the kernels of kernels/cuda on its own non-blocking stream on the
+// device current when it was made; its Buffers are managed memory prefetched to that device.
+#pragma once
+
+#include <memory>
+
+#include "kernels/backend.hpp"
+
+namespace scape::kernels::cuda {
+
+// Throws std::runtime_error("device 'cuda': no CUDA device visible (<cuda error>)") when none.
+std::unique_ptr<KernelBackend> make_cuda_backend();
+// How many CUDA devices this process sees; 0 (never an exception) without a driver or device.
+int visible_device_count();
+
+}  // namespace scape::kernels::cuda

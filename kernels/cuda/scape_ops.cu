@@ -1,0 +1,162 @@
+// SCAPE elementwise passes on the GPU (kernels/cpu/scape_ops.hpp; docs/algorithms.md,
+// "SCAPE" steps 2, 4, 5 and 8): the CPU expressions in the CPU order, bit-identical with
+// --fmad=false. random_statistic runs core/rng.hpp's counter-based generator on the device.
+#include <stdexcept>
+#include <string>
+
+#include "core/rng.hpp"
+#include "kernels/cuda/common.cuh"
+#include "kernels/cuda/kernels.hpp"
+#include "kernels/size_checks.hpp"
+
+namespace scape::kernels::cuda {
+namespace {
+
+using detail::blocks_for;
+using detail::global_thread;
+using detail::grid_threads;
+using detail::kThreads;
+
+using checks::require_size;
+
+__global__ void first_moment_kernel(const float* __restrict__ mm, const float* __restrict__ aa, float b1, float omb1,
+                                    float* __restrict__ s, std::size_t n) {
+  for (std::size_t j = global_thread(); j < n; j += grid_threads()) s[j] = b1 * mm[j] + omb1 * aa[j];
+}
+
+__global__ void random_statistic_kernel(std::uint64_t key, std::uint64_t first_counter, float* __restrict__ out,
+                                        std::size_t n) {
+  for (std::size_t j = global_thread(); j < n; j += grid_threads()) {
+    out[j] = static_cast<float>(rng::uniform(key, first_counter + static_cast<std::uint64_t>(j)));
+  }
+}
+
+// Indices outside a (or m) are skipped; the CPU kernel does not check them.
+__global__ void pack_payload_kernel(const float* __restrict__ a, std::size_t na, const float* __restrict__ m,
+                                    std::size_t nm, std::size_t m_offset, const std::uint32_t* __restrict__ idx,
+                                    std::size_t k, float b1, float omb1, bool with_momentum, float* __restrict__ b,
+                                    float* __restrict__ a_out) {
+  for (std::size_t i = global_thread(); i < k; i += grid_threads()) {
+    const std::size_t j = idx[i];
+    if (j >= na || (with_momentum && (j < m_offset || j - m_offset >= nm))) continue;
+    const float aj = a[j];
+    b[i] = with_momentum ? b1 * m[j - m_offset] + omb1 * aj : omb1 * aj;
+    if (a_out != nullptr) a_out[i] = aj;
+  }
+}
+
+__global__ void rebase_kernel(const std::uint32_t* __restrict__ idx, std::uint32_t base,
+                              std::uint32_t* __restrict__ out, std::size_t k) {
+  for (std::size_t i = global_thread(); i < k; i += grid_threads()) out[i] = idx[i] - base;
+}
+
+__global__ void add_momentum_kernel(float* __restrict__ b_bar, const float* __restrict__ m, std::size_t nm,
+                                    const std::uint32_t* __restrict__ idx, std::size_t k, float b1) {
+  for (std::size_t i = global_thread(); i < k; i += grid_threads()) {
+    const std::uint32_t j = idx[i];
+    if (j < nm) b_bar[i] += b1 * m[j];
+  }
+}
+
+__global__ void reconstruct_kernel(const float* __restrict__ b_bar, const float* __restrict__ m, std::size_t nm,
+                                   const std::uint32_t* __restrict__ idx, std::size_t k, float b1, float omb1,
+                                   float* __restrict__ g_bar) {
+  for (std::size_t i = global_thread(); i < k; i += grid_threads()) {
+    const std::uint32_t j = idx[i];
+    if (j < nm) g_bar[i] = (b_bar[i] - b1 * m[j]) / omb1;
+  }
+}
+
+// Round-to-nearest-even to bf16 and back (kernels/cpu/bf16.hpp); NaN stays a quiet NaN.
+__device__ inline float round_to_bf16_device(float x) {
+  const std::uint32_t u = __float_as_uint(x);
+  std::uint32_t bits;
+  if ((u & 0x7f800000u) == 0x7f800000u && (u & 0x007fffffu) != 0) {
+    bits = (u >> 16) | 0x0040u;
+  } else {
+    const std::uint32_t rounding = 0x7fffu + ((u >> 16) & 1u);
+    bits = ((u + rounding) >> 16) & 0xffffu;
+  }
+  return __uint_as_float(bits << 16);
+}
+
+// in and out may alias (same index read then written by one thread), so no __restrict__.
+__global__ void round_bf16_kernel(const float* in, float* out, std::size_t n) {
+  for (std::size_t j = global_thread(); j < n; j += grid_threads()) out[j] = round_to_bf16_device(in[j]);
+}
+
+__global__ void fill_kernel(float* __restrict__ x, std::size_t n, float value) {
+  for (std::size_t j = global_thread(); j < n; j += grid_threads()) x[j] = value;
+}
+
+}  // namespace
+
+void first_moment_statistic(std::span<const float> m, std::span<const float> a, float b1, float omb1,
+                            std::span<float> out) {
+  require_size(m.size(), out.size(), "first_moment_statistic: m");
+  require_size(a.size(), out.size(), "first_moment_statistic: a");
+  if (out.empty()) return;
+  first_moment_kernel<<<blocks_for(out.size()), kThreads, 0, current_stream()>>>(m.data(), a.data(), b1, omb1,
+                                                                                out.data(), out.size());
+  SCAPE_CUDA_CHECK_LAUNCH();
+}
+
+void random_statistic(std::uint64_t key, std::uint64_t first_counter, std::span<float> out) {
+  if (out.empty()) return;
+  random_statistic_kernel<<<blocks_for(out.size()), kThreads, 0, current_stream()>>>(key, first_counter, out.data(),
+                                                                                    out.size());
+  SCAPE_CUDA_CHECK_LAUNCH();
+}
+
+void pack_payload(std::span<const float> a, std::span<const float> m, std::size_t m_offset,
+                  std::span<const std::uint32_t> idx, float b1, float omb1, bool with_momentum, std::span<float> b,
+                  std::span<float> a_out) {
+  require_size(b.size(), idx.size(), "pack_payload: b");
+  if (!a_out.empty()) require_size(a_out.size(), idx.size(), "pack_payload: a_out");
+  if (idx.empty()) return;
+  pack_payload_kernel<<<blocks_for(idx.size()), kThreads, 0, current_stream()>>>(
+      a.data(), a.size(), m.data(), m.size(), m_offset, idx.data(), idx.size(), b1, omb1, with_momentum, b.data(),
+      a_out.empty() ? nullptr : a_out.data());
+  SCAPE_CUDA_CHECK_LAUNCH();
+}
+
+void rebase_indices(std::span<const std::uint32_t> idx, std::uint32_t base, std::span<std::uint32_t> out) {
+  require_size(out.size(), idx.size(), "rebase_indices: out");
+  if (idx.empty()) return;
+  rebase_kernel<<<blocks_for(idx.size()), kThreads, 0, current_stream()>>>(idx.data(), base, out.data(), idx.size());
+  SCAPE_CUDA_CHECK_LAUNCH();
+}
+
+void add_momentum(std::span<float> b_bar, std::span<const float> m, std::span<const std::uint32_t> idx, float b1) {
+  require_size(b_bar.size(), idx.size(), "add_momentum: b_bar");
+  if (idx.empty()) return;
+  add_momentum_kernel<<<blocks_for(idx.size()), kThreads, 0, current_stream()>>>(b_bar.data(), m.data(), m.size(),
+                                                                                idx.data(), idx.size(), b1);
+  SCAPE_CUDA_CHECK_LAUNCH();
+}
+
+void reconstruct_gradient(std::span<const float> b_bar, std::span<const float> m,
+                          std::span<const std::uint32_t> idx, float b1, float omb1, std::span<float> g_bar) {
+  require_size(b_bar.size(), idx.size(), "reconstruct_gradient: b_bar");
+  require_size(g_bar.size(), idx.size(), "reconstruct_gradient: g_bar");
+  if (idx.empty()) return;
+  reconstruct_kernel<<<blocks_for(idx.size()), kThreads, 0, current_stream()>>>(
+      b_bar.data(), m.data(), m.size(), idx.data(), idx.size(), b1, omb1, g_bar.data());
+  SCAPE_CUDA_CHECK_LAUNCH();
+}
+
+void round_to_bf16(std::span<const float> in, std::span<float> out) {
+  require_size(out.size(), in.size(), "round_to_bf16: out");
+  if (in.empty()) return;
+  round_bf16_kernel<<<blocks_for(in.size()), kThreads, 0, current_stream()>>>(in.data(), out.data(), in.size());
+  SCAPE_CUDA_CHECK_LAUNCH();
+}
+
+void fill(std::span<float> x, float value) {
+  if (x.empty()) return;
+  fill_kernel<<<blocks_for(x.size()), kThreads, 0, current_stream()>>>(x.data(), x.size(), value);
+  SCAPE_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace scape::kernels::cuda
+

@@ -1,0 +1,703 @@
+// The CUDA kernels (kernels/cuda) against the CPU reference kernels (kernels/cpu): every kernel
+// runs on both sides on the same inputs and the outputs are compared bit for bit, for inputs
+// with random normals, many ties (three values), all-equal values and NaN/inf/-0/denormals, at
+// sizes 0, 1, 63, 64, 65, 1000, a few odd sizes and 2^26. Also CudaBackend through the
+// KernelBackend interface: Buffers, copies, zero-fill, pointer access and the ChunkCopier
+// round trip. Without a visible device the program prints why and exits 77 (ctest: skipped).
+//
+// Why elementwise results can be compared bit for bit: kernels/cuda is compiled with
+// --fmad=false and the CPU kernels for x86-64-v2 (no FMA), so neither side contracts a*b+c;
+// + - * / and sqrt are correctly rounded IEEE operations on both (nvcc defaults -prec-div,
+// -prec-sqrt, -ftz=false; the CPU build uses no fast-math); the step scalars are rounded from
+// double on the host by the same code; and each kernel keeps the CPU's operation order. The
+// only allowed difference is the payload of a NaN produced by arithmetic (x86 propagates an
+// operand's payload, the GPU returns the canonical NaN), so two NaNs compare equal.
+#define DOCTEST_CONFIG_IMPLEMENT
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "core/rng.hpp"
+#include "kernels/backend.hpp"
+#include "kernels/cpu/adam.hpp"
+#include "kernels/cpu/bitmask.hpp"
+#include "kernels/cpu/compact.hpp"
+#include "kernels/cpu/scape_ops.hpp"
+#include "kernels/cpu/select.hpp"
+#include "kernels/cuda/kernels.hpp"
+#include "kernels/cuda/stream.hpp"
+
+namespace sk = scape::kernels;
+namespace gk = scape::kernels::cuda;
+
+namespace {
+
+constexpr std::size_t kLarge = std::size_t{1} << 26;
+const std::vector<std::size_t> kSmallSizes = {0, 1, 2, 63, 64, 65, 1000, 4097, 70'001, 300'007};
+
+sk::KernelBackend& gpu() {
+  static const std::unique_ptr<sk::KernelBackend> backend = sk::make_backend(sk::DeviceKind::cuda);
+  return *backend;
+}
+
+// Host vector -> new Buffer on the GPU backend (queued on its stream).
+template <typename T>
+sk::Buffer<T> to_gpu(const std::vector<T>& host) {
+  sk::Buffer<T> buffer(gpu(), host.size());
+  gpu().copy_bytes(host.data(), buffer.data(), host.size() * sizeof(T));
+  return buffer;
+}
+
+// Buffer -> host vector, after everything queued on the backend's stream.
+template <typename T>
+std::vector<T> to_host(const sk::Buffer<T>& buffer) {
+  std::vector<T> host(buffer.size());
+  gpu().copy_bytes(buffer.data(), host.data(), buffer.size() * sizeof(T));
+  gpu().synchronize();
+  return host;
+}
+
+// Runs a direct scape::kernels::cuda call (one the backend does not expose) after the
+// backend's queued work, on this thread's current stream, and waits for it.
+template <typename Call>
+void run_direct(Call call) {
+  gpu().synchronize();
+  call();
+  gk::synchronize_current_stream();
+}
+
+bool same_value(float a, float b) {
+  return std::bit_cast<std::uint32_t>(a) == std::bit_cast<std::uint32_t>(b) || (std::isnan(a) && std::isnan(b));
+}
+template <typename T>
+bool same_value(T a, T b) {
+  return a == b;
+}
+
+// Every entry equal (floats: same bits, or both NaN); names the first difference.
+template <typename T>
+void check_equal(const std::vector<T>& cpu, const std::vector<T>& cuda, const std::string& what) {
+  REQUIRE_MESSAGE(cpu.size() == cuda.size(), what);
+  std::size_t differ = 0;
+  std::size_t first = cpu.size();
+  for (std::size_t j = 0; j < cpu.size(); ++j) {
+    if (!same_value(cpu[j], cuda[j])) {
+      if (differ++ == 0) first = j;
+    }
+  }
+  if (differ != 0) {
+    FAIL_CHECK(what << ": " << differ << " of " << cpu.size() << " entries differ, first at " << first
+                    << " (cpu " << cpu[first] << ", cuda " << cuda[first] << ")");
+  }
+}
+
+enum class Family { normal, ties, equal, special };
+const char* name(Family f) {
+  switch (f) {
+    case Family::normal: return "normal";
+    case Family::ties: return "ties";
+    case Family::equal: return "equal";
+    case Family::special: return "special";
+  }
+  return "?";
+}
+constexpr Family kFamilies[] = {Family::normal, Family::ties, Family::equal, Family::special};
+
+// Counter-based draws (core/rng.hpp), filled in parallel: 2^26 normals take a second serially.
+std::vector<float> make_values(Family family, std::size_t n, std::uint32_t seed) {
+  std::vector<float> x(n);
+  const auto count = static_cast<std::int64_t>(n);
+  const std::uint64_t key = scape::rng::derive(0x5eedull, seed);
+  const float nan_payload = std::bit_cast<float>(0x7fc01234u);
+  const float negative_nan = std::bit_cast<float>(0xffc00000u);
+#pragma omp parallel for schedule(static)
+  for (std::int64_t i = 0; i < count; ++i) {
+    const auto j = static_cast<std::size_t>(i);
+    float v = static_cast<float>(scape::rng::normal(key, j));
+    switch (family) {
+      case Family::normal:
+        break;
+      case Family::ties: {
+        // Magnitudes 0.5 (both signs) and 2: the selection cuts through equal magnitudes.
+        const float set[3] = {0.5f, -0.5f, 2.0f};
+        v = set[static_cast<int>(scape::rng::uniform(key ^ 1u, j) * 3.0)];
+        break;
+      }
+      case Family::equal:
+        v = -1.25f;
+        break;
+      case Family::special:
+        if (j % 7 == 3) v = std::numeric_limits<float>::quiet_NaN();
+        if (j % 29 == 5) v = nan_payload;
+        if (j % 31 == 6) v = negative_nan;
+        if (j % 11 == 1) v = std::numeric_limits<float>::infinity();
+        if (j % 13 == 2) v = -std::numeric_limits<float>::infinity();
+        if (j % 17 == 4) v = -0.0f;
+        if (j % 19 == 8) v = 0.0f;
+        if (j % 23 == 9) v = 1e-40f * (j % 2 == 0 ? 1.0f : -1.0f);  // denormal
+        break;
+    }
+    x[j] = v;
+  }
+  return x;
+}
+
+std::vector<std::size_t> ks_for(std::size_t n) {
+  std::vector<std::size_t> ks = {0, 1, n / 100, n / 3, n / 2, n > 0 ? n - 1 : 0, n};
+  ks.erase(std::remove_if(ks.begin(), ks.end(), [n](std::size_t k) { return k > n; }), ks.end());
+  std::sort(ks.begin(), ks.end());
+  ks.erase(std::unique(ks.begin(), ks.end()), ks.end());
+  return ks;
+}
+
+// Sorted distinct indices, about `density` of [0, n).
+std::vector<std::uint32_t> random_indices(std::size_t n, double density, std::uint32_t seed) {
+  const std::uint64_t key = scape::rng::derive(0x1d5ull, seed);
+  std::vector<std::uint32_t> idx;
+  for (std::size_t j = 0; j < n; ++j) {
+    if (scape::rng::uniform(key, j) < density) idx.push_back(static_cast<std::uint32_t>(j));
+  }
+  return idx;
+}
+
+// Second moments: small and non-negative.
+std::vector<float> positive_values(std::size_t n, std::uint32_t seed) {
+  std::vector<float> x = make_values(Family::normal, n, seed);
+  for (float& v : x) v = 1e-4f * v * v;
+  return x;
+}
+
+// Bias-corrected step t with beta2 = 0.999 (where 1 - beta2 in fp32 would differ) and decay.
+sk::AdamScalars step_scalars(int t) {
+  sk::AdamScalars s;
+  s.lr = 3e-4;
+  s.beta1 = 0.9;
+  s.beta2 = 0.999;
+  s.eps = 1e-8;
+  s.decay = 1.0 - 3e-4 * 0.1;
+  s.bc1 = 1.0 - std::pow(s.beta1, t);
+  s.bc2 = 1.0 - std::pow(s.beta2, t);
+  return s;
+}
+
+// ---- top-k -------------------------------------------------------------------------------
+
+void check_topk(const std::vector<float>& values, std::size_t k, const std::string& what) {
+  const std::size_t n = values.size();
+  std::vector<std::uint64_t> cpu(sk::words_for(n));
+  sk::topk_abs_mask(values, k, cpu);
+  const sk::Buffer<float> v = to_gpu(values);
+  sk::Buffer<std::uint64_t> mask(gpu(), sk::words_for(n));
+  gpu().topk_abs_mask(v, k, mask);
+  const std::vector<std::uint64_t> got = to_host(mask);
+  check_equal(cpu, got, what + " mask");
+  CHECK_MESSAGE(sk::popcount(got) == k, what);
+}
+
+void check_topk_indices(const std::vector<float>& values, std::size_t k, const std::string& what) {
+  std::vector<std::uint32_t> cpu(k);
+  const std::size_t cpu_count = sk::topk_abs_indices(values, k, cpu);
+  const sk::Buffer<float> v = to_gpu(values);
+  sk::Buffer<std::uint32_t> out(gpu(), k + 3);  // larger than k: only out[0, k) is written
+  const std::size_t count = gpu().topk_abs_indices(v, k, out);
+  CHECK(count == cpu_count);
+  std::vector<std::uint32_t> got = to_host(out);
+  got.resize(k);
+  check_equal(cpu, got, what + " indices");
+}
+
+}  // namespace
+
+TEST_CASE("top-k mask matches the CPU on every input family, small and odd sizes") {
+  std::uint32_t seed = 100;
+  for (const Family family : kFamilies) {
+    for (const std::size_t n : kSmallSizes) {
+      const std::vector<float> values = make_values(family, n, ++seed);
+      for (const std::size_t k : ks_for(n)) {
+        check_topk(values, k, std::string(name(family)) + " n=" + std::to_string(n) + " k=" + std::to_string(k));
+      }
+    }
+  }
+}
+
+TEST_CASE("top-k at 2^26 matches the CPU (1% and 50%, every family)") {
+  std::uint32_t seed = 200;
+  for (const Family family : kFamilies) {
+    const std::vector<float> values = make_values(family, kLarge, ++seed);
+    check_topk(values, kLarge / 100, std::string(name(family)) + " 2^26 k=1%");
+    if (family == Family::normal || family == Family::ties) check_topk(values, kLarge / 2, std::string(name(family)) + " 2^26 k=50%");
+  }
+}
+
+TEST_CASE("top-k cuts exactly through long runs of ties in many blocks") {
+  // Equal magnitudes in separate runs: the cut falls inside the run that spans block borders.
+  std::vector<float> values(1'000'003);
+  for (std::size_t j = 0; j < values.size(); ++j) values[j] = (j / 5000) % 3 == 0 ? 3.0f : ((j % 2) ? -1.0f : 1.0f);
+  for (const std::size_t k : {std::size_t{1}, std::size_t{333'334}, std::size_t{400'000}, std::size_t{999'999}}) {
+    check_topk(values, k, "runs k=" + std::to_string(k));
+  }
+}
+
+TEST_CASE("top-k indices match the CPU") {
+  std::uint32_t seed = 300;
+  for (const Family family : kFamilies) {
+    for (const std::size_t n : {std::size_t{0}, std::size_t{65}, std::size_t{1000}, std::size_t{300'007}}) {
+      const std::vector<float> values = make_values(family, n, ++seed);
+      for (const std::size_t k : ks_for(n)) {
+        check_topk_indices(values, k, std::string(name(family)) + " n=" + std::to_string(n) + " k=" + std::to_string(k));
+      }
+    }
+  }
+  const std::vector<float> large = make_values(Family::normal, kLarge, 399);
+  check_topk_indices(large, kLarge / 100, "normal 2^26 k=1%");
+}
+
+TEST_CASE("top-k is deterministic and checks its arguments like the CPU") {
+  const std::vector<float> values = make_values(Family::ties, 100'000, 7);
+  const sk::Buffer<float> v = to_gpu(values);
+  sk::Buffer<std::uint64_t> a(gpu(), sk::words_for(values.size()));
+  sk::Buffer<std::uint64_t> b(gpu(), sk::words_for(values.size()));
+  gpu().topk_abs_mask(v, 12'345, a);
+  gpu().topk_abs_mask(v, 12'345, b);
+  check_equal(to_host(a), to_host(b), "repeat");
+  CHECK_THROWS_AS(gpu().topk_abs_mask(v, values.size() + 1, a), std::invalid_argument);
+  CHECK_THROWS_AS(gpu().topk_abs_mask(v, 10, std::span<std::uint64_t>(a.data(), a.size() - 1)), std::invalid_argument);
+  sk::Buffer<std::uint32_t> small(gpu(), 9);
+  CHECK_THROWS_AS(gpu().topk_abs_indices(v, 10, small), std::invalid_argument);
+}
+
+// ---- Adam steps ---------------------------------------------------------------------------
+
+namespace {
+
+struct AdamState {
+  std::vector<float> theta, m, v, g;
+};
+
+AdamState adam_state(std::size_t n, Family g_family, std::uint32_t seed) {
+  AdamState s;
+  s.theta = make_values(Family::normal, n, seed);
+  s.m = make_values(Family::normal, n, seed + 1);
+  for (float& x : s.m) x *= 0.01f;
+  s.v = positive_values(n, seed + 2);
+  s.g = make_values(g_family, n, seed + 3);
+  return s;
+}
+
+void check_dense_adam(std::size_t n, Family family, std::uint32_t seed) {
+  const std::string what = std::string(name(family)) + " n=" + std::to_string(n);
+  const AdamState start = adam_state(n, family, seed);
+  const sk::AdamScalars s = step_scalars(7);
+  {
+    AdamState cpu = start;
+    sk::adamw_step(cpu.theta, cpu.m, cpu.v, cpu.g, s);
+    sk::Buffer<float> theta = to_gpu(start.theta), m = to_gpu(start.m), v = to_gpu(start.v);
+    const sk::Buffer<float> g = to_gpu(start.g);
+    gpu().adamw_step(theta, m, v, g, s);
+    check_equal(cpu.theta, to_host(theta), "adamw theta " + what);
+    check_equal(cpu.m, to_host(m), "adamw m " + what);
+    check_equal(cpu.v, to_host(v), "adamw v " + what);
+  }
+  {
+    AdamState cpu = start;
+    sk::adams_step(cpu.theta, cpu.m, cpu.g, s);
+    sk::Buffer<float> theta = to_gpu(start.theta), m = to_gpu(start.m);
+    const sk::Buffer<float> g = to_gpu(start.g);
+    gpu().adams_step(theta, m, g, s);
+    check_equal(cpu.theta, to_host(theta), "adams theta " + what);
+    check_equal(cpu.m, to_host(m), "adams m " + what);
+  }
+}
+
+void check_masked_adam(std::size_t n, std::uint32_t seed) {
+  const std::string what = "n=" + std::to_string(n);
+  const AdamState start = adam_state(n, Family::normal, seed);
+  const std::vector<std::uint32_t> idx = random_indices(n, 0.3, seed + 10);
+  const std::vector<float> m_new = make_values(Family::normal, idx.size(), seed + 11);
+  const std::vector<float> g_bar = make_values(Family::special, idx.size(), seed + 12);
+  const sk::AdamScalars s = step_scalars(3);
+  const sk::Buffer<std::uint32_t> d_idx = to_gpu(idx);
+  const sk::Buffer<float> d_m_new = to_gpu(m_new), d_g_bar = to_gpu(g_bar);
+  {
+    AdamState cpu = start;
+    sk::adamw_step_masked(cpu.theta, cpu.m, cpu.v, idx, m_new, g_bar, s);
+    sk::Buffer<float> theta = to_gpu(start.theta), m = to_gpu(start.m), v = to_gpu(start.v);
+    gpu().adamw_step_masked(theta, m, v, d_idx, d_m_new, d_g_bar, s);
+    check_equal(cpu.theta, to_host(theta), "adamw_masked theta " + what);
+    check_equal(cpu.m, to_host(m), "adamw_masked m " + what);
+    check_equal(cpu.v, to_host(v), "adamw_masked v " + what);
+  }
+  {
+    AdamState cpu = start;
+    sk::adams_step_masked(cpu.theta, cpu.m, idx, m_new, g_bar, s);
+    sk::Buffer<float> theta = to_gpu(start.theta), m = to_gpu(start.m);
+    gpu().adams_step_masked(theta, m, d_idx, d_m_new, d_g_bar, s);
+    check_equal(cpu.theta, to_host(theta), "adams_masked theta " + what);
+    check_equal(cpu.m, to_host(m), "adams_masked m " + what);
+  }
+}
+
+}  // namespace
+
+TEST_CASE("dense AdamW and AdamS steps are bit-identical to the CPU") {
+  std::uint32_t seed = 400;
+  for (const Family family : kFamilies) {
+    for (const std::size_t n : kSmallSizes) check_dense_adam(n, family, seed += 10);
+  }
+  check_dense_adam(kLarge, Family::normal, 490);
+  check_dense_adam(kLarge, Family::special, 495);
+}
+
+TEST_CASE("masked AdamW and AdamS steps are bit-identical to the CPU") {
+  std::uint32_t seed = 500;
+  for (const std::size_t n : kSmallSizes) check_masked_adam(n, seed += 20);
+  check_masked_adam(kLarge, 590);
+}
+
+TEST_CASE("scale, accumulate, fill and round_to_bf16 match the CPU") {
+  std::uint32_t seed = 600;
+  for (const Family family : kFamilies) {
+    for (std::size_t n : kSmallSizes) {
+      const std::string what = std::string(name(family)) + " n=" + std::to_string(n);
+      const std::vector<float> x = make_values(family, n, ++seed);
+      const std::vector<float> g = make_values(Family::special, n, ++seed);
+
+      std::vector<float> cpu = x;
+      sk::scale(cpu, 0.7f);
+      sk::Buffer<float> d = to_gpu(x);
+      gpu().scale(d, 0.7f);
+      check_equal(cpu, to_host(d), "scale " + what);
+
+      cpu = x;
+      const std::size_t cpu_bad = sk::accumulate(cpu, g);
+      d = to_gpu(x);
+      const sk::Buffer<float> dg = to_gpu(g);
+      CHECK(gpu().accumulate(d, dg) == cpu_bad);
+      check_equal(cpu, to_host(d), "accumulate " + what);
+
+      cpu = x;
+      sk::fill(cpu, -3.5f);
+      gpu().fill(d, -3.5f);
+      check_equal(cpu, to_host(d), "fill " + what);
+
+      cpu.assign(n, 0.0f);
+      sk::round_to_bf16(x, cpu);
+      d = to_gpu(x);
+      sk::Buffer<float> out(gpu(), n);
+      gpu().round_to_bf16(d, out);
+      check_equal(cpu, to_host(out), "round_to_bf16 " + what);
+      gpu().round_to_bf16(d, d);  // in place
+      check_equal(cpu, to_host(d), "round_to_bf16 in place " + what);
+    }
+  }
+  const std::vector<float> big = make_values(Family::special, kLarge, 699);
+  std::vector<float> cpu(kLarge, 1.0f);
+  const std::size_t cpu_bad = sk::accumulate(cpu, big);
+  sk::Buffer<float> d = to_gpu(std::vector<float>(kLarge, 1.0f));
+  const sk::Buffer<float> dg = to_gpu(big);
+  CHECK(gpu().accumulate(d, dg) == cpu_bad);
+  check_equal(cpu, to_host(d), "accumulate 2^26");
+}
+
+// ---- SCAPE passes ---------------------------------------------------------------------------
+
+TEST_CASE("first_moment_statistic and random_statistic match the CPU") {
+  std::uint32_t seed = 700;
+  const float b1 = 0.9f, omb1 = static_cast<float>(1.0 - 0.9);
+  for (std::size_t n : {std::size_t{0}, std::size_t{1}, std::size_t{65}, std::size_t{1000}, std::size_t{300'007}, kLarge}) {
+    const std::string what = "n=" + std::to_string(n);
+    const std::vector<float> m = make_values(Family::normal, n, ++seed);
+    const std::vector<float> a = make_values(Family::special, n, ++seed);
+    std::vector<float> cpu(n);
+    sk::first_moment_statistic(m, a, b1, omb1, cpu);
+    const sk::Buffer<float> dm = to_gpu(m), da = to_gpu(a);
+    sk::Buffer<float> out(gpu(), n);
+    gpu().first_moment_statistic(dm, da, b1, omb1, out);
+    check_equal(cpu, to_host(out), "first_moment_statistic " + what);
+
+    const std::uint64_t key = 0x0123456789abcdefull + n;
+    const std::uint64_t first = (std::uint64_t{1} << 40) + 17;
+    sk::random_statistic(key, first, cpu);
+    gpu().random_statistic(key, first, out);
+    check_equal(cpu, to_host(out), "random_statistic " + what);
+  }
+}
+
+TEST_CASE("pack_payload, rebase_indices, add_momentum and reconstruct_gradient match the CPU") {
+  std::uint32_t seed = 800;
+  const float b1 = 0.9f, omb1 = static_cast<float>(1.0 - 0.9);
+  for (std::size_t n : {std::size_t{1}, std::size_t{65}, std::size_t{1000}, std::size_t{300'007}}) {
+    const std::string what = "n=" + std::to_string(n);
+    const std::vector<float> a = make_values(Family::normal, n, ++seed);
+    const std::size_t m_offset = n / 4;
+    const std::vector<float> m = make_values(Family::normal, n - m_offset, ++seed);
+    // Indices within [m_offset, n), so the momentum range covers them.
+    std::vector<std::uint32_t> idx;
+    for (const std::uint32_t j : random_indices(n - m_offset, 0.2, ++seed)) idx.push_back(j + static_cast<std::uint32_t>(m_offset));
+    const std::size_t k = idx.size();
+    const sk::Buffer<float> da = to_gpu(a), dm = to_gpu(m);
+    const sk::Buffer<std::uint32_t> didx = to_gpu(idx);
+    for (const bool with_momentum : {true, false}) {
+      for (const bool two : {true, false}) {
+        std::vector<float> b(k), a_out(two ? k : 0);
+        sk::pack_payload(a, m, m_offset, idx, b1, omb1, with_momentum, b, a_out);
+        sk::Buffer<float> db(gpu(), k), da_out(gpu(), two ? k : 0);
+        gpu().pack_payload(da, dm, m_offset, didx, b1, omb1, with_momentum, db, da_out);
+        check_equal(b, to_host(db), "pack_payload b " + what);
+        check_equal(a_out, to_host(da_out), "pack_payload a_out " + what);
+      }
+    }
+    std::vector<std::uint32_t> rebased(k);
+    sk::rebase_indices(idx, static_cast<std::uint32_t>(m_offset), rebased);
+    sk::Buffer<std::uint32_t> drebased(gpu(), k);
+    gpu().rebase_indices(didx, static_cast<std::uint32_t>(m_offset), drebased);
+    check_equal(rebased, to_host(drebased), "rebase_indices " + what);
+
+    const std::vector<float> b_bar = make_values(Family::normal, k, ++seed);
+    std::vector<float> cpu = b_bar;
+    sk::add_momentum(cpu, m, rebased, b1);
+    sk::Buffer<float> d = to_gpu(b_bar);
+    gpu().add_momentum(d, dm, drebased, b1);
+    check_equal(cpu, to_host(d), "add_momentum " + what);
+
+    std::vector<float> g_bar(k);
+    sk::reconstruct_gradient(b_bar, m, rebased, b1, omb1, g_bar);
+    const sk::Buffer<float> dbb = to_gpu(b_bar);
+    sk::Buffer<float> dg(gpu(), k);
+    gpu().reconstruct_gradient(dbb, dm, drebased, b1, omb1, dg);
+    check_equal(g_bar, to_host(dg), "reconstruct_gradient " + what);
+  }
+}
+
+// ---- bitmasks and compaction ----------------------------------------------------------------
+
+TEST_CASE("pack_bits, unpack_bits and the popcounts match the CPU") {
+  std::uint32_t seed = 900;
+  std::vector<std::size_t> sizes = kSmallSizes;
+  sizes.push_back(kLarge);
+  for (const std::size_t n : sizes) {
+    const std::string what = "n=" + std::to_string(n);
+    std::mt19937 rng(++seed);
+    std::uniform_int_distribution<int> byte(0, 255);
+    // One spare byte in front: flags at offset 1 are not 16-byte aligned (the kernel's slow path).
+    std::vector<std::uint8_t> flags(n + 1);
+    for (auto& f : flags) f = static_cast<std::uint8_t>(byte(rng) < 160 ? 0 : byte(rng));
+    const sk::Buffer<std::uint8_t> dflags = to_gpu(flags);
+    for (const std::size_t offset : {std::size_t{0}, std::size_t{1}}) {
+      const std::span<const std::uint8_t> in(flags.data() + offset, n);
+      std::vector<std::uint64_t> cpu(sk::words_for(n));
+      sk::pack_bits(in, cpu);
+      sk::Buffer<std::uint64_t> words(gpu(), cpu.size());
+      run_direct([&] { gk::pack_bits({dflags.data() + offset, n}, words); });
+      const std::vector<std::uint64_t> got = to_host(words);
+      check_equal(cpu, got, "pack_bits offset " + std::to_string(offset) + " " + what);
+
+      std::vector<std::uint8_t> unpacked(n + 1, 7), expect(n + 1, 7);
+      sk::unpack_bits(cpu, std::span<std::uint8_t>(expect.data() + offset, n));
+      sk::Buffer<std::uint8_t> dunpacked = to_gpu(unpacked);
+      run_direct([&] { gk::unpack_bits(words, {dunpacked.data() + offset, n}); });
+      check_equal(expect, to_host(dunpacked), "unpack_bits offset " + std::to_string(offset) + " " + what);
+    }
+    std::vector<std::uint64_t> a(sk::words_for(n)), b(sk::words_for(n));
+    for (auto& w : a) w = (std::uint64_t{rng()} << 32) | rng();
+    for (auto& w : b) w = (std::uint64_t{rng()} << 32) | rng();
+    const sk::Buffer<std::uint64_t> da = to_gpu(a), db = to_gpu(b);
+    CHECK(gpu().popcount(da) == sk::popcount(a));
+    gpu().synchronize();
+    CHECK(gk::popcount_and(da, db) == sk::popcount_and(a, b));
+    CHECK(gk::popcount_or(da, db) == sk::popcount_or(a, b));
+  }
+}
+
+TEST_CASE("bits_to_indices and indices_to_bits match the CPU") {
+  std::uint32_t seed = 1000;
+  std::vector<std::size_t> sizes = kSmallSizes;
+  sizes.push_back(kLarge);
+  for (const std::size_t n : sizes) {
+    for (const double density : {0.0, 0.01, 0.5, 1.0}) {
+      const std::string what = "n=" + std::to_string(n) + " density=" + std::to_string(density);
+      const std::vector<std::uint32_t> idx = random_indices(n, density, ++seed);
+      std::vector<std::uint64_t> words(sk::words_for(n));
+      sk::indices_to_bits(idx, 0, words);
+      const std::uint32_t base = 12345;
+      std::vector<std::uint32_t> cpu(idx.size());
+      const std::size_t count = sk::bits_to_indices(words, base, cpu);
+      const sk::Buffer<std::uint64_t> dwords = to_gpu(words);
+      sk::Buffer<std::uint32_t> out(gpu(), idx.size());
+      CHECK(gpu().bits_to_indices(dwords, base, out) == count);
+      check_equal(cpu, to_host(out), "bits_to_indices " + what);
+
+      // indices_to_bits ORs into existing words.
+      std::vector<std::uint64_t> pre(words.size());
+      for (std::size_t w = 0; w < pre.size(); ++w) pre[w] = (w % 3 == 0) ? 0x8000000000000001ull : 0;
+      std::vector<std::uint64_t> cpu_words = pre;
+      sk::indices_to_bits(cpu, base, cpu_words);
+      sk::Buffer<std::uint64_t> dpre = to_gpu(pre);
+      gpu().indices_to_bits(out, base, dpre);
+      check_equal(cpu_words, to_host(dpre), "indices_to_bits " + what);
+    }
+  }
+  // The CPU's checks: out too small, index past uint32.
+  std::vector<std::uint64_t> words = {0xffull, 0x1ull};
+  const sk::Buffer<std::uint64_t> dwords = to_gpu(words);
+  sk::Buffer<std::uint32_t> out(gpu(), 8);
+  CHECK_THROWS_AS(gpu().bits_to_indices(dwords, 0, out), std::invalid_argument);
+  sk::Buffer<std::uint32_t> enough(gpu(), 9);
+  CHECK_THROWS_AS(gpu().bits_to_indices(dwords, std::numeric_limits<std::uint32_t>::max() - 10, enough),
+                  std::invalid_argument);
+  CHECK(gpu().bits_to_indices(dwords, 0, enough) == 9);
+}
+
+TEST_CASE("compact, expand and zero_at match the CPU") {
+  std::uint32_t seed = 1100;
+  std::vector<std::size_t> sizes = kSmallSizes;
+  sizes.push_back(kLarge);
+  for (const std::size_t n : sizes) {
+    const std::string what = "n=" + std::to_string(n);
+    const std::vector<float> src = make_values(Family::special, n, ++seed);
+    const std::vector<std::uint32_t> idx = random_indices(n, 0.05, ++seed);
+    const sk::Buffer<float> dsrc = to_gpu(src);
+    const sk::Buffer<std::uint32_t> didx = to_gpu(idx);
+
+    std::vector<float> cpu(idx.size());
+    sk::compact(src, idx, cpu);
+    sk::Buffer<float> dst(gpu(), idx.size());
+    gpu().compact(dsrc, didx, dst);
+    check_equal(cpu, to_host(dst), "compact " + what);
+
+    std::vector<float> dense = make_values(Family::normal, n, ++seed);
+    std::vector<float> cpu_dense = dense;
+    sk::expand(cpu, idx, cpu_dense);
+    sk::Buffer<float> ddense = to_gpu(dense);
+    gpu().expand(dst, didx, ddense);
+    check_equal(cpu_dense, to_host(ddense), "expand " + what);
+
+    sk::zero_at(cpu_dense, idx);
+    gpu().zero_at(ddense, didx);
+    check_equal(cpu_dense, to_host(ddense), "zero_at " + what);
+  }
+  const sk::Buffer<float> src(gpu(), 10);
+  const sk::Buffer<std::uint32_t> idx(gpu(), 3);
+  sk::Buffer<float> dst(gpu(), 4);
+  CHECK_THROWS_AS(gpu().compact(src, idx, dst), std::invalid_argument);
+  CHECK_THROWS_AS(gpu().expand(dst, idx, dst), std::invalid_argument);
+}
+
+TEST_CASE("size checks throw std::invalid_argument before launching") {
+  sk::Buffer<float> a(gpu(), 10), b(gpu(), 11);
+  CHECK_THROWS_AS(gpu().adamw_step(a, a, a, b, sk::AdamScalars{}), std::invalid_argument);
+  CHECK_THROWS_AS(gpu().adams_step(a, b, a, sk::AdamScalars{}), std::invalid_argument);
+  CHECK_THROWS_AS(gpu().accumulate(a, b), std::invalid_argument);
+  CHECK_THROWS_AS(gpu().first_moment_statistic(a, b, 0.9f, 0.1f, a), std::invalid_argument);
+  CHECK_THROWS_AS(gpu().round_to_bf16(a, b), std::invalid_argument);
+  sk::Buffer<std::uint64_t> w1(gpu(), 1), w2(gpu(), 2);
+  CHECK_THROWS_AS(gk::popcount_and(w1, w2), std::invalid_argument);
+  sk::Buffer<std::uint8_t> flags(gpu(), 65);
+  CHECK_THROWS_AS(gk::pack_bits(flags, w1), std::invalid_argument);
+  gpu().synchronize();
+}
+
+// ---- the backend ------------------------------------------------------------------------
+
+TEST_CASE("CudaBackend: description, Buffers, copies, zero-fill and pointer access") {
+  sk::KernelBackend& b = gpu();
+  CHECK(b.kind() == sk::DeviceKind::cuda);
+  CHECK(b.description().rfind("cuda: ", 0) == 0);
+  MESSAGE(b.description());
+
+  std::vector<float> host(1000);
+  for (std::size_t j = 0; j < host.size(); ++j) host[j] = static_cast<float>(j) * 0.5f;
+  sk::Buffer<float> buf = to_gpu(host);
+  CHECK(b.can_access(buf.data()));
+  CHECK_FALSE(b.can_access(host.data()));
+  // New Buffers are zero; resize keeps the old entries and zeroes the new ones.
+  sk::Buffer<float> fresh(b, 77);
+  CHECK(to_host(fresh) == std::vector<float>(77, 0.0f));
+  buf.resize(3000);
+  std::vector<float> expect = host;
+  expect.resize(3000, 0.0f);
+  CHECK(to_host(buf) == expect);
+  buf.resize(10);
+  buf.resize(20);  // within capacity: entries 10..19 are zeroed again
+  expect.assign(host.begin(), host.begin() + 10);
+  expect.resize(20, 0.0f);
+  CHECK(to_host(buf) == expect);
+  b.zero_bytes(buf.data() + 2, 3 * sizeof(float));
+  expect[2] = expect[3] = expect[4] = 0.0f;
+  CHECK(to_host(buf) == expect);
+  sk::Buffer<float> other(b, 20);
+  b.copy_bytes(buf.data(), other.data(), 20 * sizeof(float));
+  CHECK(to_host(other) == expect);
+  // Host access to managed memory after synchronize().
+  b.synchronize();
+  CHECK(buf.data()[1] == 0.5f);
+
+  float* pinned = static_cast<float*>(b.allocate_pinned_host(64 * sizeof(float)));
+  CHECK_FALSE(b.can_access(pinned));
+  b.deallocate_pinned_host(pinned);
+}
+
+TEST_CASE("CudaChunkCopier round trip: upload, kernel on the slot, download, release") {
+  sk::KernelBackend& b = gpu();
+  constexpr std::size_t kChunk = 1000;
+  constexpr std::size_t kTotal = 10'500;  // ten full chunks and a partial one
+  auto copier = b.make_chunk_copier(kChunk);
+  CHECK(copier->chunk_elements() == kChunk);
+  CHECK(copier->device_bytes() == 2 * kChunk * sizeof(float));
+  auto* host = static_cast<float*>(b.allocate_pinned_host(kTotal * sizeof(float)));
+  for (std::size_t j = 0; j < kTotal; ++j) host[j] = static_cast<float>(j);
+
+  // Every chunk doubled on the device and copied back, double-buffered through slots 0 and 1.
+  for (int pass = 0; pass < 2; ++pass) {
+    for (std::size_t c = 0, first = 0; first < kTotal; ++c, first += kChunk) {
+      const int s = static_cast<int>(c % 2);
+      const std::size_t n = std::min(kChunk, kTotal - first);
+      copier->upload(s, host + first, n);
+      copier->wait_upload(s);
+      b.scale(copier->slot(s).first(n), 2.0f);
+      copier->download(s, host + first, n);
+    }
+    copier->finish();
+  }
+  bool all = true;
+  for (std::size_t j = 0; j < kTotal; ++j) all = all && host[j] == 4.0f * static_cast<float>(j);
+  CHECK(all);
+
+  // release(): the slot is reused without a copy back; the host array keeps its values.
+  copier->upload(0, host, kChunk);
+  copier->wait_upload(0);
+  std::vector<float> out(kChunk);
+  b.copy_bytes(copier->slot(0).data(), out.data(), kChunk * sizeof(float));
+  copier->release(0);
+  copier->upload(0, host + kChunk, kChunk);
+  copier->wait_upload(0);
+  copier->finish();
+  b.synchronize();
+  CHECK(out[5] == host[5]);
+  std::vector<float> second(kChunk);
+  b.copy_bytes(copier->slot(0).data(), second.data(), kChunk * sizeof(float));
+  b.synchronize();
+  CHECK(second[5] == host[kChunk + 5]);
+  copier.reset();
+  b.deallocate_pinned_host(host);
+}
+
+int main(int argc, char** argv) {
+  if (sk::cuda_device_count() == 0) {
+    std::puts("no CUDA device visible: GPU kernel tests skipped");
+    return 77;
+  }
+  doctest::Context context;
+  context.applyCommandLine(argc, argv);
+  return context.run();
+}
