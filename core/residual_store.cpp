@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <exception>
 
 namespace scape {
 
@@ -19,7 +20,13 @@ ResidualStore::ResidualStore(kernels::KernelBackend& backend, std::size_t n, boo
 }
 
 ResidualStore::~ResidualStore() {
-  if (copier_) copier_->finish();
+  // A failed device leaves a sticky error that finish() rethrows; a destructor must not throw,
+  // and the error has already been reported by the call that met it.
+  try {
+    if (copier_) copier_->finish();
+  } catch (const std::exception&) {
+  }
+  copier_.reset();
   if (host_ != nullptr) backend_.deallocate_pinned_host(host_);
 }
 

@@ -408,6 +408,7 @@ void ScapeOptimizer::save_state(StateMap& state) {
 }
 
 void ScapeOptimizer::load_state(const StateMap& state) {
+  pending_.wait();  // a gather still in flight would write next_mask_ after the load
   k_.synchronize();
   t_ = get_state_value<int>(state, "t");
   get_state_exact(state, "residual", e_.host_view());

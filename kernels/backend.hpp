@@ -161,20 +161,24 @@ class Buffer {
   std::size_t bytes() const { return size_ * sizeof(T); }
 
   // Sets the size to n. The first min(old size, n) entries are kept and new entries are zero;
-  // memory is reallocated only when n exceeds the capacity.
+  // memory is reallocated only when n exceeds the capacity. Growing waits for the backend, so
+  // on return the host and any stream may use the new entries (callers fill a buffer from the
+  // host or a collective right after resizing it).
   void resize(std::size_t n) {
     if (n > capacity_) {
       T* grown = static_cast<T*>(backend_->allocate(n * sizeof(T)));
       if (size_ > 0) backend_->copy_bytes(data_, grown, size_ * sizeof(T));
-      release();
+      release();  // frees after the queued copy (cudaFree synchronizes)
       data_ = grown;
       capacity_ = n;
+      backend_->synchronize();
     } else if (n > size_) {
       backend_->zero_bytes(data_ + size_, (n - size_) * sizeof(T));
+      backend_->synchronize();
     }
     size_ = n;
   }
-  // Size n, every entry zero.
+  // Size n, every entry zero (queued: the host may read it after the backend's synchronize()).
   void assign_zero(std::size_t n) {
     resize(n);
     if (n > 0) backend_->zero_bytes(data_, n * sizeof(T));
