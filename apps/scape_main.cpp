@@ -19,6 +19,9 @@
 #ifdef SCAPE_HAVE_MPI
 #include "runtime/mpi_run.hpp"
 #endif
+#ifdef SCAPE_HAVE_NCCL
+#include "runtime/nccl_run.hpp"
+#endif
 
 #ifndef SCAPE_GIT_SHA
 #define SCAPE_GIT_SHA "unknown"
@@ -103,6 +106,20 @@ int cmd_run(const std::string& file, std::string out, const std::vector<std::str
     return scape::runtime::run_mpi(config, options, mpi);
 #else
     throw ex::ConfigError("--backend mpi: this scape was built without MPI (install libopenmpi-dev and rebuild)");
+#endif
+  }
+  if (backend.name == "nccl") {
+#ifdef SCAPE_HAVE_NCCL
+    if (backend.deterministic) {
+      throw ex::ConfigError("--deterministic applies to --backend mpi only (NCCL reduces in its own order)");
+    }
+    scape::runtime::MpiOptions mpi;
+    mpi.collective_timeout_s = backend.collective_timeout_s;
+    return scape::runtime::run_nccl(config, options, mpi);
+#else
+    throw ex::ConfigError(
+        "--backend nccl: this scape was built without the NCCL communicator (it needs nvcc, MPI and NCCL: "
+        "libnccl-dev or NCCL in the CUDA toolkit; rebuild)");
 #endif
   }
   const auto outcome = tr::run_simulated(config, options);
@@ -310,13 +327,15 @@ int main(int argc, char** argv) {
   run->add_option("--checkpoint-every", every, "write OUT.ckpt every N steps (0: never)")->check(CLI::NonNegativeNumber);
   run->add_flag("--resume", resume, "continue from OUT.ckpt; ends bit-identical to an uninterrupted run");
   Backend backend;
-  run->add_option("--backend", backend.name, "sim: W threads in this process; mpi: one process per rank under mpirun")
-      ->check(CLI::IsMember({"sim", "mpi"}))
+  run->add_option("--backend", backend.name,
+                  "sim: W threads in this process; mpi: one process per rank under mpirun; nccl: as mpi, one GPU "
+                  "per rank, collectives over NCCL, optimizer on the GPU")
+      ->check(CLI::IsMember({"sim", "mpi", "nccl"}))
       ->capture_default_str();
   run->add_flag("--deterministic", backend.deterministic,
-                "mpi: reduce in rank order, bit-identical to the simulator with the same W");
+                "mpi: reduce in rank order, bit-identical to the simulator with the same W (not with nccl)");
   run->add_option("--collective-timeout", backend.collective_timeout_s,
-                  "mpi: seconds a collective may block before the watchdog fails the run")
+                  "mpi, nccl: seconds a collective may block before the watchdog fails the run")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
 
@@ -350,12 +369,18 @@ int main(int argc, char** argv) {
       if (active) MPI_Finalize();
     }
   } mpi_session;
-  if (run->parsed() && backend.name == "mpi") {
+#ifdef SCAPE_HAVE_NCCL
+  const bool under_mpi = backend.name == "mpi" || backend.name == "nccl";
+#else
+  const bool under_mpi = backend.name == "mpi";
+#endif
+  if (run->parsed() && under_mpi) {
     int provided = 0;
     MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
     mpi_session.active = true;
     if (provided < MPI_THREAD_MULTIPLE) {
-      std::fprintf(stderr, "error: --backend mpi needs MPI_THREAD_MULTIPLE (the lagged all-gather runs on its own thread)\n");
+      std::fprintf(stderr, "error: --backend %s needs MPI_THREAD_MULTIPLE (the lagged all-gather and the watchdog "
+                   "run on their own threads)\n", backend.name.c_str());
       return kExitFailure;
     }
   }

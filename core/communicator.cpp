@@ -59,15 +59,20 @@ std::size_t total(std::span<const std::size_t> counts) {
   throw std::invalid_argument("collective '" + std::string(purpose) + "': " + what);
 }
 
-void round_into(std::span<const float> in, std::span<float> out) {
-  for (std::size_t j = 0; j < in.size(); ++j) out[j] = kernels::round_to_bf16(in[j]);
-}
-
-void round_in_place(std::span<float> x) {
-  for (float& v : x) v = kernels::round_to_bf16(v);
-}
-
 }  // namespace
+
+void Communicator::to_wire(std::span<const float> in, std::span<float> out, WireType wire) {
+  if (wire == WireType::bf16) {
+    for (std::size_t j = 0; j < in.size(); ++j) out[j] = kernels::round_to_bf16(in[j]);
+  } else if (in.data() != out.data()) {
+    std::copy(in.begin(), in.end(), out.begin());
+  }
+}
+
+std::span<float> Communicator::wire_scratch(std::size_t n) {
+  wire_scratch_.resize(n);
+  return {wire_scratch_.data(), n};
+}
 
 void Communicator::check_gather(std::size_t send, std::size_t recv, std::span<const std::size_t> counts,
                                 std::string_view purpose) const {
@@ -86,13 +91,13 @@ void Communicator::check_gather(std::size_t send, std::size_t recv, std::span<co
 }
 
 void Communicator::all_reduce_mean(std::span<float> data, WireType wire, std::string_view purpose) {
-  if (wire == WireType::bf16) round_in_place(data);
+  if (wire == WireType::bf16) to_wire(data, data, WireType::bf16);
   ledger_.record(CollectiveKind::all_reduce, purpose, data.size() * wire_bytes(wire), false);
   {
     const ScopedTimer timer([&](double t) { add_measured_time(purpose, t); });
     do_all_reduce_mean(data);
   }
-  if (wire == WireType::bf16) round_in_place(data);
+  if (wire == WireType::bf16) to_wire(data, data, WireType::bf16);
 }
 
 void Communicator::reduce_scatter_mean(std::span<const float> send, std::span<float> recv,
@@ -112,13 +117,13 @@ void Communicator::reduce_scatter_mean(std::span<const float> send, std::span<fl
   }
   ledger_.record(CollectiveKind::reduce_scatter, purpose, send.size() * wire_bytes(wire), false);
   if (wire == WireType::bf16) {
-    wire_scratch_.resize(send.size());
-    round_into(send, wire_scratch_);
+    const std::span<float> scratch = wire_scratch(send.size());
+    to_wire(send, scratch, WireType::bf16);
     {
       const ScopedTimer timer([&](double t) { add_measured_time(purpose, t); });
-      do_reduce_scatter_mean(std::span<const float>(wire_scratch_.data(), send.size()), recv, counts);
+      do_reduce_scatter_mean(scratch, recv, counts);
     }
-    round_in_place(recv);
+    to_wire(recv, recv, WireType::bf16);
   } else {
     {
       const ScopedTimer timer([&](double t) { add_measured_time(purpose, t); });
@@ -132,18 +137,13 @@ void Communicator::all_gather(std::span<const float> send, std::span<float> recv
   check_gather(send.size(), recv.size(), counts, purpose);
   ledger_.record(CollectiveKind::all_gather, purpose, recv.size() * wire_bytes(wire), false);
   // A private copy of the send buffer lets callers gather into the buffer they send from.
-  wire_scratch_.resize(send.size());
-  if (wire == WireType::bf16) {
-    round_into(send, wire_scratch_);
-  } else {
-    std::copy(send.begin(), send.end(), wire_scratch_.begin());
-  }
+  const std::span<float> scratch = wire_scratch(send.size());
+  to_wire(send, scratch, wire);
   byte_counts_.resize(counts.size());
   for (std::size_t r = 0; r < counts.size(); ++r) byte_counts_[r] = counts[r] * sizeof(float);
   {
     const ScopedTimer timer([&](double t) { add_measured_time(purpose, t); });
-    do_all_gather_bytes(std::as_bytes(std::span<const float>(wire_scratch_.data(), send.size())),
-                        std::as_writable_bytes(recv), byte_counts_);
+    do_all_gather_bytes(std::as_bytes(std::span<const float>(scratch)), std::as_writable_bytes(recv), byte_counts_);
   }
 }
 

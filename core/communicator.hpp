@@ -100,6 +100,16 @@ class Communicator {
                                                                   std::span<const std::size_t> counts) = 0;
   virtual void do_barrier() = 0;
 
+  // Wire hooks: where payloads are rounded and copied before the backend moves them. The
+  // defaults work on host memory (a loop and a std::vector); a backend whose collectives
+  // need device memory (NcclComm) overrides both.
+  // out = in rounded to `wire` (fp32: a plain copy). in and out may be the same span. On
+  // return out is ready for the host and for the next collective.
+  virtual void to_wire(std::span<const float> in, std::span<float> out, WireType wire);
+  // Scratch of n floats that to_wire can write and the do_* hooks can send from; valid
+  // until the next call.
+  virtual std::span<float> wire_scratch(std::size_t n);
+
  private:
   void check_gather(std::size_t send, std::size_t recv, std::span<const std::size_t> counts,
                     std::string_view purpose) const;

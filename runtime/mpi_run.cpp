@@ -199,8 +199,8 @@ class MpiExchange final : public train::StepExchange {
 // for messages from failing ranks; then closes the run file and aborts every rank.
 class FailureMonitor {
  public:
-  FailureMonitor(MPI_Comm world, const MpiComm& comm, train::RunLog* log, double timeout_s)
-      : comm_(comm), log_(log), timeout_s_(timeout_s) {
+  FailureMonitor(MPI_Comm world, std::function<double()> blocked_for, train::RunLog* log, double timeout_s)
+      : blocked_for_(std::move(blocked_for)), log_(log), timeout_s_(timeout_s) {
     MPI_Comm_dup(world, &errors_);
     MPI_Comm_rank(world, &rank_);
     thread_ = std::thread([this] { run(); });
@@ -220,7 +220,7 @@ class FailureMonitor {
  private:
   void run() {
     while (!stop_) {
-      if (comm_.blocked_for() > timeout_s_) {
+      if (blocked_for_() > timeout_s_) {
         fail("a collective has not completed after " + std::to_string(timeout_s_) +
              " s (watchdog; set --collective-timeout)");
       }
@@ -270,7 +270,7 @@ class FailureMonitor {
     std::abort();
   }
 
-  const MpiComm& comm_;
+  std::function<double()> blocked_for_;
   train::RunLog* log_;
   double timeout_s_;
   MPI_Comm errors_ = MPI_COMM_NULL;
@@ -305,6 +305,16 @@ void install_step_hook(train::RunOptions& options, std::atomic<int>& current_ste
 }  // namespace
 
 int run_mpi(const experiments::ExperimentConfig& config, train::RunOptions options, const MpiOptions& mpi) {
+  CommBackend backend;
+  backend.make = [mpi](MPI_Comm world, const NetworkModel& net) -> std::unique_ptr<Communicator> {
+    return std::make_unique<MpiComm>(world, net, mpi);
+  };
+  backend.blocked_for = [](const Communicator& c) { return static_cast<const MpiComm&>(c).blocked_for(); };
+  return run_mpi(config, std::move(options), mpi, backend);
+}
+
+int run_mpi(const experiments::ExperimentConfig& config, train::RunOptions options, const MpiOptions& mpi,
+            const CommBackend& backend) {
   MPI_Comm world = MPI_COMM_WORLD;
   int rank = 0, size = 0;
   MPI_Comm_rank(world, &rank);
@@ -323,6 +333,8 @@ int run_mpi(const experiments::ExperimentConfig& config, train::RunOptions optio
             std::to_string(size) + " ranks";
   } else {
     try {
+      if (backend.check) backend.check();
+      train::require_optimizer_device(config);
       data = train::load_source_data(config);
       if (options.resume) checkpoint = train::load_checkpoint(config, options, data->layout().size());
     } catch (const std::exception& e) {
@@ -333,6 +345,17 @@ int run_mpi(const experiments::ExperimentConfig& config, train::RunOptions optio
   if (any_failed(world, error, all_errors)) {
     if (rank == 0) std::fprintf(stderr, "error: %s\n", all_errors.c_str());
     return 2;
+  }
+  // The communicator (NCCL's initialisation is collective; a failure there reaches every rank).
+  std::unique_ptr<Communicator> comm;
+  try {
+    comm = backend.make(world, config.network.model());
+  } catch (const std::exception& e) {
+    error = e.what();
+  }
+  if (any_failed(world, error, all_errors)) {
+    if (rank == 0) std::fprintf(stderr, "error: %s\n", all_errors.c_str());
+    return 1;
   }
   std::unique_ptr<train::RunLog> log;
   if (rank == 0) {
@@ -349,11 +372,12 @@ int run_mpi(const experiments::ExperimentConfig& config, train::RunOptions optio
 
   int code = 0;
   {
-    MpiComm comm(world, config.network.model(), mpi);
     MpiExchange exchange(world, config, data->layout().size(), data->layout().slots().size());
-    FailureMonitor monitor(world, comm, log.get(), mpi.collective_timeout_s);
+    const Communicator& watched = *comm;
+    auto blocked_for = [&backend, &watched] { return backend.blocked_for ? backend.blocked_for(watched) : 0.0; };
+    FailureMonitor monitor(world, blocked_for, log.get(), mpi.collective_timeout_s);
     try {
-      train::train_rank(config, *data, options, comm, exchange, log.get(), options.resume ? &checkpoint : nullptr);
+      train::train_rank(config, *data, options, *comm, exchange, log.get(), options.resume ? &checkpoint : nullptr);
     } catch (const std::exception& e) {
       monitor.fail("step " + std::to_string(current_step.load()) + ": " + e.what());
       for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));  // the monitor aborts the job
@@ -366,6 +390,7 @@ int run_mpi(const experiments::ExperimentConfig& config, train::RunOptions optio
     }
     MPI_Bcast(&code, 1, MPI_INT, 0, world);
   }
+  comm.reset();
   return code;
 }
 

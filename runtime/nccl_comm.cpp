@@ -1,0 +1,409 @@
+// NcclComm (docs/runtime.md, "The NCCL backend"): NCCL collectives behind the Communicator
+// front end, on a dedicated stream ordered after the caller's compute stream.
+#include "runtime/nccl_comm.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <numeric>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "kernels/cuda/kernels.hpp"
+#include "kernels/cuda/stream.hpp"
+
+namespace scape::runtime {
+namespace {
+
+double now_s() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+void mpi_check(int status, const char* call) {
+  if (status != MPI_SUCCESS) throw std::runtime_error(std::string(call) + " failed (MPI error " + std::to_string(status) + ")");
+}
+
+// Whether CUDA kernels (and so NCCL) can address p: device or managed memory.
+bool device_accessible(const void* p) {
+  cudaPointerAttributes a{};
+  if (cudaPointerGetAttributes(&a, p) != cudaSuccess) {
+    (void)cudaGetLastError();  // clear the error an unregistered pointer may leave
+    return false;
+  }
+  return a.type == cudaMemoryTypeDevice || a.type == cudaMemoryTypeManaged;
+}
+
+bool all_equal(std::span<const std::size_t> counts) {
+  return std::adjacent_find(counts.begin(), counts.end(), std::not_equal_to<>()) == counts.end();
+}
+
+std::size_t sum(std::span<const std::size_t> counts) {
+  return std::accumulate(counts.begin(), counts.end(), std::size_t{0});
+}
+
+}  // namespace
+
+void cuda_check(cudaError_t status, const char* call) {
+  if (status != cudaSuccess) {
+    throw std::runtime_error(std::string(call) + " failed: " + cudaGetErrorString(status) + " (" +
+                             cudaGetErrorName(status) + ")");
+  }
+}
+
+void nccl_check(ncclResult_t status, const char* call) {
+  if (status != ncclSuccess) throw std::runtime_error(std::string(call) + " failed: " + ncclGetErrorString(status));
+}
+
+int visible_cuda_devices() {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return 0;
+  }
+  return n;
+}
+
+namespace nccl_detail {
+
+DeviceScratch::~DeviceScratch() {
+  // Normally released in stream order by the owner; this is the fallback for error paths.
+  if (data_ != nullptr) (void)cudaFree(data_);
+}
+
+void* DeviceScratch::ensure(std::size_t bytes, cudaStream_t stream) {
+  if (bytes <= capacity_ && data_ != nullptr) return data_;
+  release(stream);
+  void* p = nullptr;
+  cuda_check(cudaMallocAsync(&p, std::max<std::size_t>(bytes, 256), stream), "cudaMallocAsync");
+  data_ = p;
+  capacity_ = std::max<std::size_t>(bytes, 256);
+  return data_;
+}
+
+void DeviceScratch::release(cudaStream_t stream) noexcept {
+  if (data_ != nullptr) {
+    const cudaError_t e = cudaFreeAsync(data_, stream);
+    if (e != cudaSuccess) std::fprintf(stderr, "warning: cudaFreeAsync failed: %s\n", cudaGetErrorString(e));
+  }
+  data_ = nullptr;
+  capacity_ = 0;
+}
+
+}  // namespace nccl_detail
+
+NcclComm::NcclComm(int rank, int size, const ncclUniqueId& id, int device, NetworkModel net)
+    : Communicator(rank, size, net), device_(device) {
+  try {
+    cuda_check(cudaSetDevice(device_), "cudaSetDevice");
+    cuda_check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreateWithFlags");
+    cuda_check(cudaEventCreateWithFlags(&compute_done_, cudaEventDisableTiming), "cudaEventCreateWithFlags");
+    nccl_check(ncclCommInitRank(&comm_, size, id, rank), "ncclCommInitRank");
+    cuda_check(cudaMemsetAsync(barrier_.ensure(sizeof(float), stream_), 0, sizeof(float), stream_), "cudaMemsetAsync");
+    cuda_check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
+  } catch (...) {
+    release();
+    throw;
+  }
+}
+
+NcclComm::~NcclComm() { release(); }
+
+void NcclComm::release() noexcept {
+  (void)cudaSetDevice(device_);
+  bool healthy = true;
+  if (comm_ != nullptr) {
+    ncclResult_t state = ncclSuccess;
+    healthy = ncclCommGetAsyncError(comm_, &state) == ncclSuccess && state == ncclSuccess;
+  }
+  // A failed communicator may never let its stream drain: abort it instead of waiting.
+  if (stream_ != nullptr && healthy) {
+    const cudaError_t e = cudaStreamSynchronize(stream_);
+    if (e != cudaSuccess) {
+      std::fprintf(stderr, "warning: NcclComm: cudaStreamSynchronize failed: %s\n", cudaGetErrorString(e));
+      healthy = false;
+    }
+  }
+  if (comm_ != nullptr) {
+    const ncclResult_t r = healthy ? ncclCommDestroy(comm_) : ncclCommAbort(comm_);
+    if (r != ncclSuccess) {
+      std::fprintf(stderr, "warning: NcclComm: %s failed: %s\n", healthy ? "ncclCommDestroy" : "ncclCommAbort",
+                   ncclGetErrorString(r));
+    }
+    comm_ = nullptr;
+  }
+  if (stream_ != nullptr) {
+    stage_in_.release(stream_);
+    stage_out_.release(stream_);
+    scratch_.release(stream_);
+    barrier_.release(stream_);
+    if (healthy) (void)cudaStreamSynchronize(stream_);
+  }
+  if (compute_done_ != nullptr) (void)cudaEventDestroy(compute_done_);
+  if (stream_ != nullptr) (void)cudaStreamDestroy(stream_);
+  compute_done_ = nullptr;
+  stream_ = nullptr;
+}
+
+double NcclComm::blocked_for() const {
+  const double since = blocked_since_.load();
+  return since > 0 ? now_s() - since : 0.0;
+}
+
+void NcclComm::mark_blocked(bool blocked) { blocked_since_.store(blocked ? now_s() : 0.0); }
+
+void NcclComm::begin() {
+  cuda_check(cudaSetDevice(device_), "cudaSetDevice");
+  cuda_check(cudaEventRecord(compute_done_, kernels::cuda::current_stream()), "cudaEventRecord");
+  cuda_check(cudaStreamWaitEvent(stream_, compute_done_, 0), "cudaStreamWaitEvent");
+}
+
+void NcclComm::check_async_error() {
+  ncclResult_t state = ncclSuccess;
+  nccl_check(ncclCommGetAsyncError(comm_, &state), "ncclCommGetAsyncError");
+  nccl_check(state, "NCCL communicator (asynchronous error)");
+}
+
+void NcclComm::finish() {
+  mark_blocked(true);
+  const cudaError_t e = cudaStreamSynchronize(stream_);
+  mark_blocked(false);
+  cuda_check(e, "cudaStreamSynchronize (NCCL stream)");
+  check_async_error();
+}
+
+void NcclComm::wait_event(cudaEvent_t event) {
+  mark_blocked(true);
+  const cudaError_t e = cudaEventSynchronize(event);
+  mark_blocked(false);
+  cuda_check(e, "cudaEventSynchronize (asynchronous all-gather)");
+}
+
+const void* NcclComm::readable(const void* p, std::size_t bytes, nccl_detail::DeviceScratch& stage) {
+  if (bytes == 0 || device_accessible(p)) return p;
+  void* d = stage.ensure(bytes, stream_);
+  cuda_check(cudaMemcpyAsync(d, p, bytes, cudaMemcpyHostToDevice, stream_), "cudaMemcpyAsync (stage in)");
+  return d;
+}
+
+void* NcclComm::writable(void* p, std::size_t bytes, nccl_detail::DeviceScratch& stage, bool keep) {
+  if (bytes == 0 || device_accessible(p)) return p;
+  void* d = stage.ensure(bytes, stream_);
+  if (keep) cuda_check(cudaMemcpyAsync(d, p, bytes, cudaMemcpyHostToDevice, stream_), "cudaMemcpyAsync (stage in)");
+  return d;
+}
+
+void NcclComm::copy_back(void* p, const void* staged, std::size_t bytes) {
+  if (bytes == 0 || p == staged) return;
+  // A copy to pageable memory returns when it is done, so it waits for the collective too.
+  mark_blocked(true);
+  const cudaError_t e = cudaMemcpyAsync(p, staged, bytes, cudaMemcpyDeviceToHost, stream_);
+  mark_blocked(false);
+  cuda_check(e, "cudaMemcpyAsync (stage out)");
+}
+
+std::span<float> NcclComm::wire_scratch(std::size_t n) {
+  return {static_cast<float*>(scratch_.ensure(n * sizeof(float), stream_)), n};
+}
+
+void NcclComm::to_wire(std::span<const float> in, std::span<float> out, WireType wire) {
+  const std::size_t bytes = in.size() * sizeof(float);
+  if (bytes == 0) return;
+  begin();
+  const auto* src = static_cast<const float*>(readable(in.data(), bytes, stage_in_));
+  auto* dst = static_cast<float*>(writable(out.data(), bytes, stage_out_, false));
+  if (wire == WireType::bf16) {
+    // The optimizer's kernel, queued on this communicator's stream.
+    const kernels::cuda::StreamScope on_comm_stream(stream_);
+    kernels::cuda::round_to_bf16(std::span<const float>(src, in.size()), std::span<float>(dst, in.size()));
+  } else if (src != dst) {
+    cuda_check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream_), "cudaMemcpyAsync (wire copy)");
+  }
+  copy_back(out.data(), dst, bytes);
+  finish();
+}
+
+void NcclComm::do_all_reduce_mean(std::span<float> data) {
+  const std::size_t bytes = data.size_bytes();
+  if (bytes == 0) return;
+  begin();
+  auto* d = static_cast<float*>(writable(data.data(), bytes, stage_out_, true));
+  nccl_check(ncclAllReduce(d, d, data.size(), ncclFloat, ncclAvg, comm_, stream_), "ncclAllReduce");
+  copy_back(data.data(), d, bytes);
+  finish();
+}
+
+void NcclComm::do_reduce_scatter_mean(std::span<const float> send, std::span<float> recv,
+                                      std::span<const std::size_t> counts) {
+  if (sum(counts) == 0) return;
+  begin();
+  const auto* s = static_cast<const float*>(readable(send.data(), send.size_bytes(), stage_in_));
+  auto* r = static_cast<float*>(writable(recv.data(), recv.size_bytes(), stage_out_, false));
+  // NCCL checks the receive pointer of every reduce it roots; this rank roots none when it
+  // receives nothing, but never hand NCCL a null pointer.
+  auto* r_or_dummy = r != nullptr ? r : static_cast<float*>(barrier_.ensure(sizeof(float), stream_));
+  if (!always_grouped_ && all_equal(counts)) {
+    nccl_check(ncclReduceScatter(s, r, counts[0], ncclFloat, ncclAvg, comm_, stream_), "ncclReduceScatter");
+  } else {
+    // Unequal segments: one reduce per root, grouped so NCCL runs them as one operation.
+    nccl_check(ncclGroupStart(), "ncclGroupStart");
+    std::size_t offset = 0;
+    ncclResult_t status = ncclSuccess;
+    for (std::size_t root = 0; root < counts.size() && status == ncclSuccess; ++root) {
+      if (counts[root] > 0) {
+        status = ncclReduce(s + offset, r_or_dummy, counts[root], ncclFloat, ncclAvg, static_cast<int>(root), comm_,
+                            stream_);
+      }
+      offset += counts[root];
+    }
+    const ncclResult_t end = ncclGroupEnd();
+    nccl_check(status, "ncclReduce");
+    nccl_check(end, "ncclGroupEnd");
+  }
+  copy_back(recv.data(), r, recv.size_bytes());
+  finish();
+}
+
+void NcclComm::queue_gather(const void* send, void* recv, std::span<const std::size_t> counts) {
+  if (!always_grouped_ && all_equal(counts)) {
+    if (counts[0] > 0) {
+      nccl_check(ncclAllGather(send, recv, counts[0], ncclUint8, comm_, stream_), "ncclAllGather");
+    }
+    return;
+  }
+  // Unequal segments: one broadcast per root into its place in recv, grouped.
+  nccl_check(ncclGroupStart(), "ncclGroupStart");
+  std::size_t offset = 0;
+  ncclResult_t status = ncclSuccess;
+  for (std::size_t root = 0; root < counts.size() && status == ncclSuccess; ++root) {
+    if (counts[root] > 0) {
+      void* dst = static_cast<std::byte*>(recv) + offset;
+      // The send buffer is read only on the root; elsewhere any valid pointer will do.
+      const void* src = static_cast<int>(root) == rank() ? send : dst;
+      status = ncclBroadcast(src, dst, counts[root], ncclUint8, static_cast<int>(root), comm_, stream_);
+    }
+    offset += counts[root];
+  }
+  const ncclResult_t end = ncclGroupEnd();
+  nccl_check(status, "ncclBroadcast");
+  nccl_check(end, "ncclGroupEnd");
+}
+
+void NcclComm::do_all_gather_bytes(std::span<const std::byte> send, std::span<std::byte> recv,
+                                   std::span<const std::size_t> counts) {
+  if (recv.empty()) return;
+  begin();
+  const void* s = readable(send.data(), send.size(), stage_in_);
+  void* r = writable(recv.data(), recv.size(), stage_out_, false);
+  queue_gather(s, r, counts);
+  copy_back(recv.data(), r, recv.size());
+  finish();
+}
+
+// The all-gather queued on the communication stream between two timing events; wait() blocks
+// the host on the second and, when recv is host memory, copies the staged result into it.
+class NcclComm::AsyncGather final : public AsyncRequest {
+ public:
+  explicit AsyncGather(NcclComm& comm) : comm_(comm) {
+    cuda_check(cudaEventCreate(&start_), "cudaEventCreate");
+    const cudaError_t e = cudaEventCreate(&done_);
+    if (e != cudaSuccess) {
+      (void)cudaEventDestroy(start_);
+      cuda_check(e, "cudaEventCreate");
+    }
+  }
+  ~AsyncGather() override {
+    // Events still pending are released by CUDA once they complete; the staging buffers are
+    // freed in stream order, after the gather.
+    (void)cudaEventDestroy(start_);
+    (void)cudaEventDestroy(done_);
+    stage_in_.release(comm_.stream_);
+    stage_out_.release(comm_.stream_);
+  }
+  AsyncGather(const AsyncGather&) = delete;
+  AsyncGather& operator=(const AsyncGather&) = delete;
+
+  void issue(std::span<const std::byte> send, std::span<std::byte> recv, std::span<const std::size_t> counts) {
+    const void* s = comm_.readable(send.data(), send.size(), stage_in_);
+    void* r = comm_.writable(recv.data(), recv.size(), stage_out_, false);
+    if (r != recv.data()) {
+      host_recv_ = recv;
+      staged_ = r;
+    }
+    cuda_check(cudaEventRecord(start_, comm_.stream_), "cudaEventRecord");
+    comm_.queue_gather(s, r, counts);
+    cuda_check(cudaEventRecord(done_, comm_.stream_), "cudaEventRecord");
+  }
+
+  void wait() override {
+    const auto start = std::chrono::steady_clock::now();
+    cuda_check(cudaSetDevice(comm_.device_), "cudaSetDevice");
+    comm_.wait_event(done_);
+    if (staged_ != nullptr) {
+      cuda_check(cudaMemcpyAsync(host_recv_.data(), staged_, host_recv_.size(), cudaMemcpyDeviceToHost, comm_.stream_),
+                 "cudaMemcpyAsync (stage out)");
+      cuda_check(cudaStreamSynchronize(comm_.stream_), "cudaStreamSynchronize (NCCL stream)");
+    }
+    comm_.add_exposed_wait(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+    float ms = 0;
+    cuda_check(cudaEventElapsedTime(&ms, start_, done_), "cudaEventElapsedTime");
+    comm_.add_measured_time("async_all_gather", ms / 1e3);
+    comm_.check_async_error();
+  }
+
+ private:
+  NcclComm& comm_;
+  cudaEvent_t start_ = nullptr;
+  cudaEvent_t done_ = nullptr;
+  nccl_detail::DeviceScratch stage_in_, stage_out_;
+  std::span<std::byte> host_recv_;
+  void* staged_ = nullptr;
+};
+
+std::unique_ptr<AsyncRequest> NcclComm::do_all_gather_bytes_async(std::span<const std::byte> send,
+                                                                  std::span<std::byte> recv,
+                                                                  std::span<const std::size_t> counts) {
+  begin();
+  auto request = std::make_unique<AsyncGather>(*this);
+  request->issue(send, recv, counts);
+  return request;
+}
+
+void NcclComm::do_barrier() {
+  begin();
+  auto* b = static_cast<float*>(barrier_.ensure(sizeof(float), stream_));
+  nccl_check(ncclAllReduce(b, b, 1, ncclFloat, ncclSum, comm_, stream_), "ncclAllReduce (barrier)");
+  finish();
+}
+
+std::unique_ptr<NcclComm> make_nccl_comm(MPI_Comm world, NetworkModel net) {
+  int rank = 0, size = 0, local_rank = 0;
+  mpi_check(MPI_Comm_rank(world, &rank), "MPI_Comm_rank");
+  mpi_check(MPI_Comm_size(world, &size), "MPI_Comm_size");
+  MPI_Comm node = MPI_COMM_NULL;
+  mpi_check(MPI_Comm_split_type(world, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &node), "MPI_Comm_split_type");
+  mpi_check(MPI_Comm_rank(node, &local_rank), "MPI_Comm_rank");
+  mpi_check(MPI_Comm_free(&node), "MPI_Comm_free");
+
+  // Every step that can fail on one rank alone happens before the agreement below, so no rank
+  // is left waiting in ncclCommInitRank for a rank that gave up.
+  std::string error;
+  int device = -1;
+  ncclUniqueId id{};
+  try {
+    const int devices = visible_cuda_devices();
+    if (devices == 0) throw std::runtime_error("no CUDA device visible");
+    device = local_rank % devices;
+    cuda_check(cudaSetDevice(device), "cudaSetDevice");
+    if (rank == 0) nccl_check(ncclGetUniqueId(&id), "ncclGetUniqueId");
+  } catch (const std::exception& e) {
+    error = "rank " + std::to_string(rank) + ": " + e.what();
+  }
+  int failed = error.empty() ? 0 : 1, any = 0;
+  mpi_check(MPI_Allreduce(&failed, &any, 1, MPI_INT, MPI_MAX, world), "MPI_Allreduce");
+  if (any) throw std::runtime_error("NCCL setup failed: " + (error.empty() ? std::string("on another rank") : error));
+  mpi_check(MPI_Bcast(&id, static_cast<int>(sizeof id), MPI_BYTE, 0, world), "MPI_Bcast");
+  return std::make_unique<NcclComm>(rank, size, id, device, net);
+}
+
+}  // namespace scape::runtime

@@ -1,0 +1,125 @@
+// NcclComm: the Communicator over NCCL, one process (and one GPU) per rank
+// (docs/runtime.md, "The NCCL backend"). Every collective runs on one NCCL communicator and
+// one dedicated non-blocking communication stream, ordered after the caller's compute stream
+// (kernels::cuda::current_stream()) with a CUDA event, so the optimizer's queued kernels are
+// complete before NCCL reads their output. Synchronous collectives return with the result
+// ready for the host and every stream; the asynchronous all-gather returns at once and its
+// wait() blocks the host on a CUDA event.
+//
+// Memory: buffers may be device or managed memory (used in place) or plain host memory
+// (staged through device buffers, correct but slower). Means use NCCL's ncclAvg (for floats:
+// each input scaled by 1/W, then summed in NCCL's order), so results can differ from
+// EmulatedComm's rank-order sum divided by W in the last bits for W > 2; W = 1 and W = 2 are
+// exact (scaling by 1 or 1/2 is exact and a sum of two floats does not depend on its order),
+// barring subnormals.
+//
+// Ordering: NcclComm orders its work after kernels::cuda::current_stream() of the calling
+// thread. Kernels queued on any other stream must be synchronized by the caller first (the
+// optimizer calls its backend's synchronize() before every collective).
+#pragma once
+
+#include <cuda_runtime.h>
+#include <mpi.h>
+#include <nccl.h>
+
+#include <atomic>
+#include <cstddef>
+#include <memory>
+#include <span>
+
+#include "core/communicator.hpp"
+
+namespace scape::runtime {
+
+// Throws std::runtime_error naming the call and the CUDA / NCCL error string.
+void cuda_check(cudaError_t status, const char* call);
+void nccl_check(ncclResult_t status, const char* call);
+
+namespace nccl_detail {
+
+// Device memory from the stream-ordered allocator, grown on demand (the contents are not kept
+// when it grows). release() frees it in stream order, so queued work may still use it.
+class DeviceScratch {
+ public:
+  DeviceScratch() = default;
+  ~DeviceScratch();
+  DeviceScratch(const DeviceScratch&) = delete;
+  DeviceScratch& operator=(const DeviceScratch&) = delete;
+  void* ensure(std::size_t bytes, cudaStream_t stream);
+  void release(cudaStream_t stream) noexcept;
+
+ private:
+  void* data_ = nullptr;
+  std::size_t capacity_ = 0;
+};
+
+}  // namespace nccl_detail
+
+class NcclComm final : public Communicator {
+ public:
+  // Collective over the `size` ranks that share `id`: joins the NCCL communicator on `device`
+  // (made the calling thread's current device).
+  NcclComm(int rank, int size, const ncclUniqueId& id, int device, NetworkModel net);
+  ~NcclComm() override;
+
+  int device() const { return device_; }
+  cudaStream_t stream() const { return stream_; }
+  // Seconds the oldest blocking wait of this rank has been running (0 when none): the MPI
+  // runner's watchdog reads it from another thread.
+  double blocked_for() const;
+  // Tests on one GPU: use the per-root grouped calls (ncclReduce, ncclBroadcast) even when
+  // every rank's count is equal, so W = 1 exercises the path that unequal counts take.
+  void set_always_grouped(bool on) { always_grouped_ = on; }
+
+ protected:
+  void do_all_reduce_mean(std::span<float> data) override;
+  void do_reduce_scatter_mean(std::span<const float> send, std::span<float> recv,
+                              std::span<const std::size_t> counts) override;
+  void do_all_gather_bytes(std::span<const std::byte> send, std::span<std::byte> recv,
+                           std::span<const std::size_t> counts) override;
+  std::unique_ptr<AsyncRequest> do_all_gather_bytes_async(std::span<const std::byte> send, std::span<std::byte> recv,
+                                                          std::span<const std::size_t> counts) override;
+  void do_barrier() override;
+  void to_wire(std::span<const float> in, std::span<float> out, WireType wire) override;
+  std::span<float> wire_scratch(std::size_t n) override;
+
+ private:
+  class AsyncGather;
+  friend class AsyncGather;
+  // Makes this rank's device current and queues a wait for the caller's compute stream.
+  void begin();
+  // Host waits for the communication stream (watchdog-visible), then checks NCCL's state.
+  void finish();
+  void wait_event(cudaEvent_t event);
+  // A device pointer holding `bytes` bytes of p: p itself when kernels can read it, else a
+  // copy (queued on the stream) in `stage`.
+  const void* readable(const void* p, std::size_t bytes, nccl_detail::DeviceScratch& stage);
+  // A device pointer for results destined to p: p itself, or `stage` (filled with a copy of p
+  // first when `keep` is set); copy_back moves staged results to p.
+  void* writable(void* p, std::size_t bytes, nccl_detail::DeviceScratch& stage, bool keep);
+  void copy_back(void* p, const void* staged, std::size_t bytes);
+  // recv = concatenation of every rank's counts[r] bytes, queued on the stream.
+  void queue_gather(const void* send, void* recv, std::span<const std::size_t> counts);
+  void check_async_error();
+  void release() noexcept;
+  void mark_blocked(bool blocked);
+
+  int device_;
+  cudaStream_t stream_ = nullptr;
+  ncclComm_t comm_ = nullptr;
+  cudaEvent_t compute_done_ = nullptr;
+  nccl_detail::DeviceScratch stage_in_, stage_out_, scratch_, barrier_;
+  std::atomic<double> blocked_since_{0.0};
+  bool always_grouped_ = false;
+};
+
+// Builds the NcclComm of this MPI rank: device = (rank among the ranks on its node) modulo
+// the number of visible devices; rank 0 creates the NCCL id and broadcasts it over `world`.
+// Collective over `world`; when setup fails on any rank, every rank throws (no rank is left
+// waiting in NCCL's initialisation).
+std::unique_ptr<NcclComm> make_nccl_comm(MPI_Comm world, NetworkModel net);
+
+// Number of CUDA devices this process sees (0 when the driver reports none or an error).
+int visible_cuda_devices();
+
+}  // namespace scape::runtime

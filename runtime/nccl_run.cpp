@@ -1,0 +1,32 @@
+// NCCL runner (docs/runtime.md, "The NCCL backend"): run_mpi with NcclComm.
+#include "runtime/nccl_run.hpp"
+
+#include <stdexcept>
+#include <string>
+
+#include "runtime/nccl_comm.hpp"
+
+namespace scape::runtime {
+
+int run_nccl(const experiments::ExperimentConfig& config, train::RunOptions options, const MpiOptions& mpi) {
+  experiments::ExperimentConfig on_gpu = config;
+  on_gpu.optimizer.device = kernels::DeviceKind::cuda;
+  CommBackend backend;
+  backend.check = [&on_gpu] {
+    if (visible_cuda_devices() == 0) {
+      throw std::runtime_error("--backend nccl: no CUDA device visible (check CUDA_VISIBLE_DEVICES and the driver)");
+    }
+    try {
+      on_gpu.optimizer.validate();
+    } catch (const std::invalid_argument& e) {
+      throw std::runtime_error(std::string("--backend nccl runs the optimizer on the GPU: ") + e.what());
+    }
+  };
+  backend.make = [](MPI_Comm world, const NetworkModel& net) -> std::unique_ptr<Communicator> {
+    return make_nccl_comm(world, net);
+  };
+  backend.blocked_for = [](const Communicator& c) { return static_cast<const NcclComm&>(c).blocked_for(); };
+  return run_mpi(on_gpu, std::move(options), mpi, backend);
+}
+
+}  // namespace scape::runtime

@@ -1,0 +1,15 @@
+// `scape run --backend nccl`: the MPI runner (runtime/mpi_run.hpp) with an NcclComm per rank
+// and the optimizer's kernels and state on that rank's GPU (docs/runtime.md).
+#pragma once
+
+#include "experiments/config.hpp"
+#include "runtime/mpi_run.hpp"
+#include "train/train_loop.hpp"
+
+namespace scape::runtime {
+
+// As run_mpi, with config.optimizer.device forced to cuda. Every rank stops with exit status
+// 2 and a clear message when a rank sees no CUDA device or the configuration cannot run on one.
+int run_nccl(const experiments::ExperimentConfig& config, train::RunOptions options, const MpiOptions& mpi);
+
+}  // namespace scape::runtime
