@@ -18,6 +18,7 @@
 #include "core/schedule.hpp"
 #include "experiments/hdf5.hpp"
 #include "experiments/recorder.hpp"
+#include "kernels/backend.hpp"
 #include "test_support.hpp"
 
 namespace fs = std::filesystem;
@@ -146,6 +147,9 @@ TEST_CASE("bad configurations exit 2 with a message naming the problem") {
       {"model.path=x.h5", "model.path: only valid for model.type \"replay\""},
       {"optimizer.lr=-1", "optimizer.lr: -1"},
       {"eval.interval=0", "eval.interval: 0 is out of range"},
+      {"optimizer.device=gpu", "optimizer.device: unknown value \"gpu\""},
+      {"optimizer.offload_chunk=12", "optimizer.offload_chunk: 12 is out of range"},
+      {"optimizer.type=adamw --set optimizer.device=cuda", "optimizer.device: cuda runs optimizer type scape only"},
   };
   write_file(dir.path / "g.json", kTinyGpt);
   for (const auto& c : cases) {
@@ -155,6 +159,15 @@ TEST_CASE("bad configurations exit 2 with a message naming the problem") {
     CAPTURE(r.output);
     CHECK(r.code == 2);
     CHECK(r.output.find(c.needle) != std::string::npos);
+    CHECK_FALSE(fs::exists(dir.path / "x.h5"));
+  }
+  // A GPU asked for where there is none: refused before anything is written.
+  if (scape::kernels::cuda_device_count() == 0) {
+    const auto r = run_scape("run " + (dir.path / "g.json").string() + " --out " + (dir.path / "x.h5").string() +
+                             " --quiet --set optimizer.device=cuda");
+    CAPTURE(r.output);
+    CHECK(r.code == 2);
+    CHECK(r.output.find("optimizer.device: cuda, but") != std::string::npos);
     CHECK_FALSE(fs::exists(dir.path / "x.h5"));
   }
   // Missing and corrupt data files: the message names the file.
