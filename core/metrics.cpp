@@ -61,18 +61,6 @@ double l2_norm(std::span<const float> x) {
   return std::sqrt(ss);
 }
 
-double max_abs(std::span<const float> x) {
-  float m = 0;
-  bool nan = false;
-#pragma omp parallel for schedule(static) reduction(max : m) reduction(|| : nan) if (x.size() > 65536)
-  for (Index j = 0; j < static_cast<Index>(x.size()); ++j) {
-    const float v = std::fabs(x[static_cast<std::size_t>(j)]);
-    nan = nan || std::isnan(v);
-    m = std::max(m, v);
-  }
-  return nan ? kNaN : m;
-}
-
 std::size_t popcount_range(std::span<const std::uint64_t> words, std::size_t begin, std::size_t end) {
   return popcount_combined(words, words, begin, end, [](std::uint64_t x, std::uint64_t) { return x; });
 }
@@ -114,23 +102,35 @@ void fill_mask_metrics(const ParamLayout& layout, std::span<const std::uint64_t>
   }
 }
 
-void fill_residual_metrics(const ParamLayout& layout, std::span<const float> residual, double theta_norm,
-                           StepMetrics& out) {
-  // One pass over the residual per tensor gives the per-tensor norms, the total and the max.
+void fill_residual_metrics(kernels::KernelBackend& k, kernels::Buffer<double>& partial, const ParamLayout& layout,
+                           std::span<const float> residual, double theta_norm, StepMetrics& out) {
+  // Per tensor, the same fixed blocks as blocked_sum, each summed in order on the device; the
+  // host adds the block sums in order, so the norms equal a host computation bit for bit.
   const auto& slots = layout.slots();
+  auto blocks_of = [](std::size_t n) { return (n + kBlock - 1) / kBlock; };
+  std::size_t total_blocks = 0;
+  for (const auto& slot : slots) total_blocks += blocks_of(slot.numel());
+  if (partial.size() < total_blocks) partial.resize(total_blocks);
+  std::size_t at = 0;
+  for (const auto& slot : slots) {
+    const std::size_t nb = blocks_of(slot.numel());
+    k.block_sum_squares(residual.subspan(slot.offset, slot.numel()), kBlock, partial.span().subspan(at, nb));
+    at += nb;
+  }
+  const float max = k.max_magnitude(residual);
+  k.synchronize();
   out.tensor_residual_norm.resize(slots.size());
   double total = 0;
+  at = 0;
   for (std::size_t s = 0; s < slots.size(); ++s) {
-    const double ss = blocked_sum(slots[s].numel(), [&](std::size_t lo, std::size_t hi) {
-      double acc = 0;
-      for (std::size_t j = slots[s].offset + lo; j < slots[s].offset + hi; ++j) acc += static_cast<double>(residual[j]) * residual[j];
-      return acc;
-    });
+    double ss = 0;
+    for (std::size_t b = 0; b < blocks_of(slots[s].numel()); ++b) ss += partial.data()[at + b];
+    at += blocks_of(slots[s].numel());
     out.tensor_residual_norm[s] = std::sqrt(ss);
     total += ss;
   }
   out.residual_norm = std::sqrt(total);
-  out.residual_max = max_abs(residual);
+  out.residual_max = std::isnan(max) ? kNaN : static_cast<double>(max);
   out.residual_to_param = theta_norm > 0 ? out.residual_norm / theta_norm : kNaN;
 }
 

@@ -15,7 +15,6 @@
 namespace scape::metrics {
 
 double l2_norm(std::span<const float> x);
-double max_abs(std::span<const float> x);
 
 // Set bits of `words` in the bit range [begin, end).
 std::size_t popcount_range(std::span<const std::uint64_t> words, std::size_t begin, std::size_t end);
@@ -33,9 +32,10 @@ double jaccard_range(std::span<const std::uint64_t> a, std::span<const std::uint
 void fill_mask_metrics(const ParamLayout& layout, std::span<const std::uint64_t> mask,
                        std::span<const std::uint64_t> previous, std::size_t k_total, StepMetrics& out);
 // Fills residual_norm, residual_max, residual_to_param (given ||theta||_2) and per-tensor
-// residual norms.
-void fill_residual_metrics(const ParamLayout& layout, std::span<const float> residual, double theta_norm,
-                           StepMetrics& out);
+// residual norms. The reductions run on backend k where the residual lives (only the partial
+// sums reach the host); `partial` is k's scratch, grown as needed.
+void fill_residual_metrics(kernels::KernelBackend& k, kernels::Buffer<double>& partial, const ParamLayout& layout,
+                           std::span<const float> residual, double theta_norm, StepMetrics& out);
 // Sets every mask, residual and staleness metric to NaN (dense optimizers).
 void mark_sparse_metrics_not_applicable(StepMetrics& out);
 

@@ -381,7 +381,10 @@ StepMetrics ScapeOptimizer::step(std::span<float> params_in, std::span<const flo
   if (stage_params) k_.copy_bytes(params_stage_.data(), params_in.data(), params_in.size_bytes());
   k_.synchronize();
   updates_.after(params_in, out);
-  metrics::fill_residual_metrics(layout_, e_.host_view(), updates_.theta_norm(), out);
+  // An offloaded residual is read where it lives, in host memory.
+  kernels::KernelBackend& where = e_.offloaded() ? kernels::cpu_backend() : k_;
+  auto& partial = e_.offloaded() ? host_partial_ : partial_;
+  metrics::fill_residual_metrics(where, partial, layout_, e_.host_view(), updates_.theta_norm(), out);
   staleness_.fill(t, out);
   out.comm = comm_.ledger().drain();
   return out;

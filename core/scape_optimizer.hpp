@@ -99,6 +99,8 @@ class ScapeOptimizer final : public Optimizer {
   kernels::Buffer<float> dense_g_{k_};             // update = dense: g_bar over the state range
   kernels::Buffer<float> own_values_{k_}, all_values_{k_};  // parameter all-gather of updated values
   kernels::Buffer<float> params_stage_{k_}, grads_stage_{k_};  // inputs the kernels cannot read
+  kernels::Buffer<double> partial_{k_};                         // block sums of the residual metrics
+  kernels::Buffer<double> host_partial_{kernels::cpu_backend()};  // the same for an offloaded residual
 
   metrics::StalenessTracker staleness_;
   metrics::UpdateTracker updates_;

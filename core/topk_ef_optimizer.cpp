@@ -115,7 +115,7 @@ StepMetrics TopkEfOptimizer::step(std::span<float> params, std::span<const float
   previous_mask_ = local_mask_;
   have_previous_mask_ = true;
   updates_.after(params, out);
-  metrics::fill_residual_metrics(layout_, e_, updates_.theta_norm(), out);
+  metrics::fill_residual_metrics(kernels::cpu_backend(), partial_, layout_, e_, updates_.theta_norm(), out);
   staleness_.fill(t, out);
   out.comm = comm_.ledger().drain();
   return out;

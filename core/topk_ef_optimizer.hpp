@@ -29,6 +29,7 @@ class TopkEfOptimizer final : public Optimizer {
   LrSchedule schedule_;
   std::size_t n_;
   std::vector<float> e_, m_, v_, g_bar_;
+  kernels::Buffer<double> partial_{kernels::cpu_backend()};  // block sums of the residual metrics
   std::vector<std::uint32_t> idx_;
   std::vector<std::byte> send_, recv_;
   std::vector<std::uint64_t> local_mask_, previous_mask_, union_mask_;

@@ -6,7 +6,8 @@
 // Memory rule: Buffers of the CUDA backend are CUDA managed memory, resident on the device
 // and addressable from the host. Kernels are queued in order on the backend's stream; the
 // host may read or write a Buffer only after synchronize(). Kernels that return a value to
-// the host (accumulate, popcount, bits_to_indices) synchronize themselves.
+// the host (accumulate, popcount, topk_abs_indices, bits_to_indices, max_magnitude) synchronize
+// themselves.
 #pragma once
 
 #include <cstddef>
@@ -117,6 +118,11 @@ class KernelBackend {
   virtual void reconstruct_gradient(std::span<const float> b_bar, std::span<const float> m,
                                     std::span<const std::uint32_t> idx, float b1, float omb1,
                                     std::span<float> g_bar) = 0;
+
+  // Metrics reductions (kernels/cpu/reduce.hpp): per-step norms without moving the buffer to
+  // the host. max_magnitude synchronizes.
+  virtual void block_sum_squares(std::span<const float> x, std::size_t block, std::span<double> partial) = 0;
+  virtual float max_magnitude(std::span<const float> x) = 0;
 };
 
 // A new backend of that kind. cuda throws std::runtime_error when scape was built without

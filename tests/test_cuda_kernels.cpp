@@ -32,6 +32,7 @@
 #include "kernels/cpu/adam.hpp"
 #include "kernels/cpu/bitmask.hpp"
 #include "kernels/cpu/compact.hpp"
+#include "kernels/cpu/reduce.hpp"
 #include "kernels/cpu/scape_ops.hpp"
 #include "kernels/cpu/select.hpp"
 #include "kernels/cuda/kernels.hpp"
@@ -407,6 +408,36 @@ TEST_CASE("scale, accumulate, fill and round_to_bf16 match the CPU") {
   const sk::Buffer<float> dg = to_gpu(big);
   CHECK(gpu().accumulate(d, dg) == cpu_bad);
   check_equal(cpu, to_host(d), "accumulate 2^26");
+}
+
+TEST_CASE("block_sum_squares and max_magnitude (the residual metrics) match the CPU") {
+  // Each block is summed in index order in double on both sides, so the partial sums are equal
+  // bit for bit; NaN anywhere makes the maximum NaN on both.
+  std::uint32_t seed = 650;
+  for (const Family family : kFamilies) {
+    for (std::size_t n : kSmallSizes) {
+      const std::string what = std::string(name(family)) + " n=" + std::to_string(n);
+      const std::vector<float> x = make_values(family, n, ++seed);
+      for (const std::size_t block : {std::size_t{1}, std::size_t{64}, std::size_t{8192}}) {
+        std::vector<double> cpu((n + block - 1) / block);
+        sk::block_sum_squares(x, block, cpu);
+        const sk::Buffer<float> d = to_gpu(x);
+        sk::Buffer<double> partial(gpu(), cpu.size());
+        gpu().block_sum_squares(d, block, partial);
+        check_equal(cpu, to_host(partial), "block_sum_squares " + what + " block=" + std::to_string(block));
+      }
+      const sk::Buffer<float> d = to_gpu(x);
+      CHECK(same_value(sk::max_magnitude(x), gpu().max_magnitude(d)));
+    }
+  }
+  const std::vector<float> big = make_values(Family::normal, kLarge, 699);
+  std::vector<double> cpu(kLarge / 8192);
+  sk::block_sum_squares(big, 8192, cpu);
+  const sk::Buffer<float> d = to_gpu(big);
+  sk::Buffer<double> partial(gpu(), cpu.size());
+  gpu().block_sum_squares(d, 8192, partial);
+  check_equal(cpu, to_host(partial), "block_sum_squares 2^26");
+  CHECK(same_value(sk::max_magnitude(big), gpu().max_magnitude(d)));
 }
 
 // ---- SCAPE passes ---------------------------------------------------------------------------

@@ -10,6 +10,7 @@
 #include "kernels/cpu/adam.hpp"
 #include "kernels/cpu/bitmask.hpp"
 #include "kernels/cpu/compact.hpp"
+#include "kernels/cpu/reduce.hpp"
 #include "kernels/cpu/scape_ops.hpp"
 #include "kernels/cpu/select.hpp"
 
@@ -134,6 +135,10 @@ class CpuBackend final : public KernelBackend {
                             float b1, float omb1, std::span<float> g_bar) override {
     kernels::reconstruct_gradient(b_bar, m, idx, b1, omb1, g_bar);
   }
+  void block_sum_squares(std::span<const float> x, std::size_t block, std::span<double> partial) override {
+    kernels::block_sum_squares(x, block, partial);
+  }
+  float max_magnitude(std::span<const float> x) override { return kernels::max_magnitude(x); }
 };
 
 }  // namespace

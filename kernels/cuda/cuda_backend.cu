@@ -330,6 +330,14 @@ class CudaBackend final : public KernelBackend {
     Activate on(device_, stream_);
     cuda::reconstruct_gradient(b_bar, m, idx, b1, omb1, g_bar);
   }
+  void block_sum_squares(std::span<const float> x, std::size_t block, std::span<double> partial) override {
+    Activate on(device_, stream_);
+    cuda::block_sum_squares(x, block, partial);
+  }
+  float max_magnitude(std::span<const float> x) override {
+    Activate on(device_, stream_);
+    return cuda::max_magnitude(x);
+  }
 
  private:
   int device_ = 0;

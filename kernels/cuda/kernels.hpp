@@ -75,4 +75,8 @@ void reconstruct_gradient(std::span<const float> b_bar, std::span<const float> m
 void round_to_bf16(std::span<const float> in, std::span<float> out);
 void fill(std::span<float> x, float value);
 
+// reduce.hpp
+void block_sum_squares(std::span<const float> x, std::size_t block, std::span<double> partial);
+float max_magnitude(std::span<const float> x);
+
 }  // namespace scape::kernels::cuda

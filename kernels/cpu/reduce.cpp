@@ -1,0 +1,42 @@
+// Deterministic block reductions on the CPU (kernels/cpu/reduce.hpp).
+#include "kernels/cpu/reduce.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <stdexcept>
+#include <string>
+
+#include "kernels/size_checks.hpp"
+
+namespace scape::kernels {
+
+void block_sum_squares(std::span<const float> x, std::size_t block, std::span<double> partial) {
+  if (block == 0) throw std::invalid_argument("block_sum_squares: block must be > 0");
+  checks::require_size(partial.size(), (x.size() + block - 1) / block, "block_sum_squares: partial");
+  const auto blocks = static_cast<std::int64_t>(partial.size());
+#pragma omp parallel for schedule(static) if (blocks > 8)
+  for (std::int64_t b = 0; b < blocks; ++b) {
+    const std::size_t lo = static_cast<std::size_t>(b) * block;
+    const std::size_t hi = std::min(x.size(), lo + block);
+    double s = 0;
+    for (std::size_t j = lo; j < hi; ++j) s += static_cast<double>(x[j]) * x[j];
+    partial[static_cast<std::size_t>(b)] = s;
+  }
+}
+
+float max_magnitude(std::span<const float> x) {
+  float m = 0;
+  bool nan = false;
+  const auto n = static_cast<std::int64_t>(x.size());
+#pragma omp parallel for schedule(static) reduction(max : m) reduction(|| : nan) if (n > 65536)
+  for (std::int64_t j = 0; j < n; ++j) {
+    const float v = std::fabs(x[static_cast<std::size_t>(j)]);
+    nan = nan || std::isnan(v);
+    m = std::max(m, v);
+  }
+  return nan ? std::numeric_limits<float>::quiet_NaN() : m;
+}
+
+}  // namespace scape::kernels

@@ -1,0 +1,84 @@
+// Deterministic block reductions on the GPU (kernels/cpu/reduce.hpp): one thread per block of
+// the CPU's blocking sums its block in index order in double, so every partial sum is
+// bit-identical to the CPU's (--fmad=false keeps x*x and the add separately rounded). The
+// maximum is exact in any order; NaN is carried as a flag.
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <stdexcept>
+
+#include "kernels/cuda/common.cuh"
+#include "kernels/cuda/kernels.hpp"
+#include "kernels/size_checks.hpp"
+
+namespace scape::kernels::cuda {
+namespace {
+
+using detail::blocks_for;
+using detail::global_thread;
+using detail::grid_threads;
+using detail::kThreads;
+
+__global__ void block_sum_squares_kernel(const float* __restrict__ x, std::size_t n, std::size_t block,
+                                         double* __restrict__ partial, std::size_t blocks) {
+  for (std::size_t b = global_thread(); b < blocks; b += grid_threads()) {
+    const std::size_t lo = b * block;
+    const std::size_t hi = lo + block < n ? lo + block : n;
+    double s = 0;
+    for (std::size_t j = lo; j < hi; ++j) s += static_cast<double>(x[j]) * static_cast<double>(x[j]);
+    partial[b] = s;
+  }
+}
+
+// Non-negative floats order like their bit patterns, so the maximum magnitude is an unsigned
+// atomicMax over |x|'s bits; NaN is counted separately (its bits would also order, but the CPU
+// reports NaN whatever its payload).
+__global__ void max_magnitude_kernel(const float* __restrict__ x, std::size_t n, unsigned* __restrict__ result) {
+  unsigned m = 0;
+  unsigned nan = 0;
+  for (std::size_t j = global_thread(); j < n; j += grid_threads()) {
+    const unsigned bits = __float_as_uint(x[j]) & 0x7fffffffu;
+    if (bits > 0x7f800000u) {
+      nan = 1;
+    } else if (bits > m) {
+      m = bits;
+    }
+  }
+  for (int offset = 16; offset > 0; offset /= 2) {
+    m = max(m, __shfl_down_sync(0xffffffffu, m, offset));
+    nan |= __shfl_down_sync(0xffffffffu, nan, offset);
+  }
+  if ((threadIdx.x & 31u) == 0) {
+    if (m != 0) atomicMax(&result[0], m);
+    if (nan != 0) atomicOr(&result[1], 1u);
+  }
+}
+
+}  // namespace
+
+void block_sum_squares(std::span<const float> x, std::size_t block, std::span<double> partial) {
+  if (block == 0) throw std::invalid_argument("block_sum_squares: block must be > 0");
+  checks::require_size(partial.size(), (x.size() + block - 1) / block, "block_sum_squares: partial");
+  if (partial.empty()) return;
+  block_sum_squares_kernel<<<blocks_for(partial.size()), kThreads, 0, current_stream()>>>(
+      x.data(), x.size(), block, partial.data(), partial.size());
+  SCAPE_CUDA_CHECK_LAUNCH();
+}
+
+float max_magnitude(std::span<const float> x) {
+  if (x.empty()) return 0.0f;
+  const cudaStream_t stream = current_stream();
+  detail::Scratch<unsigned> result(2, stream);
+  SCAPE_CUDA_CHECK(cudaMemsetAsync(result.get(), 0, 2 * sizeof(unsigned), stream));
+  max_magnitude_kernel<<<blocks_for(x.size()), kThreads, 0, stream>>>(x.data(), x.size(), result.get());
+  SCAPE_CUDA_CHECK_LAUNCH();
+  unsigned host[2] = {0, 0};
+  SCAPE_CUDA_CHECK(cudaMemcpyAsync(host, result.get(), sizeof host, cudaMemcpyDeviceToHost, stream));
+  SCAPE_CUDA_CHECK(cudaStreamSynchronize(stream));
+  if (host[1] != 0) return std::numeric_limits<float>::quiet_NaN();
+  float m = 0;
+  std::memcpy(&m, &host[0], sizeof m);
+  return m;
+}
+
+}  // namespace scape::kernels::cuda
