@@ -19,7 +19,6 @@
 #pragma once
 
 #include <cuda_runtime.h>
-#include <mpi.h>
 #include <nccl.h>
 
 #include <atomic>
@@ -113,11 +112,11 @@ class NcclComm final : public Communicator {
   bool always_grouped_ = false;
 };
 
-// Builds the NcclComm of this MPI rank: device = (rank among the ranks on its node) modulo
-// the number of visible devices; rank 0 creates the NCCL id and broadcasts it over `world`.
-// Collective over `world`; when setup fails on any rank, every rank throws (no rank is left
-// waiting in NCCL's initialisation).
-std::unique_ptr<NcclComm> make_nccl_comm(MPI_Comm world, NetworkModel net);
+// The NcclComm of a single-process run: rank 0 of 1 on device 0, with a fresh NCCL id
+// (ncclGetUniqueId). Needs no MPI, so the W = 1 checks run where no MPI is installed; the
+// communicator of an MPI rank comes from make_nccl_comm (runtime/nccl_bootstrap.hpp).
+// Throws std::runtime_error when no CUDA device is visible or NCCL fails to initialise.
+std::unique_ptr<NcclComm> make_single_process_nccl_comm(NetworkModel net);
 
 // Number of CUDA devices this process sees (0 when the driver reports none or an error).
 int visible_cuda_devices();

@@ -4,7 +4,7 @@
 #include <stdexcept>
 #include <string>
 
-#include "runtime/nccl_comm.hpp"
+#include "runtime/nccl_bootstrap.hpp"
 
 namespace scape::runtime {
 

@@ -1,17 +1,24 @@
-// Run under mpirun -np W with W visible CUDA devices (exit 77, skipped, with fewer): every
-// collective of NcclComm against EmulatedComm doing the same calls on the same inputs (each
-// MPI process runs all W emulated ranks on threads and keeps its own rank's results), on
+// Every collective of NcclComm against EmulatedComm doing the same calls on the same inputs
+// (each process runs all W emulated ranks on threads and keeps its own rank's results), on
 // managed memory (used in place) and on plain host memory (staged), with the equal-count fast
 // paths and with the per-root grouped paths. Gathers must match bit for bit, the byte ledger
 // record for record. Means: NCCL's ncclAvg scales by 1/W before summing in its own order, so
 // for W > 1 they are checked to a relative 1e-6 (fp32: W <= 8 additions of O(1) values, a few
 // ulps) or one bf16 ulp (bf16: the fp32 mean is rounded to bf16 again, and a last-bit
 // difference can move it across a rounding boundary); at W = 1 they must be exact.
+//
+// Built twice from this file (tests/CMakeLists.txt):
+//   nccl_collectives_check      W = 1 in one process (make_single_process_nccl_comm), no MPI;
+//   nccl_collectives_check_mpi  (SCAPE_NCCL_CHECK_MPI) under mpirun -np W with W visible CUDA
+//                               devices, one rank per device (make_nccl_comm).
+// Either exits 77 (skipped) with fewer devices than ranks.
 #define DOCTEST_CONFIG_IMPLEMENT
 #include <doctest/doctest.h>
 
 #include <cuda_runtime.h>
+#ifdef SCAPE_NCCL_CHECK_MPI
 #include <mpi.h>
+#endif
 
 #include <cmath>
 #include <cstdio>
@@ -25,6 +32,9 @@
 #include "kernels/cpu/bf16.hpp"
 #include "kernels/cuda/stream.hpp"
 #include "runtime/nccl_comm.hpp"
+#ifdef SCAPE_NCCL_CHECK_MPI
+#include "runtime/nccl_bootstrap.hpp"
+#endif
 #include "sim/emulated_comm.hpp"
 
 using namespace scape;
@@ -301,6 +311,8 @@ TEST_CASE("NcclComm orders its work after the compute stream and times the async
   runtime::cuda_check(cudaStreamDestroy(compute), "cudaStreamDestroy");
 }
 
+#ifdef SCAPE_NCCL_CHECK_MPI
+
 int main(int argc, char** argv) {
   int provided = 0;
   MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
@@ -336,3 +348,27 @@ int main(int argc, char** argv) {
   MPI_Finalize();
   return worst;
 }
+
+#else
+
+int main(int argc, char** argv) {
+  const int devices = runtime::visible_cuda_devices();
+  if (devices == 0) {
+    std::printf("no CUDA device visible: NCCL tests skipped\n");
+    return 77;
+  }
+  int result = 1;
+  try {
+    g_comm = runtime::make_single_process_nccl_comm(NetworkModel{});
+    std::printf("rank 0 of 1 (single process, no MPI): NCCL on device %d of %d\n", g_comm->device(), devices);
+    doctest::Context context(argc, argv);
+    result = context.run();
+    g_comm.reset();
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "%s\n", e.what());
+    result = 1;
+  }
+  return result;
+}
+
+#endif

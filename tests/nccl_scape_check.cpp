@@ -1,4 +1,4 @@
-// Run under mpirun -np 1 with a CUDA device (exit 77, skipped, without one): SCAPE with its
+// With a CUDA device (exit 77, skipped, without one; one process, no MPI): SCAPE with its
 // kernels and state on the GPU (config.device = cuda) over NcclComm, W = 1, 50 steps of the
 // noisy quadratic, against the same run on the CPU backend over EmulatedComm
 // (tests/quadratic_run.hpp). Masks must be bit-identical at every step. Parameters: the CUDA
@@ -11,7 +11,6 @@
 #include <doctest/doctest.h>
 
 #include <cuda_runtime.h>
-#include <mpi.h>
 
 #include <bit>
 #include <cmath>
@@ -52,7 +51,7 @@ void compare_with_cpu(const OptimizerConfig& base, const char* label) {
 
   OptimizerConfig config = base;
   config.device = kernels::DeviceKind::cuda;
-  auto comm = runtime::make_nccl_comm(MPI_COMM_WORLD, NetworkModel{});
+  auto comm = runtime::make_single_process_nccl_comm(NetworkModel{});
   sim::QuadraticSpec spec;
   spec.seed = 7;     // run_quadratic's defaults
   spec.noise = 0.5;
@@ -107,27 +106,15 @@ TEST_CASE("SCAPE on the GPU over NCCL equals SCAPE on the CPU over EmulatedComm 
 }
 
 int main(int argc, char** argv) {
-  int provided = 0, rank = 0, size = 1;
-  MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  MPI_Comm_size(MPI_COMM_WORLD, &size);
   if (runtime::visible_cuda_devices() == 0) {
-    if (rank == 0) std::printf("no CUDA device visible: NCCL tests skipped\n");
-    MPI_Finalize();
+    std::printf("no CUDA device visible: NCCL tests skipped\n");
     return 77;
   }
-  int result = 1;
-  if (size != 1) {
-    if (rank == 0) std::fprintf(stderr, "nccl_scape_check runs under mpirun -np 1\n");
-  } else {
-    doctest::Context context(argc, argv);
-    try {
-      result = context.run();
-    } catch (const std::exception& e) {
-      std::fprintf(stderr, "%s\n", e.what());
-      result = 1;
-    }
+  doctest::Context context(argc, argv);
+  try {
+    return context.run();
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "%s\n", e.what());
+    return 1;
   }
-  MPI_Finalize();
-  return result;
 }
