@@ -28,8 +28,8 @@ SPARSE_TYPES = ("scape", "topk_ef")
 # every default in, so a dense AdamS run still carries `sparsity: 0.99`. Comparing runs on those
 # values would invent differences (and labels) that do not exist.
 _SCAPE_ONLY_KEYS = ("sparsity", "inner", "update", "mask_statistic", "mask_partition", "mask_lag",
-                    "second_moment", "residual", "density_warmup")
-_TOPK_KEYS = ("sparsity", "inner", "density_warmup")
+                    "second_moment", "residual", "density_warmup", "device", "residual_offload", "offload_chunk")
+_TOPK_KEYS = ("sparsity", "inner", "residual", "density_warmup")
 
 
 class RunFileError(Exception):
@@ -221,8 +221,9 @@ def flatten(config, prefix=""):
 def effective_config(run):
     """The flattened config without keys that do not apply to the run's optimizer or model.
 
-    Dense optimizers ignore every SCAPE switch; raw-gradient top-k uses only sparsity, inner and
-    density warm-up of them and is always replicated; `name` and `description` are labels and `log.*` says what is recorded,
+    Dense optimizers ignore every SCAPE switch (the device and residual offload included);
+    raw-gradient top-k uses only sparsity, inner, residual and density warm-up of them and is
+    always replicated; `name` and `description` are labels and `log.*` says what is recorded,
     not settings of the training; `optimizer.min_lr` is dropped when it is the default lr/10.
     """
     flat = flatten(run.config)

@@ -281,3 +281,28 @@ def test_paper_sweep_runs_two_steps(scape, path, tmp_path):
             assert h.attrs["status"] == "completed"
             if sweep["base"]["model"]["type"] == "gpt":
                 assert json.loads(h.attrs["config"])["data"]["type"] == "synthetic"
+
+
+def test_effective_config_keeps_only_keys_that_apply():
+    """Dense runs drop every SCAPE switch (device and offload too); top-k keeps its residual."""
+    from pathlib import Path
+    from analysis.runs import Run, effective_config
+
+    optimizer = {"lr": 1e-3, "min_lr": 1e-4, "sparsity": 0.99, "inner": "adams", "residual": False,
+                 "mask_lag": 1, "device": "cuda", "residual_offload": True, "offload_chunk": 4096,
+                 "sharded": False}
+
+    def run(kind):
+        return Run(path=Path(f"{kind}.h5"), config={"name": kind, "optimizer": dict(optimizer, type=kind)},
+                   status="completed", steps_completed=1, error="", scape_version="", git_sha="")
+
+    dense = effective_config(run("adams"))
+    assert not [k for k in dense if k.split(".")[-1] in ("sparsity", "residual", "device", "residual_offload",
+                                                         "offload_chunk", "mask_lag")]
+    assert dense["optimizer.sharded"] is False
+    assert "optimizer.min_lr" not in dense  # the default lr/10
+    topk = effective_config(run("topk_ef"))
+    assert topk["optimizer.residual"] is False and topk["optimizer.sparsity"] == 0.99
+    assert "optimizer.device" not in topk and "optimizer.sharded" not in topk
+    scape = effective_config(run("scape"))
+    assert scape["optimizer.device"] == "cuda" and scape["optimizer.residual_offload"] is True
