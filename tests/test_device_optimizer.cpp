@@ -72,7 +72,7 @@ TEST_CASE("SCAPE on the GPU equals the CPU path over 50 steps (W = 1 and 3, emul
 }
 
 TEST_CASE("An offloaded residual on the GPU equals the resident one (many chunks, double buffered)") {
-  // N of about 2^20 in chunks of 2^14: 64 chunks per pass, so both slots are reused many times
+  // N of about 2^20 in chunks of 2^14: 63 chunks per pass, so both slots are reused many times
   // while copies and kernels overlap.
   ParamLayout layout;
   layout.add("w", {1024, 1000}, true);
