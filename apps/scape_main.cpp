@@ -5,7 +5,9 @@
 #include <atomic>
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <iostream>
+#include <map>
 #include <mutex>
 #include <thread>
 
@@ -219,6 +221,10 @@ int cmd_sweep(const std::string& file, const std::string& out_dir, const std::ve
   std::vector<SweepRow> rows(points.size());
   std::vector<std::pair<ex::ExperimentConfig, std::filesystem::path>> to_run;
   std::vector<std::size_t> run_rows;
+  // Points whose resolved configs are equal (e.g. a dense optimizer at two sparsities) share a
+  // run file: the first runs, the others report its outcome.
+  std::map<std::filesystem::path, std::size_t> planned;  // path -> row that runs it
+  std::vector<std::pair<std::size_t, std::size_t>> same_as;  // (row, row that runs it)
   for (std::size_t i = 0; i < points.size(); ++i) {
     rows[i].label = label_of(points[i]);
     try {
@@ -239,6 +245,11 @@ int cmd_sweep(const std::string& file, const std::string& out_dir, const std::ve
           // Unreadable leftovers are rerun and overwritten.
         }
       }
+      if (const auto it = planned.find(path); it != planned.end()) {
+        same_as.emplace_back(i, it->second);
+        continue;
+      }
+      planned.emplace(path, i);
       to_run.emplace_back(config, path);
       run_rows.push_back(i);
     } catch (const ex::ConfigError& e) {
@@ -246,8 +257,9 @@ int cmd_sweep(const std::string& file, const std::string& out_dir, const std::ve
       rows[i].note = e.what();
     }
   }
-  std::fprintf(stderr, "sweep %s: %zu points, %zu to run, %zu skipped or invalid, %d job(s)\n", file.c_str(),
-               points.size(), to_run.size(), points.size() - to_run.size(), jobs);
+  std::fprintf(stderr, "sweep %s: %zu points, %zu to run, %zu the same run as another point, %zu skipped or invalid, "
+               "%d job(s)\n", file.c_str(), points.size(), to_run.size(), same_as.size(),
+               points.size() - to_run.size() - same_as.size(), jobs);
   std::atomic<std::size_t> next{0};
   std::mutex mu;
   auto worker = [&] {
@@ -269,6 +281,14 @@ int cmd_sweep(const std::string& file, const std::string& out_dir, const std::ve
   std::vector<std::thread> pool;
   for (int j = 0; j < std::max(1, jobs); ++j) pool.emplace_back(worker);
   for (auto& t : pool) t.join();
+  for (const auto& [row, runner] : same_as) {
+    rows[row].status = rows[runner].status;
+    rows[row].outcome = rows[runner].outcome;
+    rows[row].workers = rows[runner].workers;
+    rows[row].note = "same run as " + rows[runner].label + ": " + rows[runner].note;
+    std::fprintf(stderr, "%s: the same run as %s (settings that do not apply to the optimizer are ignored)\n",
+                 rows[row].label.c_str(), rows[runner].label.c_str());
+  }
 
   std::printf("\n| point | status | final val loss | final train loss | bytes/step vs dense | mean mask Jaccard | modelled step ms |\n");
   std::printf("|---|---|---|---|---|---|---|\n");

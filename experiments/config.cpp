@@ -363,6 +363,19 @@ OptimizerConfig parse_optimizer(const json& j, std::uint64_t seed) {
   return c;
 }
 
+// Switches an optimizer type never reads are left out of the resolved config (as model and data
+// keys of other types are), so configs that train identically share one run id: the dense point
+// of a sweep over sparsity runs once.
+void drop_inapplicable_optimizer_keys(OptimizerType type, json& optimizer) {
+  static const char* const kScapeOnly[] = {"update", "mask_statistic", "mask_partition", "mask_lag", "second_moment",
+                                           "device", "residual_offload", "offload_chunk"};
+  static const char* const kSparseOnly[] = {"sparsity", "inner", "residual", "density_warmup"};
+  if (type == OptimizerType::scape) return;
+  for (const char* key : kScapeOnly) optimizer.erase(key);
+  if (type == OptimizerType::topk_ef) return;
+  for (const char* key : kSparseOnly) optimizer.erase(key);
+}
+
 NetworkSection parse_network(const json& j) {
   const Section s(j, "network", network_fields());
   NetworkSection n;
@@ -514,6 +527,7 @@ json ExperimentConfig::to_json() const {
                     {"device", kernels::to_string(o.device)},
                     {"residual_offload", o.residual_offload},
                     {"offload_chunk", o.offload_chunk}};
+  drop_inapplicable_optimizer_keys(o.type, j["optimizer"]);
   json n = {{"alpha_us", network.alpha_us}, {"bandwidth_GBps", network.bandwidth_GBps}};
   if (!network.preset.empty()) n["preset"] = network.preset;
   j["network"] = n;

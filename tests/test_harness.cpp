@@ -288,6 +288,31 @@ TEST_CASE("scape sweep runs every point, skips completed ones on a re-run, and s
   CHECK(r.output.find("skipped (completed) | | ") == std::string::npos);
 }
 
+TEST_CASE("sweep points that train identically share one run: a dense optimizer ignores sparsity") {
+  TempDir dir;
+  write_file(dir.path / "s.json", R"({
+    "base": {"name": "d", "workers": 2, "steps": 3, "model": {"type": "quadratic", "size": 3000},
+             "optimizer": {"lr": 0.01}},
+    "grid": {"optimizer.type": ["adams", "scape"], "optimizer.sparsity": [0.9, 0.99]}
+  })");
+  const auto r = run_scape("sweep " + (dir.path / "s.json").string() + " --out " + (dir.path / "out").string() + " --quiet");
+  CAPTURE(r.output);
+  CHECK(r.code == 0);
+  std::size_t files = 0;
+  for (const auto& e : fs::directory_iterator(dir.path / "out")) files += e.path().extension() == ".h5";
+  CHECK(files == 3);
+  CHECK(r.output.find("4 points, 3 to run, 1 the same run as another point") != std::string::npos);
+  CHECK(r.output.find("optimizer.sparsity=0.99 optimizer.type=adams: the same run as optimizer.sparsity=0.9 "
+                      "optimizer.type=adams") != std::string::npos);
+  // Both dense rows report the one run's figures.
+  CHECK(r.output.find("| optimizer.sparsity=0.99 optimizer.type=adams | completed | n/a |") != std::string::npos);
+  // The resolved config of a dense optimizer carries no sparse-only switch.
+  write_file(dir.path / "a.json", R"({"model": {"type": "quadratic", "size": 100}, "optimizer": {"type": "adams"}})");
+  const auto v = run_scape("validate " + (dir.path / "a.json").string());
+  CHECK(v.output.find("\"sparsity\"") == std::string::npos);
+  CHECK(v.output.find("\"residual_offload\"") == std::string::npos);
+}
+
 TEST_CASE("replay: a recorded gradient trace drives the optimizer; workers and steps are checked against it") {
   TempDir dir;
   const fs::path trace = dir.path / "trace.h5";
