@@ -78,6 +78,40 @@ inline RunRecord run_quadratic(const OptimizerConfig& config, const ParamLayout&
   return record;
 }
 
+// SCAPE switch combinations that exercise every path of the step (lag, sharding, partition,
+// residual, second moment and inner rule, update mode, statistic, wire precision); tests that
+// compare two implementations of the same step (backends, residual stores) run them all.
+struct ScapeVariant {
+  const char* name;
+  void (*apply)(OptimizerConfig&);
+};
+
+inline const std::vector<ScapeVariant>& scape_variants() {
+  static const std::vector<ScapeVariant> variants = {
+      {"default (sharded, lag 1)", [](OptimizerConfig&) {}},
+      {"lag 0", [](OptimizerConfig& c) { c.mask_lag = 0; }},
+      {"replicated", [](OptimizerConfig& c) { c.sharded = false; }},
+      {"local_union", [](OptimizerConfig& c) {
+         c.sharded = false;
+         c.mask_partition = MaskPartition::local_union;
+       }},
+      {"no residual", [](OptimizerConfig& c) { c.residual = false; }},
+      {"two collectives, adamw", [](OptimizerConfig& c) {
+         c.second_moment = SecondMoment::two_collectives;
+         c.inner = InnerRule::adamw;
+       }},
+      {"dense update", [](OptimizerConfig& c) { c.update = UpdateMode::dense; }},
+      {"gradient statistic", [](OptimizerConfig& c) { c.mask_statistic = MaskStatistic::gradient; }},
+      {"random statistic", [](OptimizerConfig& c) { c.mask_statistic = MaskStatistic::random; }},
+      {"momentum statistic", [](OptimizerConfig& c) { c.mask_statistic = MaskStatistic::momentum_only; }},
+      {"bf16 wire", [](OptimizerConfig& c) {
+         c.wire_dtype = WireType::bf16;
+         c.param_dtype = WireType::bf16;
+       }},
+  };
+  return variants;
+}
+
 // Two runs of the same configuration on different backends or residual stores: every
 // parameter, residual and mask bit-identical on every worker and step, and the same bytes.
 // (doctest must be included by the test file.)

@@ -26,38 +26,12 @@ OptimizerConfig scape_config(kernels::DeviceKind device) {
   return c;
 }
 
-struct Variant {
-  const char* name;
-  void (*apply)(OptimizerConfig&);
-};
-
-const Variant kVariants[] = {
-    {"default (sharded, lag 1)", [](OptimizerConfig&) {}},
-    {"lag 0", [](OptimizerConfig& c) { c.mask_lag = 0; }},
-    {"replicated", [](OptimizerConfig& c) { c.sharded = false; }},
-    {"local_union", [](OptimizerConfig& c) {
-       c.sharded = false;
-       c.mask_partition = MaskPartition::local_union;
-     }},
-    {"two collectives, adamw", [](OptimizerConfig& c) {
-       c.second_moment = SecondMoment::two_collectives;
-       c.inner = InnerRule::adamw;
-     }},
-    {"dense update", [](OptimizerConfig& c) { c.update = UpdateMode::dense; }},
-    {"random statistic", [](OptimizerConfig& c) { c.mask_statistic = MaskStatistic::random; }},
-    {"no residual", [](OptimizerConfig& c) { c.residual = false; }},
-    {"bf16 wire", [](OptimizerConfig& c) {
-       c.wire_dtype = WireType::bf16;
-       c.param_dtype = WireType::bf16;
-     }},
-};
-
 }  // namespace
 
 TEST_CASE("SCAPE on the GPU equals the CPU path over 50 steps (W = 1 and 3, emulated collectives)") {
   const ParamLayout layout = testing::mixed_layout(8);
   for (const int workers : {1, 3}) {
-    for (const auto& v : kVariants) {
+    for (const auto& v : testing::scape_variants()) {
       CAPTURE(workers);
       CAPTURE(v.name);
       OptimizerConfig cpu = scape_config(kernels::DeviceKind::cpu);

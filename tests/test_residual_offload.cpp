@@ -72,30 +72,8 @@ TEST_CASE("SCAPE with an offloaded residual equals the resident residual, bit fo
   // cut each other at different places.
   const ParamLayout layout = testing::mixed_layout(4);
   REQUIRE(layout.size() > 3 * 1024);
-  struct Variant {
-    const char* name;
-    void (*apply)(OptimizerConfig&);
-  };
-  const Variant variants[] = {
-      {"default (sharded, lag 1)", [](OptimizerConfig&) {}},
-      {"lag 0", [](OptimizerConfig& c) { c.mask_lag = 0; }},
-      {"replicated", [](OptimizerConfig& c) { c.sharded = false; }},
-      {"local_union", [](OptimizerConfig& c) {
-         c.sharded = false;
-         c.mask_partition = MaskPartition::local_union;
-       }},
-      {"no residual", [](OptimizerConfig& c) { c.residual = false; }},
-      {"two collectives, adamw", [](OptimizerConfig& c) {
-         c.second_moment = SecondMoment::two_collectives;
-         c.inner = InnerRule::adamw;
-       }},
-      {"dense update", [](OptimizerConfig& c) { c.update = UpdateMode::dense; }},
-      {"gradient statistic", [](OptimizerConfig& c) { c.mask_statistic = MaskStatistic::gradient; }},
-      {"random statistic", [](OptimizerConfig& c) { c.mask_statistic = MaskStatistic::random; }},
-      {"momentum statistic", [](OptimizerConfig& c) { c.mask_statistic = MaskStatistic::momentum_only; }},
-  };
   for (const int workers : {1, 3}) {
-    for (const auto& v : variants) {
+    for (const auto& v : testing::scape_variants()) {
       CAPTURE(workers);
       CAPTURE(v.name);
       OptimizerConfig resident = scape_config();
