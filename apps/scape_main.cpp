@@ -16,7 +16,8 @@
 #include "model/gpt.hpp"
 #include "experiments/recorder.hpp"
 #include "predict/report.hpp"
-#include "train/train_loop.hpp"
+#include "sim/sim_run.hpp"
+#include "train/run_log.hpp"
 
 #ifdef SCAPE_HAVE_MPI
 #include "runtime/mpi_run.hpp"
@@ -124,7 +125,7 @@ int cmd_run(const std::string& file, std::string out, const std::vector<std::str
         "libnccl-dev or NCCL in the CUDA toolkit; rebuild)");
 #endif
   }
-  const auto outcome = tr::run_simulated(config, options);
+  const auto outcome = scape::sim::run_simulated(config, options);
   print_outcome(config, outcome, out);
   return exit_code(outcome.status);
 }
@@ -267,7 +268,7 @@ int cmd_sweep(const std::string& file, const std::string& out_dir, const std::ve
       const auto& [config, path] = to_run[k];
       SweepRow& row = rows[run_rows[k]];
       try {
-        row.outcome = tr::run_simulated(config, options_for(path, quiet || jobs > 1));
+        row.outcome = scape::sim::run_simulated(config, options_for(path, quiet || jobs > 1));
         row.status = tr::to_string(row.outcome.status);
         row.note = row.outcome.error.empty() ? path.string() : row.outcome.error;
       } catch (const std::exception& e) {

@@ -12,7 +12,7 @@
 
 #include "experiments/config.hpp"
 #include "experiments/hdf5.hpp"
-#include "train/train_loop.hpp"
+#include "sim/sim_run.hpp"
 
 namespace {
 
@@ -46,7 +46,7 @@ void BM_HarnessOverhead(benchmark::State& state, const char* optimizer) {
   options.quiet = true;
   double compute = 0, optimizer_s = 0, aggregate = 0, record = 0;
   for (auto _ : state) {
-    const auto outcome = scape::train::run_simulated(config, options);
+    const auto outcome = scape::sim::run_simulated(config, options);
     if (outcome.status != scape::train::RunStatus::completed) state.SkipWithError(outcome.error.c_str());
     // Per-worker means times W: the total CPU time the W workers spent.
     compute += workers * sum_metric(out, "compute_time");

@@ -46,12 +46,14 @@ const std::vector<std::byte>& state_entry(const StateMap& state, const std::stri
   return it->second;
 }
 
-// Throws std::runtime_error naming the entry when it is missing or has a wrong size.
-template <typename T>
-void get_state(const StateMap& state, const std::string& name, std::vector<T>& v) {
+// Into an array that takes the entry's size: a std::vector or a kernels::Buffer (anything with
+// resize and data). Throws std::runtime_error naming the entry when it is missing or corrupt.
+template <typename Array>
+void get_state(const StateMap& state, const std::string& name, Array& v) {
+  using T = std::remove_reference_t<decltype(*v.data())>;
   const auto& bytes = state_entry<T>(state, name);
   v.resize(bytes.size() / sizeof(T));
-  if (!v.empty()) std::memcpy(v.data(), bytes.data(), bytes.size());
+  if (!bytes.empty()) std::memcpy(v.data(), bytes.data(), bytes.size());
 }
 
 // Into a buffer of fixed size: throws std::runtime_error when the entry's size differs.

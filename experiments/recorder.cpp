@@ -45,14 +45,31 @@ void check_names(const std::filesystem::path& path, const std::vector<std::strin
   }
 }
 
+void check_descriptions(const std::filesystem::path& path, std::size_t descriptions, std::size_t names,
+                        std::string_view kind) {
+  if (descriptions != 0 && descriptions != names)
+    bad_argument(path, std::to_string(descriptions) + " " + std::string(kind) + " descriptions for " +
+                           std::to_string(names) + " names");
+}
+
 void check_spec(const std::filesystem::path& path, const RunFileSpec& spec) {
   if (spec.flush_interval < 1) bad_argument(path, "flush_interval must be at least 1");
+  check_descriptions(path, spec.metric_descriptions.size(), spec.metric_names.size(), "metric");
+  check_descriptions(path, spec.tensor_metric_descriptions.size(), spec.tensor_metric_names.size(), "tensor metric");
   check_names(path, spec.metric_names, "metric", "step");
   check_names(path, spec.tensor_metric_names, "tensor metric", "names");
   std::set<std::string> tensors(spec.tensor_names.begin(), spec.tensor_names.end());
   if (tensors.size() != spec.tensor_names.size()) bad_argument(path, "tensor names repeat");
   if (!spec.tensor_metric_names.empty() && spec.tensor_names.empty())
     bad_argument(path, "tensor metrics need at least one tensor name");
+}
+
+// Attributes are created before SWMR-write mode starts (it forbids creating them).
+void describe(const Dataset& dataset, const std::vector<MetricDescription>& descriptions, std::size_t i) {
+  if (descriptions.empty()) return;
+  dataset.write_string_attribute("unit", descriptions[i].unit);
+  dataset.write_string_attribute("combine", descriptions[i].combine);
+  dataset.write_string_attribute("doc", descriptions[i].doc);
 }
 
 void check_status(const std::filesystem::path& path, std::string_view status) {
@@ -147,8 +164,11 @@ struct RunRecorder::State {
     file.write_int_attribute("layout_version", kRunLayoutVersion);
 
     step = file.create_dataset("metrics/step", H5T_STD_I64LE, rows_shape({}, kMetricChunkRows));
-    for (const std::string& name : spec.metric_names)
-      metrics.push_back(file.create_dataset("metrics/" + name, H5T_IEEE_F64LE, rows_shape({}, kMetricChunkRows)));
+    for (std::size_t m = 0; m < spec.metric_names.size(); ++m) {
+      metrics.push_back(
+          file.create_dataset("metrics/" + spec.metric_names[m], H5T_IEEE_F64LE, rows_shape({}, kMetricChunkRows)));
+      describe(metrics.back(), spec.metric_descriptions, m);
+    }
     eval_step = file.create_dataset("eval/step", H5T_STD_I64LE, rows_shape({}, kMetricChunkRows));
     eval_loss = file.create_dataset("eval/val_loss", H5T_IEEE_F64LE, rows_shape({}, kMetricChunkRows));
 
@@ -156,9 +176,11 @@ struct RunRecorder::State {
     const hsize_t tensor_count = spec.tensor_names.size();
     const hsize_t tensor_rows = std::clamp<hsize_t>(kTensorChunkValues / std::max<hsize_t>(tensor_count, 1), 1,
                                                     kMetricChunkRows);
-    for (const std::string& name : spec.tensor_metric_names)
-      tensors.push_back(
-          file.create_dataset("tensors/" + name, H5T_IEEE_F64LE, rows_shape({tensor_count}, tensor_rows)));
+    for (std::size_t k = 0; k < spec.tensor_metric_names.size(); ++k) {
+      tensors.push_back(file.create_dataset("tensors/" + spec.tensor_metric_names[k], H5T_IEEE_F64LE,
+                                            rows_shape({tensor_count}, tensor_rows)));
+      describe(tensors.back(), spec.tensor_metric_descriptions, k);
+    }
 
     if (spec.final_params_size > 0) {
       const hsize_t n = spec.final_params_size;

@@ -6,10 +6,12 @@
 //                    "failed"), steps_completed (int64), error ("" when none), scape_version,
 //                    git_sha (variable-length UTF-8 strings), layout_version (int64 = 1)
 //   /metrics/step    int64 [rows], extensible; the row count of the run
-//   /metrics/<name>  float64 [rows], aligned with /metrics/step; NaN means "not applicable"
+//   /metrics/<name>  float64 [rows], aligned with /metrics/step; NaN means "not applicable";
+//                    attributes unit, combine, doc (strings) when the spec describes the metrics
 //   /eval/step       int64 [evals], /eval/val_loss float64 [evals], extensible
 //   /tensors/names   strings [tensors]
-//   /tensors/<name>  float64 [rows, tensors], extensible along rows, aligned with /metrics/step
+//   /tensors/<name>  float64 [rows, tensors], extensible along rows, aligned with /metrics/step;
+//                    attributes as /metrics/<name>
 //   /final/params    float32 [N], only when requested at creation; NaN until written
 //
 // Crash safety: rows are buffered in memory and written every flush_interval steps (and by
@@ -37,11 +39,20 @@ namespace scape::experiments {
 
 inline constexpr long kRunLayoutVersion = 1;
 
+// What a metric's dataset says about its values (attributes "unit", "combine" and "doc"),
+// written when the run file is created. Files of older versions, and of specs without
+// descriptions, lack them.
+struct MetricDescription {
+  std::string unit, combine, doc;
+};
+
 struct RunFileSpec {
   std::string config_json, scape_version, git_sha;
   std::vector<std::string> metric_names;         // excluding "step"
+  std::vector<MetricDescription> metric_descriptions;  // empty, or one per metric name
   std::vector<std::string> tensor_names;
   std::vector<std::string> tensor_metric_names;  // e.g. residual_norm, mask_density, mask_jaccard
+  std::vector<MetricDescription> tensor_metric_descriptions;  // empty, or one per tensor metric name
   std::size_t final_params_size = 0;             // 0: no /final/params
   int flush_interval = 10;
 };

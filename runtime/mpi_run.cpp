@@ -4,19 +4,17 @@
 
 #include <atomic>
 #include <chrono>
-#include <cmath>
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
-#include <limits>
 #include <mutex>
 #include <thread>
+
+#include "train/run_metrics.hpp"
 
 namespace scape::runtime {
 namespace {
 
 constexpr int kErrorTag = 77;
-constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 
 // Gathers every rank's error text on rank 0 ("" = fine); returns true on every rank when any failed.
 bool any_failed(MPI_Comm world, const std::string& error, std::string& all_errors) {
@@ -36,27 +34,26 @@ bool any_failed(MPI_Comm world, const std::string& error, std::string& all_error
   if (rank == 0) {
     for (int q = 0; q < size; ++q) {
       if (lens[static_cast<std::size_t>(q)] == 0) continue;
-      all_errors += (all_errors.empty() ? "" : "\n") + std::string("rank ") + std::to_string(q) + ": " +
-                    std::string(text.data() + displs[static_cast<std::size_t>(q)], static_cast<std::size_t>(lens[static_cast<std::size_t>(q)]));
+      if (!all_errors.empty()) all_errors += '\n';
+      all_errors += "rank " + std::to_string(q) + ": ";
+      all_errors.append(text.data() + displs[static_cast<std::size_t>(q)], static_cast<std::size_t>(lens[static_cast<std::size_t>(q)]));
     }
   }
   return true;
 }
 
-// Reports travel as a fixed vector of doubles, the gradients (and a_i) as floats.
+// Reports travel as the metric table's values (train::ReportPacker), the gradients (and a_i)
+// as floats, optimizer states in the checkpoint's StateMap encoding.
 class MpiExchange final : public train::StepExchange {
  public:
   MpiExchange(MPI_Comm world, const experiments::ExperimentConfig& config, std::size_t n, std::size_t tensors)
-      : world_(world), n_(n), tensors_(tensors) {
-    MPI_Comm_rank(world, &rank_);
+      : world_(world), n_(n), packer_(config.optimizer, tensors) {
     MPI_Comm_size(world, &size_);
-    purposes_ = collective_purposes(config.optimizer);
-    purposes_.push_back("async_all_gather");
   }
 
   bool exchange(int rank, const train::WorkerReport& report,
                 const std::function<bool(std::span<const train::WorkerReport* const>)>& decide) override {
-    const std::vector<double> mine = pack(report);
+    const std::vector<double> mine = packer_.pack(report);
     const std::size_t width = mine.size();
     const std::size_t w = static_cast<std::size_t>(size_);
     if (rank == 0) {
@@ -80,7 +77,7 @@ class MpiExchange final : public train::StepExchange {
       std::vector<const train::WorkerReport*> all(w);
       all[0] = &report;
       for (std::size_t q = 1; q < w; ++q) {
-        unpack(std::span<const double>(scalars_.data() + q * width, width), report, others_[q]);
+        packer_.unpack(std::span<const double>(scalars_.data() + q * width, width), report, others_[q]);
         others_[q].grads = std::span<const float>(grads_.data() + q * n_, n_);
         if (with_acc) others_[q].accumulated = std::span<const float>(acc_.data() + q * n_, n_);
         all[q] = &others_[q];
@@ -92,7 +89,7 @@ class MpiExchange final : public train::StepExchange {
   }
 
   std::vector<StateMap> gather_states(int rank, const StateMap& mine) override {
-    std::vector<char> bytes = serialize(mine);
+    const std::string bytes = train::encode_state_map(mine);
     long long len = static_cast<long long>(bytes.size());
     std::vector<long long> lens(static_cast<std::size_t>(size_));
     MPI_Gather(&len, 1, MPI_LONG_LONG, lens.data(), 1, MPI_LONG_LONG, 0, world_);
@@ -108,7 +105,7 @@ class MpiExchange final : public train::StepExchange {
     std::vector<StateMap> out;
     if (rank == 0) {
       for (int q = 0; q < size_; ++q) {
-        out.push_back(deserialize(all.data() + displs[static_cast<std::size_t>(q)], static_cast<std::size_t>(counts[static_cast<std::size_t>(q)])));
+        out.push_back(train::decode_state_map(std::span<const char>(all.data() + displs[static_cast<std::size_t>(q)], static_cast<std::size_t>(counts[static_cast<std::size_t>(q)]))));
       }
     }
     return out;
@@ -117,79 +114,10 @@ class MpiExchange final : public train::StepExchange {
   void barrier(int) override { MPI_Barrier(world_); }
 
  private:
-  std::vector<double> pack(const train::WorkerReport& r) const {
-    const auto& m = r.metrics;
-    std::vector<double> v = {r.loss, r.compute_s, r.optimizer_s, r.exposed_wait_s, m.residual_norm, m.residual_max,
-                             m.residual_to_param, m.staleness_mean, m.staleness_p99, m.staleness_max,
-                             static_cast<double>(m.nonfinite_grads)};
-    for (const auto& p : purposes_) {
-      const auto it = r.measured.find(p);
-      v.push_back(it == r.measured.end() ? kNaN : it->second);
-    }
-    for (std::size_t s = 0; s < tensors_; ++s) v.push_back(s < m.tensor_residual_norm.size() ? m.tensor_residual_norm[s] : kNaN);
-    return v;
-  }
-
-  void unpack(std::span<const double> v, const train::WorkerReport& rank0, train::WorkerReport& out) const {
-    out.loss = v[0];
-    out.compute_s = v[1];
-    out.optimizer_s = v[2];
-    out.exposed_wait_s = v[3];
-    out.metrics = StepMetrics{};
-    out.metrics.residual_norm = v[4];
-    out.metrics.residual_max = v[5];
-    out.metrics.residual_to_param = v[6];
-    out.metrics.staleness_mean = v[7];
-    out.metrics.staleness_p99 = v[8];
-    out.metrics.staleness_max = v[9];
-    out.metrics.nonfinite_grads = static_cast<std::size_t>(v[10]);
-    std::size_t i = 11;
-    for (const auto& p : purposes_) {
-      if (!std::isnan(v[i])) out.measured[p] = v[i];
-      ++i;
-    }
-    if (!rank0.metrics.tensor_residual_norm.empty()) out.metrics.tensor_residual_norm.assign(v.begin() + static_cast<std::ptrdiff_t>(i), v.begin() + static_cast<std::ptrdiff_t>(i + tensors_));
-  }
-
-  static std::vector<char> serialize(const StateMap& s) {
-    std::vector<char> out;
-    auto put = [&](const void* p, std::size_t n) {
-      const std::uint64_t len = n;
-      out.insert(out.end(), reinterpret_cast<const char*>(&len), reinterpret_cast<const char*>(&len) + sizeof len);
-      out.insert(out.end(), static_cast<const char*>(p), static_cast<const char*>(p) + n);
-    };
-    for (const auto& [name, bytes] : s) {
-      put(name.data(), name.size());
-      put(bytes.data(), bytes.size());
-    }
-    return out;
-  }
-
-  static StateMap deserialize(const char* p, std::size_t n) {
-    StateMap s;
-    std::size_t pos = 0;
-    auto get = [&](std::string& out) {
-      std::uint64_t len = 0;
-      std::memcpy(&len, p + pos, sizeof len);
-      pos += sizeof len;
-      out.assign(p + pos, static_cast<std::size_t>(len));
-      pos += len;
-    };
-    while (pos < n) {
-      std::string name, bytes;
-      get(name);
-      get(bytes);
-      auto& dst = s[name];
-      dst.resize(bytes.size());
-      std::memcpy(dst.data(), bytes.data(), bytes.size());
-    }
-    return s;
-  }
-
   MPI_Comm world_;
-  int rank_ = 0, size_ = 1;
-  std::size_t n_, tensors_;
-  std::vector<std::string> purposes_;
+  int size_ = 1;
+  std::size_t n_;
+  train::ReportPacker packer_;
   std::vector<double> scalars_;
   std::vector<float> grads_, acc_;
   std::vector<train::WorkerReport> others_;
@@ -336,7 +264,7 @@ int run_mpi(const experiments::ExperimentConfig& config, train::RunOptions optio
       if (backend.check) backend.check();
       train::require_optimizer_device(config);
       data = train::load_source_data(config);
-      if (options.resume) checkpoint = train::load_checkpoint(config, options, data->layout().size());
+      if (options.resume) checkpoint = train::load_checkpoint(config, options.out, data->layout().size());
     } catch (const std::exception& e) {
       error = e.what();
     }

@@ -478,3 +478,31 @@ TEST_CASE("open_for_resume refuses a run file that does not match the spec") {
   // The refused resumes left the file intact.
   CHECK(read_run_summary(path).steps_completed == 1);
 }
+
+TEST_CASE("metric descriptions become dataset attributes; a count that does not match is refused") {
+  TempDir dir;
+  const fs::path path = dir / "run.h5";
+  RunFileSpec spec = test_spec(3);
+  spec.metric_descriptions = {{"1", "mean", "the loss"}, {"1", "worker 0", "the rate"}, {"1", "worker 0", "overlap"}};
+  spec.tensor_metric_descriptions = {{"1", "mean", "norm per tensor"}, {"1", "worker 0", "density per tensor"}};
+  {
+    RunRecorder recorder = RunRecorder::create(path, spec);
+    append(recorder, spec, 1);
+  }
+  const File file = File::open(path, Access::read);
+  const Dataset lr = file.open_dataset("metrics/lr");
+  CHECK(lr.read_string_attribute("unit") == "1");
+  CHECK(lr.read_string_attribute("combine") == "worker 0");
+  CHECK(lr.read_string_attribute("doc") == "the rate");
+  CHECK(file.open_dataset("tensors/mask_density").read_string_attribute("doc") == "density per tensor");
+  CHECK_FALSE(file.open_dataset("metrics/step").has_attribute("unit"));
+
+  RunFileSpec short_of_one = spec;
+  short_of_one.metric_descriptions.pop_back();
+  CHECK_THROWS_AS(RunRecorder::create(dir / "bad.h5", short_of_one), std::invalid_argument);
+  // Without descriptions the datasets have no attributes (test_spec's other cases).
+  {
+    RunRecorder plain = RunRecorder::create(dir / "plain.h5", test_spec(3));
+  }
+  CHECK_FALSE(File::open(dir / "plain.h5", Access::read).open_dataset("metrics/lr").has_attribute("unit"));
+}

@@ -1,0 +1,73 @@
+// Simulated runner: the report exchange through shared memory, and the W worker threads.
+#include "sim/sim_run.hpp"
+
+#include <chrono>
+#include <exception>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "sim/emulated_comm.hpp"
+#include "train/checkpoint.hpp"
+#include "train/train_loop.hpp"
+
+namespace scape::sim {
+namespace {
+
+// Reports stay where the workers made them; rank 0 reads them between two barriers.
+class SimExchange final : public train::StepExchange {
+ public:
+  SimExchange(int workers, Communicator* const* comms) : slots_(static_cast<std::size_t>(workers)), comms_(comms) {}
+  bool exchange(int rank, const train::WorkerReport& report,
+                const std::function<bool(std::span<const train::WorkerReport* const>)>& decide) override {
+    slots_[static_cast<std::size_t>(rank)] = &report;
+    comms_[rank]->barrier();
+    if (rank == 0) stop_ = decide(slots_);
+    comms_[rank]->barrier();
+    return stop_;
+  }
+  std::vector<StateMap> gather_states(int rank, const StateMap& mine) override {
+    states_.resize(slots_.size());
+    states_[static_cast<std::size_t>(rank)] = mine;
+    comms_[rank]->barrier();
+    return rank == 0 ? states_ : std::vector<StateMap>{};
+  }
+  void barrier(int rank) override { comms_[rank]->barrier(); }
+
+ private:
+  std::vector<const train::WorkerReport*> slots_;
+  std::vector<StateMap> states_;
+  Communicator* const* comms_;
+  bool stop_ = false;
+};
+
+}  // namespace
+
+train::RunOutcome run_simulated(const experiments::ExperimentConfig& config, const train::RunOptions& options) {
+  const auto wall_start = std::chrono::steady_clock::now();
+  train::require_optimizer_device(config);  // ConfigError: nothing written
+  const std::unique_ptr<train::SourceData> data = train::load_source_data(config);  // ConfigError: nothing written
+  train::Checkpoint checkpoint;
+  if (options.resume) checkpoint = train::load_checkpoint(config, options.out, data->layout().size());
+  train::RunLog log(config, data->layout(), options, checkpoint.step);
+  std::vector<Communicator*> comms(static_cast<std::size_t>(config.workers), nullptr);
+  SimExchange exchange(config.workers, comms.data());
+  std::string failure;
+  try {
+    run_ranks(config.workers, config.network.model(), [&](Communicator& comm) {
+      comms[static_cast<std::size_t>(comm.rank())] = &comm;
+      comm.barrier();  // every rank has registered its communicator
+      train::train_rank(config, *data, options, comm, exchange, comm.rank() == 0 ? &log : nullptr,
+                        options.resume ? &checkpoint : nullptr);
+    });
+  } catch (const std::exception& e) {
+    failure = "step " + std::to_string(log.steps_completed() + 1) + ": " + e.what();
+  }
+  train::RunOutcome outcome = log.finish(failure);
+  outcome.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - wall_start).count();
+  return outcome;
+}
+
+}  // namespace scape::sim

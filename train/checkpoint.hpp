@@ -1,0 +1,54 @@
+// Checkpoints (RUN.h5.ckpt): every rank's optimizer state and the parameters, and the one
+// byte encoding of a StateMap that both checkpoints and the MPI state gather use.
+#pragma once
+
+#include <cstddef>
+#include <filesystem>
+#include <iosfwd>
+#include <span>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "core/state.hpp"
+#include "experiments/config.hpp"
+
+namespace scape::train {
+
+// A StateMap as bytes: u64 entry count, then per entry (in name order) the name and the bytes,
+// each as u64 length + data; integers little-endian as the host writes them. Checkpoints
+// written since the format's introduction (magic SCAPECK1) hold their states this way.
+void write_state_map(std::ostream& out, const StateMap& state);
+// Throws StateFormatError when the stream ends early or an entry is larger than
+// `max_entry_bytes` (names: 256 bytes at most).
+StateMap read_state_map(std::istream& in, std::size_t max_entry_bytes);
+
+struct StateFormatError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+// The same encoding in memory (the MPI state gather); decoding throws StateFormatError also
+// when bytes are left over.
+std::string encode_state_map(const StateMap& state);
+StateMap decode_state_map(std::span<const char> bytes);
+
+// What a checkpoint holds: every rank's optimizer state and the (identical) parameters.
+struct Checkpoint {
+  int step = 0;
+  std::vector<StateMap> states;
+  std::vector<float> params;
+};
+
+std::filesystem::path checkpoint_path(const std::filesystem::path& run_file);
+
+// Written to a temporary file and renamed, so a crash never leaves a half-written checkpoint.
+// `run_id` ties it to its configuration (experiments::run_id).
+void write_checkpoint(const std::filesystem::path& path, const std::string& run_id, int step,
+                      const std::vector<StateMap>& states, std::span<const float> params);
+
+// The checkpoint of run file `run_file`. Throws ConfigError when it is missing, corrupt or from
+// another config (another run id or worker count, or not n parameters).
+Checkpoint load_checkpoint(const experiments::ExperimentConfig& config, const std::filesystem::path& run_file,
+                           std::size_t n);
+
+}  // namespace scape::train

@@ -1,0 +1,162 @@
+// Rank 0's run file, checkpoints, progress line and running summary. How the workers' values
+// are combined into a row is train/run_metrics.cpp's table.
+#include "train/run_log.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+
+#include "train/checkpoint.hpp"
+#include "train/run_metrics.hpp"
+
+namespace scape::train {
+namespace detail {
+
+// Progress line on stderr: at most every two seconds, and at the end.
+class Progress {
+ public:
+  Progress(int total, double tokens_per_step, bool quiet) : total_(total), tokens_(tokens_per_step), quiet_(quiet) {}
+  void update(int step, double loss, double val_loss, bool force) {
+    if (quiet_) return;
+    const auto now = std::chrono::steady_clock::now();
+    if (!force && now - last_ < std::chrono::seconds(2)) return;
+    if (steps_at_start_ < 0) steps_at_start_ = step - 1;
+    last_ = now;
+    const double elapsed = std::chrono::duration<double>(now - start_).count();
+    const double rate = (step - steps_at_start_) / std::max(elapsed, 1e-9);
+    const double eta = (total_ - step) / std::max(rate, 1e-9);
+    std::fprintf(stderr, "step %d/%d  loss %.4f", step, total_, loss);
+    if (!std::isnan(val_loss)) std::fprintf(stderr, "  val %.4f", val_loss);
+    if (tokens_ > 0) std::fprintf(stderr, "  %.0f tok/s", rate * tokens_);
+    std::fprintf(stderr, "  %.2f steps/s  ETA %dm%02ds\n", rate, static_cast<int>(eta) / 60, static_cast<int>(eta) % 60);
+  }
+
+ private:
+  int total_;
+  double tokens_;
+  bool quiet_;
+  int steps_at_start_ = -1;
+  std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
+  std::chrono::steady_clock::time_point last_{};
+};
+
+}  // namespace detail
+
+namespace {
+
+constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+
+// Replay traces carry no loss (NaN by design); every other source diverges on a non-finite loss.
+bool report_diverged(const WorkerReport& r, bool has_loss) {
+  return r.metrics.nonfinite_grads > 0 || (has_loss && !std::isfinite(r.loss));
+}
+
+}  // namespace
+
+const char* to_string(RunStatus s) {
+  constexpr const char* kNames[] = {"completed", "diverged", "failed"};
+  return kNames[static_cast<int>(s)];
+}
+
+RunLog::RunLog(const experiments::ExperimentConfig& config, const ParamLayout& layout, const RunOptions& options,
+               int resume_step)
+    : config_(config), options_(options) {
+  const nlohmann::json resolved = config.to_json();
+  id_ = experiments::run_id(resolved);
+  std::vector<MetricColumn> columns = metric_columns(config.optimizer, options.measured_comm);
+  experiments::RunFileSpec spec;
+  spec.config_json = resolved.dump(2);
+  spec.scape_version = options.scape_version;
+  spec.git_sha = options.git_sha;
+  describe_metrics(columns, spec);
+  for (const auto& s : layout.slots()) spec.tensor_names.push_back(s.name);
+  spec.final_params_size = config.log.save_params ? layout.size() : 0;
+  spec.flush_interval = config.log.flush_interval;
+  recorder_ = std::make_unique<experiments::RunRecorder>(
+      options.resume ? experiments::RunRecorder::open_for_resume(options.out, spec, resume_step)
+                     : experiments::RunRecorder::create(options.out, spec));
+  outcome_.steps_completed = resume_step;
+  outcome_.n_params = layout.size();
+  const double tokens = config.has_data() ? static_cast<double>(config.workers) * config.data.batch_size *
+                                                config.model.block_size
+                                          : 0.0;
+  progress_ = std::make_unique<detail::Progress>(config.steps, tokens, options.quiet);
+  combiner_ = std::make_unique<StepCombiner>(config.optimizer, config.log.oracle, layout, std::move(columns));
+}
+
+RunLog::~RunLog() = default;
+
+bool RunLog::record_step(int t, std::span<const WorkerReport* const> reports, std::span<const std::uint64_t> mask,
+                         GradientSource& source, std::span<const float> params) {
+  std::lock_guard lock(mutex_);
+  using Clock = std::chrono::steady_clock;
+  const auto r0 = Clock::now();
+  combiner_->combine(reports, mask);
+  const auto r1 = Clock::now();
+  recorder_->append_step(t, combiner_->row(), combiner_->tensor_row());
+  const auto r2 = Clock::now();
+  combiner_->set_costs(std::chrono::duration<double>(r1 - r0).count(), std::chrono::duration<double>(r2 - r1).count());
+  bool bad = !std::isfinite(reports[0]->metrics.update_norm);
+  for (const auto* r : reports) bad = bad || report_diverged(*r, config_.model.type != "replay");
+  const double loss = combiner_->value("train_loss");
+  outcome_.steps_completed = t;
+  last_loss_ = loss;
+  bytes_total_ += combiner_->value("bytes_sent");
+  step_time_total_ += combiner_->value("step_time_model");
+  ++rows_;
+  if (!std::isnan(reports[0]->metrics.mask_jaccard)) {
+    jaccard_total_ += reports[0]->metrics.mask_jaccard;
+    ++jaccard_count_;
+  }
+  if (bad) {
+    diverged_ = true;
+    return true;
+  }
+  if (config_.has_data() && (t % config_.eval.interval == 0 || t == config_.steps)) {
+    last_val_ = source.validation_loss(params, config_.eval.batches);
+    recorder_->append_eval(t, last_val_);
+  }
+  progress_->update(t, loss, last_val_, t == config_.steps);
+  return false;
+}
+
+void RunLog::write_checkpoint(int t, const std::vector<StateMap>& states, std::span<const float> params) {
+  std::lock_guard lock(mutex_);
+  // Rows up to t reach the disk before the checkpoint that resumes after t.
+  recorder_->flush();
+  train::write_checkpoint(checkpoint_path(options_.out), id_, t, states, params);
+}
+
+void RunLog::write_final_params(std::span<const float> params) {
+  std::lock_guard lock(mutex_);
+  if (!diverged_ && config_.log.save_params) recorder_->write_final_params(params);
+}
+
+RunOutcome RunLog::finish(const std::string& failure) {
+  std::lock_guard lock(mutex_);
+  if (!failure.empty()) {
+    outcome_.status = RunStatus::failed;
+    outcome_.error = failure;
+    recorder_->set_status("failed", failure);
+  } else if (diverged_) {
+    outcome_.status = RunStatus::diverged;
+    outcome_.error = "non-finite loss or gradient at step " + std::to_string(outcome_.steps_completed);
+    recorder_->set_status("diverged", outcome_.error);
+  } else {
+    outcome_.status = RunStatus::completed;
+    recorder_->set_status("completed", "");
+    std::error_code ec;
+    std::filesystem::remove(checkpoint_path(options_.out), ec);
+  }
+  outcome_.final_val_loss = last_val_;
+  outcome_.final_train_loss = last_loss_;
+  outcome_.bytes_per_step = rows_ ? bytes_total_ / rows_ : kNaN;
+  outcome_.mean_mask_jaccard = jaccard_count_ ? jaccard_total_ / jaccard_count_ : kNaN;
+  outcome_.step_time_model = rows_ ? step_time_total_ / rows_ : kNaN;
+  return outcome_;
+}
+
+int RunLog::steps_completed() const { return outcome_.steps_completed; }
+
+}  // namespace scape::train

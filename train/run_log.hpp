@@ -1,0 +1,88 @@
+// Rank 0's side of a run, shared by every runner: the run file (one row of combined metrics
+// per step), checkpoints, the progress line and the outcome a runner returns.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <limits>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "core/layout.hpp"
+#include "core/state.hpp"
+#include "experiments/config.hpp"
+#include "experiments/recorder.hpp"
+#include "train/gradient_source.hpp"
+#include "train/worker_report.hpp"
+
+namespace scape::train {
+
+struct RunOptions {
+  std::filesystem::path out;      // run file; the checkpoint is out + ".ckpt"
+  bool quiet = false;
+  int checkpoint_every = 0;       // 0: no checkpoints
+  bool resume = false;
+  bool measured_comm = false;     // record comm_time_measured_<purpose> and mask_wait_exposed
+  // Called by every rank before each step (fault injection in tests); may throw.
+  std::function<void(int rank, int step)> before_step;
+  std::string scape_version;
+  std::string git_sha;
+};
+
+enum class RunStatus { completed, diverged, failed };
+const char* to_string(RunStatus s);
+
+struct RunOutcome {
+  RunStatus status = RunStatus::failed;
+  int steps_completed = 0;
+  std::string error;
+  double final_val_loss = 0;   // NaN without validation
+  double final_train_loss = 0;
+  double bytes_per_step = 0;   // mean bytes sent per worker per step
+  double mean_mask_jaccard = 0;
+  double step_time_model = 0;  // mean modelled step time, seconds
+  double wall_s = 0;
+  std::size_t n_params = 0;
+};
+
+class StepCombiner;
+namespace detail {
+class Progress;
+}  // namespace detail
+
+class RunLog {
+ public:
+  // Creates the run file, or reopens it at `resume_step` with options.resume.
+  RunLog(const experiments::ExperimentConfig& config, const ParamLayout& layout, const RunOptions& options,
+         int resume_step);
+  ~RunLog();
+  // Combines the workers' reports into one row; returns true when the run must stop (diverged).
+  bool record_step(int t, std::span<const WorkerReport* const> reports, std::span<const std::uint64_t> mask,
+                   GradientSource& source, std::span<const float> params);
+  void write_checkpoint(int t, const std::vector<StateMap>& states, std::span<const float> params);
+  void write_final_params(std::span<const float> params);
+  // Sets the final status (failed when `failure` is not empty) and returns the outcome.
+  RunOutcome finish(const std::string& failure);
+  int steps_completed() const;
+
+ private:
+  const experiments::ExperimentConfig& config_;
+  const RunOptions& options_;
+  std::string id_;
+  std::unique_ptr<experiments::RunRecorder> recorder_;
+  std::unique_ptr<StepCombiner> combiner_;
+  std::unique_ptr<detail::Progress> progress_;
+  std::mutex mutex_;
+  RunOutcome outcome_;
+  double bytes_total_ = 0, jaccard_total_ = 0, step_time_total_ = 0;
+  int jaccard_count_ = 0, rows_ = 0;
+  double last_val_ = std::numeric_limits<double>::quiet_NaN();
+  double last_loss_ = std::numeric_limits<double>::quiet_NaN();
+  bool diverged_ = false;
+};
+
+}  // namespace scape::train

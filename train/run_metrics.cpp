@@ -1,0 +1,364 @@
+// The metric table and everything that follows it: the run's columns, their documentation,
+// rank 0's combining of the reports and the packing of reports between processes.
+#include "train/run_metrics.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <iterator>
+#include <limits>
+#include <stdexcept>
+
+#include "core/ledger.hpp"
+#include "core/metrics.hpp"
+#include "kernels/cpu/bitmask.hpp"
+#include "kernels/cpu/select.hpp"
+
+namespace scape::train {
+namespace {
+
+constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+
+using Report = const WorkerReport&;
+using Purpose = const std::string&;
+
+double bytes_of_purpose(Report r, Purpose purpose) {
+  double sum = 0;
+  for (const auto& record : r.metrics.comm) {
+    if (record.purpose == purpose) sum += record.bytes_sent_per_worker;
+  }
+  return sum;  // a purpose with no call this step sent 0 bytes
+}
+
+double measured_seconds(Report r, Purpose purpose) {
+  const auto it = r.measured.find(purpose);
+  return it == r.measured.end() ? kNaN : it->second;
+}
+
+void set_measured_seconds(WorkerReport& r, Purpose purpose, double seconds) {
+  if (!std::isnan(seconds)) r.measured[purpose] = seconds;
+}
+
+// The order of this table is the run file's column order.
+const RunMetric kRunMetrics[] = {
+    {.name = "train_loss", .columns = Columns::one, .combine = Combine::mean, .unit = "1",
+     .report_field = &WorkerReport::loss,
+     .doc = "micro-batch loss; the mean over workers is the global-batch loss"},
+    {.name = "lr", .columns = Columns::one, .combine = Combine::worker0, .unit = "1",
+     .metrics_field = &StepMetrics::lr,
+     .doc = "learning rate of the step"},
+    {.name = "grad_norm", .columns = Columns::one, .combine = Combine::rank0, .unit = "1",
+     .rank0_field = &RankZeroValues::grad_norm,
+     .doc = "`‖mean_i g_i‖₂`, the norm of the global-batch gradient"},
+    {.name = "bytes_sent", .columns = Columns::one, .combine = Combine::worker0, .unit = "bytes",
+     .computed = [](Report r, Purpose) { return summarize(r.metrics.comm).bytes_sent_per_worker; },
+     .doc = "bytes sent per worker by the step's collectives"},
+    {.name = "comm_time_model", .columns = Columns::one, .combine = Combine::worker0, .unit = "s",
+     .computed = [](Report r, Purpose) { return summarize(r.metrics.comm).modelled_time_s; },
+     .doc = "alpha-beta time of the step's collectives"},
+    {.name = "comm_time_exposed", .columns = Columns::one, .combine = Combine::worker0, .unit = "s",
+     .computed = [](Report r, Purpose) { return summarize(r.metrics.comm).exposed_time_s; },
+     .doc = "alpha-beta time of the collectives that do not overlap compute"},
+    {.name = "compute_time", .columns = Columns::one, .combine = Combine::mean, .unit = "s",
+     .report_field = &WorkerReport::compute_s,
+     .doc = "thread CPU seconds of forward/backward"},
+    {.name = "step_time_model", .columns = Columns::one, .combine = Combine::rank0, .unit = "s",
+     .rank0_field = &RankZeroValues::step_time_model,
+     .doc = "`compute + exposed + max(0, overlapped − compute)`: the lagged mask all-gather hides behind "
+            "the next forward/backward up to its length"},
+    {.name = "target_density", .columns = Columns::one, .combine = Combine::worker0, .unit = "1",
+     .sparse_only = true, .metrics_field = &StepMetrics::target_density,
+     .doc = "density `ρ_t` the schedule asks for"},
+    {.name = "mask_density", .columns = Columns::one, .combine = Combine::worker0, .unit = "1",
+     .sparse_only = true, .metrics_field = &StepMetrics::mask_density,
+     .doc = "mask size over N (worker 0's local mask for `topk_ef`)"},
+    {.name = "mask_jaccard", .columns = Columns::one, .combine = Combine::worker0, .unit = "1",
+     .sparse_only = true, .metrics_field = &StepMetrics::mask_jaccard,
+     .doc = "Jaccard index of the mask and the previous step's (NaN at the first step)"},
+    {.name = "mask_oracle_overlap", .columns = Columns::one, .combine = Combine::rank0, .unit = "1",
+     .sparse_only = true, .rank0_field = &RankZeroValues::mask_oracle_overlap,
+     .doc = "share of the mask in `O_t`, the top-K of `abs(mean_i a_i)` (with `log.oracle`)"},
+    {.name = "fill_in", .columns = Columns::one, .combine = Combine::worker0, .unit = "1",
+     .sparse_only = true, .metrics_field = &StepMetrics::fill_in,
+     .doc = "mask size over K (for `topk_ef` the union over workers)"},
+    {.name = "residual_norm", .columns = Columns::one, .combine = Combine::mean, .unit = "1",
+     .sparse_only = true, .metrics_field = &StepMetrics::residual_norm,
+     .doc = "`‖e_i‖₂` of the error-feedback residual after the step"},
+    {.name = "residual_max", .columns = Columns::one, .combine = Combine::max, .unit = "1",
+     .sparse_only = true, .metrics_field = &StepMetrics::residual_max,
+     .doc = "largest magnitude in the residual"},
+    {.name = "residual_to_param", .columns = Columns::one, .combine = Combine::mean, .unit = "1",
+     .sparse_only = true, .metrics_field = &StepMetrics::residual_to_param,
+     .doc = "`‖e_i‖₂ / ‖θ‖₂`"},
+    {.name = "staleness_mean", .columns = Columns::one, .combine = Combine::mean, .unit = "steps",
+     .sparse_only = true, .metrics_field = &StepMetrics::staleness_mean,
+     .doc = "steps since a coordinate was last delivered, mean over coordinates"},
+    {.name = "staleness_p99", .columns = Columns::one, .combine = Combine::max, .unit = "steps",
+     .sparse_only = true, .metrics_field = &StepMetrics::staleness_p99,
+     .doc = "99th percentile (nearest rank) of the staleness over coordinates"},
+    {.name = "staleness_max", .columns = Columns::one, .combine = Combine::max, .unit = "steps",
+     .sparse_only = true, .metrics_field = &StepMetrics::staleness_max,
+     .doc = "largest staleness over coordinates"},
+    {.name = "update_norm", .columns = Columns::one, .combine = Combine::worker0, .unit = "1",
+     .metrics_field = &StepMetrics::update_norm,
+     .doc = "`‖Δθ‖₂` of the parameter update (replicas are identical)"},
+    {.name = "update_max", .columns = Columns::one, .combine = Combine::worker0, .unit = "1",
+     .metrics_field = &StepMetrics::update_max,
+     .doc = "largest magnitude in the parameter update"},
+    {.name = "update_sign_flip", .columns = Columns::one, .combine = Combine::worker0, .unit = "1",
+     .metrics_field = &StepMetrics::update_sign_flip,
+     .doc = "share of the coordinates updated in this and the previous step whose update changed sign"},
+    {.name = "nonfinite_grads", .columns = Columns::one, .combine = Combine::sum, .unit = "count",
+     .computed = [](Report r, Purpose) { return static_cast<double>(r.metrics.nonfinite_grads); },
+     .set_computed = [](WorkerReport& r, Purpose, double v) { r.metrics.nonfinite_grads = static_cast<std::size_t>(v); },
+     .doc = "non-finite gradient entries"},
+    {.name = "optimizer_time", .columns = Columns::one, .combine = Combine::mean, .unit = "s",
+     .report_field = &WorkerReport::optimizer_s,
+     .doc = "thread CPU seconds of the optimizer step, emulated collectives included"},
+    {.name = "aggregate_time", .columns = Columns::one, .combine = Combine::rank0, .unit = "s",
+     .rank0_field = &RankZeroValues::aggregate_time,
+     .doc = "seconds rank 0 spent combining the previous step's reports (gradient norm and oracle overlap "
+            "included)"},
+    {.name = "record_time", .columns = Columns::one, .combine = Combine::rank0, .unit = "s",
+     .rank0_field = &RankZeroValues::record_time,
+     .doc = "seconds rank 0 spent writing the previous step's row to the run file (a row's own cost is only "
+            "known after it is written)"},
+    {.name = "bytes_sent_", .columns = Columns::per_collective, .combine = Combine::worker0, .unit = "bytes",
+     .computed = bytes_of_purpose,
+     .doc = "bytes sent per worker by the collectives of one purpose (`grad_reduce_scatter`, "
+            "`param_all_gather`, `mask_all_gather`, `grad_all_reduce`, `accum_*`, `index_all_gather`, "
+            "`topk_all_gather`)"},
+    {.name = "comm_time_measured_", .columns = Columns::per_measured_collective, .combine = Combine::max,
+     .unit = "s", .measured_only = true, .computed = measured_seconds, .set_computed = set_measured_seconds,
+     .doc = "wall seconds of the collectives of one purpose; `async_all_gather`: the lagged mask all-gather "
+            "on the communication thread"},
+    {.name = "mask_wait_exposed", .columns = Columns::one, .combine = Combine::max, .unit = "s",
+     .measured_only = true, .report_field = &WorkerReport::exposed_wait_s,
+     .doc = "wall seconds the compute thread waited for the lagged mask all-gather"},
+};
+
+const TensorMetric kTensorMetrics[] = {
+    {.name = "residual_norm", .combine = Combine::mean, .unit = "1", .values = &StepMetrics::tensor_residual_norm,
+     .doc = "`‖e_i‖₂` of the tensor's part of the residual"},
+    {.name = "mask_density", .combine = Combine::worker0, .unit = "1", .values = &StepMetrics::tensor_mask_density,
+     .doc = "share of the tensor's coordinates in the mask"},
+    {.name = "mask_jaccard", .combine = Combine::worker0, .unit = "1", .values = &StepMetrics::tensor_mask_jaccard,
+     .doc = "Jaccard index of the tensor's part of the mask and the previous step's"},
+};
+
+double worker_value(const RunMetric& m, Report r, Purpose purpose) {
+  if (m.report_field != nullptr) return r.*m.report_field;
+  if (m.metrics_field != nullptr) return r.metrics.*m.metrics_field;
+  return m.computed(r, purpose);
+}
+
+void set_worker_value(const RunMetric& m, WorkerReport& r, Purpose purpose, double value) {
+  if (m.report_field != nullptr) {
+    r.*m.report_field = value;
+  } else if (m.metrics_field != nullptr) {
+    r.metrics.*m.metrics_field = value;
+  } else {
+    m.set_computed(r, purpose, value);
+  }
+}
+
+// The values of one column combined over the workers (every rule but rank0).
+double combine_workers(const RunMetric& m, const std::string& purpose, std::span<const WorkerReport* const> reports) {
+  if (m.combine == Combine::worker0) return worker_value(m, *reports[0], purpose);
+  double x = 0;
+  for (const WorkerReport* r : reports) {
+    const double v = worker_value(m, *r, purpose);
+    x = m.combine == Combine::max ? std::max(x, v) : x + v;
+  }
+  return m.combine == Combine::mean ? x / static_cast<double>(reports.size()) : x;
+}
+
+const RunMetric& metric_named(std::string_view name) {
+  for (const RunMetric& m : kRunMetrics) {
+    if (name == m.name) return m;
+  }
+  throw std::logic_error("no metric '" + std::string(name) + "' in the table");
+}
+
+// Element-wise mean over workers in rank order (float, as the optimizer's buffers).
+template <typename Get>
+void mean_of(std::span<const WorkerReport* const> reports, Get get, std::vector<float>& out) {
+  const auto first = get(*reports[0]);
+  out.assign(first.begin(), first.end());
+  for (std::size_t r = 1; r < reports.size(); ++r) {
+    const auto x = get(*reports[r]);
+    for (std::size_t j = 0; j < out.size(); ++j) out[j] += x[j];
+  }
+  const float w = static_cast<float>(reports.size());
+  for (float& x : out) x /= w;
+}
+
+std::string display_name(const RunMetric& m) {
+  return m.columns == Columns::one ? m.name : std::string(m.name) + "<purpose>";
+}
+
+// The doc line with the table's flags spelled out.
+std::string meaning(const RunMetric& m) {
+  std::string s = m.doc;
+  if (m.sparse_only) s += "; NaN for dense optimizers";
+  if (m.measured_only) s += "; MPI and NCCL backends only";
+  return s;
+}
+
+}  // namespace
+
+const char* to_string(Combine c) {
+  constexpr const char* kNames[] = {"mean", "sum", "max", "worker 0", "rank 0"};
+  return kNames[static_cast<int>(c)];
+}
+
+bool shipped(Combine c) { return c == Combine::mean || c == Combine::sum || c == Combine::max; }
+
+bool has_sparse_metrics(const OptimizerConfig& c) {
+  return c.type == OptimizerType::scape || c.type == OptimizerType::topk_ef;
+}
+
+std::span<const RunMetric> run_metrics() { return kRunMetrics; }
+std::span<const TensorMetric> tensor_metrics() { return kTensorMetrics; }
+
+std::string doc_row(const RunMetric& m) {
+  return "| `" + display_name(m) + "` | " + m.unit + " | " + to_string(m.combine) + " | " + meaning(m) + " |";
+}
+
+std::string doc_row(const TensorMetric& m) {
+  return "| `" + std::string(m.name) + "` | " + m.unit + " | " + to_string(m.combine) + " | " + m.doc + " |";
+}
+
+std::vector<MetricColumn> metric_columns(const OptimizerConfig& c, bool measured) {
+  std::vector<std::string> collectives = collective_purposes(c);
+  std::vector<std::string> measured_collectives = collectives;
+  measured_collectives.push_back("async_all_gather");
+  std::vector<MetricColumn> columns;
+  for (const RunMetric& m : kRunMetrics) {
+    if (m.measured_only && !measured) continue;
+    if (m.columns == Columns::one) {
+      columns.push_back({m.name, &m, ""});
+      continue;
+    }
+    for (const std::string& p : m.columns == Columns::per_collective ? collectives : measured_collectives) {
+      columns.push_back({m.name + p, &m, p});
+    }
+  }
+  return columns;
+}
+
+void describe_metrics(const std::vector<MetricColumn>& columns, experiments::RunFileSpec& spec) {
+  for (const MetricColumn& c : columns) {
+    spec.metric_names.push_back(c.name);
+    spec.metric_descriptions.push_back({c.metric->unit, to_string(c.metric->combine), meaning(*c.metric)});
+  }
+  for (const TensorMetric& m : kTensorMetrics) {
+    spec.tensor_metric_names.push_back(m.name);
+    spec.tensor_metric_descriptions.push_back({m.unit, to_string(m.combine), m.doc});
+  }
+}
+
+StepCombiner::StepCombiner(const OptimizerConfig& optimizer, bool log_oracle, const ParamLayout& layout,
+                           std::vector<MetricColumn> columns)
+    : sparse_(has_sparse_metrics(optimizer)),
+      oracle_(log_oracle && sparse_),
+      layout_(layout),
+      columns_(std::move(columns)) {}
+
+void StepCombiner::set_costs(double aggregate_s, double record_s) {
+  aggregate_s_ = aggregate_s;
+  record_s_ = record_s;
+}
+
+void StepCombiner::combine(std::span<const WorkerReport* const> reports, std::span<const std::uint64_t> mask) {
+  const RankZeroValues z = rank0_values(reports, mask);
+  row_.assign(columns_.size(), 0.0);
+  for (std::size_t i = 0; i < columns_.size(); ++i) {
+    const RunMetric& m = *columns_[i].metric;
+    if (m.sparse_only && !sparse_) {
+      row_[i] = kNaN;
+    } else {
+      row_[i] = m.combine == Combine::rank0 ? z.*m.rank0_field : combine_workers(m, columns_[i].purpose, reports);
+    }
+  }
+  combine_tensors(reports);
+}
+
+RankZeroValues StepCombiner::rank0_values(std::span<const WorkerReport* const> reports,
+                                          std::span<const std::uint64_t> mask) {
+  RankZeroValues z{};
+  const StepMetrics& m0 = reports[0]->metrics;
+  const CommSummary comm = summarize(m0.comm);
+  static const RunMetric& compute_time = metric_named("compute_time");
+  const double compute = combine_workers(compute_time, "", reports);
+  z.step_time_model = compute + comm.exposed_time_s + std::max(0.0, comm.overlapped_time_s - compute);
+  // The gradient of the global batch: the mean over workers in rank order.
+  mean_of(reports, [](const WorkerReport& r) { return r.grads; }, mean_grad_);
+  z.grad_norm = metrics::l2_norm(mean_grad_);
+  z.mask_oracle_overlap = kNaN;
+  if (oracle_ && !reports[0]->accumulated.empty() && m0.k_total > 0) {
+    mean_of(reports, [](const WorkerReport& r) { return r.accumulated; }, mean_acc_);
+    oracle_words_.assign(kernels::words_for(mean_acc_.size()), 0);
+    kernels::topk_abs_mask(mean_acc_, m0.k_total, oracle_words_);
+    z.mask_oracle_overlap =
+        static_cast<double>(kernels::popcount_and(mask, oracle_words_)) / static_cast<double>(m0.k_total);
+  }
+  z.aggregate_time = aggregate_s_;
+  z.record_time = record_s_;
+  return z;
+}
+
+void StepCombiner::combine_tensors(std::span<const WorkerReport* const> reports) {
+  const std::size_t nt = layout_.slots().size();
+  tensor_row_.assign(std::size(kTensorMetrics) * nt, kNaN);
+  for (std::size_t k = 0; k < std::size(kTensorMetrics); ++k) {
+    const TensorMetric& m = kTensorMetrics[k];
+    const std::vector<double>& first = reports[0]->metrics.*m.values;
+    if (first.empty()) continue;
+    for (std::size_t s = 0; s < nt; ++s) {
+      double x = first[s];
+      if (m.combine == Combine::mean) {
+        x = 0;
+        for (const WorkerReport* r : reports) x += (r->metrics.*m.values)[s];
+        x /= static_cast<double>(reports.size());
+      }
+      tensor_row_[k * nt + s] = x;
+    }
+  }
+}
+
+double StepCombiner::value(std::string_view name) const {
+  for (std::size_t i = 0; i < columns_.size(); ++i) {
+    if (columns_[i].name == name) return row_[i];
+  }
+  throw std::logic_error("the run has no metric column '" + std::string(name) + "'");
+}
+
+ReportPacker::ReportPacker(const OptimizerConfig& optimizer, std::size_t tensors) : tensors_(tensors) {
+  for (MetricColumn& c : metric_columns(optimizer, true)) {
+    if (shipped(c.metric->combine)) shipped_.push_back(std::move(c));
+  }
+}
+
+std::vector<double> ReportPacker::pack(const WorkerReport& r) const {
+  std::vector<double> v;
+  for (const MetricColumn& c : shipped_) v.push_back(worker_value(*c.metric, r, c.purpose));
+  for (const TensorMetric& m : kTensorMetrics) {
+    if (!shipped(m.combine)) continue;
+    const std::vector<double>& values = r.metrics.*m.values;
+    for (std::size_t s = 0; s < tensors_; ++s) v.push_back(s < values.size() ? values[s] : kNaN);
+  }
+  return v;
+}
+
+void ReportPacker::unpack(std::span<const double> values, const WorkerReport& worker0, WorkerReport& out) const {
+  std::size_t i = 0;
+  for (const MetricColumn& c : shipped_) set_worker_value(*c.metric, out, c.purpose, values[i++]);
+  for (const TensorMetric& m : kTensorMetrics) {
+    if (!shipped(m.combine)) continue;
+    const auto mine = values.subspan(i, tensors_);
+    if (!(worker0.metrics.*m.values).empty()) (out.metrics.*m.values).assign(mine.begin(), mine.end());
+    i += tensors_;
+  }
+}
+
+}  // namespace scape::train

@@ -1,0 +1,43 @@
+// What one worker hands rank 0 after a step (WorkerReport), and the exchange that carries
+// the reports there and rank 0's decision back (StepExchange; one per runner).
+#pragma once
+
+#include <functional>
+#include <map>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "core/optimizer.hpp"
+#include "core/state.hpp"
+
+namespace scape::train {
+
+// Spans stay valid until the exchange returns. Which fields rank 0 reads, and how it combines
+// them over workers, is train/run_metrics.hpp's table.
+struct WorkerReport {
+  double loss = 0;
+  double compute_s = 0;            // thread CPU seconds of forward/backward
+  double optimizer_s = 0;          // thread CPU seconds of the optimizer step and its collectives
+  StepMetrics metrics;
+  std::span<const float> grads;        // g_i
+  std::span<const float> accumulated;  // a_i = e_i + g_i (empty without the oracle)
+  std::map<std::string, double> measured;  // wall seconds per collective purpose (real backends)
+  double exposed_wait_s = 0;               // time blocked waiting for asynchronous all-gathers
+};
+
+// Moves reports to rank 0 and rank 0's decision back. The simulator implements it with
+// shared memory; a multi-process runtime with its own messages. Not counted in the ledger.
+class StepExchange {
+ public:
+  virtual ~StepExchange() = default;
+  // Every rank calls it; on rank 0, `decide` sees all reports in rank order. Every rank
+  // returns rank 0's decision (true: stop).
+  virtual bool exchange(int rank, const WorkerReport& report,
+                        const std::function<bool(std::span<const WorkerReport* const>)>& decide) = 0;
+  // Every rank's optimizer state, in rank order, on rank 0 (empty elsewhere).
+  virtual std::vector<StateMap> gather_states(int rank, const StateMap& mine) = 0;
+  virtual void barrier(int rank) = 0;
+};
+
+}  // namespace scape::train
