@@ -39,8 +39,13 @@ def main(argv=None):
         if hasattr(stream, "reconfigure"):
             stream.reconfigure(errors="replace")
     from .report import write_report  # heavy imports after argument parsing (fast --help)
+    from .runs import ScapeBinaryError
 
-    report, text = write_report(args.inputs, args.out)
+    try:
+        report, text = write_report(args.inputs, args.out)
+    except ScapeBinaryError as e:
+        print(f"analysis: {e}", file=sys.stderr)
+        return 1
     if not report.runs:
         for _, msg in report.problems:
             print(f"analysis: {msg}", file=sys.stderr)

@@ -10,8 +10,12 @@ Files are always opened in SWMR mode, because a file whose writer is still runni
 killed, refuses an ordinary open; SWMR reads work for finished files too.
 """
 
+import functools
 import json
 import math
+import os
+import shutil
+import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -24,16 +28,51 @@ LAYOUT_VERSION = 1
 DENSE_TYPES = ("adamw", "adams")
 SPARSE_TYPES = ("scape", "topk_ef")
 
-# Optimizer keys that only mean something for some optimizer types: the resolved config fills
-# every default in, so a dense AdamS run still carries `sparsity: 0.99`. Comparing runs on those
-# values would invent differences (and labels) that do not exist.
-_SCAPE_ONLY_KEYS = ("sparsity", "inner", "update", "mask_statistic", "mask_partition", "mask_lag",
-                    "second_moment", "residual", "density_warmup", "device", "residual_offload", "offload_chunk")
-_TOPK_KEYS = ("sparsity", "inner", "residual", "density_warmup")
+REPO = Path(__file__).resolve().parents[1]
+_BUILD_PRESETS = ("release", "cpu-only", "debug")
+"""Build folders of this checkout (CMakePresets.json) searched for the scape binary."""
 
 
 class RunFileError(Exception):
     """A file that cannot be analysed as a run file; the message names the file and says why."""
+
+
+class ScapeBinaryError(Exception):
+    """The scape binary, which says which optimizer keys apply to which optimizer, is missing or failed."""
+
+
+def scape_binary():
+    """The scape binary: $SCAPE_BINARY, else a build of this checkout, else `scape` on PATH."""
+    if os.environ.get("SCAPE_BINARY"):
+        return os.environ["SCAPE_BINARY"]
+    for preset in _BUILD_PRESETS:
+        candidate = REPO / "build" / preset / "apps" / "scape"
+        if os.access(candidate, os.X_OK):
+            return str(candidate)
+    on_path = shutil.which("scape")
+    if on_path:
+        return on_path
+    raise ScapeBinaryError("the analysis needs the scape binary to know which optimizer keys apply to which "
+                           "optimizer, and found none: set SCAPE_BINARY=/path/to/scape, build this checkout "
+                           f"(build/{{{','.join(_BUILD_PRESETS)}}}/apps/scape) or put scape on PATH")
+
+
+@functools.lru_cache(maxsize=None)
+def optimizer_key_types():
+    """{optimizer key: the optimizer types that read it}, from the "x-applies-to" of `scape schema`.
+
+    The resolved config of a run written before the keys were dropped still carries every
+    default (a dense AdamS run says `sparsity: 0.99`); comparing runs on keys their optimizer
+    does not read would invent differences (and labels) that do not exist.
+    """
+    binary = scape_binary()
+    try:
+        proc = subprocess.run([binary, "schema"], capture_output=True, text=True, timeout=60, check=True)
+        keys = json.loads(proc.stdout)["properties"]["optimizer"]["properties"]
+        return {key: frozenset(spec["x-applies-to"]) for key, spec in keys.items()}
+    except (OSError, subprocess.SubprocessError, ValueError, KeyError) as e:
+        raise ScapeBinaryError(f"`{binary} schema` did not say which optimizer keys apply to which optimizer "
+                               f"({type(e).__name__}: {e}); set SCAPE_BINARY to a current scape") from None
 
 
 @dataclass
@@ -221,17 +260,19 @@ def flatten(config, prefix=""):
 def effective_config(run):
     """The flattened config without keys that do not apply to the run's optimizer or model.
 
-    Dense optimizers ignore every SCAPE switch (the device and residual offload included);
-    raw-gradient top-k uses only sparsity, inner, residual and density warm-up of them and is
-    always replicated; `name` and `description` are labels and `log.*` says what is recorded,
+    Optimizer keys go when the run's optimizer type does not read them (`optimizer_key_types`,
+    from `scape schema`); raw-gradient top-k is always replicated, so its `sharded` is no
+    choice either; `name` and `description` are labels and `log.*` says what is recorded,
     not settings of the training; `optimizer.min_lr` is dropped when it is the default lr/10.
+    Raises ScapeBinaryError when no scape binary can say which keys apply.
     """
     flat = flatten(run.config)
     kind = run.optimizer_type
-    allowed = {"scape": _SCAPE_ONLY_KEYS, "topk_ef": _TOPK_KEYS}.get(kind, ())
-    for key in _SCAPE_ONLY_KEYS:
-        if key not in allowed:
-            flat.pop(f"optimizer.{key}", None)
+    key_types = optimizer_key_types()
+    if kind in key_types["type"]:
+        for key, types in key_types.items():
+            if kind not in types:
+                flat.pop(f"optimizer.{key}", None)
     if kind == "topk_ef":
         flat.pop("optimizer.sharded", None)  # always replicated: not a choice, so not a difference
     for key in ("name", "description"):

@@ -15,6 +15,7 @@
 #include "experiments/hdf5.hpp"
 #include "model/gpt.hpp"
 #include "experiments/recorder.hpp"
+#include "predict/predict_config.hpp"
 #include "predict/report.hpp"
 #include "sim/sim_run.hpp"
 #include "train/run_log.hpp"
@@ -371,7 +372,11 @@ int main(int argc, char** argv) {
   validate->add_option("config", config_file, "experiment or sweep JSON file")->required()->check(CLI::ExistingPath);
   validate->add_option("--set", sets, "override a config value: key.path=value");
 
-  app.add_subcommand("schema", "print the JSON Schema of experiment configs");
+  bool predict_schema = false;
+  auto* schema = app.add_subcommand(
+      "schema", "print the JSON Schema of experiment configs (or of prediction configs with --predict); keys say "
+                "in x-applies-to which model, data or optimizer types read them");
+  schema->add_flag("--predict", predict_schema, "the schema of `scape predict` configs instead");
 
   std::string csv;
   auto* predict = app.add_subcommand(
@@ -411,7 +416,9 @@ int main(int argc, char** argv) {
     if (sweep->parsed()) return cmd_sweep(config_file, out_dir, sets, jobs, quiet);
     if (validate->parsed()) return cmd_validate(config_file, sets);
     if (predict->parsed()) return cmd_predict(config_file, out, csv, sets);
-    std::cout << ex::experiment_schema().dump(2) << "\n";
+    if (schema->parsed()) {
+      std::cout << (predict_schema ? scape::predict::predict_schema() : ex::experiment_schema()).dump(2) << "\n";
+    }
     return kExitOk;
   } catch (const ex::ConfigError& e) {
     std::fprintf(stderr, "error: %s\n", e.what());

@@ -1,12 +1,12 @@
 // Experiment configuration: strict JSON -> typed config. Unknown keys, wrong types and
 // out-of-range values are ConfigErrors naming the JSON path (with the nearest valid key for a
-// typo). Every optional field has a documented default (docs/configuration.md); the resolved
-// config, defaults filled in, is what a run records.
+// typo). The defaults are the members' initial values below (and OptimizerConfig's); the keys
+// are declared once in experiments/config_keys.cpp and listed in docs/configuration.md. The
+// resolved config, defaults filled in, is what a run records.
 #pragma once
 
 #include <cstdint>
 #include <filesystem>
-#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -14,14 +14,9 @@
 
 #include "core/optimizer.hpp"
 #include "core/ledger.hpp"
+#include "experiments/json_section.hpp"
 
 namespace scape::experiments {
-
-// Invalid configuration or input: the command exits with status 2.
-class ConfigError : public std::runtime_error {
- public:
-  using std::runtime_error::runtime_error;
-};
 
 struct ModelSection {
   std::string type = "gpt";  // gpt | replay | quadratic
@@ -95,8 +90,11 @@ nlohmann::json read_json_file(const std::filesystem::path& path);
 void apply_override(nlohmann::json& j, const std::string& assignment);
 // SHA-256-free stable id: 16 hex digits of a 64-bit hash of the resolved config's dump.
 std::string run_id(const nlohmann::json& resolved);
-// JSON Schema (draft 2020-12) of an experiment config.
+// JSON Schema (draft 2020-12) of an experiment config. Keys of the model, data and optimizer
+// sections say which types read them in "x-applies-to".
 nlohmann::json experiment_schema();
+// A relative path resolved against base_dir (the folder of the config file).
+std::filesystem::path resolve_path(const std::string& p, const std::filesystem::path& base_dir);
 
 // Sweep: {"base": {...}} or {"base_file": "..."}, plus "grid": {"dotted.key": [values...]}
 // (every combination) and/or "points": [{"dotted.key": value, ...}, ...] (each grid combination
@@ -106,8 +104,5 @@ struct SweepPoint {
   std::vector<std::pair<std::string, nlohmann::json>> assignment;
 };
 std::vector<SweepPoint> expand_sweep(const nlohmann::json& sweep, const std::filesystem::path& base_dir);
-
-// Edit distance, for "did you mean" suggestions.
-std::size_t edit_distance(const std::string& a, const std::string& b);
 
 }  // namespace scape::experiments

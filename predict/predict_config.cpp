@@ -1,14 +1,14 @@
-// Strict parsing of prediction configs. Each section names its keys once; unknown keys get
-// a "did you mean" from the experiment-config edit distance, and every getter checks type and
-// range and names the JSON path in its error.
+// Strict parsing of prediction configs with the shared section parser
+// (experiments/json_section.hpp) and the keys of predict_keys.cpp: unknown keys get a "did you
+// mean", wrong types and out-of-range values name the JSON path. What remains here are the
+// defaults that follow from other keys (presets, family, worker counts) and the checks that
+// span keys.
 #include "predict/predict_config.hpp"
 
 #include <algorithm>
-#include <cmath>
-#include <limits>
-#include <sstream>
 
 #include "experiments/config.hpp"
+#include "predict/predict_keys.hpp"
 #include "sim/network_presets.hpp"
 
 namespace scape::predict {
@@ -16,121 +16,10 @@ namespace {
 
 using nlohmann::json;
 using experiments::ConfigError;
-
-constexpr double kInf = std::numeric_limits<double>::infinity();
-
-[[noreturn]] void fail(const std::string& path, const std::string& what) { throw ConfigError(path + ": " + what); }
-
-std::string join(const std::string& path, const std::string& key) { return path.empty() ? key : path + "." + key; }
-
-std::string type_name(const json& v) {
-  if (v.is_number_integer() || v.is_number_unsigned()) return "an integer";
-  if (v.is_number_float()) return "a number";
-  return std::string("a ") + v.type_name();
-}
-
-std::string list(const std::vector<std::string>& items) {
-  std::string out;
-  for (const auto& s : items) out += (out.empty() ? "" : ", ") + s;
-  return out;
-}
-
-// Rethrows an std::invalid_argument of a shared lookup (presets, enums) as a ConfigError.
-template <typename F>
-auto config_error(F&& f) {
-  try {
-    return f();
-  } catch (const std::invalid_argument& e) {
-    throw ConfigError(e.what());
-  }
-}
-
-class Section {
- public:
-  Section(const json& j, std::string path, std::vector<std::string> keys)
-      : j_(j), path_(std::move(path)), keys_(std::move(keys)) {
-    if (!j.is_object()) fail(path_.empty() ? "config" : path_, "expected an object, got " + type_name(j));
-    for (const auto& [key, value] : j.items()) {
-      if (std::find(keys_.begin(), keys_.end(), key) != keys_.end()) continue;
-      const std::string guess = nearest(key);
-      fail(join(path_, key), "unknown key" + (guess.empty() ? "" : " (did you mean '" + guess + "'?)") +
-                                 "; valid keys: " + list(keys_));
-    }
-  }
-
-  bool has(const char* key) const { return j_.contains(key); }
-  const json& raw(const char* key) const { return j_.at(key); }
-  std::string path(const char* key) const { return join(path_, key); }
-  void forbid(const char* key, const std::string& why) const {
-    if (has(key)) fail(path(key), why);
-  }
-  void require(const char* key, const std::string& when) const {
-    if (!has(key)) fail(path(key), "required " + when);
-  }
-
-  std::int64_t integer(const char* key, std::int64_t fallback, double lo, double hi) const {
-    if (!has(key)) return fallback;
-    const json& v = raw(key);
-    if (!v.is_number_integer() && !v.is_number_unsigned()) {
-      fail(path(key), "expected an integer, got " + type_name(v) + " " + v.dump());
-    }
-    check_range(key, v.get<double>(), lo, hi, false);
-    return v.get<std::int64_t>();
-  }
-  double number(const char* key, double fallback, double lo, double hi, bool exclusive_lo) const {
-    if (!has(key)) return fallback;
-    const json& v = raw(key);
-    if (!v.is_number()) fail(path(key), "expected a number, got " + type_name(v) + " " + v.dump());
-    check_range(key, v.get<double>(), lo, hi, exclusive_lo);
-    return v.get<double>();
-  }
-  bool boolean(const char* key, bool fallback) const {
-    if (!has(key)) return fallback;
-    const json& v = raw(key);
-    if (!v.is_boolean()) fail(path(key), "expected true or false, got " + type_name(v) + " " + v.dump());
-    return v.get<bool>();
-  }
-  std::string string(const char* key, const std::string& fallback, const std::vector<std::string>& choices = {}) const {
-    if (!has(key)) return fallback;
-    const json& v = raw(key);
-    if (!v.is_string()) fail(path(key), "expected a string, got " + type_name(v) + " " + v.dump());
-    const auto s = v.get<std::string>();
-    if (!choices.empty() && std::find(choices.begin(), choices.end(), s) == choices.end()) {
-      fail(path(key), "unknown value " + v.dump() + " (expected one of " + list(choices) + ")");
-    }
-    return s;
-  }
-  const json& object(const char* key) const {
-    static const json empty = json::object();
-    return has(key) ? raw(key) : empty;
-  }
-
- private:
-  void check_range(const char* key, double x, double lo, double hi, bool exclusive_lo) const {
-    const bool low = exclusive_lo ? !(x > lo) : !(x >= lo);
-    if (low || !(x <= hi) || !std::isfinite(x)) {
-      std::ostringstream os;
-      os << raw(key).dump() << " is out of range " << (exclusive_lo ? "(" : "[") << lo << ", " << hi << "]";
-      fail(path(key), os.str());
-    }
-  }
-  std::string nearest(const std::string& key) const {
-    std::string best;
-    std::size_t best_d = std::numeric_limits<std::size_t>::max();
-    for (const auto& k : keys_) {
-      const std::size_t d = experiments::edit_distance(key, k);
-      if (d < best_d) {
-        best_d = d;
-        best = k;
-      }
-    }
-    return best_d <= std::max<std::size_t>(2, key.size() / 3) ? best : "";
-  }
-
-  const json& j_;
-  std::string path_;
-  std::vector<std::string> keys_;
-};
+using experiments::comma_list;
+using experiments::config_error;
+using experiments::fail;
+using experiments::Section;
 
 std::vector<std::string> names_of(const auto& presets) {
   std::vector<std::string> out;
@@ -153,52 +42,52 @@ void check_model_shape(const ModelSpec& m) {
 
 ModelSpec parse_model(const Section& s, std::string& preset) {
   ModelSpec m;
-  preset = s.string("preset", "");
+  preset = s.value_or<std::string>("preset", "");
   if (!preset.empty()) {
     m = config_error([&] { return find_model_preset(preset, "model.preset").spec; });
   } else {
     for (const char* k : {"family", "n_layer", "n_embd", "n_head", "vocab_size"}) {
-      s.require(k, "when no model.preset is given (presets: " + list(names_of(model_presets())) + ")");
+      s.require(k, "when no model.preset is given (presets: " + comma_list(names_of(model_presets())) + ")");
     }
   }
   if (s.has("family")) {
-    m.family = config_error([&] { return parse_family(s.string("family", ""), "model.family"); });
+    m.family = config_error([&] { return parse_family(s.at("family").get<std::string>(), "model.family"); });
     if (preset.empty()) {
       m.context = m.family == Family::gpt2 ? 1024 : 2048;
       m.tied_embeddings = m.family == Family::gpt2;
     }
   }
-  m.n_layer = static_cast<int>(s.integer("n_layer", m.n_layer, 1, 10000));
-  m.n_embd = static_cast<int>(s.integer("n_embd", m.n_embd, 1, 1 << 20));
-  m.n_head = static_cast<int>(s.integer("n_head", m.n_head, 1, 1 << 16));
+  m.n_layer = s.value_or("n_layer", m.n_layer);
+  m.n_embd = s.value_or("n_embd", m.n_embd);
+  m.n_head = s.value_or("n_head", m.n_head);
   // A changed width, head count or family re-derives the defaults that follow from them
   // (MLP width, key-value heads) unless those are given too.
   if (s.has("n_embd") || s.has("family")) {
     m.ffn_hidden = m.family == Family::gpt2 ? 4 * static_cast<std::int64_t>(m.n_embd) : llama_ffn_hidden(m.n_embd);
   }
   if (s.has("n_head") || s.has("family")) m.n_kv_head = m.n_head;
-  m.n_kv_head = static_cast<int>(s.integer("n_kv_head", m.n_kv_head, 1, 1 << 16));
-  m.ffn_hidden = s.integer("ffn_hidden", m.ffn_hidden, 1, 1e9);
-  m.vocab_size = s.integer("vocab_size", m.vocab_size, 2, 1e9);
-  m.context = static_cast<int>(s.integer("context", m.context, 1, 1e8));
-  m.tied_embeddings = s.boolean("tied_embeddings", m.tied_embeddings);
+  m.n_kv_head = s.value_or("n_kv_head", m.n_kv_head);
+  m.ffn_hidden = s.value_or("ffn_hidden", m.ffn_hidden);
+  m.vocab_size = s.value_or("vocab_size", m.vocab_size);
+  m.context = s.value_or("context", m.context);
+  m.tied_embeddings = s.value_or("tied_embeddings", m.tied_embeddings);
   check_model_shape(m);
   return m;
 }
 
-LinkSpec parse_link(const json& j, const std::string& path, const char* default_preset) {
-  const Section s(j, path, {"preset", "alpha_us", "bandwidth_GBps"});
+LinkSpec parse_link(const json& j, const std::string& path, const std::vector<Field>& fields) {
+  const Section s(j, path, fields);
   LinkSpec l;
   const bool both = s.has("alpha_us") && s.has("bandwidth_GBps");
   if (s.has("preset") || !both) {
-    l.preset = s.string("preset", default_preset);
+    l.preset = s.get("preset").get<std::string>();
     const auto& p = config_error(
         [&]() -> const sim::NetworkPreset& { return sim::find_network_preset(l.preset, s.path("preset")); });
     l.alpha_us = p.alpha_us;
     l.bandwidth_GBps = p.bandwidth_GBps;
   }
-  l.alpha_us = s.number("alpha_us", l.alpha_us, 0, kInf, false);
-  l.bandwidth_GBps = s.number("bandwidth_GBps", l.bandwidth_GBps, 0, kInf, true);
+  l.alpha_us = s.value_or("alpha_us", l.alpha_us);
+  l.bandwidth_GBps = s.value_or("bandwidth_GBps", l.bandwidth_GBps);
   return l;
 }
 
@@ -206,24 +95,24 @@ GpuSpec parse_gpu(const Section& s) {
   GpuSpec g;
   const bool both = s.has("peak_TFLOPs") && s.has("memory_bandwidth_TBps");
   if (s.has("preset") || !both) {
-    g.preset = s.string("preset", "h100");
+    g.preset = s.get("preset").get<std::string>();
     const auto& p = config_error([&]() -> const GpuPreset& { return find_gpu_preset(g.preset, "gpu.preset"); });
     g.peak_TFLOPs = p.peak_bf16_TFLOPs;
     g.memory_TBps = p.memory_TBps;
   }
-  g.peak_TFLOPs = s.number("peak_TFLOPs", g.peak_TFLOPs, 0, kInf, true);
-  g.memory_TBps = s.number("memory_bandwidth_TBps", g.memory_TBps, 0, kInf, true);
-  g.mfu = s.number("mfu", kDefaultMfu, 0, 1, true);
+  g.peak_TFLOPs = s.value_or("peak_TFLOPs", g.peak_TFLOPs);
+  g.memory_TBps = s.value_or("memory_bandwidth_TBps", g.memory_TBps);
+  g.mfu = s.get("mfu").get<double>();
   return g;
 }
 
 OverlapModel parse_overlap(const Section& s) {
   OverlapModel o;
-  o.grad_reduce = s.boolean("grad_reduce", o.grad_reduce);
-  o.param_gather = s.boolean("param_gather", o.param_gather);
-  o.sparse_reduce = s.boolean("sparse_reduce", o.sparse_reduce);
-  o.mask_gather = s.boolean("mask_gather", o.mask_gather);
-  o.bucket_MB = s.number("bucket_MB", o.bucket_MB, 0, kInf, true);
+  o.grad_reduce = s.value_or("grad_reduce", o.grad_reduce);
+  o.param_gather = s.value_or("param_gather", o.param_gather);
+  o.sparse_reduce = s.value_or("sparse_reduce", o.sparse_reduce);
+  o.mask_gather = s.value_or("mask_gather", o.mask_gather);
+  o.bucket_MB = s.value_or("bucket_MB", o.bucket_MB);
   return o;
 }
 
@@ -242,22 +131,7 @@ OptimizerConfig parse_optimizer_section(const json& j, const std::string& path) 
 
 std::vector<int> parse_workers(const Section& top) {
   top.require("workers", "(the list of worker counts to evaluate)");
-  const json& list_json = top.raw("workers");
-  if (!list_json.is_array() || list_json.empty()) {
-    fail("workers", "expected a non-empty array of integers, got " + list_json.dump());
-  }
-  std::vector<int> out;
-  for (std::size_t i = 0; i < list_json.size(); ++i) {
-    const json& v = list_json[i];
-    const std::string p = "workers[" + std::to_string(i) + "]";
-    if (!v.is_number_integer() && !v.is_number_unsigned()) {
-      fail(p, "expected an integer, got " + type_name(v) + " " + v.dump());
-    }
-    const std::int64_t w = v.get<std::int64_t>();
-    if (w < 1 || w > 1000000) fail(p, v.dump() + " is out of range [1, 1000000]");
-    out.push_back(static_cast<int>(w));
-  }
-  return out;
+  return top.at("workers").get<std::vector<int>>();
 }
 
 void check_placement(const PredictConfig& c) {
@@ -272,8 +146,8 @@ void check_placement(const PredictConfig& c) {
 
 BatchSpec parse_batch(const Section& s, const PredictConfig& c) {
   BatchSpec b;
-  b.scaling = s.string("scaling", "strong", {"strong", "weak"}) == "weak" ? Scaling::weak : Scaling::strong;
-  b.seq_len = static_cast<int>(s.integer("seq_len", c.model.context, 1, 1e8));
+  b.scaling = s.get("scaling") == "weak" ? Scaling::weak : Scaling::strong;
+  b.seq_len = s.value_or("seq_len", c.model.context);
   if (c.model.family == Family::gpt2 && b.seq_len > c.model.context) {
     fail(s.path("seq_len"), std::to_string(b.seq_len) + " exceeds model.context = " + std::to_string(c.model.context) +
                                 " (the rows of the position table)");
@@ -282,7 +156,7 @@ BatchSpec parse_batch(const Section& s, const PredictConfig& c) {
     s.require("global_sequences", "for strong scaling (the global batch in sequences)");
     s.forbid("per_gpu_sequences", "only valid for batch.scaling \"weak\"");
     s.forbid("reference_workers", "only valid for batch.scaling \"weak\"");
-    b.global_sequences = s.integer("global_sequences", 0, 1, 1e12);
+    b.global_sequences = s.at("global_sequences").get<std::int64_t>();
     for (std::size_t i = 0; i < c.workers.size(); ++i) {
       if (b.global_sequences % c.workers[i] != 0) {
         fail(s.path("global_sequences"),
@@ -298,12 +172,12 @@ BatchSpec parse_batch(const Section& s, const PredictConfig& c) {
   }
   if (s.has("per_gpu_sequences")) {
     s.forbid("reference_workers", "only valid with batch.global_sequences");
-    b.per_gpu_sequences = s.integer("per_gpu_sequences", 0, 1, 1e12);
+    b.per_gpu_sequences = s.at("per_gpu_sequences").get<std::int64_t>();
     return b;
   }
-  const std::int64_t global = s.integer("global_sequences", 0, 1, 1e12);
-  const std::int64_t reference =
-      s.integer("reference_workers", *std::max_element(c.workers.begin(), c.workers.end()), 1, 1000000);
+  const auto global = s.at("global_sequences").get<std::int64_t>();
+  const auto reference =
+      s.value_or<std::int64_t>("reference_workers", *std::max_element(c.workers.begin(), c.workers.end()));
   if (global % reference != 0) {
     fail(s.path("global_sequences"),
          std::to_string(global) + " is not divisible by batch.reference_workers = " + std::to_string(reference) +
@@ -314,10 +188,14 @@ BatchSpec parse_batch(const Section& s, const PredictConfig& c) {
 }
 
 void parse_network(const Section& s, PredictConfig& c) {
-  c.gpus_per_node = static_cast<int>(s.integer("gpus_per_node", 1, 1, 1024));
-  c.nics_per_node = static_cast<int>(s.integer("nics_per_node", c.gpus_per_node, 1, c.gpus_per_node));
-  c.inter = parse_link(s.object("inter"), "network.inter", "ib_ndr400");
-  c.intra = parse_link(s.object("intra"), "network.intra", "nvlink_h100");
+  c.gpus_per_node = s.get("gpus_per_node").get<int>();
+  c.nics_per_node = s.value_or("nics_per_node", c.gpus_per_node);
+  if (c.nics_per_node > c.gpus_per_node) {
+    fail(s.path("nics_per_node"),
+         std::to_string(c.nics_per_node) + " is out of range [1, " + std::to_string(c.gpus_per_node) + "]");
+  }
+  c.inter = parse_link(s.object("inter"), "network.inter", inter_fields());
+  c.intra = parse_link(s.object("intra"), "network.intra", intra_fields());
 }
 
 json link_json(const LinkSpec& l) {
@@ -355,32 +233,44 @@ OptimizerConfig default_baseline(const OptimizerConfig& c) {
 }
 
 PredictConfig parse_predict_config(const json& j) {
-  const Section top(j, "", {"name", "description", "model", "batch", "gpu", "network", "overlap", "optimizer",
-                            "baseline", "fill_in", "workers"});
+  const Section top(j, "", top_fields());
   PredictConfig c;
-  c.name = top.string("name", c.name);
-  c.description = top.string("description", "");
+  c.name = top.get("name").get<std::string>();
+  c.description = top.get("description").get<std::string>();
   c.workers = parse_workers(top);
   top.require("model", "(a model.preset or explicit dimensions)");
-  const Section model(top.raw("model"), "model",
-                      {"preset", "family", "n_layer", "n_embd", "n_head", "n_kv_head", "ffn_hidden", "vocab_size",
-                       "context", "tied_embeddings", "attention_flops"});
+  const Section model(top.at("model"), "model", model_fields());
   c.model = parse_model(model, c.model_preset);
-  c.attention = parse_attention_flops(model.string("attention_flops", "causal", {"causal", "full", "none"}), "");
+  c.attention = parse_attention_flops(model.get("attention_flops").get<std::string>(), "");
   top.require("batch", "(batch.global_sequences or batch.per_gpu_sequences, and batch.seq_len)");
-  c.batch = parse_batch(Section(top.raw("batch"), "batch",
-                                {"scaling", "seq_len", "global_sequences", "per_gpu_sequences", "reference_workers"}),
-                        c);
-  c.gpu = parse_gpu(Section(top.object("gpu"), "gpu", {"preset", "peak_TFLOPs", "mfu", "memory_bandwidth_TBps"}));
-  parse_network(Section(top.object("network"), "network", {"gpus_per_node", "nics_per_node", "inter", "intra"}), c);
+  c.batch = parse_batch(Section(top.at("batch"), "batch", batch_fields()), c);
+  c.gpu = parse_gpu(Section(top.object("gpu"), "gpu", gpu_fields()));
+  parse_network(Section(top.object("network"), "network", network_fields()), c);
   check_placement(c);
-  c.overlap = parse_overlap(Section(top.object("overlap"), "overlap",
-                                    {"grad_reduce", "param_gather", "sparse_reduce", "mask_gather", "bucket_MB"}));
+  c.overlap = parse_overlap(Section(top.object("overlap"), "overlap", overlap_fields()));
   c.optimizer = parse_optimizer_section(top.object("optimizer"), "optimizer");
-  c.baseline = top.has("baseline") ? parse_optimizer_section(top.raw("baseline"), "baseline")
+  c.baseline = top.has("baseline") ? parse_optimizer_section(top.at("baseline"), "baseline")
                                    : default_baseline(c.optimizer);
-  c.fill_in = top.number("fill_in", 1.0, 1.0, kInf, false);
+  c.fill_in = top.get("fill_in").get<double>();
   return c;
+}
+
+json predict_schema() {
+  using experiments::section_schema;
+  json schema = section_schema(top_fields());
+  schema["$schema"] = "https://json-schema.org/draft/2020-12/schema";
+  schema["title"] = "scape prediction";
+  auto& p = schema["properties"];
+  p["model"] = section_schema(model_fields());
+  p["batch"] = section_schema(batch_fields());
+  p["gpu"] = section_schema(gpu_fields());
+  p["network"] = section_schema(network_fields());
+  p["network"]["properties"]["inter"] = section_schema(inter_fields());
+  p["network"]["properties"]["intra"] = section_schema(intra_fields());
+  p["overlap"] = section_schema(overlap_fields());
+  p["optimizer"] = experiments::experiment_schema()["properties"]["optimizer"];
+  p["baseline"] = p["optimizer"];
+  return schema;
 }
 
 PredictConfig load_predict_config(const std::filesystem::path& file, const std::vector<std::string>& sets) {

@@ -1,8 +1,8 @@
-// Prediction configuration: strict JSON -> typed config, in the style of the experiment
-// configs (experiments/config.hpp): unknown keys, wrong types and out-of-range values are
-// experiments::ConfigErrors naming the JSON path, so `scape predict` exits with status 2. The
-// optimizer section is parsed by the run-config parser itself. docs/PREDICTING.md lists every
-// field and default.
+// Prediction configuration: strict JSON -> typed config, with the section parser of the
+// experiment configs (experiments/json_section.hpp): unknown keys, wrong types and out-of-range
+// values are experiments::ConfigErrors naming the JSON path, so `scape predict` exits with
+// status 2. The keys are declared in predict_keys.cpp; the optimizer section is parsed by the
+// run-config parser itself. docs/PREDICTING.md lists every field and default.
 #pragma once
 
 #include <cstdint>
@@ -73,5 +73,7 @@ OptimizerConfig default_baseline(const OptimizerConfig& c);
 PredictConfig parse_predict_config(const nlohmann::json& j);
 // Reads the file, applies --set overrides (key.path=value), parses.
 PredictConfig load_predict_config(const std::filesystem::path& file, const std::vector<std::string>& sets);
+// JSON Schema (draft 2020-12) of a prediction config (`scape schema --predict`).
+nlohmann::json predict_schema();
 
 }  // namespace scape::predict

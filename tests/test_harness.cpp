@@ -193,6 +193,10 @@ TEST_CASE("bad configurations exit 2 with a message naming the problem") {
   const auto schema = run_scape("schema");
   CHECK(schema.code == 0);
   CHECK(schema.output.find("\"mask_statistic\"") != std::string::npos);
+  CHECK(schema.output.find("\"x-applies-to\"") != std::string::npos);
+  const auto predict_schema = run_scape("schema --predict");
+  CHECK(predict_schema.code == 0);
+  CHECK(predict_schema.output.find("\"gpus_per_node\"") != std::string::npos);
 }
 
 TEST_CASE("a diverging run ends with status diverged, exit 3, and keeps its metrics") {

@@ -306,3 +306,20 @@ def test_effective_config_keeps_only_keys_that_apply():
     assert "optimizer.device" not in topk and "optimizer.sharded" not in topk
     scape = effective_config(run("scape"))
     assert scape["optimizer.device"] == "cuda" and scape["optimizer.residual_offload"] is True
+
+
+def test_optimizer_key_types_come_from_scape_schema(monkeypatch):
+    """Which optimizer reads which key is `scape schema`'s "x-applies-to"; a missing binary is named."""
+    from analysis import runs
+
+    runs.optimizer_key_types.cache_clear()
+    try:
+        types = runs.optimizer_key_types()
+        assert types["lr"] == {"adamw", "adams", "scape", "topk_ef"}
+        assert types["residual"] == {"scape", "topk_ef"} and types["offload_chunk"] == {"scape"}
+        runs.optimizer_key_types.cache_clear()
+        monkeypatch.setenv("SCAPE_BINARY", "/nonexistent/scape")
+        with pytest.raises(runs.ScapeBinaryError, match="SCAPE_BINARY"):
+            runs.optimizer_key_types()
+    finally:
+        runs.optimizer_key_types.cache_clear()

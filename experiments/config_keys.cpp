@@ -1,0 +1,240 @@
+// The key tables of experiment configs, one row per key. A row names no default: the default is
+// the member's value in the default-built struct.
+#include "experiments/config_keys.hpp"
+
+#include <concepts>
+#include <cstdint>
+#include <limits>
+#include <type_traits>
+#include <utility>
+
+namespace scape::experiments {
+namespace {
+
+using nlohmann::json;
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+// The value a resolved config records for a member.
+template <typename T>
+  requires std::is_arithmetic_v<T>
+json recorded(T v) {
+  return v;
+}
+json recorded(const std::string& v) { return v; }
+json recorded(const std::filesystem::path& v) { return v.string(); }
+json recorded(OptimizerType v) { return to_string(v); }
+json recorded(InnerRule v) { return to_string(v); }
+json recorded(UpdateMode v) { return to_string(v); }
+json recorded(MaskStatistic v) { return to_string(v); }
+json recorded(MaskPartition v) { return to_string(v); }
+json recorded(SecondMoment v) { return to_string(v); }
+json recorded(WireType v) { return to_string(v); }
+json recorded(kernels::DeviceKind v) { return kernels::to_string(v); }
+
+// A member set from a value the Section has checked (type, range, choices), so the parsers
+// below cannot fail; only an integer too large for the member's type remains.
+template <std::integral T>
+void assign(T& out, const json& v) {
+  const bool fits = v.is_number_unsigned() ? std::in_range<T>(v.get<std::uint64_t>())
+                                           : std::in_range<T>(v.get<std::int64_t>());
+  if (!fits) {
+    throw std::out_of_range(v.dump() + " is out of range [" + std::to_string(std::numeric_limits<T>::min()) + ", " +
+                            std::to_string(std::numeric_limits<T>::max()) + "]");
+  }
+  out = v.get<T>();
+}
+void assign(bool& out, const json& v) { out = v.get<bool>(); }
+void assign(double& out, const json& v) { out = v.get<double>(); }
+void assign(std::string& out, const json& v) { out = v.get<std::string>(); }
+void assign(std::filesystem::path& out, const json& v) { out = v.get<std::string>(); }
+void assign(OptimizerType& out, const json& v) { out = parse_optimizer_type(v.get<std::string>()); }
+void assign(InnerRule& out, const json& v) { out = parse_inner_rule(v.get<std::string>()); }
+void assign(UpdateMode& out, const json& v) { out = parse_update_mode(v.get<std::string>()); }
+void assign(MaskStatistic& out, const json& v) { out = parse_mask_statistic(v.get<std::string>()); }
+void assign(MaskPartition& out, const json& v) { out = parse_mask_partition(v.get<std::string>()); }
+void assign(SecondMoment& out, const json& v) { out = parse_second_moment(v.get<std::string>()); }
+void assign(WireType& out, const json& v) { out = parse_wire_type(v.get<std::string>(), "wire type"); }
+void assign(kernels::DeviceKind& out, const json& v) {
+  out = kernels::parse_device_kind(v.get<std::string>(), "optimizer.device");
+}
+
+// The read and write accessors of one member of Config: the two function pointers of a Key.
+#define SCAPE_MEMBER(Config, member) \
+  [](const Config& c) -> json { return recorded(c.member); }, [](Config& c, const json& v) { assign(c.member, v); }
+
+const std::vector<std::string> kSparse = {"scape", "topk_ef"};
+const std::vector<std::string> kScape = {"scape"};
+const std::vector<std::string> kWireTypes = {"fp32", "bf16"};
+
+json record_min_lr(const OptimizerConfig& c) { return c.resolved_min_lr(); }
+void assign_min_lr(OptimizerConfig& c, const json& v) { c.min_lr = v.get<double>(); }
+json record_betas(const OptimizerConfig& c) { return {c.beta1, c.beta2}; }
+void assign_betas(OptimizerConfig& c, const json& v) {
+  c.beta1 = v[0].get<double>();
+  c.beta2 = v[1].get<double>();
+}
+
+}  // namespace
+
+const KeyTable<ExperimentConfig>& top_keys() {
+  using C = ExperimentConfig;
+  static const KeyTable<C> t({
+      {{"name", Kind::string, "run name (used in file names and tables)"}, SCAPE_MEMBER(C, name)},
+      {{"description", Kind::string, "free text: what the run tests; stored with the run"},
+       SCAPE_MEMBER(C, description)},
+      {{"seed", Kind::integer, "seed of every random choice (init, data, noise, random masks)", {0, 9.007e15}},
+       SCAPE_MEMBER(C, seed)},
+      {{"workers", Kind::integer, "number of data-parallel workers W", {1, 1024}}, SCAPE_MEMBER(C, workers)},
+      {{"steps", Kind::integer, "optimizer steps T", {1, 1e9}}, SCAPE_MEMBER(C, steps)},
+      {{"model", Kind::object, "model section"}},
+      {{"data", Kind::object, "data section (gpt models only)"}},
+      {{"optimizer", Kind::object, "optimizer section"}},
+      {{"network", Kind::object, "network model for modelled communication time"}},
+      {{"eval", Kind::object, "validation section (gpt models only)"}},
+      {{"log", Kind::object, "logging section"}},
+  });
+  return t;
+}
+
+const KeyTable<ModelSection>& model_keys() {
+  using C = ModelSection;
+  static const KeyTable<C> t({
+      {{"type", Kind::string, "gpt, replay (gradients from a trace file) or quadratic (noisy quadratic)", {},
+        {"gpt", "replay", "quadratic"}},
+       SCAPE_MEMBER(C, type)},
+      {{"n_layer", Kind::integer, "transformer blocks", {1, 64}, {}, {"gpt"}}, SCAPE_MEMBER(C, n_layer)},
+      {{"n_head", Kind::integer, "attention heads (must divide n_embd)", {1, 64}, {}, {"gpt"}},
+       SCAPE_MEMBER(C, n_head)},
+      {{"n_embd", Kind::integer, "embedding width", {1, 4096}, {}, {"gpt"}}, SCAPE_MEMBER(C, n_embd)},
+      {{"block_size", Kind::integer, "sequence length T", {1, 4096}, {}, {"gpt"}}, SCAPE_MEMBER(C, block_size)},
+      {{"vocab_size", Kind::integer, "vocabulary (256 for bytes, 50257 for GPT-2 tokens)", {2, 1 << 20}, {},
+        {"gpt"}},
+       SCAPE_MEMBER(C, vocab_size)},
+      {{"path", Kind::string, "trace file (HDF5), relative to the config file", {}, {}, {"replay"}},
+       SCAPE_MEMBER(C, path), Default::required},
+      {{"size", Kind::integer, "number of parameters", {64, 4e9}, {}, {"quadratic"}}, SCAPE_MEMBER(C, size)},
+      {{"noise", Kind::number, "gradient noise sigma", {0, kInf}, {}, {"quadratic"}},
+       SCAPE_MEMBER(C, noise)},
+      {{"curvature_tail", Kind::number, "Pareto shape of the curvature (smaller = heavier tail)",
+        {0, kInf, true}, {}, {"quadratic"}},
+       SCAPE_MEMBER(C, curvature_tail)},
+  });
+  return t;
+}
+
+const KeyTable<DataSection>& data_keys() {
+  using C = DataSection;
+  static const KeyTable<C> t({
+      {{"type", Kind::string, "synthetic (built-in Markov corpus), text (bytes of a file) or tokens (.bin shards)",
+        {}, {"synthetic", "text", "tokens"}},
+       SCAPE_MEMBER(C, type)},
+      {{"path", Kind::string, "the file, relative to the config file", {}, {}, {"text", "tokens"}},
+       SCAPE_MEMBER(C, path), Default::required},
+      {{"format", Kind::string, "nanogpt (raw uint16), llmc (256-int32 header) or auto (by header magic)",
+        {}, {"auto", "nanogpt", "llmc"}, {"tokens"}},
+       SCAPE_MEMBER(C, format)},
+      {{"batch_size", Kind::integer, "sequences per worker per step", {1, 1 << 20}}, SCAPE_MEMBER(C, batch_size)},
+      {{"val_fraction", Kind::number, "fraction of the tokens held out for validation", {0, 0.9, true}},
+       SCAPE_MEMBER(C, val_fraction)},
+      {{"tokens", Kind::integer, "corpus length in tokens", {1000, 1e10}, {}, {"synthetic"}},
+       SCAPE_MEMBER(C, tokens)},
+      {{"successors", Kind::integer, "favoured successors per state", {1, 1 << 20}, {}, {"synthetic"}},
+       SCAPE_MEMBER(C, successors)},
+      {{"concentration", Kind::number, "probability mass on the favoured successors", {0, 1, false, true},
+        {}, {"synthetic"}},
+       SCAPE_MEMBER(C, concentration)},
+  });
+  return t;
+}
+
+// No ranges here: OptimizerConfig::validate() owns them (and checks lr against min_lr).
+const KeyTable<OptimizerConfig>& optimizer_keys() {
+  using C = OptimizerConfig;
+  static const KeyTable<C> t({
+      {{"type", Kind::string, "adamw, adams (dense), scape, topk_ef (raw-gradient top-k with error feedback)", {},
+        {"adamw", "adams", "scape", "topk_ef"}},
+       SCAPE_MEMBER(C, type)},
+      {{"lr", Kind::number, "peak learning rate"}, SCAPE_MEMBER(C, lr)},
+      // The range of the JSON value: a negative min_lr in the struct means "lr / 10".
+      {{"min_lr", Kind::number, "final learning rate of the cosine schedule (default lr/10)", {0, kInf}},
+       record_min_lr, assign_min_lr, Default::derived},
+      {{"warmup_steps", Kind::integer, "linear warm-up steps"}, SCAPE_MEMBER(C, warmup_steps)},
+      {{"betas", Kind::number_pair, "[beta1, beta2]"}, record_betas, assign_betas},
+      {{"eps", Kind::number, "epsilon of the denominator"}, SCAPE_MEMBER(C, eps)},
+      {{"weight_decay", Kind::number, "decoupled weight decay on flagged tensors"}, SCAPE_MEMBER(C, weight_decay)},
+      {{"bias_correction", Kind::boolean, "Adam bias correction"}, SCAPE_MEMBER(C, bias_correction)},
+      {{"sparsity", Kind::number, "fraction of coordinates not sent (density = 1 - sparsity)", {}, {}, kSparse},
+       SCAPE_MEMBER(C, sparsity)},
+      {{"sharded", Kind::boolean, "distributed optimizer state (default true; false for topk_ef)"},
+       SCAPE_MEMBER(C, sharded), Default::derived},
+      {{"wire_dtype", Kind::string, "precision of gradient payloads", {}, kWireTypes}, SCAPE_MEMBER(C, wire_dtype)},
+      {{"param_dtype", Kind::string, "precision of parameter payloads", {}, kWireTypes}, SCAPE_MEMBER(C, param_dtype)},
+      {{"inner", Kind::string, "update rule of the sparse optimizers", {}, {"adams", "adamw"}, kSparse},
+       SCAPE_MEMBER(C, inner)},
+      {{"update", Kind::string, "masked or dense update", {}, {"masked", "dense"}, kScape}, SCAPE_MEMBER(C, update)},
+      {{"mask_statistic", Kind::string, "what top-k ranks", {}, {"first_moment", "gradient", "momentum_only", "random"},
+        kScape},
+       SCAPE_MEMBER(C, mask_statistic)},
+      {{"mask_partition", Kind::string, "per-owner shards or union of local masks", {}, {"partitioned", "local_union"},
+        kScape},
+       SCAPE_MEMBER(C, mask_partition)},
+      {{"mask_lag", Kind::integer, "1 = mask computed one step ahead, 0 = blocking", {}, {}, kScape},
+       SCAPE_MEMBER(C, mask_lag)},
+      {{"second_moment", Kind::string, "one synchronized buffer or two collectives", {},
+        {"single_buffer", "two_collectives"}, kScape},
+       SCAPE_MEMBER(C, second_moment)},
+      {{"residual", Kind::boolean, "error feedback (keep undelivered gradient)", {}, {}, kSparse},
+       SCAPE_MEMBER(C, residual)},
+      {{"density_warmup", Kind::integer, "steps of exponential density decay from 1 (0 = off)", {}, {}, kSparse},
+       SCAPE_MEMBER(C, density_warmup)},
+      {{"device", Kind::string, "where the optimizer's kernels and state live (cuda needs a CUDA build and GPU)", {},
+        {"cpu", "cuda"}, kScape},
+       SCAPE_MEMBER(C, device)},
+      {{"residual_offload", Kind::boolean, "keep the residual in pinned host memory, streamed through two device chunks",
+        {}, {}, kScape},
+       SCAPE_MEMBER(C, residual_offload)},
+      {{"offload_chunk", Kind::integer, "elements per device chunk of the offloaded residual", {}, {}, kScape},
+       SCAPE_MEMBER(C, offload_chunk)},
+  });
+  return t;
+}
+
+const KeyTable<NetworkSection>& network_keys() {
+  using C = NetworkSection;
+  static const KeyTable<C> t({
+      {{"preset", Kind::string, "ib_ndr400, nvlink_h100, pcie_gen5, eth_100g or loopback (docs/network.md)"},
+       SCAPE_MEMBER(C, preset)},
+      {{"alpha_us", Kind::number, "latency per message step in microseconds (overrides the preset)", {0, kInf}},
+       SCAPE_MEMBER(C, alpha_us), Default::derived},
+      {{"bandwidth_GBps", Kind::number, "per-worker bandwidth in GB/s (overrides the preset)", {0, kInf, true}},
+       SCAPE_MEMBER(C, bandwidth_GBps), Default::derived},
+  });
+  return t;
+}
+
+const KeyTable<EvalSection>& eval_keys() {
+  using C = EvalSection;
+  static const KeyTable<C> t({
+      {{"interval", Kind::integer, "steps between validation evaluations (the last step always evaluates)", {1, 1e9}},
+       SCAPE_MEMBER(C, interval)},
+      {{"batches", Kind::integer, "validation batches per evaluation", {1, 1e6}}, SCAPE_MEMBER(C, batches)},
+  });
+  return t;
+}
+
+const KeyTable<LogSection>& log_keys() {
+  using C = LogSection;
+  static const KeyTable<C> t({
+      {{"flush_interval", Kind::integer, "steps between flushes of the run file", {1, 1e9}},
+       SCAPE_MEMBER(C, flush_interval)},
+      {{"save_params", Kind::boolean, "write the final parameters to /final/params"}, SCAPE_MEMBER(C, save_params)},
+      {{"oracle", Kind::boolean, "compute the mask overlap with the oracle top-k (costs a copy per worker)"},
+       SCAPE_MEMBER(C, oracle)},
+  });
+  return t;
+}
+
+#undef SCAPE_MEMBER
+
+}  // namespace scape::experiments

@@ -1,0 +1,154 @@
+// The config key tables as the outside sees them, through the JSON Schemas: docs list every
+// key, the schema's defaults are the defaults a parsed config resolves to, and the resolved
+// optimizer section keeps exactly the keys whose "x-applies-to" names its type.
+#include <doctest/doctest.h>
+
+#include <fstream>
+#include <regex>
+#include <set>
+#include <sstream>
+#include <string>
+
+#include "experiments/config.hpp"
+#include "predict/predict_config.hpp"
+
+namespace ex = scape::experiments;
+using nlohmann::json;
+
+namespace {
+
+// Dotted keys of every property, objects and their members alike ("optimizer", "optimizer.lr").
+void collect_keys(const json& schema, const std::string& prefix, std::vector<std::string>& out) {
+  if (!schema.contains("properties")) return;
+  for (const auto& [key, sub] : schema.at("properties").items()) {
+    out.push_back(prefix + key);
+    collect_keys(sub, prefix + key + ".", out);
+  }
+}
+
+// The keys a Markdown doc names in the first cell of its table rows. "| `optimizer.lr`, `min_lr` |"
+// names optimizer.lr and optimizer.min_lr: later names take the first one's section.
+std::set<std::string> documented_keys(const std::string& file) {
+  std::ifstream in(std::string(SCAPE_SOURCE_DIR) + "/" + file);
+  REQUIRE(in);
+  std::set<std::string> out;
+  const std::regex name("`([A-Za-z_.]+)`");
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind("| `", 0) != 0) continue;
+    const std::string cell = line.substr(1, line.find('|', 1) - 1);
+    std::string section;
+    for (auto it = std::sregex_iterator(cell.begin(), cell.end(), name); it != std::sregex_iterator(); ++it) {
+      std::string key = (*it)[1];
+      if (section.empty()) {
+        const auto dot = key.rfind('.');
+        section = dot == std::string::npos ? "" : key.substr(0, dot + 1);
+      } else if (key.find('.') == std::string::npos) {
+        key = section + key;
+      }
+      out.insert(key);
+    }
+  }
+  return out;
+}
+
+// Every key of the schema is named in the doc, itself or through the object holding it (an
+// `optimizer` row stands for every optimizer key).
+void check_documented(const json& schema, const std::string& file) {
+  const auto documented = documented_keys(file);
+  std::vector<std::string> keys;
+  collect_keys(schema, "", keys);
+  for (const auto& key : keys) {
+    if (schema.at("properties").at(key.substr(0, key.find('.'))).value("type", "") == "object" &&
+        key.find('.') == std::string::npos) {
+      continue;  // a section: its members are what a reader looks up
+    }
+    bool found = false;
+    for (std::string k = key; !found; k = k.substr(0, k.rfind('.'))) {
+      found = documented.count(k) > 0;
+      if (k.find('.') == std::string::npos) break;
+    }
+    CAPTURE(file);
+    CAPTURE(key);
+    CHECK(found);
+  }
+}
+
+}  // namespace
+
+TEST_CASE("docs/configuration.md lists every key of an experiment config") {
+  check_documented(ex::experiment_schema(), "docs/configuration.md");
+}
+
+TEST_CASE("docs/PREDICTING.md lists every key of a prediction config") {
+  check_documented(scape::predict::predict_schema(), "docs/PREDICTING.md");
+}
+
+TEST_CASE("the schema's defaults are what a config that gives nothing resolves to") {
+  const json resolved = ex::parse_experiment(json::object(), ".").to_json();
+  const json schema = ex::experiment_schema();
+  std::vector<std::string> keys;
+  collect_keys(schema, "", keys);
+  int checked = 0;
+  for (const auto& key : keys) {
+    const auto dot = key.find('.');
+    if (dot == std::string::npos) continue;
+    const std::string section = key.substr(0, dot), name = key.substr(dot + 1);
+    const json& spec = schema["properties"][section]["properties"][name];
+    if (!spec.contains("default") || !resolved[section].contains(name)) continue;
+    CAPTURE(key);
+    CHECK(resolved[section][name] == spec["default"]);
+    ++checked;
+  }
+  CHECK(checked >= 25);
+  CHECK(schema["properties"]["optimizer"]["properties"]["offload_chunk"]["default"] ==
+        scape::OptimizerConfig{}.offload_chunk);
+  CHECK(schema["properties"]["name"]["default"] == ex::ExperimentConfig{}.name);
+}
+
+TEST_CASE("the resolved optimizer section keeps exactly the keys its type reads") {
+  const json keys = ex::experiment_schema()["properties"]["optimizer"]["properties"];
+  for (const char* type : {"adamw", "adams", "scape", "topk_ef"}) {
+    CAPTURE(type);
+    json config = {{"optimizer", {{"type", type}}}};
+    if (std::string(type) == "topk_ef") config["optimizer"]["sharded"] = false;
+    const json resolved = ex::parse_experiment(config, ".").to_json()["optimizer"];
+    for (const auto& [key, spec] : keys.items()) {
+      const auto& types = spec.at("x-applies-to");
+      CAPTURE(key);
+      CHECK(resolved.contains(key) == (std::find(types.begin(), types.end(), type) != types.end()));
+    }
+  }
+}
+
+TEST_CASE("the prediction schema shares the optimizer keys and states the fixed defaults") {
+  const json schema = scape::predict::predict_schema();
+  const json& p = schema["properties"];
+  CHECK(p["optimizer"] == ex::experiment_schema()["properties"]["optimizer"]);
+  CHECK(p["baseline"] == p["optimizer"]);
+  const json config = {{"workers", {1, 2}}, {"model", {{"preset", "gpt2-124m"}}}, {"batch", {{"global_sequences", 8}}}};
+  const json resolved = scape::predict::parse_predict_config(config).to_json();
+  for (const char* section : {"gpu", "overlap", "batch", "model"}) {
+    for (const auto& [key, spec] : p[section]["properties"].items()) {
+      if (!spec.contains("default")) continue;
+      CAPTURE(section);
+      CAPTURE(key);
+      CHECK(resolved[section][key] == spec["default"]);
+    }
+  }
+  CHECK(resolved["network"]["inter"]["preset"] == p["network"]["properties"]["inter"]["properties"]["preset"]["default"]);
+  CHECK(resolved["network"]["intra"]["preset"] == p["network"]["properties"]["intra"]["properties"]["preset"]["default"]);
+  CHECK(resolved["fill_in"] == p["fill_in"]["default"]);
+  CHECK(resolved["name"] == p["name"]["default"]);
+}
+
+TEST_CASE("predict and experiment configs share one strict section parser") {
+  json config = {{"workers", {1}}, {"model", {{"preset", "gpt2-124m"}}}, {"batch", {{"global_sequences", 8}}},
+                 {"overlap", {{"bucket_mb", 25}}}};
+  CHECK_THROWS_WITH_AS(scape::predict::parse_predict_config(config),
+                       doctest::Contains("overlap.bucket_mb: unknown key (did you mean 'bucket_MB'?)"),
+                       ex::ConfigError);
+  config = {{"log", {{"flush_intervall", 3}}}};
+  CHECK_THROWS_WITH_AS(ex::parse_experiment(config, "."),
+                       doctest::Contains("log.flush_intervall: unknown key (did you mean 'flush_interval'?)"),
+                       ex::ConfigError);
+}
