@@ -14,8 +14,7 @@
 #include "core/ledger.hpp"
 #include "core/metrics.hpp"
 #include "experiments/recorder.hpp"
-#include "kernels/cpu/bitmask.hpp"
-#include "kernels/cpu/select.hpp"
+#include "kernels/cpu/kernels.hpp"
 #include "sim/emulated_comm.hpp"
 
 namespace scape::train {
