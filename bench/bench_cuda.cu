@@ -22,7 +22,6 @@
 
 #include "core/rng.hpp"
 #include "kernels/backend.hpp"
-#include "kernels/cpu/bitmask.hpp"
 #include "kernels/cuda/check.hpp"
 #include "kernels/cuda/kernels.hpp"
 #include "kernels/cuda/stream.hpp"

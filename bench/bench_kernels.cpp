@@ -16,10 +16,7 @@
 
 #include <omp.h>
 
-#include "kernels/cpu/adam.hpp"
-#include "kernels/cpu/bitmask.hpp"
-#include "kernels/cpu/compact.hpp"
-#include "kernels/cpu/select.hpp"
+#include "kernels/cpu/kernels.hpp"
 
 namespace sk = scape::kernels;
 

@@ -8,7 +8,7 @@
 #include "core/layout.hpp"
 #include "core/optimizer.hpp"
 #include "kernels/backend.hpp"
-#include "kernels/cpu/adam.hpp"
+#include "kernels/kernel_types.hpp"
 
 namespace scape::detail {
 

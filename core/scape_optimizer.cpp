@@ -12,7 +12,7 @@
 
 #include "core/optim_common.hpp"
 #include "core/rng.hpp"
-#include "kernels/cpu/bitmask.hpp"
+#include "kernels/kernel_types.hpp"
 
 namespace scape {
 namespace {

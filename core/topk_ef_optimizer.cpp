@@ -5,11 +5,8 @@
 #include <cstring>
 
 #include "core/optim_common.hpp"
-#include "kernels/cpu/adam.hpp"
 #include "kernels/cpu/bf16.hpp"
-#include "kernels/cpu/bitmask.hpp"
-#include "kernels/cpu/compact.hpp"
-#include "kernels/cpu/select.hpp"
+#include "kernels/cpu/kernels.hpp"
 
 namespace scape {
 

@@ -9,7 +9,7 @@
 #include <string>
 
 #include "core/schedule.hpp"
-#include "kernels/cpu/bitmask.hpp"
+#include "kernels/kernel_types.hpp"
 
 namespace scape {
 namespace {

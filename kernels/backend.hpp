@@ -1,13 +1,12 @@
 // Where the optimizer core's kernels run: the CPU (OpenMP) or a CUDA device. The core holds
 // its state in Buffers allocated by a KernelBackend and calls every kernel through it, so the
-// same optimizer code runs on either; the kernels keep identical signatures in
-// kernels/cpu (scape::kernels) and kernels/cuda (scape::kernels::cuda).
+// same optimizer code runs on either. The kernels are listed once, in kernels/kernel_list.inc,
+// with bodies in kernels/cpu (scape::kernels) and kernels/cuda (scape::kernels::cuda).
 //
 // Memory rule: Buffers of the CUDA backend are CUDA managed memory, resident on the device
 // and addressable from the host. Kernels are queued in order on the backend's stream; the
 // host may read or write a Buffer only after synchronize(). Kernels that return a value to
-// the host (accumulate, popcount, topk_abs_indices, bits_to_indices, max_magnitude) synchronize
-// themselves.
+// the host synchronize themselves.
 #pragma once
 
 #include <cstddef>
@@ -18,7 +17,7 @@
 #include <string_view>
 #include <utility>
 
-#include "kernels/cpu/adam.hpp"
+#include "kernels/kernel_types.hpp"
 
 namespace scape::kernels {
 
@@ -76,53 +75,11 @@ class KernelBackend {
   virtual void zero_bytes(void* dst, std::size_t bytes) = 0;
   virtual std::unique_ptr<ChunkCopier> make_chunk_copier(std::size_t chunk_elements) = 0;
 
-  // The kernels, with the contracts of kernels/cpu/*.hpp.
-  virtual void adamw_step(std::span<float> theta, std::span<float> m, std::span<float> v, std::span<const float> g,
-                          const AdamScalars& s) = 0;
-  virtual void adams_step(std::span<float> theta, std::span<float> m, std::span<const float> g,
-                          const AdamScalars& s) = 0;
-  virtual void adamw_step_masked(std::span<float> theta, std::span<float> m, std::span<float> v,
-                                 std::span<const std::uint32_t> idx, std::span<const float> m_new,
-                                 std::span<const float> g_bar, const AdamScalars& s) = 0;
-  virtual void adams_step_masked(std::span<float> theta, std::span<float> m, std::span<const std::uint32_t> idx,
-                                 std::span<const float> m_new, std::span<const float> g_bar,
-                                 const AdamScalars& s) = 0;
-  virtual void scale(std::span<float> x, float factor) = 0;
-  virtual std::size_t accumulate(std::span<float> acc, std::span<const float> g) = 0;
-  virtual void fill(std::span<float> x, float value) = 0;
-  virtual void round_to_bf16(std::span<const float> in, std::span<float> out) = 0;
-
-  virtual void topk_abs_mask(std::span<const float> values, std::size_t k, std::span<std::uint64_t> mask_words) = 0;
-  virtual std::size_t topk_abs_indices(std::span<const float> values, std::size_t k,
-                                       std::span<std::uint32_t> out) = 0;
-  virtual std::size_t popcount(std::span<const std::uint64_t> words) = 0;
-  virtual std::size_t bits_to_indices(std::span<const std::uint64_t> words, std::uint32_t base,
-                                      std::span<std::uint32_t> out) = 0;
-  virtual void indices_to_bits(std::span<const std::uint32_t> idx, std::uint32_t base,
-                               std::span<std::uint64_t> words) = 0;
-
-  virtual void compact(std::span<const float> src, std::span<const std::uint32_t> idx, std::span<float> dst) = 0;
-  virtual void expand(std::span<const float> src, std::span<const std::uint32_t> idx, std::span<float> dst) = 0;
-  virtual void zero_at(std::span<float> dst, std::span<const std::uint32_t> idx) = 0;
-
-  virtual void first_moment_statistic(std::span<const float> m, std::span<const float> a, float b1, float omb1,
-                                      std::span<float> out) = 0;
-  virtual void random_statistic(std::uint64_t key, std::uint64_t first_counter, std::span<float> out) = 0;
-  virtual void pack_payload(std::span<const float> a, std::span<const float> m, std::size_t m_offset,
-                            std::span<const std::uint32_t> idx, float b1, float omb1, bool with_momentum,
-                            std::span<float> b, std::span<float> a_out) = 0;
-  virtual void rebase_indices(std::span<const std::uint32_t> idx, std::uint32_t base,
-                              std::span<std::uint32_t> out) = 0;
-  virtual void add_momentum(std::span<float> b_bar, std::span<const float> m, std::span<const std::uint32_t> idx,
-                            float b1) = 0;
-  virtual void reconstruct_gradient(std::span<const float> b_bar, std::span<const float> m,
-                                    std::span<const std::uint32_t> idx, float b1, float omb1,
-                                    std::span<float> g_bar) = 0;
-
-  // Metrics reductions (kernels/cpu/reduce.hpp): per-step norms without moving the buffer to
-  // the host. max_magnitude synchronizes.
-  virtual void block_sum_squares(std::span<const float> x, std::size_t block, std::span<double> partial) = 0;
-  virtual float max_magnitude(std::span<const float> x) = 0;
+  // The kernels of kernels/kernel_list.inc (contracts there; kernels that return a value
+  // synchronize, the others are queued).
+#define SCAPE_KERNEL(result, name, parameters, arguments) virtual result name parameters = 0;
+#include "kernels/kernel_list.inc"
+#undef SCAPE_KERNEL
 };
 
 // A new backend of that kind. cuda throws std::runtime_error when scape was built without

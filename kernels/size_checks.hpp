@@ -1,10 +1,15 @@
-// Size checks shared by the CPU and CUDA kernels, so a bad call throws the same
-// std::invalid_argument, with the same message, on either device (before any launch).
+// Argument checks shared by the CPU and CUDA kernels, so a bad call throws the same
+// std::invalid_argument, with the same message, on either device (before any launch). The
+// kernels that check more than one size have their whole check here.
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
+#include <limits>
 #include <stdexcept>
 #include <string>
+
+#include "kernels/kernel_types.hpp"
 
 namespace scape::kernels::checks {
 
@@ -34,7 +39,7 @@ inline void require_size(std::size_t got, std::size_t want, const char* what) {
 
 // A bitmask of `have` 64-bit words that must cover `bits` bits.
 inline void require_words(std::size_t have, std::size_t bits, const char* what) {
-  const std::size_t need = (bits + 63) / 64;
+  const std::size_t need = words_for(bits);
   if (have != need) {
     throw std::invalid_argument(std::string(what) + ": " + std::to_string(have) + " words given, " +
                                 std::to_string(bits) + " bits need " + std::to_string(need));
@@ -47,6 +52,75 @@ inline void require_same_words(std::size_t a, std::size_t b, const char* what) {
     throw std::invalid_argument(std::string(what) + ": masks differ in length (" + std::to_string(a) + " vs " +
                                 std::to_string(b) + " words)");
   }
+}
+
+// ---- Whole checks of single kernels (sizes of their spans, in parameter order).
+
+inline void adamw_step_sizes(std::size_t theta, std::size_t m, std::size_t v, std::size_t g) {
+  require_same(theta, m, "adamw_step: theta/m");
+  require_same(theta, v, "adamw_step: theta/v");
+  require_same(theta, g, "adamw_step: theta/g");
+}
+
+inline void adams_step_sizes(std::size_t theta, std::size_t m, std::size_t g) {
+  require_same(theta, m, "adams_step: theta/m");
+  require_same(theta, g, "adams_step: theta/g");
+}
+
+inline void adamw_step_masked_sizes(std::size_t theta, std::size_t m, std::size_t v, std::size_t idx,
+                                    std::size_t m_new, std::size_t g_bar) {
+  require_same(theta, m, "adamw_step_masked: theta/m");
+  require_same(theta, v, "adamw_step_masked: theta/v");
+  require_same(idx, m_new, "adamw_step_masked: idx/m_new");
+  require_same(idx, g_bar, "adamw_step_masked: idx/g_bar");
+}
+
+inline void adams_step_masked_sizes(std::size_t theta, std::size_t m, std::size_t idx, std::size_t m_new,
+                                    std::size_t g_bar) {
+  require_same(theta, m, "adams_step_masked: theta/m");
+  require_same(idx, m_new, "adams_step_masked: idx/m_new");
+  require_same(idx, g_bar, "adams_step_masked: idx/g_bar");
+}
+
+// k <= n, a mask of words_for(n) words, and n within the 32-bit histogram counters.
+inline void topk_abs_mask_sizes(std::size_t n, std::size_t k, std::size_t mask_words) {
+  if (k > n) {
+    throw std::invalid_argument("topk_abs_mask: k = " + std::to_string(k) + " exceeds n = " + std::to_string(n));
+  }
+  if (mask_words != words_for(n)) {
+    throw std::invalid_argument("topk_abs_mask: mask has " + std::to_string(mask_words) + " words, n = " +
+                                std::to_string(n) + " needs " + std::to_string(words_for(n)));
+  }
+  if (n > std::numeric_limits<std::uint32_t>::max()) {
+    throw std::invalid_argument("topk_abs_mask: n = " + std::to_string(n) + " exceeds 2^32 - 1");
+  }
+}
+
+inline void topk_abs_indices_sizes(std::size_t k, std::size_t out) {
+  if (out < k) {
+    throw std::invalid_argument("topk_abs_indices: out holds " + std::to_string(out) + " entries, k = " +
+                                std::to_string(k));
+  }
+}
+
+inline void first_moment_statistic_sizes(std::size_t m, std::size_t a, std::size_t out) {
+  require_size(m, out, "first_moment_statistic: m");
+  require_size(a, out, "first_moment_statistic: a");
+}
+
+inline void pack_payload_sizes(std::size_t idx, std::size_t b, std::size_t a_out) {
+  require_size(b, idx, "pack_payload: b");
+  if (a_out != 0) require_size(a_out, idx, "pack_payload: a_out");
+}
+
+inline void reconstruct_gradient_sizes(std::size_t b_bar, std::size_t idx, std::size_t g_bar) {
+  require_size(b_bar, idx, "reconstruct_gradient: b_bar");
+  require_size(g_bar, idx, "reconstruct_gradient: g_bar");
+}
+
+inline void block_sum_squares_sizes(std::size_t n, std::size_t block, std::size_t partial) {
+  if (block == 0) throw std::invalid_argument("block_sum_squares: block must be > 0");
+  require_size(partial, (n + block - 1) / block, "block_sum_squares: partial");
 }
 
 }  // namespace scape::kernels::checks

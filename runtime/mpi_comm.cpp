@@ -7,22 +7,20 @@
 #include <numeric>
 #include <stdexcept>
 
+#include "runtime/mpi_check.hpp"
+
 namespace scape::runtime {
 namespace {
 
-double now_s() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
-
 int rank_of(MPI_Comm c) {
   int r = 0;
-  MPI_Comm_rank(c, &r);
+  SCAPE_MPI_CHECK(MPI_Comm_rank(c, &r));
   return r;
 }
 
 int size_of(MPI_Comm c) {
   int s = 0;
-  MPI_Comm_size(c, &s);
+  SCAPE_MPI_CHECK(MPI_Comm_size(c, &s));
   return s;
 }
 
@@ -49,7 +47,7 @@ int to_mpi_count(std::size_t n, const char* what) {
 
 MpiComm::MpiComm(MPI_Comm world, NetworkModel net, MpiOptions options)
     : Communicator(rank_of(world), size_of(world), net), world_(world), options_(options) {
-  MPI_Comm_dup(world_, &async_comm_);
+  SCAPE_MPI_CHECK(MPI_Comm_dup(world_, &async_comm_));
   comm_thread_ = std::thread([this] { comm_thread_main(); });
 }
 
@@ -60,15 +58,9 @@ MpiComm::~MpiComm() {
   }
   queue_cv_.notify_all();
   comm_thread_.join();
-  MPI_Comm_free(&async_comm_);
+  // A destructor cannot throw; a failure here leaves only a communicator unfreed.
+  (void)MPI_Comm_free(&async_comm_);
 }
-
-double MpiComm::blocked_for() const {
-  const double since = blocked_since_.load();
-  return since > 0 ? now_s() - since : 0.0;
-}
-
-void MpiComm::mark_blocked(bool blocked) { blocked_since_.store(blocked ? now_s() : 0.0); }
 
 void MpiComm::comm_thread_main() {
   for (;;) {
@@ -101,10 +93,11 @@ void MpiComm::mean_by_alltoall(std::span<const float> send, std::span<float> rec
   const auto send_displs = displacements(send_counts);
   std::vector<int> recv_counts(static_cast<std::size_t>(w), to_mpi_count(mine, "reduce_scatter"));
   const auto recv_displs = displacements(recv_counts);
-  mark_blocked(true);
-  MPI_Alltoallv(send.data(), send_counts.data(), send_displs.data(), MPI_FLOAT, gathered_.data(), recv_counts.data(),
-                recv_displs.data(), MPI_FLOAT, world_);
-  mark_blocked(false);
+  {
+    const BlockedClock::Scope blocked(blocked_);
+    SCAPE_MPI_CHECK(MPI_Alltoallv(send.data(), send_counts.data(), send_displs.data(), MPI_FLOAT, gathered_.data(),
+                                  recv_counts.data(), recv_displs.data(), MPI_FLOAT, world_));
+  }
   std::vector<const float*> inputs(static_cast<std::size_t>(w));
   for (int q = 0; q < w; ++q) inputs[static_cast<std::size_t>(q)] = gathered_.data() + static_cast<std::size_t>(q) * mine;
   mean_in_rank_order(inputs, recv);
@@ -113,9 +106,11 @@ void MpiComm::mean_by_alltoall(std::span<const float> send, std::span<float> rec
 void MpiComm::do_all_reduce_mean(std::span<float> data) {
   const int w = size();
   if (!options_.deterministic) {
-    mark_blocked(true);
-    MPI_Allreduce(MPI_IN_PLACE, data.data(), to_mpi_count(data.size(), "all_reduce"), MPI_FLOAT, MPI_SUM, world_);
-    mark_blocked(false);
+    {
+      const BlockedClock::Scope blocked(blocked_);
+      const int count = to_mpi_count(data.size(), "all_reduce");
+      SCAPE_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, data.data(), count, MPI_FLOAT, MPI_SUM, world_));
+    }
     const float wf = static_cast<float>(w);
     for (float& x : data) x /= wf;
     return;
@@ -131,10 +126,9 @@ void MpiComm::do_all_reduce_mean(std::span<float> data) {
   mean_by_alltoall(data, chunk, counts);
   const auto c = int_counts(counts, "all_reduce");
   const auto d = displacements(c);
-  mark_blocked(true);
-  MPI_Allgatherv(chunk.data(), c[static_cast<std::size_t>(rank())], MPI_FLOAT, data.data(), c.data(), d.data(),
-                 MPI_FLOAT, world_);
-  mark_blocked(false);
+  const BlockedClock::Scope blocked(blocked_);
+  SCAPE_MPI_CHECK(MPI_Allgatherv(chunk.data(), c[static_cast<std::size_t>(rank())], MPI_FLOAT, data.data(), c.data(),
+                                 d.data(), MPI_FLOAT, world_));
 }
 
 void MpiComm::do_reduce_scatter_mean(std::span<const float> send, std::span<float> recv,
@@ -144,9 +138,10 @@ void MpiComm::do_reduce_scatter_mean(std::span<const float> send, std::span<floa
     return;
   }
   const auto c = int_counts(counts, "reduce_scatter");
-  mark_blocked(true);
-  MPI_Reduce_scatter(send.data(), recv.data(), c.data(), MPI_FLOAT, MPI_SUM, world_);
-  mark_blocked(false);
+  {
+    const BlockedClock::Scope blocked(blocked_);
+    SCAPE_MPI_CHECK(MPI_Reduce_scatter(send.data(), recv.data(), c.data(), MPI_FLOAT, MPI_SUM, world_));
+  }
   const float wf = static_cast<float>(size());
   for (float& x : recv) x /= wf;
 }
@@ -155,10 +150,9 @@ void MpiComm::do_all_gather_bytes(std::span<const std::byte> send, std::span<std
                                   std::span<const std::size_t> counts) {
   const auto c = int_counts(counts, "all_gather");
   const auto d = displacements(c);
-  mark_blocked(true);
-  MPI_Allgatherv(send.data(), c[static_cast<std::size_t>(rank())], MPI_BYTE, recv.data(), c.data(), d.data(), MPI_BYTE,
-                 world_);
-  mark_blocked(false);
+  const BlockedClock::Scope blocked(blocked_);
+  SCAPE_MPI_CHECK(MPI_Allgatherv(send.data(), c[static_cast<std::size_t>(rank())], MPI_BYTE, recv.data(), c.data(),
+                                 d.data(), MPI_BYTE, world_));
 }
 
 // Runs on the communication thread; wait() blocks the caller only for what is left of it.
@@ -167,9 +161,11 @@ class MpiComm::AsyncGather final : public AsyncRequest {
   AsyncGather(MpiComm& comm, std::future<double> done) : comm_(comm), done_(std::move(done)) {}
   void wait() override {
     const auto start = std::chrono::steady_clock::now();
-    comm_.mark_blocked(true);
-    const double duration = done_.get();
-    comm_.mark_blocked(false);
+    double duration = 0;
+    {
+      const BlockedClock::Scope blocked(comm_.blocked_);
+      duration = done_.get();  // rethrows the gather's error
+    }
     comm_.add_exposed_wait(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
     comm_.add_measured_time("async_all_gather", duration);
   }
@@ -188,17 +184,22 @@ std::unique_ptr<AsyncRequest> MpiComm::do_all_gather_bytes_async(std::span<const
   std::future<double> done = promise->get_future();
   const int mine = c[static_cast<std::size_t>(rank())];
   enqueue([this, send, recv, c = std::move(c), d = std::move(d), mine, promise] {
-    const auto start = std::chrono::steady_clock::now();
-    MPI_Allgatherv(send.data(), mine, MPI_BYTE, recv.data(), c.data(), d.data(), MPI_BYTE, async_comm_);
-    promise->set_value(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+    // An error must not escape the communication thread: wait() rethrows it on the caller's.
+    try {
+      const auto start = std::chrono::steady_clock::now();
+      SCAPE_MPI_CHECK(
+          MPI_Allgatherv(send.data(), mine, MPI_BYTE, recv.data(), c.data(), d.data(), MPI_BYTE, async_comm_));
+      promise->set_value(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+    } catch (...) {
+      promise->set_exception(std::current_exception());
+    }
   });
   return std::make_unique<AsyncGather>(*this, std::move(done));
 }
 
 void MpiComm::do_barrier() {
-  mark_blocked(true);
-  MPI_Barrier(world_);
-  mark_blocked(false);
+  const BlockedClock::Scope blocked(blocked_);
+  SCAPE_MPI_CHECK(MPI_Barrier(world_));
 }
 
 }  // namespace scape::runtime

@@ -8,7 +8,6 @@
 
 #include <mpi.h>
 
-#include <atomic>
 #include <condition_variable>
 #include <deque>
 #include <functional>
@@ -17,6 +16,7 @@
 #include <thread>
 
 #include "core/communicator.hpp"
+#include "runtime/blocked_clock.hpp"
 
 namespace scape::runtime {
 
@@ -32,7 +32,7 @@ class MpiComm final : public Communicator {
 
   // Seconds the oldest blocking MPI call of this rank has been running (0 when none): the
   // watchdog reads it from another thread.
-  double blocked_for() const;
+  double blocked_for() const { return blocked_.blocked_for(); }
   MPI_Comm world() const { return world_; }
 
  protected:
@@ -51,7 +51,6 @@ class MpiComm final : public Communicator {
   void comm_thread_main();
   void enqueue(std::function<void()> task);
   void mean_by_alltoall(std::span<const float> send, std::span<float> recv, std::span<const std::size_t> counts);
-  void mark_blocked(bool blocked);
 
   MPI_Comm world_;
   MPI_Comm async_comm_ = MPI_COMM_NULL;
@@ -61,7 +60,7 @@ class MpiComm final : public Communicator {
   std::condition_variable queue_cv_;
   std::deque<std::function<void()>> queue_;
   bool stopping_ = false;
-  std::atomic<double> blocked_since_{0.0};
+  BlockedClock blocked_;
   std::vector<float> gathered_;
 };
 

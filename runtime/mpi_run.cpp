@@ -9,6 +9,7 @@
 #include <mutex>
 #include <thread>
 
+#include "runtime/mpi_check.hpp"
 #include "train/run_metrics.hpp"
 
 namespace scape::runtime {
@@ -19,18 +20,19 @@ constexpr int kErrorTag = 77;
 // Gathers every rank's error text on rank 0 ("" = fine); returns true on every rank when any failed.
 bool any_failed(MPI_Comm world, const std::string& error, std::string& all_errors) {
   int failed = error.empty() ? 0 : 1, any = 0;
-  MPI_Allreduce(&failed, &any, 1, MPI_INT, MPI_MAX, world);
+  SCAPE_MPI_CHECK(MPI_Allreduce(&failed, &any, 1, MPI_INT, MPI_MAX, world));
   if (!any) return false;
   int rank = 0, size = 0;
-  MPI_Comm_rank(world, &rank);
-  MPI_Comm_size(world, &size);
+  SCAPE_MPI_CHECK(MPI_Comm_rank(world, &rank));
+  SCAPE_MPI_CHECK(MPI_Comm_size(world, &size));
   int len = static_cast<int>(error.size());
   std::vector<int> lens(static_cast<std::size_t>(size));
-  MPI_Gather(&len, 1, MPI_INT, lens.data(), 1, MPI_INT, 0, world);
+  SCAPE_MPI_CHECK(MPI_Gather(&len, 1, MPI_INT, lens.data(), 1, MPI_INT, 0, world));
   std::vector<int> displs(static_cast<std::size_t>(size), 0);
   for (int q = 1; q < size; ++q) displs[static_cast<std::size_t>(q)] = displs[static_cast<std::size_t>(q - 1)] + lens[static_cast<std::size_t>(q - 1)];
   std::vector<char> text(static_cast<std::size_t>(displs.back() + lens.back()) + 1);
-  MPI_Gatherv(error.data(), len, MPI_CHAR, text.data(), lens.data(), displs.data(), MPI_CHAR, 0, world);
+  SCAPE_MPI_CHECK(
+      MPI_Gatherv(error.data(), len, MPI_CHAR, text.data(), lens.data(), displs.data(), MPI_CHAR, 0, world));
   if (rank == 0) {
     for (int q = 0; q < size; ++q) {
       if (lens[static_cast<std::size_t>(q)] == 0) continue;
@@ -48,7 +50,7 @@ class MpiExchange final : public train::StepExchange {
  public:
   MpiExchange(MPI_Comm world, const experiments::ExperimentConfig& config, std::size_t n, std::size_t tensors)
       : world_(world), n_(n), packer_(config.optimizer, tensors) {
-    MPI_Comm_size(world, &size_);
+    SCAPE_MPI_CHECK(MPI_Comm_size(world, &size_));
   }
 
   bool exchange(int rank, const train::WorkerReport& report,
@@ -60,16 +62,16 @@ class MpiExchange final : public train::StepExchange {
       scalars_.resize(width * w);
       grads_.resize(n_ * w);
     }
-    MPI_Gather(mine.data(), to_mpi_count(width, "report"), MPI_DOUBLE, scalars_.data(), to_mpi_count(width, "report"),
-               MPI_DOUBLE, 0, world_);
-    MPI_Gather(report.grads.data(), to_mpi_count(n_, "gradient gather"), MPI_FLOAT, grads_.data(),
-               to_mpi_count(n_, "gradient gather"), MPI_FLOAT, 0, world_);
+    SCAPE_MPI_CHECK(MPI_Gather(mine.data(), to_mpi_count(width, "report"), MPI_DOUBLE, scalars_.data(),
+                               to_mpi_count(width, "report"), MPI_DOUBLE, 0, world_));
+    SCAPE_MPI_CHECK(MPI_Gather(report.grads.data(), to_mpi_count(n_, "gradient gather"), MPI_FLOAT, grads_.data(),
+                               to_mpi_count(n_, "gradient gather"), MPI_FLOAT, 0, world_));
     int with_acc = report.accumulated.empty() ? 0 : 1;
-    MPI_Bcast(&with_acc, 1, MPI_INT, 0, world_);
+    SCAPE_MPI_CHECK(MPI_Bcast(&with_acc, 1, MPI_INT, 0, world_));
     if (with_acc) {
       if (rank == 0) acc_.resize(n_ * w);
-      MPI_Gather(report.accumulated.data(), to_mpi_count(n_, "oracle gather"), MPI_FLOAT, acc_.data(),
-                 to_mpi_count(n_, "oracle gather"), MPI_FLOAT, 0, world_);
+      SCAPE_MPI_CHECK(MPI_Gather(report.accumulated.data(), to_mpi_count(n_, "oracle gather"), MPI_FLOAT, acc_.data(),
+                                 to_mpi_count(n_, "oracle gather"), MPI_FLOAT, 0, world_));
     }
     int stop = 0;
     if (rank == 0) {
@@ -84,7 +86,7 @@ class MpiExchange final : public train::StepExchange {
       }
       stop = decide(all) ? 1 : 0;
     }
-    MPI_Bcast(&stop, 1, MPI_INT, 0, world_);
+    SCAPE_MPI_CHECK(MPI_Bcast(&stop, 1, MPI_INT, 0, world_));
     return stop != 0;
   }
 
@@ -92,7 +94,7 @@ class MpiExchange final : public train::StepExchange {
     const std::string bytes = train::encode_state_map(mine);
     long long len = static_cast<long long>(bytes.size());
     std::vector<long long> lens(static_cast<std::size_t>(size_));
-    MPI_Gather(&len, 1, MPI_LONG_LONG, lens.data(), 1, MPI_LONG_LONG, 0, world_);
+    SCAPE_MPI_CHECK(MPI_Gather(&len, 1, MPI_LONG_LONG, lens.data(), 1, MPI_LONG_LONG, 0, world_));
     std::vector<int> counts(static_cast<std::size_t>(size_)), displs(static_cast<std::size_t>(size_), 0);
     std::vector<char> all;
     if (rank == 0) {
@@ -100,8 +102,8 @@ class MpiExchange final : public train::StepExchange {
       for (int q = 1; q < size_; ++q) displs[static_cast<std::size_t>(q)] = displs[static_cast<std::size_t>(q - 1)] + counts[static_cast<std::size_t>(q - 1)];
       all.resize(static_cast<std::size_t>(displs.back() + counts.back()));
     }
-    MPI_Gatherv(bytes.data(), to_mpi_count(bytes.size(), "checkpoint gather"), MPI_CHAR, all.data(), counts.data(),
-                displs.data(), MPI_CHAR, 0, world_);
+    SCAPE_MPI_CHECK(MPI_Gatherv(bytes.data(), to_mpi_count(bytes.size(), "checkpoint gather"), MPI_CHAR, all.data(),
+                                counts.data(), displs.data(), MPI_CHAR, 0, world_));
     std::vector<StateMap> out;
     if (rank == 0) {
       for (int q = 0; q < size_; ++q) {
@@ -111,7 +113,7 @@ class MpiExchange final : public train::StepExchange {
     return out;
   }
 
-  void barrier(int) override { MPI_Barrier(world_); }
+  void barrier(int) override { SCAPE_MPI_CHECK(MPI_Barrier(world_)); }
 
  private:
   MPI_Comm world_;
@@ -129,8 +131,8 @@ class FailureMonitor {
  public:
   FailureMonitor(MPI_Comm world, std::function<double()> blocked_for, train::RunLog* log, double timeout_s)
       : blocked_for_(std::move(blocked_for)), log_(log), timeout_s_(timeout_s) {
-    MPI_Comm_dup(world, &errors_);
-    MPI_Comm_rank(world, &rank_);
+    SCAPE_MPI_CHECK(MPI_Comm_dup(world, &errors_));
+    SCAPE_MPI_CHECK(MPI_Comm_rank(world, &rank_));
     thread_ = std::thread([this] { run(); });
   }
   ~FailureMonitor() {
@@ -245,8 +247,8 @@ int run_mpi(const experiments::ExperimentConfig& config, train::RunOptions optio
             const CommBackend& backend) {
   MPI_Comm world = MPI_COMM_WORLD;
   int rank = 0, size = 0;
-  MPI_Comm_rank(world, &rank);
-  MPI_Comm_size(world, &size);
+  SCAPE_MPI_CHECK(MPI_Comm_rank(world, &rank));
+  SCAPE_MPI_CHECK(MPI_Comm_size(world, &size));
   options.measured_comm = true;
   options.quiet = options.quiet || rank != 0;
   std::atomic<int> current_step{0};
@@ -316,7 +318,7 @@ int run_mpi(const experiments::ExperimentConfig& config, train::RunOptions optio
       std::fprintf(stderr, "%s: %s after %d/%d steps -> %s\n", config.name.c_str(), train::to_string(outcome.status),
                    outcome.steps_completed, config.steps, options.out.string().c_str());
     }
-    MPI_Bcast(&code, 1, MPI_INT, 0, world);
+    SCAPE_MPI_CHECK(MPI_Bcast(&code, 1, MPI_INT, 0, world));
   }
   comm.reset();
   return code;

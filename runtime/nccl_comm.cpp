@@ -10,25 +10,16 @@
 #include <string>
 #include <vector>
 
+#include "kernels/cuda/check.hpp"
+#include "kernels/cuda/cuda_backend.hpp"
 #include "kernels/cuda/kernels.hpp"
 #include "kernels/cuda/stream.hpp"
+#include "runtime/nccl_check.hpp"
 
 namespace scape::runtime {
 namespace {
 
-double now_s() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
-
-// Whether CUDA kernels (and so NCCL) can address p: device or managed memory.
-bool device_accessible(const void* p) {
-  cudaPointerAttributes a{};
-  if (cudaPointerGetAttributes(&a, p) != cudaSuccess) {
-    (void)cudaGetLastError();  // clear the error an unregistered pointer may leave
-    return false;
-  }
-  return a.type == cudaMemoryTypeDevice || a.type == cudaMemoryTypeManaged;
-}
+using kernels::cuda::device_accessible;
 
 bool all_equal(std::span<const std::size_t> counts) {
   return std::adjacent_find(counts.begin(), counts.end(), std::not_equal_to<>()) == counts.end();
@@ -39,26 +30,6 @@ std::size_t sum(std::span<const std::size_t> counts) {
 }
 
 }  // namespace
-
-void cuda_check(cudaError_t status, const char* call) {
-  if (status != cudaSuccess) {
-    throw std::runtime_error(std::string(call) + " failed: " + cudaGetErrorString(status) + " (" +
-                             cudaGetErrorName(status) + ")");
-  }
-}
-
-void nccl_check(ncclResult_t status, const char* call) {
-  if (status != ncclSuccess) throw std::runtime_error(std::string(call) + " failed: " + ncclGetErrorString(status));
-}
-
-int visible_cuda_devices() {
-  int n = 0;
-  if (cudaGetDeviceCount(&n) != cudaSuccess) {
-    (void)cudaGetLastError();
-    return 0;
-  }
-  return n;
-}
 
 namespace nccl_detail {
 
@@ -71,7 +42,7 @@ void* DeviceScratch::ensure(std::size_t bytes, cudaStream_t stream) {
   if (bytes <= capacity_ && data_ != nullptr) return data_;
   release(stream);
   void* p = nullptr;
-  cuda_check(cudaMallocAsync(&p, std::max<std::size_t>(bytes, 256), stream), "cudaMallocAsync");
+  SCAPE_CUDA_CHECK(cudaMallocAsync(&p, std::max<std::size_t>(bytes, 256), stream));
   data_ = p;
   capacity_ = std::max<std::size_t>(bytes, 256);
   return data_;
@@ -91,12 +62,12 @@ void DeviceScratch::release(cudaStream_t stream) noexcept {
 NcclComm::NcclComm(int rank, int size, const ncclUniqueId& id, int device, NetworkModel net)
     : Communicator(rank, size, net), device_(device) {
   try {
-    cuda_check(cudaSetDevice(device_), "cudaSetDevice");
-    cuda_check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreateWithFlags");
-    cuda_check(cudaEventCreateWithFlags(&compute_done_, cudaEventDisableTiming), "cudaEventCreateWithFlags");
-    nccl_check(ncclCommInitRank(&comm_, size, id, rank), "ncclCommInitRank");
-    cuda_check(cudaMemsetAsync(barrier_.ensure(sizeof(float), stream_), 0, sizeof(float), stream_), "cudaMemsetAsync");
-    cuda_check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
+    SCAPE_CUDA_CHECK(cudaSetDevice(device_));
+    SCAPE_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+    SCAPE_CUDA_CHECK(cudaEventCreateWithFlags(&compute_done_, cudaEventDisableTiming));
+    SCAPE_NCCL_CHECK(ncclCommInitRank(&comm_, size, id, rank));
+    SCAPE_CUDA_CHECK(cudaMemsetAsync(barrier_.ensure(sizeof(float), stream_), 0, sizeof(float), stream_));
+    SCAPE_CUDA_CHECK(cudaStreamSynchronize(stream_));
   } catch (...) {
     release();
     throw;
@@ -141,61 +112,50 @@ void NcclComm::release() noexcept {
   stream_ = nullptr;
 }
 
-double NcclComm::blocked_for() const {
-  const double since = blocked_since_.load();
-  return since > 0 ? now_s() - since : 0.0;
-}
-
-void NcclComm::mark_blocked(bool blocked) { blocked_since_.store(blocked ? now_s() : 0.0); }
-
 void NcclComm::begin() {
-  cuda_check(cudaSetDevice(device_), "cudaSetDevice");
-  cuda_check(cudaEventRecord(compute_done_, kernels::cuda::current_stream()), "cudaEventRecord");
-  cuda_check(cudaStreamWaitEvent(stream_, compute_done_, 0), "cudaStreamWaitEvent");
+  SCAPE_CUDA_CHECK(cudaSetDevice(device_));
+  SCAPE_CUDA_CHECK(cudaEventRecord(compute_done_, kernels::cuda::current_stream()));
+  SCAPE_CUDA_CHECK(cudaStreamWaitEvent(stream_, compute_done_, 0));
 }
 
 void NcclComm::check_async_error() {
   ncclResult_t state = ncclSuccess;
-  nccl_check(ncclCommGetAsyncError(comm_, &state), "ncclCommGetAsyncError");
-  nccl_check(state, "NCCL communicator (asynchronous error)");
+  SCAPE_NCCL_CHECK(ncclCommGetAsyncError(comm_, &state));
+  if (state != ncclSuccess) throw_nccl_error(state, "the communicator (asynchronous error)", __FILE__, __LINE__);
 }
 
 void NcclComm::finish() {
-  mark_blocked(true);
-  const cudaError_t e = cudaStreamSynchronize(stream_);
-  mark_blocked(false);
-  cuda_check(e, "cudaStreamSynchronize (NCCL stream)");
+  {
+    const BlockedClock::Scope blocked(blocked_);
+    SCAPE_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  }
   check_async_error();
 }
 
 void NcclComm::wait_event(cudaEvent_t event) {
-  mark_blocked(true);
-  const cudaError_t e = cudaEventSynchronize(event);
-  mark_blocked(false);
-  cuda_check(e, "cudaEventSynchronize (asynchronous all-gather)");
+  const BlockedClock::Scope blocked(blocked_);
+  SCAPE_CUDA_CHECK(cudaEventSynchronize(event));
 }
 
 const void* NcclComm::readable(const void* p, std::size_t bytes, nccl_detail::DeviceScratch& stage) {
   if (bytes == 0 || device_accessible(p)) return p;
   void* d = stage.ensure(bytes, stream_);
-  cuda_check(cudaMemcpyAsync(d, p, bytes, cudaMemcpyHostToDevice, stream_), "cudaMemcpyAsync (stage in)");
+  SCAPE_CUDA_CHECK(cudaMemcpyAsync(d, p, bytes, cudaMemcpyHostToDevice, stream_));
   return d;
 }
 
 void* NcclComm::writable(void* p, std::size_t bytes, nccl_detail::DeviceScratch& stage, bool keep) {
   if (bytes == 0 || device_accessible(p)) return p;
   void* d = stage.ensure(bytes, stream_);
-  if (keep) cuda_check(cudaMemcpyAsync(d, p, bytes, cudaMemcpyHostToDevice, stream_), "cudaMemcpyAsync (stage in)");
+  if (keep) SCAPE_CUDA_CHECK(cudaMemcpyAsync(d, p, bytes, cudaMemcpyHostToDevice, stream_));
   return d;
 }
 
 void NcclComm::copy_back(void* p, const void* staged, std::size_t bytes) {
   if (bytes == 0 || p == staged) return;
   // A copy to pageable memory returns when it is done, so it waits for the collective too.
-  mark_blocked(true);
-  const cudaError_t e = cudaMemcpyAsync(p, staged, bytes, cudaMemcpyDeviceToHost, stream_);
-  mark_blocked(false);
-  cuda_check(e, "cudaMemcpyAsync (stage out)");
+  const BlockedClock::Scope blocked(blocked_);
+  SCAPE_CUDA_CHECK(cudaMemcpyAsync(p, staged, bytes, cudaMemcpyDeviceToHost, stream_));
 }
 
 std::span<float> NcclComm::wire_scratch(std::size_t n) {
@@ -213,7 +173,7 @@ void NcclComm::to_wire(std::span<const float> in, std::span<float> out, WireType
     const kernels::cuda::StreamScope on_comm_stream(stream_);
     kernels::cuda::round_to_bf16(std::span<const float>(src, in.size()), std::span<float>(dst, in.size()));
   } else if (src != dst) {
-    cuda_check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream_), "cudaMemcpyAsync (wire copy)");
+    SCAPE_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream_));
   }
   copy_back(out.data(), dst, bytes);
   finish();
@@ -224,7 +184,7 @@ void NcclComm::do_all_reduce_mean(std::span<float> data) {
   if (bytes == 0) return;
   begin();
   auto* d = static_cast<float*>(writable(data.data(), bytes, stage_out_, true));
-  nccl_check(ncclAllReduce(d, d, data.size(), ncclFloat, ncclAvg, comm_, stream_), "ncclAllReduce");
+  SCAPE_NCCL_CHECK(ncclAllReduce(d, d, data.size(), ncclFloat, ncclAvg, comm_, stream_));
   copy_back(data.data(), d, bytes);
   finish();
 }
@@ -239,10 +199,10 @@ void NcclComm::do_reduce_scatter_mean(std::span<const float> send, std::span<flo
   // receives nothing, but never hand NCCL a null pointer.
   auto* r_or_dummy = r != nullptr ? r : static_cast<float*>(barrier_.ensure(sizeof(float), stream_));
   if (!always_grouped_ && all_equal(counts)) {
-    nccl_check(ncclReduceScatter(s, r, counts[0], ncclFloat, ncclAvg, comm_, stream_), "ncclReduceScatter");
+    SCAPE_NCCL_CHECK(ncclReduceScatter(s, r, counts[0], ncclFloat, ncclAvg, comm_, stream_));
   } else {
     // Unequal segments: one reduce per root, grouped so NCCL runs them as one operation.
-    nccl_check(ncclGroupStart(), "ncclGroupStart");
+    SCAPE_NCCL_CHECK(ncclGroupStart());
     std::size_t offset = 0;
     ncclResult_t status = ncclSuccess;
     for (std::size_t root = 0; root < counts.size() && status == ncclSuccess; ++root) {
@@ -253,8 +213,8 @@ void NcclComm::do_reduce_scatter_mean(std::span<const float> send, std::span<flo
       offset += counts[root];
     }
     const ncclResult_t end = ncclGroupEnd();
-    nccl_check(status, "ncclReduce");
-    nccl_check(end, "ncclGroupEnd");
+    if (status != ncclSuccess) throw_nccl_error(status, "ncclReduce", __FILE__, __LINE__);
+    if (end != ncclSuccess) throw_nccl_error(end, "ncclGroupEnd", __FILE__, __LINE__);
   }
   copy_back(recv.data(), r, recv.size_bytes());
   finish();
@@ -263,12 +223,12 @@ void NcclComm::do_reduce_scatter_mean(std::span<const float> send, std::span<flo
 void NcclComm::queue_gather(const void* send, void* recv, std::span<const std::size_t> counts) {
   if (!always_grouped_ && all_equal(counts)) {
     if (counts[0] > 0) {
-      nccl_check(ncclAllGather(send, recv, counts[0], ncclUint8, comm_, stream_), "ncclAllGather");
+      SCAPE_NCCL_CHECK(ncclAllGather(send, recv, counts[0], ncclUint8, comm_, stream_));
     }
     return;
   }
   // Unequal segments: one broadcast per root into its place in recv, grouped.
-  nccl_check(ncclGroupStart(), "ncclGroupStart");
+  SCAPE_NCCL_CHECK(ncclGroupStart());
   std::size_t offset = 0;
   ncclResult_t status = ncclSuccess;
   for (std::size_t root = 0; root < counts.size() && status == ncclSuccess; ++root) {
@@ -281,8 +241,8 @@ void NcclComm::queue_gather(const void* send, void* recv, std::span<const std::s
     offset += counts[root];
   }
   const ncclResult_t end = ncclGroupEnd();
-  nccl_check(status, "ncclBroadcast");
-  nccl_check(end, "ncclGroupEnd");
+  if (status != ncclSuccess) throw_nccl_error(status, "ncclBroadcast", __FILE__, __LINE__);
+  if (end != ncclSuccess) throw_nccl_error(end, "ncclGroupEnd", __FILE__, __LINE__);
 }
 
 void NcclComm::do_all_gather_bytes(std::span<const std::byte> send, std::span<std::byte> recv,
@@ -301,11 +261,11 @@ void NcclComm::do_all_gather_bytes(std::span<const std::byte> send, std::span<st
 class NcclComm::AsyncGather final : public AsyncRequest {
  public:
   explicit AsyncGather(NcclComm& comm) : comm_(comm) {
-    cuda_check(cudaEventCreate(&start_), "cudaEventCreate");
+    SCAPE_CUDA_CHECK(cudaEventCreate(&start_));
     const cudaError_t e = cudaEventCreate(&done_);
     if (e != cudaSuccess) {
       (void)cudaEventDestroy(start_);
-      cuda_check(e, "cudaEventCreate");
+      kernels::cuda::throw_cuda_error(e, "cudaEventCreate(&done_)", __FILE__, __LINE__);
     }
   }
   ~AsyncGather() override {
@@ -326,23 +286,23 @@ class NcclComm::AsyncGather final : public AsyncRequest {
       host_recv_ = recv;
       staged_ = r;
     }
-    cuda_check(cudaEventRecord(start_, comm_.stream_), "cudaEventRecord");
+    SCAPE_CUDA_CHECK(cudaEventRecord(start_, comm_.stream_));
     comm_.queue_gather(s, r, counts);
-    cuda_check(cudaEventRecord(done_, comm_.stream_), "cudaEventRecord");
+    SCAPE_CUDA_CHECK(cudaEventRecord(done_, comm_.stream_));
   }
 
   void wait() override {
     const auto start = std::chrono::steady_clock::now();
-    cuda_check(cudaSetDevice(comm_.device_), "cudaSetDevice");
+    SCAPE_CUDA_CHECK(cudaSetDevice(comm_.device_));
     comm_.wait_event(done_);
     if (staged_ != nullptr) {
-      cuda_check(cudaMemcpyAsync(host_recv_.data(), staged_, host_recv_.size(), cudaMemcpyDeviceToHost, comm_.stream_),
-                 "cudaMemcpyAsync (stage out)");
-      cuda_check(cudaStreamSynchronize(comm_.stream_), "cudaStreamSynchronize (NCCL stream)");
+      SCAPE_CUDA_CHECK(
+          cudaMemcpyAsync(host_recv_.data(), staged_, host_recv_.size(), cudaMemcpyDeviceToHost, comm_.stream_));
+      SCAPE_CUDA_CHECK(cudaStreamSynchronize(comm_.stream_));
     }
     comm_.add_exposed_wait(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
     float ms = 0;
-    cuda_check(cudaEventElapsedTime(&ms, start_, done_), "cudaEventElapsedTime");
+    SCAPE_CUDA_CHECK(cudaEventElapsedTime(&ms, start_, done_));
     comm_.add_measured_time("async_all_gather", ms / 1e3);
     comm_.check_async_error();
   }
@@ -368,15 +328,15 @@ std::unique_ptr<AsyncRequest> NcclComm::do_all_gather_bytes_async(std::span<cons
 void NcclComm::do_barrier() {
   begin();
   auto* b = static_cast<float*>(barrier_.ensure(sizeof(float), stream_));
-  nccl_check(ncclAllReduce(b, b, 1, ncclFloat, ncclSum, comm_, stream_), "ncclAllReduce (barrier)");
+  SCAPE_NCCL_CHECK(ncclAllReduce(b, b, 1, ncclFloat, ncclSum, comm_, stream_));
   finish();
 }
 
 std::unique_ptr<NcclComm> make_single_process_nccl_comm(NetworkModel net) {
-  if (visible_cuda_devices() == 0) throw std::runtime_error("NCCL setup failed: no CUDA device visible");
-  cuda_check(cudaSetDevice(0), "cudaSetDevice");
+  if (kernels::cuda::visible_device_count() == 0) throw std::runtime_error("NCCL setup failed: no CUDA device visible");
+  SCAPE_CUDA_CHECK(cudaSetDevice(0));
   ncclUniqueId id{};
-  nccl_check(ncclGetUniqueId(&id), "ncclGetUniqueId");
+  SCAPE_NCCL_CHECK(ncclGetUniqueId(&id));
   return std::make_unique<NcclComm>(0, 1, id, 0, net);
 }
 

@@ -21,18 +21,14 @@
 #include <cuda_runtime.h>
 #include <nccl.h>
 
-#include <atomic>
 #include <cstddef>
 #include <memory>
 #include <span>
 
 #include "core/communicator.hpp"
+#include "runtime/blocked_clock.hpp"
 
 namespace scape::runtime {
-
-// Throws std::runtime_error naming the call and the CUDA / NCCL error string.
-void cuda_check(cudaError_t status, const char* call);
-void nccl_check(ncclResult_t status, const char* call);
 
 namespace nccl_detail {
 
@@ -65,7 +61,7 @@ class NcclComm final : public Communicator {
   cudaStream_t stream() const { return stream_; }
   // Seconds the oldest blocking wait of this rank has been running (0 when none): the MPI
   // runner's watchdog reads it from another thread.
-  double blocked_for() const;
+  double blocked_for() const { return blocked_.blocked_for(); }
   // Tests on one GPU: use the per-root grouped calls (ncclReduce, ncclBroadcast) even when
   // every rank's count is equal, so W = 1 exercises the path that unequal counts take.
   void set_always_grouped(bool on) { always_grouped_ = on; }
@@ -101,14 +97,13 @@ class NcclComm final : public Communicator {
   void queue_gather(const void* send, void* recv, std::span<const std::size_t> counts);
   void check_async_error();
   void release() noexcept;
-  void mark_blocked(bool blocked);
 
   int device_;
   cudaStream_t stream_ = nullptr;
   ncclComm_t comm_ = nullptr;
   cudaEvent_t compute_done_ = nullptr;
   nccl_detail::DeviceScratch stage_in_, stage_out_, scratch_, barrier_;
-  std::atomic<double> blocked_since_{0.0};
+  BlockedClock blocked_;
   bool always_grouped_ = false;
 };
 
@@ -117,8 +112,5 @@ class NcclComm final : public Communicator {
 // communicator of an MPI rank comes from make_nccl_comm (runtime/nccl_bootstrap.hpp).
 // Throws std::runtime_error when no CUDA device is visible or NCCL fails to initialise.
 std::unique_ptr<NcclComm> make_single_process_nccl_comm(NetworkModel net);
-
-// Number of CUDA devices this process sees (0 when the driver reports none or an error).
-int visible_cuda_devices();
 
 }  // namespace scape::runtime

@@ -4,6 +4,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "kernels/cuda/cuda_backend.hpp"
 #include "runtime/nccl_bootstrap.hpp"
 
 namespace scape::runtime {
@@ -13,7 +14,7 @@ int run_nccl(const experiments::ExperimentConfig& config, train::RunOptions opti
   on_gpu.optimizer.device = kernels::DeviceKind::cuda;
   CommBackend backend;
   backend.check = [&on_gpu] {
-    if (visible_cuda_devices() == 0) {
+    if (kernels::cuda::visible_device_count() == 0) {
       throw std::runtime_error("--backend nccl: no CUDA device visible (check CUDA_VISIBLE_DEVICES and the driver)");
     }
     try {

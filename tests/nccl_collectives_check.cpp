@@ -30,6 +30,8 @@
 
 #include "core/rng.hpp"
 #include "kernels/cpu/bf16.hpp"
+#include "kernels/cuda/check.hpp"
+#include "kernels/cuda/cuda_backend.hpp"
 #include "kernels/cuda/stream.hpp"
 #include "runtime/nccl_comm.hpp"
 #ifdef SCAPE_NCCL_CHECK_MPI
@@ -53,7 +55,7 @@ class Array {
   Array(std::size_t n, bool managed) : n_(n), managed_(managed) {
     if (managed_) {
       void* p = nullptr;
-      runtime::cuda_check(cudaMallocManaged(&p, std::max<std::size_t>(n, 1) * sizeof(T)), "cudaMallocManaged");
+      SCAPE_CUDA_CHECK(cudaMallocManaged(&p, std::max<std::size_t>(n, 1) * sizeof(T)));
       p_ = static_cast<T*>(p);
     } else {
       host_.resize(std::max<std::size_t>(n, 1));
@@ -266,34 +268,34 @@ TEST_CASE("NcclComm orders its work after the compute stream and times the async
   // called; only after them does it write the values to send. The collectives gather into
   // separate buffers, so one that ran early would leave zeros there, whenever the host looks.
   cudaStream_t compute = nullptr;
-  runtime::cuda_check(cudaStreamCreateWithFlags(&compute, cudaStreamNonBlocking), "cudaStreamCreateWithFlags");
+  SCAPE_CUDA_CHECK(cudaStreamCreateWithFlags(&compute, cudaStreamNonBlocking));
   const kernels::cuda::StreamScope scope(compute);
   const std::size_t big = std::size_t{64} << 20, n = 4096, w = static_cast<std::size_t>(g_size);
   void* a = nullptr;
   void* b = nullptr;
   float* src = nullptr;
-  runtime::cuda_check(cudaMalloc(&a, big), "cudaMalloc");
-  runtime::cuda_check(cudaMalloc(&b, big), "cudaMalloc");
-  runtime::cuda_check(cudaMallocHost(reinterpret_cast<void**>(&src), n * sizeof(float)), "cudaMallocHost");
+  SCAPE_CUDA_CHECK(cudaMalloc(&a, big));
+  SCAPE_CUDA_CHECK(cudaMalloc(&b, big));
+  SCAPE_CUDA_CHECK(cudaMallocHost(reinterpret_cast<void**>(&src), n * sizeof(float)));
   Array<float> data(n, true), all(n * w, true);
   Array<std::uint64_t> words(n, true), gathered(n * w, true);
   for (std::size_t j = 0; j < n; ++j) src[j] = static_cast<float>(j + 1);
   auto keep_busy = [&] {
     for (int k = 0; k < 50; ++k) {
-      runtime::cuda_check(cudaMemcpyAsync(b, a, big, cudaMemcpyDeviceToDevice, compute), "cudaMemcpyAsync");
+      SCAPE_CUDA_CHECK(cudaMemcpyAsync(b, a, big, cudaMemcpyDeviceToDevice, compute));
     }
   };
   const std::vector<std::size_t> counts(w, n);
 
   keep_busy();
-  runtime::cuda_check(cudaMemcpyAsync(&data[0], src, n * sizeof(float), cudaMemcpyHostToDevice, compute), "cudaMemcpyAsync");
+  SCAPE_CUDA_CHECK(cudaMemcpyAsync(&data[0], src, n * sizeof(float), cudaMemcpyHostToDevice, compute));
   g_comm->all_gather(data.span(), all.span(), counts, WireType::fp32, "ordered");
   std::size_t bad = 0;
   for (std::size_t j = 0; j < all.size(); ++j) bad += all[j] != static_cast<float>(j % n + 1);
   CHECK(bad == 0);
 
   keep_busy();
-  runtime::cuda_check(cudaMemsetAsync(&words[0], 0x5a, n * sizeof(std::uint64_t), compute), "cudaMemsetAsync");
+  SCAPE_CUDA_CHECK(cudaMemsetAsync(&words[0], 0x5a, n * sizeof(std::uint64_t), compute));
   auto pending = g_comm->all_gather_words_async(words.span(), gathered.span(), counts, "lagged");
   pending.wait();
   bad = 0;
@@ -304,11 +306,11 @@ TEST_CASE("NcclComm orders its work after the compute stream and times the async
   CHECK(measured.at("async_all_gather") > 0);
   CHECK(measured.count("ordered") == 1);
   CHECK(g_comm->take_exposed_wait() > 0);
-  runtime::cuda_check(cudaStreamSynchronize(compute), "cudaStreamSynchronize");
-  runtime::cuda_check(cudaFree(a), "cudaFree");
-  runtime::cuda_check(cudaFree(b), "cudaFree");
-  runtime::cuda_check(cudaFreeHost(src), "cudaFreeHost");
-  runtime::cuda_check(cudaStreamDestroy(compute), "cudaStreamDestroy");
+  SCAPE_CUDA_CHECK(cudaStreamSynchronize(compute));
+  SCAPE_CUDA_CHECK(cudaFree(a));
+  SCAPE_CUDA_CHECK(cudaFree(b));
+  SCAPE_CUDA_CHECK(cudaFreeHost(src));
+  SCAPE_CUDA_CHECK(cudaStreamDestroy(compute));
 }
 
 #ifdef SCAPE_NCCL_CHECK_MPI
@@ -318,7 +320,7 @@ int main(int argc, char** argv) {
   MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
   MPI_Comm_rank(MPI_COMM_WORLD, &g_rank);
   MPI_Comm_size(MPI_COMM_WORLD, &g_size);
-  int devices = runtime::visible_cuda_devices(), fewest = 0;
+  int devices = kernels::cuda::visible_device_count(), fewest = 0;
   MPI_Allreduce(&devices, &fewest, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
   if (fewest < g_size) {
     if (g_rank == 0) {
@@ -352,7 +354,7 @@ int main(int argc, char** argv) {
 #else
 
 int main(int argc, char** argv) {
-  const int devices = runtime::visible_cuda_devices();
+  const int devices = kernels::cuda::visible_device_count();
   if (devices == 0) {
     std::printf("no CUDA device visible: NCCL tests skipped\n");
     return 77;

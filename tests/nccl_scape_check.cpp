@@ -17,6 +17,8 @@
 #include <cstdio>
 #include <limits>
 
+#include "kernels/cuda/check.hpp"
+#include "kernels/cuda/cuda_backend.hpp"
 #include "runtime/nccl_comm.hpp"
 #include "tests/quadratic_run.hpp"
 
@@ -65,7 +67,7 @@ void compare_with_cpu(const OptimizerConfig& base, const char* label) {
     CAPTURE(t);
     problem.gradient(theta, t, 0, g);
     opt->step(theta, g);
-    runtime::cuda_check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");  // before reading mask() on the host
+    SCAPE_CUDA_CHECK(cudaDeviceSynchronize());  // before reading mask() on the host
     const auto& want = cpu.steps[0][static_cast<std::size_t>(t - 1)];
     const auto mask = opt->mask();
     const std::vector<std::uint64_t> got_mask(mask.begin(), mask.end());
@@ -106,7 +108,7 @@ TEST_CASE("SCAPE on the GPU over NCCL equals SCAPE on the CPU over EmulatedComm 
 }
 
 int main(int argc, char** argv) {
-  if (runtime::visible_cuda_devices() == 0) {
+  if (kernels::cuda::visible_device_count() == 0) {
     std::printf("no CUDA device visible: NCCL tests skipped\n");
     return 77;
   }

@@ -21,20 +21,17 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <iterator>
 #include <limits>
 #include <random>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "core/rng.hpp"
 #include "kernels/backend.hpp"
-#include "kernels/cpu/adam.hpp"
-#include "kernels/cpu/bitmask.hpp"
-#include "kernels/cpu/compact.hpp"
-#include "kernels/cpu/reduce.hpp"
-#include "kernels/cpu/scape_ops.hpp"
-#include "kernels/cpu/select.hpp"
+#include "kernels/cpu/kernels.hpp"
 #include "kernels/cuda/kernels.hpp"
 #include "kernels/cuda/stream.hpp"
 
@@ -42,6 +39,39 @@ namespace sk = scape::kernels;
 namespace gk = scape::kernels::cuda;
 
 namespace {
+
+// The kernels this file compares, one row each. Every kernel of kernels/kernel_list.inc must
+// have a row (and a comparison below): a kernel added to the list without one, or a row left
+// for a kernel the list no longer has, fails this file's build.
+constexpr std::string_view kComparedKernels[] = {
+    "adamw_step", "adams_step", "adamw_step_masked", "adams_step_masked", "scale", "accumulate",
+    "topk_abs_mask", "topk_abs_indices",
+    "pack_bits", "unpack_bits", "popcount", "popcount_and", "popcount_or", "bits_to_indices", "indices_to_bits",
+    "compact", "expand", "zero_at",
+    "first_moment_statistic", "random_statistic", "pack_payload", "rebase_indices", "add_momentum",
+    "reconstruct_gradient", "round_to_bf16", "fill",
+    "block_sum_squares", "max_magnitude",
+};
+
+constexpr std::string_view kListedKernels[] = {
+#define SCAPE_KERNEL(result, name, parameters, arguments) #name,
+#include "kernels/kernel_list.inc"
+#undef SCAPE_KERNEL
+};
+
+// The list's names are distinct (each declares a function), so equal counts and every listed
+// name among the rows make the two sets equal.
+constexpr bool every_listed_kernel_compared() {
+  if (std::size(kListedKernels) != std::size(kComparedKernels)) return false;
+  for (const std::string_view listed : kListedKernels) {
+    if (std::find(std::begin(kComparedKernels), std::end(kComparedKernels), listed) == std::end(kComparedKernels)) {
+      return false;
+    }
+  }
+  return true;
+}
+static_assert(every_listed_kernel_compared(),
+              "kernels/kernel_list.inc and kComparedKernels differ: give each listed kernel a CPU-vs-CUDA comparison");
 
 constexpr std::size_t kLarge = std::size_t{1} << 26;
 const std::vector<std::size_t> kSmallSizes = {0, 1, 2, 63, 64, 65, 1000, 4097, 70'001, 300'007};

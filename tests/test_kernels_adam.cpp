@@ -1,6 +1,6 @@
-// Tests for the AdamW / AdamS kernels (kernels/cpu/adam.hpp): double-precision references of
-// the header formulas on random data, a hand-computed AdamW trajectory with PyTorch semantics,
-// non-finite counting in accumulate, and size checks.
+// Tests for the AdamW / AdamS kernels (kernels/cpu/adam.cpp): double-precision references of
+// the formulas in kernels/kernel_list.inc on random data, a hand-computed AdamW trajectory with
+// PyTorch semantics, non-finite counting in accumulate, and size checks.
 #include <doctest/doctest.h>
 
 #include <cmath>
@@ -10,7 +10,7 @@
 #include <stdexcept>
 #include <vector>
 
-#include "kernels/cpu/adam.hpp"
+#include "kernels/cpu/kernels.hpp"
 
 namespace sk = scape::kernels;
 

@@ -1,5 +1,5 @@
-// Tests for the bitmask kernels (kernels/cpu/bitmask.hpp) and the compaction kernels
-// (kernels/cpu/compact.hpp) against naive bit-by-bit and element-by-element references.
+// Tests for the bitmask kernels (kernels/cpu/bitmask.cpp) and the compaction kernels
+// (kernels/cpu/compact.cpp) against naive bit-by-bit and element-by-element references.
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -11,8 +11,7 @@
 
 #include <omp.h>
 
-#include "kernels/cpu/bitmask.hpp"
-#include "kernels/cpu/compact.hpp"
+#include "kernels/cpu/kernels.hpp"
 
 namespace sk = scape::kernels;
 

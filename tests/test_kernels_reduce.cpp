@@ -6,7 +6,7 @@
 #include <stdexcept>
 #include <vector>
 
-#include "kernels/cpu/reduce.hpp"
+#include "kernels/cpu/kernels.hpp"
 
 using namespace scape;
 

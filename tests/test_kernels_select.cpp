@@ -1,4 +1,4 @@
-// Tests for the exact top-k-by-magnitude kernels (kernels/cpu/select.hpp) against a stable-sort
+// Tests for the exact top-k-by-magnitude kernels (kernels/cpu/select.cpp) against a stable-sort
 // reference and an O(N) order-statistic check, including ties, signed zeros, NaN/inf and
 // determinism across OpenMP thread counts.
 #include <doctest/doctest.h>
@@ -15,8 +15,7 @@
 
 #include <omp.h>
 
-#include "kernels/cpu/bitmask.hpp"
-#include "kernels/cpu/select.hpp"
+#include "kernels/cpu/kernels.hpp"
 
 namespace sk = scape::kernels;
 

@@ -10,8 +10,7 @@
 
 #include "core/ledger.hpp"
 #include "core/metrics.hpp"
-#include "kernels/cpu/bitmask.hpp"
-#include "kernels/cpu/select.hpp"
+#include "kernels/cpu/kernels.hpp"
 
 namespace scape::train {
 namespace {

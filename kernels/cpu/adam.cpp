@@ -1,16 +1,12 @@
 // Elementwise AdamW / AdamS steps (docs/algorithms.md, "Dense references", "SCAPE step 6").
-#include "kernels/cpu/adam.hpp"
-#include "kernels/size_checks.hpp"
-
 #include <cmath>
 #include <cstdint>
-#include <stdexcept>
-#include <string>
+
+#include "kernels/cpu/kernels.hpp"
+#include "kernels/size_checks.hpp"
 
 namespace scape::kernels {
 namespace {
-
-using checks::require_same;
 
 using Index = std::int64_t;
 
@@ -22,9 +18,7 @@ using Index = std::int64_t;
 
 void adamw_step(std::span<float> theta, std::span<float> m, std::span<float> v, std::span<const float> g,
                 const AdamScalars& s) {
-  require_same(theta.size(), m.size(), "adamw_step: theta/m");
-  require_same(theta.size(), v.size(), "adamw_step: theta/v");
-  require_same(theta.size(), g.size(), "adamw_step: theta/g");
+  checks::adamw_step_sizes(theta.size(), m.size(), v.size(), g.size());
   const AdamFloats h(s);
   const float step_size = h.step_size;
   const float inv_sqrt_bc2 = h.inv_sqrt_bc2;
@@ -45,8 +39,7 @@ void adamw_step(std::span<float> theta, std::span<float> m, std::span<float> v, 
 }
 
 void adams_step(std::span<float> theta, std::span<float> m, std::span<const float> g, const AdamScalars& s) {
-  require_same(theta.size(), m.size(), "adams_step: theta/m");
-  require_same(theta.size(), g.size(), "adams_step: theta/g");
+  checks::adams_step_sizes(theta.size(), m.size(), g.size());
   const AdamFloats h(s);
   const float inv_bc1 = h.inv_bc1;
   float* __restrict th = theta.data();
@@ -67,10 +60,7 @@ void adams_step(std::span<float> theta, std::span<float> m, std::span<const floa
 void adamw_step_masked(std::span<float> theta, std::span<float> m, std::span<float> v,
                        std::span<const std::uint32_t> idx, std::span<const float> m_new,
                        std::span<const float> g_bar, const AdamScalars& s) {
-  require_same(theta.size(), m.size(), "adamw_step_masked: theta/m");
-  require_same(theta.size(), v.size(), "adamw_step_masked: theta/v");
-  require_same(idx.size(), m_new.size(), "adamw_step_masked: idx/m_new");
-  require_same(idx.size(), g_bar.size(), "adamw_step_masked: idx/g_bar");
+  checks::adamw_step_masked_sizes(theta.size(), m.size(), v.size(), idx.size(), m_new.size(), g_bar.size());
   const AdamFloats h(s);
   const float step_size = h.step_size;
   const float inv_sqrt_bc2 = h.inv_sqrt_bc2;
@@ -89,9 +79,7 @@ void adamw_step_masked(std::span<float> theta, std::span<float> m, std::span<flo
 
 void adams_step_masked(std::span<float> theta, std::span<float> m, std::span<const std::uint32_t> idx,
                        std::span<const float> m_new, std::span<const float> g_bar, const AdamScalars& s) {
-  require_same(theta.size(), m.size(), "adams_step_masked: theta/m");
-  require_same(idx.size(), m_new.size(), "adams_step_masked: idx/m_new");
-  require_same(idx.size(), g_bar.size(), "adams_step_masked: idx/g_bar");
+  checks::adams_step_masked_sizes(theta.size(), m.size(), idx.size(), m_new.size(), g_bar.size());
   const AdamFloats h(s);
   const float inv_bc1 = h.inv_bc1;
   const Index k = static_cast<Index>(idx.size());
@@ -116,7 +104,7 @@ void scale(std::span<float> x, float factor) {
 }
 
 std::size_t accumulate(std::span<float> acc, std::span<const float> g) {
-  require_same(acc.size(), g.size(), "accumulate: acc/g");
+  checks::require_same(acc.size(), g.size(), "accumulate: acc/g");
   float* __restrict a = acc.data();
   const float* __restrict gg = g.data();
   const Index n = static_cast<Index>(acc.size());

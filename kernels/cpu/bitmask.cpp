@@ -1,7 +1,4 @@
 // Bitmask kernels over 64-bit words: byte-flag packing, popcounts, index-list conversions.
-#include "kernels/cpu/bitmask.hpp"
-#include "kernels/size_checks.hpp"
-
 #include <algorithm>
 #include <array>
 #include <bit>
@@ -12,6 +9,9 @@
 #include <vector>
 
 #include <omp.h>
+
+#include "kernels/cpu/kernels.hpp"
+#include "kernels/size_checks.hpp"
 
 namespace scape::kernels {
 namespace {

@@ -1,11 +1,11 @@
 // Gather (compact), scatter (expand) and zeroing at an index list, with the index bounds
 // checked up front so a bad list throws before any buffer is touched.
-#include "kernels/cpu/compact.hpp"
-#include "kernels/size_checks.hpp"
-
 #include <algorithm>
 #include <stdexcept>
 #include <string>
+
+#include "kernels/cpu/kernels.hpp"
+#include "kernels/size_checks.hpp"
 
 namespace scape::kernels {
 namespace {

@@ -1,20 +1,16 @@
-// Deterministic block reductions on the CPU (kernels/cpu/reduce.hpp).
-#include "kernels/cpu/reduce.hpp"
-
+// Deterministic block reductions on the CPU (kernels/kernel_list.inc, "Reductions").
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <limits>
-#include <stdexcept>
-#include <string>
 
+#include "kernels/cpu/kernels.hpp"
 #include "kernels/size_checks.hpp"
 
 namespace scape::kernels {
 
 void block_sum_squares(std::span<const float> x, std::size_t block, std::span<double> partial) {
-  if (block == 0) throw std::invalid_argument("block_sum_squares: block must be > 0");
-  checks::require_size(partial.size(), (x.size() + block - 1) / block, "block_sum_squares: partial");
+  checks::block_sum_squares_sizes(x.size(), block, partial.size());
   const auto blocks = static_cast<std::int64_t>(partial.size());
 #pragma omp parallel for schedule(static) if (blocks > 8)
   for (std::int64_t b = 0; b < blocks; ++b) {

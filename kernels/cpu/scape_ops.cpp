@@ -1,11 +1,7 @@
 // SCAPE elementwise passes on the CPU (docs/algorithms.md, "SCAPE").
-#include "kernels/cpu/scape_ops.hpp"
-
-#include <stdexcept>
-#include <string>
-
 #include "core/rng.hpp"
 #include "kernels/cpu/bf16.hpp"
+#include "kernels/cpu/kernels.hpp"
 #include "kernels/size_checks.hpp"
 
 namespace scape::kernels {
@@ -19,8 +15,7 @@ using checks::require_size;
 
 void first_moment_statistic(std::span<const float> m, std::span<const float> a, float b1, float omb1,
                             std::span<float> out) {
-  require_size(m.size(), out.size(), "first_moment_statistic: m");
-  require_size(a.size(), out.size(), "first_moment_statistic: a");
+  checks::first_moment_statistic_sizes(m.size(), a.size(), out.size());
   const float* __restrict mm = m.data();
   const float* __restrict aa = a.data();
   float* __restrict s = out.data();
@@ -40,8 +35,7 @@ void random_statistic(std::uint64_t key, std::uint64_t first_counter, std::span<
 void pack_payload(std::span<const float> a, std::span<const float> m, std::size_t m_offset,
                   std::span<const std::uint32_t> idx, float b1, float omb1, bool with_momentum, std::span<float> b,
                   std::span<float> a_out) {
-  require_size(b.size(), idx.size(), "pack_payload: b");
-  if (!a_out.empty()) require_size(a_out.size(), idx.size(), "pack_payload: a_out");
+  checks::pack_payload_sizes(idx.size(), b.size(), a_out.size());
   const Index k = static_cast<Index>(idx.size());
   const bool two = !a_out.empty();
 #pragma omp parallel for schedule(static) if (k > 16384)
@@ -66,8 +60,7 @@ void add_momentum(std::span<float> b_bar, std::span<const float> m, std::span<co
 
 void reconstruct_gradient(std::span<const float> b_bar, std::span<const float> m,
                           std::span<const std::uint32_t> idx, float b1, float omb1, std::span<float> g_bar) {
-  require_size(b_bar.size(), idx.size(), "reconstruct_gradient: b_bar");
-  require_size(g_bar.size(), idx.size(), "reconstruct_gradient: g_bar");
+  checks::reconstruct_gradient_sizes(b_bar.size(), idx.size(), g_bar.size());
   for (std::size_t i = 0; i < idx.size(); ++i) g_bar[i] = (b_bar[i] - b1 * m[idx[i]]) / omb1;
 }
 

@@ -4,15 +4,11 @@
 // touch only the candidates: histogram their low 16 bits, then take those above the threshold
 // and the ties at it, lowest indices first. Only passes 1 and 2 read all of the input. Below
 // 2^16 elements an introselect on a copy of the keys replaces the two histogram passes.
-#include "kernels/cpu/select.hpp"
-
 #include <algorithm>
 #include <bit>
 #include <functional>
-#include <limits>
 #include <memory>
 #include <stdexcept>
-#include <string>
 #include <vector>
 
 #include <omp.h>
@@ -21,7 +17,8 @@
 #include <emmintrin.h>
 #endif
 
-#include "kernels/cpu/bitmask.hpp"
+#include "kernels/cpu/kernels.hpp"
+#include "kernels/size_checks.hpp"
 
 namespace scape::kernels {
 namespace {
@@ -247,17 +244,7 @@ void set_first_bits(std::span<std::uint64_t> words, std::size_t n) {
 
 void topk_abs_mask(std::span<const float> values, std::size_t k, std::span<std::uint64_t> mask_words) {
   const std::size_t n = values.size();
-  if (k > n) {
-    throw std::invalid_argument("topk_abs_mask: k = " + std::to_string(k) + " exceeds n = " + std::to_string(n));
-  }
-  if (mask_words.size() != words_for(n)) {
-    throw std::invalid_argument("topk_abs_mask: mask has " + std::to_string(mask_words.size()) +
-                                " words, n = " + std::to_string(n) + " needs " + std::to_string(words_for(n)));
-  }
-  // Per-chunk histogram counters are 32-bit.
-  if (n > std::numeric_limits<std::uint32_t>::max()) {
-    throw std::invalid_argument("topk_abs_mask: n = " + std::to_string(n) + " exceeds 2^32 - 1");
-  }
+  checks::topk_abs_mask_sizes(n, k, mask_words.size());  // n within the 32-bit per-chunk histogram counters
   if (k == 0) {
     std::fill(mask_words.begin(), mask_words.end(), 0);
     return;
@@ -277,10 +264,7 @@ void topk_abs_mask(std::span<const float> values, std::size_t k, std::span<std::
 }
 
 std::size_t topk_abs_indices(std::span<const float> values, std::size_t k, std::span<std::uint32_t> out) {
-  if (out.size() < k) {
-    throw std::invalid_argument("topk_abs_indices: out holds " + std::to_string(out.size()) + " entries, k = " +
-                                std::to_string(k));
-  }
+  checks::topk_abs_indices_sizes(k, out.size());
   std::vector<std::uint64_t> mask(words_for(values.size()));
   topk_abs_mask(values, k, mask);
   return bits_to_indices(mask, 0, out.first(k));

@@ -1,24 +1,12 @@
 // Elementwise AdamW / AdamS steps on the GPU (docs/algorithms.md, "Dense references", "SCAPE
 // step 6"): the expressions of kernels/cpu/adam.cpp, term for term, so that with --fmad=false
 // and IEEE sqrtf/division every output is bit-identical to the CPU kernel.
-#include <cmath>
-#include <stdexcept>
-#include <string>
-
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/kernels.hpp"
 #include "kernels/size_checks.hpp"
 
 namespace scape::kernels::cuda {
 namespace {
-
-using detail::blocks_for;
-using detail::global_thread;
-using detail::grid_threads;
-using detail::kThreads;
-
-using checks::require_same;
-
 
 __global__ void adamw_kernel(float* __restrict__ th, float* __restrict__ mm, float* __restrict__ vv,
                              const float* __restrict__ gg, std::size_t n, AdamFloats h, float step_size,
@@ -98,74 +86,52 @@ __global__ void accumulate_kernel(float* __restrict__ a, const float* __restrict
 
 void adamw_step(std::span<float> theta, std::span<float> m, std::span<float> v, std::span<const float> g,
                 const AdamScalars& s) {
-  require_same(theta.size(), m.size(), "adamw_step: theta/m");
-  require_same(theta.size(), v.size(), "adamw_step: theta/v");
-  require_same(theta.size(), g.size(), "adamw_step: theta/g");
+  checks::adamw_step_sizes(theta.size(), m.size(), v.size(), g.size());
   if (theta.empty()) return;
   const AdamFloats h(s);
-  const float step_size = h.step_size;
-  const float inv_sqrt_bc2 = h.inv_sqrt_bc2;
-  adamw_kernel<<<blocks_for(theta.size()), kThreads, 0, current_stream()>>>(theta.data(), m.data(), v.data(), g.data(),
-                                                                           theta.size(), h, step_size, inv_sqrt_bc2);
-  SCAPE_CUDA_CHECK_LAUNCH();
+  launch(adamw_kernel, theta.size(), theta.data(), m.data(), v.data(), g.data(), theta.size(), h, h.step_size,
+         h.inv_sqrt_bc2);
 }
 
 void adams_step(std::span<float> theta, std::span<float> m, std::span<const float> g, const AdamScalars& s) {
-  require_same(theta.size(), m.size(), "adams_step: theta/m");
-  require_same(theta.size(), g.size(), "adams_step: theta/g");
+  checks::adams_step_sizes(theta.size(), m.size(), g.size());
   if (theta.empty()) return;
   const AdamFloats h(s);
-  const float inv_bc1 = h.inv_bc1;
-  adams_kernel<<<blocks_for(theta.size()), kThreads, 0, current_stream()>>>(theta.data(), m.data(), g.data(),
-                                                                           theta.size(), h, inv_bc1);
-  SCAPE_CUDA_CHECK_LAUNCH();
+  launch(adams_kernel, theta.size(), theta.data(), m.data(), g.data(), theta.size(), h, h.inv_bc1);
 }
 
 void adamw_step_masked(std::span<float> theta, std::span<float> m, std::span<float> v,
                        std::span<const std::uint32_t> idx, std::span<const float> m_new,
                        std::span<const float> g_bar, const AdamScalars& s) {
-  require_same(theta.size(), m.size(), "adamw_step_masked: theta/m");
-  require_same(theta.size(), v.size(), "adamw_step_masked: theta/v");
-  require_same(idx.size(), m_new.size(), "adamw_step_masked: idx/m_new");
-  require_same(idx.size(), g_bar.size(), "adamw_step_masked: idx/g_bar");
+  checks::adamw_step_masked_sizes(theta.size(), m.size(), v.size(), idx.size(), m_new.size(), g_bar.size());
   if (idx.empty()) return;
   const AdamFloats h(s);
-  const float step_size = h.step_size;
-  const float inv_sqrt_bc2 = h.inv_sqrt_bc2;
-  adamw_masked_kernel<<<blocks_for(idx.size()), kThreads, 0, current_stream()>>>(
-      theta.data(), m.data(), v.data(), theta.size(), idx.data(), m_new.data(), g_bar.data(), idx.size(), h,
-      step_size, inv_sqrt_bc2);
-  SCAPE_CUDA_CHECK_LAUNCH();
+  launch(adamw_masked_kernel, idx.size(), theta.data(), m.data(), v.data(), theta.size(), idx.data(), m_new.data(),
+         g_bar.data(), idx.size(), h, h.step_size, h.inv_sqrt_bc2);
 }
 
 void adams_step_masked(std::span<float> theta, std::span<float> m, std::span<const std::uint32_t> idx,
                        std::span<const float> m_new, std::span<const float> g_bar, const AdamScalars& s) {
-  require_same(theta.size(), m.size(), "adams_step_masked: theta/m");
-  require_same(idx.size(), m_new.size(), "adams_step_masked: idx/m_new");
-  require_same(idx.size(), g_bar.size(), "adams_step_masked: idx/g_bar");
+  checks::adams_step_masked_sizes(theta.size(), m.size(), idx.size(), m_new.size(), g_bar.size());
   if (idx.empty()) return;
   const AdamFloats h(s);
-  const float inv_bc1 = h.inv_bc1;
-  adams_masked_kernel<<<blocks_for(idx.size()), kThreads, 0, current_stream()>>>(
-      theta.data(), m.data(), theta.size(), idx.data(), m_new.data(), g_bar.data(), idx.size(), h, inv_bc1);
-  SCAPE_CUDA_CHECK_LAUNCH();
+  launch(adams_masked_kernel, idx.size(), theta.data(), m.data(), theta.size(), idx.data(), m_new.data(),
+         g_bar.data(), idx.size(), h, h.inv_bc1);
 }
 
 void scale(std::span<float> x, float factor) {
   if (factor == 1.0f || x.empty()) return;
-  scale_kernel<<<blocks_for(x.size()), kThreads, 0, current_stream()>>>(x.data(), x.size(), factor);
-  SCAPE_CUDA_CHECK_LAUNCH();
+  launch(scale_kernel, x.size(), x.data(), x.size(), factor);
 }
 
 std::size_t accumulate(std::span<float> acc, std::span<const float> g) {
-  require_same(acc.size(), g.size(), "accumulate: acc/g");
+  checks::require_same(acc.size(), g.size(), "accumulate: acc/g");
   if (acc.empty()) return 0;
   const cudaStream_t stream = current_stream();
-  detail::Scratch<unsigned long long> count(1, stream);
+  Scratch<unsigned long long> count(1, stream);
   SCAPE_CUDA_CHECK(cudaMemsetAsync(count.get(), 0, sizeof(unsigned long long), stream));
-  accumulate_kernel<<<blocks_for(acc.size()), kThreads, 0, stream>>>(acc.data(), g.data(), acc.size(), count.get());
-  SCAPE_CUDA_CHECK_LAUNCH();
-  return static_cast<std::size_t>(detail::read_back(count.get(), stream));
+  launch(accumulate_kernel, acc.size(), acc.data(), g.data(), acc.size(), count.get());
+  return static_cast<std::size_t>(read_back(count.get(), stream));
 }
 
 }  // namespace scape::kernels::cuda

@@ -1,4 +1,4 @@
-// Bitmask kernels on the GPU (kernels/cpu/bitmask.hpp): byte-flag packing, popcounts and the
+// Bitmask kernels on the GPU (kernels/kernel_list.inc, "Bitmasks"): byte-flag packing, popcounts and the
 // index-list conversions. bits_to_indices writes ascending indices from a per-word popcount
 // and a CUB exclusive scan of those counts (each word's output offset), so the order never
 // depends on scheduling.
@@ -8,18 +8,12 @@
 #include <stdexcept>
 #include <string>
 
-#include "kernels/cpu/bitmask.hpp"  // words_for
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/kernels.hpp"
 #include "kernels/size_checks.hpp"
 
 namespace scape::kernels::cuda {
 namespace {
-
-using detail::blocks_for;
-using detail::global_thread;
-using detail::grid_threads;
-using detail::kThreads;
 
 std::string size_text(std::size_t value) { return std::to_string(value); }
 
@@ -81,6 +75,9 @@ __global__ void unpack_kernel(const std::uint64_t* __restrict__ words, std::size
   }
 }
 
+// The byte-flag kernels load whole words as 16-byte vectors when the flags allow it.
+bool aligned16(const std::uint8_t* flags) { return reinterpret_cast<std::uintptr_t>(flags) % 16 == 0; }
+
 enum class Combine { none, and_, or_ };
 
 template <Combine C>
@@ -101,11 +98,10 @@ template <Combine C>
 std::size_t popcount_of(const std::uint64_t* a, const std::uint64_t* b, std::size_t nw) {
   if (nw == 0) return 0;
   const cudaStream_t stream = current_stream();
-  detail::Scratch<unsigned long long> total(1, stream);
+  Scratch<unsigned long long> total(1, stream);
   SCAPE_CUDA_CHECK(cudaMemsetAsync(total.get(), 0, sizeof(unsigned long long), stream));
-  popcount_kernel<C><<<blocks_for(nw), kThreads, 0, stream>>>(a, b, nw, total.get());
-  SCAPE_CUDA_CHECK_LAUNCH();
-  return static_cast<std::size_t>(detail::read_back(total.get(), stream));
+  launch(popcount_kernel<C>, nw, a, b, nw, total.get());
+  return static_cast<std::size_t>(read_back(total.get(), stream));
 }
 
 // counts[w] = popcount(words[w]) for w < nw and counts[nw] = 0, so the exclusive scan of the
@@ -154,19 +150,13 @@ __global__ void indices_to_bits_kernel(const std::uint32_t* __restrict__ idx, st
 void pack_bits(std::span<const std::uint8_t> flags, std::span<std::uint64_t> words) {
   require_words(words.size(), flags.size(), "pack_bits");
   if (words.empty()) return;
-  const bool aligned = reinterpret_cast<std::uintptr_t>(flags.data()) % 16 == 0;
-  pack_kernel<<<blocks_for(words.size()), kThreads, 0, current_stream()>>>(flags.data(), flags.size(), words.data(),
-                                                                          words.size(), aligned);
-  SCAPE_CUDA_CHECK_LAUNCH();
+  launch(pack_kernel, words.size(), flags.data(), flags.size(), words.data(), words.size(), aligned16(flags.data()));
 }
 
 void unpack_bits(std::span<const std::uint64_t> words, std::span<std::uint8_t> flags) {
   require_words(words.size(), flags.size(), "unpack_bits");
   if (words.empty()) return;
-  const bool aligned = reinterpret_cast<std::uintptr_t>(flags.data()) % 16 == 0;
-  unpack_kernel<<<blocks_for(words.size()), kThreads, 0, current_stream()>>>(words.data(), words.size(), flags.data(),
-                                                                            flags.size(), aligned);
-  SCAPE_CUDA_CHECK_LAUNCH();
+  launch(unpack_kernel, words.size(), words.data(), words.size(), flags.data(), flags.size(), aligned16(flags.data()));
 }
 
 std::size_t popcount(std::span<const std::uint64_t> words) {
@@ -190,21 +180,20 @@ std::size_t bits_to_indices(std::span<const std::uint64_t> words, std::uint32_t 
     throw std::invalid_argument("bits_to_indices: " + size_text(nw) + " words exceed the 2^32 - 1 bits supported");
   }
   const cudaStream_t stream = current_stream();
-  detail::Scratch<std::uint32_t> counts(nw + 1, stream);
-  detail::Scratch<std::uint32_t> offsets(nw + 1, stream);
-  detail::Scratch<unsigned long long> highest(1, stream);
+  Scratch<std::uint32_t> counts(nw + 1, stream);
+  Scratch<std::uint32_t> offsets(nw + 1, stream);
+  Scratch<unsigned long long> highest(1, stream);
   SCAPE_CUDA_CHECK(cudaMemsetAsync(highest.get(), 0, sizeof(unsigned long long), stream));
-  word_counts_kernel<<<blocks_for(nw + 1), kThreads, 0, stream>>>(words.data(), nw, counts.get(), highest.get());
-  SCAPE_CUDA_CHECK_LAUNCH();
+  launch(word_counts_kernel, nw + 1, words.data(), nw, counts.get(), highest.get());
   std::size_t temp_bytes = 0;
   SCAPE_CUDA_CHECK(cub::DeviceScan::ExclusiveSum(nullptr, temp_bytes, counts.get(), offsets.get(), nw + 1, stream));
   {
-    detail::Scratch<unsigned char> temp(temp_bytes, stream);
+    Scratch<unsigned char> temp(temp_bytes, stream);
     SCAPE_CUDA_CHECK(
         cub::DeviceScan::ExclusiveSum(temp.get(), temp_bytes, counts.get(), offsets.get(), nw + 1, stream));
   }
-  const std::size_t total = detail::read_back(offsets.get() + nw, stream);
-  const unsigned long long highest_plus_one = detail::read_back(highest.get(), stream);
+  const std::size_t total = read_back(offsets.get() + nw, stream);
+  const unsigned long long highest_plus_one = read_back(highest.get(), stream);
   // The CPU kernel's checks, in its order: the highest index must fit a uint32, out must hold all.
   if (highest_plus_one > 0) {
     const std::uint64_t top = highest_plus_one - 1;
@@ -217,18 +206,15 @@ std::size_t bits_to_indices(std::span<const std::uint64_t> words, std::uint32_t 
     throw std::invalid_argument("bits_to_indices: " + size_text(total) + " bits set, out holds " +
                                 size_text(out.size()));
   }
-  write_indices_kernel<<<blocks_for(nw), kThreads, 0, stream>>>(words.data(), nw, offsets.get(), base, out.data(),
-                                                               out.size());
-  SCAPE_CUDA_CHECK_LAUNCH();
+  launch(write_indices_kernel, nw, words.data(), nw, offsets.get(), base, out.data(), out.size());
   SCAPE_CUDA_CHECK(cudaStreamSynchronize(stream));
   return total;
 }
 
 void indices_to_bits(std::span<const std::uint32_t> idx, std::uint32_t base, std::span<std::uint64_t> words) {
   if (idx.empty() || words.empty()) return;
-  indices_to_bits_kernel<<<blocks_for(idx.size()), kThreads, 0, current_stream()>>>(
-      idx.data(), idx.size(), base, reinterpret_cast<unsigned long long*>(words.data()), words.size());
-  SCAPE_CUDA_CHECK_LAUNCH();
+  launch(indices_to_bits_kernel, idx.size(), idx.data(), idx.size(), base,
+         reinterpret_cast<unsigned long long*>(words.data()), words.size());
 }
 
 }  // namespace scape::kernels::cuda

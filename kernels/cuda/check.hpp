@@ -1,10 +1,12 @@
 // Checked CUDA runtime calls: SCAPE_CUDA_CHECK(call) throws std::runtime_error naming the file,
-// line, the call and cudaGetErrorString of the failure; SCAPE_CUDA_CHECK_LAUNCH() does the same
-// for the kernel launch just queued. Plain C++ (the runtime API header only), so host code
-// compiled by g++ can use it too.
+// line, the call and cudaGetErrorName / cudaGetErrorString of the failure
+// (kernels/checked_call.hpp); SCAPE_CUDA_CHECK_LAUNCH() does the same for the kernel launch just
+// queued. Plain C++ (the runtime API header only), so host code compiled by g++ can use it too.
 #pragma once
 
 #include <cuda_runtime_api.h>
+
+#include "kernels/checked_call.hpp"
 
 namespace scape::kernels::cuda {
 
@@ -12,12 +14,6 @@ namespace scape::kernels::cuda {
 
 }  // namespace scape::kernels::cuda
 
-#define SCAPE_CUDA_CHECK(call)                                                           \
-  do {                                                                                   \
-    const cudaError_t scape_cuda_status_ = (call);                                       \
-    if (scape_cuda_status_ != cudaSuccess) {                                             \
-      ::scape::kernels::cuda::throw_cuda_error(scape_cuda_status_, #call, __FILE__, __LINE__); \
-    }                                                                                    \
-  } while (0)
+#define SCAPE_CUDA_CHECK(call) SCAPE_CHECKED_CALL(call, #call, cudaSuccess, ::scape::kernels::cuda::throw_cuda_error)
 
 #define SCAPE_CUDA_CHECK_LAUNCH() SCAPE_CUDA_CHECK(cudaGetLastError())

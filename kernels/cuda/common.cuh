@@ -1,19 +1,17 @@
-// Shared pieces of the CUDA kernel sources (not a public header): launch geometry, stream-
-// ordered scratch memory, reading one device value back to the host, and the size checks
-// with the CPU kernels' messages.
+// Shared pieces of the CUDA kernel sources (not a public header: only kernels/cuda/*.cu
+// include it): launch geometry and the checked launch of a grid-stride kernel, stream-ordered
+// scratch memory, and reading one device value back to the host.
 #pragma once
 
 #include <cuda_runtime.h>
 
 #include <cstddef>
 #include <cstdint>
-#include <stdexcept>
-#include <string>
 
 #include "kernels/cuda/check.hpp"
 #include "kernels/cuda/stream.hpp"
 
-namespace scape::kernels::cuda::detail {
+namespace scape::kernels::cuda {
 
 constexpr unsigned kThreads = 256;
 // Grid-stride loops: enough blocks to fill an H200 several times over, few enough that
@@ -23,6 +21,20 @@ constexpr std::size_t kMaxBlocks = 8192;
 inline unsigned blocks_for(std::size_t items, std::size_t per_block = kThreads) {
   const std::size_t blocks = (items + per_block - 1) / per_block;
   return static_cast<unsigned>(blocks < 1 ? 1 : (blocks > kMaxBlocks ? kMaxBlocks : blocks));
+}
+
+// A grid-stride loop's position and stride.
+__device__ inline std::size_t global_thread() {
+  return static_cast<std::size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+}
+__device__ inline std::size_t grid_threads() { return static_cast<std::size_t>(gridDim.x) * blockDim.x; }
+
+// Queues a grid-stride kernel over `items` items on current_stream() (blocks_for(items) blocks
+// of kThreads) and checks the launch.
+template <typename... Parameters, typename... Arguments>
+void launch(void (*kernel)(Parameters...), std::size_t items, Arguments... arguments) {
+  kernel<<<blocks_for(items), kThreads, 0, current_stream()>>>(arguments...);
+  SCAPE_CUDA_CHECK_LAUNCH();
 }
 
 // Device memory for one call, allocated and freed in stream order on `stream` (cudaMallocAsync
@@ -55,13 +67,8 @@ T read_back(const T* device, cudaStream_t stream) {
   return value;
 }
 
-__device__ inline std::size_t global_thread() {
-  return static_cast<std::size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-}
-__device__ inline std::size_t grid_threads() { return static_cast<std::size_t>(gridDim.x) * blockDim.x; }
-
 // With the sign bit cleared, the uint32 order of a float's bits is its magnitude order
 // (+0 == -0, NaN above +inf); the same key as kernels/cpu/select.cpp.
 __device__ inline std::uint32_t magnitude_key(float x) { return __float_as_uint(x) & 0x7fffffffu; }
 
-}  // namespace scape::kernels::cuda::detail
+}  // namespace scape::kernels::cuda

@@ -1,10 +1,7 @@
 // Gather (compact), scatter (expand) and zeroing at an index list on the GPU
-// (kernels/cpu/compact.hpp). Sizes are checked on the host as on the CPU; an index out of
-// range of the dense buffer is skipped on the device (the CPU kernel throws instead: checking
-// values on the host would cost a device round trip per call).
-#include <stdexcept>
-#include <string>
-
+// (kernels/kernel_list.inc, "Compaction"). Sizes are checked on the host as on the CPU; an
+// index out of range of the dense buffer is skipped on the device (the CPU kernel throws
+// instead: checking values on the host would cost a device round trip per call).
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/kernels.hpp"
 #include "kernels/size_checks.hpp"
@@ -13,11 +10,6 @@ namespace scape::kernels::cuda {
 namespace {
 
 using checks::require_compacted;
-
-using detail::blocks_for;
-using detail::global_thread;
-using detail::grid_threads;
-using detail::kThreads;
 
 __global__ void compact_kernel(const float* __restrict__ src, std::size_t n, const std::uint32_t* __restrict__ idx,
                                float* __restrict__ dst, std::size_t k) {
@@ -48,24 +40,18 @@ __global__ void zero_at_kernel(float* __restrict__ dst, std::size_t n, const std
 void compact(std::span<const float> src, std::span<const std::uint32_t> idx, std::span<float> dst) {
   require_compacted(idx.size(), dst.size(), "compact");
   if (idx.empty()) return;
-  compact_kernel<<<blocks_for(idx.size()), kThreads, 0, current_stream()>>>(src.data(), src.size(), idx.data(),
-                                                                           dst.data(), idx.size());
-  SCAPE_CUDA_CHECK_LAUNCH();
+  launch(compact_kernel, idx.size(), src.data(), src.size(), idx.data(), dst.data(), idx.size());
 }
 
 void expand(std::span<const float> src, std::span<const std::uint32_t> idx, std::span<float> dst) {
   require_compacted(idx.size(), src.size(), "expand");
   if (idx.empty()) return;
-  expand_kernel<<<blocks_for(idx.size()), kThreads, 0, current_stream()>>>(src.data(), idx.data(), idx.size(),
-                                                                          dst.data(), dst.size());
-  SCAPE_CUDA_CHECK_LAUNCH();
+  launch(expand_kernel, idx.size(), src.data(), idx.data(), idx.size(), dst.data(), dst.size());
 }
 
 void zero_at(std::span<float> dst, std::span<const std::uint32_t> idx) {
   if (idx.empty()) return;
-  zero_at_kernel<<<blocks_for(idx.size()), kThreads, 0, current_stream()>>>(dst.data(), dst.size(), idx.data(),
-                                                                           idx.size());
-  SCAPE_CUDA_CHECK_LAUNCH();
+  launch(zero_at_kernel, idx.size(), dst.data(), dst.size(), idx.data(), idx.size());
 }
 
 }  // namespace scape::kernels::cuda

@@ -201,16 +201,7 @@ class CudaBackend final : public KernelBackend {
   void deallocate_pinned_host(void* p) noexcept override {
     if (p != nullptr) (void)cudaFreeHost(p);
   }
-  // Device and managed memory: yes. Host memory (pageable, or pinned, which a kernel could
-  // reach only across the bus): no, the caller stages it through a Buffer.
-  bool can_access(const void* p) const override {
-    cudaPointerAttributes attributes{};
-    if (cudaPointerGetAttributes(&attributes, p) != cudaSuccess) {
-      (void)cudaGetLastError();
-      return false;
-    }
-    return attributes.type == cudaMemoryTypeDevice || attributes.type == cudaMemoryTypeManaged;
-  }
+  bool can_access(const void* p) const override { return device_accessible(p); }
   void synchronize() override {
     SCAPE_CUDA_CHECK(cudaSetDevice(device_));
     SCAPE_CUDA_CHECK(cudaStreamSynchronize(stream_));
@@ -229,115 +220,14 @@ class CudaBackend final : public KernelBackend {
     return std::make_unique<CudaChunkCopier>(device_, stream_, chunk_elements);
   }
 
-  void adamw_step(std::span<float> theta, std::span<float> m, std::span<float> v, std::span<const float> g,
-                  const AdamScalars& s) override {
-    Activate on(device_, stream_);
-    cuda::adamw_step(theta, m, v, g, s);
+  // The kernels of kernels/kernel_list.inc, each queued on this backend's device and stream.
+#define SCAPE_KERNEL(result, name, parameters, arguments) \
+  result name parameters override {                       \
+    Activate on(device_, stream_);                        \
+    return cuda::name arguments;                          \
   }
-  void adams_step(std::span<float> theta, std::span<float> m, std::span<const float> g, const AdamScalars& s) override {
-    Activate on(device_, stream_);
-    cuda::adams_step(theta, m, g, s);
-  }
-  void adamw_step_masked(std::span<float> theta, std::span<float> m, std::span<float> v,
-                         std::span<const std::uint32_t> idx, std::span<const float> m_new, std::span<const float> g_bar,
-                         const AdamScalars& s) override {
-    Activate on(device_, stream_);
-    cuda::adamw_step_masked(theta, m, v, idx, m_new, g_bar, s);
-  }
-  void adams_step_masked(std::span<float> theta, std::span<float> m, std::span<const std::uint32_t> idx,
-                         std::span<const float> m_new, std::span<const float> g_bar, const AdamScalars& s) override {
-    Activate on(device_, stream_);
-    cuda::adams_step_masked(theta, m, idx, m_new, g_bar, s);
-  }
-  void scale(std::span<float> x, float factor) override {
-    Activate on(device_, stream_);
-    cuda::scale(x, factor);
-  }
-  std::size_t accumulate(std::span<float> acc, std::span<const float> g) override {
-    Activate on(device_, stream_);
-    return cuda::accumulate(acc, g);
-  }
-  void fill(std::span<float> x, float value) override {
-    Activate on(device_, stream_);
-    cuda::fill(x, value);
-  }
-  void round_to_bf16(std::span<const float> in, std::span<float> out) override {
-    Activate on(device_, stream_);
-    cuda::round_to_bf16(in, out);
-  }
-
-  void topk_abs_mask(std::span<const float> values, std::size_t k, std::span<std::uint64_t> mask_words) override {
-    Activate on(device_, stream_);
-    cuda::topk_abs_mask(values, k, mask_words);
-  }
-  std::size_t topk_abs_indices(std::span<const float> values, std::size_t k, std::span<std::uint32_t> out) override {
-    Activate on(device_, stream_);
-    return cuda::topk_abs_indices(values, k, out);
-  }
-  std::size_t popcount(std::span<const std::uint64_t> words) override {
-    Activate on(device_, stream_);
-    return cuda::popcount(words);
-  }
-  std::size_t bits_to_indices(std::span<const std::uint64_t> words, std::uint32_t base,
-                              std::span<std::uint32_t> out) override {
-    Activate on(device_, stream_);
-    return cuda::bits_to_indices(words, base, out);
-  }
-  void indices_to_bits(std::span<const std::uint32_t> idx, std::uint32_t base, std::span<std::uint64_t> words) override {
-    Activate on(device_, stream_);
-    cuda::indices_to_bits(idx, base, words);
-  }
-
-  void compact(std::span<const float> src, std::span<const std::uint32_t> idx, std::span<float> dst) override {
-    Activate on(device_, stream_);
-    cuda::compact(src, idx, dst);
-  }
-  void expand(std::span<const float> src, std::span<const std::uint32_t> idx, std::span<float> dst) override {
-    Activate on(device_, stream_);
-    cuda::expand(src, idx, dst);
-  }
-  void zero_at(std::span<float> dst, std::span<const std::uint32_t> idx) override {
-    Activate on(device_, stream_);
-    cuda::zero_at(dst, idx);
-  }
-
-  void first_moment_statistic(std::span<const float> m, std::span<const float> a, float b1, float omb1,
-                              std::span<float> out) override {
-    Activate on(device_, stream_);
-    cuda::first_moment_statistic(m, a, b1, omb1, out);
-  }
-  void random_statistic(std::uint64_t key, std::uint64_t first_counter, std::span<float> out) override {
-    Activate on(device_, stream_);
-    cuda::random_statistic(key, first_counter, out);
-  }
-  void pack_payload(std::span<const float> a, std::span<const float> m, std::size_t m_offset,
-                    std::span<const std::uint32_t> idx, float b1, float omb1, bool with_momentum, std::span<float> b,
-                    std::span<float> a_out) override {
-    Activate on(device_, stream_);
-    cuda::pack_payload(a, m, m_offset, idx, b1, omb1, with_momentum, b, a_out);
-  }
-  void rebase_indices(std::span<const std::uint32_t> idx, std::uint32_t base, std::span<std::uint32_t> out) override {
-    Activate on(device_, stream_);
-    cuda::rebase_indices(idx, base, out);
-  }
-  void add_momentum(std::span<float> b_bar, std::span<const float> m, std::span<const std::uint32_t> idx,
-                    float b1) override {
-    Activate on(device_, stream_);
-    cuda::add_momentum(b_bar, m, idx, b1);
-  }
-  void reconstruct_gradient(std::span<const float> b_bar, std::span<const float> m, std::span<const std::uint32_t> idx,
-                            float b1, float omb1, std::span<float> g_bar) override {
-    Activate on(device_, stream_);
-    cuda::reconstruct_gradient(b_bar, m, idx, b1, omb1, g_bar);
-  }
-  void block_sum_squares(std::span<const float> x, std::size_t block, std::span<double> partial) override {
-    Activate on(device_, stream_);
-    cuda::block_sum_squares(x, block, partial);
-  }
-  float max_magnitude(std::span<const float> x) override {
-    Activate on(device_, stream_);
-    return cuda::max_magnitude(x);
-  }
+#include "kernels/kernel_list.inc"
+#undef SCAPE_KERNEL
 
  private:
   int device_ = 0;
@@ -346,6 +236,15 @@ class CudaBackend final : public KernelBackend {
 };
 
 }  // namespace
+
+bool device_accessible(const void* p) {
+  cudaPointerAttributes attributes{};
+  if (cudaPointerGetAttributes(&attributes, p) != cudaSuccess) {
+    (void)cudaGetLastError();  // clear the error an unregistered pointer may leave
+    return false;
+  }
+  return attributes.type == cudaMemoryTypeDevice || attributes.type == cudaMemoryTypeManaged;
+}
 
 int visible_device_count() {
   int count = 0;

@@ -1,4 +1,5 @@
-// The CUDA KernelBackend (kernels/backend.hpp) and device discovery, for kernels/backend.cpp.
+// The CUDA KernelBackend (kernels/backend.hpp), device discovery and pointer classification,
+// for kernels/backend.cpp and the NCCL communicator (runtime/nccl_comm.cpp).
 // Plain C++: no CUDA types, so g++-compiled code can include it. The backend (CudaBackend in
 // cuda_backend.cu) runs the kernels of kernels/cuda on its own non-blocking stream on the
 // device current when it was made; its Buffers are managed memory prefetched to that device.
@@ -14,5 +15,8 @@ namespace scape::kernels::cuda {
 std::unique_ptr<KernelBackend> make_cuda_backend();
 // How many CUDA devices this process sees; 0 (never an exception) without a driver or device.
 int visible_device_count();
+// Whether CUDA kernels (and NCCL) can address p: device or managed memory. Host memory,
+// pageable or pinned (which a kernel could reach only across the bus), is not.
+bool device_accessible(const void* p);
 
 }  // namespace scape::kernels::cuda

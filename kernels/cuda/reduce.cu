@@ -1,11 +1,9 @@
-// Deterministic block reductions on the GPU (kernels/cpu/reduce.hpp): one thread per block of
+// Deterministic block reductions on the GPU (kernels/kernel_list.inc, "Reductions"): one thread per block of
 // the CPU's blocking sums its block in index order in double, so every partial sum is
 // bit-identical to the CPU's (--fmad=false keeps x*x and the add separately rounded). The
 // maximum is exact in any order; NaN is carried as a flag.
-#include <cmath>
 #include <cstring>
 #include <limits>
-#include <stdexcept>
 
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/kernels.hpp"
@@ -13,11 +11,6 @@
 
 namespace scape::kernels::cuda {
 namespace {
-
-using detail::blocks_for;
-using detail::global_thread;
-using detail::grid_threads;
-using detail::kThreads;
 
 __global__ void block_sum_squares_kernel(const float* __restrict__ x, std::size_t n, std::size_t block,
                                          double* __restrict__ partial, std::size_t blocks) {
@@ -57,21 +50,17 @@ __global__ void max_magnitude_kernel(const float* __restrict__ x, std::size_t n,
 }  // namespace
 
 void block_sum_squares(std::span<const float> x, std::size_t block, std::span<double> partial) {
-  if (block == 0) throw std::invalid_argument("block_sum_squares: block must be > 0");
-  checks::require_size(partial.size(), (x.size() + block - 1) / block, "block_sum_squares: partial");
+  checks::block_sum_squares_sizes(x.size(), block, partial.size());
   if (partial.empty()) return;
-  block_sum_squares_kernel<<<blocks_for(partial.size()), kThreads, 0, current_stream()>>>(
-      x.data(), x.size(), block, partial.data(), partial.size());
-  SCAPE_CUDA_CHECK_LAUNCH();
+  launch(block_sum_squares_kernel, partial.size(), x.data(), x.size(), block, partial.data(), partial.size());
 }
 
 float max_magnitude(std::span<const float> x) {
   if (x.empty()) return 0.0f;
   const cudaStream_t stream = current_stream();
-  detail::Scratch<unsigned> result(2, stream);
+  Scratch<unsigned> result(2, stream);
   SCAPE_CUDA_CHECK(cudaMemsetAsync(result.get(), 0, 2 * sizeof(unsigned), stream));
-  max_magnitude_kernel<<<blocks_for(x.size()), kThreads, 0, stream>>>(x.data(), x.size(), result.get());
-  SCAPE_CUDA_CHECK_LAUNCH();
+  launch(max_magnitude_kernel, x.size(), x.data(), x.size(), result.get());
   unsigned host[2] = {0, 0};
   SCAPE_CUDA_CHECK(cudaMemcpyAsync(host, result.get(), sizeof host, cudaMemcpyDeviceToHost, stream));
   SCAPE_CUDA_CHECK(cudaStreamSynchronize(stream));

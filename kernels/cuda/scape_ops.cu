@@ -1,9 +1,6 @@
-// SCAPE elementwise passes on the GPU (kernels/cpu/scape_ops.hpp; docs/algorithms.md,
+// SCAPE elementwise passes on the GPU (kernels/kernel_list.inc; docs/algorithms.md,
 // "SCAPE" steps 2, 4, 5 and 8): the CPU expressions in the CPU order, bit-identical with
 // --fmad=false. random_statistic runs core/rng.hpp's counter-based generator on the device.
-#include <stdexcept>
-#include <string>
-
 #include "core/rng.hpp"
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/kernels.hpp"
@@ -11,11 +8,6 @@
 
 namespace scape::kernels::cuda {
 namespace {
-
-using detail::blocks_for;
-using detail::global_thread;
-using detail::grid_threads;
-using detail::kThreads;
 
 using checks::require_size;
 
@@ -93,69 +85,54 @@ __global__ void fill_kernel(float* __restrict__ x, std::size_t n, float value) {
 
 void first_moment_statistic(std::span<const float> m, std::span<const float> a, float b1, float omb1,
                             std::span<float> out) {
-  require_size(m.size(), out.size(), "first_moment_statistic: m");
-  require_size(a.size(), out.size(), "first_moment_statistic: a");
+  checks::first_moment_statistic_sizes(m.size(), a.size(), out.size());
   if (out.empty()) return;
-  first_moment_kernel<<<blocks_for(out.size()), kThreads, 0, current_stream()>>>(m.data(), a.data(), b1, omb1,
-                                                                                out.data(), out.size());
-  SCAPE_CUDA_CHECK_LAUNCH();
+  launch(first_moment_kernel, out.size(), m.data(), a.data(), b1, omb1, out.data(), out.size());
 }
 
 void random_statistic(std::uint64_t key, std::uint64_t first_counter, std::span<float> out) {
   if (out.empty()) return;
-  random_statistic_kernel<<<blocks_for(out.size()), kThreads, 0, current_stream()>>>(key, first_counter, out.data(),
-                                                                                    out.size());
-  SCAPE_CUDA_CHECK_LAUNCH();
+  launch(random_statistic_kernel, out.size(), key, first_counter, out.data(), out.size());
 }
 
 void pack_payload(std::span<const float> a, std::span<const float> m, std::size_t m_offset,
                   std::span<const std::uint32_t> idx, float b1, float omb1, bool with_momentum, std::span<float> b,
                   std::span<float> a_out) {
-  require_size(b.size(), idx.size(), "pack_payload: b");
-  if (!a_out.empty()) require_size(a_out.size(), idx.size(), "pack_payload: a_out");
+  checks::pack_payload_sizes(idx.size(), b.size(), a_out.size());
   if (idx.empty()) return;
-  pack_payload_kernel<<<blocks_for(idx.size()), kThreads, 0, current_stream()>>>(
-      a.data(), a.size(), m.data(), m.size(), m_offset, idx.data(), idx.size(), b1, omb1, with_momentum, b.data(),
-      a_out.empty() ? nullptr : a_out.data());
-  SCAPE_CUDA_CHECK_LAUNCH();
+  launch(pack_payload_kernel, idx.size(), a.data(), a.size(), m.data(), m.size(), m_offset, idx.data(), idx.size(), b1,
+         omb1, with_momentum, b.data(), a_out.empty() ? nullptr : a_out.data());
 }
 
 void rebase_indices(std::span<const std::uint32_t> idx, std::uint32_t base, std::span<std::uint32_t> out) {
   require_size(out.size(), idx.size(), "rebase_indices: out");
   if (idx.empty()) return;
-  rebase_kernel<<<blocks_for(idx.size()), kThreads, 0, current_stream()>>>(idx.data(), base, out.data(), idx.size());
-  SCAPE_CUDA_CHECK_LAUNCH();
+  launch(rebase_kernel, idx.size(), idx.data(), base, out.data(), idx.size());
 }
 
 void add_momentum(std::span<float> b_bar, std::span<const float> m, std::span<const std::uint32_t> idx, float b1) {
   require_size(b_bar.size(), idx.size(), "add_momentum: b_bar");
   if (idx.empty()) return;
-  add_momentum_kernel<<<blocks_for(idx.size()), kThreads, 0, current_stream()>>>(b_bar.data(), m.data(), m.size(),
-                                                                                idx.data(), idx.size(), b1);
-  SCAPE_CUDA_CHECK_LAUNCH();
+  launch(add_momentum_kernel, idx.size(), b_bar.data(), m.data(), m.size(), idx.data(), idx.size(), b1);
 }
 
 void reconstruct_gradient(std::span<const float> b_bar, std::span<const float> m,
                           std::span<const std::uint32_t> idx, float b1, float omb1, std::span<float> g_bar) {
-  require_size(b_bar.size(), idx.size(), "reconstruct_gradient: b_bar");
-  require_size(g_bar.size(), idx.size(), "reconstruct_gradient: g_bar");
+  checks::reconstruct_gradient_sizes(b_bar.size(), idx.size(), g_bar.size());
   if (idx.empty()) return;
-  reconstruct_kernel<<<blocks_for(idx.size()), kThreads, 0, current_stream()>>>(
-      b_bar.data(), m.data(), m.size(), idx.data(), idx.size(), b1, omb1, g_bar.data());
-  SCAPE_CUDA_CHECK_LAUNCH();
+  launch(reconstruct_kernel, idx.size(), b_bar.data(), m.data(), m.size(), idx.data(), idx.size(), b1, omb1,
+         g_bar.data());
 }
 
 void round_to_bf16(std::span<const float> in, std::span<float> out) {
   require_size(out.size(), in.size(), "round_to_bf16: out");
   if (in.empty()) return;
-  round_bf16_kernel<<<blocks_for(in.size()), kThreads, 0, current_stream()>>>(in.data(), out.data(), in.size());
-  SCAPE_CUDA_CHECK_LAUNCH();
+  launch(round_bf16_kernel, in.size(), in.data(), out.data(), in.size());
 }
 
 void fill(std::span<float> x, float value) {
   if (x.empty()) return;
-  fill_kernel<<<blocks_for(x.size()), kThreads, 0, current_stream()>>>(x.data(), x.size(), value);
-  SCAPE_CUDA_CHECK_LAUNCH();
+  launch(fill_kernel, x.size(), x.data(), x.size(), value);
 }
 
 }  // namespace scape::kernels::cuda

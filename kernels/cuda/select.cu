@@ -1,4 +1,4 @@
-// Exact top-k by magnitude on the GPU (kernels/cpu/select.hpp; docs/algorithms.md, "Masks"):
+// Exact top-k by magnitude on the GPU (kernels/kernel_list.inc; docs/algorithms.md, "Masks"):
 // a radix select on the 31-bit key |x| (the float's bits with the sign cleared; NaN ranks above
 // +inf), then one pass that writes the mask. No sort, no host round trip:
 //
@@ -22,18 +22,12 @@
 #include <cub/block/block_reduce.cuh>
 #include <cub/block/block_scan.cuh>
 
-#include <limits>
-#include <stdexcept>
-#include <string>
-
-#include "kernels/cpu/bitmask.hpp"  // words_for
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/kernels.hpp"
+#include "kernels/size_checks.hpp"
 
 namespace scape::kernels::cuda {
 namespace {
-
-using detail::magnitude_key;
 
 constexpr unsigned kSelectThreads = 256;
 constexpr unsigned kSelectWarps = kSelectThreads / 32;
@@ -233,7 +227,7 @@ __global__ void __launch_bounds__(kSelectThreads)
 
 // k == n: every bit below n.
 __global__ void set_first_bits_kernel(unsigned long long* __restrict__ words, std::size_t nw, std::size_t n) {
-  for (std::size_t w = detail::global_thread(); w < nw; w += detail::grid_threads()) {
+  for (std::size_t w = global_thread(); w < nw; w += grid_threads()) {
     const std::size_t bits = n - 64 * w;
     words[w] = bits >= 64 ? ~0ull : (1ull << bits) - 1;
   }
@@ -243,18 +237,9 @@ __global__ void set_first_bits_kernel(unsigned long long* __restrict__ words, st
 
 void topk_abs_mask(std::span<const float> values, std::size_t k, std::span<std::uint64_t> mask_words) {
   const std::size_t n = values.size();
-  if (k > n) {
-    throw std::invalid_argument("topk_abs_mask: k = " + std::to_string(k) + " exceeds n = " + std::to_string(n));
-  }
-  const std::size_t nw = words_for(n);
-  if (mask_words.size() != nw) {
-    throw std::invalid_argument("topk_abs_mask: mask has " + std::to_string(mask_words.size()) + " words, n = " +
-                                std::to_string(n) + " needs " + std::to_string(nw));
-  }
-  if (n > std::numeric_limits<std::uint32_t>::max()) {
-    throw std::invalid_argument("topk_abs_mask: n = " + std::to_string(n) + " exceeds 2^32 - 1");
-  }
+  checks::topk_abs_mask_sizes(n, k, mask_words.size());
   if (n == 0) return;
+  const std::size_t nw = mask_words.size();
   const cudaStream_t stream = current_stream();
   auto* words = reinterpret_cast<unsigned long long*>(mask_words.data());
   if (k == 0) {
@@ -262,8 +247,7 @@ void topk_abs_mask(std::span<const float> values, std::size_t k, std::span<std::
     return;
   }
   if (k == n) {
-    set_first_bits_kernel<<<detail::blocks_for(nw), detail::kThreads, 0, stream>>>(words, nw, n);
-    SCAPE_CUDA_CHECK_LAUNCH();
+    launch(set_first_bits_kernel, nw, words, nw, n);
     return;
   }
 
@@ -276,7 +260,7 @@ void topk_abs_mask(std::span<const float> values, std::size_t k, std::span<std::
   constexpr std::size_t kStateOffset = kBinsHigh + 2 * kBinsLow;
   constexpr std::size_t kStateWords = 4;
   static_assert(sizeof(SelectState) <= kStateWords * sizeof(std::uint32_t));
-  detail::Scratch<std::uint32_t> scratch(kStateOffset + kStateWords + blocks * kBinsLow, stream);
+  Scratch<std::uint32_t> scratch(kStateOffset + kStateWords + blocks * kBinsLow, stream);
   std::uint32_t* hist1 = scratch.get();
   std::uint32_t* hist2 = hist1 + kBinsHigh;
   std::uint32_t* hist3 = hist2 + kBinsLow;
@@ -303,12 +287,9 @@ void topk_abs_mask(std::span<const float> values, std::size_t k, std::span<std::
 }
 
 std::size_t topk_abs_indices(std::span<const float> values, std::size_t k, std::span<std::uint32_t> out) {
-  if (out.size() < k) {
-    throw std::invalid_argument("topk_abs_indices: out holds " + std::to_string(out.size()) + " entries, k = " +
-                                std::to_string(k));
-  }
+  checks::topk_abs_indices_sizes(k, out.size());
   const std::size_t nw = words_for(values.size());
-  detail::Scratch<std::uint64_t> mask(nw, current_stream());
+  Scratch<std::uint64_t> mask(nw, current_stream());
   topk_abs_mask(values, k, {mask.get(), nw});
   return bits_to_indices({mask.get(), nw}, 0, out.first(k));
 }

@@ -1,9 +1,6 @@
 // The thread-local current stream and the checked-call error path (stream.hpp, check.hpp).
 #include "kernels/cuda/stream.hpp"
 
-#include <stdexcept>
-#include <string>
-
 #include "kernels/cuda/check.hpp"
 
 namespace scape::kernels::cuda {
@@ -14,8 +11,7 @@ thread_local cudaStream_t t_current_stream = cudaStreamPerThread;
 }  // namespace
 
 void throw_cuda_error(cudaError_t error, const char* call, const char* file, int line) {
-  throw std::runtime_error(std::string(file) + ":" + std::to_string(line) + ": CUDA error " +
-                           cudaGetErrorName(error) + " (" + cudaGetErrorString(error) + ") in " + call);
+  throw_call_error("CUDA", cudaGetErrorName(error), cudaGetErrorString(error), call, file, line);
 }
 
 cudaStream_t current_stream() { return t_current_stream; }

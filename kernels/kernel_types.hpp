@@ -1,0 +1,46 @@
+// What the kernel signatures of kernels/kernel_list.inc share besides spans: the Adam step
+// scalars (rounded from double once, on the host, by the same code for the CPU and CUDA
+// kernels) and the bitmask layout (bit j of word j / 64 is element j). Plain C++.
+#pragma once
+
+#include <cmath>
+#include <cstddef>
+
+namespace scape::kernels {
+
+// Words of a bitmask over n elements.
+constexpr std::size_t words_for(std::size_t n) { return (n + 63) / 64; }
+
+// Scalars of one step, in double. Kernels derive 1 - beta in double and round every scalar
+// to fp32 once: computing 1 - beta2 from an fp32 beta2 = 0.999 would be off by 1.3e-5.
+struct AdamScalars {
+  double lr = 0.0;     // eta_t
+  double beta1 = 0.9;
+  double beta2 = 0.95;
+  double eps = 1e-8;
+  double decay = 1.0;  // theta multiplier (1 - eta*lambda) for decayed tensors, 1 otherwise
+  double bc1 = 1.0;    // c1 = 1 - beta1^t with bias correction, 1 without
+  double bc2 = 1.0;    // c2 = 1 - beta2^t with bias correction, 1 without (AdamW only)
+};
+
+// The scalars as the kernels use them, each rounded from double to fp32 once on the host. The
+// CPU and CUDA kernels both build their scalars here, so both round identically.
+struct AdamFloats {
+  explicit AdamFloats(const AdamScalars& s)
+      : lr(static_cast<float>(s.lr)),
+        beta1(static_cast<float>(s.beta1)),
+        beta2(static_cast<float>(s.beta2)),
+        eps(static_cast<float>(s.eps)),
+        decay(static_cast<float>(s.decay)),
+        one_minus_b1(static_cast<float>(1.0 - s.beta1)),
+        one_minus_b2(static_cast<float>(1.0 - s.beta2)),
+        step_size(static_cast<float>(s.lr / s.bc1)),
+        inv_sqrt_bc2(static_cast<float>(1.0 / std::sqrt(s.bc2))),
+        inv_bc1(static_cast<float>(1.0 / s.bc1)) {}
+  float lr, beta1, beta2, eps, decay, one_minus_b1, one_minus_b2;
+  float step_size;     // lr / c1 (AdamW)
+  float inv_sqrt_bc2;  // 1 / sqrt(c2) (AdamW)
+  float inv_bc1;       // 1 / c1 (AdamS)
+};
+
+}  // namespace scape::kernels
