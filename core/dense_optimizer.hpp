@@ -2,31 +2,18 @@
 // distributed optimizer (reduce-scatter, owners step their shard, parameter all-gather).
 #pragma once
 
-#include <vector>
-
-#include "core/metrics.hpp"
-#include "core/optimizer.hpp"
+#include "core/optimizer_base.hpp"
 
 namespace scape {
 
-class DenseOptimizer final : public Optimizer {
+class DenseOptimizer final : public OptimizerBase {
  public:
   DenseOptimizer(const OptimizerConfig& config, const ParamLayout& layout, Communicator& comm, int total_steps);
-  StepMetrics step(std::span<float> params, std::span<const float> grads) override;
-  void save_state(StateMap& state) override;
-  void load_state(const StateMap& state) override;
 
  private:
-  OptimizerConfig config_;
-  const ParamLayout& layout_;
-  Communicator& comm_;
-  LrSchedule schedule_;
-  InnerRule rule_;
-  Sharding sharding_;
-  std::size_t state_begin_;  // first coordinate whose optimizer state this worker keeps
-  std::size_t state_end_;
-  std::vector<float> m_, v_, g_bar_;
-  metrics::UpdateTracker updates_;
+  void update(std::span<float> params, std::span<const float> grads, StepMetrics& out) override;
+
+  kernels::Buffer<float> g_bar_{k_};  // mean gradient over the state range (all of N when replicated)
 };
 
 }  // namespace scape

@@ -1,6 +1,7 @@
 // Optimizer configuration, step metrics and the factory. An optimizer is an update rule
 // (AdamW or AdamS) times a gradient-sync policy (dense, SCAPE, raw-gradient top-k); see
-// docs/algorithms.md. Optimizers see only flat spans and a Communicator.
+// docs/algorithms.md. Optimizers see only flat spans and a Communicator; what the three share
+// is core/optimizer_base.hpp.
 #pragma once
 
 #include <cstddef>

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cstring>
 #include <exception>
+#include <stdexcept>
 
 namespace scape {
 
@@ -53,6 +54,11 @@ void ResidualStore::for_each_chunk(bool write_back, const ChunkFn& fn) {
     }
   }
   copier_->finish();
+}
+
+std::span<float> ResidualStore::resident() {
+  if (copier_) throw std::logic_error("ResidualStore::resident: the residual is offloaded to host memory");
+  return resident_.span();
 }
 
 std::span<float> ResidualStore::host_view() { return copier_ ? std::span<float>(host_, n_) : resident_.span(); }

@@ -31,6 +31,9 @@ class ResidualStore {
   // back; with write_back the chunks are copied back to host memory, and the pass ends with
   // the host waiting for every copy.
   void for_each_chunk(bool write_back, const ChunkFn& fn);
+  // The whole residual in the backend's memory, for policies that rank it as one array (top-k
+  // over all N). Throws std::logic_error when the residual is offloaded.
+  std::span<float> resident();
   // The residual as the host sees it, valid after the backend's synchronize().
   std::span<float> host_view();
   std::span<const float> host_view() const;

@@ -5,9 +5,7 @@
 
 #include <algorithm>
 #include <cstdio>
-#include <cstring>
 #include <numeric>
-#include <stdexcept>
 #include <string>
 
 #include "core/optim_common.hpp"
@@ -18,13 +16,6 @@ namespace scape {
 namespace {
 
 constexpr std::uint64_t kRandomMaskPurpose = 0x6d61736b;  // "mask"
-
-template <typename T>
-void load_buffer(const StateMap& state, const std::string& name, kernels::Buffer<T>& buffer) {
-  const auto& bytes = state_entry<T>(state, name);
-  buffer.resize(bytes.size() / sizeof(T));
-  if (!bytes.empty()) std::memcpy(buffer.data(), bytes.data(), bytes.size());
-}
 
 template <typename T>
 void copy_buffer(kernels::KernelBackend& k, const kernels::Buffer<T>& from, kernels::Buffer<T>& to) {
@@ -49,27 +40,13 @@ std::string human_bytes(std::size_t bytes) {
 
 ScapeOptimizer::ScapeOptimizer(const OptimizerConfig& config, const ParamLayout& layout, Communicator& comm,
                                int total_steps)
-    : config_(config),
-      layout_(layout),
-      comm_(comm),
-      schedule_{config.lr, config.resolved_min_lr(), config.warmup_steps, total_steps},
-      sharding_(layout.size(), comm.size()),
-      n_(layout.size()),
-      rank_(comm.rank()),
-      state_begin_(config.sharded ? sharding_.begin(comm.rank()) : 0),
-      state_end_(config.sharded ? sharding_.end(comm.rank()) : layout.size()),
-      own_begin_(sharding_.begin(comm.rank())),
-      own_end_(sharding_.end(comm.rank())),
-      backend_(kernels::make_backend(config.device)),
-      e_(*backend_, n_, config.residual_offload, config.offload_chunk),
-      staleness_(n_),
-      updates_(n_) {
-  m_.assign_zero(state_end_ - state_begin_);
-  v_.assign_zero(config.inner == InnerRule::adamw ? state_end_ - state_begin_ : 0);
+    : OptimizerBase(config, layout, comm, total_steps),
+      own_begin_(sharding_.begin(rank_)),
+      own_end_(sharding_.end(rank_)),
+      feedback_(k_, n_, config.residual_offload, config.offload_chunk) {
   mask_.assign_zero(kernels::words_for(n_));
-  previous_mask_.assign_zero(kernels::words_for(n_));
   next_mask_.assign_zero(kernels::words_for(n_));
-  local_bits_.assign_zero(sharding_.words(comm.rank()));
+  local_bits_.assign_zero(sharding_.words(rank_));
   k_.synchronize();
 }
 
@@ -77,10 +54,11 @@ ScapeOptimizer::~ScapeOptimizer() = default;
 
 std::string ScapeOptimizer::device_summary() const {
   std::string out = k_.description();
-  if (e_.offloaded()) {
+  const ResidualStore& e = feedback_.residual();
+  if (e.offloaded()) {
     const std::size_t resident = n_ * sizeof(float);
-    out += "; residual offloaded to pinned host memory: the device holds " + human_bytes(e_.device_bytes()) + " instead of " +
-           human_bytes(resident) + " (saves " + human_bytes(resident - std::min(resident, e_.device_bytes())) + ")";
+    out += "; residual offloaded to pinned host memory: the device holds " + human_bytes(e.device_bytes()) + " instead of " +
+           human_bytes(resident) + " (saves " + human_bytes(resident - std::min(resident, e.device_bytes())) + ")";
   }
   return out;
 }
@@ -101,7 +79,7 @@ std::size_t ScapeOptimizer::residual_pass(std::span<const float> grads, bool acc
   // deliver_part finds each chunk's mask positions in idx_ on the host.
   k_.synchronize();
   std::size_t nonfinite = 0;
-  e_.for_each_chunk(accumulate || deliver, [&](std::size_t begin, std::span<float> a) {
+  feedback_.residual().for_each_chunk(accumulate || deliver, [&](std::size_t begin, std::span<float> a) {
     // Step 1: a_i = e_i + g_i, held in the residual until step 3 writes it back.
     if (accumulate) nonfinite += k_.accumulate(a, grads.subspan(begin, a.size()));
     if (statistic) {
@@ -178,12 +156,16 @@ void ScapeOptimizer::select_local(double rho) {
   }
 }
 
+std::vector<std::size_t> ScapeOptimizer::mask_word_counts() const {
+  std::vector<std::size_t> counts(static_cast<std::size_t>(sharding_.workers()));
+  for (int w = 0; w < sharding_.workers(); ++w) counts[static_cast<std::size_t>(w)] = sharding_.words(w);
+  return counts;
+}
+
 void ScapeOptimizer::gather_mask_now() {
   k_.synchronize();
   if (partitioned()) {
-    std::vector<std::size_t> counts(static_cast<std::size_t>(sharding_.workers()));
-    for (int w = 0; w < sharding_.workers(); ++w) counts[static_cast<std::size_t>(w)] = sharding_.words(w);
-    comm_.all_gather_words(local_bits_.span(), mask_.span(), counts, "mask_all_gather");
+    comm_.all_gather_words(local_bits_.span(), mask_.span(), mask_word_counts(), "mask_all_gather");
     return;
   }
   gathered_counts_.assign(static_cast<std::size_t>(sharding_.workers()), local_indices_.size() * sizeof(std::uint32_t));
@@ -197,9 +179,7 @@ void ScapeOptimizer::gather_mask_now() {
 void ScapeOptimizer::start_mask_gather() {
   k_.synchronize();
   if (partitioned()) {
-    std::vector<std::size_t> counts(static_cast<std::size_t>(sharding_.workers()));
-    for (int w = 0; w < sharding_.workers(); ++w) counts[static_cast<std::size_t>(w)] = sharding_.words(w);
-    pending_ = comm_.all_gather_words_async(local_bits_.span(), next_mask_.span(), counts, "mask_all_gather");
+    pending_ = comm_.all_gather_words_async(local_bits_.span(), next_mask_.span(), mask_word_counts(), "mask_all_gather");
     return;
   }
   gathered_counts_.assign(static_cast<std::size_t>(sharding_.workers()), local_indices_.size() * sizeof(std::uint32_t));
@@ -234,7 +214,7 @@ void ScapeOptimizer::index_mask() {
   k_.bits_to_indices(mask_.span(), 0, idx_.span());
   b_.resize(k);
   a_packed_.resize(two_collectives() ? k : 0);
-  if (e_.offloaded()) chunk_idx_.resize(k);
+  if (feedback_.residual().offloaded()) chunk_idx_.resize(k);
   counts_ = partitioned() ? mask_counts_per_shard() : std::vector<std::size_t>{};
 }
 
@@ -283,7 +263,7 @@ void ScapeOptimizer::update_masked(std::span<float> params, double eta, int t) {
   detail::apply_weight_decay(k_, layout_, params, 0, n_, config_, eta);
   const auto s = detail::adam_scalars(config_, eta, t, false);
   auto theta = params.subspan(state_begin_, state_end_ - state_begin_);
-  if (config_.inner == InnerRule::adamw) {
+  if (rule_ == InnerRule::adamw) {
     k_.adamw_step_masked(theta, m_.span(), v_.span(), update_idx_.span(), b_bar_.span(), g_bar_.span(), s);
   } else {
     k_.adams_step_masked(theta, m_.span(), update_idx_.span(), b_bar_.span(), g_bar_.span(), s);
@@ -302,7 +282,7 @@ void ScapeOptimizer::update_dense(std::span<float> params, double eta, int t) {
   // sharded mode then all-gathers every parameter.
   dense_g_.assign_zero(state_end_ - state_begin_);
   k_.expand(g_bar_.span(), update_idx_.span(), dense_g_.span());
-  detail::dense_inner_step(k_, config_.inner, layout_, params, state_begin_, state_end_, m_.span(), v_.span(),
+  detail::dense_inner_step(k_, rule_, layout_, params, state_begin_, state_end_, m_.span(), v_.span(),
                            dense_g_.span(), config_, eta, t);
   if (!config_.sharded) return;
   k_.synchronize();
@@ -310,31 +290,10 @@ void ScapeOptimizer::update_dense(std::span<float> params, double eta, int t) {
                    "param_all_gather");
 }
 
-StepMetrics ScapeOptimizer::step(std::span<float> params_in, std::span<const float> grads_in) {
-  detail::check_step_sizes(params_in, grads_in, n_);
-  const int t = ++t_;
+void ScapeOptimizer::update(std::span<float> params, std::span<const float> grads, StepMetrics& out) {
+  const int t = t_;
   const double rho = density_at(config_.density(), config_.density_warmup, t);
-  StepMetrics out;
-  out.step = t;
-  out.lr = learning_rate(schedule_, t);
   out.target_density = rho;
-  out.local_grad_norm = metrics::l2_norm(grads_in);
-  updates_.before(params_in);
-
-  // Inputs the backend's kernels cannot address are staged through its own buffers.
-  const bool stage_params = !k_.can_access(params_in.data());
-  std::span<float> params = params_in;
-  std::span<const float> grads = grads_in;
-  if (stage_params) {
-    params_stage_.resize(n_);
-    k_.copy_bytes(params_in.data(), params_stage_.data(), params_in.size_bytes());
-    params = params_stage_.span();
-  }
-  if (!k_.can_access(grads_in.data())) {
-    grads_stage_.resize(n_);
-    k_.copy_bytes(grads_in.data(), grads_stage_.data(), grads_in.size_bytes());
-    grads = grads_stage_.span();
-  }
 
   // The mask M_t: received (lag 1 after the first step) or computed from this step's a_i.
   const bool mask_known = config_.mask_lag == 1 && t > 1;
@@ -361,7 +320,7 @@ StepMetrics ScapeOptimizer::step(std::span<float> params_in, std::span<const flo
     select_local(density_at(config_.density(), config_.density_warmup, t + 1));
   }
   k_.synchronize();
-  staleness_.deliver(idx_.span(), t);
+  feedback_.deliver(idx_.span(), t);
 
   synchronize();
   reconstruct_gradient();
@@ -371,59 +330,25 @@ StepMetrics ScapeOptimizer::step(std::span<float> params_in, std::span<const flo
     update_masked(params, out.lr, t);
   }
   if (lagged_next) start_mask_gather();
-
-  k_.synchronize();
-  metrics::fill_mask_metrics(layout_, mask_.span(), have_previous_mask_ ? std::span<const std::uint64_t>(previous_mask_.span())
-                                                                        : std::span<const std::uint64_t>{},
-                             k_total(rho), out);
-  copy_buffer(k_, mask_, previous_mask_);
-  have_previous_mask_ = true;
-  if (stage_params) k_.copy_bytes(params_stage_.data(), params_in.data(), params_in.size_bytes());
-  k_.synchronize();
-  updates_.after(params_in, out);
-  // An offloaded residual is read where it lives, in host memory.
-  kernels::KernelBackend& where = e_.offloaded() ? kernels::cpu_backend() : k_;
-  auto& partial = e_.offloaded() ? host_partial_ : partial_;
-  metrics::fill_residual_metrics(where, partial, layout_, e_.host_view(), updates_.theta_norm(), out);
-  staleness_.fill(t, out);
-  out.comm = comm_.ledger().drain();
-  return out;
+  feedback_.record_mask(layout_, mask_, k_total(rho), out);
 }
 
 void ScapeOptimizer::finish() { pending_.wait(); }
 
-void ScapeOptimizer::save_state(StateMap& state) {
-  // The lagged all-gather of the next mask completes here, so the checkpoint holds the
-  // received mask; receive_mask() of the next step then finds nothing pending.
-  pending_.wait();
-  k_.synchronize();
-  put_state_value(state, "t", t_);
-  put_state(state, "residual", e_.host_view());
-  put_state(state, "m", m_.span());
-  put_state(state, "v", v_.span());
+// The lagged all-gather of the next mask has completed (save_state calls finish()), so the
+// checkpoint holds the received mask; receive_mask() of the next step then finds nothing pending.
+void ScapeOptimizer::save_policy_state(StateMap& state) const {
+  feedback_.save(state);
   put_state(state, "mask", mask_.span());
-  put_state(state, "previous_mask", previous_mask_.span());
   put_state(state, "next_mask", next_mask_.span());
   put_state(state, "gathered_indices", gathered_indices_.span());
-  put_state_value(state, "have_previous_mask", static_cast<std::uint8_t>(have_previous_mask_));
-  staleness_.save(state, "staleness.");
-  updates_.save(state, "updates.");
 }
 
-void ScapeOptimizer::load_state(const StateMap& state) {
-  pending_.wait();  // a gather still in flight would write next_mask_ after the load
-  k_.synchronize();
-  t_ = get_state_value<int>(state, "t");
-  get_state_exact(state, "residual", e_.host_view());
-  get_state_exact(state, "m", m_.span());
-  get_state_exact(state, "v", v_.span());
+void ScapeOptimizer::load_policy_state(const StateMap& state) {
+  feedback_.load(state);
   get_state_exact(state, "mask", mask_.span());
-  get_state_exact(state, "previous_mask", previous_mask_.span());
   get_state_exact(state, "next_mask", next_mask_.span());
-  load_buffer(state, "gathered_indices", gathered_indices_);
-  have_previous_mask_ = get_state_value<std::uint8_t>(state, "have_previous_mask") != 0;
-  staleness_.load(state, "staleness.");
-  updates_.load(state, "updates.");
+  get_state(state, "gathered_indices", gathered_indices_);
 }
 
 }  // namespace scape

@@ -4,37 +4,37 @@
 // memory of a KernelBackend (CPU or CUDA) and every pass over it is a backend kernel.
 #pragma once
 
-#include <memory>
+#include <cstddef>
+#include <cstdint>
+#include <string>
 #include <vector>
 
-#include "core/metrics.hpp"
-#include "core/optimizer.hpp"
-#include "core/residual_store.hpp"
-#include "kernels/backend.hpp"
+#include "core/error_feedback.hpp"
+#include "core/optimizer_base.hpp"
 
 namespace scape {
 
-class ScapeOptimizer final : public Optimizer {
+class ScapeOptimizer final : public OptimizerBase {
  public:
   ScapeOptimizer(const OptimizerConfig& config, const ParamLayout& layout, Communicator& comm, int total_steps);
   ~ScapeOptimizer() override;
 
-  // params and grads must be host-addressable (host or managed memory); spans the backend's
-  // kernels cannot read are staged through device buffers.
-  StepMetrics step(std::span<float> params, std::span<const float> grads) override;
   void finish() override;
-  void save_state(StateMap& state) override;
-  void load_state(const StateMap& state) override;
   std::span<const std::uint64_t> mask() const override { return mask_.span(); }
-  std::span<const float> residual() const override { return e_.host_view(); }
+  std::span<const float> residual() const override { return feedback_.residual().host_view(); }
   std::string device_summary() const override;
   // Bits this worker computed at the end of the last step for the next mask (its own shard,
   // partitioned masks under lag 1): invariant 6 compares them with the next step's mask.
   std::span<const std::uint64_t> next_mask_local_bits() const { return local_bits_.span(); }
   // Device memory the residual occupies (N floats resident, two chunks offloaded).
-  std::size_t residual_device_bytes() const { return e_.device_bytes(); }
+  std::size_t residual_device_bytes() const { return feedback_.residual().device_bytes(); }
 
  private:
+  void update(std::span<float> params, std::span<const float> grads, StepMetrics& out) override;
+  void fill_final_metrics(StepMetrics& out) override { feedback_.fill_metrics(layout_, updates_.theta_norm(), t_, out); }
+  void save_policy_state(StateMap& state) const override;
+  void load_policy_state(const StateMap& state) override;
+
   bool partitioned() const { return config_.mask_partition == MaskPartition::partitioned; }
   bool two_collectives() const { return config_.second_moment == SecondMoment::two_collectives; }
   std::size_t k_total(double rho) const;
@@ -54,6 +54,8 @@ class ScapeOptimizer final : public Optimizer {
   void prepare_statistic(int use_step);
   // Selects this worker's part of the mask for density rho from stat_ into its send buffer.
   void select_local(double rho);
+  // Mask words per shard, in rank order (the counts of the partitioned mask all-gather).
+  std::vector<std::size_t> mask_word_counts() const;
   void gather_mask_now();
   void start_mask_gather();
   void receive_mask();
@@ -65,28 +67,16 @@ class ScapeOptimizer final : public Optimizer {
   void update_dense(std::span<float> params, double eta, int t);
   std::vector<std::size_t> mask_counts_per_shard();
 
-  OptimizerConfig config_;
-  const ParamLayout& layout_;
-  Communicator& comm_;
-  LrSchedule schedule_;
-  Sharding sharding_;
-  std::size_t n_;
-  int rank_;
-  std::size_t state_begin_, state_end_;  // optimizer state kept by this worker
-  std::size_t own_begin_, own_end_;      // this worker's shard (it computes its mask bits)
+  std::size_t own_begin_, own_end_;  // this worker's shard (it computes its mask bits)
 
-  std::unique_ptr<kernels::KernelBackend> backend_;
-  kernels::KernelBackend& k_ = *backend_;
-  ResidualStore e_;                      // residual; holds a_i = e_i + g_i during a step
-  kernels::Buffer<float> m_{k_}, v_{k_};  // moments over [state_begin_, state_end_)
+  ErrorFeedback feedback_;  // residual e_i (holds a_i = e_i + g_i during a step), staleness, previous mask
   kernels::Buffer<float> stat_{k_};
-  kernels::Buffer<std::uint64_t> mask_{k_}, previous_mask_{k_}, next_mask_{k_};
+  kernels::Buffer<std::uint64_t> mask_{k_}, next_mask_{k_};
   kernels::Buffer<std::uint64_t> local_bits_{k_};          // partitioned: own shard words (send buffer)
   kernels::Buffer<std::uint32_t> local_indices_{k_};       // local_union: own top-K (send buffer)
   kernels::Buffer<std::uint32_t> gathered_indices_{k_};    // local_union: everyone's top-K
   std::vector<std::size_t> gathered_counts_;
   PendingAllGather pending_;
-  bool have_previous_mask_ = false;
 
   kernels::Buffer<std::uint32_t> idx_{k_};         // mask positions, ascending (mask order)
   kernels::Buffer<std::uint32_t> chunk_idx_{k_};   // offloaded: idx_ of one chunk, relative to it
@@ -98,12 +88,6 @@ class ScapeOptimizer final : public Optimizer {
   kernels::Buffer<float> g_bar_{k_};               // reconstructed gradient for update_idx_
   kernels::Buffer<float> dense_g_{k_};             // update = dense: g_bar over the state range
   kernels::Buffer<float> own_values_{k_}, all_values_{k_};  // parameter all-gather of updated values
-  kernels::Buffer<float> params_stage_{k_}, grads_stage_{k_};  // inputs the kernels cannot read
-  kernels::Buffer<double> partial_{k_};                         // block sums of the residual metrics
-  kernels::Buffer<double> host_partial_{kernels::cpu_backend()};  // the same for an offloaded residual
-
-  metrics::StalenessTracker staleness_;
-  metrics::UpdateTracker updates_;
 };
 
 }  // namespace scape

@@ -16,19 +16,16 @@ namespace scape {
 using StateMap = std::map<std::string, std::vector<std::byte>>;
 
 template <typename T>
-void put_state(StateMap& state, const std::string& name, const std::vector<T>& v) {
-  static_assert(std::is_trivially_copyable_v<T>);
-  std::vector<std::byte> bytes(v.size() * sizeof(T));
-  if (!v.empty()) std::memcpy(bytes.data(), v.data(), bytes.size());
-  state[name] = std::move(bytes);
-}
-
-template <typename T>
 void put_state(StateMap& state, const std::string& name, std::span<T> v) {
   static_assert(std::is_trivially_copyable_v<T>);
   std::vector<std::byte> bytes(v.size_bytes());
   if (!v.empty()) std::memcpy(bytes.data(), v.data(), bytes.size());
   state[name] = std::move(bytes);
+}
+
+template <typename T>
+void put_state(StateMap& state, const std::string& name, const std::vector<T>& v) {
+  put_state(state, name, std::span<const T>(v));
 }
 
 template <typename T>
@@ -46,11 +43,12 @@ const std::vector<std::byte>& state_entry(const StateMap& state, const std::stri
   return it->second;
 }
 
-// Into an array that takes the entry's size: a std::vector or a kernels::Buffer (anything with
-// resize and data). Throws std::runtime_error naming the entry when it is missing or corrupt.
+// Into a resizable array (std::vector or kernels::Buffer, anything with resize() and data()),
+// sized to the entry. Throws std::runtime_error naming the entry when it is missing or has a
+// wrong size.
 template <typename Array>
 void get_state(const StateMap& state, const std::string& name, Array& v) {
-  using T = std::remove_reference_t<decltype(*v.data())>;
+  using T = std::remove_pointer_t<decltype(v.data())>;
   const auto& bytes = state_entry<T>(state, name);
   v.resize(bytes.size() / sizeof(T));
   if (!bytes.empty()) std::memcpy(v.data(), bytes.data(), bytes.size());

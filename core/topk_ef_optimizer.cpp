@@ -1,143 +1,136 @@
-// DGC-style raw-gradient top-k with error feedback (docs/algorithms.md, "Baseline").
+// DGC-style raw-gradient top-k with error feedback (docs/algorithms.md, "Baseline"). The
+// arithmetic runs as backend kernels; packing the wire records is host work on synchronized
+// buffers, as for every collective.
 #include "core/topk_ef_optimizer.hpp"
 
-#include <algorithm>
 #include <cstring>
+#include <vector>
 
 #include "core/optim_common.hpp"
 #include "kernels/cpu/bf16.hpp"
 #include "kernels/cpu/kernels.hpp"
 
 namespace scape {
+namespace {
+
+// Wire record per selected coordinate: 4-byte index, then the value at the wire width.
+std::size_t record_bytes(WireType wire) { return sizeof(std::uint32_t) + wire_bytes(wire); }
+
+void write_record(std::byte* p, std::uint32_t index, float value, WireType wire) {
+  std::memcpy(p, &index, sizeof index);
+  if (wire == WireType::bf16) {
+    const std::uint16_t bits = kernels::float_to_bf16_bits(value);
+    std::memcpy(p + sizeof index, &bits, sizeof bits);
+  } else {
+    std::memcpy(p + sizeof index, &value, sizeof value);
+  }
+}
+
+void read_record(const std::byte* p, WireType wire, std::uint32_t& index, float& value) {
+  std::memcpy(&index, p, sizeof index);
+  if (wire == WireType::bf16) {
+    std::uint16_t bits;
+    std::memcpy(&bits, p + sizeof index, sizeof bits);
+    value = kernels::bf16_bits_to_float(bits);
+  } else {
+    std::memcpy(&value, p + sizeof index, sizeof value);
+  }
+}
+
+}  // namespace
 
 TopkEfOptimizer::TopkEfOptimizer(const OptimizerConfig& config, const ParamLayout& layout, Communicator& comm,
                                  int total_steps)
-    : config_(config),
-      layout_(layout),
-      comm_(comm),
-      schedule_{config.lr, config.resolved_min_lr(), config.warmup_steps, total_steps},
-      n_(layout.size()),
-      e_(n_, 0.0f),
-      m_(n_, 0.0f),
-      v_(config.inner == InnerRule::adamw ? n_ : 0, 0.0f),
-      g_bar_(n_, 0.0f),
-      local_mask_(kernels::words_for(n_), 0),
-      previous_mask_(kernels::words_for(n_), 0),
-      union_mask_(kernels::words_for(n_), 0),
-      staleness_(n_),
-      updates_(n_) {}
+    : OptimizerBase(config, layout, comm, total_steps),
+      feedback_(k_, n_, config.residual_offload, config.offload_chunk) {
+  g_bar_.assign_zero(n_);
+  local_mask_.assign_zero(kernels::words_for(n_));
+  union_mask_.assign_zero(kernels::words_for(n_));
+  zero_.assign_zero(1);
+  k_.synchronize();
+}
 
-void TopkEfOptimizer::pack_pairs() {
-  // Wire record per selected coordinate: 4-byte index, then the value at the wire width.
-  const std::size_t value_bytes = wire_bytes(config_.wire_dtype);
-  const std::size_t record = sizeof(std::uint32_t) + value_bytes;
-  send_.resize(idx_.size() * record);
-  for (std::size_t i = 0; i < idx_.size(); ++i) {
-    std::byte* p = send_.data() + i * record;
-    std::memcpy(p, &idx_[i], sizeof(std::uint32_t));
-    const float a = e_[idx_[i]];
-    if (config_.wire_dtype == WireType::bf16) {
-      const std::uint16_t bits = kernels::float_to_bf16_bits(a);
-      std::memcpy(p + sizeof(std::uint32_t), &bits, sizeof bits);
-    } else {
-      std::memcpy(p + sizeof(std::uint32_t), &a, sizeof a);
-    }
+std::size_t TopkEfOptimizer::select(std::span<const float> grads, std::size_t k) {
+  const auto e = feedback_.residual().resident();
+  const std::size_t nonfinite = k_.accumulate(e, grads);
+  idx_.resize(k);
+  k_.topk_abs_indices(e, k, idx_.span());
+  k_.zero_bytes(local_mask_.data(), local_mask_.bytes());
+  k_.indices_to_bits(idx_.span(), 0, local_mask_.span());
+  sent_values_.resize(k);
+  k_.compact(e, idx_.span(), sent_values_.span());
+  if (config_.residual) {
+    k_.zero_at(e, idx_.span());
+  } else {
+    k_.fill(e, 0.0f);
+  }
+  return nonfinite;
+}
+
+void TopkEfOptimizer::exchange_pairs() {
+  const std::size_t record = record_bytes(config_.wire_dtype);
+  const std::size_t k = idx_.size();
+  const auto workers = static_cast<std::size_t>(comm_.size());
+  send_.resize(k * record);
+  recv_.resize(send_.size() * workers);
+  recv_idx_.resize(k * workers);
+  recv_values_.resize(k * workers);
+  k_.synchronize();
+  for (std::size_t i = 0; i < k; ++i) {
+    write_record(send_.data() + i * record, idx_.data()[i], sent_values_.data()[i], config_.wire_dtype);
+  }
+  const std::vector<std::size_t> counts(workers, send_.size());
+  comm_.all_gather_bytes(send_.span(), recv_.span(), counts, "topk_all_gather");
+  for (std::size_t i = 0; i < k * workers; ++i) {
+    read_record(recv_.data() + i * record, config_.wire_dtype, recv_idx_.data()[i], recv_values_.data()[i]);
   }
 }
 
-void TopkEfOptimizer::sum_pairs_in_rank_order(std::size_t k) {
-  // g_bar = (sum over workers in rank order of their delivered values) / W, zero elsewhere.
-  const std::size_t value_bytes = wire_bytes(config_.wire_dtype);
-  const std::size_t record = sizeof(std::uint32_t) + value_bytes;
-  const std::size_t workers = static_cast<std::size_t>(comm_.size());
-  std::fill(g_bar_.begin(), g_bar_.end(), 0.0f);
-  std::fill(union_mask_.begin(), union_mask_.end(), 0);
+std::size_t TopkEfOptimizer::average_delivered(std::size_t k) {
+  const auto workers = static_cast<std::size_t>(comm_.size());
+  // g_bar[j] += value for every record in rank order. One worker's indices are distinct, so a
+  // gather, an add and a scatter per worker perform exactly those additions in that order.
+  k_.fill(g_bar_.span(), 0.0f);
+  rank_sum_.resize(k);
   for (std::size_t r = 0; r < workers; ++r) {
-    for (std::size_t i = 0; i < k; ++i) {
-      const std::byte* p = recv_.data() + (r * k + i) * record;
-      std::uint32_t j;
-      std::memcpy(&j, p, sizeof j);
-      float value;
-      if (config_.wire_dtype == WireType::bf16) {
-        std::uint16_t bits;
-        std::memcpy(&bits, p + sizeof(std::uint32_t), sizeof bits);
-        value = kernels::bf16_bits_to_float(bits);
-      } else {
-        std::memcpy(&value, p + sizeof(std::uint32_t), sizeof value);
-      }
-      g_bar_[j] += value;
-      union_mask_[j / 64] |= std::uint64_t{1} << (j % 64);
-    }
+    const auto ids = recv_idx_.span().subspan(r * k, k);
+    k_.compact(g_bar_.span(), ids, rank_sum_.span());
+    k_.accumulate(rank_sum_.span(), recv_values_.span().subspan(r * k, k));
+    k_.expand(rank_sum_.span(), ids, g_bar_.span());
   }
-  const float w = static_cast<float>(workers);
-  for (float& g : g_bar_) g /= w;
+  k_.zero_bytes(union_mask_.data(), union_mask_.bytes());
+  k_.indices_to_bits(recv_idx_.span(), 0, union_mask_.span());
+  // Then g_bar /= W. Off the union g_bar is +0 and stays +0, so only the union is divided.
+  // The backend has no division kernel: reconstruct_gradient with b1 = 0 and a zero momentum
+  // computes (x - 0 * 0) / W, which is x / W exactly.
+  const std::size_t delivered = k_.popcount(union_mask_.span());
+  union_idx_.resize(delivered);
+  k_.bits_to_indices(union_mask_.span(), 0, union_idx_.span());
+  union_sum_.resize(delivered);
+  union_mean_.resize(delivered);
+  zero_idx_.assign_zero(delivered);
+  k_.compact(g_bar_.span(), union_idx_.span(), union_sum_.span());
+  k_.reconstruct_gradient(union_sum_.span(), zero_.span(), zero_idx_.span(), 0.0f, static_cast<float>(workers),
+                          union_mean_.span());
+  k_.expand(union_mean_.span(), union_idx_.span(), g_bar_.span());
+  return delivered;
 }
 
-StepMetrics TopkEfOptimizer::step(std::span<float> params, std::span<const float> grads) {
-  detail::check_step_sizes(params, grads, n_);
-  const int t = ++t_;
+void TopkEfOptimizer::update(std::span<float> params, std::span<const float> grads, StepMetrics& out) {
+  const int t = t_;
   const double rho = density_at(config_.density(), config_.density_warmup, t);
   const std::size_t k = k_for(rho, n_);
-  StepMetrics out;
-  out.step = t;
-  out.lr = learning_rate(schedule_, t);
   out.target_density = rho;
-  out.local_grad_norm = metrics::l2_norm(grads);
-  updates_.before(params);
-
-  out.nonfinite_grads = kernels::accumulate(e_, grads);
-  idx_.resize(k);
-  kernels::topk_abs_indices(e_, k, idx_);
-  std::fill(local_mask_.begin(), local_mask_.end(), 0);
-  kernels::indices_to_bits(idx_, 0, local_mask_);
-  pack_pairs();
-  if (config_.residual) {
-    kernels::zero_at(e_, idx_);
-  } else {
-    std::fill(e_.begin(), e_.end(), 0.0f);
-  }
-  staleness_.deliver(idx_, t);
-
-  recv_.resize(send_.size() * static_cast<std::size_t>(comm_.size()));
-  const std::vector<std::size_t> counts(static_cast<std::size_t>(comm_.size()), send_.size());
-  comm_.all_gather_bytes(send_, recv_, counts, "topk_all_gather");
-  sum_pairs_in_rank_order(k);
-  detail::dense_inner_step(kernels::cpu_backend(), config_.inner, layout_, params, 0, n_, m_, v_, g_bar_, config_, out.lr, t);
+  out.nonfinite_grads = select(grads, k);
+  k_.synchronize();
+  feedback_.deliver(idx_.span(), t);
+  exchange_pairs();
+  const std::size_t delivered = average_delivered(k);
+  detail::dense_inner_step(k_, rule_, layout_, params, 0, n_, m_.span(), v_.span(), g_bar_.span(), config_, out.lr, t);
 
   // Mask metrics describe this worker's own mask; fill-in is the union over workers / K.
-  metrics::fill_mask_metrics(layout_, local_mask_, have_previous_mask_ ? std::span<const std::uint64_t>(previous_mask_)
-                                                                       : std::span<const std::uint64_t>{},
-                             k, out);
-  out.fill_in = k ? static_cast<double>(kernels::popcount(union_mask_)) / static_cast<double>(k) : 0.0;
-  previous_mask_ = local_mask_;
-  have_previous_mask_ = true;
-  updates_.after(params, out);
-  metrics::fill_residual_metrics(kernels::cpu_backend(), partial_, layout_, e_, updates_.theta_norm(), out);
-  staleness_.fill(t, out);
-  out.comm = comm_.ledger().drain();
-  return out;
-}
-
-void TopkEfOptimizer::save_state(StateMap& state) {
-  put_state_value(state, "t", t_);
-  put_state(state, "residual", e_);
-  put_state(state, "m", m_);
-  put_state(state, "v", v_);
-  put_state(state, "previous_mask", previous_mask_);
-  put_state_value(state, "have_previous_mask", static_cast<std::uint8_t>(have_previous_mask_));
-  staleness_.save(state, "staleness.");
-  updates_.save(state, "updates.");
-}
-
-void TopkEfOptimizer::load_state(const StateMap& state) {
-  t_ = get_state_value<int>(state, "t");
-  get_state(state, "residual", e_);
-  get_state(state, "m", m_);
-  get_state(state, "v", v_);
-  get_state(state, "previous_mask", previous_mask_);
-  have_previous_mask_ = get_state_value<std::uint8_t>(state, "have_previous_mask") != 0;
-  staleness_.load(state, "staleness.");
-  updates_.load(state, "updates.");
+  feedback_.record_mask(layout_, local_mask_, k, out);
+  out.fill_in = k ? static_cast<double>(delivered) / static_cast<double>(k) : 0.0;
 }
 
 }  // namespace scape

@@ -3,39 +3,48 @@
 // runs densely on g_bar = (1/W) sum_i a_i restricted to L_i (docs/algorithms.md, "Baseline").
 #pragma once
 
-#include <vector>
+#include <cstddef>
+#include <cstdint>
 
-#include "core/metrics.hpp"
-#include "core/optimizer.hpp"
+#include "core/error_feedback.hpp"
+#include "core/optimizer_base.hpp"
 
 namespace scape {
 
-class TopkEfOptimizer final : public Optimizer {
+class TopkEfOptimizer final : public OptimizerBase {
  public:
   TopkEfOptimizer(const OptimizerConfig& config, const ParamLayout& layout, Communicator& comm, int total_steps);
-  StepMetrics step(std::span<float> params, std::span<const float> grads) override;
-  void save_state(StateMap& state) override;
-  void load_state(const StateMap& state) override;
-  std::span<const std::uint64_t> mask() const override { return local_mask_; }
-  std::span<const float> residual() const override { return e_; }
+  std::span<const std::uint64_t> mask() const override { return local_mask_.span(); }
+  std::span<const float> residual() const override { return feedback_.residual().host_view(); }
 
  private:
-  void pack_pairs();
-  void sum_pairs_in_rank_order(std::size_t k);
+  void update(std::span<float> params, std::span<const float> grads, StepMetrics& out) override;
+  void fill_final_metrics(StepMetrics& out) override { feedback_.fill_metrics(layout_, updates_.theta_norm(), t_, out); }
+  void save_policy_state(StateMap& state) const override { feedback_.save(state); }
+  void load_policy_state(const StateMap& state) override { feedback_.load(state); }
 
-  OptimizerConfig config_;
-  const ParamLayout& layout_;
-  Communicator& comm_;
-  LrSchedule schedule_;
-  std::size_t n_;
-  std::vector<float> e_, m_, v_, g_bar_;
-  kernels::Buffer<double> partial_{kernels::cpu_backend()};  // block sums of the residual metrics
-  std::vector<std::uint32_t> idx_;
-  std::vector<std::byte> send_, recv_;
-  std::vector<std::uint64_t> local_mask_, previous_mask_, union_mask_;
-  bool have_previous_mask_ = false;
-  metrics::StalenessTracker staleness_;
-  metrics::UpdateTracker updates_;
+  // a_i = e_i + g_i; L_i = top-k of |a_i| into idx_ and local_mask_, its values into
+  // sent_values_; the residual keeps a_i off L_i. Returns the non-finite gradient entries.
+  std::size_t select(std::span<const float> grads, std::size_t k);
+  // The all-gather of (index, value) records, unpacked into recv_idx_ and recv_values_.
+  void exchange_pairs();
+  // g_bar = (1/W) sum over workers in rank order of their delivered values, zero elsewhere;
+  // returns how many coordinates some worker delivered.
+  std::size_t average_delivered(std::size_t k);
+
+  ErrorFeedback feedback_;
+  kernels::Buffer<float> g_bar_{k_};
+  kernels::Buffer<std::uint32_t> idx_{k_};      // L_i, ascending
+  kernels::Buffer<float> sent_values_{k_};      // a_i on L_i, in idx_ order
+  kernels::Buffer<std::byte> send_{k_}, recv_{k_};  // wire records
+  kernels::Buffer<std::uint32_t> recv_idx_{k_};  // every worker's L_i, in rank order
+  kernels::Buffer<float> recv_values_{k_};
+  kernels::Buffer<float> rank_sum_{k_};          // g_bar on one worker's L_i
+  kernels::Buffer<std::uint32_t> union_idx_{k_};
+  kernels::Buffer<float> union_sum_{k_}, union_mean_{k_};
+  kernels::Buffer<float> zero_{k_};               // one 0, the momentum of the division below
+  kernels::Buffer<std::uint32_t> zero_idx_{k_};  // indices of zero_ (all 0)
+  kernels::Buffer<std::uint64_t> local_mask_{k_}, union_mask_{k_};
 };
 
 }  // namespace scape

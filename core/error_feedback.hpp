@@ -1,0 +1,46 @@
+// The per-worker state of the sparse communication policies (SCAPE, top-k): the
+// error-feedback residual e_i, the step each coordinate was last delivered, and the previous
+// step's mask; with the metrics and checkpoint entries they produce (docs/algorithms.md,
+// "SCAPE" step 3, "Baseline" and "Metrics").
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+
+#include "core/metrics.hpp"
+#include "core/residual_store.hpp"
+#include "core/state.hpp"
+#include "kernels/backend.hpp"
+
+namespace scape {
+
+class ErrorFeedback {
+ public:
+  // The residual lives on backend k, resident or (offload) streamed in chunks.
+  ErrorFeedback(kernels::KernelBackend& k, std::size_t n, bool offload, std::size_t offload_chunk);
+
+  ResidualStore& residual() { return e_; }
+  const ResidualStore& residual() const { return e_; }
+  // The coordinates delivered at step t (host-readable indices).
+  void deliver(std::span<const std::uint32_t> indices, int t) { staleness_.deliver(indices, t); }
+  // Mask metrics of this step's mask against the previous step's, then remembers it.
+  void record_mask(const ParamLayout& layout, const kernels::Buffer<std::uint64_t>& mask, std::size_t k_total,
+                   StepMetrics& out);
+  // Residual and staleness metrics at the end of step t, given ||theta||_2 after it.
+  void fill_metrics(const ParamLayout& layout, double theta_norm, int t, StepMetrics& out);
+  // Entries "residual", "previous_mask", "have_previous_mask" and "staleness.*".
+  void save(StateMap& state) const;
+  void load(const StateMap& state);
+
+ private:
+  kernels::KernelBackend& k_;
+  ResidualStore e_;
+  kernels::Buffer<std::uint64_t> previous_mask_{k_};
+  bool have_previous_mask_ = false;
+  kernels::Buffer<double> partial_{k_};                           // block sums of the residual metrics
+  kernels::Buffer<double> host_partial_{kernels::cpu_backend()};  // the same for an offloaded residual
+  metrics::StalenessTracker staleness_;
+};
+
+}  // namespace scape

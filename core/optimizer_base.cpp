@@ -1,0 +1,99 @@
+// The scaffolding every optimizer shares (see optimizer_base.hpp).
+#include "core/optimizer_base.hpp"
+
+#include "core/optim_common.hpp"
+
+namespace scape {
+namespace {
+
+InnerRule update_rule(const OptimizerConfig& config) {
+  switch (config.type) {
+    case OptimizerType::adamw:
+      return InnerRule::adamw;
+    case OptimizerType::adams:
+      return InnerRule::adams;
+    case OptimizerType::scape:
+    case OptimizerType::topk_ef:
+      break;
+  }
+  return config.inner;
+}
+
+}  // namespace
+
+OptimizerBase::OptimizerBase(const OptimizerConfig& config, const ParamLayout& layout, Communicator& comm,
+                             int total_steps)
+    : config_(config),
+      layout_(layout),
+      comm_(comm),
+      schedule_{config.lr, config.resolved_min_lr(), config.warmup_steps, total_steps},
+      rule_(update_rule(config)),
+      sharding_(layout.size(), comm.size()),
+      n_(layout.size()),
+      rank_(comm.rank()),
+      state_begin_(config.sharded ? sharding_.begin(rank_) : 0),
+      state_end_(config.sharded ? sharding_.end(rank_) : n_),
+      backend_(kernels::make_backend(config.device)),
+      k_(*backend_),
+      updates_(n_) {
+  m_.assign_zero(state_end_ - state_begin_);
+  v_.assign_zero(rule_ == InnerRule::adamw ? state_end_ - state_begin_ : 0);
+  k_.synchronize();
+}
+
+OptimizerBase::~OptimizerBase() = default;
+
+StepMetrics OptimizerBase::step(std::span<float> params_in, std::span<const float> grads_in) {
+  detail::check_step_sizes(params_in, grads_in, n_);
+  StepMetrics out;
+  out.step = ++t_;
+  out.lr = learning_rate(schedule_, t_);
+  out.local_grad_norm = metrics::l2_norm(grads_in);
+  updates_.before(params_in);
+
+  // Inputs the backend's kernels cannot address are staged through its own buffers.
+  const bool stage_params = !k_.can_access(params_in.data());
+  std::span<float> params = params_in;
+  std::span<const float> grads = grads_in;
+  if (stage_params) {
+    params_stage_.resize(n_);
+    k_.copy_bytes(params_in.data(), params_stage_.data(), params_in.size_bytes());
+    params = params_stage_.span();
+  }
+  if (!k_.can_access(grads_in.data())) {
+    grads_stage_.resize(n_);
+    k_.copy_bytes(grads_in.data(), grads_stage_.data(), grads_in.size_bytes());
+    grads = grads_stage_.span();
+  }
+
+  update(params, grads, out);
+
+  if (stage_params) k_.copy_bytes(params_stage_.data(), params_in.data(), params_in.size_bytes());
+  k_.synchronize();
+  updates_.after(params_in, out);
+  fill_final_metrics(out);
+  out.comm = comm_.ledger().drain();
+  return out;
+}
+
+void OptimizerBase::save_state(StateMap& state) {
+  finish();
+  k_.synchronize();
+  put_state_value(state, "t", t_);
+  put_state(state, "m", m_.span());
+  put_state(state, "v", v_.span());
+  updates_.save(state, "updates.");
+  save_policy_state(state);
+}
+
+void OptimizerBase::load_state(const StateMap& state) {
+  finish();  // a collective still in flight would write state after the load
+  k_.synchronize();
+  t_ = get_state_value<int>(state, "t");
+  get_state_exact(state, "m", m_.span());
+  get_state_exact(state, "v", v_.span());
+  updates_.load(state, "updates.");
+  load_policy_state(state);
+}
+
+}  // namespace scape

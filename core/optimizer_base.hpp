@@ -1,0 +1,68 @@
+// What every optimizer shares, whatever its update rule and communication policy: the
+// configuration, layout, communicator, learning-rate schedule, the KernelBackend its kernels
+// and state live on, the range of coordinates whose state this worker keeps, the moments m and
+// v, the step counter, update statistics, their checkpoint entries and the per-step
+// bookkeeping (input checks, staging, ledger drain). A policy implements update(); see
+// docs/algorithms.md for the rules and policies.
+#pragma once
+
+#include <cstddef>
+#include <memory>
+#include <span>
+#include <string>
+
+#include "core/metrics.hpp"
+#include "core/optimizer.hpp"
+#include "kernels/backend.hpp"
+
+namespace scape {
+
+class OptimizerBase : public Optimizer {
+ public:
+  ~OptimizerBase() override;
+
+  // Checks the inputs, counts the step, stages inputs the backend cannot address, runs
+  // update() and fills the metrics every optimizer reports. params and grads must be
+  // host-addressable (host or managed memory).
+  StepMetrics step(std::span<float> params, std::span<const float> grads) final;
+  std::string device_summary() const override { return k_.description(); }
+  // t, m, v and the update statistics, then the policy's own entries. Both complete
+  // outstanding asynchronous collectives first (finish()).
+  void save_state(StateMap& state) final;
+  void load_state(const StateMap& state) final;
+
+ protected:
+  OptimizerBase(const OptimizerConfig& config, const ParamLayout& layout, Communicator& comm, int total_steps);
+
+  // The policy's step t_ (already counted): params and grads are spans the backend's kernels
+  // can address; out already holds step, lr and local_grad_norm. On return the kernels may
+  // still be queued.
+  virtual void update(std::span<float> params, std::span<const float> grads, StepMetrics& out) = 0;
+  // Metrics that need the parameters after the step (updates_.theta_norm()).
+  virtual void fill_final_metrics(StepMetrics&) {}
+  // Checkpoint entries beyond t, m, v and the update statistics; the names are the checkpoint
+  // format and must not change.
+  virtual void save_policy_state(StateMap&) const {}
+  virtual void load_policy_state(const StateMap&) {}
+
+  const OptimizerConfig config_;
+  const ParamLayout& layout_;
+  Communicator& comm_;
+  const LrSchedule schedule_;
+  const InnerRule rule_;  // AdamW or AdamS (the type for dense optimizers, `inner` otherwise)
+  const Sharding sharding_;
+  const std::size_t n_;
+  const int rank_;
+  // Optimizer state kept by this worker: its shard when sharded, else [0, N).
+  const std::size_t state_begin_, state_end_;
+
+  std::unique_ptr<kernels::KernelBackend> backend_;
+  kernels::KernelBackend& k_;
+  kernels::Buffer<float> m_{k_}, v_{k_};  // moments over [state_begin_, state_end_); v for AdamW only
+  metrics::UpdateTracker updates_;
+
+ private:
+  kernels::Buffer<float> params_stage_{k_}, grads_stage_{k_};  // inputs the kernels cannot read
+};
+
+}  // namespace scape
