@@ -1,5 +1,5 @@
-// Gather (compact), scatter (expand) and zeroing at an index list, with the index bounds
-// checked up front so a bad list throws before any buffer is touched.
+// Gather (compact), scatter (expand), scatter-add and zeroing at an index list, with the index
+// bounds checked up front so a bad list throws before any buffer is touched.
 #include <algorithm>
 #include <stdexcept>
 #include <string>
@@ -49,6 +49,19 @@ void expand(std::span<const float> src, std::span<const std::uint32_t> idx, std:
   for (std::int64_t i = 0; i < nk; ++i) {
     const auto k = static_cast<std::size_t>(i);
     dst[idx[k]] = src[k];
+  }
+}
+
+void scatter_add(std::span<float> dst, std::span<const std::uint32_t> idx, std::span<const float> src) {
+  require_compacted(idx.size(), src.size(), "scatter_add");
+  require_in_bounds(idx, dst.size(), "scatter_add");
+  // The indices of one call are distinct (the contract), so parallel writers never share an
+  // element and each element's single addition does not depend on the schedule.
+  const auto nk = static_cast<std::int64_t>(idx.size());
+#pragma omp parallel for schedule(static) if (nk > kParallelIndices)
+  for (std::int64_t i = 0; i < nk; ++i) {
+    const auto k = static_cast<std::size_t>(i);
+    dst[idx[k]] += src[k];
   }
 }
 
