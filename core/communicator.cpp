@@ -9,18 +9,18 @@
 #include <string>
 
 #include "kernels/cpu/bf16.hpp"
+#include "util/name_table.hpp"
 
 namespace scape {
 
 std::size_t wire_bytes(WireType w) { return w == WireType::bf16 ? 2 : 4; }
 
-const char* to_string(WireType w) { return w == WireType::bf16 ? "bf16" : "fp32"; }
+constexpr EnumName<WireType> kWireTypes[] = {{"fp32", WireType::fp32}, {"bf16", WireType::bf16}};
+
+const char* to_string(WireType w) { return name_of(kWireTypes, w); }
 
 WireType parse_wire_type(std::string_view value, std::string_view parameter) {
-  if (value == "fp32") return WireType::fp32;
-  if (value == "bf16") return WireType::bf16;
-  throw std::invalid_argument(std::string(parameter) + ": unknown value '" + std::string(value) +
-                              "' (expected fp32 or bf16)");
+  return find_by_name(kWireTypes, value, parameter).value;
 }
 
 void PendingAllGather::wait() {

@@ -3,16 +3,15 @@
 
 #include <stdexcept>
 
+#include "util/name_table.hpp"
+
 namespace scape {
 
-const char* to_string(CollectiveKind kind) {
-  switch (kind) {
-    case CollectiveKind::all_reduce: return "all_reduce";
-    case CollectiveKind::reduce_scatter: return "reduce_scatter";
-    case CollectiveKind::all_gather: return "all_gather";
-  }
-  return "unknown";
-}
+constexpr EnumName<CollectiveKind> kCollectiveKinds[] = {{"all_reduce", CollectiveKind::all_reduce},
+                                                         {"reduce_scatter", CollectiveKind::reduce_scatter},
+                                                         {"all_gather", CollectiveKind::all_gather}};
+
+const char* to_string(CollectiveKind kind) { return name_of(kCollectiveKinds, kind); }
 
 double ring_bytes_sent_per_worker(CollectiveKind kind, int workers, double payload_bytes) {
   if (workers < 1) throw std::invalid_argument("ring_bytes_sent_per_worker: workers must be >= 1");

@@ -10,43 +10,25 @@
 #include "core/optim_common.hpp"
 #include "core/scape_optimizer.hpp"
 #include "core/topk_ef_optimizer.hpp"
+#include "util/name_table.hpp"
 
 namespace scape {
 namespace {
 
-template <typename Enum, std::size_t N>
-Enum parse_enum(std::string_view value, std::string_view parameter, const std::pair<const char*, Enum> (&table)[N]) {
-  for (const auto& [name, e] : table) {
-    if (value == name) return e;
-  }
-  std::string expected;
-  for (std::size_t i = 0; i < N; ++i) expected += (i ? ", " : "") + std::string(table[i].first);
-  throw std::invalid_argument(std::string(parameter) + ": unknown value '" + std::string(value) + "' (expected one of " +
-                              expected + ")");
-}
-
-template <typename Enum, std::size_t N>
-const char* enum_name(Enum e, const std::pair<const char*, Enum> (&table)[N]) {
-  for (const auto& [name, v] : table) {
-    if (v == e) return name;
-  }
-  return "unknown";
-}
-
-const std::pair<const char*, OptimizerType> kTypes[] = {{"adamw", OptimizerType::adamw},
-                                                        {"adams", OptimizerType::adams},
-                                                        {"scape", OptimizerType::scape},
-                                                        {"topk_ef", OptimizerType::topk_ef}};
-const std::pair<const char*, InnerRule> kInner[] = {{"adams", InnerRule::adams}, {"adamw", InnerRule::adamw}};
-const std::pair<const char*, UpdateMode> kUpdate[] = {{"masked", UpdateMode::masked}, {"dense", UpdateMode::dense}};
-const std::pair<const char*, MaskStatistic> kStatistic[] = {{"first_moment", MaskStatistic::first_moment},
-                                                            {"gradient", MaskStatistic::gradient},
-                                                            {"momentum_only", MaskStatistic::momentum_only},
-                                                            {"random", MaskStatistic::random}};
-const std::pair<const char*, MaskPartition> kPartition[] = {{"partitioned", MaskPartition::partitioned},
-                                                            {"local_union", MaskPartition::local_union}};
-const std::pair<const char*, SecondMoment> kSecond[] = {{"single_buffer", SecondMoment::single_buffer},
-                                                        {"two_collectives", SecondMoment::two_collectives}};
+constexpr EnumName<OptimizerType> kTypes[] = {{"adamw", OptimizerType::adamw},
+                                              {"adams", OptimizerType::adams},
+                                              {"scape", OptimizerType::scape},
+                                              {"topk_ef", OptimizerType::topk_ef}};
+constexpr EnumName<InnerRule> kInner[] = {{"adams", InnerRule::adams}, {"adamw", InnerRule::adamw}};
+constexpr EnumName<UpdateMode> kUpdate[] = {{"masked", UpdateMode::masked}, {"dense", UpdateMode::dense}};
+constexpr EnumName<MaskStatistic> kStatistic[] = {{"first_moment", MaskStatistic::first_moment},
+                                                  {"gradient", MaskStatistic::gradient},
+                                                  {"momentum_only", MaskStatistic::momentum_only},
+                                                  {"random", MaskStatistic::random}};
+constexpr EnumName<MaskPartition> kPartition[] = {{"partitioned", MaskPartition::partitioned},
+                                                  {"local_union", MaskPartition::local_union}};
+constexpr EnumName<SecondMoment> kSecond[] = {{"single_buffer", SecondMoment::single_buffer},
+                                              {"two_collectives", SecondMoment::two_collectives}};
 
 [[noreturn]] void bad(const std::string& parameter, double value, const std::string& rule) {
   std::ostringstream os;
@@ -56,18 +38,24 @@ const std::pair<const char*, SecondMoment> kSecond[] = {{"single_buffer", Second
 
 }  // namespace
 
-OptimizerType parse_optimizer_type(std::string_view v) { return parse_enum(v, "optimizer.type", kTypes); }
-InnerRule parse_inner_rule(std::string_view v) { return parse_enum(v, "optimizer.inner", kInner); }
-UpdateMode parse_update_mode(std::string_view v) { return parse_enum(v, "optimizer.update", kUpdate); }
-MaskStatistic parse_mask_statistic(std::string_view v) { return parse_enum(v, "optimizer.mask_statistic", kStatistic); }
-MaskPartition parse_mask_partition(std::string_view v) { return parse_enum(v, "optimizer.mask_partition", kPartition); }
-SecondMoment parse_second_moment(std::string_view v) { return parse_enum(v, "optimizer.second_moment", kSecond); }
-const char* to_string(OptimizerType v) { return enum_name(v, kTypes); }
-const char* to_string(InnerRule v) { return enum_name(v, kInner); }
-const char* to_string(UpdateMode v) { return enum_name(v, kUpdate); }
-const char* to_string(MaskStatistic v) { return enum_name(v, kStatistic); }
-const char* to_string(MaskPartition v) { return enum_name(v, kPartition); }
-const char* to_string(SecondMoment v) { return enum_name(v, kSecond); }
+OptimizerType parse_optimizer_type(std::string_view v) { return find_by_name(kTypes, v, "optimizer.type").value; }
+InnerRule parse_inner_rule(std::string_view v) { return find_by_name(kInner, v, "optimizer.inner").value; }
+UpdateMode parse_update_mode(std::string_view v) { return find_by_name(kUpdate, v, "optimizer.update").value; }
+MaskStatistic parse_mask_statistic(std::string_view v) {
+  return find_by_name(kStatistic, v, "optimizer.mask_statistic").value;
+}
+MaskPartition parse_mask_partition(std::string_view v) {
+  return find_by_name(kPartition, v, "optimizer.mask_partition").value;
+}
+SecondMoment parse_second_moment(std::string_view v) {
+  return find_by_name(kSecond, v, "optimizer.second_moment").value;
+}
+const char* to_string(OptimizerType v) { return name_of(kTypes, v); }
+const char* to_string(InnerRule v) { return name_of(kInner, v); }
+const char* to_string(UpdateMode v) { return name_of(kUpdate, v); }
+const char* to_string(MaskStatistic v) { return name_of(kStatistic, v); }
+const char* to_string(MaskPartition v) { return name_of(kPartition, v); }
+const char* to_string(SecondMoment v) { return name_of(kSecond, v); }
 
 void OptimizerConfig::validate() const {
   if (!(lr > 0) || !std::isfinite(lr)) bad("optimizer.lr", lr, "must be finite and > 0");

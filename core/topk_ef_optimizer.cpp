@@ -46,7 +46,6 @@ TopkEfOptimizer::TopkEfOptimizer(const OptimizerConfig& config, const ParamLayou
   g_bar_.assign_zero(n_);
   local_mask_.assign_zero(kernels::words_for(n_));
   union_mask_.assign_zero(kernels::words_for(n_));
-  zero_.assign_zero(1);
   k_.synchronize();
 }
 
@@ -88,32 +87,18 @@ void TopkEfOptimizer::exchange_pairs() {
 
 std::size_t TopkEfOptimizer::average_delivered(std::size_t k) {
   const auto workers = static_cast<std::size_t>(comm_.size());
-  // g_bar[j] += value for every record in rank order. One worker's indices are distinct, so a
-  // gather, an add and a scatter per worker perform exactly those additions in that order.
+  // g_bar[j] += value for every record, one worker after another in rank order (a worker's
+  // indices are distinct, as scatter_add requires), so each sum is added in rank order.
   k_.fill(g_bar_.span(), 0.0f);
-  rank_sum_.resize(k);
   for (std::size_t r = 0; r < workers; ++r) {
-    const auto ids = recv_idx_.span().subspan(r * k, k);
-    k_.compact(g_bar_.span(), ids, rank_sum_.span());
-    k_.accumulate(rank_sum_.span(), recv_values_.span().subspan(r * k, k));
-    k_.expand(rank_sum_.span(), ids, g_bar_.span());
+    k_.scatter_add(g_bar_.span(), recv_idx_.span().subspan(r * k, k), recv_values_.span().subspan(r * k, k));
   }
+  // Then g_bar /= W over the whole buffer: off the union g_bar is still the +0 of the fill, and
+  // +0 / W is +0, so only the union changes.
+  k_.divide(g_bar_.span(), static_cast<float>(workers));
   k_.zero_bytes(union_mask_.data(), union_mask_.bytes());
   k_.indices_to_bits(recv_idx_.span(), 0, union_mask_.span());
-  // Then g_bar /= W. Off the union g_bar is +0 and stays +0, so only the union is divided.
-  // The backend has no division kernel: reconstruct_gradient with b1 = 0 and a zero momentum
-  // computes (x - 0 * 0) / W, which is x / W exactly.
-  const std::size_t delivered = k_.popcount(union_mask_.span());
-  union_idx_.resize(delivered);
-  k_.bits_to_indices(union_mask_.span(), 0, union_idx_.span());
-  union_sum_.resize(delivered);
-  union_mean_.resize(delivered);
-  zero_idx_.assign_zero(delivered);
-  k_.compact(g_bar_.span(), union_idx_.span(), union_sum_.span());
-  k_.reconstruct_gradient(union_sum_.span(), zero_.span(), zero_idx_.span(), 0.0f, static_cast<float>(workers),
-                          union_mean_.span());
-  k_.expand(union_mean_.span(), union_idx_.span(), g_bar_.span());
-  return delivered;
+  return k_.popcount(union_mask_.span());
 }
 
 void TopkEfOptimizer::update(std::span<float> params, std::span<const float> grads, StepMetrics& out) {

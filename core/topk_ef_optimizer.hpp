@@ -39,11 +39,6 @@ class TopkEfOptimizer final : public OptimizerBase {
   kernels::Buffer<std::byte> send_{k_}, recv_{k_};  // wire records
   kernels::Buffer<std::uint32_t> recv_idx_{k_};  // every worker's L_i, in rank order
   kernels::Buffer<float> recv_values_{k_};
-  kernels::Buffer<float> rank_sum_{k_};          // g_bar on one worker's L_i
-  kernels::Buffer<std::uint32_t> union_idx_{k_};
-  kernels::Buffer<float> union_sum_{k_}, union_mean_{k_};
-  kernels::Buffer<float> zero_{k_};               // one 0, the momentum of the division below
-  kernels::Buffer<std::uint32_t> zero_idx_{k_};  // indices of zero_ (all 0)
   kernels::Buffer<std::uint64_t> local_mask_{k_}, union_mask_{k_};
 };
 

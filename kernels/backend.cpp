@@ -4,6 +4,8 @@
 #include <stdexcept>
 #include <string>
 
+#include "util/name_table.hpp"
+
 #ifdef SCAPE_HAVE_CUDA
 #include "kernels/cuda/cuda_backend.hpp"
 #endif
@@ -12,13 +14,12 @@ namespace scape::kernels {
 
 std::unique_ptr<KernelBackend> make_cpu_backend();  // kernels/cpu/cpu_backend.cpp
 
-const char* to_string(DeviceKind d) { return d == DeviceKind::cuda ? "cuda" : "cpu"; }
+constexpr EnumName<DeviceKind> kDeviceKinds[] = {{"cpu", DeviceKind::cpu}, {"cuda", DeviceKind::cuda}};
+
+const char* to_string(DeviceKind d) { return name_of(kDeviceKinds, d); }
 
 DeviceKind parse_device_kind(std::string_view value, std::string_view parameter) {
-  if (value == "cpu") return DeviceKind::cpu;
-  if (value == "cuda") return DeviceKind::cuda;
-  throw std::invalid_argument(std::string(parameter) + ": unknown value '" + std::string(value) +
-                              "' (expected cpu or cuda)");
+  return find_by_name(kDeviceKinds, value, parameter).value;
 }
 
 bool cuda_built() {

@@ -223,27 +223,38 @@ void linear_backward(R* dx, R* dw, R* db, const R* dy, const R* x, const R* w, I
 // Per (b, h): S = q k^T over the lower triangle only, A = softmax(S / sqrt(hs)) row by row over
 // keys 0..t, y = A v. A is kept for the backward pass; its upper triangle is never read.
 
+// Head h of sequence b (bh = b H + h). In the packed [B T 3C] qkv buffer its q, k and v are
+// T x hs blocks at qkv_offset, + C and + 2C with rows 3C apart (dqkv has the same layout); its
+// rows of the [B T C] y and dy start at y_offset.
+template <class R>
+struct AttentionHead {
+  AttentionHead(const R* qkv, Index bh, Index T, Index C, Index H)
+      : hs(C / H),
+        qkv_offset((bh / H) * T * 3 * C + (bh % H) * hs),
+        y_offset((bh / H) * T * C + (bh % H) * hs),
+        q(mat(qkv + qkv_offset, T, hs, 3 * C)),
+        k(mat(qkv + qkv_offset + C, T, hs, 3 * C)),
+        v(mat(qkv + qkv_offset + 2 * C, T, hs, 3 * C)) {}
+  Index hs, qkv_offset, y_offset;
+  ConstMatView<R> q, k, v;
+};
+
 template <class R>
 void attention_forward(R* y, R* att, const R* qkv, Index B, Index T, Index C, Index H) {
-  const Index hs = C / H;
-  const R scale = R(1) / std::sqrt(R(hs));
+  const R scale = R(1) / std::sqrt(R(C / H));
 #pragma omp parallel for schedule(static) if (parallel_worth(B * T * T * C))
   for (Index bh = 0; bh < B * H; ++bh) {
-    const Index b = bh / H, h = bh % H;
-    const R* base = qkv + b * T * 3 * C + h * hs;
-    const auto q = mat(base, T, hs, 3 * C);
-    const auto k = mat(base + C, T, hs, 3 * C);
-    const auto v = mat(base + 2 * C, T, hs, 3 * C);
+    const AttentionHead<R> head(qkv, bh, T, C, H);
     R* a = att + bh * T * T;
     auto A = mat(a, T, T);
-    A.template triangularView<Eigen::Lower>() = q * k.transpose();
+    A.template triangularView<Eigen::Lower>() = head.q * head.k.transpose();
     for (Index t = 0; t < T; ++t) {
       VecView<R> row(a + t * T, t + 1);
       const R m = row.maxCoeff();
       row = ((row - m) * scale).exp();
       row *= R(1) / row.sum();
     }
-    mat(y + b * T * C + h * hs, T, hs, C).noalias() = A.template triangularView<Eigen::Lower>() * v;
+    mat(y + head.y_offset, T, head.hs, C).noalias() = A.template triangularView<Eigen::Lower>() * head.v;
   }
 }
 
@@ -251,22 +262,18 @@ void attention_forward(R* y, R* att, const R* qkv, Index B, Index T, Index C, In
 template <class R>
 void attention_backward(R* dqkv, R* datt, const R* dy, const R* att, const R* qkv, Index B, Index T, Index C,
                         Index H) {
-  const Index hs = C / H;
-  const R scale = R(1) / std::sqrt(R(hs));
+  const R scale = R(1) / std::sqrt(R(C / H));
 #pragma omp parallel for schedule(static) if (parallel_worth(B * T * T * C))
   for (Index bh = 0; bh < B * H; ++bh) {
-    const Index b = bh / H, h = bh % H;
-    const R* base = qkv + b * T * 3 * C + h * hs;
-    R* dbase = dqkv + b * T * 3 * C + h * hs;
-    const auto q = mat(base, T, hs, 3 * C);
-    const auto k = mat(base + C, T, hs, 3 * C);
-    const auto v = mat(base + 2 * C, T, hs, 3 * C);
-    const auto dY = mat(dy + b * T * C + h * hs, T, hs, C);
+    const AttentionHead<R> head(qkv, bh, T, C, H);
+    const Index hs = head.hs;
+    R* dbase = dqkv + head.qkv_offset;
+    const auto dY = mat(dy + head.y_offset, T, hs, C);
     const R* a = att + bh * T * T;
     R* da = datt + bh * T * T;
     const auto A = mat(a, T, T);
     auto dA = mat(da, T, T);
-    dA.template triangularView<Eigen::Lower>() = dY * v.transpose();
+    dA.template triangularView<Eigen::Lower>() = dY * head.v.transpose();
     mat(dbase + 2 * C, T, hs, 3 * C).noalias() = A.template triangularView<Eigen::Lower>().transpose() * dY;
     // Softmax backward in place: dS = A * (dA - <A, dA>_row) * scale.
     for (Index t = 0; t < T; ++t) {
@@ -275,8 +282,8 @@ void attention_backward(R* dqkv, R* datt, const R* dy, const R* att, const R* qk
       const R dot = (arow * drow).sum();
       drow = arow * (drow - dot) * scale;
     }
-    mat(dbase, T, hs, 3 * C).noalias() = dA.template triangularView<Eigen::Lower>() * k;
-    mat(dbase + C, T, hs, 3 * C).noalias() = dA.template triangularView<Eigen::Lower>().transpose() * q;
+    mat(dbase, T, hs, 3 * C).noalias() = dA.template triangularView<Eigen::Lower>() * head.k;
+    mat(dbase + C, T, hs, 3 * C).noalias() = dA.template triangularView<Eigen::Lower>().transpose() * head.q;
   }
 }
 

@@ -1,8 +1,7 @@
 // GPU presets (docs/PREDICTING.md, "GPU presets", has the sources).
 #include "predict/hardware.hpp"
 
-#include <stdexcept>
-#include <string>
+#include "util/name_table.hpp"
 
 namespace scape::predict {
 
@@ -19,13 +18,7 @@ const std::vector<GpuPreset>& gpu_presets() {
 }
 
 const GpuPreset& find_gpu_preset(std::string_view name, std::string_view field) {
-  std::string known;
-  for (const auto& p : gpu_presets()) {
-    if (name == p.name) return p;
-    known += (known.empty() ? "" : ", ") + std::string(p.name);
-  }
-  throw std::invalid_argument(std::string(field) + ": unknown GPU preset '" + std::string(name) + "' (known: " + known +
-                              ")");
+  return find_by_name(gpu_presets(), name, field, "GPU preset");
 }
 
 }  // namespace scape::predict

@@ -1,13 +1,16 @@
 // Model presets, parameter counts and FLOPs per token (docs/PREDICTING.md, "Model").
 #include "predict/models.hpp"
 
-#include <stdexcept>
-#include <string>
+#include "util/name_table.hpp"
 
 namespace scape::predict {
 namespace {
 
 using U = std::uint64_t;
+
+constexpr EnumName<Family> kFamilies[] = {{"gpt2", Family::gpt2}, {"llama", Family::llama}};
+constexpr EnumName<AttentionFlops> kAttentionFlops[] = {
+    {"causal", AttentionFlops::causal}, {"full", AttentionFlops::full}, {"none", AttentionFlops::none}};
 
 ModelSpec gpt2(int layers, int width, int heads, std::int64_t vocab) {
   return ModelSpec{Family::gpt2, layers, width, heads, heads, 4 * static_cast<std::int64_t>(width), vocab, 1024, true};
@@ -37,13 +40,10 @@ U final_norm(const ModelSpec& m) { return (m.family == Family::gpt2 ? 2 : 1) * s
 
 }  // namespace
 
-const char* to_string(Family f) { return f == Family::gpt2 ? "gpt2" : "llama"; }
+const char* to_string(Family f) { return name_of(kFamilies, f); }
 
 Family parse_family(std::string_view value, std::string_view field) {
-  if (value == "gpt2") return Family::gpt2;
-  if (value == "llama") return Family::llama;
-  throw std::invalid_argument(std::string(field) + ": unknown family '" + std::string(value) +
-                              "' (expected one of gpt2, llama)");
+  return find_by_name(kFamilies, value, field, "family").value;
 }
 
 std::int64_t llama_ffn_hidden(int n_embd) {
@@ -83,13 +83,7 @@ const std::vector<ModelPreset>& model_presets() {
 }
 
 const ModelPreset& find_model_preset(std::string_view name, std::string_view field) {
-  std::string known;
-  for (const auto& p : model_presets()) {
-    if (name == p.name) return p;
-    known += (known.empty() ? "" : ", ") + std::string(p.name);
-  }
-  throw std::invalid_argument(std::string(field) + ": unknown model preset '" + std::string(name) +
-                              "' (known: " + known + ")");
+  return find_by_name(model_presets(), name, field, "model preset");
 }
 
 std::uint64_t parameter_count(const ModelSpec& m) {
@@ -103,21 +97,10 @@ std::uint64_t matmul_parameter_count(const ModelSpec& m) {
   return parameter_count(m) - looked_up;
 }
 
-const char* to_string(AttentionFlops a) {
-  switch (a) {
-    case AttentionFlops::causal: return "causal";
-    case AttentionFlops::full: return "full";
-    case AttentionFlops::none: return "none";
-  }
-  return "unknown";
-}
+const char* to_string(AttentionFlops a) { return name_of(kAttentionFlops, a); }
 
 AttentionFlops parse_attention_flops(std::string_view value, std::string_view field) {
-  if (value == "causal") return AttentionFlops::causal;
-  if (value == "full") return AttentionFlops::full;
-  if (value == "none") return AttentionFlops::none;
-  throw std::invalid_argument(std::string(field) + ": unknown value '" + std::string(value) +
-                              "' (expected one of causal, full, none)");
+  return find_by_name(kAttentionFlops, value, field).value;
 }
 
 double training_flops_per_token(const ModelSpec& m, int seq_len, AttentionFlops attention) {

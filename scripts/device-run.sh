@@ -173,30 +173,36 @@ timed_run() {
   return 0
 }
 
-# run_test NAME BINARY CAP_S [needs-nccl]
-run_test() {
-  local name=$1 bin="$carry/bin/$2" cap=$3 needs=${4:-}
-  local missing reason
+# can_run NAME BINARY LOG [needs-nccl]: opens NAME's section of LOG; true when BINARY was carried
+# and its libraries resolve. Otherwise NAME's row says why and it returns 1: "not run" when the
+# only missing library is libnccl.so.2 and NAME needs NCCL, else FAILED.
+can_run() {
+  local name=$1 bin="$carry/bin/$2" log=$3 needs=${4:-} missing
   {
     echo
     echo "==================== $name ($2)"
-  } >>"$tests_log"
+  } >>"$log"
   if [ ! -x "$bin" ]; then
     row "$name" "FAILED" "executable $2 not carried"
     failed=1
-    return
+    return 1
   fi
   missing="$(missing_libs "$bin")"
-  if [ -n "$missing" ]; then
-    echo "missing libraries: $missing" >>"$tests_log"
-    if [ "$needs" = needs-nccl ] && [ "$missing" = "libnccl.so.2 " ]; then
-      row "$name" "not run" "libnccl.so.2 not found (no nvidia-nccl wheel, NCCL_LIB_DIR or system NCCL)"
-    else
-      row "$name" "FAILED" "cannot load: ${missing% }"
-      failed=1
-    fi
-    return
+  [ -z "$missing" ] && return 0
+  echo "missing libraries: $missing" >>"$log"
+  if [ "$needs" = needs-nccl ] && [ "$missing" = "libnccl.so.2 " ]; then
+    row "$name" "not run" "libnccl.so.2 not found (no nvidia-nccl wheel, NCCL_LIB_DIR or system NCCL)"
+  else
+    row "$name" "FAILED" "cannot load: ${missing% }"
+    failed=1
   fi
+  return 1
+}
+
+# run_test NAME BINARY CAP_S [needs-nccl]
+run_test() {
+  local name=$1 bin="$carry/bin/$2" cap=$3 reason
+  can_run "$name" "$2" "$tests_log" "${4:-}" || return 0
   timed_run "$name" "$tests_log" "$cap" "$bin" || return 0
   case $rc in
     0) row "$name" "passed" "${took}s" ;;
@@ -217,22 +223,8 @@ run_test() {
 
 # run_bench NAME CAP_S: NAME's console output to bench.log, its JSON to $OUT/NAME.json.
 run_bench() {
-  local name=$1 cap=$2 bin="$carry/bin/$1" missing
-  {
-    echo
-    echo "==================== $name"
-  } >>"$bench_log"
-  if [ ! -x "$bin" ]; then
-    row "$name" "FAILED" "executable not carried"
-    failed=1
-    return
-  fi
-  missing="$(missing_libs "$bin")"
-  if [ -n "$missing" ]; then
-    row "$name" "FAILED" "cannot load: ${missing% }"
-    failed=1
-    return
-  fi
+  local name=$1 cap=$2 bin="$carry/bin/$1"
+  can_run "$name" "$name" "$bench_log" || return 0
   timed_run "$name" "$bench_log" "$cap" "$bin" --benchmark_format=console --benchmark_out="$OUT/$name.json" \
     --benchmark_out_format=json || return 0
   if [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ]; then

@@ -37,6 +37,19 @@ void EmulatedGroup::abort() {
   cv_.notify_all();
 }
 
+namespace {
+
+// The first half of a collective with counts: this rank's send buffer and counts go into its
+// slot, and every rank waits until all have published theirs.
+void publish_send(EmulatedGroup& group, int rank, const void* send, std::span<const std::size_t> counts) {
+  auto& me = group.slot(rank);
+  me.send = send;
+  me.counts.assign(counts.begin(), counts.end());
+  group.arrive_and_wait();
+}
+
+}  // namespace
+
 EmulatedComm::EmulatedComm(EmulatedGroup& group, int rank, NetworkModel net)
     : Communicator(rank, group.workers(), net), group_(group) {}
 
@@ -84,10 +97,7 @@ void EmulatedComm::do_all_reduce_mean(std::span<float> data) {
 void EmulatedComm::do_reduce_scatter_mean(std::span<const float> send, std::span<float> recv,
                                           std::span<const std::size_t> counts) {
   const int w = size();
-  auto& me = group_.slot(rank());
-  me.send = send.data();
-  me.counts.assign(counts.begin(), counts.end());
-  group_.arrive_and_wait();
+  publish_send(group_, rank(), send.data(), counts);
   check_same_counts(counts, "reduce_scatter");
   const std::size_t offset = std::accumulate(counts.begin(), counts.begin() + rank(), std::size_t{0});
   std::vector<const float*> inputs(static_cast<std::size_t>(w));
@@ -99,10 +109,7 @@ void EmulatedComm::do_reduce_scatter_mean(std::span<const float> send, std::span
 void EmulatedComm::do_all_gather_bytes(std::span<const std::byte> send, std::span<std::byte> recv,
                                        std::span<const std::size_t> counts) {
   const int w = size();
-  auto& me = group_.slot(rank());
-  me.send = send.data();
-  me.counts.assign(counts.begin(), counts.end());
-  group_.arrive_and_wait();
+  publish_send(group_, rank(), send.data(), counts);
   check_same_counts(counts, "all_gather");
   std::size_t offset = 0;
   for (int q = 0; q < w; ++q) {

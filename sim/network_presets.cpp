@@ -1,7 +1,7 @@
 // Network presets (docs/network.md has the sources and the reasoning behind each latency).
 #include "sim/network_presets.hpp"
 
-#include <stdexcept>
+#include "util/name_table.hpp"
 
 namespace scape::sim {
 
@@ -17,13 +17,7 @@ const std::vector<NetworkPreset>& network_presets() {
 }
 
 const NetworkPreset& find_network_preset(std::string_view name, std::string_view field) {
-  std::string known;
-  for (const auto& p : network_presets()) {
-    if (name == p.name) return p;
-    known += (known.empty() ? "" : ", ") + std::string(p.name);
-  }
-  throw std::invalid_argument(std::string(field) + ": unknown network preset '" + std::string(name) +
-                              "' (known: " + known + ")");
+  return find_by_name(network_presets(), name, field, "network preset");
 }
 
 NetworkModel to_network_model(double alpha_us, double bandwidth_GBps) {

@@ -44,10 +44,10 @@ namespace {
 // have a row (and a comparison below): a kernel added to the list without one, or a row left
 // for a kernel the list no longer has, fails this file's build.
 constexpr std::string_view kComparedKernels[] = {
-    "adamw_step", "adams_step", "adamw_step_masked", "adams_step_masked", "scale", "accumulate",
+    "adamw_step", "adams_step", "adamw_step_masked", "adams_step_masked", "scale", "divide", "accumulate",
     "topk_abs_mask", "topk_abs_indices",
     "pack_bits", "unpack_bits", "popcount", "popcount_and", "popcount_or", "bits_to_indices", "indices_to_bits",
-    "compact", "expand", "zero_at",
+    "compact", "expand", "zero_at", "scatter_add",
     "first_moment_statistic", "random_statistic", "pack_payload", "rebase_indices", "add_momentum",
     "reconstruct_gradient", "round_to_bf16", "fill",
     "block_sum_squares", "max_magnitude",
@@ -395,7 +395,7 @@ TEST_CASE("masked AdamW and AdamS steps are bit-identical to the CPU") {
   check_masked_adam(kLarge, 590);
 }
 
-TEST_CASE("scale, accumulate, fill and round_to_bf16 match the CPU") {
+TEST_CASE("scale, divide, accumulate, fill and round_to_bf16 match the CPU") {
   std::uint32_t seed = 600;
   for (const Family family : kFamilies) {
     for (std::size_t n : kSmallSizes) {
@@ -408,6 +408,12 @@ TEST_CASE("scale, accumulate, fill and round_to_bf16 match the CPU") {
       sk::Buffer<float> d = to_gpu(x);
       gpu().scale(d, 0.7f);
       check_equal(cpu, to_host(d), "scale " + what);
+
+      cpu = x;
+      sk::divide(cpu, 3.0f);
+      d = to_gpu(x);
+      gpu().divide(d, 3.0f);
+      check_equal(cpu, to_host(d), "divide " + what);
 
       cpu = x;
       const std::size_t cpu_bad = sk::accumulate(cpu, g);
@@ -619,7 +625,7 @@ TEST_CASE("bits_to_indices and indices_to_bits match the CPU") {
   CHECK(gpu().bits_to_indices(dwords, 0, enough) == 9);
 }
 
-TEST_CASE("compact, expand and zero_at match the CPU") {
+TEST_CASE("compact, expand, zero_at and scatter_add match the CPU") {
   std::uint32_t seed = 1100;
   std::vector<std::size_t> sizes = kSmallSizes;
   sizes.push_back(kLarge);
@@ -646,12 +652,24 @@ TEST_CASE("compact, expand and zero_at match the CPU") {
     sk::zero_at(cpu_dense, idx);
     gpu().zero_at(ddense, didx);
     check_equal(cpu_dense, to_host(ddense), "zero_at " + what);
+
+    // Two lists in turn, the second overlapping the first, as the top-k average adds them.
+    const std::vector<std::uint32_t> idx2 = random_indices(n, 0.05, ++seed);
+    const std::vector<float> src2 = make_values(Family::special, idx2.size(), ++seed);
+    const sk::Buffer<std::uint32_t> didx2 = to_gpu(idx2);
+    const sk::Buffer<float> dsrc2 = to_gpu(src2);
+    sk::scatter_add(cpu_dense, idx, cpu);
+    sk::scatter_add(cpu_dense, idx2, src2);
+    gpu().scatter_add(ddense, didx, dst);
+    gpu().scatter_add(ddense, didx2, dsrc2);
+    check_equal(cpu_dense, to_host(ddense), "scatter_add " + what);
   }
   const sk::Buffer<float> src(gpu(), 10);
   const sk::Buffer<std::uint32_t> idx(gpu(), 3);
   sk::Buffer<float> dst(gpu(), 4);
   CHECK_THROWS_AS(gpu().compact(src, idx, dst), std::invalid_argument);
   CHECK_THROWS_AS(gpu().expand(dst, idx, dst), std::invalid_argument);
+  CHECK_THROWS_AS(gpu().scatter_add(dst, idx, dst), std::invalid_argument);
 }
 
 TEST_CASE("size checks throw std::invalid_argument before launching") {

@@ -3,6 +3,7 @@
 // PyTorch semantics, non-finite counting in accumulate, and size checks.
 #include <doctest/doctest.h>
 
+#include <bit>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -284,6 +285,24 @@ TEST_CASE("scale multiplies every entry") {
   CHECK(x == std::vector<float>{0.5f, -1.0f, 0.25f, 0.0f});
   sk::scale(x, 1.0f);
   CHECK(x == std::vector<float>{0.5f, -1.0f, 0.25f, 0.0f});
+}
+
+TEST_CASE("divide divides every entry, IEEE-rounded") {
+  // 1/3 is not representable: x / 3 rounds once, x * (1/3) twice, and for x = 5 the two
+  // disagree in the last bit (0x3fd55555 vs 0x3fd55556).
+  std::vector<float> x{3.0f, -1.5f, 0.0f, -0.0f, 1.0f, 5.0f};
+  sk::divide(x, 3.0f);
+  CHECK(x[0] == 1.0f);
+  CHECK(x[1] == -0.5f);
+  CHECK(x[2] == 0.0f);
+  CHECK_FALSE(std::signbit(x[2]));  // +0 / 3 stays +0
+  CHECK(std::signbit(x[3]));        // -0 / 3 stays -0
+  CHECK(x[4] == 1.0f / 3.0f);
+  CHECK(std::bit_cast<std::uint32_t>(x[5]) == 0x3fd55555u);
+  CHECK(x[5] != 5.0f * (1.0f / 3.0f));
+  std::vector<float> big(200'000, 6.0f);  // the parallel path
+  sk::divide(big, 4.0f);
+  CHECK(big == std::vector<float>(200'000, 1.5f));
 }
 
 TEST_CASE("adam kernels reject mismatched sizes") {

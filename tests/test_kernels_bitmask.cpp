@@ -3,6 +3,7 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <limits>
 #include <random>
@@ -240,6 +241,37 @@ TEST_CASE("compact gathers, expand scatters back, zero_at clears") {
   }
 }
 
+TEST_CASE("scatter_add adds each value at its index, one list after another") {
+  std::vector<float> dst{1.0f, 2.0f, 3.0f, 4.0f, 5.0f};
+  const std::vector<std::uint32_t> first{4, 0, 2};  // distinct, in any order
+  const std::vector<float> first_values{0.5f, -1.0f, 0.25f};
+  sk::scatter_add(dst, first, first_values);
+  CHECK(dst == std::vector<float>{0.0f, 2.0f, 3.25f, 4.0f, 5.5f});
+  // A second list repeats index 2: its addition comes after the first one's.
+  const std::vector<std::uint32_t> second{2, 3};
+  const std::vector<float> second_values{-3.25f, 1.0f};
+  sk::scatter_add(dst, second, second_values);
+  CHECK(dst == std::vector<float>{0.0f, 2.0f, 0.0f, 5.0f, 5.5f});
+  // The order of the lists decides the rounding: (1 + 2^-24) + 2^-24 rounds twice to 1, while
+  // 1 + (2^-24 + 2^-24) is 1 + 2^-23.
+  const float half_ulp = std::ldexp(1.0f, -24);
+  std::vector<float> one{1.0f};
+  const std::vector<std::uint32_t> at0{0};
+  const std::vector<float> tiny{half_ulp};
+  sk::scatter_add(one, at0, tiny);
+  sk::scatter_add(one, at0, tiny);
+  CHECK(one[0] == 1.0f);
+  // Large lists (the parallel path) add exactly once per index.
+  const std::size_t n = std::size_t{1} << 20;
+  const std::vector<std::uint32_t> idx = random_indices(n, 0.1, 7);
+  std::vector<float> dense = iota_floats(n);
+  const std::vector<float> values(idx.size(), 0.5f);
+  sk::scatter_add(dense, idx, values);
+  std::vector<float> expected = iota_floats(n);
+  for (const std::uint32_t j : idx) expected[j] += 0.5f;
+  CHECK(dense == expected);
+}
+
 TEST_CASE("compaction kernels reject bad sizes and indices without writing") {
   const std::vector<float> dense = iota_floats(8);
   const std::vector<std::uint32_t> idx{1, 8};  // 8 is one past the end
@@ -254,5 +286,7 @@ TEST_CASE("compaction kernels reject bad sizes and indices without writing") {
   CHECK_THROWS_AS(sk::expand(packed, idx, target), std::invalid_argument);
   CHECK_THROWS_AS(sk::expand(short_packed, good, target), std::invalid_argument);
   CHECK_THROWS_AS(sk::zero_at(target, idx), std::invalid_argument);
+  CHECK_THROWS_AS(sk::scatter_add(target, idx, packed), std::invalid_argument);
+  CHECK_THROWS_AS(sk::scatter_add(target, good, short_packed), std::invalid_argument);
   CHECK(target == std::vector<float>(8, 3.0f));
 }

@@ -1,4 +1,5 @@
-// Elementwise AdamW / AdamS steps (docs/algorithms.md, "Dense references", "SCAPE step 6").
+// Elementwise AdamW / AdamS steps (docs/algorithms.md, "Dense references", "SCAPE step 6"),
+// and the plain elementwise passes beside them: scale, divide, accumulate.
 #include <cmath>
 #include <cstdint>
 
@@ -101,6 +102,14 @@ void scale(std::span<float> x, float factor) {
   const Index n = static_cast<Index>(x.size());
 #pragma omp parallel for simd schedule(static) if (n > 65536)
   for (Index j = 0; j < n; ++j) p[j] *= factor;
+}
+
+void divide(std::span<float> x, float d) {
+  float* __restrict p = x.data();
+  const Index n = static_cast<Index>(x.size());
+  // Without -ffast-math the compiler keeps the division (divps): IEEE-rounded like CUDA's.
+#pragma omp parallel for simd schedule(static) if (n > 65536)
+  for (Index j = 0; j < n; ++j) p[j] = p[j] / d;
 }
 
 std::size_t accumulate(std::span<float> acc, std::span<const float> g) {

@@ -1,5 +1,5 @@
-// Gather (compact), scatter (expand) and zeroing at an index list, with the index bounds
-// checked up front so a bad list throws before any buffer is touched.
+// Gather (compact), scatter (expand), scatter-add and zeroing at an index list, with the index
+// bounds checked up front so a bad list throws before any buffer is touched.
 #include <algorithm>
 #include <stdexcept>
 #include <string>
@@ -27,36 +27,40 @@ void require_in_bounds(std::span<const std::uint32_t> idx, std::size_t dense_siz
   }
 }
 
+// Calls body(k) for every position k < count; in parallel when the list is long enough. The
+// scatters (expand, scatter_add, zero_at) may split their list because its indices are
+// distinct: parallel writers never share an element.
+template <typename Body>
+void for_each_position(std::size_t count, Body body) {
+  const auto nk = static_cast<std::int64_t>(count);
+#pragma omp parallel for schedule(static) if (nk > kParallelIndices)
+  for (std::int64_t i = 0; i < nk; ++i) body(static_cast<std::size_t>(i));
+}
+
 }  // namespace
 
 void compact(std::span<const float> src, std::span<const std::uint32_t> idx, std::span<float> dst) {
   require_compacted(idx.size(), dst.size(), "compact");
   require_in_bounds(idx, src.size(), "compact");
-  const auto nk = static_cast<std::int64_t>(idx.size());
-#pragma omp parallel for schedule(static) if (nk > kParallelIndices)
-  for (std::int64_t i = 0; i < nk; ++i) {
-    const auto k = static_cast<std::size_t>(i);
-    dst[k] = src[idx[k]];
-  }
+  for_each_position(idx.size(), [&](std::size_t k) { dst[k] = src[idx[k]]; });
 }
 
 void expand(std::span<const float> src, std::span<const std::uint32_t> idx, std::span<float> dst) {
   require_compacted(idx.size(), src.size(), "expand");
   require_in_bounds(idx, dst.size(), "expand");
-  // Indices are mask positions, hence distinct, so parallel writers never share an element.
-  const auto nk = static_cast<std::int64_t>(idx.size());
-#pragma omp parallel for schedule(static) if (nk > kParallelIndices)
-  for (std::int64_t i = 0; i < nk; ++i) {
-    const auto k = static_cast<std::size_t>(i);
-    dst[idx[k]] = src[k];
-  }
+  for_each_position(idx.size(), [&](std::size_t k) { dst[idx[k]] = src[k]; });
+}
+
+void scatter_add(std::span<float> dst, std::span<const std::uint32_t> idx, std::span<const float> src) {
+  require_compacted(idx.size(), src.size(), "scatter_add");
+  require_in_bounds(idx, dst.size(), "scatter_add");
+  // One addition per element per call, so the schedule cannot change a sum.
+  for_each_position(idx.size(), [&](std::size_t k) { dst[idx[k]] += src[k]; });
 }
 
 void zero_at(std::span<float> dst, std::span<const std::uint32_t> idx) {
   require_in_bounds(idx, dst.size(), "zero_at");
-  const auto nk = static_cast<std::int64_t>(idx.size());
-#pragma omp parallel for schedule(static) if (nk > kParallelIndices)
-  for (std::int64_t i = 0; i < nk; ++i) dst[idx[static_cast<std::size_t>(i)]] = 0.0f;
+  for_each_position(idx.size(), [&](std::size_t k) { dst[idx[k]] = 0.0f; });
 }
 
 }  // namespace scape::kernels

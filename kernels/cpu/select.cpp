@@ -59,6 +59,15 @@ Chunking make_chunking(std::size_t n) {
   return {n, words, std::clamp<std::size_t>(n / kMinChunkElements, 1, std::min(threads, words))};
 }
 
+// Calls body(chunk) for every chunk, one chunk per thread: each pass's per-chunk histogram rows
+// and mask words then have a single writer.
+template <typename Body>
+void for_each_chunk(const Chunking& chunks, Body body) {
+  const auto nc = static_cast<std::int64_t>(chunks.count);
+#pragma omp parallel for schedule(static, 1) if (nc > 1)
+  for (std::int64_t c = 0; c < nc; ++c) body(static_cast<std::size_t>(c));
+}
+
 // Where the rank-th largest (1-based) sits in a histogram read from the top bucket down:
 // its bucket, and how many of that bucket's entries fall inside the top `rank`.
 struct BucketPick {
@@ -92,13 +101,10 @@ std::vector<std::uint64_t> merge_histograms(const std::vector<std::uint32_t>& pe
 
 std::vector<std::uint32_t> histogram_high(const float* values, const Chunking& chunks) {
   std::vector<std::uint32_t> hist(chunks.count * kHighBuckets, 0);
-  const auto nc = static_cast<std::int64_t>(chunks.count);
-#pragma omp parallel for schedule(static, 1) if (nc > 1)
-  for (std::int64_t c = 0; c < nc; ++c) {
-    const auto chunk = static_cast<std::size_t>(c);
+  for_each_chunk(chunks, [&](std::size_t chunk) {
     std::uint32_t* h = hist.data() + chunk * kHighBuckets;
     for (std::size_t j = chunks.begin(chunk); j < chunks.end(chunk); ++j) ++h[magnitude_key(values[j]) >> kLowBits];
-  }
+  });
   return hist;
 }
 
@@ -141,16 +147,13 @@ WordSplit split_word(const float* v, std::size_t len, std::uint32_t high) {
 // inside[w] those in it (the candidates the low bits decide between).
 void split_at_bucket(const float* values, const Chunking& chunks, std::uint32_t high, std::uint64_t* words,
                      std::uint64_t* inside) {
-  const auto nc = static_cast<std::int64_t>(chunks.count);
-#pragma omp parallel for schedule(static, 1) if (nc > 1)
-  for (std::int64_t c = 0; c < nc; ++c) {
-    const auto chunk = static_cast<std::size_t>(c);
+  for_each_chunk(chunks, [&](std::size_t chunk) {
     for (std::size_t w = chunks.first_word(chunk); w < chunks.first_word(chunk + 1); ++w) {
       const WordSplit split = split_word(values + 64 * w, std::min<std::size_t>(64, chunks.n - 64 * w), high);
       words[w] = split.above;
       inside[w] = split.inside;
     }
-  }
+  });
 }
 
 // Calls visit(j) for every set bit j of inside[] within chunk c, ascending.
@@ -166,15 +169,12 @@ void for_each_in_chunk(const Chunking& chunks, std::size_t chunk, const std::uin
 // Pass 3: histogram of the low bits of the candidates, per chunk.
 std::vector<std::uint32_t> histogram_low(const float* values, const Chunking& chunks, const std::uint64_t* inside) {
   std::vector<std::uint32_t> hist(chunks.count * kLowBuckets, 0);
-  const auto nc = static_cast<std::int64_t>(chunks.count);
-#pragma omp parallel for schedule(static, 1) if (nc > 1)
-  for (std::int64_t c = 0; c < nc; ++c) {
-    const auto chunk = static_cast<std::size_t>(c);
+  for_each_chunk(chunks, [&](std::size_t chunk) {
     std::uint32_t* h = hist.data() + chunk * kLowBuckets;
     for_each_in_chunk(chunks, chunk, inside, [&](std::size_t w, unsigned b) {
       ++h[magnitude_key(values[64 * w + b]) & kLowMask];
     });
-  }
+  });
   return hist;
 }
 
@@ -193,10 +193,7 @@ std::vector<std::uint64_t> ties_per_chunk(std::uint64_t needed, const std::vecto
 // ties_taken[c] equal to it.
 void take_from_bucket(const float* values, const Chunking& chunks, const std::uint64_t* inside, std::uint32_t low,
                       const std::vector<std::uint64_t>& ties_taken, std::uint64_t* words) {
-  const auto nc = static_cast<std::int64_t>(chunks.count);
-#pragma omp parallel for schedule(static, 1) if (nc > 1)
-  for (std::int64_t c = 0; c < nc; ++c) {
-    const auto chunk = static_cast<std::size_t>(c);
+  for_each_chunk(chunks, [&](std::size_t chunk) {
     std::uint64_t ties_left = ties_taken[chunk];
     for_each_in_chunk(chunks, chunk, inside, [&](std::size_t w, unsigned b) {
       const std::uint32_t key_low = magnitude_key(values[64 * w + b]) & kLowMask;
@@ -204,7 +201,7 @@ void take_from_bucket(const float* values, const Chunking& chunks, const std::ui
       ties_left -= tie_taken ? 1 : 0;
       if (key_low > low || tie_taken) words[w] |= std::uint64_t{1} << b;
     });
-  }
+  });
 }
 
 // Large inputs: radix select on the high bits, then on the low bits of the candidates.

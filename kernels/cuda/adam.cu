@@ -68,6 +68,11 @@ __global__ void scale_kernel(float* __restrict__ p, std::size_t n, float factor)
   for (std::size_t j = global_thread(); j < n; j += grid_threads()) p[j] *= factor;
 }
 
+// IEEE division (nvcc's default -prec-div), as the CPU's divps.
+__global__ void divide_kernel(float* __restrict__ p, std::size_t n, float d) {
+  for (std::size_t j = global_thread(); j < n; j += grid_threads()) p[j] = p[j] / d;
+}
+
 // acc += g, counting the non-finite g (exponent all ones). Integer sums are exact in any
 // order, so the count is deterministic.
 __global__ void accumulate_kernel(float* __restrict__ a, const float* __restrict__ gg, std::size_t n,
@@ -122,6 +127,11 @@ void adams_step_masked(std::span<float> theta, std::span<float> m, std::span<con
 void scale(std::span<float> x, float factor) {
   if (factor == 1.0f || x.empty()) return;
   launch(scale_kernel, x.size(), x.data(), x.size(), factor);
+}
+
+void divide(std::span<float> x, float d) {
+  if (x.empty()) return;
+  launch(divide_kernel, x.size(), x.data(), x.size(), d);
 }
 
 std::size_t accumulate(std::span<float> acc, std::span<const float> g) {
