@@ -277,6 +277,15 @@ def network_text(run):
            f"{_value_text(net.get('bandwidth_GBps', '?'))} GB/s)"
 
 
+def compute_text(run):
+    """What a run's modelled step time takes as compute (the run's `compute` section)."""
+    compute = run.config.get("compute", {})
+    if compute.get("type") == "flops":
+        return f"FLOPs of one worker's micro-batch on {compute.get('device', '?')} at MFU " \
+               f"{_value_text(compute.get('mfu', '?'))}"
+    return "measured CPU time of one simulated worker"
+
+
 def markdown_summary(report, inputs, figures):
     """The whole summary.md text."""
     out = ["# scape run report", ""]
@@ -298,13 +307,14 @@ def markdown_summary(report, inputs, figures):
         out += [f"- `{k}`: {', '.join(_value_text(v) for v in vals)}" for k, vals in report.varying.items()] + [""]
     for gname, members in report.groups.items():
         rows = [r for r in report.rows if r.group == gname]
-        out += [f"## Group: {gname}", "", f"Network: {network_text(members[0])}.", "", markdown_table(rows), ""]
+        out += [f"## Group: {gname}", "", f"Network: {network_text(members[0])}. Compute of the modelled step: "
+                f"{compute_text(members[0])}.", "", markdown_table(rows), ""]
     out += ["Columns: *final val* is the last validation loss, *best val* its minimum; *Δ vs dense* the final",
             "validation loss minus that of the group's dense run with the same inner optimizer (marked *(train)*",
             f"when the runs have no validation set: then the mean train loss of the last {TRAIN_TAIL} steps);",
             "*comm. reduction* = mean bytes sent per worker per step of that dense run / this run's; *exposed comm*",
             "the mean alpha-beta time of the collectives not hidden behind compute; *step time* the mean modelled",
-            "step time (measured CPU compute of one simulated worker plus that communication on the configured network)",
+            "step time (the group's compute, named under its title, plus that communication on its network)",
             "and *speedup* the dense run's mean step time / this run's. Final values of diverged runs are left",
             "out; their curves stop at the divergence (marked ×).", ""]
     if figures:

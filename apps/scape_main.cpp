@@ -15,9 +15,11 @@
 #include "experiments/hdf5.hpp"
 #include "model/gpt.hpp"
 #include "experiments/recorder.hpp"
+#include "predict/from_runs.hpp"
 #include "predict/predict_config.hpp"
 #include "predict/report.hpp"
 #include "sim/sim_run.hpp"
+#include "train/compute_model.hpp"
 #include "train/run_log.hpp"
 
 #ifdef SCAPE_HAVE_MPI
@@ -211,7 +213,19 @@ struct SweepRow {
   tr::RunOutcome outcome;
   int workers = 1;
   std::string note;
+  std::string time_model;  // what its modelled step time adds up
 };
+
+// The modelled-step column's header: what it models, when every point models the same.
+std::string step_time_header(const std::vector<SweepRow>& rows) {
+  std::string shared;
+  for (const auto& r : rows) {
+    if (r.time_model.empty()) continue;
+    if (!shared.empty() && shared != r.time_model) return "modelled step ms (differs between points)";
+    shared = r.time_model;
+  }
+  return "modelled step ms (" + shared + ")";
+}
 
 
 int cmd_sweep(const std::string& file, const std::string& out_dir, const std::vector<std::string>& sets, int jobs,
@@ -233,6 +247,7 @@ int cmd_sweep(const std::string& file, const std::string& out_dir, const std::ve
       for (const auto& s : sets) ex::apply_override(points[i].config, s);
       const auto config = ex::parse_experiment(points[i].config, base_dir);
       rows[i].workers = config.workers;
+      rows[i].time_model = tr::describe_step_time_model(config);
       const auto path = std::filesystem::path(out_dir) / (config.name + "-" + ex::run_id(config.to_json()) + ".h5");
       if (std::filesystem::exists(path)) {
         try {
@@ -287,12 +302,14 @@ int cmd_sweep(const std::string& file, const std::string& out_dir, const std::ve
     rows[row].status = rows[runner].status;
     rows[row].outcome = rows[runner].outcome;
     rows[row].workers = rows[runner].workers;
+    rows[row].time_model = rows[runner].time_model;
     rows[row].note = "same run as " + rows[runner].label + ": " + rows[runner].note;
     std::fprintf(stderr, "%s: the same run as %s (settings that do not apply to the optimizer are ignored)\n",
                  rows[row].label.c_str(), rows[runner].label.c_str());
   }
 
-  std::printf("\n| point | status | final val loss | final train loss | bytes/step vs dense | mean mask Jaccard | modelled step ms |\n");
+  std::printf("\n| point | status | final val loss | final train loss | bytes/step vs dense | mean mask Jaccard | %s |\n",
+              step_time_header(rows).c_str());
   std::printf("|---|---|---|---|---|---|---|\n");
   int code = kExitOk;
   for (const auto& r : rows) {
@@ -303,7 +320,7 @@ int cmd_sweep(const std::string& file, const std::string& out_dir, const std::ve
       std::printf("| %s | %s | %s | %s | %s | %s | %s |\n", r.label.c_str(), r.status.c_str(),
                   cell(o.final_val_loss, "%.4f").c_str(), cell(o.final_train_loss, "%.4f").c_str(),
                   cell(dense > 0 ? o.bytes_per_step / dense : NAN, "%.4f").c_str(),
-                  cell(o.mean_mask_jaccard, "%.3f").c_str(), cell(o.step_time_model * 1e3, "%.3f").c_str());
+                  cell(o.mean_mask_jaccard, "%.3f").c_str(), cell(o.step_time_model * 1e3, "%.4g").c_str());
     } else {
       std::printf("| %s | %s | | | | | |\n", r.label.c_str(), r.status.c_str());
     }
@@ -316,7 +333,14 @@ int cmd_sweep(const std::string& file, const std::string& out_dir, const std::ve
   return code;
 }
 
-int cmd_predict(const std::string& file, std::string out, const std::string& csv, const std::vector<std::string>& sets) {
+int cmd_predict(const std::string& file, std::string out, const std::string& csv, const std::vector<std::string>& sets,
+                const std::string& from_runs) {
+  if (!from_runs.empty()) {
+    if (!out.empty() || !csv.empty()) throw ex::ConfigError("--from-runs prints a table only: no --out or --csv");
+    const auto runs = scape::predict::read_completed_runs(from_runs);
+    scape::predict::print_at_scale(std::cout, scape::predict::predict_from_runs(file, sets, runs));
+    return kExitOk;
+  }
   const auto config = scape::predict::load_predict_config(file, sets);
   const auto prediction = scape::predict::run_prediction(config);
   scape::predict::print_prediction(std::cout, prediction);
@@ -385,6 +409,11 @@ int main(int argc, char** argv) {
   predict->add_option("--set", sets, "override a config value: key.path=value (JSON, else a string); repeatable");
   predict->add_option("--out", out, "HDF5 prediction file (default: <name>-predict.h5 in the current directory)");
   predict->add_option("--csv", csv, "also write the table as CSV");
+  std::string from_runs;
+  predict->add_option("--from-runs", from_runs,
+                      "instead: for each completed run in this folder of the config's optimizer type, predict at the "
+                      "largest worker count with the run's sparsity (with and without bucketed overlap) and print "
+                      "the run's val loss and bytes against its dense run beside it");
 
   CLI11_PARSE(app, argc, argv);
 #ifdef SCAPE_HAVE_MPI
@@ -415,7 +444,7 @@ int main(int argc, char** argv) {
     if (run->parsed()) return cmd_run(config_file, out, sets, quiet, every, resume, backend);
     if (sweep->parsed()) return cmd_sweep(config_file, out_dir, sets, jobs, quiet);
     if (validate->parsed()) return cmd_validate(config_file, sets);
-    if (predict->parsed()) return cmd_predict(config_file, out, csv, sets);
+    if (predict->parsed()) return cmd_predict(config_file, out, csv, sets, from_runs);
     if (schema->parsed()) {
       std::cout << (predict_schema ? scape::predict::predict_schema() : ex::experiment_schema()).dump(2) << "\n";
     }

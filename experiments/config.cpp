@@ -72,6 +72,18 @@ NetworkSection parse_network(const json& j) {
   return n;
 }
 
+ComputeSection parse_compute(const json& j, const ModelSection& model) {
+  const Section s(j, "compute", compute_keys().fields);
+  ComputeSection c;
+  write_given(s, compute_keys(), c);
+  check_applicable(s, compute_keys(), c.type);
+  if (c.type == "flops" && model.type != "gpt") {
+    fail("compute.type", "\"flops\" needs model.type \"gpt\" (the FLOPs come from the gpt shape), got \"" +
+                             model.type + "\"");
+  }
+  return c;
+}
+
 }  // namespace
 
 NetworkModel NetworkSection::model() const { return sim::to_network_model(alpha_us, bandwidth_GBps); }
@@ -98,6 +110,7 @@ ExperimentConfig parse_experiment(const json& j, const std::filesystem::path& ba
   if (c.model.type == "replay") c.model.path = resolve_path(c.model.path.string(), base_dir);
   c.optimizer = parse_optimizer(section_json(j, "optimizer"), c.seed);
   c.network = parse_network(section_json(j, "network"));
+  c.compute = parse_compute(section_json(j, "compute"), c.model);
   const Section log(section_json(j, "log"), "log", log_keys().fields);
   write_given(log, log_keys(), c.log);
   return c;
@@ -116,6 +129,7 @@ json ExperimentConfig::to_json() const {
   j["optimizer"] = read_applicable(optimizer_keys(), optimizer, to_string(optimizer.type));
   j["network"] = read_applicable(network_keys(), network);
   if (network.preset.empty()) j["network"].erase("preset");
+  j["compute"] = read_applicable(compute_keys(), compute, compute.type);
   j["log"] = read_applicable(log_keys(), log);
   return j;
 }
@@ -144,6 +158,7 @@ json experiment_schema() {
   p["data"] = section_schema(data_keys().fields, "type");
   p["optimizer"] = section_schema(optimizer_keys().fields, "type");
   p["network"] = section_schema(network_keys().fields);
+  p["compute"] = section_schema(compute_keys().fields, "type");
   p["eval"] = section_schema(eval_keys().fields);
   p["log"] = section_schema(log_keys().fields);
   return schema;

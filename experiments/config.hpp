@@ -15,6 +15,7 @@
 #include "core/optimizer.hpp"
 #include "core/ledger.hpp"
 #include "experiments/json_section.hpp"
+#include "predict/hardware.hpp"
 
 namespace scape::experiments {
 
@@ -53,6 +54,15 @@ struct NetworkSection {
   NetworkModel model() const;
 };
 
+// What the modelled step time (step_time_model) takes as compute: the measured CPU seconds of
+// forward/backward on this machine, or the training FLOPs of the model shape on a GPU preset of
+// the predictor at an assumed MFU (train/compute_model.hpp).
+struct ComputeSection {
+  std::string type = "measured";  // measured | flops
+  std::string device = "h100";    // flops: a GPU preset of predict/hardware.hpp
+  double mfu = predict::kDefaultMfu;
+};
+
 struct EvalSection {
   int interval = 50;  // steps between validation evaluations (the last step always evaluates)
   int batches = 4;    // batches of data.batch_size * workers sequences
@@ -74,6 +84,7 @@ struct ExperimentConfig {
   DataSection data;
   OptimizerConfig optimizer;
   NetworkSection network;
+  ComputeSection compute;
   EvalSection eval;
   LogSection log;
 

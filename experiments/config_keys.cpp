@@ -67,6 +67,12 @@ const std::vector<std::string> kSparse = {"scape", "topk_ef"};
 const std::vector<std::string> kScape = {"scape"};
 const std::vector<std::string> kWireTypes = {"fp32", "bf16"};
 
+std::vector<std::string> gpu_preset_names() {
+  std::vector<std::string> names;
+  for (const auto& p : predict::gpu_presets()) names.emplace_back(p.name);
+  return names;
+}
+
 json record_min_lr(const OptimizerConfig& c) { return c.resolved_min_lr(); }
 void assign_min_lr(OptimizerConfig& c, const json& v) { c.min_lr = v.get<double>(); }
 json record_betas(const OptimizerConfig& c) { return {c.beta1, c.beta2}; }
@@ -91,6 +97,7 @@ const KeyTable<ExperimentConfig>& top_keys() {
       {{"data", Kind::object, "data section (gpt models only)"}},
       {{"optimizer", Kind::object, "optimizer section"}},
       {{"network", Kind::object, "network model for modelled communication time"}},
+      {{"compute", Kind::object, "what the modelled step time takes as compute: measured or from FLOPs"}},
       {{"eval", Kind::object, "validation section (gpt models only)"}},
       {{"log", Kind::object, "logging section"}},
   });
@@ -209,6 +216,22 @@ const KeyTable<NetworkSection>& network_keys() {
        SCAPE_MEMBER(C, alpha_us), Default::derived},
       {{"bandwidth_GBps", Kind::number, "per-worker bandwidth in GB/s (overrides the preset)", {0, kInf, true}},
        SCAPE_MEMBER(C, bandwidth_GBps), Default::derived},
+  });
+  return t;
+}
+
+const KeyTable<ComputeSection>& compute_keys() {
+  using C = ComputeSection;
+  static const KeyTable<C> t({
+      {{"type", Kind::string,
+        "measured (thread CPU seconds of forward/backward) or flops (training FLOPs of the gpt shape on a GPU)", {},
+        {"measured", "flops"}},
+       SCAPE_MEMBER(C, type)},
+      {{"device", Kind::string, "GPU preset of scape predict whose dense bf16 peak the FLOPs run at", {},
+        gpu_preset_names(), {"flops"}},
+       SCAPE_MEMBER(C, device)},
+      {{"mfu", Kind::number, "achieved fraction of the device's peak", {0, 1, true}, {}, {"flops"}},
+       SCAPE_MEMBER(C, mfu)},
   });
   return t;
 }

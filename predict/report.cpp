@@ -102,6 +102,8 @@ std::string link(const LinkSpec& l) {
          fmt("%g", l.bandwidth_GBps) + " GB/s)";
 }
 
+}  // namespace
+
 void print_header(std::ostream& out, const Prediction& p) {
   const auto& c = p.config;
   const auto& m = c.model;
@@ -123,8 +125,10 @@ void print_header(std::ostream& out, const Prediction& p) {
       << ", sparse_reduce " << on(c.overlap.sparse_reduce) << ", mask_gather " << on(c.overlap.mask_gather)
       << ", buckets " << fmt("%g", c.overlap.bucket_MB) << " MB\n";
   out << "optimizer: " << describe(c.optimizer) << "\nbaseline:  " << describe(c.baseline) << "\n";
-  out << "collective columns: modelled time in ms, exposed part in parentheses\n\n";
 }
+
+namespace {
+
 
 // One value per worker count, as a 1-D float64 dataset.
 void write_column(const ex::File& file, const std::string& name, const Prediction& p,
@@ -189,6 +193,7 @@ void write_collective(const ex::File& file, const Prediction& p, const Side& sid
 
 void print_prediction(std::ostream& out, const Prediction& p) {
   print_header(out, p);
+  out << "collective columns: modelled time in ms, exposed part in parentheses\n\n";
   const auto names = purposes(p);
   out << "| W | config | compute ms | opt. step ms |";
   for (const auto& n : names) out << " " << n << " |";

@@ -9,6 +9,8 @@
 
 namespace scape::predict {
 
+// The resolved inputs, one per line: model, GPU, network, batch, overlap, optimizer, baseline.
+void print_header(std::ostream& out, const Prediction& p);
 // The header lines and one markdown table: a row per worker count and configuration.
 void print_prediction(std::ostream& out, const Prediction& p);
 // Throws experiments::H5Error when the file cannot be written.

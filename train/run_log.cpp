@@ -8,6 +8,7 @@
 #include <cstdio>
 
 #include "train/checkpoint.hpp"
+#include "train/compute_model.hpp"
 #include "train/run_metrics.hpp"
 
 namespace scape::train {
@@ -83,6 +84,7 @@ RunLog::RunLog(const experiments::ExperimentConfig& config, const ParamLayout& l
                                           : 0.0;
   progress_ = std::make_unique<detail::Progress>(config.steps, tokens, options.quiet);
   combiner_ = std::make_unique<StepCombiner>(config.optimizer, config.log.oracle, layout, std::move(columns));
+  combiner_->set_modelled_compute(modelled_compute_seconds(config));
 }
 
 RunLog::~RunLog() = default;

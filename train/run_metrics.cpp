@@ -60,10 +60,14 @@ const RunMetric kRunMetrics[] = {
     {.name = "compute_time", .columns = Columns::one, .combine = Combine::mean, .unit = "s",
      .report_field = &WorkerReport::compute_s,
      .doc = "thread CPU seconds of forward/backward"},
+    {.name = "compute_time_model", .columns = Columns::one, .combine = Combine::rank0, .unit = "s",
+     .rank0_field = &RankZeroValues::compute_time_model,
+     .doc = "the compute the modelled step time takes: `compute_time` (`compute.type` measured) or the "
+            "training FLOPs of one worker's micro-batch at `compute.mfu` of `compute.device`'s peak (flops)"},
     {.name = "step_time_model", .columns = Columns::one, .combine = Combine::rank0, .unit = "s",
      .rank0_field = &RankZeroValues::step_time_model,
-     .doc = "`compute + exposed + max(0, overlapped − compute)`: the lagged mask all-gather hides behind "
-            "the next forward/backward up to its length"},
+     .doc = "`compute + exposed + max(0, overlapped − compute)`, compute = `compute_time_model`: the lagged "
+            "mask all-gather hides behind the next forward/backward up to its length"},
     {.name = "target_density", .columns = Columns::one, .combine = Combine::worker0, .unit = "1",
      .sparse_only = true, .metrics_field = &StepMetrics::target_density,
      .doc = "density `ρ_t` the schedule asks for"},
@@ -288,7 +292,9 @@ RankZeroValues StepCombiner::rank0_values(std::span<const WorkerReport* const> r
   const StepMetrics& m0 = reports[0]->metrics;
   const CommSummary comm = summarize(m0.comm);
   static const RunMetric& compute_time = metric_named("compute_time");
-  const double compute = combine_workers(compute_time, "", reports);
+  const double measured = combine_workers(compute_time, "", reports);
+  const double compute = std::isnan(modelled_compute_s_) ? measured : modelled_compute_s_;
+  z.compute_time_model = compute;
   z.step_time_model = compute + comm.exposed_time_s + std::max(0.0, comm.overlapped_time_s - compute);
   // The gradient of the global batch: the mean over workers in rank order.
   mean_of(reports, [](const WorkerReport& r) { return r.grads; }, mean_grad_);

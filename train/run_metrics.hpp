@@ -6,6 +6,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <span>
 #include <string>
 #include <string_view>
@@ -36,7 +37,7 @@ enum class Columns {
 
 // What rank 0 computes itself from all reports, for the Combine::rank0 metrics.
 struct RankZeroValues {
-  double grad_norm, mask_oracle_overlap, step_time_model;  // from this step's reports
+  double grad_norm, mask_oracle_overlap, compute_time_model, step_time_model;  // from this step's reports
   double aggregate_time, record_time;                      // rank 0's own cost of the previous row
 };
 
@@ -103,6 +104,9 @@ class StepCombiner {
   void combine(std::span<const WorkerReport* const> reports, std::span<const std::uint64_t> mask);
   // Rank 0's own cost of the previous row, reported in the next one.
   void set_costs(double aggregate_s, double record_s);
+  // The compute seconds the modelled step time takes instead of the measured compute_time
+  // (compute.type = "flops"); NaN keeps the measured one.
+  void set_modelled_compute(double seconds) { modelled_compute_s_ = seconds; }
 
   std::span<const double> row() const { return row_; }
   std::span<const double> tensor_row() const { return tensor_row_; }
@@ -122,6 +126,7 @@ class StepCombiner {
   std::vector<float> mean_grad_, mean_acc_;
   std::vector<std::uint64_t> oracle_words_;
   double aggregate_s_ = 0, record_s_ = 0;
+  double modelled_compute_s_ = std::numeric_limits<double>::quiet_NaN();
 };
 
 // The values rank 0 combines over workers as one vector of doubles: what an exchange between

@@ -323,3 +323,15 @@ def test_optimizer_key_types_come_from_scape_schema(monkeypatch):
             runs.optimizer_key_types()
     finally:
         runs.optimizer_key_types.cache_clear()
+
+
+def test_summary_names_the_compute_of_the_modelled_step():
+    """Each group says what its modelled step time takes as compute (the run's `compute` section)."""
+    from types import SimpleNamespace
+
+    from analysis.report import compute_text
+
+    flops = SimpleNamespace(config={"compute": {"type": "flops", "device": "gh200", "mfu": 0.4}})
+    assert compute_text(flops) == "FLOPs of one worker's micro-batch on gh200 at MFU 0.4"
+    for config in ({"compute": {"type": "measured"}}, {}):
+        assert compute_text(SimpleNamespace(config=config)) == "measured CPU time of one simulated worker"

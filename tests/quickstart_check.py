@@ -1,0 +1,111 @@
+"""scripts/quickstart end to end on a shortened sweep (6 steps): the sweep table says what its
+modelled step time models, the at-scale table equals `scape predict` run directly on the same
+inputs, the report step leaves its figures and summary.md, and a re-run skips every point.
+
+Usage: quickstart_check.py SCAPE_BINARY. Exits 77 (skipped) when /usr/bin/python3 lacks h5py,
+numpy or matplotlib, which the report step needs.
+"""
+
+import os
+import re
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+AT_SCALE = REPO / "experiments/configs/predict/paper-gpt-345m-gh200.json"
+SHORT = ["--set", "steps=6", "--set", "eval.interval=3", "--quiet"]
+
+
+def table(text, first_header):
+    """The rows (lists of stripped cells) of the Markdown table whose header starts with first_header."""
+    lines = text.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("| " + first_header + " |"))
+    header = [c.strip() for c in lines[start].strip("|").split("|")]
+    rows = []
+    for line in lines[start + 2:]:
+        if not line.startswith("|"):
+            break
+        rows.append(dict(zip(header, (c.strip() for c in line.strip("|").split("|")))))
+    return header, rows
+
+
+def quickstart(scape, out):
+    env = dict(os.environ, SCAPE_BINARY=scape, QUICKSTART_OUT=str(out))
+    proc = subprocess.run([str(REPO / "scripts/quickstart"), *SHORT], cwd=REPO, env=env, capture_output=True,
+                          text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return proc.stdout
+
+
+def predict_directly(scape, sets, tmp):
+    args = [scape, "predict", str(AT_SCALE), "--out", str(tmp / "direct.h5")]
+    for s in sets:
+        args += ["--set", s]
+    proc = subprocess.run(args, capture_output=True, text=True, timeout=120, check=True)
+    _, rows = table(proc.stdout, "W")
+    largest = max(int(r["W"]) for r in rows)
+    return {r["config"]: r for r in rows if int(r["W"]) == largest}
+
+
+def check_sweep_table(text):
+    header, rows = table(text, "point")
+    modelled = header[-1]
+    assert "FLOPs on gh200 at MFU 0.4" in modelled and "ib_ndr400" in modelled, modelled
+    assert len(rows) == 3 and all(r["status"] == "completed" for r in rows), rows
+    return {r["point"]: r for r in rows}
+
+
+def check_at_scale(text, sweep, scape, tmp):
+    _, rows = table(text, "run here")
+    assert len(rows) == 4, rows  # two sparsities, with and without bucketed overlap
+    dense = sweep["optimizer.type=adams"]
+    for row in rows:
+        sparsity = re.match(r"scape (\S+) ", row["run here"]).group(1)
+        point = sweep[f"optimizer.sparsity={sparsity} optimizer.type=scape"]
+        # What was measured here is the sweep's own figures.
+        assert row["bytes/step vs dense here"] == point["bytes/step vs dense"], (row, point)
+        delta = float(point["final val loss"]) - float(dense["final val loss"])
+        assert abs(float(row["val loss vs dense here"]) - delta) <= 2e-4, (row, point, dense)
+        # What is predicted there is scape predict run directly on the same inputs.
+        sets = [f"optimizer.sparsity={sparsity}"]
+        if row["overlap (grad_reduce, param_gather)"] == "off":
+            sets += ["overlap.grad_reduce=false", "overlap.param_gather=false"]
+        direct = predict_directly(scape, sets, tmp)
+        assert row["scape step ms"] == direct["scape"]["step ms"], (row, direct)
+        assert row["dense step ms"] == direct["adams"]["step ms"], (row, direct)
+        assert abs(float(row["speedup"]) - float(direct["scape"]["speedup"])) <= 5e-4, (row, direct)
+
+
+def check_report(text, out):
+    report = out / "report"
+    assert f"figures and summary.md in {report}/" in text, text[-2000:]
+    assert (report / "summary.md").stat().st_size > 0
+    figures = sorted(p.name for p in report.glob("*.png"))
+    for name in ("loss_vs_step.png", "bytes.png", "loss_vs_time.png"):
+        assert name in figures, figures
+
+
+def main():
+    scape = sys.argv[1]
+    probe = subprocess.run(["/usr/bin/python3", "-c", "import h5py, numpy, matplotlib"], capture_output=True)
+    if probe.returncode != 0:
+        print("skipped: /usr/bin/python3 lacks h5py, numpy or matplotlib (the report step needs them)")
+        return 77
+    with tempfile.TemporaryDirectory(prefix="scape-quickstart-") as d:
+        tmp = Path(d)
+        out = tmp / "runs"
+        text = quickstart(scape, out)
+        sweep = check_sweep_table(text)
+        check_at_scale(text, sweep, scape, tmp)
+        check_report(text, out)
+        again = quickstart(scape, out)
+        assert all(r["status"] == "skipped (completed)" for r in table(again, "point")[1]), again
+        check_report(again, out)
+    print("quickstart: sweep table, at-scale table and report checked")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

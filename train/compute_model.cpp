@@ -1,0 +1,53 @@
+// FLOP-based compute time of a simulated worker (compute.type = "flops").
+#include "train/compute_model.hpp"
+
+#include <cstdio>
+#include <limits>
+
+#include "predict/hardware.hpp"
+
+namespace scape::train {
+
+predict::ModelSpec model_spec(const experiments::ModelSection& m) {
+  predict::ModelSpec s;
+  s.family = predict::Family::gpt2;
+  s.n_layer = m.n_layer;
+  s.n_embd = m.n_embd;
+  s.n_head = m.n_head;
+  s.n_kv_head = m.n_head;
+  s.ffn_hidden = 4 * static_cast<std::int64_t>(m.n_embd);
+  s.vocab_size = m.vocab_size;
+  s.context = m.block_size;
+  s.tied_embeddings = true;
+  return s;
+}
+
+double modelled_compute_seconds(const experiments::ExperimentConfig& c) {
+  if (c.compute.type != "flops") return std::numeric_limits<double>::quiet_NaN();
+  const double per_token =
+      predict::training_flops_per_token(model_spec(c.model), c.model.block_size, predict::AttentionFlops::causal);
+  const double tokens = static_cast<double>(c.data.batch_size) * c.model.block_size;
+  const auto& device = predict::find_gpu_preset(c.compute.device, "compute.device");
+  predict::GpuSpec gpu;
+  gpu.peak_TFLOPs = device.peak_bf16_TFLOPs;
+  gpu.mfu = c.compute.mfu;
+  // Forward and backward (twice the forward) as predict_step adds them, so scape predict on
+  // the same shape, batch and GPU gives the same seconds to the last bit.
+  const double forward = per_token * tokens / (3.0 * gpu.achieved_flops());
+  return forward + 2.0 * forward;
+}
+
+std::string describe_step_time_model(const experiments::ExperimentConfig& c) {
+  char mfu[32];
+  std::snprintf(mfu, sizeof mfu, "%g", c.compute.mfu);
+  const std::string compute = c.compute.type == "flops"
+                                  ? "FLOPs on " + c.compute.device + " at MFU " + mfu
+                                  : std::string("measured CPU time of this machine");
+  char link[64];
+  std::snprintf(link, sizeof link, "alpha %g us, %g GB/s", c.network.alpha_us, c.network.bandwidth_GBps);
+  const std::string network = c.network.preset.empty() ? std::string(link) : c.network.preset;
+  return "compute: " + compute + " + alpha-beta communication on " + network + ", " + std::to_string(c.workers) +
+         " workers; optimizer step not modelled";
+}
+
+}  // namespace scape::train
