@@ -124,6 +124,18 @@ class Communicator {
   double exposed_wait_ = 0;
 };
 
+// The overrides of the five backend hooks above, for a backend class to write in its protected
+// section instead of repeating the list (each backend defines them in its .cpp file).
+#define SCAPE_COMMUNICATOR_BACKEND_HOOKS                                                                               \
+  void do_all_reduce_mean(std::span<float> data) override;                                                             \
+  void do_reduce_scatter_mean(std::span<const float> send, std::span<float> recv, std::span<const std::size_t> counts) \
+      override;                                                                                                        \
+  void do_all_gather_bytes(std::span<const std::byte> send, std::span<std::byte> recv,                                 \
+                           std::span<const std::size_t> counts) override;                                              \
+  std::unique_ptr<AsyncRequest> do_all_gather_bytes_async(std::span<const std::byte> send, std::span<std::byte> recv,  \
+                                                          std::span<const std::size_t> counts) override;               \
+  void do_barrier() override
+
 // The reduction every backend must use so that results are bit-identical across backends:
 // out[j] = (in[0][j] + in[1][j] + ... + in[W-1][j]) / W, summed left to right in rank order.
 void mean_in_rank_order(std::span<const float* const> inputs, std::span<float> out);

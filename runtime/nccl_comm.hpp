@@ -67,14 +67,7 @@ class NcclComm final : public Communicator {
   void set_always_grouped(bool on) { always_grouped_ = on; }
 
  protected:
-  void do_all_reduce_mean(std::span<float> data) override;
-  void do_reduce_scatter_mean(std::span<const float> send, std::span<float> recv,
-                              std::span<const std::size_t> counts) override;
-  void do_all_gather_bytes(std::span<const std::byte> send, std::span<std::byte> recv,
-                           std::span<const std::size_t> counts) override;
-  std::unique_ptr<AsyncRequest> do_all_gather_bytes_async(std::span<const std::byte> send, std::span<std::byte> recv,
-                                                          std::span<const std::size_t> counts) override;
-  void do_barrier() override;
+  SCAPE_COMMUNICATOR_BACKEND_HOOKS;  // Communicator's backend hooks (core/communicator.hpp)
   void to_wire(std::span<const float> in, std::span<float> out, WireType wire) override;
   std::span<float> wire_scratch(std::size_t n) override;
 

@@ -43,8 +43,8 @@ prepare() {
   local jobs="${JOBS:-2}"
   local targets=(test_cuda_kernels test_device_optimizer nccl_collectives_check nccl_scape_check bench_cuda
     bench_device_step)
-  local paths=(tests/test_cuda_kernels tests/test_device_optimizer tests/nccl_collectives_check
-    tests/nccl_scape_check bench/bench_cuda bench/bench_device_step)
+  local paths=(tests/test_cuda_kernels tests/test_device_optimizer tests/runtime/nccl_collectives_check
+    tests/runtime/nccl_scape_check bench/bench_cuda bench/bench_device_step)
 
   # No MPI (the carried checks are single-process) and no build RPATH (the carried executables
   # find their libraries through run.sh's LD_LIBRARY_PATH only, never a path of this machine).

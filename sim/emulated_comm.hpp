@@ -54,14 +54,7 @@ class EmulatedComm final : public Communicator {
   EmulatedComm(EmulatedGroup& group, int rank, NetworkModel net = {});
 
  protected:
-  void do_all_reduce_mean(std::span<float> data) override;
-  void do_reduce_scatter_mean(std::span<const float> send, std::span<float> recv,
-                              std::span<const std::size_t> counts) override;
-  void do_all_gather_bytes(std::span<const std::byte> send, std::span<std::byte> recv,
-                           std::span<const std::size_t> counts) override;
-  std::unique_ptr<AsyncRequest> do_all_gather_bytes_async(std::span<const std::byte> send, std::span<std::byte> recv,
-                                                          std::span<const std::size_t> counts) override;
-  void do_barrier() override;
+  SCAPE_COMMUNICATOR_BACKEND_HOOKS;  // Communicator's backend hooks (core/communicator.hpp)
 
  private:
   void check_same_counts(std::span<const std::size_t> counts, const char* what);

@@ -16,7 +16,7 @@
 
 #include "experiments/hdf5.hpp"
 #include "experiments/recorder.hpp"
-#include "test_support.hpp"
+#include "tests/test_support.hpp"
 
 namespace fs = std::filesystem;
 namespace ex = scape::experiments;
