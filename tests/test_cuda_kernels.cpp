@@ -21,6 +21,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <functional>
 #include <iterator>
 #include <limits>
 #include <random>
@@ -75,6 +76,12 @@ static_assert(every_listed_kernel_compared(),
 
 constexpr std::size_t kLarge = std::size_t{1} << 26;
 const std::vector<std::size_t> kSmallSizes = {0, 1, 2, 63, 64, 65, 1000, 4097, 70'001, 300'007};
+
+std::vector<std::size_t> small_sizes_and_large() {
+  std::vector<std::size_t> sizes = kSmallSizes;
+  sizes.push_back(kLarge);
+  return sizes;
+}
 
 sk::KernelBackend& gpu() {
   static const std::unique_ptr<sk::KernelBackend> backend = sk::make_backend(sk::DeviceKind::cuda);
@@ -143,6 +150,16 @@ const char* name(Family f) {
   return "?";
 }
 constexpr Family kFamilies[] = {Family::normal, Family::ties, Family::equal, Family::special};
+
+std::string case_name(Family family, std::size_t n) { return std::string(name(family)) + " n=" + std::to_string(n); }
+
+// Runs check on every input family at every small size, in that order (the callers draw their
+// seeds in it).
+void for_each_small_case(const std::function<void(Family family, std::size_t n)>& check) {
+  for (const Family family : kFamilies) {
+    for (const std::size_t n : kSmallSizes) check(family, n);
+  }
+}
 
 // Counter-based draws (core/rng.hpp), filled in parallel: 2^26 normals take a second serially.
 std::vector<float> make_values(Family family, std::size_t n, std::uint32_t seed) {
@@ -251,14 +268,10 @@ void check_topk_indices(const std::vector<float>& values, std::size_t k, const s
 
 TEST_CASE("top-k mask matches the CPU on every input family, small and odd sizes") {
   std::uint32_t seed = 100;
-  for (const Family family : kFamilies) {
-    for (const std::size_t n : kSmallSizes) {
-      const std::vector<float> values = make_values(family, n, ++seed);
-      for (const std::size_t k : ks_for(n)) {
-        check_topk(values, k, std::string(name(family)) + " n=" + std::to_string(n) + " k=" + std::to_string(k));
-      }
-    }
-  }
+  for_each_small_case([&](Family family, std::size_t n) {
+    const std::vector<float> values = make_values(family, n, ++seed);
+    for (const std::size_t k : ks_for(n)) check_topk(values, k, case_name(family, n) + " k=" + std::to_string(k));
+  });
 }
 
 TEST_CASE("top-k at 2^26 matches the CPU (1% and 50%, every family)") {
@@ -285,7 +298,7 @@ TEST_CASE("top-k indices match the CPU") {
     for (const std::size_t n : {std::size_t{0}, std::size_t{65}, std::size_t{1000}, std::size_t{300'007}}) {
       const std::vector<float> values = make_values(family, n, ++seed);
       for (const std::size_t k : ks_for(n)) {
-        check_topk_indices(values, k, std::string(name(family)) + " n=" + std::to_string(n) + " k=" + std::to_string(k));
+        check_topk_indices(values, k, case_name(family, n) + " k=" + std::to_string(k));
       }
     }
   }
@@ -326,7 +339,7 @@ AdamState adam_state(std::size_t n, Family g_family, std::uint32_t seed) {
 }
 
 void check_dense_adam(std::size_t n, Family family, std::uint32_t seed) {
-  const std::string what = std::string(name(family)) + " n=" + std::to_string(n);
+  const std::string what = case_name(family, n);
   const AdamState start = adam_state(n, family, seed);
   const sk::AdamScalars s = step_scalars(7);
   {
@@ -382,9 +395,7 @@ void check_masked_adam(std::size_t n, std::uint32_t seed) {
 
 TEST_CASE("dense AdamW and AdamS steps are bit-identical to the CPU") {
   std::uint32_t seed = 400;
-  for (const Family family : kFamilies) {
-    for (const std::size_t n : kSmallSizes) check_dense_adam(n, family, seed += 10);
-  }
+  for_each_small_case([&](Family family, std::size_t n) { check_dense_adam(n, family, seed += 10); });
   check_dense_adam(kLarge, Family::normal, 490);
   check_dense_adam(kLarge, Family::special, 495);
 }
@@ -397,46 +408,44 @@ TEST_CASE("masked AdamW and AdamS steps are bit-identical to the CPU") {
 
 TEST_CASE("scale, divide, accumulate, fill and round_to_bf16 match the CPU") {
   std::uint32_t seed = 600;
-  for (const Family family : kFamilies) {
-    for (std::size_t n : kSmallSizes) {
-      const std::string what = std::string(name(family)) + " n=" + std::to_string(n);
-      const std::vector<float> x = make_values(family, n, ++seed);
-      const std::vector<float> g = make_values(Family::special, n, ++seed);
+  for_each_small_case([&](Family family, std::size_t n) {
+    const std::string what = case_name(family, n);
+    const std::vector<float> x = make_values(family, n, ++seed);
+    const std::vector<float> g = make_values(Family::special, n, ++seed);
 
-      std::vector<float> cpu = x;
-      sk::scale(cpu, 0.7f);
-      sk::Buffer<float> d = to_gpu(x);
-      gpu().scale(d, 0.7f);
-      check_equal(cpu, to_host(d), "scale " + what);
+    std::vector<float> cpu = x;
+    sk::scale(cpu, 0.7f);
+    sk::Buffer<float> d = to_gpu(x);
+    gpu().scale(d, 0.7f);
+    check_equal(cpu, to_host(d), "scale " + what);
 
-      cpu = x;
-      sk::divide(cpu, 3.0f);
-      d = to_gpu(x);
-      gpu().divide(d, 3.0f);
-      check_equal(cpu, to_host(d), "divide " + what);
+    cpu = x;
+    sk::divide(cpu, 3.0f);
+    d = to_gpu(x);
+    gpu().divide(d, 3.0f);
+    check_equal(cpu, to_host(d), "divide " + what);
 
-      cpu = x;
-      const std::size_t cpu_bad = sk::accumulate(cpu, g);
-      d = to_gpu(x);
-      const sk::Buffer<float> dg = to_gpu(g);
-      CHECK(gpu().accumulate(d, dg) == cpu_bad);
-      check_equal(cpu, to_host(d), "accumulate " + what);
+    cpu = x;
+    const std::size_t cpu_bad = sk::accumulate(cpu, g);
+    d = to_gpu(x);
+    const sk::Buffer<float> dg = to_gpu(g);
+    CHECK(gpu().accumulate(d, dg) == cpu_bad);
+    check_equal(cpu, to_host(d), "accumulate " + what);
 
-      cpu = x;
-      sk::fill(cpu, -3.5f);
-      gpu().fill(d, -3.5f);
-      check_equal(cpu, to_host(d), "fill " + what);
+    cpu = x;
+    sk::fill(cpu, -3.5f);
+    gpu().fill(d, -3.5f);
+    check_equal(cpu, to_host(d), "fill " + what);
 
-      cpu.assign(n, 0.0f);
-      sk::round_to_bf16(x, cpu);
-      d = to_gpu(x);
-      sk::Buffer<float> out(gpu(), n);
-      gpu().round_to_bf16(d, out);
-      check_equal(cpu, to_host(out), "round_to_bf16 " + what);
-      gpu().round_to_bf16(d, d);  // in place
-      check_equal(cpu, to_host(d), "round_to_bf16 in place " + what);
-    }
-  }
+    cpu.assign(n, 0.0f);
+    sk::round_to_bf16(x, cpu);
+    d = to_gpu(x);
+    sk::Buffer<float> out(gpu(), n);
+    gpu().round_to_bf16(d, out);
+    check_equal(cpu, to_host(out), "round_to_bf16 " + what);
+    gpu().round_to_bf16(d, d);  // in place
+    check_equal(cpu, to_host(d), "round_to_bf16 in place " + what);
+  });
   const std::vector<float> big = make_values(Family::special, kLarge, 699);
   std::vector<float> cpu(kLarge, 1.0f);
   const std::size_t cpu_bad = sk::accumulate(cpu, big);
@@ -450,22 +459,20 @@ TEST_CASE("block_sum_squares and max_magnitude (the residual metrics) match the 
   // Each block is summed in index order in double on both sides, so the partial sums are equal
   // bit for bit; NaN anywhere makes the maximum NaN on both.
   std::uint32_t seed = 650;
-  for (const Family family : kFamilies) {
-    for (std::size_t n : kSmallSizes) {
-      const std::string what = std::string(name(family)) + " n=" + std::to_string(n);
-      const std::vector<float> x = make_values(family, n, ++seed);
-      for (const std::size_t block : {std::size_t{1}, std::size_t{64}, std::size_t{8192}}) {
-        std::vector<double> cpu((n + block - 1) / block);
-        sk::block_sum_squares(x, block, cpu);
-        const sk::Buffer<float> d = to_gpu(x);
-        sk::Buffer<double> partial(gpu(), cpu.size());
-        gpu().block_sum_squares(d, block, partial);
-        check_equal(cpu, to_host(partial), "block_sum_squares " + what + " block=" + std::to_string(block));
-      }
+  for_each_small_case([&](Family family, std::size_t n) {
+    const std::string what = case_name(family, n);
+    const std::vector<float> x = make_values(family, n, ++seed);
+    for (const std::size_t block : {std::size_t{1}, std::size_t{64}, std::size_t{8192}}) {
+      std::vector<double> cpu((n + block - 1) / block);
+      sk::block_sum_squares(x, block, cpu);
       const sk::Buffer<float> d = to_gpu(x);
-      CHECK(same_value(sk::max_magnitude(x), gpu().max_magnitude(d)));
+      sk::Buffer<double> partial(gpu(), cpu.size());
+      gpu().block_sum_squares(d, block, partial);
+      check_equal(cpu, to_host(partial), "block_sum_squares " + what + " block=" + std::to_string(block));
     }
-  }
+    const sk::Buffer<float> d = to_gpu(x);
+    CHECK(same_value(sk::max_magnitude(x), gpu().max_magnitude(d)));
+  });
   const std::vector<float> big = make_values(Family::normal, kLarge, 699);
   std::vector<double> cpu(kLarge / 8192);
   sk::block_sum_squares(big, 8192, cpu);
@@ -550,9 +557,7 @@ TEST_CASE("pack_payload, rebase_indices, add_momentum and reconstruct_gradient m
 
 TEST_CASE("pack_bits, unpack_bits and the popcounts match the CPU") {
   std::uint32_t seed = 900;
-  std::vector<std::size_t> sizes = kSmallSizes;
-  sizes.push_back(kLarge);
-  for (const std::size_t n : sizes) {
+  for (const std::size_t n : small_sizes_and_large()) {
     const std::string what = "n=" + std::to_string(n);
     std::mt19937 rng(++seed);
     std::uniform_int_distribution<int> byte(0, 255);
@@ -588,9 +593,7 @@ TEST_CASE("pack_bits, unpack_bits and the popcounts match the CPU") {
 
 TEST_CASE("bits_to_indices and indices_to_bits match the CPU") {
   std::uint32_t seed = 1000;
-  std::vector<std::size_t> sizes = kSmallSizes;
-  sizes.push_back(kLarge);
-  for (const std::size_t n : sizes) {
+  for (const std::size_t n : small_sizes_and_large()) {
     for (const double density : {0.0, 0.01, 0.5, 1.0}) {
       const std::string what = "n=" + std::to_string(n) + " density=" + std::to_string(density);
       const std::vector<std::uint32_t> idx = random_indices(n, density, ++seed);
@@ -627,9 +630,7 @@ TEST_CASE("bits_to_indices and indices_to_bits match the CPU") {
 
 TEST_CASE("compact, expand, zero_at and scatter_add match the CPU") {
   std::uint32_t seed = 1100;
-  std::vector<std::size_t> sizes = kSmallSizes;
-  sizes.push_back(kLarge);
-  for (const std::size_t n : sizes) {
+  for (const std::size_t n : small_sizes_and_large()) {
     const std::string what = "n=" + std::to_string(n);
     const std::vector<float> src = make_values(Family::special, n, ++seed);
     const std::vector<std::uint32_t> idx = random_indices(n, 0.05, ++seed);

@@ -3,6 +3,7 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <functional>
 
 #include "core/ledger.hpp"
 #include "core/schedule.hpp"
@@ -41,45 +42,66 @@ double max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
   return d;
 }
 
-}  // namespace
+// Invariant 1 for one worker: the sum of its gradients, and what it kept of them (its residual
+// after the last step plus every contribution a_i = e_i + g_i it delivered on the mask, fp32 sum
+// as sent).
+struct GradientAccount {
+  std::vector<double> grad_sum;
+  std::vector<double> kept;
+};
 
-TEST_CASE("invariant 1: residual plus delivered equals the sum of gradients") {
-  const ParamLayout layout = mixed_layout(4);
+GradientAccount account_gradients(const std::vector<scape::testing::StepRecord>& steps, std::size_t n) {
+  GradientAccount acc{std::vector<double>(n, 0.0), std::vector<double>(n, 0.0)};
+  std::vector<double> delivered(n, 0.0);
+  for (const auto& s : steps) {
+    for (std::size_t j = 0; j < n; ++j) {
+      acc.grad_sum[j] += s.grad[j];
+      if (bit(s.mask, j)) delivered[j] += static_cast<double>(s.residual_before[j] + s.grad[j]);
+    }
+  }
+  // Residual after the last step = residual before it + its gradient, off its mask.
+  const auto& last = steps.back();
+  for (std::size_t j = 0; j < n; ++j) {
+    const double residual = bit(last.mask, j) ? 0.0 : static_cast<double>(last.residual_before[j] + last.grad[j]);
+    acc.kept[j] = residual + delivered[j];
+  }
+  return acc;
+}
+
+// Runs check at every point of the grid the invariants hold on, naming the point on failure.
+void for_each_grid_point(const std::function<void(int w, double rho)>& check) {
   for (int w : kWorkers) {
     for (double rho : kDensities) {
       CAPTURE(w);
       CAPTURE(rho);
-      const auto run = run_quadratic(scape_config(rho), layout, w, kSteps);
-      std::vector<double> all_grads(layout.size(), 0.0), all_kept(layout.size(), 0.0);
-      for (int i = 0; i < w; ++i) {
-        const auto& steps = run.steps[static_cast<std::size_t>(i)];
-        std::vector<double> grad_sum(layout.size(), 0.0), delivered(layout.size(), 0.0);
-        for (const auto& s : steps) {
-          for (std::size_t j = 0; j < layout.size(); ++j) {
-            grad_sum[j] += s.grad[j];
-            // The contribution delivered at this step is a_i = e_i + g_i on the mask (fp32 sum, as sent).
-            if (bit(s.mask, j)) delivered[j] += static_cast<double>(s.residual_before[j] + s.grad[j]);
-          }
-        }
-        // Residual after the last step = residual before it + its gradient, off its mask.
-        const auto& last = steps.back();
-        double worst = 0, scale = 0;
-        for (std::size_t j = 0; j < layout.size(); ++j) {
-          const double residual = bit(last.mask, j) ? 0.0 : static_cast<double>(last.residual_before[j] + last.grad[j]);
-          const double kept = residual + delivered[j];
-          worst = std::max(worst, std::fabs(kept - grad_sum[j]));
-          scale = std::max(scale, std::fabs(grad_sum[j]));
-          all_grads[j] += grad_sum[j];
-          all_kept[j] += kept;
-        }
-        // Each step rounds a_i = e_i + g_i once in fp32: at most kSteps half-ulps of the running sum.
-        CHECK(worst <= kSteps * 1.2e-7 * (scale + 1.0));
-      }
-      double total_worst = 0;
-      for (std::size_t j = 0; j < layout.size(); ++j) total_worst = std::max(total_worst, std::fabs(all_grads[j] - all_kept[j]));
-      CHECK(total_worst <= w * kSteps * 1.2e-7 * 100.0);
+      check(w, rho);
     }
   }
+}
+
+}  // namespace
+
+TEST_CASE("invariant 1: residual plus delivered equals the sum of gradients") {
+  const ParamLayout layout = mixed_layout(4);
+  for_each_grid_point([&](int w, double rho) {
+    const auto run = run_quadratic(scape_config(rho), layout, w, kSteps);
+    std::vector<double> all_grads(layout.size(), 0.0), all_kept(layout.size(), 0.0);
+    for (int i = 0; i < w; ++i) {
+      const GradientAccount acc = account_gradients(run.steps[static_cast<std::size_t>(i)], layout.size());
+      double worst = 0, scale = 0;
+      for (std::size_t j = 0; j < layout.size(); ++j) {
+        worst = std::max(worst, std::fabs(acc.kept[j] - acc.grad_sum[j]));
+        scale = std::max(scale, std::fabs(acc.grad_sum[j]));
+        all_grads[j] += acc.grad_sum[j];
+        all_kept[j] += acc.kept[j];
+      }
+      // Each step rounds a_i = e_i + g_i once in fp32: at most kSteps half-ulps of the running sum.
+      CHECK(worst <= kSteps * 1.2e-7 * (scale + 1.0));
+    }
+    double total_worst = 0;
+    for (std::size_t j = 0; j < layout.size(); ++j) total_worst = std::max(total_worst, std::fabs(all_grads[j] - all_kept[j]));
+    CHECK(total_worst <= w * kSteps * 1.2e-7 * 100.0);
+  });
 }
 
 TEST_CASE("invariant 1 also holds for raw-gradient top-k with error feedback") {
@@ -91,19 +113,9 @@ TEST_CASE("invariant 1 also holds for raw-gradient top-k with error feedback") {
   c.lr = 1e-2;
   const auto run = run_quadratic(c, layout, 4, kSteps);
   for (const auto& steps : run.steps) {
+    const GradientAccount acc = account_gradients(steps, layout.size());
     double worst = 0;
-    std::vector<double> grad_sum(layout.size(), 0.0), delivered(layout.size(), 0.0);
-    for (const auto& s : steps) {
-      for (std::size_t j = 0; j < layout.size(); ++j) {
-        grad_sum[j] += s.grad[j];
-        if (bit(s.mask, j)) delivered[j] += static_cast<double>(s.residual_before[j] + s.grad[j]);
-      }
-    }
-    const auto& last = steps.back();
-    for (std::size_t j = 0; j < layout.size(); ++j) {
-      const double residual = bit(last.mask, j) ? 0.0 : static_cast<double>(last.residual_before[j] + last.grad[j]);
-      worst = std::max(worst, std::fabs(residual + delivered[j] - grad_sum[j]));
-    }
+    for (std::size_t j = 0; j < layout.size(); ++j) worst = std::max(worst, std::fabs(acc.kept[j] - acc.grad_sum[j]));
     CHECK(worst < 1e-4);
   }
 }
@@ -133,91 +145,79 @@ TEST_CASE("invariant 2: at density 1 SCAPE equals dense AdamS, and dense AdamW w
 
 TEST_CASE("invariant 3: single_buffer and two_collectives give the same parameters") {
   const ParamLayout layout = mixed_layout(4);
-  for (int w : kWorkers) {
-    for (double rho : kDensities) {
-      for (bool sharded : {true, false}) {
-        CAPTURE(w);
-        CAPTURE(rho);
-        CAPTURE(sharded);
-        OptimizerConfig one = scape_config(rho);
-        one.sharded = sharded;
-        OptimizerConfig two = one;
-        two.second_moment = SecondMoment::two_collectives;
-        const auto a = run_quadratic(one, layout, w, kSteps);
-        const auto b = run_quadratic(two, layout, w, kSteps);
-        for (int t = 0; t < kSteps; ++t) {
-          const auto& sa = a.steps[0][static_cast<std::size_t>(t)];
-          const auto& sb = b.steps[0][static_cast<std::size_t>(t)];
-          // m <- b_bar is the same bits in both, so the masks agree exactly; only g_bar differs by rounding.
-          CHECK(sa.mask == sb.mask);
-          CHECK(max_abs_diff(sa.params_after, sb.params_after) <= kRoundingPerStep * (t + 1));
-        }
-        // And the second collective is really there.
-        CHECK(b.ledger_totals.count(sharded ? "accum_reduce_scatter" : "accum_all_reduce") == 1);
-        CHECK(a.ledger_totals.count(sharded ? "accum_reduce_scatter" : "accum_all_reduce") == 0);
+  for_each_grid_point([&](int w, double rho) {
+    for (bool sharded : {true, false}) {
+      CAPTURE(sharded);
+      OptimizerConfig one = scape_config(rho);
+      one.sharded = sharded;
+      OptimizerConfig two = one;
+      two.second_moment = SecondMoment::two_collectives;
+      const auto a = run_quadratic(one, layout, w, kSteps);
+      const auto b = run_quadratic(two, layout, w, kSteps);
+      for (int t = 0; t < kSteps; ++t) {
+        const auto& sa = a.steps[0][static_cast<std::size_t>(t)];
+        const auto& sb = b.steps[0][static_cast<std::size_t>(t)];
+        // m <- b_bar is the same bits in both, so the masks agree exactly; only g_bar differs by rounding.
+        CHECK(sa.mask == sb.mask);
+        CHECK(max_abs_diff(sa.params_after, sb.params_after) <= kRoundingPerStep * (t + 1));
       }
+      // And the second collective is really there.
+      CHECK(b.ledger_totals.count(sharded ? "accum_reduce_scatter" : "accum_all_reduce") == 1);
+      CHECK(a.ledger_totals.count(sharded ? "accum_reduce_scatter" : "accum_all_reduce") == 0);
     }
-  }
+  });
 }
 
 TEST_CASE("invariant 4: sharded equals replicated, and every replica is identical after every step") {
   const ParamLayout layout = mixed_layout(4);
-  for (int w : kWorkers) {
-    for (double rho : kDensities) {
-      CAPTURE(w);
-      CAPTURE(rho);
-      OptimizerConfig sharded = scape_config(rho);
-      OptimizerConfig replicated = sharded;
-      replicated.sharded = false;
-      const auto a = run_quadratic(sharded, layout, w, kSteps);
-      const auto b = run_quadratic(replicated, layout, w, kSteps);
-      for (int t = 0; t < kSteps; ++t) {
-        const auto st = static_cast<std::size_t>(t);
-        for (int i = 1; i < w; ++i) {
-          CHECK(a.steps[static_cast<std::size_t>(i)][st].params_after == a.steps[0][st].params_after);
-          CHECK(b.steps[static_cast<std::size_t>(i)][st].params_after == b.steps[0][st].params_after);
-        }
-        CHECK(a.steps[0][st].mask == b.steps[0][st].mask);
-        CHECK(max_abs_diff(a.steps[0][st].params_after, b.steps[0][st].params_after) <= kRoundingPerStep * (t + 1));
+  for_each_grid_point([&](int w, double rho) {
+    OptimizerConfig sharded = scape_config(rho);
+    OptimizerConfig replicated = sharded;
+    replicated.sharded = false;
+    const auto a = run_quadratic(sharded, layout, w, kSteps);
+    const auto b = run_quadratic(replicated, layout, w, kSteps);
+    for (int t = 0; t < kSteps; ++t) {
+      const auto st = static_cast<std::size_t>(t);
+      for (int i = 1; i < w; ++i) {
+        CHECK(a.steps[static_cast<std::size_t>(i)][st].params_after == a.steps[0][st].params_after);
+        CHECK(b.steps[static_cast<std::size_t>(i)][st].params_after == b.steps[0][st].params_after);
       }
+      CHECK(a.steps[0][st].mask == b.steps[0][st].mask);
+      CHECK(max_abs_diff(a.steps[0][st].params_after, b.steps[0][st].params_after) <= kRoundingPerStep * (t + 1));
     }
-  }
+  });
 }
 
 TEST_CASE("invariant 5: partitioned masks have k_w bits per shard; local_union between K and min(N, W K)") {
   for (std::size_t scale : {std::size_t{1}, std::size_t{4}}) {
     const ParamLayout layout = mixed_layout(scale);
     const std::size_t n = layout.size();
-    for (int w : kWorkers) {
-      for (double rho : kDensities) {
-        CAPTURE(w);
-        CAPTURE(rho);
-        CAPTURE(n);
-        const Sharding sh(n, w);
-        const auto part = run_quadratic(scape_config(rho), layout, w, 6);
-        for (const auto& s : part.steps[0]) {
-          std::size_t total = 0;
-          for (int o = 0; o < w; ++o) {
-            std::size_t bits = 0;
-            for (std::size_t j = sh.begin(o); j < sh.end(o); ++j) bits += bit(s.mask, j);
-            CHECK(bits == k_for(1.0 - (1.0 - rho), sh.size(o)));
-            total += bits;
-          }
-          CHECK(s.metrics.k_total == total);
-          CHECK(s.metrics.fill_in == 1.0);
+    for_each_grid_point([&](int w, double rho) {
+      CAPTURE(n);
+      const Sharding sh(n, w);
+      const auto part = run_quadratic(scape_config(rho), layout, w, 6);
+      for (const auto& s : part.steps[0]) {
+        std::size_t total = 0;
+        for (int o = 0; o < w; ++o) {
+          std::size_t bits = 0;
+          for (std::size_t j = sh.begin(o); j < sh.end(o); ++j) bits += bit(s.mask, j);
+          CHECK(bits == k_for(1.0 - (1.0 - rho), sh.size(o)));
+          total += bits;
         }
-        OptimizerConfig lu = scape_config(rho);
-        lu.sharded = false;
-        lu.mask_partition = MaskPartition::local_union;
-        const auto uni = run_quadratic(lu, layout, w, 6);
-        const std::size_t k = k_for(rho, n);
-        for (const auto& s : uni.steps[0]) {
-          CHECK(s.metrics.mask_size >= k);
-          CHECK(s.metrics.mask_size <= std::min(n, static_cast<std::size_t>(w) * k));
-          CHECK(s.metrics.fill_in == doctest::Approx(static_cast<double>(s.metrics.mask_size) / k));
-        }
+        CHECK(s.metrics.k_total == total);
+        CHECK(s.metrics.fill_in == 1.0);
       }
-    }
+      OptimizerConfig lu = scape_config(rho);
+      lu.sharded = false;
+      lu.mask_partition = MaskPartition::local_union;
+      const auto uni = run_quadratic(lu, layout, w, 6);
+      const std::size_t k = k_for(rho, n);
+      for (const auto& s : uni.steps[0]) {
+        CHECK(s.metrics.mask_size >= k);
+        CHECK(s.metrics.mask_size <= std::min(n, static_cast<std::size_t>(w) * k));
+        CHECK(s.metrics.fill_in == doctest::Approx(static_cast<double>(s.metrics.mask_size) / k));
+      }
+    });
   }
 }
 
@@ -235,22 +235,18 @@ TEST_CASE("invariant 5 with empty shards: N smaller than W * 64") {
 
 TEST_CASE("invariant 6: under lag 1 the mask used at t is the one computed at t-1") {
   const ParamLayout layout = mixed_layout(4);
-  for (int w : kWorkers) {
-    for (double rho : kDensities) {
-      CAPTURE(w);
-      CAPTURE(rho);
-      const Sharding sh(layout.size(), w);
-      const auto run = run_quadratic(scape_config(rho), layout, w, kSteps);
-      for (int t = 1; t < kSteps; ++t) {
-        for (int o = 0; o < w; ++o) {
-          const auto& computed = run.steps[static_cast<std::size_t>(o)][static_cast<std::size_t>(t - 1)].next_local_bits;
-          const auto& used = run.steps[0][static_cast<std::size_t>(t)].mask;
-          const std::size_t first_word = sh.begin(o) / 64;
-          for (std::size_t k = 0; k < computed.size(); ++k) CHECK(used[first_word + k] == computed[k]);
-        }
+  for_each_grid_point([&](int w, double rho) {
+    const Sharding sh(layout.size(), w);
+    const auto run = run_quadratic(scape_config(rho), layout, w, kSteps);
+    for (int t = 1; t < kSteps; ++t) {
+      for (int o = 0; o < w; ++o) {
+        const auto& computed = run.steps[static_cast<std::size_t>(o)][static_cast<std::size_t>(t - 1)].next_local_bits;
+        const auto& used = run.steps[0][static_cast<std::size_t>(t)].mask;
+        const std::size_t first_word = sh.begin(o) / 64;
+        for (std::size_t k = 0; k < computed.size(); ++k) CHECK(used[first_word + k] == computed[k]);
       }
     }
-  }
+  });
 }
 
 TEST_CASE("invariant 6 has teeth: lag 0 uses a different mask sequence than lag 1") {

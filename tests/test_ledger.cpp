@@ -130,29 +130,32 @@ TEST_CASE("closed forms: SCAPE in every mode") {
         check_sent(s.metrics, w);
       }
 
-      // Sharded with update = dense: the parameter all-gather is dense.
-      c = OptimizerConfig{};
-      c.sparsity = 1.0 - rho;
-      c.update = UpdateMode::dense;
-      c.mask_lag = 0;
-      run = run_quadratic(c, layout, w, kSteps);
-      for (const auto& s : run.steps[0]) {
-        CHECK(payloads(s.metrics) == StepPayloads{{"mask_all_gather", {mask_bytes}},
-                                                  {"grad_reduce_scatter", {k * 4}},
-                                                  {"param_all_gather", {n * 4}}});
-      }
-
-      // two_collectives doubles the gradient payload.
-      c = OptimizerConfig{};
-      c.sparsity = 1.0 - rho;
-      c.second_moment = SecondMoment::two_collectives;
-      c.mask_lag = 0;
-      run = run_quadratic(c, layout, w, kSteps);
-      for (const auto& s : run.steps[0]) {
-        CHECK(payloads(s.metrics) == StepPayloads{{"mask_all_gather", {mask_bytes}},
-                                                  {"grad_reduce_scatter", {k * 4}},
-                                                  {"accum_reduce_scatter", {k * 4}},
-                                                  {"param_all_gather", {k * 4}}});
+      // Sharded, lag 0: update = dense makes the parameter all-gather dense; two_collectives
+      // doubles the gradient payload.
+      struct ShardedCase {
+        UpdateMode update;
+        SecondMoment second_moment;
+        StepPayloads expected;
+      };
+      const ShardedCase sharded_cases[] = {
+          {UpdateMode::dense, SecondMoment::single_buffer,
+           {{"mask_all_gather", {mask_bytes}}, {"grad_reduce_scatter", {k * 4}}, {"param_all_gather", {n * 4}}}},
+          {UpdateMode::masked, SecondMoment::two_collectives,
+           {{"mask_all_gather", {mask_bytes}},
+            {"grad_reduce_scatter", {k * 4}},
+            {"accum_reduce_scatter", {k * 4}},
+            {"param_all_gather", {k * 4}}}},
+      };
+      for (const ShardedCase& sc : sharded_cases) {
+        CAPTURE(to_string(sc.update));
+        CAPTURE(to_string(sc.second_moment));
+        c = OptimizerConfig{};
+        c.sparsity = 1.0 - rho;
+        c.update = sc.update;
+        c.second_moment = sc.second_moment;
+        c.mask_lag = 0;
+        run = run_quadratic(c, layout, w, kSteps);
+        for (const auto& s : run.steps[0]) CHECK(payloads(s.metrics) == sc.expected);
       }
 
       // local_union: W K 4 bytes of indices, then |M| values all-reduced.

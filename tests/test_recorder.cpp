@@ -22,18 +22,22 @@
 #include "test_support.hpp"
 
 using namespace scape::experiments;
+using namespace scape::testing;
 namespace fs = std::filesystem;
 
 namespace {
 
-using scape::testing::have_h5py;
-using scape::testing::TempDir;
+// How a check opens the run file: plainly once it is closed, as a SWMR reader while a writer
+// may still hold it.
+enum class H5pyOpen { plain, swmr };
 
-
-// Runs a Python script (written next to the data) and returns its exit status.
-int run_python(const TempDir& dir, const std::string& script) {
+// Runs a Python check of the run file at path (written next to the data): h5py opens the file
+// as f, with numpy as np and sys imported, then check runs; returns the script's exit status.
+int h5py_check(const TempDir& dir, const fs::path& path, H5pyOpen open, const std::string& check) {
+  const std::string mode = open == H5pyOpen::swmr ? R"("r", swmr=True)" : R"("r")";
   const fs::path file = dir / "check.py";
-  std::ofstream(file) << script;
+  std::ofstream(file) << "import h5py, numpy as np, sys\nf = h5py.File(\"" << path.string() << "\", " << mode << ")\n"
+                      << check;
   return std::system(("/usr/bin/python3 '" + file.string() + "'").c_str());
 }
 
@@ -64,6 +68,13 @@ void append(RunRecorder& recorder, const RunFileSpec& spec, long step, double of
   for (std::size_t k = 0; k < spec.tensor_metric_names.size(); ++k)
     for (std::size_t t = 0; t < spec.tensor_names.size(); ++t) tensors.push_back(tensor_value(step, k, t, offset));
   recorder.append_step(step, metrics, tensors);
+}
+
+// A recorder on a new run file at path that has appended steps 1..last.
+RunRecorder create_with_steps(const fs::path& path, const RunFileSpec& spec, long last) {
+  RunRecorder recorder = RunRecorder::create(path, spec);
+  for (long step = 1; step <= last; ++step) append(recorder, spec, step);
+  return recorder;
 }
 
 bool same(double a, double b) { return (std::isnan(a) && std::isnan(b)) || a == b; }
@@ -110,30 +121,32 @@ class RawFile {
   }
   std::string string_attr(const char* name) const {
     const auto lock = lock_hdf5();
-    const hid_t a = H5Aopen(id_, name, H5P_DEFAULT);
-    REQUIRE_MESSAGE(a >= 0, name);
     const hid_t type = H5Tcopy(H5T_C_S1);
     H5Tset_size(type, H5T_VARIABLE);
     H5Tset_cset(type, H5T_CSET_UTF8);
     char* value = nullptr;
-    REQUIRE(H5Aread(a, type, &value) >= 0);
+    read_attr(name, type, &value);
     std::string out(value);
     H5free_memory(value);
     H5Tclose(type);
-    H5Aclose(a);
     return out;
   }
   std::int64_t int_attr(const char* name) const {
-    const auto lock = lock_hdf5();
-    const hid_t a = H5Aopen(id_, name, H5P_DEFAULT);
-    REQUIRE_MESSAGE(a >= 0, name);
+    const auto lock = lock_hdf5();  // H5T_NATIVE_INT64 initialises the library on first use
     std::int64_t value = 0;
-    REQUIRE(H5Aread(a, H5T_NATIVE_INT64, &value) >= 0);
-    H5Aclose(a);
+    read_attr(name, H5T_NATIVE_INT64, &value);
     return value;
   }
 
  private:
+  void read_attr(const char* name, hid_t mem_type, void* value) const {
+    const auto lock = lock_hdf5();
+    const hid_t a = H5Aopen(id_, name, H5P_DEFAULT);
+    REQUIRE_MESSAGE(a >= 0, name);
+    REQUIRE(H5Aread(a, mem_type, value) >= 0);
+    H5Aclose(a);
+  }
+
   hid_t id_ = -1;
 };
 
@@ -170,16 +183,6 @@ std::vector<long> step_range(long first, long last) {
   return out;
 }
 
-template <typename F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const std::exception& e) {
-    return e.what();
-  }
-  return "";
-}
-
 }  // namespace
 
 TEST_CASE("a run file round-trips every value exactly through the C API") {
@@ -189,8 +192,7 @@ TEST_CASE("a run file round-trips every value exactly through the C API") {
   spec.final_params_size = 5;
   const std::vector<float> params = {1.5f, -2.0f, 3.25f, std::numeric_limits<float>::quiet_NaN(), 1e-3f};
   {
-    RunRecorder recorder = RunRecorder::create(path, spec);
-    for (long step = 1; step <= 11; ++step) append(recorder, spec, step);
+    RunRecorder recorder = create_with_steps(path, spec, 11);
     recorder.append_eval(5, 2.5);
     recorder.append_eval(10, 2.25);
     recorder.write_final_params(params);
@@ -220,9 +222,7 @@ TEST_CASE("a run file round-trips every value exactly through the C API") {
     MESSAGE("skipping the h5py read: /usr/bin/python3 with h5py and numpy not found");
     return;
   }
-  const std::string script = R"(
-import h5py, numpy as np, sys
-f = h5py.File(")" + path.string() + R"(", "r")
+  CHECK(h5py_check(dir, path, H5pyOpen::plain, R"(
 ok = (f.attrs["status"] == "completed" and int(f.attrs["steps_completed"]) == 11
       and int(f.attrs["layout_version"]) == 1 and "scape" in f.attrs["config"]
       and list(f["metrics/step"][:]) == list(range(1, 12))
@@ -230,38 +230,27 @@ ok = (f.attrs["status"] == "completed" and int(f.attrs["steps_completed"]) == 11
       and f["tensors/mask_density"].shape == (11, 3)
       and [n.decode() for n in f["tensors/names"][:]] == ["wte", "h0.attn.w", "h0.attn.b"])
 sys.exit(0 if ok else 1)
-)";
-  CHECK(run_python(dir, script) == 0);
+)") == 0);
 }
 
 TEST_CASE("rows reach the file every flush_interval steps") {
-  if (!have_h5py()) {
-    MESSAGE("skipping: /usr/bin/python3 with h5py and numpy not found");
-    return;
-  }
+  if (skip_without_h5py()) return;
   TempDir dir;
   const fs::path path = dir / "run.h5";
   const RunFileSpec spec = test_spec(3);
-  RunRecorder recorder = RunRecorder::create(path, spec);
-  for (long step = 1; step <= 7; ++step) append(recorder, spec, step);
+  RunRecorder recorder = create_with_steps(path, spec, 7);
   recorder.append_eval(7, 1.0);
   // While the writer is live, a SWMR reader sees the two flushes (steps 1..6) and nothing else.
-  const std::string script = R"(
-import h5py, sys
-f = h5py.File(")" + path.string() + R"(", "r", swmr=True)
+  CHECK(h5py_check(dir, path, H5pyOpen::swmr, R"(
 ok = (list(f["metrics/step"][:]) == [1, 2, 3, 4, 5, 6] and f["metrics/lr"].shape == (6,)
       and f["tensors/residual_norm"].shape == (6, 3) and f["eval/step"].shape == (0,)
       and int(f.attrs["steps_completed"]) == 6 and f.attrs["status"] == "running")
 sys.exit(0 if ok else 1)
-)";
-  CHECK(run_python(dir, script) == 0);
+)") == 0);
   recorder.flush();
-  const std::string after_flush = R"(
-import h5py, sys
-f = h5py.File(")" + path.string() + R"(", "r", swmr=True)
+  CHECK(h5py_check(dir, path, H5pyOpen::swmr, R"(
 sys.exit(0 if list(f["metrics/step"][:]) == list(range(1, 8)) and list(f["eval/step"][:]) == [7] else 1)
-)";
-  CHECK(run_python(dir, after_flush) == 0);
+)") == 0);
 }
 
 TEST_CASE("status, error and steps_completed round-trip through read_run_summary") {
@@ -270,8 +259,7 @@ TEST_CASE("status, error and steps_completed round-trip through read_run_summary
   const RunFileSpec spec = test_spec(4);
   const std::string long_error = "loss exploded: 1e38 \xe2\x86\x92 inf; " + std::string(10000, 'x');
   {
-    RunRecorder recorder = RunRecorder::create(path, spec);
-    for (long step = 1; step <= 6; ++step) append(recorder, spec, step);
+    RunRecorder recorder = create_with_steps(path, spec, 6);
     recorder.set_status("diverged", "short");
     recorder.set_status("failed", long_error);
     CHECK_THROWS_AS(recorder.set_status("finished"), std::invalid_argument);
@@ -332,8 +320,7 @@ TEST_CASE("the recorder rejects malformed appends and unwritable paths") {
   TempDir dir;
   const fs::path path = dir / "run.h5";
   const RunFileSpec spec = test_spec(3);
-  RunRecorder recorder = RunRecorder::create(path, spec);
-  append(recorder, spec, 1);
+  RunRecorder recorder = create_with_steps(path, spec, 1);
   CHECK_THROWS_AS(append(recorder, spec, 1), std::invalid_argument);
   const std::vector<double> too_few = {1.0};
   CHECK_THROWS_AS(recorder.append_step(2, too_few, {}), std::invalid_argument);
@@ -359,8 +346,7 @@ TEST_CASE("a SIGKILLed run keeps every flushed step, and resumes") {
   REQUIRE(child >= 0);
   if (child == 0) {
     try {
-      RunRecorder recorder = RunRecorder::create(path, spec);
-      for (long step = 1; step <= 20; ++step) append(recorder, spec, step);  // flushes at 5, 10, 15, 20
+      RunRecorder recorder = create_with_steps(path, spec, 20);  // flushes at 5, 10, 15, 20
       recorder.flush();
       for (long step = 21; step <= 23; ++step) append(recorder, spec, step);  // buffered only
       raise(SIGKILL);
@@ -385,15 +371,12 @@ TEST_CASE("a SIGKILLed run keeps every flushed step, and resumes") {
   }
   const bool python = have_h5py();
   if (python) {
-    const std::string script = R"(
-import h5py, numpy as np, sys
-f = h5py.File(")" + path.string() + R"(", "r", swmr=True)
+    CHECK(h5py_check(dir, path, H5pyOpen::swmr, R"(
 loss = f["metrics/loss"][:]
 ok = (list(f["metrics/step"][:]) == list(range(1, 21)) and f.attrs["status"] == "running"
       and (loss == np.arange(1, 21) * 10.0 + 0.125).all() and f["tensors/mask_density"].shape == (20, 3))
 sys.exit(0 if ok else 1)
-)";
-    CHECK(run_python(dir, script) == 0);
+)") == 0);
   } else {
     MESSAGE("skipping the h5py read: /usr/bin/python3 with h5py and numpy not found");
   }
@@ -410,12 +393,9 @@ sys.exit(0 if ok else 1)
     check_rows(file, spec, step_range(1, 22), std::vector<double>(22, 0.0));
   }
   if (python) {
-    const std::string script = R"(
-import h5py, sys
-f = h5py.File(")" + path.string() + R"(", "r")
+    CHECK(h5py_check(dir, path, H5pyOpen::plain, R"(
 sys.exit(0 if list(f["metrics/step"][:]) == list(range(1, 23)) and f.attrs["status"] == "completed" else 1)
-)";
-    CHECK(run_python(dir, script) == 0);
+)") == 0);
   }
 }
 
@@ -424,8 +404,7 @@ TEST_CASE("open_for_resume drops the rows after steps_completed and continues") 
   const fs::path path = dir / "run.h5";
   const RunFileSpec spec = test_spec(3);
   {
-    RunRecorder recorder = RunRecorder::create(path, spec);
-    for (long step = 1; step <= 10; ++step) append(recorder, spec, step);
+    RunRecorder recorder = create_with_steps(path, spec, 10);
     for (long step : {3, 6, 9}) recorder.append_eval(step, static_cast<double>(step) / 4.0);
   }
   {
@@ -460,10 +439,7 @@ TEST_CASE("open_for_resume refuses a run file that does not match the spec") {
   TempDir dir;
   const fs::path path = dir / "run.h5";
   const RunFileSpec spec = test_spec(3);
-  {
-    RunRecorder recorder = RunRecorder::create(path, spec);
-    append(recorder, spec, 1);
-  }
+  create_with_steps(path, spec, 1);  // and closed at once
   RunFileSpec more = spec;
   more.metric_names.push_back("grad_norm");
   std::string error = error_of([&] { RunRecorder::open_for_resume(path, more, 1); });
@@ -485,10 +461,7 @@ TEST_CASE("metric descriptions become dataset attributes; a count that does not 
   RunFileSpec spec = test_spec(3);
   spec.metric_descriptions = {{"1", "mean", "the loss"}, {"1", "worker 0", "the rate"}, {"1", "worker 0", "overlap"}};
   spec.tensor_metric_descriptions = {{"1", "mean", "norm per tensor"}, {"1", "worker 0", "density per tensor"}};
-  {
-    RunRecorder recorder = RunRecorder::create(path, spec);
-    append(recorder, spec, 1);
-  }
+  create_with_steps(path, spec, 1);  // and closed at once
   const File file = File::open(path, Access::read);
   const Dataset lr = file.open_dataset("metrics/lr");
   CHECK(lr.read_string_attribute("unit") == "1");

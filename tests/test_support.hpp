@@ -1,7 +1,9 @@
 // Helpers shared by the test programs: a temporary directory removed with its contents, a
-// shell command run with its exit status, output and duration, and the h5py check.
+// shell command run with its exit status, output and duration, the message a call throws, and
+// the h5py check.
 #pragma once
 
+#include <doctest/doctest.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -9,6 +11,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <exception>
 #include <filesystem>
 #include <stdexcept>
 #include <string>
@@ -53,9 +56,27 @@ inline CommandResult run_command(const std::string& command) {
   return r;
 }
 
+// What f throws, as its message; empty when it throws nothing.
+template <typename F>
+std::string error_of(F&& f) {
+  try {
+    f();
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+  return "";
+}
+
 inline bool have_h5py() {
   return std::filesystem::exists("/usr/bin/python3") &&
          std::system("/usr/bin/python3 -c 'import h5py, numpy' >/dev/null 2>&1") == 0;
+}
+
+// A test that needs h5py returns at once where it is missing, saying so rather than failing.
+inline bool skip_without_h5py() {
+  if (have_h5py()) return false;
+  MESSAGE("skipping: /usr/bin/python3 with h5py and numpy not found");
+  return true;
 }
 
 }  // namespace scape::testing

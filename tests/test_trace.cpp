@@ -20,13 +20,10 @@
 #include "experiments/trace.hpp"
 
 using namespace scape::experiments;
+using namespace scape::testing;
 namespace fs = std::filesystem;
 
 namespace {
-
-using scape::testing::have_h5py;
-using scape::testing::TempDir;
-
 
 // ctest sets SCAPE_SOURCE_DIR; run by hand, the test finds the tree from its own source path.
 fs::path source_dir() {
@@ -149,16 +146,6 @@ void check_trace(const GradientTrace& trace) {
   }
 }
 
-template <typename F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const std::exception& e) {
-    return e.what();
-  }
-  return "";
-}
-
 bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
 
 }  // namespace
@@ -170,20 +157,14 @@ TEST_CASE("a trace written through the C API reads back exactly") {
 }
 
 TEST_CASE("a trace written by analysis/trace_writer.py reads back exactly") {
-  if (!have_h5py()) {
-    MESSAGE("skipping: /usr/bin/python3 with h5py and numpy not found");
-    return;
-  }
+  if (skip_without_h5py()) return;
   TempDir dir;
   REQUIRE(run_python(dir, python_trace_script(dir / "trace.h5")) == 0);
   check_trace(GradientTrace(dir / "trace.h5"));
 }
 
 TEST_CASE("the trace_writer demo writes a trace the reader accepts") {
-  if (!have_h5py()) {
-    MESSAGE("skipping: /usr/bin/python3 with h5py and numpy not found");
-    return;
-  }
+  if (skip_without_h5py()) return;
   TempDir dir;
   const fs::path out = dir / "demo.h5";
   const std::string command = "cd '" + source_dir().string() +
