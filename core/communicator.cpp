@@ -18,6 +18,7 @@ std::size_t wire_bytes(WireType w) { return w == WireType::bf16 ? 2 : 4; }
 constexpr EnumName<WireType> kWireTypes[] = {{"fp32", WireType::fp32}, {"bf16", WireType::bf16}};
 
 const char* to_string(WireType w) { return name_of(kWireTypes, w); }
+std::vector<std::string> wire_type_names() { return names_of(kWireTypes); }
 
 WireType parse_wire_type(std::string_view value, std::string_view parameter) {
   return find_by_name(kWireTypes, value, parameter).value;

@@ -25,6 +25,8 @@ std::size_t wire_bytes(WireType w);
 const char* to_string(WireType w);
 // Throws std::invalid_argument naming `parameter` and the value when it is not fp32/bf16.
 WireType parse_wire_type(std::string_view value, std::string_view parameter);
+// "fp32", "bf16": the names parse_wire_type accepts.
+std::vector<std::string> wire_type_names();
 
 // Backend side of an asynchronous all-gather.
 class AsyncRequest {

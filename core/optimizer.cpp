@@ -57,6 +57,16 @@ const char* to_string(MaskStatistic v) { return name_of(kStatistic, v); }
 const char* to_string(MaskPartition v) { return name_of(kPartition, v); }
 const char* to_string(SecondMoment v) { return name_of(kSecond, v); }
 
+std::vector<std::string> optimizer_switch_names(std::string_view key) {
+  if (key == "type") return names_of(kTypes);
+  if (key == "inner") return names_of(kInner);
+  if (key == "update") return names_of(kUpdate);
+  if (key == "mask_statistic") return names_of(kStatistic);
+  if (key == "mask_partition") return names_of(kPartition);
+  if (key == "second_moment") return names_of(kSecond);
+  throw std::invalid_argument("optimizer_switch_names: '" + std::string(key) + "' is not an enum switch");
+}
+
 void OptimizerConfig::validate() const {
   if (!(lr > 0) || !std::isfinite(lr)) bad("optimizer.lr", lr, "must be finite and > 0");
   if (min_lr >= 0 && !(min_lr <= lr)) bad("optimizer.min_lr", min_lr, "must be in [0, lr]");

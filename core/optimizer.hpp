@@ -42,6 +42,10 @@ const char* to_string(UpdateMode v);
 const char* to_string(MaskStatistic v);
 const char* to_string(MaskPartition v);
 const char* to_string(SecondMoment v);
+// The accepted names of an enum switch ("type", "inner", "update", "mask_statistic",
+// "mask_partition", "second_moment"), in the order errors list them; the config key table reads
+// them from here so each name is written once. Throws std::invalid_argument for another key.
+std::vector<std::string> optimizer_switch_names(std::string_view key);
 
 // Hyper-parameters and switches. Defaults are the documented ones (docs/algorithms.md).
 struct OptimizerConfig {

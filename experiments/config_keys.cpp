@@ -65,7 +65,7 @@ void assign(kernels::DeviceKind& out, const json& v) {
 
 const std::vector<std::string> kSparse = {"scape", "topk_ef"};
 const std::vector<std::string> kScape = {"scape"};
-const std::vector<std::string> kWireTypes = {"fp32", "bf16"};
+const std::vector<std::string> kWireTypes = wire_type_names();
 
 std::vector<std::string> gpu_preset_names() {
   std::vector<std::string> names;
@@ -160,7 +160,7 @@ const KeyTable<OptimizerConfig>& optimizer_keys() {
   using C = OptimizerConfig;
   static const KeyTable<C> t({
       {{"type", Kind::string, "adamw, adams (dense), scape, topk_ef (raw-gradient top-k with error feedback)", {},
-        {"adamw", "adams", "scape", "topk_ef"}},
+        optimizer_switch_names("type")},
        SCAPE_MEMBER(C, type)},
       {{"lr", Kind::number, "peak learning rate"}, SCAPE_MEMBER(C, lr)},
       // The range of the JSON value: a negative min_lr in the struct means "lr / 10".
@@ -177,26 +177,26 @@ const KeyTable<OptimizerConfig>& optimizer_keys() {
        SCAPE_MEMBER(C, sharded), Default::derived},
       {{"wire_dtype", Kind::string, "precision of gradient payloads", {}, kWireTypes}, SCAPE_MEMBER(C, wire_dtype)},
       {{"param_dtype", Kind::string, "precision of parameter payloads", {}, kWireTypes}, SCAPE_MEMBER(C, param_dtype)},
-      {{"inner", Kind::string, "update rule of the sparse optimizers", {}, {"adams", "adamw"}, kSparse},
+      {{"inner", Kind::string, "update rule of the sparse optimizers", {}, optimizer_switch_names("inner"), kSparse},
        SCAPE_MEMBER(C, inner)},
-      {{"update", Kind::string, "masked or dense update", {}, {"masked", "dense"}, kScape}, SCAPE_MEMBER(C, update)},
-      {{"mask_statistic", Kind::string, "what top-k ranks", {}, {"first_moment", "gradient", "momentum_only", "random"},
+      {{"update", Kind::string, "masked or dense update", {}, optimizer_switch_names("update"), kScape}, SCAPE_MEMBER(C, update)},
+      {{"mask_statistic", Kind::string, "what top-k ranks", {}, optimizer_switch_names("mask_statistic"),
         kScape},
        SCAPE_MEMBER(C, mask_statistic)},
-      {{"mask_partition", Kind::string, "per-owner shards or union of local masks", {}, {"partitioned", "local_union"},
+      {{"mask_partition", Kind::string, "per-owner shards or union of local masks", {}, optimizer_switch_names("mask_partition"),
         kScape},
        SCAPE_MEMBER(C, mask_partition)},
       {{"mask_lag", Kind::integer, "1 = mask computed one step ahead, 0 = blocking", {}, {}, kScape},
        SCAPE_MEMBER(C, mask_lag)},
       {{"second_moment", Kind::string, "one synchronized buffer or two collectives", {},
-        {"single_buffer", "two_collectives"}, kScape},
+        optimizer_switch_names("second_moment"), kScape},
        SCAPE_MEMBER(C, second_moment)},
       {{"residual", Kind::boolean, "error feedback (keep undelivered gradient)", {}, {}, kSparse},
        SCAPE_MEMBER(C, residual)},
       {{"density_warmup", Kind::integer, "steps of exponential density decay from 1 (0 = off)", {}, {}, kSparse},
        SCAPE_MEMBER(C, density_warmup)},
       {{"device", Kind::string, "where the optimizer's kernels and state live (cuda needs a CUDA build and GPU)", {},
-        {"cpu", "cuda"}, kScape},
+        kernels::device_kind_names(), kScape},
        SCAPE_MEMBER(C, device)},
       {{"residual_offload", Kind::boolean, "keep the residual in pinned host memory, streamed through two device chunks",
         {}, {}, kScape},

@@ -17,6 +17,7 @@ std::unique_ptr<KernelBackend> make_cpu_backend();  // kernels/cpu/cpu_backend.c
 constexpr EnumName<DeviceKind> kDeviceKinds[] = {{"cpu", DeviceKind::cpu}, {"cuda", DeviceKind::cuda}};
 
 const char* to_string(DeviceKind d) { return name_of(kDeviceKinds, d); }
+std::vector<std::string> device_kind_names() { return names_of(kDeviceKinds); }
 
 DeviceKind parse_device_kind(std::string_view value, std::string_view parameter) {
   return find_by_name(kDeviceKinds, value, parameter).value;

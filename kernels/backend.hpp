@@ -16,6 +16,7 @@
 #include <string>
 #include <string_view>
 #include <utility>
+#include <vector>
 
 #include "kernels/kernel_types.hpp"
 
@@ -25,6 +26,8 @@ enum class DeviceKind { cpu, cuda };
 const char* to_string(DeviceKind d);
 // Throws std::invalid_argument naming `parameter` and the value unless it is cpu or cuda.
 DeviceKind parse_device_kind(std::string_view value, std::string_view parameter);
+// "cpu", "cuda": the names parse_device_kind accepts.
+std::vector<std::string> device_kind_names();
 
 // Double-buffered staging between a host array and two device chunk buffers ("slots"), for
 // the offloaded residual (docs/algorithms.md, "Residual offload"). Copies are queued on a

@@ -18,12 +18,19 @@ struct EnumName {
   Enum value;
 };
 
-// The accepted names of the rows (any struct with a `const char* name`), as an error message
-// says them: "a or b" for two, "one of a, b, c" otherwise.
+// The names of the rows (any struct with a `const char* name`), in table order.
 template <typename Rows>
-std::string expected_names(const Rows& rows) {
+std::vector<std::string> names_of(const Rows& rows) {
   std::vector<std::string> names;
   for (const auto& row : rows) names.emplace_back(row.name);
+  return names;
+}
+
+// The accepted names of the rows, as an error message says them: "a or b" for two,
+// "one of a, b, c" otherwise.
+template <typename Rows>
+std::string expected_names(const Rows& rows) {
+  const std::vector<std::string> names = names_of(rows);
   if (names.size() == 2) return names[0] + " or " + names[1];
   std::string list = "one of ";
   for (std::size_t i = 0; i < names.size(); ++i) list += (i == 0 ? "" : ", ") + names[i];
