@@ -1,14 +1,63 @@
 // Residual, delivery staleness and previous mask of the sparse policies (see error_feedback.hpp).
 #include "core/error_feedback.hpp"
 
+#include <cmath>
+
 #include "kernels/cpu/kernels.hpp"
 
 namespace scape {
 
-ErrorFeedback::ErrorFeedback(kernels::KernelBackend& k, std::size_t n, bool offload, std::size_t offload_chunk)
-    : k_(k), e_(k, n, offload, offload_chunk), staleness_(n) {
+ErrorFeedback::ErrorFeedback(kernels::KernelBackend& k, std::size_t n, const OptimizerConfig& config)
+    : k_(k),
+      keep_(config.residual && config.residual_decay > 0),
+      decay_(static_cast<float>(config.residual_decay)),
+      clip_(config.residual_clip),
+      e_(k, n, config.residual_offload, config.offload_chunk),
+      staleness_(n) {
   previous_mask_.assign_zero(kernels::words_for(n));
   k_.synchronize();
+}
+
+double ErrorFeedback::clip(const ParamLayout& layout, std::span<const float> grads) {
+  if (clip_ == 0) return 0.0;
+  // An offloaded residual is clipped where it lives, in host memory, before the accumulate
+  // pass uploads it; the previous pass has waited for every copy back.
+  kernels::KernelBackend& where = e_.offloaded() ? kernels::cpu_backend() : k_;
+  auto& partial = e_.offloaded() ? host_partial_ : partial_;
+  const std::span<float> e = e_.host_view();
+  k_.synchronize();
+  metrics::tensor_sum_squares(where, partial, layout, e, residual_sums_);
+  metrics::tensor_sum_squares(k_, partial_, layout, grads, grad_sums_);
+  const auto& slots = layout.slots();
+  double removed = 0;
+  for (std::size_t s = 0; s < slots.size(); ++s) {
+    const double norm = std::sqrt(residual_sums_[s]);
+    const double bound = clip_ * std::sqrt(grad_sums_[s]);
+    if (!(norm > bound)) continue;  // also a NaN norm or bound: left as it is
+    const float factor = static_cast<float>(bound / norm);
+    const auto part = e.subspan(slots[s].offset, slots[s].numel());
+    // A zero factor drops the tensor's residual as +0 (0 * a would keep -0 and turn inf into NaN).
+    if (factor == 0.0f) {
+      where.fill(part, 0.0f);
+    } else {
+      where.scale(part, factor);
+    }
+    const double cut = (1.0 - static_cast<double>(factor)) * norm;
+    removed += cut * cut;
+  }
+  where.synchronize();
+  return std::sqrt(removed);
+}
+
+void ErrorFeedback::keep_off_mask(std::span<float> a, std::span<const std::uint32_t> delivered) {
+  if (!keep_) {
+    // Exactly residual = false: +0 everywhere, whatever a held (no 0 * a, which keeps -0 and NaN).
+    k_.fill(a, 0.0f);
+    return;
+  }
+  if (!delivered.empty()) k_.zero_at(a, delivered);
+  // gamma = 1 is the default path: no multiplication at all.
+  if (decay_ != 1.0f) k_.scale(a, decay_);
 }
 
 void ErrorFeedback::record_mask(const ParamLayout& layout, const kernels::Buffer<std::uint64_t>& mask,

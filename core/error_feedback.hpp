@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <span>
+#include <vector>
 
 #include "core/metrics.hpp"
 #include "core/residual_store.hpp"
@@ -17,11 +18,20 @@ namespace scape {
 
 class ErrorFeedback {
  public:
-  // The residual lives on backend k, resident or (offload) streamed in chunks.
-  ErrorFeedback(kernels::KernelBackend& k, std::size_t n, bool offload, std::size_t offload_chunk);
+  // The residual lives on backend k, resident or (config.residual_offload) streamed in
+  // chunks; config also gives the switches residual, residual_decay and residual_clip.
+  ErrorFeedback(kernels::KernelBackend& k, std::size_t n, const OptimizerConfig& config);
 
   ResidualStore& residual() { return e_; }
   const ResidualStore& residual() const { return e_; }
+  // residual_clip, before step 1: scales each tensor of e_i whose norm exceeds c times that
+  // tensor's norm of grads (which live on the backend) down to that bound. Returns the norm of
+  // what was removed (0 when the switch is off).
+  double clip(const ParamLayout& layout, std::span<const float> grads);
+  // Step 3 on a piece of a_i (a chunk, or the whole buffer) whose delivered positions, relative
+  // to it, are `delivered`: they restart from zero and the rest keeps residual_decay * a_i;
+  // without a residual (residual = false or residual_decay = 0) the whole piece becomes +0.
+  void keep_off_mask(std::span<float> a, std::span<const std::uint32_t> delivered);
   // The coordinates delivered at step t (host-readable indices).
   void deliver(std::span<const std::uint32_t> indices, int t) { staleness_.deliver(indices, t); }
   // Mask metrics of this step's mask against the previous step's, then remembers it.
@@ -35,12 +45,16 @@ class ErrorFeedback {
 
  private:
   kernels::KernelBackend& k_;
+  bool keep_;    // residual on and residual_decay > 0
+  float decay_;  // residual_decay, applied only when below 1
+  double clip_;  // residual_clip, 0 = off
   ResidualStore e_;
   kernels::Buffer<std::uint64_t> previous_mask_{k_};
   bool have_previous_mask_ = false;
   kernels::Buffer<double> partial_{k_};                           // block sums of the residual metrics
   kernels::Buffer<double> host_partial_{kernels::cpu_backend()};  // the same for an offloaded residual
   metrics::StalenessTracker staleness_;
+  std::vector<double> residual_sums_, grad_sums_;  // per-tensor sums of squares for clip()
 };
 
 }  // namespace scape

@@ -102,10 +102,10 @@ void fill_mask_metrics(const ParamLayout& layout, std::span<const std::uint64_t>
   }
 }
 
-void fill_residual_metrics(kernels::KernelBackend& k, kernels::Buffer<double>& partial, const ParamLayout& layout,
-                           std::span<const float> residual, double theta_norm, StepMetrics& out) {
+void tensor_sum_squares(kernels::KernelBackend& k, kernels::Buffer<double>& partial, const ParamLayout& layout,
+                        std::span<const float> x, std::vector<double>& out) {
   // Per tensor, the same fixed blocks as blocked_sum, each summed in order on the device; the
-  // host adds the block sums in order, so the norms equal a host computation bit for bit.
+  // host adds the block sums in order, so the sums equal a host computation bit for bit.
   const auto& slots = layout.slots();
   auto blocks_of = [](std::size_t n) { return (n + kBlock - 1) / kBlock; };
   std::size_t total_blocks = 0;
@@ -114,20 +114,30 @@ void fill_residual_metrics(kernels::KernelBackend& k, kernels::Buffer<double>& p
   std::size_t at = 0;
   for (const auto& slot : slots) {
     const std::size_t nb = blocks_of(slot.numel());
-    k.block_sum_squares(residual.subspan(slot.offset, slot.numel()), kBlock, partial.span().subspan(at, nb));
+    k.block_sum_squares(x.subspan(slot.offset, slot.numel()), kBlock, partial.span().subspan(at, nb));
     at += nb;
   }
-  const float max = k.max_magnitude(residual);
   k.synchronize();
-  out.tensor_residual_norm.resize(slots.size());
-  double total = 0;
+  out.assign(slots.size(), 0.0);
   at = 0;
   for (std::size_t s = 0; s < slots.size(); ++s) {
     double ss = 0;
     for (std::size_t b = 0; b < blocks_of(slots[s].numel()); ++b) ss += partial.data()[at + b];
     at += blocks_of(slots[s].numel());
-    out.tensor_residual_norm[s] = std::sqrt(ss);
-    total += ss;
+    out[s] = ss;
+  }
+}
+
+void fill_residual_metrics(kernels::KernelBackend& k, kernels::Buffer<double>& partial, const ParamLayout& layout,
+                           std::span<const float> residual, double theta_norm, StepMetrics& out) {
+  std::vector<double> sums;
+  tensor_sum_squares(k, partial, layout, residual, sums);
+  const float max = k.max_magnitude(residual);
+  out.tensor_residual_norm.resize(sums.size());
+  double total = 0;
+  for (std::size_t s = 0; s < sums.size(); ++s) {
+    out.tensor_residual_norm[s] = std::sqrt(sums[s]);
+    total += sums[s];
   }
   out.residual_norm = std::sqrt(total);
   out.residual_max = std::isnan(max) ? kNaN : static_cast<double>(max);
@@ -137,7 +147,7 @@ void fill_residual_metrics(kernels::KernelBackend& k, kernels::Buffer<double>& p
 void mark_sparse_metrics_not_applicable(StepMetrics& out) {
   out.target_density = kNaN;
   out.mask_density = out.mask_jaccard = out.fill_in = kNaN;
-  out.residual_norm = out.residual_max = out.residual_to_param = kNaN;
+  out.residual_norm = out.residual_max = out.residual_to_param = out.residual_clipped_norm = kNaN;
   out.staleness_mean = out.staleness_p99 = out.staleness_max = kNaN;
 }
 

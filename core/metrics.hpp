@@ -31,6 +31,12 @@ double jaccard_range(std::span<const std::uint64_t> a, std::span<const std::uint
 // per-tensor mask density and Jaccard.
 void fill_mask_metrics(const ParamLayout& layout, std::span<const std::uint64_t> mask,
                        std::span<const std::uint64_t> previous, std::size_t k_total, StepMetrics& out);
+// sums[s] = sum of (double) x[j]^2 over tensor s, in fixed blocks from the tensor's start,
+// each block summed in index order and the blocks added in order (docs/algorithms.md,
+// "Metrics"); the reduction runs on backend k, where x lives, and k is synchronized on return.
+// `partial` is k's scratch, grown as needed.
+void tensor_sum_squares(kernels::KernelBackend& k, kernels::Buffer<double>& partial, const ParamLayout& layout,
+                        std::span<const float> x, std::vector<double>& sums);
 // Fills residual_norm, residual_max, residual_to_param (given ||theta||_2) and per-tensor
 // residual norms. The reductions run on backend k where the residual lives (only the partial
 // sums reach the host); `partial` is k's scratch, grown as needed.

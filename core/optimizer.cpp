@@ -83,6 +83,10 @@ void OptimizerConfig::validate() const {
     }
     if (!(rho > 0 && rho <= 1)) bad("optimizer.sparsity", sparsity, "density 1 - sparsity must lie in (0, 1]");
     if (density_warmup < 0) bad("optimizer.density_warmup", density_warmup, "must be >= 0");
+    if (!(residual_decay >= 0 && residual_decay <= 1)) bad("optimizer.residual_decay", residual_decay, "must be in [0, 1]");
+    if (!(residual_clip >= 0) || !std::isfinite(residual_clip)) {
+      bad("optimizer.residual_clip", residual_clip, "must be finite and >= 0 (0 = off)");
+    }
   }
   if (type == OptimizerType::scape) {
     if (mask_lag != 0 && mask_lag != 1) bad("optimizer.mask_lag", mask_lag, "must be 0 or 1");

@@ -69,6 +69,11 @@ struct OptimizerConfig {
   int mask_lag = 1;
   SecondMoment second_moment = SecondMoment::single_buffer;
   bool residual = true;
+  // Off the mask the residual keeps residual_decay * a_i (1 keeps it all, 0 equals residual =
+  // false); residual_clip > 0 caps each tensor's ||e_i|| at that multiple of its ||g_i|| before
+  // step 1 (0 = off). SCAPE and topk_ef.
+  double residual_decay = 1.0;
+  double residual_clip = 0.0;
   int density_warmup = 0;
   std::uint64_t seed = 0;  // the random mask statistic
   // Where the optimizer's kernels and state live (SCAPE only for cuda; docs/algorithms.md,
@@ -98,6 +103,7 @@ struct StepMetrics {
   double residual_norm = 0;      // ||e_i||_2 after the step
   double residual_max = 0;
   double residual_to_param = 0;  // ||e_i||_2 / ||theta||_2
+  double residual_clipped_norm = 0;  // ||part of e_i removed by residual_clip||_2 this step
   double staleness_mean = 0;     // steps since each coordinate was last delivered
   double staleness_p99 = 0;
   double staleness_max = 0;

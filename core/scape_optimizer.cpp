@@ -43,7 +43,7 @@ ScapeOptimizer::ScapeOptimizer(const OptimizerConfig& config, const ParamLayout&
     : OptimizerBase(config, layout, comm, total_steps),
       own_begin_(sharding_.begin(rank_)),
       own_end_(sharding_.end(rank_)),
-      feedback_(k_, n_, config.residual_offload, config.offload_chunk) {
+      feedback_(k_, n_, config) {
   mask_.assign_zero(kernels::words_for(n_));
   next_mask_.assign_zero(kernels::words_for(n_));
   local_bits_.assign_zero(sharding_.words(rank_));
@@ -108,15 +108,16 @@ void ScapeOptimizer::statistic_part(std::span<const float> a, std::size_t first)
 void ScapeOptimizer::deliver_part(std::size_t begin, std::span<float> a) {
   // Steps 2-3 on the mask positions inside [begin, begin + |a|): the single buffer
   // b_i = b1 m_prev + (1-b1) a_i in mask order (a worker without m_prev for a coordinate,
-  // sharded, sends (1-b1) a_i and the owner adds b1 m_prev), then the residual keeps a_i off
-  // the mask and delivered coordinates restart from zero.
+  // sharded, sends (1-b1) a_i and the owner adds b1 m_prev), then the residual keeps
+  // gamma a_i off the mask and delivered coordinates restart from zero.
   const auto all = idx_.span();
   const auto first = std::lower_bound(all.begin(), all.end(), static_cast<std::uint32_t>(begin));
   const auto last = std::lower_bound(first, all.end(), static_cast<std::uint32_t>(begin + a.size()));
   const auto i0 = static_cast<std::size_t>(first - all.begin());
   const std::size_t count = static_cast<std::size_t>(last - first);
+  std::span<const std::uint32_t> ids;
   if (count > 0) {
-    std::span<const std::uint32_t> ids = all.subspan(i0, count);
+    ids = all.subspan(i0, count);
     if (begin != 0) {
       const auto rebased = chunk_idx_.span().first(count);
       k_.rebase_indices(ids, static_cast<std::uint32_t>(begin), rebased);
@@ -127,9 +128,8 @@ void ScapeOptimizer::deliver_part(std::size_t begin, std::span<float> a) {
     const auto a_out = two_collectives() ? a_packed_.span().subspan(i0, count) : std::span<float>{};
     k_.pack_payload(a, m, 0, ids, static_cast<float>(config_.beta1), static_cast<float>(1.0 - config_.beta1),
                     with_momentum, b_.span().subspan(i0, count), a_out);
-    if (config_.residual) k_.zero_at(a, ids);
   }
-  if (!config_.residual) k_.fill(a, 0.0f);
+  feedback_.keep_off_mask(a, ids);
 }
 
 void ScapeOptimizer::prepare_statistic(int use_step) {
@@ -305,6 +305,7 @@ void ScapeOptimizer::update(std::span<float> params, std::span<const float> grad
   // One pass over the residual when the mask is known (steps 1, 8's statistic, 2 and 3);
   // otherwise the mask is selected between the accumulate pass and the delivery pass.
   const bool statistic_needed = !mask_known || lagged_next;
+  out.residual_clipped_norm = feedback_.clip(layout_, grads);
   out.nonfinite_grads = residual_pass(grads, true, statistic_needed && statistic_reads_residual(), mask_known);
   if (!mask_known) {
     prepare_statistic(t);

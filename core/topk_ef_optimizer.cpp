@@ -42,7 +42,7 @@ void read_record(const std::byte* p, WireType wire, std::uint32_t& index, float&
 TopkEfOptimizer::TopkEfOptimizer(const OptimizerConfig& config, const ParamLayout& layout, Communicator& comm,
                                  int total_steps)
     : OptimizerBase(config, layout, comm, total_steps),
-      feedback_(k_, n_, config.residual_offload, config.offload_chunk) {
+      feedback_(k_, n_, config) {
   g_bar_.assign_zero(n_);
   local_mask_.assign_zero(kernels::words_for(n_));
   union_mask_.assign_zero(kernels::words_for(n_));
@@ -58,11 +58,7 @@ std::size_t TopkEfOptimizer::select(std::span<const float> grads, std::size_t k)
   k_.indices_to_bits(idx_.span(), 0, local_mask_.span());
   sent_values_.resize(k);
   k_.compact(e, idx_.span(), sent_values_.span());
-  if (config_.residual) {
-    k_.zero_at(e, idx_.span());
-  } else {
-    k_.fill(e, 0.0f);
-  }
+  feedback_.keep_off_mask(e, idx_.span());
   return nonfinite;
 }
 
@@ -106,6 +102,7 @@ void TopkEfOptimizer::update(std::span<float> params, std::span<const float> gra
   const double rho = density_at(config_.density(), config_.density_warmup, t);
   const std::size_t k = k_for(rho, n_);
   out.target_density = rho;
+  out.residual_clipped_norm = feedback_.clip(layout_, grads);
   out.nonfinite_grads = select(grads, k);
   k_.synchronize();
   feedback_.deliver(idx_.span(), t);

@@ -79,7 +79,8 @@ inline RunRecord run_quadratic(const OptimizerConfig& config, const ParamLayout&
 }
 
 // SCAPE switch combinations that exercise every path of the step (lag, sharding, partition,
-// residual, second moment and inner rule, update mode, statistic, wire precision); tests that
+// residual, its decay and clip, second moment and inner rule, update mode, statistic, wire
+// precision); tests that
 // compare two implementations of the same step (backends, residual stores) run them all.
 struct ScapeVariant {
   const char* name;
@@ -107,6 +108,12 @@ inline const std::vector<ScapeVariant>& scape_variants() {
       {"bf16 wire", [](OptimizerConfig& c) {
          c.wire_dtype = WireType::bf16;
          c.param_dtype = WireType::bf16;
+       }},
+      {"residual decay", [](OptimizerConfig& c) { c.residual_decay = 0.7; }},
+      {"residual clip and decay, lag 0", [](OptimizerConfig& c) {
+         c.residual_clip = 0.5;
+         c.residual_decay = 0.9;
+         c.mask_lag = 0;
        }},
   };
   return variants;

@@ -149,6 +149,9 @@ TEST_CASE("bad configurations exit 2 with a message naming the problem") {
       {"eval.interval=0", "eval.interval: 0 is out of range"},
       {"optimizer.device=gpu", "optimizer.device: unknown value \"gpu\""},
       {"optimizer.offload_chunk=12", "optimizer.offload_chunk: 12 is out of range"},
+      {"optimizer.residual_decay=1.5", "optimizer.residual_decay: 1.5 is out of range"},
+      {"optimizer.residual_decay=-0.1", "optimizer.residual_decay: -0.1 is out of range"},
+      {"optimizer.residual_clip=-1", "optimizer.residual_clip: -1 is out of range"},
       {"optimizer.type=adamw --set optimizer.device=cuda", "optimizer.device: cuda runs optimizer type scape only"},
   };
   write_file(dir.path / "g.json", kTinyGpt);

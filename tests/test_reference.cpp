@@ -1,7 +1,8 @@
 // An independent, deliberately plain implementation of docs/algorithms.md (all workers in
 // one loop, top-k by a full stable sort, no kernels, no communicator) checked against the
 // optimizers on the noisy quadratic for many switch combinations. It shares only the pinned
-// k rule (k_for) with the code under test. Plus hand-derived AdamW / AdamS values.
+// k rule (k_for) with the code under test; residual_decay and residual_clip included. Plus
+// hand-derived AdamW / AdamS values.
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -89,6 +90,29 @@ struct Reference {
     }
   }
 
+  // residual_clip before step 1: per tensor, in double, ||e|| > c ||g|| scales e by the float
+  // factor c ||g|| / ||e|| (+0 when that factor is 0).
+  void clip_residual(Vec& ei, const Vec& gi) const {
+    if (c.residual_clip == 0) return;
+    for (const auto& s : layout.slots()) {
+      double ee = 0, gg = 0;
+      for (std::size_t j = s.offset; j < s.end(); ++j) {
+        ee += double(ei[j]) * ei[j];
+        gg += double(gi[j]) * gi[j];
+      }
+      const double norm = std::sqrt(ee), bound = c.residual_clip * std::sqrt(gg);
+      if (!(norm > bound)) continue;
+      const float f = float(bound / norm);
+      for (std::size_t j = s.offset; j < s.end(); ++j) ei[j] = f == 0 ? 0.0f : ei[j] * f;
+    }
+  }
+
+  // Step 3 off the mask: gamma a_i (a_i itself at gamma = 1), nothing without a residual.
+  float kept(float a) const {
+    if (!c.residual || c.residual_decay == 0) return 0.0f;
+    return c.residual_decay == 1 ? a : float(c.residual_decay) * a;
+  }
+
   void decay_all(double eta) {
     for (std::size_t j = 0; j < N; ++j) if (decayed(j)) theta[j] *= float(1 - eta * c.weight_decay);
   }
@@ -134,6 +158,7 @@ struct Reference {
     const double eta = ref_lr(c, t, T);
     const float b1 = float(c.beta1);
     std::vector<Vec> a(static_cast<std::size_t>(W), Vec(N));
+    for (int i = 0; i < W; ++i) clip_residual(e[std::size_t(i)], g[std::size_t(i)]);
     for (int i = 0; i < W; ++i) for (std::size_t j = 0; j < N; ++j) a[std::size_t(i)][j] = e[std::size_t(i)][j] + g[std::size_t(i)][j];
     mask = (c.mask_lag == 0 || t == 1) ? compute_mask(a, t) : next_mask;
     if (c.mask_lag == 1 && t < T) next_mask = compute_mask(a, t + 1);
@@ -151,7 +176,7 @@ struct Reference {
       g_bar[j] = c.second_moment == SecondMoment::two_collectives ? ref_mean(aj, c.wire_dtype) : (b_bar[j] - b1 * m[j]) / float(1 - c.beta1);
     }
     for (int i = 0; i < W; ++i) {
-      for (std::size_t j = 0; j < N; ++j) e[std::size_t(i)][j] = (c.residual && !mask[j]) ? a[std::size_t(i)][j] : 0.0f;
+      for (std::size_t j = 0; j < N; ++j) e[std::size_t(i)][j] = mask[j] ? 0.0f : kept(a[std::size_t(i)][j]);
     }
     const bool adamw = c.inner == InnerRule::adamw;
     if (c.update == UpdateMode::masked) {
@@ -169,12 +194,12 @@ struct Reference {
     Vec sum(N, 0.0f);
     for (int i = 0; i < W; ++i) {
       Vec& ei = e[std::size_t(i)];
+      clip_residual(ei, g[std::size_t(i)]);
       for (std::size_t j = 0; j < N; ++j) ei[j] += g[std::size_t(i)][j];
-      for (std::size_t j : top_k(ei, 0, N, k)) {
-        sum[j] += wire(ei[j], c.wire_dtype);
-        ei[j] = 0;
-      }
-      if (!c.residual) std::fill(ei.begin(), ei.end(), 0.0f);
+      const auto sent = top_k(ei, 0, N, k);
+      for (std::size_t j : sent) sum[j] += wire(ei[j], c.wire_dtype);
+      for (float& x : ei) x = kept(x);
+      for (std::size_t j : sent) ei[j] = 0;
     }
     decay_all(eta);
     const float b1 = float(c.beta1);
@@ -239,6 +264,11 @@ TEST_CASE("SCAPE matches the independent reference for every switch") {
   { auto c = base(); c.density_warmup = 5; c.sparsity = 0.99; cases.push_back({"density warm-up", c}); }
   { auto c = base(); c.bias_correction = false; cases.push_back({"no bias correction", c}); }
   { auto c = base(); c.wire_dtype = WireType::bf16; c.sharded = false; cases.push_back({"bf16 wire", c}); }
+  { auto c = base(); c.residual_decay = 0.6; cases.push_back({"residual decay 0.6", c}); }
+  { auto c = base(); c.residual_decay = 0; cases.push_back({"residual decay 0", c}); }
+  { auto c = base(); c.residual_clip = 0.5; cases.push_back({"residual clip 0.5", c}); }
+  { auto c = base(); c.residual_clip = 1.0; c.residual_decay = 0.8; c.mask_lag = 0; c.sharded = false;
+    cases.push_back({"residual clip 1 and decay 0.8, lag 0, replicated", c}); }
   for (const auto& k : cases) {
     for (int w : {1, 3, 4}) {
       CAPTURE(k.name);
@@ -259,6 +289,17 @@ TEST_CASE("raw-gradient top-k matches the independent reference") {
       CAPTURE(to_string(inner));
       compare_with_reference(c, 3, 10);
     }
+  }
+  struct Switches { double decay, clip; };
+  for (const Switches sw : {Switches{0.6, 0}, Switches{1, 0.5}, Switches{0.8, 1.0}, Switches{0, 0.5}}) {
+    auto c = base();
+    c.type = OptimizerType::topk_ef;
+    c.sharded = false;
+    c.residual_decay = sw.decay;
+    c.residual_clip = sw.clip;
+    CAPTURE(sw.decay);
+    CAPTURE(sw.clip);
+    compare_with_reference(c, 3, 10);
   }
 }
 

@@ -7,6 +7,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -59,6 +60,8 @@ TEST_CASE("deterministic mode: mpirun -np 4 is bit-identical to the simulator wi
       {"dense AdamS", "--set optimizer.type=adams"},
       {"SCAPE 0.99 lag 1 partitioned sharded", ""},
       {"SCAPE 0.99 lag 1 partitioned replicated", "--set optimizer.sharded=false"},
+      {"SCAPE 0.99 residual_decay 0.8, residual_clip 0.5",
+       "--set optimizer.residual_decay=0.8 --set optimizer.residual_clip=0.5"},
   };
   for (const auto& [name, set] : cases) {
     CAPTURE(std::string(name));
@@ -75,6 +78,11 @@ TEST_CASE("deterministic mode: mpirun -np 4 is bit-identical to the simulator wi
     CHECK(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0);
     CHECK(metric(dir.path / "sim.h5", "train_loss") == metric(dir.path / "mpi.h5", "train_loss"));
     CHECK(metric(dir.path / "sim.h5", "bytes_sent") == metric(dir.path / "mpi.h5", "bytes_sent"));
+    if (set.find("residual_clip") != std::string::npos) {
+      const auto clipped = metric(dir.path / "mpi.h5", "residual_clipped_norm");
+      CHECK(metric(dir.path / "sim.h5", "residual_clipped_norm") == clipped);
+      CHECK(*std::max_element(clipped.begin(), clipped.end()) > 0);  // the clip did act
+    }
     const bool replicated = set.find("sharded=false") != std::string::npos;
     for (double t : metric(dir.path / "mpi.h5", replicated ? "comm_time_measured_grad_all_reduce"
                                                            : "comm_time_measured_grad_reduce_scatter")) {
