@@ -2,6 +2,7 @@
 #include "core/optimizer.hpp"
 
 #include <cmath>
+#include <limits>
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -30,13 +31,47 @@ constexpr EnumName<MaskPartition> kPartition[] = {{"partitioned", MaskPartition:
 constexpr EnumName<SecondMoment> kSecond[] = {{"single_buffer", SecondMoment::single_buffer},
                                               {"two_collectives", SecondMoment::two_collectives}};
 
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+// min_lr (at most lr) and the betas (a pair) keep their own checks in validate().
+constexpr OptimizerKeyRange kRanges[] = {
+    {"lr", 0, kInf, true, true, "must be finite and > 0"},
+    {"warmup_steps", 0, kInf, false, true, "must be >= 0"},
+    {"eps", 0, kInf, true, true, "must be finite and > 0"},
+    {"weight_decay", 0, kInf, false, true, "must be >= 0"},
+    {"sparsity", 0, 1, false, true, "must be in [0, 1): the density 1 - sparsity must lie in (0, 1]"},
+    {"density_warmup", 0, kInf, false, true, "must be >= 0"},
+    {"residual_decay", 0, 1, false, false, "must be in [0, 1]"},
+    {"residual_clip", 0, kInf, false, true, "must be finite and >= 0 (0 = off)"},
+    {"mask_lag", 0, 1, false, false, "must be 0 or 1"},
+    {"offload_chunk", 1024, 1 << 30, false, false, "must be in [1024, 2^30] elements"},
+};
+
+bool in_range(const OptimizerKeyRange& r, double x) {
+  const bool above = r.exclusive_minimum ? x > r.minimum : x >= r.minimum;
+  const bool below = r.exclusive_maximum ? x < r.maximum : x <= r.maximum;
+  return above && below;
+}
+
 [[noreturn]] void bad(const std::string& parameter, double value, const std::string& rule) {
   std::ostringstream os;
   os << parameter << ": " << value << " is out of range (" << rule << ")";
   throw std::invalid_argument(os.str());
 }
 
+void check_range(const char* key, double value) {
+  const OptimizerKeyRange& r = optimizer_key_range(key);
+  if (!in_range(r, value)) bad(std::string("optimizer.") + key, value, r.rule);
+}
+
 }  // namespace
+
+const OptimizerKeyRange& optimizer_key_range(std::string_view key) {
+  for (const auto& r : kRanges) {
+    if (key == r.key) return r;
+  }
+  throw std::invalid_argument("optimizer_key_range: '" + std::string(key) + "' has no declared range");
+}
 
 OptimizerType parse_optimizer_type(std::string_view v) { return find_by_name(kTypes, v, "optimizer.type").value; }
 InnerRule parse_inner_rule(std::string_view v) { return find_by_name(kInner, v, "optimizer.inner").value; }
@@ -68,28 +103,24 @@ std::vector<std::string> optimizer_switch_names(std::string_view key) {
 }
 
 void OptimizerConfig::validate() const {
-  if (!(lr > 0) || !std::isfinite(lr)) bad("optimizer.lr", lr, "must be finite and > 0");
+  check_range("lr", lr);
   if (min_lr >= 0 && !(min_lr <= lr)) bad("optimizer.min_lr", min_lr, "must be in [0, lr]");
-  if (warmup_steps < 0) bad("optimizer.warmup_steps", warmup_steps, "must be >= 0");
+  check_range("warmup_steps", warmup_steps);
   if (!(beta1 >= 0 && beta1 < 1)) bad("optimizer.betas[0]", beta1, "must be in [0, 1)");
   if (!(beta2 >= 0 && beta2 < 1)) bad("optimizer.betas[1]", beta2, "must be in [0, 1)");
-  if (!(eps > 0) || !std::isfinite(eps)) bad("optimizer.eps", eps, "must be finite and > 0");
-  if (!(weight_decay >= 0) || !std::isfinite(weight_decay)) bad("optimizer.weight_decay", weight_decay, "must be >= 0");
+  check_range("eps", eps);
+  check_range("weight_decay", weight_decay);
   const bool sparse = type == OptimizerType::scape || type == OptimizerType::topk_ef;
   if (sparse) {
     const double rho = density();
-    if (!(sparsity >= 0 && sparsity < 1)) {
-      bad("optimizer.sparsity", sparsity, "must be in [0, 1): the density 1 - sparsity must lie in (0, 1]");
-    }
+    check_range("sparsity", sparsity);
     if (!(rho > 0 && rho <= 1)) bad("optimizer.sparsity", sparsity, "density 1 - sparsity must lie in (0, 1]");
-    if (density_warmup < 0) bad("optimizer.density_warmup", density_warmup, "must be >= 0");
-    if (!(residual_decay >= 0 && residual_decay <= 1)) bad("optimizer.residual_decay", residual_decay, "must be in [0, 1]");
-    if (!(residual_clip >= 0) || !std::isfinite(residual_clip)) {
-      bad("optimizer.residual_clip", residual_clip, "must be finite and >= 0 (0 = off)");
-    }
+    check_range("density_warmup", density_warmup);
+    check_range("residual_decay", residual_decay);
+    check_range("residual_clip", residual_clip);
   }
   if (type == OptimizerType::scape) {
-    if (mask_lag != 0 && mask_lag != 1) bad("optimizer.mask_lag", mask_lag, "must be 0 or 1");
+    check_range("mask_lag", mask_lag);
     if (mask_partition == MaskPartition::local_union && sharded) {
       throw std::invalid_argument(
           "optimizer.mask_partition: local_union needs the momentum on every worker; set optimizer.sharded = false");
@@ -106,9 +137,7 @@ void OptimizerConfig::validate() const {
     throw std::invalid_argument(std::string("optimizer.residual_offload: only optimizer type scape keeps an "
                                             "offloadable residual, not ") + to_string(type));
   }
-  if (offload_chunk < 1024 || offload_chunk > (std::size_t{1} << 30)) {
-    bad("optimizer.offload_chunk", static_cast<double>(offload_chunk), "must be in [1024, 2^30] elements");
-  }
+  check_range("offload_chunk", static_cast<double>(offload_chunk));
   if (type == OptimizerType::topk_ef && sharded) {
     throw std::invalid_argument("optimizer.sharded: topk_ef keeps replicated optimizer state; set sharded = false");
   }

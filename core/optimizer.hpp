@@ -47,6 +47,19 @@ const char* to_string(SecondMoment v);
 // them from here so each name is written once. Throws std::invalid_argument for another key.
 std::vector<std::string> optimizer_switch_names(std::string_view key);
 
+// The range of a numeric optimizer key, written once: OptimizerConfig::validate() enforces it
+// and the config key table publishes it in the JSON Schema. NaN is never in range.
+struct OptimizerKeyRange {
+  const char* key;
+  double minimum;
+  double maximum;
+  bool exclusive_minimum;
+  bool exclusive_maximum;
+  const char* rule;  // how an error states the range
+};
+// The range of `key` ("lr", "sparsity", ...); throws std::invalid_argument for a key without one.
+const OptimizerKeyRange& optimizer_key_range(std::string_view key);
+
 // Hyper-parameters and switches. Defaults are the documented ones (docs/algorithms.md).
 struct OptimizerConfig {
   OptimizerType type = OptimizerType::scape;

@@ -155,23 +155,31 @@ const KeyTable<DataSection>& data_keys() {
   return t;
 }
 
-// No ranges here: OptimizerConfig::validate() owns them (and checks lr against min_lr).
+// The range core declares for an optimizer key (OptimizerConfig::validate() enforces the same).
+Range core_range(const char* key) {
+  const OptimizerKeyRange& r = optimizer_key_range(key);
+  return {r.minimum, r.maximum, r.exclusive_minimum, r.exclusive_maximum};
+}
+
+// Ranges come from core (core_range); min_lr's bound by lr and the betas stay in validate().
 const KeyTable<OptimizerConfig>& optimizer_keys() {
   using C = OptimizerConfig;
   static const KeyTable<C> t({
       {{"type", Kind::string, "adamw, adams (dense), scape, topk_ef (raw-gradient top-k with error feedback)", {},
         optimizer_switch_names("type")},
        SCAPE_MEMBER(C, type)},
-      {{"lr", Kind::number, "peak learning rate"}, SCAPE_MEMBER(C, lr)},
+      {{"lr", Kind::number, "peak learning rate", core_range("lr")}, SCAPE_MEMBER(C, lr)},
       // The range of the JSON value: a negative min_lr in the struct means "lr / 10".
       {{"min_lr", Kind::number, "final learning rate of the cosine schedule (default lr/10)", {0, kInf}},
        record_min_lr, assign_min_lr, Default::derived},
-      {{"warmup_steps", Kind::integer, "linear warm-up steps"}, SCAPE_MEMBER(C, warmup_steps)},
+      {{"warmup_steps", Kind::integer, "linear warm-up steps", core_range("warmup_steps")}, SCAPE_MEMBER(C, warmup_steps)},
       {{"betas", Kind::number_pair, "[beta1, beta2]"}, record_betas, assign_betas},
-      {{"eps", Kind::number, "epsilon of the denominator"}, SCAPE_MEMBER(C, eps)},
-      {{"weight_decay", Kind::number, "decoupled weight decay on flagged tensors"}, SCAPE_MEMBER(C, weight_decay)},
+      {{"eps", Kind::number, "epsilon of the denominator", core_range("eps")}, SCAPE_MEMBER(C, eps)},
+      {{"weight_decay", Kind::number, "decoupled weight decay on flagged tensors",
+        core_range("weight_decay")}, SCAPE_MEMBER(C, weight_decay)},
       {{"bias_correction", Kind::boolean, "Adam bias correction"}, SCAPE_MEMBER(C, bias_correction)},
-      {{"sparsity", Kind::number, "fraction of coordinates not sent (density = 1 - sparsity)", {}, {}, kSparse},
+      {{"sparsity", Kind::number, "fraction of coordinates not sent (density = 1 - sparsity)",
+        core_range("sparsity"), {}, kSparse},
        SCAPE_MEMBER(C, sparsity)},
       {{"sharded", Kind::boolean, "distributed optimizer state (default true; false for topk_ef)"},
        SCAPE_MEMBER(C, sharded), Default::derived},
@@ -186,20 +194,22 @@ const KeyTable<OptimizerConfig>& optimizer_keys() {
       {{"mask_partition", Kind::string, "per-owner shards or union of local masks", {}, optimizer_switch_names("mask_partition"),
         kScape},
        SCAPE_MEMBER(C, mask_partition)},
-      {{"mask_lag", Kind::integer, "1 = mask computed one step ahead, 0 = blocking", {}, {}, kScape},
+      {{"mask_lag", Kind::integer, "1 = mask computed one step ahead, 0 = blocking",
+        core_range("mask_lag"), {}, kScape},
        SCAPE_MEMBER(C, mask_lag)},
       {{"second_moment", Kind::string, "one synchronized buffer or two collectives", {},
         optimizer_switch_names("second_moment"), kScape},
        SCAPE_MEMBER(C, second_moment)},
       {{"residual", Kind::boolean, "error feedback (keep undelivered gradient)", {}, {}, kSparse},
        SCAPE_MEMBER(C, residual)},
-      {{"residual_decay", Kind::number, "factor gamma the residual keeps off the mask each step (1 = all, 0 = none)", {},
-        {}, kSparse},
+      {{"residual_decay", Kind::number, "factor gamma the residual keeps off the mask each step (1 = all, 0 = none)",
+        core_range("residual_decay"), {}, kSparse},
        SCAPE_MEMBER(C, residual_decay)},
       {{"residual_clip", Kind::number, "cap each tensor's residual norm at this multiple of its gradient norm (0 = off)",
-        {}, {}, kSparse},
+        core_range("residual_clip"), {}, kSparse},
        SCAPE_MEMBER(C, residual_clip)},
-      {{"density_warmup", Kind::integer, "steps of exponential density decay from 1 (0 = off)", {}, {}, kSparse},
+      {{"density_warmup", Kind::integer, "steps of exponential density decay from 1 (0 = off)",
+        core_range("density_warmup"), {}, kSparse},
        SCAPE_MEMBER(C, density_warmup)},
       {{"device", Kind::string, "where the optimizer's kernels and state live (cuda needs a CUDA build and GPU)", {},
         kernels::device_kind_names(), kScape},
@@ -207,7 +217,8 @@ const KeyTable<OptimizerConfig>& optimizer_keys() {
       {{"residual_offload", Kind::boolean, "keep the residual in pinned host memory, streamed through two device chunks",
         {}, {}, kScape},
        SCAPE_MEMBER(C, residual_offload)},
-      {{"offload_chunk", Kind::integer, "elements per device chunk of the offloaded residual", {}, {}, kScape},
+      {{"offload_chunk", Kind::integer, "elements per device chunk of the offloaded residual",
+        core_range("offload_chunk"), {}, kScape},
        SCAPE_MEMBER(C, offload_chunk)},
   });
   return t;
