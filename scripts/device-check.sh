@@ -103,7 +103,7 @@ prepare() {
   [ "$missing" -eq 0 ] || exit 1
   # The CUDA runtime, whether or not an executable links it dynamically (to be safe).
   if [ ! -e "$carry/lib/libcudart.so.13" ]; then
-    path=$(ldconfig -p | awk '/libcudart\.so\.13 / {print $NF; exit}')
+    path=$(ldconfig -p | awk '/libcudart\.so\.13 / && !found {print $NF; found = 1}')
     if [ -z "$path" ]; then
       echo "prepare: libcudart.so.13 not found" >&2
       exit 1
@@ -112,7 +112,7 @@ prepare() {
   fi
   # The C++ runtime of this machine, used by run.sh only where the system's is missing or older.
   for soname in libstdc++.so.6 libgcc_s.so.1; do
-    path=$(ldconfig -p | awk -v s="$soname" '$1 == s && /x86-64/ {print $NF; exit}')
+    path=$(ldconfig -p | awk -v s="$soname" '$1 == s && /x86-64/ && !found {print $NF; found = 1}')
     if [ -n "$path" ]; then cp -L "$path" "$carry/lib/fallback/$soname"; fi
   done
 
