@@ -27,6 +27,7 @@ Analysis of scape run files (HDF5, docs/run-files.md).
                                            so every reference seed reaches it)
         --target-margin M                  default 0.05 (nats)
         --band ci|minmax                   the band drawn over seeds (default ci: 95% interval)
+      --no-figures writes summary.md and the CSV files only.
 
 Exit status: 0 when at least one run file was read, 1 when none was (nothing usable),
 2 for bad arguments.
@@ -55,6 +56,8 @@ def _parser():
                         "(default: %(default)s nats)")
     r.add_argument("--band", choices=("ci", "minmax"), default="ci",
                    help="band over seeds in seeds.png: 95%% Student-t interval (ci, default) or min-max")
+    r.add_argument("--no-figures", action="store_true",
+                   help="write summary.md and the CSV files only (drawing takes seconds per figure)")
     return p
 
 
@@ -79,7 +82,7 @@ def main(argv=None):
         return 2
     try:
         report, text = write_report(args.inputs, args.out, args.reference, args.target_loss, args.target_margin,
-                                    args.band)
+                                    args.band, figures=not args.no_figures)
     except ScapeBinaryError as e:
         print(f"analysis: {e}", file=sys.stderr)
         return 1

@@ -357,17 +357,20 @@ def seed_problems(report, reference=seeds.DEFAULT_REFERENCE, target_loss=None,
 
 
 def write_report(inputs, out_dir, reference=seeds.DEFAULT_REFERENCE, target_loss=None,
-                 target_margin=seeds.DEFAULT_TARGET_MARGIN, band="ci"):
-    """Builds the report of `inputs` into `out_dir` (figures, summary.md, summary.csv and, with
-    several seeds or lrs per arm, seeds.csv); returns (report, text)."""
-    from .figures import make_figures  # matplotlib only when figures are wanted
-
+                 target_margin=seeds.DEFAULT_TARGET_MARGIN, band="ci", figures=True):
+    """Builds the report of `inputs` into `out_dir` (figures unless figures=False, summary.md,
+    summary.csv and, with several seeds or lrs per arm, seeds.csv); returns (report, text)."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     report = build_report(inputs)
     report.problems_over_seeds = seed_problems(report, reference, target_loss, target_margin)
     report.reference = reference
-    figures = make_figures(report, out_dir, band) if report.rows else []
+    if figures and report.rows:
+        from .figures import make_figures  # matplotlib only when figures are wanted
+
+        figures = make_figures(report, out_dir, band)
+    else:
+        figures = []
     text = markdown_summary(report, inputs, figures)
     if report.problems_over_seeds:
         seeds.write_seeds_csv(report.problems_over_seeds, out_dir / "seeds.csv")

@@ -179,11 +179,10 @@ def test_tokens_to_target(synthetic_dir):
     assert arms_by_type(problem)["adams"].tokens == {1: iv_tokens[0], 2: iv_tokens[1], 3: math.inf}
 
 
-def test_report_writes_the_section_csv_and_band_figure(synthetic_dir, tmp_path):
-    import matplotlib.image as mpimg
+def test_report_writes_the_section_and_csv(synthetic_dir, tmp_path):
     from analysis.report import write_report
 
-    report, text = write_report([synthetic_dir], tmp_path, band="minmax")
+    report, text = write_report([synthetic_dir], tmp_path, figures=False)
     assert "## Seeds and learning rates" in text and "Target validation loss 2.1000" in text
     row = next(line for line in text.splitlines() if line.startswith("| SCAPE(adams) s=0.9 | 3 |"))
     assert "| 0.01 | 2.1000 |" in row and "+0.1167 (n=3)" in row and "not reached by 2/3 seeds" in row
@@ -193,6 +192,24 @@ def test_report_writes_the_section_csv_and_band_figure(synthetic_dir, tmp_path):
     assert float(rows["SCAPE(adams) s=0.9"]["delta_mean"]) == pytest.approx(0.35 / 3)
     assert int(rows["AdamS"]["tokens_never"]) == 0 and int(rows["SCAPE(adams) s=0.9"]["tokens_never"]) == 2
     assert float(rows["AdamS"]["tokens_mean"]) == 75 * 128.0
+    assert not list(tmp_path.glob("*.png"))
+
+
+@pytest.mark.parametrize("band", ["ci", "minmax"])
+def test_band_figure(synthetic_dir, tmp_path, band):
+    """seeds.png alone (the other figures are drawn by test_report.py): the band and the lr panel."""
+    import matplotlib.image as mpimg
+    from analysis.figures import _band, _seed_figure
+    from analysis.report import build_report, seed_problems
+
+    ys = np.array([[1.0, 2.0], [2.0, 4.0], [3.0, 6.0]])
+    mean, lo, hi = _band(ys, band)
+    np.testing.assert_allclose(mean, [2.0, 4.0])
+    if band == "minmax":
+        np.testing.assert_allclose([lo, hi], [[1.0, 2.0], [3.0, 6.0]])
+    else:  # s = (1, 2): half-widths t_{.975,2} s / sqrt 3
+        np.testing.assert_allclose(hi - mean, T975[2] * np.array([1.0, 2.0]) / math.sqrt(3), rtol=1e-12)
+    _seed_figure(seed_problems(build_report([synthetic_dir])), tmp_path / "seeds.png", band)
     img = mpimg.imread(tmp_path / "seeds.png")
     assert img.shape[0] > 200 and img[..., :3].std() > 0.01
 
@@ -232,6 +249,6 @@ def test_cli_rejects_bad_reference_and_target(synthetic_dir, tmp_path):
     assert proc.returncode == 2 and "expected KEY=VALUE" in proc.stderr
     proc = cli("report", synthetic_dir, "--out", tmp_path, "--target-loss", "nan")
     assert proc.returncode == 2 and "--target-loss nan: expected a finite number" in proc.stderr
-    proc = cli("report", synthetic_dir, "--out", tmp_path, "--quiet", "--target-loss", "2.5", "--band", "ci")
+    proc = cli("report", synthetic_dir, "--out", tmp_path, "--quiet", "--target-loss", "2.5", "--no-figures")
     assert proc.returncode == 0, proc.stderr
     assert "Target validation loss 2.5000 (--target-loss)" in (tmp_path / "summary.md").read_text(encoding="utf-8")
