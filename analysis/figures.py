@@ -344,9 +344,12 @@ def make_figures(report, out_dir, band="ci"):
         _series_figure(report, out_dir / "mask.png", "Mask stability and quality (sparse runs)", [
             ("mask Jaccard with the previous step", "Jaccard |M_t ∩ M_t−1| / |M_t ∪ M_t−1|",
              lambda r: r.metric("mask_jaccard"), False),
-            ("overlap with the oracle top-K of |mean a_i|", "overlap |M_t ∩ O_t| / K",
-             lambda r: r.metric("mask_oracle_overlap"), False)], sparse_only=True)
-        made.append(("mask.png", "mask Jaccard with the previous step and overlap with the oracle mask"))
+            ("overlap with the same-statistic oracle O (worker average)", "overlap |M ∩ O| / K",
+             lambda r: r.metric("mask_oracle_overlap"), False),
+            ("energy capture of the mean gradient", "Σ_M ā² / Σ_O' ā²",
+             lambda r: r.metric("mask_energy_capture"), False)], sparse_only=True)
+        made.append(("mask.png", "mask Jaccard with the previous step, overlap with the same-statistic oracle "
+                                 "and energy capture"))
         _series_figure(report, out_dir / "residual.png", "Error-feedback residual (mean over workers; max: max)", [
             ("residual norm ‖e_i‖₂", "norm (gradient units, log)", lambda r: r.metric("residual_norm"), True),
             ("residual max |e_i|", "max (gradient units, log)", lambda r: r.metric("residual_max"), True)],

@@ -71,7 +71,7 @@ struct EvalSection {
 struct LogSection {
   int flush_interval = 10;
   bool save_params = false;
-  bool oracle = true;  // mask overlap with the exact top-k of the mean accumulated gradient
+  bool oracle = true;  // mask_oracle_overlap and mask_energy_capture (docs/algorithms.md, "Metrics")
 };
 
 struct ExperimentConfig {

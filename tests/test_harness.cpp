@@ -91,7 +91,7 @@ TEST_CASE("scape run: the run file's bytes equal the closed forms; densities and
     CHECK(mask[t] == doctest::Approx(masks * fraction * mask_bytes));
     CHECK(total[t] == doctest::Approx(rs[t] + ag[t] + mask[t]));
   }
-  for (const char* name : {"mask_jaccard", "mask_oracle_overlap", "mask_density"}) {
+  for (const char* name : {"mask_jaccard", "mask_oracle_overlap", "mask_energy_capture", "mask_density"}) {
     const auto v = read_metric(dir.path / "q.h5", name);
     for (std::size_t t = 1; t < v.size(); ++t) {
       CHECK(v[t] >= 0.0);
