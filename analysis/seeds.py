@@ -204,6 +204,9 @@ class Problem:
 def choose_best_lr(arm, pinned=None):
     """Fills arm.at_lr and arm.best_lr: the lowest mean final loss among the lrs no seed diverged at."""
     best = None
+    unfinished = sum(1 for runs in arm.runs.values() for r in runs.values() if r.status not in ("completed", "diverged"))
+    if unfinished:
+        arm.notes.append(f"{unfinished} unfinished run(s) left out")
     for lr in arm.lrs:
         losses = arm.losses(lr)
         arm.diverged[lr] = sorted(s for s, v in losses.items() if math.isinf(v))

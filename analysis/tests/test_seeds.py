@@ -131,14 +131,17 @@ def test_paired_difference_goes_by_seed(synthetic_dir):
 
 
 def test_missing_seed_is_left_unpaired(synthetic_dir, tmp_path):
+    from conftest import set_attrs
+
     for f in synthetic_dir.glob("*.h5"):
         if f.name != "scape-0.01-1.h5":  # seed 3 of SCAPE's best lr is missing
             (tmp_path / f.name).write_bytes(f.read_bytes())
+    set_attrs(synthetic_dir / "scape-0.01-1.h5", tmp_path / "running.h5", status="running")  # still going: left out
     (problem,) = problems_of(tmp_path)
     scape = arms_by_type(problem)["scape"]
     assert scape.best_lr == 1e-2 and scape.final.n == 2
     assert scape.delta_pairs == 2 and scape.delta.mean == pytest.approx((0.10 + 0.18) / 2)
-    assert "seeds without a partner: 3" in scape.notes
+    assert "seeds without a partner: 3" in scape.notes and "1 unfinished run(s) left out" in scape.notes
 
 
 def test_reference_is_selectable_and_its_lr_can_be_pinned(synthetic_dir):
