@@ -1,6 +1,7 @@
 """Command line of the analysis package: `/usr/bin/python3 -m analysis report RUNS... --out DIR`."""
 
 import argparse
+import math
 import sys
 
 _DESCRIPTION = """\
@@ -12,6 +13,21 @@ Analysis of scape run files (HDF5, docs/run-files.md).
       and OUTDIR/summary.csv. Runs still in progress and diverged runs are drawn up to their
       last recorded step; failed runs are listed, not drawn; files that are not run files
       (not HDF5, another layout) are named with the reason.
+
+      Seeds and learning rates: runs equal but for seed and optimizer.lr form an arm (whether
+      the sweep used repeat/lr_search or an explicit grid). When an arm holds several runs, the
+      summary adds per arm: the best lr (lowest mean final validation loss over seeds), mean,
+      std and 95% Student-t interval over seeds, the paired difference from the reference arm
+      (same seed) with its interval, and the tokens to reach a target validation loss; also
+      OUTDIR/seeds.csv and seeds.png (the band over seeds).
+        --reference KEY=VALUE[,KEY=VALUE]  the reference arm (default optimizer.type=adams, at
+                                           its best lr; add optimizer.lr=X to pin its lr)
+        --target-loss X                    target validation loss (default: the reference's worst
+                                           final validation loss over its seeds + --target-margin,
+                                           so every reference seed reaches it)
+        --target-margin M                  default 0.05 (nats)
+        --band ci|minmax                   the band drawn over seeds (default ci: 95% interval)
+      --no-figures writes summary.md and the CSV files only.
 
 Exit status: 0 when at least one run file was read, 1 when none was (nothing usable),
 2 for bad arguments.
@@ -29,6 +45,19 @@ def _parser():
     r.add_argument("inputs", nargs="+", metavar="DIR_OR_FILE", help="run files or folders holding them (*.h5)")
     r.add_argument("--out", required=True, metavar="OUTDIR", help="folder for the figures and summary.md")
     r.add_argument("--quiet", action="store_true", help="do not print summary.md")
+    r.add_argument("--reference", default="optimizer.type=adams", metavar="KEY=VALUE[,KEY=VALUE]",
+                   help="the arm each arm is compared with, seed by seed (default: %(default)s, at its best lr; "
+                        "optimizer.lr=X in it pins the lr)")
+    r.add_argument("--target-loss", type=float, default=None, metavar="X",
+                   help="target validation loss of 'tokens to target' (default: the reference's worst final "
+                        "validation loss over its seeds + --target-margin)")
+    r.add_argument("--target-margin", type=float, default=0.05, metavar="M",
+                   help="added to the reference's worst final validation loss for the default target "
+                        "(default: %(default)s nats)")
+    r.add_argument("--band", choices=("ci", "minmax"), default="ci",
+                   help="band over seeds in seeds.png: 95%% Student-t interval (ci, default) or min-max")
+    r.add_argument("--no-figures", action="store_true",
+                   help="write summary.md and the CSV files only (drawing takes seconds per figure)")
     return p
 
 
@@ -41,8 +70,19 @@ def main(argv=None):
     from .report import write_report  # heavy imports after argument parsing (fast --help)
     from .runs import ScapeBinaryError
 
+    from .seeds import parse_reference
+
     try:
-        report, text = write_report(args.inputs, args.out)
+        parse_reference(args.reference)
+        for name, value in (("--target-loss", args.target_loss), ("--target-margin", args.target_margin)):
+            if value is not None and not math.isfinite(value):
+                raise ValueError(f"{name} {value}: expected a finite number")
+    except ValueError as e:
+        print(f"analysis: {e}", file=sys.stderr)
+        return 2
+    try:
+        report, text = write_report(args.inputs, args.out, args.reference, args.target_loss, args.target_margin,
+                                    args.band, figures=not args.no_figures)
     except ScapeBinaryError as e:
         print(f"analysis: {e}", file=sys.stderr)
         return 1

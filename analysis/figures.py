@@ -116,6 +116,13 @@ def _auto_log(ax):
         ax.set_yscale("log")
 
 
+def _log_if_positive(ax):
+    """Log y when some drawn value is positive (a W = 1 run sends no bytes: a log axis of zeros fails)."""
+    ys = [np.asarray(line.get_ydata(), dtype=float) for line in ax.lines]
+    if any((y[np.isfinite(y)] > 0).any() for y in ys):
+        ax.set_yscale("log")
+
+
 def _no_data(ax, text):
     """Replaces an empty panel by a short note."""
     ax.text(0.5, 0.5, text, ha="center", va="center", transform=ax.transAxes, fontsize=9, color="0.4")
@@ -202,7 +209,7 @@ def _bytes_figure(report, path):
             _panel_title(ax, group, t, len(names))
             ax.set_xlabel("step")
             ax.set_ylabel(yl)
-            ax.set_yscale("log")
+            _log_if_positive(ax)
     _finish(fig, axes, handles, path)
 
 
@@ -238,16 +245,94 @@ def _fill_in_figure(report, path):
     axes[0][0].set_ylabel("fill-in (×)")
     axes[0][1].set_title("bytes sent per worker per step (mean)", fontsize=9)
     axes[0][1].set_ylabel("bytes (B, log)")
-    axes[0][1].set_yscale("log")
+    _log_if_positive(axes[0][1])
     for ax in axes[0]:
         ax.set_xlabel("workers W (log₂)")
         ax.set_xscale("log", base=2)
     _finish(fig, axes, handles, path)
 
 
-def make_figures(report, out_dir):
+def _seed_curves(runs, smooth_train):
+    """(x, [seeds x points] y, x label) of the runs' validation losses at their common evaluation
+    steps (x in training tokens for gpt), or of their smoothed train losses without validation."""
+    from .seeds import tokens_per_step
+
+    runs = [r for r in runs if r.status == "completed"]
+    if not runs:
+        return None, None, ""
+    if all(len(r.val_loss) for r in runs):
+        steps = sorted(set.intersection(*(set(int(s) for s in r.eval_step) for r in runs)))
+        ys = np.array([[r.val_loss[list(r.eval_step).index(s)] for s in steps] for r in runs])
+        per_step = tokens_per_step(runs[0])
+        if np.isfinite(per_step):
+            return np.asarray(steps) * per_step, ys, "training tokens"
+        return np.asarray(steps), ys, "step"
+    n = min(len(r.steps) for r in runs)
+    window = max(1, n // 40) if smooth_train else 1
+    return runs[0].steps[:n], np.array([_smooth(r.metric("train_loss")[:n], window) for r in runs]), "step"
+
+
+def _band(ys, band):
+    """(mean, low, high) over the seeds (rows): the 95% Student-t interval ("ci") or min-max."""
+    from .seeds import CONFIDENCE, t_critical
+
+    mean = ys.mean(axis=0)
+    if band == "minmax":
+        return mean, ys.min(axis=0), ys.max(axis=0)
+    if ys.shape[0] < 2:
+        return mean, mean, mean
+    half = t_critical(ys.shape[0] - 1, CONFIDENCE) * ys.std(axis=0, ddof=1) / np.sqrt(ys.shape[0])
+    return mean, mean - half, mean + half
+
+
+def _seed_figure(problems, path, band):
+    """Per problem: loss of each arm at its best lr with the band over seeds, and final loss against lr."""
+    labels = list(dict.fromkeys(a.label for p in problems for a in p.arms))
+    cmap = plt.get_cmap("tab10" if len(labels) <= 10 else "tab20")
+    colours = {label: cmap(i % cmap.N) for i, label in enumerate(labels)}
+    names = {p.label: p for p in problems}
+    band_text = "95% interval over seeds" if band == "ci" else "min–max over seeds"
+    fig, axes, drawn = _grid(names, 2, f"Seeds and learning rates (band: {band_text})")
+    handles = {}
+    for gi, name in enumerate(drawn):
+        problem = names[name]
+        x_label = "step"
+        for arm in problem.arms:
+            c = colours[arm.label]
+            if np.isfinite(arm.best_lr):
+                x, ys, x_label = _seed_curves(list(arm.runs[arm.best_lr].values()), smooth_train=True)
+                if ys is not None and ys.size:
+                    mean, lo, hi = _band(ys, band)
+                    (handles[arm.label],) = axes[gi][0].plot(x, mean, "-", color=c, linewidth=1.3)
+                    axes[gi][0].fill_between(x, lo, hi, color=c, alpha=0.2, linewidth=0)
+            lrs = [lr for lr in arm.lrs if arm.at_lr.get(lr) is not None and arm.at_lr[lr].n]
+            if lrs:
+                means = [arm.at_lr[lr].mean for lr in lrs]
+                err = [arm.at_lr[lr].half_width if arm.at_lr[lr].n > 1 else 0.0 for lr in lrs]
+                handles.setdefault(arm.label, axes[gi][1].errorbar(lrs, means, yerr=err, fmt="o-", color=c,
+                                                                   capsize=3, markersize=4)[0])
+                bad = [(lr, m) for lr, m in zip(lrs, means) if arm.diverged.get(lr)]
+                if bad:  # a seed diverged there: the mean is over the others, and the lr cannot win
+                    axes[gi][1].plot(*zip(*bad), "x", color=c, markersize=10, markeredgewidth=2.5)
+        if np.isfinite(problem.target):
+            axes[gi][0].axhline(problem.target, color="0.4", linestyle=":", linewidth=1)
+        _panel_title(axes[gi][0], name, f"loss at each arm's best lr ({band_text}; dotted: target)", len(drawn))
+        axes[gi][0].set_xlabel(x_label)
+        axes[gi][0].set_ylabel("loss")
+        _panel_title(axes[gi][1], name, "final loss against lr (mean ± 95% interval; ×: a seed diverged)",
+                     len(drawn))
+        axes[gi][1].set_xlabel("learning rate (log)")
+        axes[gi][1].set_ylabel("final loss")
+        axes[gi][1].set_xscale("log")
+    _finish(fig, axes, handles, path)
+
+
+def make_figures(report, out_dir, band="ci"):
     """Draws every figure that has data; returns [(file name, title)] in reading order."""
     made = []
+    if report.problems_over_seeds:
+        _seed_figure(report.problems_over_seeds, out_dir / "seeds.png", band)
+        made.append(("seeds.png", "loss at each arm's best lr with the band over seeds, and final loss against lr"))
     sparse = any(r.run.optimizer_type in SPARSE_TYPES for r in report.rows)
     _loss_figure(report, out_dir / "loss_vs_step.png", against_time=False)
     made.append(("loss_vs_step.png", "train and validation loss against step"))
@@ -259,9 +344,12 @@ def make_figures(report, out_dir):
         _series_figure(report, out_dir / "mask.png", "Mask stability and quality (sparse runs)", [
             ("mask Jaccard with the previous step", "Jaccard |M_t ∩ M_t−1| / |M_t ∪ M_t−1|",
              lambda r: r.metric("mask_jaccard"), False),
-            ("overlap with the oracle top-K of |mean a_i|", "overlap |M_t ∩ O_t| / K",
-             lambda r: r.metric("mask_oracle_overlap"), False)], sparse_only=True)
-        made.append(("mask.png", "mask Jaccard with the previous step and overlap with the oracle mask"))
+            ("overlap with the same-statistic oracle O (worker average)", "overlap |M ∩ O| / K",
+             lambda r: r.metric("mask_oracle_overlap"), False),
+            ("energy capture of the mean gradient", "Σ_M ā² / Σ_O' ā²",
+             lambda r: r.metric("mask_energy_capture"), False)], sparse_only=True)
+        made.append(("mask.png", "mask Jaccard with the previous step, overlap with the same-statistic oracle "
+                                 "and energy capture"))
         _series_figure(report, out_dir / "residual.png", "Error-feedback residual (mean over workers; max: max)", [
             ("residual norm ‖e_i‖₂", "norm (gradient units, log)", lambda r: r.metric("residual_norm"), True),
             ("residual max |e_i|", "max (gradient units, log)", lambda r: r.metric("residual_max"), True)],

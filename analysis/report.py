@@ -15,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
+from . import seeds
 from .runs import SPARSE_TYPES, effective_config, finite_mean, load_runs
 
 MAX_GROUP_ROWS = 8
@@ -60,6 +61,8 @@ class Report:
     groups: dict
     labels: dict
     rows: list
+    problems_over_seeds: list = field(default_factory=list)
+    reference: str = seeds.DEFAULT_REFERENCE
 
 
 def _value_text(value):
@@ -317,6 +320,8 @@ def markdown_summary(report, inputs, figures):
             "step time (the group's compute, named under its title, plus that communication on its network)",
             "and *speedup* the dense run's mean step time / this run's. Final values of diverged runs are left",
             "out; their curves stop at the divergence (marked ×).", ""]
+    if report.problems_over_seeds:
+        out += [seeds.markdown_section(report.problems_over_seeds, report.reference), ""]
     if figures:
         out += ["## Figures", ""]
         if len(report.groups) > MAX_GROUP_ROWS:
@@ -339,15 +344,36 @@ def write_csv(report, path):
                         r.baseline])
 
 
-def write_report(inputs, out_dir):
-    """Builds the report of `inputs` into `out_dir` (figures, summary.md, summary.csv); returns (report, text)."""
-    from .figures import make_figures  # matplotlib only when figures are wanted
+def seed_problems(report, reference=seeds.DEFAULT_REFERENCE, target_loss=None,
+                  target_margin=seeds.DEFAULT_TARGET_MARGIN):
+    """The report's runs as problems and arms over seeds and lrs (analysis/seeds.py); [] when every
+    arm holds a single run (nothing to add to the table)."""
+    varying = {k: v for k, v in report.varying.items() if k != "optimizer.lr"}
+    pkeys = [k for k in group_keys(varying) if k != "seed"]
+    problems = seeds.build_problems([r.run for r in report.rows], lambda r: run_label(r, varying),
+                                    lambda r: group_label(r, pkeys), reference, target_loss, target_margin)
+    return problems if any(len(a.runs) > 1 or len(next(iter(a.runs.values()))) > 1
+                           for p in problems for a in p.arms) else []
 
+
+def write_report(inputs, out_dir, reference=seeds.DEFAULT_REFERENCE, target_loss=None,
+                 target_margin=seeds.DEFAULT_TARGET_MARGIN, band="ci", figures=True):
+    """Builds the report of `inputs` into `out_dir` (figures unless figures=False, summary.md,
+    summary.csv and, with several seeds or lrs per arm, seeds.csv); returns (report, text)."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     report = build_report(inputs)
-    figures = make_figures(report, out_dir) if report.rows else []
+    report.problems_over_seeds = seed_problems(report, reference, target_loss, target_margin)
+    report.reference = reference
+    if figures and report.rows:
+        from .figures import make_figures  # matplotlib only when figures are wanted
+
+        figures = make_figures(report, out_dir, band)
+    else:
+        figures = []
     text = markdown_summary(report, inputs, figures)
+    if report.problems_over_seeds:
+        seeds.write_seeds_csv(report.problems_over_seeds, out_dir / "seeds.csv")
     (out_dir / "summary.md").write_text(text + "\n", encoding="utf-8")
     write_csv(report, out_dir / "summary.csv")
     return report, text

@@ -141,7 +141,7 @@ std::string label_of(const ex::SweepPoint& p) {
 
 int cmd_validate(const std::string& file, const std::vector<std::string>& sets) {
   json j = ex::read_json_file(file);
-  if (j.is_object() && (j.contains("grid") || j.contains("points"))) {
+  if (j.is_object() && (j.contains("grid") || j.contains("points") || j.contains("repeat") || j.contains("lr_search"))) {
     // A sweep: every point must be a valid experiment.
     const auto base_dir = std::filesystem::absolute(file).parent_path();
     auto points = ex::expand_sweep(j, base_dir);
@@ -385,7 +385,7 @@ int main(int argc, char** argv) {
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
 
-  auto* sweep = app.add_subcommand("sweep", "run every point of a sweep; completed points are skipped on a re-run");
+  auto* sweep = app.add_subcommand("sweep", "run every point of a sweep (grid, points, lr_search, repeat: docs/configuration.md); completed points are skipped on a re-run");
   sweep->add_option("sweep", config_file, "sweep JSON file")->required()->check(CLI::ExistingPath);
   sweep->add_option("--out", out_dir, "output folder for the run files")->required();
   sweep->add_option("--jobs", jobs, "points run in parallel (default 1)")->check(CLI::Range(1, 64));

@@ -5,6 +5,10 @@
 #include <bit>
 #include <cmath>
 #include <limits>
+#include <stdexcept>
+#include <string>
+
+#include "kernels/cpu/kernels.hpp"
 
 namespace scape::metrics {
 namespace {
@@ -151,6 +155,70 @@ void mark_sparse_metrics_not_applicable(StepMetrics& out) {
   out.staleness_mean = out.staleness_p99 = out.staleness_max = kNaN;
 }
 
+namespace {
+
+// Sum of (double) x[j]^2 over the set bits of `words`, in index order.
+double masked_sum_squares(std::span<const float> x, std::span<const std::uint64_t> words) {
+  double s = 0;
+  for (std::size_t w = 0; w < words.size(); ++w) {
+    for (std::uint64_t bits = words[w]; bits != 0; bits &= bits - 1) {
+      const std::size_t j = w * 64 + static_cast<std::size_t>(std::countr_zero(bits));
+      s += static_cast<double>(x[j]) * x[j];
+    }
+  }
+  return s;
+}
+
+void topk_per_range(std::span<const float> values, std::span<const RankRange> ranges,
+                    std::vector<std::uint64_t>& words) {
+  words.assign(kernels::words_for(values.size()), 0);
+  for (const RankRange& r : ranges) {
+    if (r.end <= r.begin) continue;
+    kernels::topk_abs_mask(values.subspan(r.begin, r.end - r.begin), r.k,
+                           std::span<std::uint64_t>(words).subspan(r.begin / 64, kernels::words_for(r.end - r.begin)));
+  }
+}
+
+}  // namespace
+
+void build_mask_oracle(OracleStatistic statistic, std::span<const float> m_prev, double beta1,
+                       std::span<const RankRange> ranges, MaskOracle& oracle) {
+  const std::span<const float> mean = oracle.mean_acc;
+  oracle.k_total = 0;
+  for (const RankRange& r : ranges) oracle.k_total += r.k;
+  topk_per_range(mean, ranges, oracle.top_mean);
+  oracle.top_mean_energy = masked_sum_squares(mean, oracle.top_mean);
+  switch (statistic) {
+    case OracleStatistic::first_moment:
+      // The owner's arithmetic (kernels' first_moment_statistic), on the mean instead of a_w.
+      oracle.statistic.resize(mean.size());
+      kernels::first_moment_statistic(m_prev, mean, static_cast<float>(beta1), static_cast<float>(1.0 - beta1),
+                                      oracle.statistic);
+      topk_per_range(oracle.statistic, ranges, oracle.same_statistic);
+      break;
+    case OracleStatistic::mean_gradient:
+      oracle.same_statistic = oracle.top_mean;
+      break;
+    case OracleStatistic::momentum:
+      topk_per_range(m_prev, ranges, oracle.same_statistic);
+      break;
+    case OracleStatistic::none:
+      oracle.same_statistic.clear();
+      break;
+  }
+}
+
+double oracle_overlap(const MaskOracle& oracle, std::span<const std::uint64_t> mask) {
+  if (oracle.same_statistic.empty() || oracle.k_total == 0) return kNaN;
+  return static_cast<double>(popcount_and_range(mask, oracle.same_statistic, 0, oracle.mean_acc.size())) /
+         static_cast<double>(oracle.k_total);
+}
+
+double energy_capture(const MaskOracle& oracle, std::span<const std::uint64_t> mask) {
+  if (!(oracle.top_mean_energy > 0)) return kNaN;
+  return masked_sum_squares(oracle.mean_acc, mask.first(oracle.top_mean.size())) / oracle.top_mean_energy;
+}
+
 void StalenessTracker::deliver(std::span<const std::uint32_t> indices, int t) {
   if (count_by_last_.size() < static_cast<std::size_t>(t) + 1) count_by_last_.resize(static_cast<std::size_t>(t) + 1, 0);
   for (std::uint32_t j : indices) {
@@ -197,9 +265,10 @@ void StalenessTracker::fill(int t, StepMetrics& out) const {
 
 void UpdateTracker::before(std::span<const float> theta) { std::copy(theta.begin(), theta.end(), before_.begin()); }
 
-void UpdateTracker::after(std::span<const float> theta, StepMetrics& out) {
+void UpdateTracker::after(std::span<const float> theta, StepMetrics& out, std::span<const std::uint64_t> stepped) {
   // One fused, branch-free pass: squared norms of the update and of theta per fixed block
-  // (summed in block order, so deterministic), max |delta|, sign flips, and the new signs.
+  // (summed in block order, so deterministic), max |delta|, sign flips, and the new signs. A
+  // coordinate not stepped keeps sign 0, so it counts neither now nor at the next step.
   const std::size_t n = theta.size();
   const std::size_t blocks = (n + kBlock - 1) / kBlock;
   partial_.assign(2 * blocks, 0.0);
@@ -209,6 +278,11 @@ void UpdateTracker::after(std::span<const float> theta, StepMetrics& out) {
   const float* th = theta.data();
   const float* before = before_.data();
   std::int8_t* prev = previous_sign_.data();
+  if (!stepped.empty() && stepped.size() < kernels::words_for(n)) {
+    throw std::invalid_argument("UpdateTracker: the stepped mask has " + std::to_string(stepped.size()) +
+                                " words, N = " + std::to_string(n) + " needs " + std::to_string(kernels::words_for(n)));
+  }
+  const std::uint64_t* on = stepped.empty() ? nullptr : stepped.data();
 #pragma omp parallel for schedule(static) reduction(max : max) reduction(+ : nan, both, flipped) if (blocks > 8)
   for (Index b = 0; b < static_cast<Index>(blocks); ++b) {
     const std::size_t lo = static_cast<std::size_t>(b) * kBlock;
@@ -221,7 +295,8 @@ void UpdateTracker::after(std::span<const float> theta, StepMetrics& out) {
       const float a = std::fabs(d);
       nan += a != a;
       max = a > max ? a : max;
-      const int sign = (d > 0) - (d < 0);
+      const int was_stepped = on == nullptr ? 1 : static_cast<int>((on[j / 64] >> (j % 64)) & 1u);
+      const int sign = ((d > 0) - (d < 0)) * was_stepped;
       const int p = prev[j];
       const int counted = have_previous & (sign != 0) & (p != 0);
       both += static_cast<std::size_t>(counted);

@@ -45,6 +45,39 @@ void fill_residual_metrics(kernels::KernelBackend& k, kernels::Buffer<double>& p
 // Sets every mask, residual and staleness metric to NaN (dense optimizers).
 void mark_sparse_metrics_not_applicable(StepMetrics& out);
 
+// ---- The mask oracles (docs/algorithms.md, "Metrics"), computed on rank 0 from every worker's
+// accumulated gradient a_i = e_i + g_i at the step the mask is chosen.
+
+// One ranking range of a mask: a shard and its k_w (partitioned SCAPE), or [0, N) and K
+// (local_union SCAPE, top-k EF). Ranges begin at multiples of 64 and do not overlap.
+struct RankRange {
+  std::size_t begin, end, k;
+};
+
+// What the optimizer ranks, computed from the mean over workers: first_moment
+// |b1 m_prev + (1-b1) mean_i a_i|, mean_gradient |mean_i a_i| (the gradient statistic and top-k
+// EF), momentum |m_prev| (momentum_only, which does not read a_i), none (random masks).
+enum class OracleStatistic { first_moment, mean_gradient, momentum, none };
+
+struct MaskOracle {
+  std::vector<float> mean_acc;                 // mean_i a_i of the choosing step (the caller fills it)
+  std::vector<float> statistic;                // scratch
+  std::vector<std::uint64_t> same_statistic;   // O, top-k of the statistic per range (empty for none)
+  std::vector<std::uint64_t> top_mean;         // O', top-k of |mean_i a_i| per range
+  std::size_t k_total = 0;                     // sum of the ranges' k
+  double top_mean_energy = 0;                  // sum over O' of (mean_i a_i)^2
+};
+
+// Fills O, O', K and the energy of O' from oracle.mean_acc; m_prev (N values, the first moment
+// before the choosing step) is read by first_moment and momentum only.
+void build_mask_oracle(OracleStatistic statistic, std::span<const float> m_prev, double beta1,
+                       std::span<const RankRange> ranges, MaskOracle& oracle);
+// |M ∩ O| / K: NaN without O (random masks) or when K = 0.
+double oracle_overlap(const MaskOracle& oracle, std::span<const std::uint64_t> mask);
+// sum over M of (mean_i a_i)^2 / sum over O' of it, each summed in index order: NaN when O'
+// holds no energy.
+double energy_capture(const MaskOracle& oracle, std::span<const std::uint64_t> mask);
+
 // Steps since each coordinate was last delivered (t - last delivery; t when never delivered).
 // A count of coordinates per last-delivery step is kept up to date on delivery, so the
 // statistics cost O(t) per step instead of a pass over all N coordinates.
@@ -68,7 +101,10 @@ class UpdateTracker {
   explicit UpdateTracker(std::size_t n) : before_(n), previous_sign_(n, 0) {}
   void before(std::span<const float> theta);
   // Also measures ||theta||_2 after the step (theta_norm()), since it reads theta anyway.
-  void after(std::span<const float> theta, StepMetrics& out);
+  // `stepped`: the coordinates the optimizer stepped (mask words covering N bits; empty = all).
+  // The sign-flip share counts only coordinates stepped in this and the previous step, so the
+  // weight decay that moves every flagged coordinate off a masked update is no update.
+  void after(std::span<const float> theta, StepMetrics& out, std::span<const std::uint64_t> stepped = {});
   double theta_norm() const { return theta_norm_; }
   void save(StateMap& state, const std::string& prefix) const {
     put_state(state, prefix + "previous_sign", previous_sign_);

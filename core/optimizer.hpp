@@ -122,7 +122,7 @@ struct StepMetrics {
   double staleness_max = 0;
   double update_norm = 0;        // ||delta theta||_2
   double update_max = 0;
-  double update_sign_flip = 0;   // fraction of coordinates updated in both steps whose sign flipped
+  double update_sign_flip = 0;   // fraction of coordinates stepped in both steps whose sign flipped
   double local_grad_norm = 0;    // ||g_i||_2 of this worker's gradient
   std::size_t nonfinite_grads = 0;
   std::vector<CommRecord> comm;  // every collective of this step
@@ -145,6 +145,9 @@ class Optimizer {
   virtual std::span<const std::uint64_t> mask() const { return {}; }
   // This worker's error-feedback residual (empty for dense optimizers).
   virtual std::span<const float> residual() const { return {}; }
+  // This worker's first moment m over its own shard S_w, between steps (the m_prev of the next
+  // step's mask statistic, for the oracle metrics); empty where no mask statistic reads m.
+  virtual std::span<const float> own_first_moment() const { return {}; }
   // Where the kernels run, and the device memory the residual saves when offloaded; one line.
   virtual std::string device_summary() const { return "cpu"; }
   int steps_done() const { return t_; }

@@ -70,7 +70,7 @@ StepMetrics OptimizerBase::step(std::span<float> params_in, std::span<const floa
 
   if (stage_params) k_.copy_bytes(params_stage_.data(), params_in.data(), params_in.size_bytes());
   k_.synchronize();
-  updates_.after(params_in, out);
+  updates_.after(params_in, out, stepped_coordinates());
   fill_final_metrics(out);
   out.comm = comm_.ledger().drain();
   return out;

@@ -40,6 +40,9 @@ class OptimizerBase : public Optimizer {
   virtual void update(std::span<float> params, std::span<const float> grads, StepMetrics& out) = 0;
   // Metrics that need the parameters after the step (updates_.theta_norm()).
   virtual void fill_final_metrics(StepMetrics&) {}
+  // The coordinates the last update() stepped, as mask words over N (empty: every coordinate),
+  // host-readable after k_.synchronize(): what update_sign_flip counts.
+  virtual std::span<const std::uint64_t> stepped_coordinates() const { return {}; }
   // Checkpoint entries beyond t, m, v and the update statistics; the names are the checkpoint
   // format and must not change.
   virtual void save_policy_state(StateMap&) const {}

@@ -22,6 +22,9 @@ class ScapeOptimizer final : public OptimizerBase {
   void finish() override;
   std::span<const std::uint64_t> mask() const override { return mask_.span(); }
   std::span<const float> residual() const override { return feedback_.residual().host_view(); }
+  std::span<const float> own_first_moment() const override {
+    return m_.span().subspan(own_begin_ - state_begin_, own_end_ - own_begin_);
+  }
   std::string device_summary() const override;
   // Bits this worker computed at the end of the last step for the next mask (its own shard,
   // partitioned masks under lag 1): invariant 6 compares them with the next step's mask.
@@ -32,6 +35,10 @@ class ScapeOptimizer final : public OptimizerBase {
  private:
   void update(std::span<float> params, std::span<const float> grads, StepMetrics& out) override;
   void fill_final_metrics(StepMetrics& out) override { feedback_.fill_metrics(layout_, updates_.theta_norm(), t_, out); }
+  // A masked update steps M_t only (decay alone moves the rest); a dense one steps everything.
+  std::span<const std::uint64_t> stepped_coordinates() const override {
+    return config_.update == UpdateMode::masked ? mask_.span() : std::span<const std::uint64_t>{};
+  }
   void save_policy_state(StateMap& state) const override;
   void load_policy_state(const StateMap& state) override;
 

@@ -71,7 +71,7 @@ struct EvalSection {
 struct LogSection {
   int flush_interval = 10;
   bool save_params = false;
-  bool oracle = true;  // mask overlap with the exact top-k of the mean accumulated gradient
+  bool oracle = true;  // mask_oracle_overlap and mask_energy_capture (docs/algorithms.md, "Metrics")
 };
 
 struct ExperimentConfig {
@@ -109,7 +109,10 @@ std::filesystem::path resolve_path(const std::string& p, const std::filesystem::
 
 // Sweep: {"base": {...}} or {"base_file": "..."}, plus "grid": {"dotted.key": [values...]}
 // (every combination) and/or "points": [{"dotted.key": value, ...}, ...] (each grid combination
-// is applied on top of each point).
+// is applied on top of each point), "lr_search": [lr, ...] (every point/grid combination at each
+// learning rate; a point may carry its own "lr_search") and "repeat": N (each of those at seeds
+// s, s+1, ..., s+N-1, s the combination's seed). Expanded in that order; the configs equal those
+// of an explicit grid over optimizer.lr and seed, so their run ids (and files) are the same.
 struct SweepPoint {
   nlohmann::json config;  // the base with this point's values set
   std::vector<std::pair<std::string, nlohmann::json>> assignment;

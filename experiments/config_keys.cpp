@@ -269,7 +269,7 @@ const KeyTable<LogSection>& log_keys() {
       {{"flush_interval", Kind::integer, "steps between flushes of the run file", {1, 1e9}},
        SCAPE_MEMBER(C, flush_interval)},
       {{"save_params", Kind::boolean, "write the final parameters to /final/params"}, SCAPE_MEMBER(C, save_params)},
-      {{"oracle", Kind::boolean, "compute the mask overlap with the oracle top-k (costs a copy per worker)"},
+      {{"oracle", Kind::boolean, "compute mask_oracle_overlap and mask_energy_capture (a copy of a_i per worker per step)"},
        SCAPE_MEMBER(C, oracle)},
   });
   return t;

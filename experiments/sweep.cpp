@@ -1,6 +1,9 @@
 // Reading config files, --set overrides and sweep expansion: the JSON edits made before a
 // config is parsed.
+#include <cmath>
+#include <cstdint>
 #include <fstream>
+#include <limits>
 
 #include "experiments/config.hpp"
 
@@ -49,54 +52,174 @@ void apply_override(json& j, const std::string& assignment) {
   }
 }
 
-std::vector<SweepPoint> expand_sweep(const json& sweep, const std::filesystem::path& base_dir) {
+namespace {
+
+constexpr int kMaxRepeat = 1000;
+
+// One sweep point on its way through the expansion, with the learning rates it is searched at
+// (the sweep's lr_search, or its point's own; null when none applies).
+struct PendingPoint {
+  SweepPoint point;
+  const json* lr_search = nullptr;
+};
+
+void check_top_keys(const json& sweep) {
   if (!sweep.is_object()) throw ConfigError("sweep: expected an object with base or base_file, and grid");
   for (const auto& [key, value] : sweep.items()) {
     if (key != "base" && key != "base_file" && key != "grid" && key != "points" && key != "description" &&
-        key != "name") {
-      throw ConfigError("sweep." + key + ": unknown key; valid keys: name, description, base, base_file, grid, points");
+        key != "name" && key != "repeat" && key != "lr_search") {
+      throw ConfigError("sweep." + key +
+                        ": unknown key; valid keys: name, description, base, base_file, grid, points, repeat, "
+                        "lr_search");
     }
   }
   if (sweep.contains("base") == sweep.contains("base_file")) {
     throw ConfigError("sweep: give exactly one of base and base_file");
   }
-  json base = sweep.contains("base") ? sweep.at("base")
-                                     : read_json_file(resolve_path(sweep.at("base_file").get<std::string>(), base_dir));
-  if (!sweep.contains("grid") && !sweep.contains("points")) {
-    throw ConfigError("sweep: give a grid {\"dotted.key\": [values, ...]} and/or points [{\"dotted.key\": value}, ...]");
+  if (!sweep.contains("grid") && !sweep.contains("points") && !sweep.contains("repeat") &&
+      !sweep.contains("lr_search")) {
+    throw ConfigError("sweep: give a grid {\"dotted.key\": [values, ...]}, points [{\"dotted.key\": value}, ...], "
+                      "repeat or lr_search");
   }
   if (sweep.contains("grid") && !sweep.at("grid").is_object()) {
     throw ConfigError("sweep.grid: expected an object {\"dotted.key\": [values, ...]}");
   }
-  std::vector<SweepPoint> points{{base, {}}};
-  if (sweep.contains("points")) {
-    const json& list = sweep.at("points");
-    if (!list.is_array() || list.empty()) throw ConfigError("sweep.points: expected a non-empty array of objects");
-    std::vector<SweepPoint> expanded;
-    for (std::size_t i = 0; i < list.size(); ++i) {
-      if (!list[i].is_object()) throw ConfigError("sweep.points[" + std::to_string(i) + "]: expected an object");
-      SweepPoint q{base, {}};
-      for (const auto& [key, value] : list[i].items()) {
-        apply_override(q.config, key + "=" + value.dump());
-        q.assignment.emplace_back(key, value);
-      }
-      expanded.push_back(std::move(q));
-    }
-    points = std::move(expanded);
+}
+
+// A non-empty list of distinct, finite, positive learning rates; errors name the entry.
+void check_lr_search(const json& list, const std::string& where) {
+  if (!list.is_array() || list.empty()) {
+    throw ConfigError(where + ": expected a non-empty array of learning rates, e.g. [1e-3, 3e-3]");
   }
-  const json no_grid = json::object();
-  for (const auto& [key, values] : (sweep.contains("grid") ? sweep.at("grid") : no_grid).items()) {
+  for (std::size_t i = 0; i < list.size(); ++i) {
+    const std::string entry = where + "[" + std::to_string(i) + "]";
+    if (!list[i].is_number()) throw ConfigError(entry + ": expected a number, got " + list[i].dump());
+    const double lr = list[i].get<double>();
+    if (!std::isfinite(lr) || lr <= 0) throw ConfigError(entry + ": " + list[i].dump() + " must be finite and > 0");
+    for (std::size_t j = 0; j < i; ++j) {
+      if (list[j].get<double>() == lr) {
+        throw ConfigError(entry + ": " + list[i].dump() + " repeats " + where + "[" + std::to_string(j) + "]");
+      }
+    }
+  }
+}
+
+int checked_repeat(const json& sweep) {
+  if (!sweep.contains("repeat")) return 0;
+  const json& r = sweep.at("repeat");
+  if (!r.is_number_integer()) throw ConfigError("sweep.repeat: expected an integer number of seeds, got " + r.dump());
+  if (r.get<std::int64_t>() < 1 || r.get<std::int64_t>() > kMaxRepeat) {
+    throw ConfigError("sweep.repeat: " + r.dump() + " is out of range [1, " + std::to_string(kMaxRepeat) + "]");
+  }
+  return r.get<int>();
+}
+
+std::vector<PendingPoint> expand_points(const json& sweep, const json& base) {
+  const json* shared_lrs = sweep.contains("lr_search") ? &sweep.at("lr_search") : nullptr;
+  if (!sweep.contains("points")) return {{{base, {}}, shared_lrs}};
+  const json& list = sweep.at("points");
+  if (!list.is_array() || list.empty()) throw ConfigError("sweep.points: expected a non-empty array of objects");
+  std::vector<PendingPoint> out;
+  for (std::size_t i = 0; i < list.size(); ++i) {
+    const std::string where = "sweep.points[" + std::to_string(i) + "]";
+    if (!list[i].is_object()) throw ConfigError(where + ": expected an object");
+    PendingPoint q{{base, {}}, shared_lrs};
+    for (const auto& [key, value] : list[i].items()) {
+      if (key == "lr_search") {  // this point's own search replaces the sweep's
+        check_lr_search(value, where + ".lr_search");
+        q.lr_search = &value;
+        continue;
+      }
+      apply_override(q.point.config, key + "=" + value.dump());
+      q.point.assignment.emplace_back(key, value);
+    }
+    for (const auto& [key, value] : q.point.assignment) {
+      if (key == "optimizer.lr" && q.lr_search != nullptr) {
+        throw ConfigError(where + ": sets optimizer.lr, and lr_search applies to it: give the rates in one place");
+      }
+    }
+    out.push_back(std::move(q));
+  }
+  return out;
+}
+
+std::vector<PendingPoint> expand_grid(const json& sweep, std::vector<PendingPoint> points) {
+  if (!sweep.contains("grid")) return points;
+  for (const auto& [key, values] : sweep.at("grid").items()) {
     if (!values.is_array() || values.empty()) throw ConfigError("sweep.grid." + key + ": expected a non-empty array of values");
-    std::vector<SweepPoint> next;
+    std::vector<PendingPoint> next;
     for (const auto& p : points) {
       for (const auto& v : values) {
-        SweepPoint q = p;
-        apply_override(q.config, key + "=" + v.dump());
-        q.assignment.emplace_back(key, v);
+        PendingPoint q = p;
+        apply_override(q.point.config, key + "=" + v.dump());
+        q.point.assignment.emplace_back(key, v);
         next.push_back(std::move(q));
       }
     }
     points = std::move(next);
+  }
+  return points;
+}
+
+// The seed a repeat counts from: the point's own (set by the base, its point or the grid), else
+// the default.
+std::uint64_t first_seed(const json& config) {
+  if (!config.is_object() || !config.contains("seed")) return ExperimentConfig{}.seed;
+  const json& s = config.at("seed");
+  if (!s.is_number_integer() || s.get<std::int64_t>() < 0) {
+    throw ConfigError("seed: expected a non-negative integer (sweep.repeat counts seeds from it), got " + s.dump());
+  }
+  return s.get<std::uint64_t>();
+}
+
+}  // namespace
+
+std::vector<SweepPoint> expand_sweep(const json& sweep, const std::filesystem::path& base_dir) {
+  check_top_keys(sweep);
+  if (sweep.contains("lr_search")) check_lr_search(sweep.at("lr_search"), "sweep.lr_search");
+  const int repeat = checked_repeat(sweep);
+  const json no_grid = json::object();
+  const json& grid = sweep.contains("grid") ? sweep.at("grid") : no_grid;
+  if (repeat > 0 && grid.contains("seed")) {
+    throw ConfigError("sweep.repeat: cannot be combined with grid.seed: give the seeds in one place");
+  }
+  json base = sweep.contains("base") ? sweep.at("base")
+                                     : read_json_file(resolve_path(sweep.at("base_file").get<std::string>(), base_dir));
+  auto pending = expand_grid(sweep, expand_points(sweep, base));
+  std::vector<SweepPoint> points;
+  for (auto& p : pending) {
+    if (p.lr_search != nullptr && grid.contains("optimizer.lr")) {
+      throw ConfigError("sweep.grid.optimizer.lr: cannot be combined with lr_search: give the rates in one place");
+    }
+    std::vector<SweepPoint> at_lr;
+    if (p.lr_search == nullptr) {
+      at_lr.push_back(std::move(p.point));
+    } else {
+      for (const auto& lr : *p.lr_search) {
+        SweepPoint q = p.point;
+        apply_override(q.config, "optimizer.lr=" + lr.dump());
+        q.assignment.emplace_back("optimizer.lr", lr);
+        at_lr.push_back(std::move(q));
+      }
+    }
+    for (auto& q : at_lr) {
+      if (repeat == 0) {
+        points.push_back(std::move(q));
+        continue;
+      }
+      const std::uint64_t seed = first_seed(q.config);
+      if (seed > std::numeric_limits<std::uint64_t>::max() - static_cast<std::uint64_t>(repeat - 1)) {
+        throw ConfigError("sweep.repeat: seed " + std::to_string(seed) + " + " + std::to_string(repeat - 1) +
+                          " overflows");
+      }
+      for (int k = 0; k < repeat; ++k) {
+        SweepPoint r = q;
+        r.config["seed"] = seed + static_cast<std::uint64_t>(k);
+        std::erase_if(r.assignment, [](const auto& a) { return a.first == "seed"; });  // the point's first seed
+        r.assignment.emplace_back("seed", r.config["seed"]);
+        points.push_back(std::move(r));
+      }
+    }
   }
   return points;
 }

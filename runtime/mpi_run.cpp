@@ -51,6 +51,8 @@ class MpiExchange final : public train::StepExchange {
   MpiExchange(MPI_Comm world, const experiments::ExperimentConfig& config, std::size_t n, std::size_t tensors)
       : world_(world), n_(n), packer_(config.optimizer, tensors) {
     SCAPE_MPI_CHECK(MPI_Comm_size(world, &size_));
+    with_moment_ = config.log.oracle && config.optimizer.type == OptimizerType::scape;
+    shards_ = Sharding(n, size_);
   }
 
   bool exchange(int rank, const train::WorkerReport& report,
@@ -72,6 +74,7 @@ class MpiExchange final : public train::StepExchange {
       if (rank == 0) acc_.resize(n_ * w);
       SCAPE_MPI_CHECK(MPI_Gather(report.accumulated.data(), to_mpi_count(n_, "oracle gather"), MPI_FLOAT, acc_.data(),
                                  to_mpi_count(n_, "oracle gather"), MPI_FLOAT, 0, world_));
+      if (with_moment_) gather_moments(report);
     }
     int stop = 0;
     if (rank == 0) {
@@ -82,6 +85,10 @@ class MpiExchange final : public train::StepExchange {
         packer_.unpack(std::span<const double>(scalars_.data() + q * width, width), report, others_[q]);
         others_[q].grads = std::span<const float>(grads_.data() + q * n_, n_);
         if (with_acc) others_[q].accumulated = std::span<const float>(acc_.data() + q * n_, n_);
+        if (with_acc && with_moment_) {
+          others_[q].first_moment = std::span<const float>(moment_).subspan(shards_.begin(static_cast<int>(q)),
+                                                                            shards_.size(static_cast<int>(q)));
+        }
         all[q] = &others_[q];
       }
       stop = decide(all) ? 1 : 0;
@@ -116,12 +123,28 @@ class MpiExchange final : public train::StepExchange {
   void barrier(int) override { SCAPE_MPI_CHECK(MPI_Barrier(world_)); }
 
  private:
+  // Every owner's m_prev over its shard, into moment_ on rank 0 (shards are contiguous in rank
+  // order, so the gathered vector is m_prev over [0, N)).
+  void gather_moments(const train::WorkerReport& report) {
+    std::vector<int> counts(static_cast<std::size_t>(size_)), displs(static_cast<std::size_t>(size_));
+    for (int q = 0; q < size_; ++q) {
+      counts[static_cast<std::size_t>(q)] = to_mpi_count(shards_.size(q), "first-moment gather");
+      displs[static_cast<std::size_t>(q)] = to_mpi_count(shards_.begin(q), "first-moment gather");
+    }
+    moment_.resize(n_);
+    SCAPE_MPI_CHECK(MPI_Gatherv(report.first_moment.data(), to_mpi_count(report.first_moment.size(), "first-moment gather"),
+                                MPI_FLOAT, moment_.data(), counts.data(), displs.data(), MPI_FLOAT, 0, world_));
+  }
+
   MPI_Comm world_;
   int size_ = 1;
   std::size_t n_;
   train::ReportPacker packer_;
   std::vector<double> scalars_;
-  std::vector<float> grads_, acc_;
+  std::vector<float> grads_, acc_, moment_;
+  // SCAPE with the oracle: owners ship m_prev of their shard for the same-statistic oracle.
+  bool with_moment_ = false;
+  Sharding shards_{1, 1};
   std::vector<train::WorkerReport> others_;
 };
 

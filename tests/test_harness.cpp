@@ -91,7 +91,7 @@ TEST_CASE("scape run: the run file's bytes equal the closed forms; densities and
     CHECK(mask[t] == doctest::Approx(masks * fraction * mask_bytes));
     CHECK(total[t] == doctest::Approx(rs[t] + ag[t] + mask[t]));
   }
-  for (const char* name : {"mask_jaccard", "mask_oracle_overlap", "mask_density"}) {
+  for (const char* name : {"mask_jaccard", "mask_oracle_overlap", "mask_energy_capture", "mask_density"}) {
     const auto v = read_metric(dir.path / "q.h5", name);
     for (std::size_t t = 1; t < v.size(); ++t) {
       CHECK(v[t] >= 0.0);
@@ -318,6 +318,33 @@ TEST_CASE("sweep points that train identically share one run: a dense optimizer 
   const auto v = run_scape("validate " + (dir.path / "a.json").string());
   CHECK(v.output.find("\"sparsity\"") == std::string::npos);
   CHECK(v.output.find("\"residual_offload\"") == std::string::npos);
+}
+
+TEST_CASE("repeat and lr_search: a sweep made with an explicit grid over seed and lr is recognised as done") {
+  TempDir dir;
+  const std::string base = R"("base": {"name": "rl", "workers": 2, "steps": 3, "model": {"type": "quadratic", "size": 2000},
+             "optimizer": {"type": "scape", "sparsity": 0.9}})";
+  write_file(dir.path / "grid.json", "{" + base + R"(, "grid": {"seed": [1, 2], "optimizer.lr": [0.01, 0.02]}})");
+  write_file(dir.path / "short.json", "{" + base + R"(, "repeat": 2, "lr_search": [0.01, 0.02]})");
+  const std::string out = " --out " + (dir.path / "out").string() + " --quiet";
+  auto r = run_scape("sweep " + (dir.path / "grid.json").string() + out);
+  CAPTURE(r.output);
+  REQUIRE(r.code == 0);
+  r = run_scape("sweep " + (dir.path / "short.json").string() + out);
+  CHECK(r.code == 0);
+  CHECK(r.output.find("4 points, 0 to run") != std::string::npos);
+  CHECK(r.output.find("| optimizer.lr=0.02 seed=2 | skipped (completed) |") != std::string::npos);
+  // A bad entry exits 2 naming it, in validate and in sweep alike, before anything runs.
+  write_file(dir.path / "bad.json", "{" + base + R"(, "repeat": 2, "lr_search": [0.01, 0.02, -0.5]})");
+  for (const std::string cmd : {"validate ", "sweep "}) {
+    r = run_scape(cmd + (dir.path / "bad.json").string() + (cmd == "sweep " ? out : ""));
+    CHECK(r.code == 2);
+    CHECK(r.output.find("error: sweep.lr_search[2]: -0.5 must be finite and > 0") != std::string::npos);
+  }
+  write_file(dir.path / "zero.json", "{" + base + R"(, "repeat": 0})");
+  r = run_scape("validate " + (dir.path / "zero.json").string());
+  CHECK(r.code == 2);
+  CHECK(r.output.find("error: sweep.repeat: 0 is out of range [1, 1000]") != std::string::npos);
 }
 
 TEST_CASE("replay: a recorded gradient trace drives the optimizer; workers and steps are checked against it") {

@@ -154,6 +154,7 @@ TEST_CASE("the run file keeps every column analysis/ reads; measured columns onl
   std::vector<std::string> known = {
       "train_loss",     "lr",            "grad_norm",        "bytes_sent",      "comm_time_model",   "comm_time_exposed",
       "compute_time",   "step_time_model", "target_density", "mask_density",    "mask_jaccard",      "mask_oracle_overlap",
+      "mask_energy_capture",
       "fill_in",        "residual_norm", "residual_max",     "residual_to_param", "staleness_mean",  "staleness_p99",
       "staleness_max",  "update_norm",   "update_max",       "update_sign_flip", "nonfinite_grads", "optimizer_time",
       "aggregate_time", "record_time"};
@@ -196,7 +197,7 @@ TEST_CASE("the combining rules: means and sums in rank order, maxima, worker 0's
   tr::StepCombiner dense_combiner(dense, true, f.layout, tr::metric_columns(dense, false));
   dense_combiner.combine(all, mask);
   for (const char* name : {"target_density", "mask_density", "residual_norm", "residual_max", "staleness_max",
-                           "mask_oracle_overlap"}) {
+                           "mask_oracle_overlap", "mask_energy_capture"}) {
     CAPTURE(name);
     CHECK(std::isnan(dense_combiner.value(name)));
   }

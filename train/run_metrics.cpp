@@ -10,7 +10,7 @@
 
 #include "core/ledger.hpp"
 #include "core/metrics.hpp"
-#include "kernels/cpu/kernels.hpp"
+#include "core/schedule.hpp"
 
 namespace scape::train {
 namespace {
@@ -79,7 +79,13 @@ const RunMetric kRunMetrics[] = {
      .doc = "Jaccard index of the mask and the previous step's (NaN at the first step)"},
     {.name = "mask_oracle_overlap", .columns = Columns::one, .combine = Combine::rank0, .unit = "1",
      .sparse_only = true, .rank0_field = &RankZeroValues::mask_oracle_overlap,
-     .doc = "share of the mask in `O_t`, the top-K of `abs(mean_i a_i)` (with `log.oracle`)"},
+     .doc = "`size(M ∩ O) / K` when the mask was chosen, `O` the top-`k_w` per shard of the mask's own "
+            "statistic on the worker average (`abs(β1 m_prev + (1−β1) mean_i a_i)` for SCAPE's default; "
+            "docs/algorithms.md, \"Metrics\"), with `log.oracle`; NaN for random masks"},
+    {.name = "mask_energy_capture", .columns = Columns::one, .combine = Combine::rank0, .unit = "1",
+     .sparse_only = true, .rank0_field = &RankZeroValues::mask_energy_capture,
+     .doc = "`Σ_M ā² / Σ_O' ā²`, `ā = mean_i a_i` when the mask was chosen and `O'` the top-`k_w` of "
+            "`abs(ā)` per shard, with `log.oracle`"},
     {.name = "fill_in", .columns = Columns::one, .combine = Combine::worker0, .unit = "1",
      .sparse_only = true, .metrics_field = &StepMetrics::fill_in,
      .doc = "mask size over K (for `topk_ef` the union over workers)"},
@@ -112,7 +118,8 @@ const RunMetric kRunMetrics[] = {
      .doc = "largest magnitude in the parameter update"},
     {.name = "update_sign_flip", .columns = Columns::one, .combine = Combine::worker0, .unit = "1",
      .metrics_field = &StepMetrics::update_sign_flip,
-     .doc = "share of the coordinates updated in this and the previous step whose update changed sign"},
+     .doc = "share of the coordinates the optimizer stepped in this and the previous step (the mask of a "
+            "masked update, else all; weight decay alone is no step) whose update changed sign"},
     {.name = "nonfinite_grads", .columns = Columns::one, .combine = Combine::sum, .unit = "count",
      .computed = [](Report r, Purpose) { return static_cast<double>(r.metrics.nonfinite_grads); },
      .set_computed = [](WorkerReport& r, Purpose, double v) { r.metrics.nonfinite_grads = static_cast<std::size_t>(v); },
@@ -122,7 +129,7 @@ const RunMetric kRunMetrics[] = {
      .doc = "thread CPU seconds of the optimizer step, emulated collectives included"},
     {.name = "aggregate_time", .columns = Columns::one, .combine = Combine::rank0, .unit = "s",
      .rank0_field = &RankZeroValues::aggregate_time,
-     .doc = "seconds rank 0 spent combining the previous step's reports (gradient norm and oracle overlap "
+     .doc = "seconds rank 0 spent combining the previous step's reports (gradient norm and oracle metrics "
             "included)"},
     {.name = "record_time", .columns = Columns::one, .combine = Combine::rank0, .unit = "s",
      .rank0_field = &RankZeroValues::record_time,
@@ -265,7 +272,8 @@ void describe_metrics(const std::vector<MetricColumn>& columns, experiments::Run
 
 StepCombiner::StepCombiner(const OptimizerConfig& optimizer, bool log_oracle, const ParamLayout& layout,
                            std::vector<MetricColumn> columns)
-    : sparse_(has_sparse_metrics(optimizer)),
+    : optimizer_(optimizer),
+      sparse_(has_sparse_metrics(optimizer)),
       oracle_(log_oracle && sparse_),
       layout_(layout),
       columns_(std::move(columns)) {}
@@ -302,17 +310,76 @@ RankZeroValues StepCombiner::rank0_values(std::span<const WorkerReport* const> r
   // The gradient of the global batch: the mean over workers in rank order.
   mean_of(reports, [](const WorkerReport& r) { return r.grads; }, mean_grad_);
   z.grad_norm = metrics::l2_norm(mean_grad_);
-  z.mask_oracle_overlap = kNaN;
-  if (oracle_ && !reports[0]->accumulated.empty() && m0.k_total > 0) {
-    mean_of(reports, [](const WorkerReport& r) { return r.accumulated; }, mean_acc_);
-    oracle_words_.assign(kernels::words_for(mean_acc_.size()), 0);
-    kernels::topk_abs_mask(mean_acc_, m0.k_total, oracle_words_);
-    z.mask_oracle_overlap =
-        static_cast<double>(kernels::popcount_and(mask, oracle_words_)) / static_cast<double>(m0.k_total);
-  }
+  oracle_values(reports, mask, z);
   z.aggregate_time = aggregate_s_;
   z.record_time = record_s_;
   return z;
+}
+
+void StepCombiner::oracle_values(std::span<const WorkerReport* const> reports, std::span<const std::uint64_t> mask,
+                                 RankZeroValues& z) {
+  // docs/algorithms.md, "Metrics": both oracles are taken when the mask is chosen. Under lag 1
+  // SCAPE chooses M_t at the end of step t-1 (M_1 at step 1 itself); top-k EF and lag 0 choose
+  // it from step t's own reports.
+  z.mask_oracle_overlap = z.mask_energy_capture = kNaN;
+  if (!oracle_ || reports[0]->accumulated.empty()) return;
+  const int t = reports[0]->metrics.step;
+  const bool lagged = optimizer_.type == OptimizerType::scape && optimizer_.mask_lag == 1;
+  const metrics::MaskOracle* chosen = nullptr;
+  if (!lagged || t == 1) {
+    build_oracle(reports, t, oracle_now_);
+    chosen = &oracle_now_;
+  } else if (oracle_next_step_ == t) {
+    chosen = &oracle_next_;
+  }
+  if (chosen != nullptr) {
+    z.mask_oracle_overlap = metrics::oracle_overlap(*chosen, mask);
+    z.mask_energy_capture = metrics::energy_capture(*chosen, mask);
+  }
+  if (lagged) {
+    build_oracle(reports, t + 1, oracle_next_);
+    oracle_next_step_ = t + 1;
+  }
+}
+
+void StepCombiner::build_oracle(std::span<const WorkerReport* const> reports, int use_step,
+                                metrics::MaskOracle& out) {
+  const std::size_t n = layout_.size();
+  const int workers = static_cast<int>(reports.size());
+  const double rho = density_at(optimizer_.density(), optimizer_.density_warmup, use_step);
+  std::vector<metrics::RankRange> ranges;
+  const bool partitioned =
+      optimizer_.type == OptimizerType::scape && optimizer_.mask_partition == MaskPartition::partitioned;
+  if (partitioned) {
+    const Sharding shards(n, workers);
+    for (int w = 0; w < workers; ++w) ranges.push_back({shards.begin(w), shards.end(w), k_for(rho, shards.size(w))});
+  } else {
+    ranges.push_back({0, n, k_for(rho, n)});
+  }
+  metrics::OracleStatistic statistic = metrics::OracleStatistic::mean_gradient;  // top-k EF ranks |a_i|
+  if (optimizer_.type == OptimizerType::scape) {
+    switch (optimizer_.mask_statistic) {
+      case MaskStatistic::first_moment: statistic = metrics::OracleStatistic::first_moment; break;
+      case MaskStatistic::gradient: statistic = metrics::OracleStatistic::mean_gradient; break;
+      case MaskStatistic::momentum_only: statistic = metrics::OracleStatistic::momentum; break;
+      case MaskStatistic::random: statistic = metrics::OracleStatistic::none; break;
+    }
+  }
+  if (statistic == metrics::OracleStatistic::first_moment || statistic == metrics::OracleStatistic::momentum) {
+    // m_prev: each owner's shard, in rank order (replicas agree where the state is replicated).
+    const Sharding shards(n, workers);
+    m_prev_.assign(n, 0.0f);
+    for (int w = 0; w < workers; ++w) {
+      const auto m = reports[static_cast<std::size_t>(w)]->first_moment;
+      if (m.size() != shards.size(w)) {
+        statistic = metrics::OracleStatistic::none;  // a report without it (none is sent): no O
+        break;
+      }
+      std::copy(m.begin(), m.end(), m_prev_.begin() + static_cast<std::ptrdiff_t>(shards.begin(w)));
+    }
+  }
+  mean_of(reports, [](const WorkerReport& r) { return r.accumulated; }, out.mean_acc);
+  metrics::build_mask_oracle(statistic, m_prev_, optimizer_.beta1, ranges, out);
 }
 
 void StepCombiner::combine_tensors(std::span<const WorkerReport* const> reports) {

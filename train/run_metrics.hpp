@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "core/layout.hpp"
+#include "core/metrics.hpp"
 #include "core/optimizer.hpp"
 #include "experiments/recorder.hpp"
 #include "train/worker_report.hpp"
@@ -37,7 +38,8 @@ enum class Columns {
 
 // What rank 0 computes itself from all reports, for the Combine::rank0 metrics.
 struct RankZeroValues {
-  double grad_norm, mask_oracle_overlap, compute_time_model, step_time_model;  // from this step's reports
+  double grad_norm, mask_oracle_overlap, mask_energy_capture;  // from this step's reports
+  double compute_time_model, step_time_model;
   double aggregate_time, record_time;                      // rank 0's own cost of the previous row
 };
 
@@ -97,10 +99,12 @@ void describe_metrics(const std::vector<MetricColumn>& columns, experiments::Run
 // Rank 0's combining of the workers' reports into one row of the run file.
 class StepCombiner {
  public:
-  // `log_oracle`: compute mask_oracle_overlap (log.oracle).
+  // `log_oracle`: compute mask_oracle_overlap and mask_energy_capture (log.oracle).
   StepCombiner(const OptimizerConfig& optimizer, bool log_oracle, const ParamLayout& layout,
                std::vector<MetricColumn> columns);
-  // `mask` is worker 0's mask of the step (for the oracle overlap).
+  // `mask` is worker 0's mask of the step (for the oracle metrics). Under mask_lag 1 the oracle
+  // of step t's mask comes from step t-1's reports: rows are combined in step order, and the
+  // first row after a resume has no oracle (NaN).
   void combine(std::span<const WorkerReport* const> reports, std::span<const std::uint64_t> mask);
   // Rank 0's own cost of the previous row, reported in the next one.
   void set_costs(double aggregate_s, double record_s);
@@ -116,15 +120,21 @@ class StepCombiner {
 
  private:
   RankZeroValues rank0_values(std::span<const WorkerReport* const> reports, std::span<const std::uint64_t> mask);
+  void oracle_values(std::span<const WorkerReport* const> reports, std::span<const std::uint64_t> mask,
+                     RankZeroValues& z);
+  // The oracle sets of the mask used at `use_step`, chosen from these reports.
+  void build_oracle(std::span<const WorkerReport* const> reports, int use_step, metrics::MaskOracle& out);
   void combine_tensors(std::span<const WorkerReport* const> reports);
 
+  const OptimizerConfig optimizer_;
   bool sparse_;
   bool oracle_;
   const ParamLayout& layout_;
   std::vector<MetricColumn> columns_;
   std::vector<double> row_, tensor_row_;
-  std::vector<float> mean_grad_, mean_acc_;
-  std::vector<std::uint64_t> oracle_words_;
+  std::vector<float> mean_grad_, m_prev_;
+  metrics::MaskOracle oracle_now_, oracle_next_;  // this step's mask; the next one's (mask_lag 1)
+  int oracle_next_step_ = 0;                     // the step oracle_next_ is for (0: none)
   double aggregate_s_ = 0, record_s_ = 0;
   double modelled_compute_s_ = std::numeric_limits<double>::quiet_NaN();
 };

@@ -26,7 +26,7 @@ void train_rank(const experiments::ExperimentConfig& config, const SourceData& d
   auto opt = make_optimizer(config.optimizer, layout, comm, config.steps);
   const bool moved = config.optimizer.device != kernels::DeviceKind::cpu || config.optimizer.residual_offload;
   if (rank == 0 && moved && !options.quiet) std::fprintf(stderr, "optimizer: %s\n", opt->device_summary().c_str());
-  std::vector<float> params(layout.size()), grads(layout.size()), acc;
+  std::vector<float> params(layout.size()), grads(layout.size()), acc, moment;
   int first = 1;
   if (resume != nullptr) {
     params = resume->params;
@@ -47,6 +47,9 @@ void train_rank(const experiments::ExperimentConfig& config, const SourceData& d
       acc.resize(grads.size());
       for (std::size_t j = 0; j < grads.size(); ++j) acc[j] = e[j] + grads[j];
       report.accumulated = acc;
+      const auto m = opt->own_first_moment();  // before the step: the m_prev its mask statistic reads
+      moment.assign(m.begin(), m.end());
+      report.first_moment = moment;
     }
     const double o0 = thread_cpu_seconds();
     report.metrics = opt->step(params, grads);

@@ -22,6 +22,7 @@ struct WorkerReport {
   StepMetrics metrics;
   std::span<const float> grads;        // g_i
   std::span<const float> accumulated;  // a_i = e_i + g_i (empty without the oracle)
+  std::span<const float> first_moment; // m_prev over this worker's shard S_w (SCAPE with the oracle)
   std::map<std::string, double> measured;  // wall seconds per collective purpose (real backends)
   double exposed_wait_s = 0;               // time blocked waiting for asynchronous all-gathers
 };

@@ -148,3 +148,41 @@ def sweep_dir(scape, tmp_path_factory):
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     return d / "runs"
+
+
+def write_run_file(path, config, val_loss=(), eval_step=(), train_loss=None, status="completed"):
+    """A run file of layout 1 written directly with h5py (for statistics known in advance).
+
+    `config` is the resolved config (the analysis reads only what it is given); train_loss
+    defaults to one row per step equal to the last validation loss; eval steps default to
+    evenly spaced steps ending at config["steps"].
+    """
+    steps = int(config["steps"])
+    val_loss = list(val_loss)
+    if val_loss and not eval_step:
+        eval_step = [round(steps * (i + 1) / len(val_loss)) for i in range(len(val_loss))]
+    if train_loss is None:
+        train_loss = [val_loss[-1] if val_loss else 1.0] * steps
+    with h5py.File(path, "w") as f:
+        f.attrs["layout_version"] = 1
+        f.attrs["config"] = json.dumps(config)
+        f.attrs["status"] = status
+        f.attrs["steps_completed"] = len(train_loss)
+        f.attrs["error"] = ""
+        m = f.create_group("metrics")
+        m["step"] = list(range(1, len(train_loss) + 1))
+        m["train_loss"] = [float(x) for x in train_loss]
+        if val_loss:
+            e = f.create_group("eval")
+            e["step"] = [int(s) for s in eval_step]
+            e["val_loss"] = [float(x) for x in val_loss]
+    return path
+
+
+def gpt_config(optimizer, seed, lr, **extra):
+    """A resolved-looking GPT config for synthetic run files: 2 workers × 4 sequences × 16 tokens a step."""
+    config = {"name": "syn", "seed": seed, "workers": 2, "steps": 100,
+              "model": {"type": "gpt", "n_layer": 1, "n_head": 2, "n_embd": 16, "block_size": 16, "vocab_size": 32},
+              "data": {"type": "synthetic", "batch_size": 4},
+              "optimizer": dict({"type": optimizer, "lr": lr, "sparsity": 0.9, "inner": "adams"}, **extra)}
+    return config

@@ -274,7 +274,9 @@ def test_paper_sweep_runs_two_steps(scape, path, tmp_path):
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     files = sorted(tmp_path.glob("*.h5"))
-    n_points = len(sweep["points"]) * int(np.prod([len(v) for v in sweep.get("grid", {}).values()]))
+    # Each point at each grid combination, at each lr of its lr_search (or the sweep's), `repeat` seeds.
+    per_point = [len(p.get("lr_search", sweep.get("lr_search", [0]))) for p in sweep["points"]]
+    n_points = sum(per_point) * int(np.prod([len(v) for v in sweep.get("grid", {}).values()])) * sweep.get("repeat", 1)
     assert len(files) == n_points
     for f in files:
         with h5py.File(f, "r", swmr=True) as h:

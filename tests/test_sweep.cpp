@@ -1,0 +1,142 @@
+// Sweep expansion (experiments/sweep.cpp): repeat and lr_search give the points, in the order
+// and with the configs that an explicit grid over seed and optimizer.lr gives (so the run ids,
+// and the files a re-run skips, are the same), and bad values are errors naming the key.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "experiments/config.hpp"
+#include "test_support.hpp"
+
+namespace ex = scape::experiments;
+using nlohmann::json;
+using scape::testing::error_of;
+
+namespace {
+
+const json kBase = json::parse(R"({
+  "name": "sw", "workers": 2, "steps": 3,
+  "model": {"type": "quadratic", "size": 300},
+  "optimizer": {"type": "scape", "sparsity": 0.9, "lr": 0.01}
+})");
+
+std::vector<ex::SweepPoint> expand(const json& sweep) { return ex::expand_sweep(sweep, "."); }
+
+// The run id of every point, in expansion order.
+std::vector<std::string> run_ids(const std::vector<ex::SweepPoint>& points) {
+  std::vector<std::string> ids;
+  for (const auto& p : points) ids.push_back(ex::run_id(ex::parse_experiment(p.config, ".").to_json()));
+  return ids;
+}
+
+std::string label(const ex::SweepPoint& p) {
+  std::string s;
+  for (const auto& [k, v] : p.assignment) s += (s.empty() ? "" : " ") + k + "=" + v.dump();
+  return s;
+}
+
+}  // namespace
+
+TEST_CASE("repeat and lr_search: every point/grid combination at each lr and each seed, in that order") {
+  json sweep = {{"base", kBase},
+                {"points", json::parse(R"([{"optimizer.type": "adams"}, {"optimizer.type": "scape"}])")},
+                {"grid", {{"workers", {2, 4}}}},
+                {"lr_search", {0.001, 0.003, 0.01}},
+                {"repeat", 2}};
+  sweep["base"]["seed"] = 5;
+  const auto points = expand(sweep);
+  REQUIRE(points.size() == 2u * 2u * 3u * 2u);
+  CHECK(label(points[0]) == R"(optimizer.type="adams" workers=2 optimizer.lr=0.001 seed=5)");
+  CHECK(label(points[1]) == R"(optimizer.type="adams" workers=2 optimizer.lr=0.001 seed=6)");
+  CHECK(label(points[2]) == R"(optimizer.type="adams" workers=2 optimizer.lr=0.003 seed=5)");
+  CHECK(label(points[6]) == R"(optimizer.type="adams" workers=4 optimizer.lr=0.001 seed=5)");
+  CHECK(label(points[23]) == R"(optimizer.type="scape" workers=4 optimizer.lr=0.01 seed=6)");
+  for (const auto& p : points) {
+    const auto c = ex::parse_experiment(p.config, ".");
+    CHECK((c.seed == 5 || c.seed == 6));
+    CHECK((c.optimizer.lr == 0.001 || c.optimizer.lr == 0.003 || c.optimizer.lr == 0.01));
+    CHECK(c.optimizer.sparsity == 0.9);  // the base's other settings stay
+  }
+  // 24 distinct configs: no two points collapse.
+  const auto ids = run_ids(points);
+  CHECK(std::set<std::string>(ids.begin(), ids.end()).size() == 24u);
+}
+
+TEST_CASE("repeat and lr_search give the run ids of the explicit grid over seed and optimizer.lr") {
+  const json points = json::parse(R"([{"optimizer.type": "adamw"}, {"optimizer.type": "scape"}])");
+  const json shorthand = {{"base", kBase}, {"points", points}, {"lr_search", {0.002, 0.02}}, {"repeat", 3}};
+  const json explicit_grid = {{"base", kBase}, {"points", points},
+                              {"grid", {{"seed", {1, 2, 3}}, {"optimizer.lr", {0.002, 0.02}}}}};
+  auto a = run_ids(expand(shorthand));
+  auto b = run_ids(expand(explicit_grid));
+  REQUIRE(a.size() == 12u);
+  std::sort(a.begin(), a.end());
+  std::sort(b.begin(), b.end());
+  CHECK(a == b);
+  // Without a seed anywhere, repeat counts from the default seed 1.
+  CHECK(!kBase.contains("seed"));
+  const auto p = expand(json{{"base", kBase}, {"repeat", 3}});
+  REQUIRE(p.size() == 3u);
+  for (std::size_t i = 0; i < 3; ++i) CHECK(ex::parse_experiment(p[i].config, ".").seed == 1 + i);
+}
+
+TEST_CASE("repeat counts from each point's own seed; a point's lr_search replaces the sweep's") {
+  const json sweep = json::parse(R"({
+    "points": [{"optimizer.type": "adamw", "lr_search": [0.0001, 0.0003]},
+               {"optimizer.type": "scape", "seed": 10}],
+    "lr_search": [0.01],
+    "repeat": 2
+  })");
+  json s = sweep;
+  s["base"] = kBase;
+  const auto points = expand(s);
+  std::vector<std::string> labels;
+  for (const auto& p : points) labels.push_back(label(p));
+  CHECK(labels == std::vector<std::string>{
+                      R"(optimizer.type="adamw" optimizer.lr=0.0001 seed=1)",
+                      R"(optimizer.type="adamw" optimizer.lr=0.0001 seed=2)",
+                      R"(optimizer.type="adamw" optimizer.lr=0.0003 seed=1)",
+                      R"(optimizer.type="adamw" optimizer.lr=0.0003 seed=2)",
+                      R"(optimizer.type="scape" optimizer.lr=0.01 seed=10)",
+                      R"(optimizer.type="scape" optimizer.lr=0.01 seed=11)"});
+  CHECK(ex::parse_experiment(points[5].config, ".").seed == 11);
+  // A point's lr_search is not a config key: it is never written into the config.
+  CHECK(!points[0].config.contains("lr_search"));
+}
+
+TEST_CASE("bad repeat and lr_search values are errors naming the key and the entry") {
+  auto error = [](json extra) {
+    json s = {{"base", kBase}};
+    s.update(extra);
+    return error_of([&] { expand(s); });
+  };
+  CHECK(error({{"lr_search", json::array()}}) ==
+        "sweep.lr_search: expected a non-empty array of learning rates, e.g. [1e-3, 3e-3]");
+  CHECK(error({{"lr_search", 0.001}}).rfind("sweep.lr_search: expected a non-empty array", 0) == 0);
+  CHECK(error({{"lr_search", {0.001, 0.002, -0.1}}}) == "sweep.lr_search[2]: -0.1 must be finite and > 0");
+  CHECK(error({{"lr_search", {0.0}}}) == "sweep.lr_search[0]: 0.0 must be finite and > 0");
+  CHECK(error({{"lr_search", {0.001, "fast"}}}) == "sweep.lr_search[1]: expected a number, got \"fast\"");
+  CHECK(error({{"lr_search", {0.001, true}}}) == "sweep.lr_search[1]: expected a number, got true");
+  CHECK(error({{"lr_search", {0.001, 0.001}}}) == "sweep.lr_search[1]: 0.001 repeats sweep.lr_search[0]");
+  CHECK(error({{"repeat", 0}}) == "sweep.repeat: 0 is out of range [1, 1000]");
+  CHECK(error({{"repeat", -2}}) == "sweep.repeat: -2 is out of range [1, 1000]");
+  CHECK(error({{"repeat", 1001}}) == "sweep.repeat: 1001 is out of range [1, 1000]");
+  CHECK(error({{"repeat", 2.5}}) == "sweep.repeat: expected an integer number of seeds, got 2.5");
+  CHECK(error({{"repeat", "3"}}) == "sweep.repeat: expected an integer number of seeds, got \"3\"");
+  CHECK(error({{"repeat", 2}, {"grid", {{"seed", {1, 2}}}}}) ==
+        "sweep.repeat: cannot be combined with grid.seed: give the seeds in one place");
+  CHECK(error({{"lr_search", {0.1}}, {"grid", {{"optimizer.lr", {0.1}}}}}) ==
+        "sweep.grid.optimizer.lr: cannot be combined with lr_search: give the rates in one place");
+  CHECK(error({{"lr_search", {0.1}}, {"points", json::parse(R"([{"optimizer.lr": 0.2}])")}}) ==
+        "sweep.points[0]: sets optimizer.lr, and lr_search applies to it: give the rates in one place");
+  CHECK(error({{"points", json::parse(R"([{"optimizer.type": "adams"}, {"lr_search": [1, -1]}])")}}) ==
+        "sweep.points[1].lr_search[1]: -1 must be finite and > 0");
+  CHECK(error({{"repeat", 2}, {"points", json::parse(R"([{"seed": "one"}])")}}) ==
+        "seed: expected a non-negative integer (sweep.repeat counts seeds from it), got \"one\"");
+  CHECK(error({{"repeats", 2}}).rfind("sweep.repeats: unknown key; valid keys: ", 0) == 0);
+  // Without any of grid, points, repeat and lr_search there is nothing to sweep.
+  CHECK(error(json::object()).rfind("sweep: give a grid", 0) == 0);
+}
