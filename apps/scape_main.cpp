@@ -18,6 +18,7 @@
 #include "predict/from_runs.hpp"
 #include "predict/measured_runs.hpp"
 #include "predict/predict_config.hpp"
+#include "predict/regime.hpp"
 #include "predict/report.hpp"
 #include "sim/sim_run.hpp"
 #include "train/compute_model.hpp"
@@ -337,6 +338,7 @@ int cmd_sweep(const std::string& file, const std::string& out_dir, const std::ve
 
 struct Calibrate {
   std::vector<std::string> fit, held_out;
+  std::vector<double> sweep_GBps;  // --sweep: the link bandwidths of the regime sweep
 };
 
 int cmd_predict(const std::string& file, std::string out, const std::string& csv, const std::vector<std::string>& sets,
@@ -360,6 +362,8 @@ int cmd_predict(const std::string& file, std::string out, const std::string& csv
   const auto config = scape::predict::load_predict_config(file, sets);
   const auto prediction = scape::predict::run_prediction(config);
   scape::predict::print_prediction(std::cout, prediction);
+  scape::predict::print_break_even(std::cout, config, scape::predict::break_even(config));
+  if (!calibrate.sweep_GBps.empty()) scape::predict::print_regime_sweep(std::cout, config, calibrate.sweep_GBps);
   if (out.empty()) out = config.name + "-predict.h5";
   scape::predict::write_prediction_hdf5(out, prediction);
   if (!csv.empty()) scape::predict::write_prediction_csv(csv, prediction);
@@ -461,6 +465,11 @@ int main(int argc, char** argv) {
                       "files and bench-comm files, write the hardware description (--out) and print predicted "
                       "against measured for each run (docs/PREDICTING.md, Calibration)")
       ->expected(1, -1);
+  predict->add_option("--sweep", calibrate.sweep_GBps,
+                      "also print the regime sweep at the largest worker count: strong scaling at 1 to 16 sequences "
+                      "per GPU, overlap on and off, at these link bandwidths in GB/s (e.g. --sweep 12.5 25 50 100 200)")
+      ->expected(1, -1)
+      ->check(CLI::PositiveNumber);
   predict->add_option("--held-out", calibrate.held_out,
                       "with --calibrate: runs predicted with the fit but not fitted on (their error is printed)");
 
