@@ -372,12 +372,12 @@ int cmd_predict(const std::string& file, std::string out, const std::string& csv
   return kExitOk;
 }
 
-int cmd_bench_comm(const std::string& backend, const std::string& out, double min_bytes, double max_bytes,
+int cmd_bench_comm(const std::string& backend, const std::string& out, std::size_t min_bytes, std::size_t max_bytes,
                    double factor, int iters, int warmup) {
 #ifdef SCAPE_HAVE_MPI
   scape::runtime::BenchCommOptions o;
-  o.min_bytes = static_cast<std::size_t>(min_bytes);
-  o.max_bytes = static_cast<std::size_t>(max_bytes);
+  o.min_bytes = min_bytes;
+  o.max_bytes = max_bytes;
   o.factor = factor;
   o.iters = iters;
   o.warmup = warmup;
@@ -475,7 +475,8 @@ int main(int argc, char** argv) {
 
   std::string bench_backend = "mpi";
   std::string bench_out = "bench-comm.h5";
-  double bench_min = 1024, bench_max = 64 << 20, bench_factor = 2;
+  std::size_t bench_min = 1024, bench_max = std::size_t{64} << 20;
+  double bench_factor = 2;
   int bench_iters = 20, bench_warmup = 5;
   auto* bench = app.add_subcommand(
       "bench-comm", "under mpirun: time every collective the optimizers use over a range of sizes (algbw, busbw as "

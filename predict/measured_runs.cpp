@@ -81,6 +81,13 @@ std::vector<MeasuredCollective> ledger_collectives(const OptimizerConfig& c, std
   return out;
 }
 
+CollectiveKind kind_named(const std::string& name, const std::filesystem::path& file, std::size_t row) {
+  for (const auto kind : {CollectiveKind::all_reduce, CollectiveKind::reduce_scatter, CollectiveKind::all_gather}) {
+    if (name == to_string(kind)) return kind;
+  }
+  bad_file(file, "/kind[" + std::to_string(row) + "]: unknown collective kind " + name);
+}
+
 std::string percent(double predicted, double measured) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "%+.1f%%", 100.0 * (predicted - measured) / measured);
@@ -174,11 +181,7 @@ std::vector<CollectiveSample> read_bench_comm(const std::filesystem::path& file)
   std::vector<CollectiveSample> out;
   for (std::size_t i = 0; i < kinds.size(); ++i) {
     CollectiveSample s;
-    const std::string& k = kinds[i];
-    s.kind = k == "all_reduce" ? CollectiveKind::all_reduce
-             : k == "reduce_scatter" ? CollectiveKind::reduce_scatter
-             : k == "all_gather" ? CollectiveKind::all_gather
-                                   : (bad_file(file, "/kind[" + std::to_string(i) + "]: unknown kind " + k), s.kind);
+    s.kind = kind_named(kinds[i], file, i);
     s.workers = static_cast<int>(workers.at(i));
     s.latency_steps = steps.at(i);
     s.bytes_sent = sent.at(i);
