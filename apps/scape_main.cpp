@@ -16,13 +16,16 @@
 #include "model/gpt.hpp"
 #include "experiments/recorder.hpp"
 #include "predict/from_runs.hpp"
+#include "predict/measured_runs.hpp"
 #include "predict/predict_config.hpp"
+#include "predict/regime.hpp"
 #include "predict/report.hpp"
 #include "sim/sim_run.hpp"
 #include "train/compute_model.hpp"
 #include "train/run_log.hpp"
 
 #ifdef SCAPE_HAVE_MPI
+#include "runtime/bench_comm.hpp"
 #include "runtime/mpi_run.hpp"
 #endif
 #ifdef SCAPE_HAVE_NCCL
@@ -333,8 +336,23 @@ int cmd_sweep(const std::string& file, const std::string& out_dir, const std::ve
   return code;
 }
 
+struct Calibrate {
+  std::vector<std::string> fit, held_out;
+  std::vector<double> sweep_GBps;  // --sweep: the link bandwidths of the regime sweep
+};
+
 int cmd_predict(const std::string& file, std::string out, const std::string& csv, const std::vector<std::string>& sets,
-                const std::string& from_runs) {
+                const std::string& from_runs, const Calibrate& calibrate) {
+  if (!calibrate.fit.empty()) {
+    if (!file.empty() || !csv.empty() || !from_runs.empty()) throw ex::ConfigError("--calibrate takes no config, --csv or --from-runs");
+    if (out.empty()) out = "calibrated-hardware.json";
+    scape::predict::calibrate_from_files({calibrate.fit.begin(), calibrate.fit.end()},
+                                         {calibrate.held_out.begin(), calibrate.held_out.end()}, out, std::cout);
+    std::fprintf(stderr, "calibrated from %zu file(s) -> %s\n", calibrate.fit.size(), out.c_str());
+    return kExitOk;
+  }
+  if (!calibrate.held_out.empty()) throw ex::ConfigError("--held-out goes with --calibrate");
+  if (file.empty()) throw ex::ConfigError("predict: a prediction config (or --calibrate RUN.h5 ...) is required");
   if (!from_runs.empty()) {
     if (!out.empty() || !csv.empty()) throw ex::ConfigError("--from-runs prints a table only: no --out or --csv");
     const auto runs = scape::predict::read_completed_runs(from_runs);
@@ -344,12 +362,38 @@ int cmd_predict(const std::string& file, std::string out, const std::string& csv
   const auto config = scape::predict::load_predict_config(file, sets);
   const auto prediction = scape::predict::run_prediction(config);
   scape::predict::print_prediction(std::cout, prediction);
+  scape::predict::print_break_even(std::cout, config, scape::predict::break_even(config));
+  if (!calibrate.sweep_GBps.empty()) scape::predict::print_regime_sweep(std::cout, config, calibrate.sweep_GBps);
   if (out.empty()) out = config.name + "-predict.h5";
   scape::predict::write_prediction_hdf5(out, prediction);
   if (!csv.empty()) scape::predict::write_prediction_csv(csv, prediction);
   std::fprintf(stderr, "%s: predicted %zu worker counts -> %s%s\n", config.name.c_str(), prediction.rows.size(),
                out.c_str(), csv.empty() ? "" : (" and " + csv).c_str());
   return kExitOk;
+}
+
+int cmd_bench_comm(const std::string& backend, const std::string& out, std::size_t min_bytes, std::size_t max_bytes,
+                   double factor, int iters, int warmup) {
+#ifdef SCAPE_HAVE_MPI
+  scape::runtime::BenchCommOptions o;
+  o.min_bytes = min_bytes;
+  o.max_bytes = max_bytes;
+  o.factor = factor;
+  o.iters = iters;
+  o.warmup = warmup;
+  o.out = out;
+  if (backend == "nccl") {
+#ifdef SCAPE_HAVE_NCCL
+    return scape::runtime::bench_comm(MPI_COMM_WORLD, scape::runtime::nccl_bench_backend(), o);
+#else
+    throw ex::ConfigError("bench-comm --backend nccl: this scape was built without the NCCL communicator");
+#endif
+  }
+  return scape::runtime::bench_comm(MPI_COMM_WORLD, scape::runtime::mpi_bench_backend(), o);
+#else
+  (void)backend, (void)out, (void)min_bytes, (void)max_bytes, (void)factor, (void)iters, (void)warmup;
+  throw ex::ConfigError("bench-comm: this scape was built without MPI (install libopenmpi-dev and rebuild)");
+#endif
 }
 
 }  // namespace
@@ -405,15 +449,47 @@ int main(int argc, char** argv) {
   std::string csv;
   auto* predict = app.add_subcommand(
       "predict", "predict step time, speedup and scaling efficiency on a cluster (docs/PREDICTING.md)");
-  predict->add_option("config", config_file, "prediction JSON file")->required()->check(CLI::ExistingPath);
+  predict->add_option("config", config_file, "prediction JSON file (not with --calibrate)")->check(CLI::ExistingPath);
   predict->add_option("--set", sets, "override a config value: key.path=value (JSON, else a string); repeatable");
-  predict->add_option("--out", out, "HDF5 prediction file (default: <name>-predict.h5 in the current directory)");
+  predict->add_option("--out", out, "HDF5 prediction file (default: <name>-predict.h5 in the current directory); "
+                                    "with --calibrate the hardware description (default calibrated-hardware.json)");
   predict->add_option("--csv", csv, "also write the table as CSV");
   std::string from_runs;
   predict->add_option("--from-runs", from_runs,
                       "instead: for each completed run in this folder of the config's optimizer type, predict at the "
                       "largest worker count with the run's sparsity (with and without bucketed overlap) and print "
                       "the run's val loss and bytes against its dense run beside it");
+  Calibrate calibrate;
+  predict->add_option("--calibrate", calibrate.fit,
+                      "instead: fit compute, the optimizer step and alpha-beta per collective to these MPI/NCCL run "
+                      "files and bench-comm files, write the hardware description (--out) and print predicted "
+                      "against measured for each run (docs/PREDICTING.md, Calibration)")
+      ->expected(1, -1);
+  predict->add_option("--sweep", calibrate.sweep_GBps,
+                      "also print the regime sweep at the largest worker count: strong scaling at 1 to 16 sequences "
+                      "per GPU, overlap on and off, at these link bandwidths in GB/s (e.g. --sweep 12.5 25 50 100 200)")
+      ->expected(1, -1)
+      ->check(CLI::PositiveNumber);
+  predict->add_option("--held-out", calibrate.held_out,
+                      "with --calibrate: runs predicted with the fit but not fitted on (their error is printed)");
+
+  std::string bench_backend = "mpi";
+  std::string bench_out = "bench-comm.h5";
+  std::size_t bench_min = 1024, bench_max = std::size_t{64} << 20;
+  double bench_factor = 2;
+  int bench_iters = 20, bench_warmup = 5;
+  auto* bench = app.add_subcommand(
+      "bench-comm", "under mpirun: time every collective the optimizers use over a range of sizes (algbw, busbw as "
+                    "nccl-tests) and write them for `scape predict --calibrate`");
+  bench->add_option("--backend", bench_backend, "mpi or nccl (one GPU per rank)")
+      ->check(CLI::IsMember({"mpi", "nccl"}))
+      ->capture_default_str();
+  bench->add_option("--out", bench_out, "HDF5 file of the rows")->capture_default_str();
+  bench->add_option("--min-bytes", bench_min, "payload of the smallest size")->capture_default_str();
+  bench->add_option("--max-bytes", bench_max, "payload of the largest size")->capture_default_str();
+  bench->add_option("--factor", bench_factor, "ratio between sizes")->capture_default_str();
+  bench->add_option("--iters", bench_iters, "timed calls per size")->capture_default_str();
+  bench->add_option("--warmup", bench_warmup, "untimed calls per size")->capture_default_str();
 
   CLI11_PARSE(app, argc, argv);
 #ifdef SCAPE_HAVE_MPI
@@ -429,13 +505,13 @@ int main(int argc, char** argv) {
 #else
   const bool under_mpi = backend.name == "mpi";
 #endif
-  if (run->parsed() && under_mpi) {
+  if ((run->parsed() && under_mpi) || bench->parsed()) {
     int provided = 0;
     MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
     mpi_session.active = true;
     if (provided < MPI_THREAD_MULTIPLE) {
       std::fprintf(stderr, "error: --backend %s needs MPI_THREAD_MULTIPLE (the lagged all-gather and the watchdog "
-                   "run on their own threads)\n", backend.name.c_str());
+                   "run on their own threads)\n", bench->parsed() ? bench_backend.c_str() : backend.name.c_str());
       return kExitFailure;
     }
   }
@@ -444,7 +520,9 @@ int main(int argc, char** argv) {
     if (run->parsed()) return cmd_run(config_file, out, sets, quiet, every, resume, backend);
     if (sweep->parsed()) return cmd_sweep(config_file, out_dir, sets, jobs, quiet);
     if (validate->parsed()) return cmd_validate(config_file, sets);
-    if (predict->parsed()) return cmd_predict(config_file, out, csv, sets, from_runs);
+    if (bench->parsed()) return cmd_bench_comm(bench_backend, bench_out, bench_min, bench_max, bench_factor,
+                                               bench_iters, bench_warmup);
+    if (predict->parsed()) return cmd_predict(config_file, out, csv, sets, from_runs, calibrate);
     if (schema->parsed()) {
       std::cout << (predict_schema ? scape::predict::predict_schema() : ex::experiment_schema()).dump(2) << "\n";
     }

@@ -1,7 +1,7 @@
 // What the runs of a folder mean on a cluster (`scape predict CONFIG --from-runs DIR`): each
 // completed run of the config's optimizer type gives its sparsity to the prediction, and the
 // table sets the quality and bytes measured here beside the step time and speedup predicted
-// there, with the config's overlap and with bucketed overlap switched off.
+// there, with the config's overlap and with bucketed overlap switched the other way.
 #pragma once
 
 #include <filesystem>

@@ -6,12 +6,14 @@
 namespace scape::predict {
 
 const std::vector<GpuPreset>& gpu_presets() {
-  // Datasheets quote bf16 tensor throughput with 2:4 sparsity; the dense figure is half.
+  // Datasheets quote bf16 tensor throughput with 2:4 sparsity; the dense figure is half. Host
+  // links: PCIe Gen4 x16 (A100) and Gen5 x16 (H100, H200 SXM) per direction; NVLink-C2C's
+  // 900 GB/s total on GH200, 450 per direction.
   static const std::vector<GpuPreset> presets = {
-      {"a100", "NVIDIA A100 SXM4 80 GB (HBM2e)", 312.0, 2.039, "NVIDIA A100 Tensor Core GPU datasheet"},
-      {"h100", "NVIDIA H100 SXM5 80 GB (HBM3)", 989.0, 3.35, "NVIDIA H100 Tensor Core GPU datasheet"},
-      {"h200", "NVIDIA H200 SXM 141 GB (HBM3e)", 989.0, 4.8, "NVIDIA H200 Tensor Core GPU datasheet"},
-      {"gh200", "NVIDIA GH200 Grace Hopper Superchip, 144 GB HBM3e GPU memory", 989.0, 4.9,
+      {"a100", "NVIDIA A100 SXM4 80 GB (HBM2e)", 312.0, 2.039, 32.0, "NVIDIA A100 Tensor Core GPU datasheet"},
+      {"h100", "NVIDIA H100 SXM5 80 GB (HBM3)", 989.0, 3.35, 64.0, "NVIDIA H100 Tensor Core GPU datasheet"},
+      {"h200", "NVIDIA H200 SXM 141 GB (HBM3e)", 989.0, 4.8, 64.0, "NVIDIA H200 Tensor Core GPU datasheet"},
+      {"gh200", "NVIDIA GH200 Grace Hopper Superchip, 144 GB HBM3e GPU memory", 989.0, 4.9, 450.0,
        "NVIDIA GH200 Grace Hopper Superchip datasheet"},
   };
   return presets;

@@ -13,6 +13,7 @@ struct GpuPreset {
   const char* description;
   double peak_bf16_TFLOPs;  // dense (no 2:4 sparsity), 1e12 FLOP/s
   double memory_TBps;       // device memory bandwidth, 1e12 bytes/s
+  double host_link_GBps;    // host-device link, one direction, 1e9 bytes/s
   const char* source;
 };
 
@@ -28,9 +29,17 @@ struct GpuSpec {
   double peak_TFLOPs = 989.0;  // dense bf16
   double mfu = kDefaultMfu;    // achieved fraction of the peak, in (0, 1]
   double memory_TBps = 3.35;
+  // Throughputs of the optimizer's kernels over the bytes they touch. 0: the memory bandwidth
+  // (every one is a streaming kernel); calibration or a measured figure replaces them.
+  double select_TBps = 0;     // top-k selection: the statistic and the selection passes
+  double pack_TBps = 0;       // mask packing: gather the masked values, zero the residual
+  double host_link_GBps = 64;  // residual offload: host-device copies, one direction
 
   double achieved_flops() const { return peak_TFLOPs * 1e12 * mfu; }
   double memory_Bps() const { return memory_TBps * 1e12; }
+  double select_Bps() const { return select_TBps > 0 ? select_TBps * 1e12 : memory_Bps(); }
+  double pack_Bps() const { return pack_TBps > 0 ? pack_TBps * 1e12 : memory_Bps(); }
+  double host_link_Bps() const { return host_link_GBps * 1e9; }
 };
 
 }  // namespace scape::predict

@@ -100,8 +100,12 @@ GpuSpec parse_gpu(const Section& s) {
     g.peak_TFLOPs = p.peak_bf16_TFLOPs;
     g.memory_TBps = p.memory_TBps;
   }
+  if (!g.preset.empty()) g.host_link_GBps = find_gpu_preset(g.preset, "gpu.preset").host_link_GBps;
   g.peak_TFLOPs = s.value_or("peak_TFLOPs", g.peak_TFLOPs);
   g.memory_TBps = s.value_or("memory_bandwidth_TBps", g.memory_TBps);
+  g.select_TBps = s.value_or("select_TBps", g.select_TBps);
+  g.pack_TBps = s.value_or("pack_TBps", g.pack_TBps);
+  g.host_link_GBps = s.value_or("host_link_GBps", g.host_link_GBps);
   g.mfu = s.get("mfu").get<double>();
   return g;
 }
@@ -196,6 +200,15 @@ void parse_network(const Section& s, PredictConfig& c) {
   }
   c.inter = parse_link(s.object("inter"), "network.inter", inter_fields());
   c.intra = parse_link(s.object("intra"), "network.intra", intra_fields());
+  const Section by_kind(s.object("collectives"), "network.collectives", collectives_fields());
+  for (const auto kind : {CollectiveKind::all_reduce, CollectiveKind::reduce_scatter, CollectiveKind::all_gather}) {
+    if (!by_kind.has(to_string(kind))) continue;
+    const Section link(by_kind.at(to_string(kind)), by_kind.path(to_string(kind)), measured_link_fields());
+    link.require("alpha_us", "(a measured link gives both figures)");
+    link.require("bandwidth_GBps", "(a measured link gives both figures)");
+    c.collectives[static_cast<std::size_t>(kind)] =
+        LinkSpec{"", link.at("alpha_us").get<double>(), link.at("bandwidth_GBps").get<double>()};
+  }
 }
 
 json link_json(const LinkSpec& l) {
@@ -222,7 +235,11 @@ double BatchSpec::sequences_per_gpu(int workers) const {
 NetworkModel LinkSpec::model() const { return sim::to_network_model(alpha_us, bandwidth_GBps); }
 
 Topology PredictConfig::topology() const {
-  return Topology{gpus_per_node, nics_per_node, intra.model(), inter.model()};
+  Topology t{gpus_per_node, nics_per_node, intra.model(), inter.model(), {}};
+  for (std::size_t k = 0; k < collectives.size(); ++k) {
+    if (collectives[k]) t.inter_by_kind[k] = collectives[k]->model();
+  }
+  return t;
 }
 
 OptimizerConfig default_baseline(const OptimizerConfig& c) {
@@ -252,7 +269,23 @@ PredictConfig parse_predict_config(const json& j) {
   c.baseline = top.has("baseline") ? parse_optimizer_section(top.at("baseline"), "baseline")
                                    : default_baseline(c.optimizer);
   c.fill_in = top.get("fill_in").get<double>();
+  c.hardware = top.value_or<std::string>("hardware", "");
   return c;
+}
+
+void merge_hardware(json& j, const std::filesystem::path& base_dir) {
+  if (!j.is_object() || !j.contains("hardware") || !j.at("hardware").is_string()) return;
+  const std::filesystem::path file = base_dir / j.at("hardware").get<std::string>();
+  const json hw = experiments::read_json_file(file);
+  if (!hw.is_object() || hw.value("format", "") != kHardwareFormat) {
+    throw ConfigError("hardware: " + file.string() + " is not a hardware description (no \"format\": \"" +
+                      kHardwareFormat + "\"; `scape predict --calibrate` writes one)");
+  }
+  for (const char* section : {"gpu", "network"}) {
+    json merged = hw.value(section, json::object());
+    if (j.contains(section)) merged.merge_patch(j.at(section));
+    j[section] = merged;
+  }
 }
 
 json predict_schema() {
@@ -267,6 +300,9 @@ json predict_schema() {
   p["network"] = section_schema(network_fields());
   p["network"]["properties"]["inter"] = section_schema(inter_fields());
   p["network"]["properties"]["intra"] = section_schema(intra_fields());
+  auto& by_kind = p["network"]["properties"]["collectives"];
+  by_kind = section_schema(collectives_fields());
+  for (const auto& f : collectives_fields()) by_kind["properties"][f.key] = section_schema(measured_link_fields());
   p["overlap"] = section_schema(overlap_fields());
   p["optimizer"] = experiments::experiment_schema()["properties"]["optimizer"];
   p["baseline"] = p["optimizer"];
@@ -276,6 +312,7 @@ json predict_schema() {
 PredictConfig load_predict_config(const std::filesystem::path& file, const std::vector<std::string>& sets) {
   json j = experiments::read_json_file(file);
   for (const auto& s : sets) experiments::apply_override(j, s);
+  merge_hardware(j, std::filesystem::absolute(file).parent_path());
   return parse_predict_config(j);
 }
 
@@ -297,16 +334,22 @@ json PredictConfig::to_json() const {
   } else {
     b["per_gpu_sequences"] = batch.per_gpu_sequences;
   }
-  json g = {{"peak_TFLOPs", gpu.peak_TFLOPs}, {"mfu", gpu.mfu}, {"memory_bandwidth_TBps", gpu.memory_TBps}};
+  json g = {{"peak_TFLOPs", gpu.peak_TFLOPs}, {"mfu", gpu.mfu}, {"memory_bandwidth_TBps", gpu.memory_TBps},
+            {"host_link_GBps", gpu.host_link_GBps}};
+  if (gpu.select_TBps > 0) g["select_TBps"] = gpu.select_TBps;
+  if (gpu.pack_TBps > 0) g["pack_TBps"] = gpu.pack_TBps;
+  json net = {{"gpus_per_node", gpus_per_node}, {"nics_per_node", nics_per_node}, {"inter", link_json(inter)},
+              {"intra", link_json(intra)}};
+  for (const auto kind : {CollectiveKind::all_reduce, CollectiveKind::reduce_scatter, CollectiveKind::all_gather}) {
+    if (const auto& l = collectives[static_cast<std::size_t>(kind)]) net["collectives"][to_string(kind)] = link_json(*l);
+  }
   if (!gpu.preset.empty()) g["preset"] = gpu.preset;
-  return {{"name", name},
+  json out = {{"name", name},
           {"description", description},
           {"model", m},
           {"batch", b},
           {"gpu", g},
-          {"network",
-           {{"gpus_per_node", gpus_per_node}, {"nics_per_node", nics_per_node}, {"inter", link_json(inter)},
-            {"intra", link_json(intra)}}},
+          {"network", net},
           {"overlap",
            {{"grad_reduce", overlap.grad_reduce},
             {"param_gather", overlap.param_gather},
@@ -317,6 +360,8 @@ json PredictConfig::to_json() const {
           {"baseline", optimizer_json(baseline)},
           {"fill_in", fill_in},
           {"workers", workers}};
+  if (!hardware.empty()) out["hardware"] = hardware;  // its values are in gpu and network already
+  return out;
 }
 
 }  // namespace scape::predict

@@ -5,8 +5,10 @@
 // run-config parser itself. docs/PREDICTING.md lists every field and default.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <filesystem>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -19,6 +21,9 @@
 #include "predict/topology.hpp"
 
 namespace scape::predict {
+
+// The "format" of a hardware description (`scape predict --calibrate` writes one).
+inline constexpr const char* kHardwareFormat = "scape-hardware-1";
 
 enum class Scaling { strong, weak };
 const char* to_string(Scaling s);
@@ -54,6 +59,8 @@ struct PredictConfig {
   int nics_per_node = 1;
   LinkSpec inter;
   LinkSpec intra;
+  std::array<std::optional<LinkSpec>, 3> collectives{};  // network.collectives, by CollectiveKind
+  std::string hardware;  // the hardware description merged in ("" when none)
   OverlapModel overlap;
   OptimizerConfig optimizer;
   OptimizerConfig baseline;
@@ -71,7 +78,11 @@ OptimizerConfig default_baseline(const OptimizerConfig& c);
 
 // Throws experiments::ConfigError naming the field.
 PredictConfig parse_predict_config(const nlohmann::json& j);
-// Reads the file, applies --set overrides (key.path=value), parses.
+// Puts the gpu and network sections of the hardware description that `j["hardware"]` names
+// (relative to `base_dir`) under the config's own; nothing without that key. Throws ConfigError
+// naming the file when it cannot be read or is not a hardware description.
+void merge_hardware(nlohmann::json& j, const std::filesystem::path& base_dir);
+// Reads the file, applies --set overrides (key.path=value), merges the hardware, parses.
 PredictConfig load_predict_config(const std::filesystem::path& file, const std::vector<std::string>& sets);
 // JSON Schema (draft 2020-12) of a prediction config (`scape schema --predict`).
 nlohmann::json predict_schema();

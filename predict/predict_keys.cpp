@@ -39,6 +39,9 @@ const std::vector<Field>& top_fields() {
       {"optimizer", Kind::object, "the optimizer section of a run config (the same parser)"},
       {"baseline", Kind::object, "the dense optimizer compared with (default: AdamS, or AdamW for inner adamw)"},
       {"fill_in", Kind::number, "SCAPE local_union: |M| / K", {1, kInf}, {}, {}, d.fill_in},
+      {"hardware", Kind::string,
+       "a hardware description (`scape predict --calibrate` writes one; relative to this file): its gpu and "
+       "network sections, with this config's keys over them"},
   };
   return f;
 }
@@ -80,6 +83,12 @@ const std::vector<Field>& gpu_fields() {
       {"peak_TFLOPs", Kind::number, "dense bf16 peak (overrides the preset)", {0, kInf, true}},
       {"mfu", Kind::number, "achieved fraction of the dense peak", {0, 1, true}, {}, {}, GpuSpec{}.mfu},
       {"memory_bandwidth_TBps", Kind::number, "device memory bandwidth (overrides the preset)", {0, kInf, true}},
+      {"select_TBps", Kind::number, "throughput of top-k selection over the bytes it touches (default the memory "
+       "bandwidth)", {0, kInf, true}},
+      {"pack_TBps", Kind::number, "throughput of mask packing over the bytes it touches (default the memory "
+       "bandwidth)", {0, kInf, true}},
+      {"host_link_GBps", Kind::number, "host-device link per direction, for residual offload (default from the "
+       "preset)", {0, kInf, true}},
   };
   return f;
 }
@@ -92,7 +101,28 @@ const std::vector<Field>& network_fields() {
        {1, 1024}},
       {"inter", Kind::object, "per-port link between nodes"},
       {"intra", Kind::object, "per-GPU link inside a node"},
+      {"collectives", Kind::object, "calibrated links per collective kind, replacing inter for that kind"},
   };
+  return f;
+}
+
+const std::vector<Field>& collectives_fields() {
+  static const std::vector<Field> f = {
+      {"all_reduce", Kind::object, "alpha_us and bandwidth_GBps of all-reduce rings"},
+      {"reduce_scatter", Kind::object, "alpha_us and bandwidth_GBps of reduce-scatter rings"},
+      {"all_gather", Kind::object, "alpha_us and bandwidth_GBps of all-gather rings"},
+  };
+  return f;
+}
+
+const std::vector<Field>& measured_link_fields() {
+  static const std::vector<Field> f = [] {
+    std::vector<Field> out;
+    for (const auto& field : experiments::network_keys().fields) {
+      if (std::string(field.key) != "preset") out.push_back(field);
+    }
+    return out;
+  }();
   return f;
 }
 

@@ -20,6 +20,9 @@ const std::vector<Field>& network_fields();
 // network.inter and network.intra: the link keys of run configs, with their own default preset.
 const std::vector<Field>& inter_fields();
 const std::vector<Field>& intra_fields();
+// network.collectives: one section per collective kind, each with the link keys but the preset.
+const std::vector<Field>& collectives_fields();
+const std::vector<Field>& measured_link_fields();
 const std::vector<Field>& overlap_fields();
 
 }  // namespace scape::predict

@@ -29,9 +29,10 @@ struct Prediction {
   std::vector<PredictionRow> rows;  // in the order of config.workers
 };
 
-// Strong scaling: E = T_1 / (W T_W), T_1 the step of the whole global batch on one GPU.
-// Weak scaling: E = T_1 / T_W, T_1 the step of one GPU's batch on one GPU.
-double scaling_efficiency(const StepPrediction& one_gpu, const StepPrediction& at_w, Scaling scaling);
+// E = T_1 / (W T_W), T_1 the whole W-GPU step (its global batch, one optimizer step over all N)
+// on one GPU, under strong and weak scaling alike. E <= 1 because no GPU of W does less than
+// 1/W of that work and communication only adds time.
+double scaling_efficiency(const StepPrediction& whole_step_on_one_gpu, const StepPrediction& at_w);
 
 StepInputs step_inputs(const PredictConfig& c, const OptimizerConfig& optimizer);
 Prediction run_prediction(const PredictConfig& c);

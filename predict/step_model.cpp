@@ -37,7 +37,7 @@ double state_elements(const OptimizerConfig& c, std::uint64_t n, int workers) {
   return c.sharded ? static_cast<double>(Sharding(n, workers).size(0)) : static_cast<double>(n);
 }
 
-double scape_step_bytes(const OptimizerConfig& c, std::uint64_t n, int workers, std::uint64_t m) {
+OptimizerBytes scape_step_bytes(const OptimizerConfig& c, std::uint64_t n, int workers, std::uint64_t m) {
   const double nn = static_cast<double>(n);
   const double mm = static_cast<double>(m);
   const double state = state_elements(c, n, workers);
@@ -46,23 +46,37 @@ double scape_step_bytes(const OptimizerConfig& c, std::uint64_t n, int workers, 
   const double ranked = c.mask_partition == MaskPartition::partitioned
                             ? static_cast<double>(Sharding(n, workers).size(0))
                             : nn;
-  double bytes = kAccumulate * nn + kSelect * ranked + kPack * mm;
+  OptimizerBytes b{kSelect * ranked, kPack * mm, kAccumulate * nn};
   if (c.update == UpdateMode::dense) {
-    bytes += kClear * state + kIndexedMove * own + dense_step_bytes(c) * state;
+    b.state += kClear * state + kIndexedMove * own + dense_step_bytes(c) * state;
   } else {
-    bytes += kReadWrite * nn + (kMaskedStep + (adamw_rule(c) ? kAdamWExtra : 0)) * own;
-    if (c.sharded) bytes += kIndexedMove * (own + mm);  // compact the owned values, expand all
+    b.state += kReadWrite * nn + (kMaskedStep + (adamw_rule(c) ? kAdamWExtra : 0)) * own;
+    if (c.sharded) b.state += kIndexedMove * (own + mm);  // compact the owned values, expand all
   }
-  return bytes;
+  return b;
 }
 
-double topk_step_bytes(const OptimizerConfig& c, std::uint64_t n, int workers, std::uint64_t k) {
+OptimizerBytes topk_step_bytes(const OptimizerConfig& c, std::uint64_t n, int workers, std::uint64_t k) {
   const double nn = static_cast<double>(n);
   const double kk = static_cast<double>(k);
   const double sum_pairs = kIndexedMove * workers * kk + (kClear + kReadWrite) * nn;  // zero, add, divide by W
-  return (kAccumulate + kTopkSelect) * nn + kPack * kk + sum_pairs + dense_step_bytes(c) * nn;
+  return OptimizerBytes{kTopkSelect * nn, kPack * kk, kAccumulate * nn + sum_pairs + dense_step_bytes(c) * nn};
 }
 
+// Residual offload: passes over the residual per step (one when the mask is known before the
+// backward pass, lag 1; two otherwise) and the copies of each, up and down.
+void add_offload(StepPrediction& s, const StepInputs& in) {
+  const OptimizerConfig& c = in.optimizer;
+  if (c.type != OptimizerType::scape || !c.residual_offload) return;
+  const double n = static_cast<double>(in.n_params);
+  const int passes = c.mask_lag == 1 ? 1 : 2;
+  const double chunks = std::ceil(n / static_cast<double>(c.offload_chunk));
+  const double copy_s = 4.0 * n / in.gpu.host_link_Bps();
+  // The kernels that stream the residual: accumulate, statistic and selection, packing.
+  const double kernels_s = kAccumulate * n / in.gpu.memory_Bps() + s.select_s + s.pack_s;
+  s.offload_s = passes * 2.0 * copy_s;
+  s.offload_exposed_s = passes * double_buffered_exposed(copy_s, kernels_s / passes, chunks);
+}
 bool gradient_reduction(const std::string& purpose) {
   return purpose.rfind("grad_", 0) == 0 || purpose.rfind("accum_", 0) == 0;
 }
@@ -149,17 +163,29 @@ const char* to_string(Window w) {
 
 int steady_state_step(const OptimizerConfig& c) { return std::max(2, c.density_warmup + 1); }
 
-double optimizer_step_bytes(const OptimizerConfig& c, std::uint64_t n, int workers, std::uint64_t mask_size) {
+OptimizerBytes optimizer_bytes_by_kernel(const OptimizerConfig& c, std::uint64_t n, int workers,
+                                         std::uint64_t mask_size) {
   switch (c.type) {
     case OptimizerType::adamw:
     case OptimizerType::adams:
-      return dense_step_bytes(c) * state_elements(c, n, workers);
+      return OptimizerBytes{0, 0, dense_step_bytes(c) * state_elements(c, n, workers)};
     case OptimizerType::scape:
       return scape_step_bytes(c, n, workers, mask_size);
     case OptimizerType::topk_ef:
       return topk_step_bytes(c, n, workers, mask_size);
   }
-  return 0;
+  return {};
+}
+
+double optimizer_step_bytes(const OptimizerConfig& c, std::uint64_t n, int workers, std::uint64_t mask_size) {
+  return optimizer_bytes_by_kernel(c, n, workers, mask_size).total();
+}
+
+double double_buffered_exposed(double copy_s, double kernel_s, double chunks) {
+  if (!(copy_s > 0)) return 0.0;
+  const double c = std::max(1.0, chunks);
+  const double pass = (2 * copy_s + kernel_s) / c + (c - 1) * std::max(copy_s, kernel_s) / c;
+  return std::max(0.0, pass - kernel_s);
 }
 
 double bucketed_exposed(double time_s, int buckets, double window_s) {
@@ -187,8 +213,13 @@ StepPrediction predict_step(const StepInputs& in, int workers, double tokens_per
     s.comm_s += col.time_s;
     s.exposed_comm_s += col.exposed_s;
   }
-  s.optimizer_bytes = optimizer_step_bytes(c, in.n_params, workers, m.value_or(k));
-  s.optimizer_s = s.optimizer_bytes / in.gpu.memory_Bps();
+  const OptimizerBytes bytes = optimizer_bytes_by_kernel(c, in.n_params, workers, m.value_or(k));
+  s.optimizer_bytes = bytes.total();
+  s.state_s = bytes.state / in.gpu.memory_Bps();
+  s.select_s = bytes.select / in.gpu.select_Bps();
+  s.pack_s = bytes.pack / in.gpu.pack_Bps();
+  add_offload(s, in);
+  s.optimizer_s = s.state_s + s.select_s + s.pack_s + s.offload_exposed_s;
   s.step_s = s.compute_s() + s.optimizer_s + s.exposed_comm_s;
   return s;
 }

@@ -48,13 +48,27 @@ struct StepInputs {
   OverlapModel overlap;
 };
 
+// Bytes of device memory one GPU touches in the optimizer step, by the kernel that touches
+// them (docs/PREDICTING.md, "Optimizer step"); each is costed at its own throughput.
+struct OptimizerBytes {
+  double select = 0;  // top-k selection: the statistic and the selection passes
+  double pack = 0;    // mask packing: gather the masked values, zero the residual there
+  double state = 0;   // everything else: accumulate, weight decay, the (masked) Adam step
+  double total() const { return select + pack + state; }
+};
+
 struct StepPrediction {
   int workers = 1;
   double tokens_per_gpu = 0;
   double forward_s = 0;
   double backward_s = 0;   // twice the forward pass
-  double optimizer_s = 0;  // the optimizer step, memory bound
+  double optimizer_s = 0;  // state + select + pack + exposed offload
   double optimizer_bytes = 0;
+  double state_s = 0;      // the optimizer's streaming kernels at the memory bandwidth
+  double select_s = 0;     // top-k selection
+  double pack_s = 0;       // mask packing; mask coding (issue 16) adds its own term beside it
+  double offload_s = 0;    // residual offload: host-device copies of every pass
+  double offload_exposed_s = 0;  // what the double-buffered pipeline does not hide
   std::vector<CollectiveTime> collectives;
   double comm_s = 0;          // every collective, hidden or not
   double exposed_comm_s = 0;
@@ -69,6 +83,14 @@ int steady_state_step(const OptimizerConfig& c);
 // Bytes of device memory one GPU reads and writes in the optimizer step (the table of
 // docs/PREDICTING.md), for a step with mask size `mask_size` (K, or |M| for local_union).
 double optimizer_step_bytes(const OptimizerConfig& c, std::uint64_t n, int workers, std::uint64_t mask_size);
+OptimizerBytes optimizer_bytes_by_kernel(const OptimizerConfig& c, std::uint64_t n, int workers,
+                                         std::uint64_t mask_size);
+
+// Exposed seconds of a residual pass streamed through two device chunks: C chunks go through
+// upload, kernel and download, each stage one chunk at a time, so the pass takes
+// (u + k + d) / C + (C - 1) max(u, k, d) / C with u = d = `copy_s` (up and down run on their
+// own directions) and k = `kernel_s`; what exceeds the kernels' own time is exposed.
+double double_buffered_exposed(double copy_s, double kernel_s, double chunks);
 
 // Exposed part of `time_s` of communication issued as `buckets` equal buckets that become
 // ready one by one over `window_s` of compute: max(time / B, time - window (B - 1) / B).

@@ -26,8 +26,8 @@ Placement place(const Topology& topo, int workers) {
   return Placement{topo.gpus_per_node, workers / topo.gpus_per_node};
 }
 
-NetworkModel inter_link_per_gpu(const Topology& topo, const Placement& p) {
-  NetworkModel link = topo.inter;
+NetworkModel inter_link_per_gpu(const Topology& topo, const Placement& p, CollectiveKind kind) {
+  NetworkModel link = topo.inter_for(kind);
   const double share = std::min(1.0, static_cast<double>(topo.nics_per_node) / p.gpus_per_node);
   link.bandwidth_Bps *= share;
   return link;
@@ -36,7 +36,7 @@ NetworkModel inter_link_per_gpu(const Topology& topo, const Placement& p) {
 double collective_time(CollectiveKind kind, double payload_bytes, const Topology& topo, int workers) {
   const Placement p = place(topo, workers);
   if (p.nodes == 1) return alpha_beta_time(kind, p.gpus_per_node, payload_bytes, topo.intra);
-  const NetworkModel inter = inter_link_per_gpu(topo, p);
+  const NetworkModel inter = inter_link_per_gpu(topo, p, kind);
   const double per_rail = payload_bytes / p.gpus_per_node;
   const double node = alpha_beta_time(intra_phase(kind), p.gpus_per_node, payload_bytes, topo.intra);
   const double across = alpha_beta_time(kind, p.nodes, per_rail, inter);

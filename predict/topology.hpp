@@ -4,6 +4,9 @@
 // GPU per node is exactly the flat ring the simulator models.
 #pragma once
 
+#include <array>
+#include <optional>
+
 #include "core/ledger.hpp"
 
 namespace scape::predict {
@@ -13,6 +16,12 @@ struct Topology {
   int nics_per_node = 1;  // inter-node ports per node; one per GPU is a rail-optimized node
   NetworkModel intra;     // GPU to GPU inside a node, per GPU and direction
   NetworkModel inter;     // one port, per direction
+  // A calibrated link per collective kind (indexed by CollectiveKind) replaces `inter` for
+  // that kind: measured collectives differ in their effective latency and bandwidth.
+  std::array<std::optional<NetworkModel>, 3> inter_by_kind{};
+  NetworkModel inter_for(CollectiveKind kind) const {
+    return inter_by_kind[static_cast<std::size_t>(kind)].value_or(inter);
+  }
 };
 
 // How W workers sit: W <= G fills one node with W GPUs, otherwise M = W / G full nodes.
@@ -25,7 +34,7 @@ Placement place(const Topology& topo, int workers);
 
 // The inter-node link as one GPU sees it: the port bandwidth shared by the g / nics GPUs
 // behind each port when a node has fewer ports than GPUs.
-NetworkModel inter_link_per_gpu(const Topology& topo, const Placement& p);
+NetworkModel inter_link_per_gpu(const Topology& topo, const Placement& p, CollectiveKind kind);
 
 // Time of a collective over `payload_bytes` in total (the ledger's n) among W workers:
 //   reduce-scatter: ring RS over g on NVLink of n, then ring RS over M across nodes of n/g

@@ -1,9 +1,11 @@
-// NCCL runner (docs/runtime.md, "The NCCL backend"): run_mpi with NcclComm.
+// NCCL runner (docs/runtime.md, "The NCCL backend"): run_mpi with NcclComm, and the
+// NCCL backend of bench-comm.
 #include "runtime/nccl_run.hpp"
 
 #include <stdexcept>
 #include <string>
 
+#include "kernels/cuda/check.hpp"
 #include "kernels/cuda/cuda_backend.hpp"
 #include "runtime/nccl_bootstrap.hpp"
 
@@ -28,6 +30,20 @@ int run_nccl(const experiments::ExperimentConfig& config, train::RunOptions opti
   };
   backend.blocked_for = [](const Communicator& c) { return static_cast<const NcclComm&>(c).blocked_for(); };
   return run_mpi(on_gpu, std::move(options), mpi, backend);
+}
+
+BenchBackend nccl_bench_backend() {
+  BenchBackend b;
+  b.name = "nccl";
+  b.make = [](MPI_Comm world) -> std::unique_ptr<Communicator> { return make_nccl_comm(world, NetworkModel{}); };
+  b.allocate = [](std::size_t bytes) {
+    void* p = nullptr;
+    SCAPE_CUDA_CHECK(cudaMalloc(&p, bytes));
+    SCAPE_CUDA_CHECK(cudaMemset(p, 0, bytes));
+    return p;
+  };
+  b.release = [](void* p) { cudaFree(p); };
+  return b;
 }
 
 }  // namespace scape::runtime

@@ -59,7 +59,7 @@ def check_sweep_table(text):
 
 def check_at_scale(text, sweep, scape, tmp):
     _, rows = table(text, "run here")
-    assert len(rows) == 4, rows  # two sparsities, with and without bucketed overlap
+    assert len(rows) == 4, rows  # two sparsities, with bucketed overlap on and off
     dense = sweep["optimizer.type=adams"]
     for row in rows:
         sparsity = re.match(r"scape (\S+) ", row["run here"]).group(1)
@@ -70,8 +70,8 @@ def check_at_scale(text, sweep, scape, tmp):
         assert abs(float(row["val loss vs dense here"]) - delta) <= 2e-4, (row, point, dense)
         # What is predicted there is scape predict run directly on the same inputs.
         sets = [f"optimizer.sparsity={sparsity}"]
-        if row["overlap (grad_reduce, param_gather)"] == "off":
-            sets += ["overlap.grad_reduce=false", "overlap.param_gather=false"]
+        on = "true" if row["overlap (grad_reduce, param_gather)"] == "on" else "false"
+        sets += [f"overlap.grad_reduce={on}", f"overlap.param_gather={on}"]
         direct = predict_directly(scape, sets, tmp)
         assert row["scape step ms"] == direct["scape"]["step ms"], (row, direct)
         assert row["dense step ms"] == direct["adams"]["step ms"], (row, direct)

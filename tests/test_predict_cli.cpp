@@ -186,3 +186,28 @@ TEST_CASE("parser: defaults, explicit models and the derived baseline") {
   CHECK(again.to_json() == parse_predict_config(small_config()).to_json());
   CHECK_THROWS_AS(parse_predict_config(json::parse(R"({"workers": [1]})")), ex::ConfigError);
 }
+
+TEST_CASE("predict --calibrate: bad run files exit 2 naming the file and the missing dataset") {
+  TempDir dir;
+  const auto absent = run_scape("predict --calibrate " + (dir.path / "absent.h5").string());
+  CHECK(absent.code == 2);
+  CHECK(absent.output.find("absent.h5") != std::string::npos);
+  // A simulated run has no measured collective times.
+  const json run = {{"name", "sim"},
+                    {"workers", 2},
+                    {"steps", 6},
+                    {"model", {{"type", "gpt"}, {"n_layer", 1}, {"n_head", 2}, {"n_embd", 16}, {"block_size", 8},
+                               {"vocab_size", 16}}},
+                    {"data", {{"type", "synthetic"}, {"batch_size", 2}, {"tokens", 4000}}},
+                    {"optimizer", {{"type", "adams"}}},
+                    {"eval", {{"interval", 100}, {"batches", 1}}}};
+  const fs::path cfg = write_config(dir, run, "run.json");
+  const fs::path h5 = dir.path / "sim.h5";
+  REQUIRE(run_scape("run " + cfg.string() + " --out " + h5.string() + " --quiet").code == 0);
+  const auto sim = run_scape("predict --calibrate " + h5.string() + " --out " + (dir.path / "hw.json").string());
+  CAPTURE(sim.output);
+  CHECK(sim.code == 2);
+  CHECK(sim.output.find(h5.string() + ": missing dataset /metrics/comm_time_measured_grad_reduce_scatter") !=
+        std::string::npos);
+  CHECK(!fs::exists(dir.path / "hw.json"));
+}

@@ -157,7 +157,7 @@ TEST_CASE("the run file keeps every column analysis/ reads; measured columns onl
       "mask_energy_capture",
       "fill_in",        "residual_norm", "residual_max",     "residual_to_param", "staleness_mean",  "staleness_p99",
       "staleness_max",  "update_norm",   "update_max",       "update_sign_flip", "nonfinite_grads", "optimizer_time",
-      "aggregate_time", "record_time"};
+      "compute_wall_time", "optimizer_wall_time", "aggregate_time", "record_time"};
   const std::vector<std::string> purposes = scape::collective_purposes(scape_config);
   for (const auto& p : purposes) known.push_back("bytes_sent_" + p);
   for (const std::string& name : known) {

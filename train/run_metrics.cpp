@@ -127,6 +127,14 @@ const RunMetric kRunMetrics[] = {
     {.name = "optimizer_time", .columns = Columns::one, .combine = Combine::mean, .unit = "s",
      .report_field = &WorkerReport::optimizer_s,
      .doc = "thread CPU seconds of the optimizer step, emulated collectives included"},
+    {.name = "compute_wall_time", .columns = Columns::one, .combine = Combine::max, .unit = "s",
+     .report_field = &WorkerReport::compute_wall_s,
+     .doc = "wall seconds of forward/backward, the slowest worker (`scape predict --calibrate` fits compute "
+            "from it)"},
+    {.name = "optimizer_wall_time", .columns = Columns::one, .combine = Combine::max, .unit = "s",
+     .report_field = &WorkerReport::optimizer_wall_s,
+     .doc = "wall seconds of the optimizer step with its blocking collectives and its wait for the lagged "
+            "all-gather, the slowest worker"},
     {.name = "aggregate_time", .columns = Columns::one, .combine = Combine::rank0, .unit = "s",
      .rank0_field = &RankZeroValues::aggregate_time,
      .doc = "seconds rank 0 spent combining the previous step's reports (gradient norm and oracle metrics "

@@ -10,6 +10,12 @@
 namespace scape::train {
 namespace {
 
+double wall_seconds() {
+  timespec ts{};
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+}
+
 double thread_cpu_seconds() {
   timespec ts{};
   clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
@@ -39,9 +45,11 @@ void train_rank(const experiments::ExperimentConfig& config, const SourceData& d
   for (int t = first; t <= config.steps; ++t) {
     if (options.before_step) options.before_step(rank, t);
     WorkerReport report;
+    const double w0 = wall_seconds();
     const double c0 = thread_cpu_seconds();
     report.loss = source->gradient(params, t, grads);
     report.compute_s = thread_cpu_seconds() - c0;
+    report.compute_wall_s = wall_seconds() - w0;
     if (want_oracle) {
       const auto e = opt->residual();
       acc.resize(grads.size());
@@ -51,9 +59,11 @@ void train_rank(const experiments::ExperimentConfig& config, const SourceData& d
       moment.assign(m.begin(), m.end());
       report.first_moment = moment;
     }
+    const double w1 = wall_seconds();
     const double o0 = thread_cpu_seconds();
     report.metrics = opt->step(params, grads);
     report.optimizer_s = thread_cpu_seconds() - o0;
+    report.optimizer_wall_s = wall_seconds() - w1;
     report.grads = grads;
     report.measured = comm.take_measured_times();
     report.exposed_wait_s = comm.take_exposed_wait();

@@ -19,6 +19,8 @@ struct WorkerReport {
   double loss = 0;
   double compute_s = 0;            // thread CPU seconds of forward/backward
   double optimizer_s = 0;          // thread CPU seconds of the optimizer step and its collectives
+  double compute_wall_s = 0;       // wall seconds of forward/backward
+  double optimizer_wall_s = 0;     // wall seconds of the optimizer step, its collectives included
   StepMetrics metrics;
   std::span<const float> grads;        // g_i
   std::span<const float> accumulated;  // a_i = e_i + g_i (empty without the oracle)

@@ -14,6 +14,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <tuple>
 
 #include "experiments/hdf5.hpp"
 #include "experiments/recorder.hpp"
@@ -155,6 +156,53 @@ TEST_CASE("a bad data path stops every rank with exit 2, and a wrong rank count 
   r = run_command(mpirun(3, (dir.path / "bad.json").string() + " --backend mpi --quiet --out " + (dir.path / "b.h5").string()));
   CHECK(r.code == 2);
   CHECK(r.output.find("mpirun started 3 ranks") != std::string::npos);
+}
+
+TEST_CASE("bench-comm writes nccl-tests rows that calibration reads; calibration runs on real MPI runs") {
+  Dir dir;
+  const std::string bench = (dir.path / "bench.h5").string();
+  const auto b = run_command("OMP_NUM_THREADS=1 " + std::string(MPIEXEC) + " --oversubscribe -np 2 " + SCAPE_BINARY +
+                             " bench-comm --backend mpi --min-bytes 1024 --max-bytes 65536 --factor 4 --iters 3 "
+                             "--warmup 1 --out " + bench);
+  CAPTURE(b.output);
+  REQUIRE(b.code == 0);
+  const auto f = ex::File::open(bench, ex::Access::read);
+  CHECK(f.read_string_attribute("format") == "scape-bench-comm-1");
+  const auto kinds = f.open_dataset("kind").read_strings();
+  const auto algbw = f.open_dataset("algbw_GBps").read_all<double>();
+  const auto busbw = f.open_dataset("busbw_GBps").read_all<double>();
+  const auto payload = f.open_dataset("payload_bytes").read_all<double>();
+  const auto steps = f.open_dataset("latency_steps").read_all<double>();
+  REQUIRE(kinds.size() == 16);  // four collectives at 1, 4, 16 and 64 KiB
+  for (std::size_t i = 0; i < kinds.size(); ++i) {
+    CAPTURE(i);
+    // W = 2: busbw = algbw x 2 (W-1)/W = algbw for all-reduce, x (W-1)/W = algbw / 2 otherwise.
+    CHECK(busbw[i] == doctest::Approx(kinds[i] == "all_reduce" ? algbw[i] : algbw[i] / 2));
+    CHECK(steps[i] == (kinds[i] == "all_reduce" ? 2.0 : 1.0));
+    CHECK(algbw[i] > 0);
+  }
+  CHECK(payload[0] == 1024.0);
+  CHECK(payload[3] == 65536.0);
+
+  std::ofstream(dir.path / "eq.json") << kGpt;
+  const auto cfg = (dir.path / "eq.json").string();
+  for (const auto& [np, name, set] : {std::tuple{2, "dense2", "--set optimizer.type=adams"},
+                                      std::tuple{4, "scape4", ""}, std::tuple{2, "scape2", ""}}) {
+    const auto r = run_command(mpirun(np, cfg + " --backend mpi --quiet --set workers=" + std::to_string(np) +
+                                              " --out " + (dir.path / (std::string(name) + ".h5")).string() + " " + set));
+    CAPTURE(r.output);
+    REQUIRE(r.code == 0);
+  }
+  const auto c = run_command(std::string(SCAPE_BINARY) + " predict --calibrate " + (dir.path / "dense2.h5").string() +
+                             " " + (dir.path / "scape4.h5").string() + " " + bench + " --held-out " +
+                             (dir.path / "scape2.h5").string() + " --out " + (dir.path / "hw.json").string());
+  CAPTURE(c.output);
+  REQUIRE(c.code == 0);
+  CHECK(c.output.find("| scape2.h5 | held out | 2 | scape |") != std::string::npos);
+  CHECK(c.output.find("| dense2.h5 | grad_reduce_scatter |") != std::string::npos);
+  std::ifstream hw(dir.path / "hw.json");
+  const std::string text((std::istreambuf_iterator<char>(hw)), std::istreambuf_iterator<char>());
+  CHECK(text.find("\"format\": \"scape-hardware-1\"") != std::string::npos);
 }
 
 #else

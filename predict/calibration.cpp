@@ -1,0 +1,145 @@
+// Least-squares fits of the step model's free parameters and the hardware description they
+// make (docs/PREDICTING.md, "Calibration").
+#include "predict/calibration.hpp"
+
+#include <cmath>
+#include <stdexcept>
+
+#include "predict/predict_config.hpp"
+
+namespace scape::predict {
+namespace {
+
+constexpr CollectiveKind kKinds[] = {CollectiveKind::all_reduce, CollectiveKind::reduce_scatter,
+                                     CollectiveKind::all_gather};
+
+// Bandwidth only (alpha = 0): 1/B = sum(w b t) / sum(w b^2).
+LinkFit bandwidth_only(std::span<const CollectiveSample> samples) {
+  double bb = 0, bt = 0;
+  for (const auto& s : samples) {
+    const double w = 1.0 / (s.time_s * s.time_s);
+    bb += w * s.bytes_sent * s.bytes_sent;
+    bt += w * s.bytes_sent * s.time_s;
+  }
+  if (!(bt > 0)) throw std::invalid_argument("collective fit: no bytes were sent, so no bandwidth can be fitted");
+  return LinkFit{0.0, bb / bt, static_cast<int>(samples.size())};
+}
+
+}  // namespace
+
+LinkFit fit_alpha_beta(std::span<const CollectiveSample> samples) {
+  if (samples.empty()) throw std::invalid_argument("collective fit: no samples");
+  // Normal equations of min sum w (s alpha + b beta - t)^2 with w = 1 / t^2, beta = 1 / B.
+  double ss = 0, sb = 0, bb = 0, st = 0, bt = 0;
+  for (const auto& s : samples) {
+    if (!(s.time_s > 0) || !std::isfinite(s.time_s)) {
+      throw std::invalid_argument("collective fit: a measured time is not positive and finite");
+    }
+    const double w = 1.0 / (s.time_s * s.time_s);
+    ss += w * s.latency_steps * s.latency_steps;
+    sb += w * s.latency_steps * s.bytes_sent;
+    bb += w * s.bytes_sent * s.bytes_sent;
+    st += w * s.latency_steps * s.time_s;
+    bt += w * s.bytes_sent * s.time_s;
+  }
+  const double det = ss * bb - sb * sb;
+  // Collinear steps and bytes (one distinct point, or bytes proportional to steps) leave alpha
+  // undetermined: the relative tolerance is that of the determinant's cancellation.
+  if (!(std::abs(det) > 1e-9 * ss * bb)) return bandwidth_only(samples);
+  const double alpha = (st * bb - sb * bt) / det;
+  const double beta = (ss * bt - sb * st) / det;
+  if (alpha < 0) return bandwidth_only(samples);
+  if (!(beta > 0)) throw std::invalid_argument("collective fit: the measured times do not grow with the bytes");
+  return LinkFit{alpha, 1.0 / beta, static_cast<int>(samples.size())};
+}
+
+double fit_rate(std::span<const RateSample> samples, const char* what) {
+  // min sum w (a x - t)^2, w = 1 / t^2, x = seconds per unit: x = sum(w a t) / sum(w a^2).
+  double aa = 0, at = 0;
+  for (const auto& s : samples) {
+    if (!(s.time_s > 0) || !std::isfinite(s.time_s) || !(s.amount > 0)) continue;
+    const double w = 1.0 / (s.time_s * s.time_s);
+    aa += w * s.amount * s.amount;
+    at += w * s.amount * s.time_s;
+  }
+  if (!(at > 0)) throw std::invalid_argument(std::string(what) + " fit: no sample with a positive time");
+  return aa / at;
+}
+
+Calibration calibrate(std::span<const RateSample> compute, std::span<const RateSample> optimizer,
+                      std::span<const CollectiveSample> collectives) {
+  Calibration c;
+  c.achieved_flops = fit_rate(compute, "compute");
+  c.compute_samples = static_cast<int>(compute.size());
+  c.optimizer_Bps = fit_rate(optimizer, "optimizer step");
+  c.optimizer_samples = static_cast<int>(optimizer.size());
+  c.combined = fit_alpha_beta(collectives);
+  for (const auto kind : kKinds) {
+    std::vector<CollectiveSample> mine;
+    for (const auto& s : collectives) {
+      if (s.kind == kind) mine.push_back(s);
+    }
+    if (mine.empty()) continue;
+    bool distinct = false;
+    for (const auto& s : mine) {
+      distinct = distinct || s.latency_steps != mine.front().latency_steps || s.bytes_sent != mine.front().bytes_sent;
+    }
+    if (distinct) c.by_kind[static_cast<std::size_t>(kind)] = fit_alpha_beta(mine);
+  }
+  return c;
+}
+
+nlohmann::json hardware_json(const Calibration& c) {
+  using nlohmann::json;
+  const auto link = [](const LinkFit& l) {
+    return json{{"alpha_us", l.alpha_s * 1e6}, {"bandwidth_GBps", l.bandwidth_Bps / 1e9}};
+  };
+  json collectives = json::object();
+  json fit = {{"achieved_TFLOPs", c.achieved_flops / 1e12},
+              {"optimizer_GBps", c.optimizer_Bps / 1e9},
+              {"compute_samples", c.compute_samples},
+              {"optimizer_samples", c.optimizer_samples},
+              {"collective_samples", c.combined.samples}};
+  for (const auto kind : kKinds) {
+    if (const auto& l = c.by_kind[static_cast<std::size_t>(kind)]) {
+      collectives[to_string(kind)] = link(*l);
+      fit[std::string(to_string(kind)) + "_samples"] = l->samples;
+    }
+  }
+  const double tbps = c.optimizer_Bps / 1e12;
+  return json{
+      {"format", kHardwareFormat},
+      {"description",
+       "calibrated by scape predict --calibrate: peak_TFLOPs is the achieved compute (mfu 1), the three "
+       "throughputs the optimizer step's fitted one, the links the fitted alpha-beta"},
+      {"sources", c.sources},
+      {"gpu", {{"peak_TFLOPs", c.achieved_flops / 1e12}, {"mfu", 1.0}, {"memory_bandwidth_TBps", tbps},
+               {"select_TBps", tbps}, {"pack_TBps", tbps}}},
+      {"network", {{"gpus_per_node", 1}, {"inter", link(c.combined)}, {"collectives", collectives}}},
+      {"fit", fit}};
+}
+
+StepInputs calibrated_inputs(const Calibration& c, const OptimizerConfig& optimizer, std::uint64_t n_params,
+                             double flops_per_token, double fill_in) {
+  StepInputs in;
+  in.optimizer = optimizer;
+  in.n_params = n_params;
+  in.flops_per_token = flops_per_token;
+  in.fill_in = fill_in;
+  in.gpu.peak_TFLOPs = c.achieved_flops / 1e12;
+  in.gpu.mfu = 1.0;
+  in.gpu.memory_TBps = c.optimizer_Bps / 1e12;
+  in.topology.gpus_per_node = 1;
+  in.topology.nics_per_node = 1;
+  in.topology.inter = c.combined.model();
+  for (std::size_t k = 0; k < c.by_kind.size(); ++k) {
+    if (c.by_kind[k]) in.topology.inter_by_kind[k] = c.by_kind[k]->model();
+  }
+  in.overlap.grad_reduce = false;
+  in.overlap.param_gather = false;
+  in.overlap.sparse_reduce = false;
+  in.overlap.mask_gather = true;
+  return in;
+}
+
+}  // namespace scape::predict

@@ -1,0 +1,78 @@
+// Calibration of the step model from measurements (`scape predict --calibrate`,
+// docs/PREDICTING.md, "Calibration"): the free parameters (achieved FLOP/s, the optimizer's
+// throughput over the bytes it touches, a latency and a bandwidth per collective kind) fitted
+// to measured samples, the hardware description they make, and the prediction of a measured
+// step with them.
+#pragma once
+
+#include <array>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "core/ledger.hpp"
+#include "predict/step_model.hpp"
+
+namespace scape::predict {
+
+// One measured collective (or all calls of one purpose in a step): the ledger's ring steps and
+// bytes one worker sends, and the measured seconds.
+struct CollectiveSample {
+  CollectiveKind kind = CollectiveKind::all_reduce;
+  int workers = 2;
+  double latency_steps = 0;
+  double bytes_sent = 0;
+  double time_s = 0;
+};
+
+// `amount` of work (FLOPs, bytes) that took `time_s`.
+struct RateSample {
+  double amount = 0;
+  double time_s = 0;
+};
+
+struct LinkFit {
+  double alpha_s = 0;
+  double bandwidth_Bps = 0;
+  int samples = 0;
+  NetworkModel model() const { return NetworkModel{alpha_s, bandwidth_Bps}; }
+};
+
+// time = steps alpha + bytes / B, least squares in relative error (each sample weighted by
+// 1 / time^2, so microsecond and second collectives count alike). alpha is 0 when the samples
+// cannot separate it from the bandwidth (one distinct point) or when the fit makes it negative.
+// Throws std::invalid_argument when there is no sample or the fitted bandwidth is not positive.
+LinkFit fit_alpha_beta(std::span<const CollectiveSample> samples);
+
+// time = amount / rate, least squares in relative error; returns the rate (amount per second).
+// Throws std::invalid_argument when there is no sample with a positive time.
+double fit_rate(std::span<const RateSample> samples, const char* what);
+
+struct Calibration {
+  double achieved_flops = 0;  // FLOP/s of forward + backward
+  double optimizer_Bps = 0;   // bytes of the optimizer step per second
+  LinkFit combined;           // every collective kind together: the network's inter link
+  std::array<std::optional<LinkFit>, 3> by_kind{};  // indexed by CollectiveKind
+  int compute_samples = 0;
+  int optimizer_samples = 0;
+  std::vector<std::string> sources;
+};
+
+// Fits every parameter. A kind gets its own link when its samples hold two distinct points.
+Calibration calibrate(std::span<const RateSample> compute, std::span<const RateSample> optimizer,
+                      std::span<const CollectiveSample> collectives);
+
+// The hardware description (format kHardwareFormat): gpu and network sections that a
+// prediction config reads with `"hardware": FILE`, and the fit's figures under "fit".
+nlohmann::json hardware_json(const Calibration& c);
+
+// The step model with the calibrated figures: one GPU per "node" on the calibrated link, the
+// optimizer's kernels all at the fitted throughput, and the overlap of the MPI and NCCL
+// runtimes (blocking collectives; only the lagged mask all-gather hides behind compute).
+StepInputs calibrated_inputs(const Calibration& c, const OptimizerConfig& optimizer, std::uint64_t n_params,
+                             double flops_per_token, double fill_in);
+
+}  // namespace scape::predict

@@ -1,0 +1,296 @@
+// Reading run and bench-comm files for calibration, and the calibration report.
+#include "predict/measured_runs.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+
+#include "core/schedule.hpp"
+#include "core/volume.hpp"
+#include "experiments/config.hpp"
+#include "experiments/hdf5.hpp"
+#include "experiments/json_section.hpp"
+#include "train/compute_model.hpp"
+#include "train/run_metrics.hpp"
+
+namespace scape::predict {
+namespace {
+
+namespace ex = experiments;
+using nlohmann::json;
+
+[[noreturn]] void bad_file(const std::filesystem::path& file, const std::string& what) {
+  throw ex::ConfigError(file.string() + ": " + what);
+}
+
+ex::File open_measurements(const std::filesystem::path& file) {
+  try {
+    return ex::File::open(file, ex::Access::read);
+  } catch (const ex::H5Error& e) {
+    bad_file(file, std::string("cannot be read: ") + e.what());
+  }
+}
+
+std::vector<double> column(const ex::File& f, const std::filesystem::path& file, const std::string& name,
+                           const std::string& why) {
+  if (!f.has_link(name)) bad_file(file, "missing dataset " + name + " (" + why + ")");
+  return f.open_dataset(name).read_all<double>();
+}
+
+double median(std::vector<double> v) {
+  std::erase_if(v, [](double x) { return !std::isfinite(x); });
+  if (v.empty()) return NAN;
+  std::sort(v.begin(), v.end());
+  const std::size_t m = v.size() / 2;
+  return v.size() % 2 ? v[m] : 0.5 * (v[m - 1] + v[m]);
+}
+
+// The values of `values` at the rows whose step lies in [first, last].
+std::vector<double> rows_in(const std::vector<double>& steps, const std::vector<double>& values, int first, int last) {
+  std::vector<double> out;
+  for (std::size_t i = 0; i < steps.size() && i < values.size(); ++i) {
+    if (steps[i] >= first && steps[i] <= last) out.push_back(values[i]);
+  }
+  return out;
+}
+
+ex::ExperimentConfig run_config(const ex::File& f, const std::filesystem::path& file) {
+  if (!f.has_attribute("config")) bad_file(file, "missing attribute config (not a scape run file)");
+  try {
+    return ex::parse_experiment(json::parse(f.read_string_attribute("config")),
+                                std::filesystem::absolute(file).parent_path());
+  } catch (const std::exception& e) {
+    bad_file(file, std::string("its config does not parse: ") + e.what());
+  }
+}
+
+// Collects the ledger's records of one steady-state step by purpose.
+std::vector<MeasuredCollective> ledger_collectives(const OptimizerConfig& c, std::uint64_t n, int workers,
+                                                   int step, std::optional<std::size_t> union_size) {
+  std::vector<MeasuredCollective> out;
+  for (const auto& r : step_collectives(c, n, workers, step, step + 1, NetworkModel{}, union_size)) {
+    auto it = std::find_if(out.begin(), out.end(), [&](const auto& m) { return m.purpose == r.purpose; });
+    if (it == out.end()) {
+      out.push_back(MeasuredCollective{r.purpose, r.kind, r.overlapped, 0, 0, 0});
+      it = out.end() - 1;
+    }
+    it->latency_steps += r.latency_steps;
+    it->bytes_sent += r.bytes_sent_per_worker;
+  }
+  return out;
+}
+
+CollectiveKind kind_named(const std::string& name, const std::filesystem::path& file, std::size_t row) {
+  for (const auto kind : {CollectiveKind::all_reduce, CollectiveKind::reduce_scatter, CollectiveKind::all_gather}) {
+    if (name == to_string(kind)) return kind;
+  }
+  bad_file(file, "/kind[" + std::to_string(row) + "]: unknown collective kind " + name);
+}
+
+std::string percent(double predicted, double measured) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%+.1f%%", 100.0 * (predicted - measured) / measured);
+  return buf;
+}
+
+std::string ms(double s) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.3f", s * 1e3);
+  return buf;
+}
+
+std::string share(double s) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, s < kOversubscribedShare ? "%.3f (scaled)" : "%.3f", s);
+  return buf;
+}
+
+std::vector<CollectiveSample> samples_of(const RunMeasurement& r) {
+  std::vector<CollectiveSample> out;
+  for (const auto& c : r.collectives) {
+    // The lagged all-gather shares the cores with the compute thread here: not a link figure.
+    if (c.overlapped || !(c.measured_s > 0) || !(c.bytes_sent > 0)) continue;
+    out.push_back(CollectiveSample{c.kind, r.workers, c.latency_steps, c.bytes_sent, c.measured_s});
+  }
+  return out;
+}
+
+void print_fit(std::ostream& out, const Calibration& c) {
+  char buf[256];
+  std::snprintf(buf, sizeof buf, "compute: %.4g GFLOP/s achieved (%d runs); optimizer step: %.4g GB/s over the bytes "
+                "it touches (%d runs)\n", c.achieved_flops / 1e9, c.compute_samples, c.optimizer_Bps / 1e9,
+                c.optimizer_samples);
+  out << buf;
+  std::snprintf(buf, sizeof buf, "collectives, all kinds: alpha %.3g us, %.4g GB/s (%d samples)\n",
+                c.combined.alpha_s * 1e6, c.combined.bandwidth_Bps / 1e9, c.combined.samples);
+  out << buf;
+  for (const auto kind : {CollectiveKind::all_reduce, CollectiveKind::reduce_scatter, CollectiveKind::all_gather}) {
+    if (const auto& l = c.by_kind[static_cast<std::size_t>(kind)]) {
+      std::snprintf(buf, sizeof buf, "  %s: alpha %.3g us, %.4g GB/s (%d samples)\n", to_string(kind),
+                    l->alpha_s * 1e6, l->bandwidth_Bps / 1e9, l->samples);
+      out << buf;
+    }
+  }
+}
+
+void print_runs(std::ostream& out, const Calibration& c, const std::vector<RunMeasurement>& runs,
+                const std::vector<bool>& fitted) {
+  out << "\n| run | role | W | optimizer | steps | CPU share | wall step ms | measured step ms | predicted step ms | "
+         "error | compute ms meas / pred | optimizer ms meas / pred |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n";
+  std::string collectives;
+  for (std::size_t i = 0; i < runs.size(); ++i) {
+    const RunMeasurement& r = runs[i];
+    const StepInputs in = calibrated_inputs(c, r.optimizer, r.n_params, r.flops_per_token, r.fill_in);
+    const StepPrediction p = predict_step(in, r.workers, r.tokens_per_gpu);
+    const double pred_opt = p.optimizer_s + p.exposed_comm_s;  // what optimizer_wall_time holds
+    out << "| " << r.file.filename().string() << " | " << (fitted[i] ? "fitted" : "held out") << " | " << r.workers
+        << " | " << to_string(r.optimizer.type) << " | " << r.steps_used << " | " << share(r.cpu_share) << " | "
+        << ms(r.wall_step_s) << " | " << ms(r.step_s()) << " | "
+        << ms(p.step_s) << " | " << percent(p.step_s, r.step_s()) << " | " << ms(r.compute_s) << " / "
+        << ms(p.compute_s()) << " | " << ms(r.optimizer_s) << " / " << ms(pred_opt) << " |\n";
+    for (const auto& m : r.collectives) {
+      double predicted = 0;
+      for (const auto& col : p.collectives) {
+        if (col.record.purpose == m.purpose) predicted += col.time_s;
+      }
+      collectives += "| " + r.file.filename().string() + " | " + m.purpose + (m.overlapped ? " (lagged)" : "") +
+                     " | " + ms(m.measured_s) + " | " + ms(predicted) + " | " +
+                     (m.measured_s > 0 ? percent(predicted, m.measured_s) : "n/a") + " |\n";
+    }
+  }
+  out << "\n| run | collective | measured ms | predicted ms | error |\n|---|---|---|---|---|\n" << collectives;
+}
+
+}  // namespace
+
+bool is_bench_comm_file(const std::filesystem::path& file) {
+  const ex::File f = open_measurements(file);
+  return f.has_attribute("format") && f.read_string_attribute("format") == kBenchCommFormat;
+}
+
+std::vector<CollectiveSample> read_bench_comm(const std::filesystem::path& file) {
+  const ex::File f = open_measurements(file);
+  const std::string why = "written by scape bench-comm";
+  if (!f.has_link("/kind")) bad_file(file, "missing dataset /kind (" + why + ")");
+  const auto kinds = f.open_dataset("/kind").read_strings();
+  const auto workers = column(f, file, "/workers", why);
+  const auto steps = column(f, file, "/latency_steps", why);
+  const auto sent = column(f, file, "/bytes_sent_per_worker", why);
+  const auto time = column(f, file, "/time_s", why);
+  std::vector<CollectiveSample> out;
+  for (std::size_t i = 0; i < kinds.size(); ++i) {
+    CollectiveSample s;
+    s.kind = kind_named(kinds[i], file, i);
+    s.workers = static_cast<int>(workers.at(i));
+    s.latency_steps = steps.at(i);
+    s.bytes_sent = sent.at(i);
+    s.time_s = time.at(i);
+    out.push_back(s);
+  }
+  return out;
+}
+
+RunMeasurement read_run_measurement(const std::filesystem::path& file) {
+  const ex::File f = open_measurements(file);
+  const ex::ExperimentConfig config = run_config(f, file);
+  if (config.model.type != "gpt") {
+    bad_file(file, "model.type " + config.model.type + ": calibration fits compute per FLOP and needs a gpt run");
+  }
+  RunMeasurement r;
+  r.file = file;
+  r.optimizer = config.optimizer;
+  r.workers = config.workers;
+  const ModelSpec spec = train::model_spec(config.model);
+  r.n_params = parameter_count(spec);
+  r.flops_per_token = training_flops_per_token(spec, config.model.block_size, AttentionFlops::causal);
+  r.tokens_per_gpu = static_cast<double>(config.data.batch_size) * config.model.block_size;
+
+  const std::string measured_why = "a run of the mpi or nccl backend, written by this version";
+  const auto steps = column(f, file, "/metrics/step", "a scape run file");
+  const int t = steady_state_step(config.optimizer);
+  const int first = std::max(3, t + 1);
+  const int last = steps.empty() ? 0 : static_cast<int>(steps.back()) - 1;
+  r.steps_used = static_cast<int>(rows_in(steps, steps, first, last).size());
+  if (r.steps_used < 3) {
+    bad_file(file, "only " + std::to_string(r.steps_used) + " steady-state steps (steps " + std::to_string(first) +
+                       " to the last but one); calibration needs at least 3");
+  }
+  const auto med = [&](const std::string& name) {
+    return median(rows_in(steps, column(f, file, "/metrics/" + name, measured_why), first, last));
+  };
+  r.compute_s = med("compute_wall_time");
+  r.optimizer_s = med("optimizer_wall_time");
+  r.cpu_share = std::min(1.0, med("compute_time") / r.compute_s);
+  std::optional<std::size_t> union_size;
+  if (config.optimizer.type == OptimizerType::scape && config.optimizer.mask_partition == MaskPartition::local_union) {
+    r.fill_in = med("fill_in");
+    const double k = static_cast<double>(
+        mask_k(config.optimizer, r.n_params, r.workers, density_at(config.optimizer.density(), 0, 1)));
+    union_size = static_cast<std::size_t>(std::round(r.fill_in * k));
+  }
+  r.collectives = ledger_collectives(config.optimizer, r.n_params, r.workers, t, union_size);
+  for (auto& c : r.collectives) {
+    c.measured_s = med("comm_time_measured_" + (c.overlapped ? std::string("async_all_gather") : c.purpose));
+    if (!c.overlapped && std::isfinite(c.measured_s)) r.blocking_comm_s += c.measured_s;
+  }
+  if (train::has_sparse_metrics(config.optimizer)) {
+    const double wait = med("mask_wait_exposed");
+    r.mask_wait_s = std::isfinite(wait) ? wait : 0.0;
+  }
+  r.wall_step_s = r.step_s();
+  if (r.cpu_share < kOversubscribedShare) {
+    // Every phase waited for a core in the same proportion: what remains is the time of a
+    // rank that has its core.
+    for (double* x : {&r.compute_s, &r.optimizer_s, &r.mask_wait_s, &r.blocking_comm_s}) *x *= r.cpu_share;
+    for (auto& c : r.collectives) c.measured_s *= r.cpu_share;
+  }
+  return r;
+}
+
+void calibrate_from_files(const std::vector<std::filesystem::path>& fit_files,
+                          const std::vector<std::filesystem::path>& held_out, const std::filesystem::path& out,
+                          std::ostream& table) {
+  std::vector<RunMeasurement> runs;
+  std::vector<bool> fitted;
+  std::vector<RateSample> compute, optimizer;
+  std::vector<CollectiveSample> collectives;
+  for (const auto& file : fit_files) {
+    if (is_bench_comm_file(file)) {
+      const auto rows = read_bench_comm(file);
+      collectives.insert(collectives.end(), rows.begin(), rows.end());
+      continue;
+    }
+    runs.push_back(read_run_measurement(file));
+    fitted.push_back(true);
+    const RunMeasurement& r = runs.back();
+    compute.push_back(RateSample{r.flops_per_token * r.tokens_per_gpu, r.compute_s});
+    Calibration unit;  // any positive figures: only the bytes of the step are read
+    unit.achieved_flops = unit.optimizer_Bps = unit.combined.bandwidth_Bps = 1;
+    const StepInputs in = calibrated_inputs(unit, r.optimizer, r.n_params, r.flops_per_token, r.fill_in);
+    optimizer.push_back(RateSample{predict_step(in, r.workers, r.tokens_per_gpu).optimizer_bytes,
+                                   r.optimizer_kernels_s()});
+    const auto s = samples_of(r);
+    collectives.insert(collectives.end(), s.begin(), s.end());
+  }
+  for (const auto& file : held_out) {
+    runs.push_back(read_run_measurement(file));
+    fitted.push_back(false);
+  }
+  if (compute.empty()) throw ex::ConfigError("--calibrate: no run file among the inputs (bench-comm files alone fit "
+                                             "only the links; compute and the optimizer step need a run)");
+  Calibration c;
+  try {
+    c = calibrate(compute, optimizer, collectives);
+  } catch (const std::invalid_argument& e) {
+    throw ex::ConfigError(std::string("--calibrate: ") + e.what());
+  }
+  for (const auto& file : fit_files) c.sources.push_back(file.string());
+  std::ofstream o(out);
+  o << hardware_json(c).dump(2) << "\n";
+  if (!o) throw std::runtime_error(out.string() + ": cannot be written");
+  print_fit(table, c);
+  print_runs(table, c, runs, fitted);
+}
+
+}  // namespace scape::predict

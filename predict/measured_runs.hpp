@@ -1,0 +1,73 @@
+// Measurements that calibration reads (docs/PREDICTING.md, "Calibration"): the steady-state
+// medians of an MPI or NCCL run file, and the rows of a `scape bench-comm` file; and
+// `scape predict --calibrate`, which fits them, writes the hardware description and prints
+// predicted against measured for every run.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "core/optimizer.hpp"
+#include "predict/calibration.hpp"
+
+namespace scape::predict {
+
+// The "format" attribute of a `scape bench-comm` file.
+inline constexpr const char* kBenchCommFormat = "scape-bench-comm-1";
+
+struct MeasuredCollective {
+  std::string purpose;
+  CollectiveKind kind = CollectiveKind::all_reduce;
+  bool overlapped = false;  // the lagged all-gather, measured on the communication thread
+  double latency_steps = 0;  // of every call of the purpose in one step (the ledger)
+  double bytes_sent = 0;     // per worker, every call
+  double measured_s = 0;     // median over the steady-state steps
+};
+
+// Medians over the steady-state steps of one run (past the density warm-up and the first
+// lagged mask; without the last step, which starts no mask gather).
+struct RunMeasurement {
+  std::filesystem::path file;
+  OptimizerConfig optimizer;
+  int workers = 1;
+  std::uint64_t n_params = 0;
+  double flops_per_token = 0;
+  double tokens_per_gpu = 0;
+  double fill_in = 1;  // local_union: |M| / K as the run measured it
+  int steps_used = 0;
+  double compute_s = 0;    // compute_wall_time
+  double optimizer_s = 0;  // optimizer_wall_time (its collectives and the mask wait included)
+  double mask_wait_s = 0;  // mask_wait_exposed
+  double blocking_comm_s = 0;  // the measured blocking collectives
+  std::vector<MeasuredCollective> collectives;
+  // Share of a core the run's compute got: its thread CPU seconds over its wall seconds (1 on
+  // dedicated cores). Ranks that share cores with each other or with other jobs wait for a
+  // core in every phase; calibration divides that wait out (docs/PREDICTING.md).
+  double cpu_share = 1;
+  double wall_step_s = 0;  // the step as measured, before any share correction
+  double step_s() const { return compute_s + optimizer_s; }
+  // The optimizer's own kernels: its wall time less its collectives and the mask wait.
+  double optimizer_kernels_s() const { return optimizer_s - blocking_comm_s - mask_wait_s; }
+};
+
+// Below this CPU share a run counts as oversubscribed and its times are scaled by the share.
+inline constexpr double kOversubscribedShare = 0.9;
+
+// Throws experiments::ConfigError naming the file and what is missing (a dataset, a gpt
+// model, enough steps) when the file cannot be calibrated from.
+RunMeasurement read_run_measurement(const std::filesystem::path& file);
+// The rows of a bench-comm file. Throws ConfigError naming the file and the missing dataset.
+std::vector<CollectiveSample> read_bench_comm(const std::filesystem::path& file);
+bool is_bench_comm_file(const std::filesystem::path& file);
+
+// Fits `fit_files` (run files and bench-comm files), writes the hardware description to
+// `out`, and prints the fit and, for every run of `fit_files` and `held_out`, predicted against
+// measured step and collective times with their relative errors.
+void calibrate_from_files(const std::vector<std::filesystem::path>& fit_files,
+                          const std::vector<std::filesystem::path>& held_out, const std::filesystem::path& out,
+                          std::ostream& table);
+
+}  // namespace scape::predict

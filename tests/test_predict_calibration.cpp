@@ -1,0 +1,253 @@
+// Calibration (`scape predict --calibrate`): the fits recover known parameters from synthetic
+// measurements, run files written with the step model's own times round-trip through the file
+// reader and the hardware description to the same parameters and a zero error, the hardware
+// description is read back by prediction configs, and bad run files exit 2 naming the file and
+// the missing dataset.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "core/volume.hpp"
+#include "experiments/config.hpp"
+#include "experiments/hdf5.hpp"
+#include "predict/calibration.hpp"
+#include "predict/measured_runs.hpp"
+#include "predict/predict_config.hpp"
+#include "test_support.hpp"
+#include "train/compute_model.hpp"
+
+namespace fs = std::filesystem;
+namespace ex = scape::experiments;
+using namespace scape;
+using namespace scape::predict;
+using nlohmann::json;
+
+namespace {
+
+constexpr CollectiveKind kKinds[] = {CollectiveKind::all_reduce, CollectiveKind::reduce_scatter,
+                                     CollectiveKind::all_gather};
+
+// The parameters the synthetic measurements are made with, one link per kind.
+struct Truth {
+  double flops = 2.5e10;
+  double optimizer_Bps = 3.1e9;
+  NetworkModel link[3] = {{40e-6, 1.7e9}, {25e-6, 2.3e9}, {12e-6, 4.1e9}};
+};
+
+// A deterministic multiplicative noise of at most 0.4%, mean about zero.
+double noise(int i) { return 1.0 + 0.004 * std::sin(1.7 * i + 0.3); }
+
+std::vector<CollectiveSample> bench_samples(const Truth& t, bool noisy) {
+  std::vector<CollectiveSample> out;
+  int i = 0;
+  for (const auto kind : kKinds) {
+    for (const int w : {2, 3, 4, 8}) {
+      for (double bytes = 1024; bytes <= 64e6; bytes *= 4) {
+        CollectiveSample s{kind, w, static_cast<double>(ring_latency_steps(kind, w)),
+                           ring_bytes_sent_per_worker(kind, w, bytes), 0};
+        s.time_s = alpha_beta_time(kind, w, bytes, t.link[static_cast<int>(kind)]) * (noisy ? noise(i++) : 1.0);
+        out.push_back(s);
+      }
+    }
+  }
+  return out;
+}
+
+json gpt_run_config(const char* type, int workers, double sparsity) {
+  json j = json::parse(R"({
+    "name": "synthetic-measured", "seed": 1, "steps": 12,
+    "model": {"type": "gpt", "n_layer": 2, "n_head": 4, "n_embd": 128, "block_size": 32, "vocab_size": 64},
+    "data": {"type": "synthetic", "batch_size": 2, "tokens": 20000},
+    "network": {"preset": "loopback"}
+  })");
+  j["workers"] = workers;
+  j["optimizer"] = {{"type", type}, {"sharded", true}};
+  if (std::string(type) == "scape") j["optimizer"]["sparsity"] = sparsity;
+  return ex::parse_experiment(j, ".").to_json();
+}
+
+Calibration truth_calibration(const Truth& t) {
+  Calibration c;
+  c.achieved_flops = t.flops;
+  c.optimizer_Bps = t.optimizer_Bps;
+  c.combined = LinkFit{t.link[0].alpha_s, t.link[0].bandwidth_Bps, 0};
+  for (const auto kind : kKinds) {
+    const auto& l = t.link[static_cast<int>(kind)];
+    c.by_kind[static_cast<std::size_t>(kind)] = LinkFit{l.alpha_s, l.bandwidth_Bps, 0};
+  }
+  return c;
+}
+
+void write_column(const ex::File& f, const std::string& name, const std::vector<double>& v) {
+  const hsize_t n = v.size();
+  f.create_dataset(name, H5T_IEEE_F64LE, ex::DatasetShape{{n}, {}, {}, {}}).write<double>({0}, {n}, v);
+}
+
+// A run file whose every measured time is the step model's with `t`, at a CPU share of 1
+// (compute_time = compute_wall_time); `skip` leaves out one metric.
+fs::path write_measured_run(const fs::path& dir, const std::string& name, const json& config, const Truth& t,
+                            const std::string& skip = "") {
+  const auto c = ex::parse_experiment(config, ".");
+  const ModelSpec spec = train::model_spec(c.model);
+  const double fpt = training_flops_per_token(spec, c.model.block_size, AttentionFlops::causal);
+  const StepInputs in = calibrated_inputs(truth_calibration(t), c.optimizer, parameter_count(spec), fpt, 1.0);
+  const StepPrediction p = predict_step(in, c.workers, static_cast<double>(c.data.batch_size) * c.model.block_size);
+  const std::size_t steps = static_cast<std::size_t>(c.steps);
+  std::vector<std::pair<std::string, double>> columns = {
+      {"compute_wall_time", p.compute_s()},
+      {"compute_time", p.compute_s()},
+      {"optimizer_wall_time", p.optimizer_s + p.exposed_comm_s},
+      {"mask_wait_exposed", 0.0}};
+  for (const auto& col : p.collectives) {
+    const std::string key = col.record.overlapped ? "async_all_gather" : col.record.purpose;
+    bool found = false;
+    for (auto& [n, v] : columns) {
+      if (n == "comm_time_measured_" + key) v += col.time_s, found = true;
+    }
+    if (!found) columns.emplace_back("comm_time_measured_" + key, col.time_s);
+  }
+  const fs::path file = dir / (name + ".h5");
+  ex::File f = ex::File::create(file);
+  f.write_string_attribute("config", config.dump());
+  std::vector<double> step(steps);
+  for (std::size_t i = 0; i < steps; ++i) step[i] = static_cast<double>(i + 1);
+  write_column(f, "metrics/step", step);
+  for (const auto& [n, v] : columns) {
+    if (n != skip) write_column(f, "metrics/" + n, std::vector<double>(steps, v));
+  }
+  f.close();
+  return file;
+}
+
+}  // namespace
+
+TEST_CASE("fit_alpha_beta recovers the latency and bandwidth of every kind within 1% from noisy samples") {
+  const Truth t;
+  const auto samples = bench_samples(t, true);
+  for (const auto kind : kKinds) {
+    CAPTURE(to_string(kind));
+    std::vector<CollectiveSample> mine;
+    for (const auto& s : samples) {
+      if (s.kind == kind) mine.push_back(s);
+    }
+    const LinkFit fit = fit_alpha_beta(mine);
+    const auto& truth = t.link[static_cast<int>(kind)];
+    CHECK(std::abs(fit.alpha_s / truth.alpha_s - 1) < 0.01);
+    CHECK(std::abs(fit.bandwidth_Bps / truth.bandwidth_Bps - 1) < 0.01);
+    CHECK(fit.samples == static_cast<int>(mine.size()));
+  }
+  // Exact samples give the exact parameters.
+  std::vector<CollectiveSample> exact;
+  for (const auto& s : bench_samples(t, false)) {
+    if (s.kind == CollectiveKind::all_gather) exact.push_back(s);
+  }
+  const LinkFit fit = fit_alpha_beta(exact);
+  CHECK(fit.alpha_s == doctest::Approx(12e-6).epsilon(1e-9));
+  CHECK(fit.bandwidth_Bps == doctest::Approx(4.1e9).epsilon(1e-9));
+}
+
+TEST_CASE("fit_alpha_beta: one distinct point gives alpha 0; no sample or no bytes is an error") {
+  const CollectiveSample s{CollectiveKind::all_reduce, 2, 2, 1e6, 1e-3};
+  const std::vector<CollectiveSample> same = {s, s};
+  const LinkFit fit = fit_alpha_beta(same);
+  CHECK(fit.alpha_s == 0.0);
+  CHECK(fit.bandwidth_Bps == doctest::Approx(1e9));
+  CHECK_THROWS_AS(fit_alpha_beta({}), std::invalid_argument);
+  const std::vector<CollectiveSample> no_bytes = {{CollectiveKind::all_reduce, 2, 2, 0, 1e-3}};
+  CHECK_THROWS_AS(fit_alpha_beta(no_bytes), std::invalid_argument);
+  // Times that fall with the bytes cannot be a link.
+  const std::vector<CollectiveSample> falling = {{CollectiveKind::all_reduce, 2, 2, 1e3, 2e-3},
+                                                 {CollectiveKind::all_reduce, 2, 2, 1e6, 1e-3}};
+  CHECK_THROWS_AS(fit_alpha_beta(falling), std::invalid_argument);
+}
+
+TEST_CASE("fit_rate recovers a throughput within 1% from noisy samples") {
+  std::vector<RateSample> samples;
+  for (int i = 0; i < 12; ++i) {
+    const double amount = 1e9 * (1 + i);
+    samples.push_back(RateSample{amount, amount / 2.5e10 * noise(i)});
+  }
+  CHECK(std::abs(fit_rate(samples, "compute") / 2.5e10 - 1) < 0.01);
+  CHECK_THROWS_AS(fit_rate(std::vector<RateSample>{{1e9, 0}}, "compute"), std::invalid_argument);
+}
+
+TEST_CASE("run files with the model's own times round-trip: parameters within 1%, every step error 0") {
+  const Truth t;
+  scape::testing::TempDir dir;
+  std::vector<fs::path> fit;
+  for (const int w : {2, 4}) {
+    fit.push_back(write_measured_run(dir.path, "dense-" + std::to_string(w), gpt_run_config("adams", w, 0), t));
+    fit.push_back(write_measured_run(dir.path, "scape-" + std::to_string(w), gpt_run_config("scape", w, 0.9), t));
+  }
+  const fs::path held = write_measured_run(dir.path, "scape99-3", gpt_run_config("scape", 3, 0.99), t);
+  const fs::path out = dir.path / "hw.json";
+  std::ostringstream table;
+  calibrate_from_files(fit, {held}, out, table);
+  const json hw = json::parse(std::ifstream(out));
+  CHECK(hw.at("format") == kHardwareFormat);
+  CHECK(hw.at("gpu").at("peak_TFLOPs").get<double>() == doctest::Approx(t.flops / 1e12).epsilon(0.01));
+  CHECK(hw.at("gpu").at("mfu").get<double>() == 1.0);
+  CHECK(hw.at("gpu").at("memory_bandwidth_TBps").get<double>() == doctest::Approx(t.optimizer_Bps / 1e12).epsilon(0.01));
+  // The runs issue reduce-scatters and all-gathers (sharded), so those kinds get their links.
+  for (const auto kind : {CollectiveKind::reduce_scatter, CollectiveKind::all_gather}) {
+    const auto& l = hw.at("network").at("collectives").at(to_string(kind));
+    const auto& truth = t.link[static_cast<int>(kind)];
+    CHECK(l.at("alpha_us").get<double>() == doctest::Approx(truth.alpha_s * 1e6).epsilon(0.01));
+    CHECK(l.at("bandwidth_GBps").get<double>() == doctest::Approx(truth.bandwidth_Bps / 1e9).epsilon(0.01));
+  }
+  const std::string text = table.str();
+  CAPTURE(text);
+  CHECK(text.find("held out") != std::string::npos);
+  // Every run, fitted or held out, is predicted exactly: no error other than +0.0% or -0.0%.
+  std::istringstream lines(text);
+  int rows = 0;
+  for (std::string line; std::getline(lines, line);) {
+    if (line.find(".h5 | fitted") == std::string::npos && line.find(".h5 | held out") == std::string::npos) continue;
+    ++rows;
+    CHECK((line.find("| +0.0% |") != std::string::npos || line.find("| -0.0% |") != std::string::npos));
+  }
+  CHECK(rows == 5);
+
+  // A prediction config reads the description: its figures, with the config's keys on top.
+  const json config = {{"hardware", "hw.json"},
+                       {"model", {{"preset", "gpt2-124m"}}},
+                       {"batch", {{"global_sequences", 8}}},
+                       {"gpu", {{"mfu", 0.5}}},
+                       {"workers", {1, 2}}};
+  std::ofstream(dir.path / "p.json") << config.dump();
+  const PredictConfig p = load_predict_config(dir.path / "p.json", {});
+  CHECK(p.gpu.peak_TFLOPs == hw.at("gpu").at("peak_TFLOPs").get<double>());
+  CHECK(p.gpu.mfu == 0.5);
+  CHECK(p.inter.alpha_us == hw.at("network").at("inter").at("alpha_us").get<double>());
+  const auto& rs = p.collectives[static_cast<std::size_t>(CollectiveKind::reduce_scatter)];
+  REQUIRE(rs.has_value());
+  CHECK(rs->bandwidth_GBps == hw.at("network").at("collectives").at("reduce_scatter").at("bandwidth_GBps").get<double>());
+  CHECK(p.topology().inter_for(CollectiveKind::reduce_scatter).bandwidth_Bps == doctest::Approx(rs->bandwidth_GBps * 1e9));
+}
+
+TEST_CASE("bad measurement files: ConfigError naming the file and what is missing") {
+  const Truth t;
+  scape::testing::TempDir dir;
+  const auto error_of = [](const fs::path& f) -> std::string {
+    try {
+      (void)read_run_measurement(f);
+    } catch (const ex::ConfigError& e) {
+      return e.what();
+    }
+    return "";
+  };
+  const fs::path missing = write_measured_run(dir.path, "no-wall", gpt_run_config("adams", 2, 0), t, "compute_wall_time");
+  CHECK(error_of(missing).find(missing.string()) != std::string::npos);
+  CHECK(error_of(missing).find("missing dataset /metrics/compute_wall_time") != std::string::npos);
+  const fs::path no_comm =
+      write_measured_run(dir.path, "no-comm", gpt_run_config("adams", 2, 0), t, "comm_time_measured_grad_reduce_scatter");
+  CHECK(error_of(no_comm).find("missing dataset /metrics/comm_time_measured_grad_reduce_scatter") != std::string::npos);
+  CHECK(error_of(dir.path / "absent.h5").find("absent.h5") != std::string::npos);
+  std::ofstream(dir.path / "text.h5") << "not hdf5";
+  CHECK(error_of(dir.path / "text.h5").find("text.h5: cannot be read") != std::string::npos);
+}
