@@ -103,6 +103,7 @@ GpuSpec parse_gpu(const Section& s) {
   g.peak_TFLOPs = s.value_or("peak_TFLOPs", g.peak_TFLOPs);
   g.memory_TBps = s.value_or("memory_bandwidth_TBps", g.memory_TBps);
   g.mfu = s.get("mfu").get<double>();
+  g.mask_codec_Gcoords_per_s = s.get("mask_codec_Gcoords_per_s").get<double>();
   return g;
 }
 
@@ -297,7 +298,10 @@ json PredictConfig::to_json() const {
   } else {
     b["per_gpu_sequences"] = batch.per_gpu_sequences;
   }
-  json g = {{"peak_TFLOPs", gpu.peak_TFLOPs}, {"mfu", gpu.mfu}, {"memory_bandwidth_TBps", gpu.memory_TBps}};
+  json g = {{"peak_TFLOPs", gpu.peak_TFLOPs},
+            {"mfu", gpu.mfu},
+            {"memory_bandwidth_TBps", gpu.memory_TBps},
+            {"mask_codec_Gcoords_per_s", gpu.mask_codec_Gcoords_per_s}};
   if (!gpu.preset.empty()) g["preset"] = gpu.preset;
   return {{"name", name},
           {"description", description},

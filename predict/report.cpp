@@ -155,6 +155,7 @@ void write_side(const ex::File& file, const Prediction& p, const Side& side) {
       {"compute_s", [](const StepPrediction& s) { return s.compute_s(); }},
       {"optimizer_s", [](const StepPrediction& s) { return s.optimizer_s; }},
       {"optimizer_bytes", [](const StepPrediction& s) { return s.optimizer_bytes; }},
+      {"mask_codec_s", [](const StepPrediction& s) { return s.mask_codec_s; }},
       {"comm_s", [](const StepPrediction& s) { return s.comm_s; }},
       {"exposed_comm_s", [](const StepPrediction& s) { return s.exposed_comm_s; }},
       {"step_s", [](const StepPrediction& s) { return s.step_s; }},

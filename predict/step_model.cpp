@@ -162,6 +162,15 @@ double optimizer_step_bytes(const OptimizerConfig& c, std::uint64_t n, int worke
   return 0;
 }
 
+double mask_codec_seconds(const OptimizerConfig& c, std::uint64_t n, int workers, const GpuSpec& gpu) {
+  if (c.type != OptimizerType::scape || c.mask_partition != MaskPartition::partitioned ||
+      c.mask_encoding == MaskEncoding::bitmap) {
+    return 0.0;
+  }
+  const double coordinates = 0.5 * (1.0 + 1.0 / workers) * static_cast<double>(n);
+  return coordinates / (gpu.mask_codec_Gcoords_per_s * 1e9);
+}
+
 double bucketed_exposed(double time_s, int buckets, double window_s) {
   if (!(time_s > 0)) return 0.0;
   const double b = std::max(1, buckets);
@@ -189,7 +198,8 @@ StepPrediction predict_step(const StepInputs& in, int workers, double tokens_per
   }
   s.optimizer_bytes = optimizer_step_bytes(c, in.n_params, workers, m.value_or(k));
   s.optimizer_s = s.optimizer_bytes / in.gpu.memory_Bps();
-  s.step_s = s.compute_s() + s.optimizer_s + s.exposed_comm_s;
+  s.mask_codec_s = mask_codec_seconds(c, in.n_params, workers, in.gpu);
+  s.step_s = s.compute_s() + s.optimizer_s + s.mask_codec_s + s.exposed_comm_s;
   return s;
 }
 

@@ -55,10 +55,11 @@ struct StepPrediction {
   double backward_s = 0;   // twice the forward pass
   double optimizer_s = 0;  // the optimizer step, memory bound
   double optimizer_bytes = 0;
+  double mask_codec_s = 0;  // coding and decoding SCAPE's mask (encodings other than bitmap)
   std::vector<CollectiveTime> collectives;
   double comm_s = 0;          // every collective, hidden or not
   double exposed_comm_s = 0;
-  double step_s = 0;          // forward + backward + optimizer + exposed communication
+  double step_s = 0;          // forward + backward + optimizer + mask coding + exposed communication
   double compute_s() const { return forward_s + backward_s; }
 };
 
@@ -69,6 +70,11 @@ int steady_state_step(const OptimizerConfig& c);
 // Bytes of device memory one GPU reads and writes in the optimizer step (the table of
 // docs/PREDICTING.md), for a step with mask size `mask_size` (K, or |M| for local_union).
 double optimizer_step_bytes(const OptimizerConfig& c, std::uint64_t n, int workers, std::uint64_t mask_size);
+
+// Seconds one worker spends coding its mask shard (N/W coordinates) and decoding all W shards
+// (N): (1 + 1/W) / 2 of the encode + decode time of N coordinates at the measured throughput;
+// 0 for the bitmap, local_union and the optimizers without a partitioned mask.
+double mask_codec_seconds(const OptimizerConfig& c, std::uint64_t n, int workers, const GpuSpec& gpu);
 
 // Exposed part of `time_s` of communication issued as `buckets` equal buckets that become
 // ready one by one over `window_s` of compute: max(time / B, time - window (B - 1) / B).

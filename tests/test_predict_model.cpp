@@ -260,6 +260,7 @@ TEST_CASE("limit: infinite bandwidth (and zero latency) makes every optimizer as
     for (const auto& c : all_optimizers()) {
       StepInputs opt = inputs(c, t);
       opt.gpu.memory_TBps = kInf;
+      opt.gpu.mask_codec_Gcoords_per_s = kInf;
       StepInputs dense = opt;
       dense.optimizer = optimizer(OptimizerType::adams, c.sharded);
       for (const int w : {1, 2, 8, 64}) {
