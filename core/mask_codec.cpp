@@ -38,12 +38,9 @@ std::size_t fixed_message_words(MaskEncoding e, std::size_t n, std::size_t k) {
 
 std::size_t tagged_message_words(ShardFormat f, std::size_t n, std::size_t k, std::size_t k_prev, std::size_t k_new) {
   switch (f) {
-    case ShardFormat::bitmap:
-      return 1 + kernels::words_for(n);
-    case ShardFormat::elias_fano:
-      return 1 + kernels::ef_words(n, k);
-    case ShardFormat::delta:
-      return 1 + kernels::words_for(k_prev) + kernels::ef_words(n, k_new);
+    case ShardFormat::bitmap: return 1 + kernels::words_for(n);
+    case ShardFormat::elias_fano: return 1 + kernels::ef_words(n, k);
+    case ShardFormat::delta: return 1 + kernels::words_for(k_prev) + kernels::ef_words(n, k_new);
   }
   throw std::invalid_argument("tagged_message_words: unknown format");
 }
@@ -82,12 +79,8 @@ void ShardCoder::encode_tagged(ShardFormat f, std::span<const std::uint64_t> sha
   out.data()[0] = header_of(f, k_new);
   const auto body = out.span().subspan(1);
   switch (f) {
-    case ShardFormat::bitmap:
-      k_.copy_bytes(shard.data(), body.data(), shard.size_bytes());
-      return;
-    case ShardFormat::elias_fano:
-      k_.ef_encode(shard, n, k, body);
-      return;
+    case ShardFormat::bitmap: k_.copy_bytes(shard.data(), body.data(), shard.size_bytes()); return;
+    case ShardFormat::elias_fano: k_.ef_encode(shard, n, k, body); return;
     case ShardFormat::delta: {
       const std::size_t kept_words = kernels::words_for(k_prev);
       k_.extract_bits(shard, previous, body.first(kept_words));
@@ -116,7 +109,8 @@ void ShardCoder::decode(MaskEncoding e, std::span<const std::uint64_t> message, 
   const std::uint64_t header = message[0];
   const std::uint64_t tag = header & kTagMask;
   const std::size_t k_new = static_cast<std::size_t>(header >> kTagBits);
-  if (tag > static_cast<std::uint64_t>(ShardFormat::delta)) bad_message(shard_index, "unknown format tag " + std::to_string(tag));
+  if (tag > static_cast<std::uint64_t>(ShardFormat::delta))
+    bad_message(shard_index, "unknown format tag " + std::to_string(tag));
   const auto f = static_cast<ShardFormat>(tag);
   if (e == MaskEncoding::delta && f != ShardFormat::delta) bad_message(shard_index, "delta message with another tag");
   if (k_new > k) bad_message(shard_index, std::to_string(k_new) + " new positions exceed k = " + std::to_string(k));
@@ -124,12 +118,8 @@ void ShardCoder::decode(MaskEncoding e, std::span<const std::uint64_t> message, 
   require_message_words(message.size(), tagged_message_words(f, n, k, k_prev, k_new), shard_index);
   const auto body = message.subspan(1);
   switch (f) {
-    case ShardFormat::bitmap:
-      k_.copy_bytes(body.data(), shard.data(), body.size_bytes());
-      return;
-    case ShardFormat::elias_fano:
-      k_.ef_decode(body, n, k, shard);
-      return;
+    case ShardFormat::bitmap: k_.copy_bytes(body.data(), shard.data(), body.size_bytes()); return;
+    case ShardFormat::elias_fano: k_.ef_decode(body, n, k, shard); return;
     case ShardFormat::delta: {
       const std::size_t kept_words = kernels::words_for(k_prev);
       k_.deposit_bits(body.first(kept_words), previous, shard);

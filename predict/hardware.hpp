@@ -28,10 +28,10 @@ struct GpuSpec {
   double peak_TFLOPs = 989.0;  // dense bf16
   double mfu = kDefaultMfu;    // achieved fraction of the peak, in (0, 1]
   double memory_TBps = 3.35;
-  // Mask coordinates coded and decoded per second, 1e9 (docs/PREDICTING.md, "Mask coding"): the
-  // Elias-Fano encode + decode of 2^24 coordinates at 99% sparsity that bench_codec measured on
-  // one CPU core of the development machine; a GPU's figure is not measured yet.
-  double mask_codec_Gcoords_per_s = 0.6;
+  // Mask coordinates coded and decoded per second, 1e9, as measured (bench_codec, or a run's
+  // mask_codec_time); 0 costs the coding as the memory traffic of the CUDA kernels at
+  // memory_TBps instead (docs/PREDICTING.md, "Mask coding").
+  double mask_codec_Gcoords_per_s = 0.0;
 
   double achieved_flops() const { return peak_TFLOPs * 1e12 * mfu; }
   double memory_Bps() const { return memory_TBps * 1e12; }

@@ -167,8 +167,16 @@ double mask_codec_seconds(const OptimizerConfig& c, std::uint64_t n, int workers
       c.mask_encoding == MaskEncoding::bitmap) {
     return 0.0;
   }
-  const double coordinates = 0.5 * (1.0 + 1.0 / workers) * static_cast<double>(n);
-  return coordinates / (gpu.mask_codec_Gcoords_per_s * 1e9);
+  const double coordinates = static_cast<double>(n);
+  if (gpu.mask_codec_Gcoords_per_s > 0) {
+    return 0.5 * (1.0 + 1.0 / workers) * coordinates / (gpu.mask_codec_Gcoords_per_s * 1e9);
+  }
+  // Decode: clear the mask (N/8) and set K positions (8 bytes each); encode of the own shard:
+  // count, scan (read and write) and code passes over its words and their 8-byte offsets.
+  const double rho = density_at(c.density(), c.density_warmup, steady_state_step(c));
+  const auto k = static_cast<double>(mask_k(c, n, workers, rho));
+  const double bytes = coordinates / 8 + 8 * k + 0.75 * coordinates / workers;
+  return bytes / gpu.memory_Bps();
 }
 
 double bucketed_exposed(double time_s, int buckets, double window_s) {

@@ -72,7 +72,8 @@ int steady_state_step(const OptimizerConfig& c);
 double optimizer_step_bytes(const OptimizerConfig& c, std::uint64_t n, int workers, std::uint64_t mask_size);
 
 // Seconds one worker spends coding its mask shard (N/W coordinates) and decoding all W shards
-// (N): (1 + 1/W) / 2 of the encode + decode time of N coordinates at the measured throughput;
+// (N): (1 + 1/W) / 2 of the encode + decode time of N coordinates at a measured throughput, or
+// without one the bytes the CUDA kernels move, N/8 + 8K + 3N/(4W), at the memory bandwidth;
 // 0 for the bitmap, local_union and the optimizers without a partitioned mask.
 double mask_codec_seconds(const OptimizerConfig& c, std::uint64_t n, int workers, const GpuSpec& gpu);
 

@@ -89,9 +89,9 @@ TEST_CASE("Elias-Fano encodes a hand-worked mask bit for bit") {
 }
 
 TEST_CASE("Elias-Fano round trips empty, full, single, last-position and adversarial masks") {
-  for (const std::size_t n : {std::size_t{0}, std::size_t{1}, std::size_t{2}, std::size_t{63}, std::size_t{64},
-                              std::size_t{65}, std::size_t{127}, std::size_t{128}, std::size_t{1000},
-                              std::size_t{4097}}) {
+  for (const std::size_t n :
+       {std::size_t{0}, std::size_t{1}, std::size_t{2}, std::size_t{63}, std::size_t{64}, std::size_t{65},
+        std::size_t{127}, std::size_t{128}, std::size_t{1000}, std::size_t{4097}}) {
     const std::string at = " n=" + std::to_string(n);
     check_round_trip(Words(sk::words_for(n)), n, "empty" + at);
     if (n == 0) continue;
@@ -145,7 +145,8 @@ TEST_CASE("Elias-Fano round trips random masks up to 2^26 coordinates") {
   for (const std::size_t n : {std::size_t{70'001}, std::size_t{1} << 20, std::size_t{1} << 26}) {
     for (const double density : {0.001, 0.01, 0.1, 0.5}) {
       if (n == (std::size_t{1} << 26) && density > 0.01) continue;  // the big size at SCAPE's densities
-      check_round_trip(random_mask(n, density, ++seed), n, "n=" + std::to_string(n) + " rho=" + std::to_string(density));
+      check_round_trip(random_mask(n, density, ++seed), n,
+                       "n=" + std::to_string(n) + " rho=" + std::to_string(density));
     }
   }
 }
@@ -189,7 +190,8 @@ TEST_CASE("and_not, extract and deposit bits against a naive reference") {
   CHECK_THROWS_AS(sk::and_not_bits(a, Words(1), out), std::invalid_argument);
 
   std::uint32_t seed = 200;
-  for (const std::size_t n : {std::size_t{0}, std::size_t{1}, std::size_t{64}, std::size_t{1000}, std::size_t{1} << 20}) {
+  for (const std::size_t n :
+       {std::size_t{0}, std::size_t{1}, std::size_t{64}, std::size_t{1000}, std::size_t{1} << 20}) {
     const Words x = random_mask(n, 0.3, ++seed), positions = random_mask(n, 0.05, ++seed);
     Words kept(sk::words_for(sk::popcount(positions)));
     sk::extract_bits(x, positions, kept);

@@ -79,7 +79,8 @@ TEST_CASE("shard messages round trip in every encoding, at the sizes of their cl
   ShardCoder coder(kernels::cpu_backend());
   kernels::Buffer<std::uint64_t> message(kernels::cpu_backend());
   std::uint32_t seed = 1;
-  for (const std::size_t n : {std::size_t{0}, std::size_t{1}, std::size_t{64}, std::size_t{1000}, std::size_t{70'001}}) {
+  for (const std::size_t n :
+       {std::size_t{0}, std::size_t{1}, std::size_t{64}, std::size_t{1000}, std::size_t{70'001}}) {
     for (const double density : {0.0, 0.01, 0.5, 1.0}) {
       for (const double overlap : {0.0, 0.6, 1.0}) {
         const Words prev = random_mask(n, density, ++seed);
@@ -163,16 +164,21 @@ TEST_CASE("SCAPE trains bit-identically with every mask encoding, and the ledger
           }
           CHECK(size_gathers == (mask_sizes_known(e) ? 0 : gathers.size()));
           const Words none(kernels::words_for(n));
-          const auto mask_of_step = [&](int s) -> const Words& { return s < 1 ? none : steps[static_cast<std::size_t>(s - 1)].mask; };
+          const auto mask_of_step = [&](int s) -> const Words& {
+            return s < 1 ? none : steps[static_cast<std::size_t>(s - 1)].mask;
+          };
           std::vector<std::uint64_t> expected;
-          if (lag == 0 || t == 1) expected.push_back(8 * gather_words(e, mask_of_step(t), mask_of_step(t - 1), n, workers));
-          if (lag == 1 && t < kSteps) expected.push_back(8 * gather_words(e, mask_of_step(t + 1), mask_of_step(t), n, workers));
+          if (lag == 0 || t == 1)
+            expected.push_back(8 * gather_words(e, mask_of_step(t), mask_of_step(t - 1), n, workers));
+          if (lag == 1 && t < kSteps)
+            expected.push_back(8 * gather_words(e, mask_of_step(t + 1), mask_of_step(t), n, workers));
           CHECK(gathers == expected);
           if (e == MaskEncoding::elias_fano) {
             // The predictor's closed form is exact for Elias-Fano.
             const auto predicted = step_collectives(config, n, workers, t, kSteps, NetworkModel{});
             REQUIRE(predicted.size() == m.comm.size());
-            for (std::size_t i = 0; i < predicted.size(); ++i) CHECK(predicted[i].payload_bytes == m.comm[i].payload_bytes);
+            for (std::size_t i = 0; i < predicted.size(); ++i)
+              CHECK(predicted[i].payload_bytes == m.comm[i].payload_bytes);
           }
           CHECK(m.mask_codec_s > 0);
         }

@@ -51,8 +51,8 @@ void for_each_set_bit(std::span<const std::uint64_t> words, Visit visit) {
 void require_code_of(std::span<const std::uint64_t> words, std::size_t n_bits, std::size_t k) {
   const std::size_t set = popcount(words);
   if (set != k) {
-    throw std::invalid_argument("ef_encode: the mask has " + std::to_string(set) + " bits set, k = " +
-                                std::to_string(k));
+    throw std::invalid_argument("ef_encode: the mask has " + std::to_string(set) +
+                                " bits set, k = " + std::to_string(k));
   }
   if (n_bits % 64 != 0 && !words.empty() && (words.back() >> (n_bits % 64)) != 0) {
     throw std::invalid_argument("ef_encode: bits are set at or past n = " + std::to_string(n_bits));
@@ -123,8 +123,8 @@ void ef_decode(std::span<const std::uint64_t> code, std::size_t n_bits, std::siz
     }
   }
   if (i < k) {
-    throw std::invalid_argument("ef_decode: the code holds " + std::to_string(i) + " positions, k = " +
-                                std::to_string(k));
+    throw std::invalid_argument("ef_decode: the code holds " + std::to_string(i) +
+                                " positions, k = " + std::to_string(k));
   }
 }
 

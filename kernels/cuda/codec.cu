@@ -48,9 +48,13 @@ std::uint64_t rank_offsets(const std::uint64_t* words, std::size_t nw, std::size
   return read_back(offsets + nw, stream);
 }
 
-__device__ inline void or_bit(unsigned long long* out, std::size_t bit) { atomicOr(out + bit / 64, 1ull << (bit % 64)); }
+__device__ inline void or_bit(unsigned long long* out, std::size_t bit) {
+  atomicOr(out + bit / 64, 1ull << (bit % 64));
+}
 
-__device__ inline bool bit_of(const std::uint64_t* in, std::size_t bit) { return ((in[bit / 64] >> (bit % 64)) & 1u) != 0; }
+__device__ inline bool bit_of(const std::uint64_t* in, std::size_t bit) {
+  return ((in[bit / 64] >> (bit % 64)) & 1u) != 0;
+}
 
 // The `width` (< 64) low bits of value ORed in at stream bits [offset, offset + width).
 __device__ inline void or_field(unsigned long long* out, std::size_t offset, std::uint64_t value, unsigned width) {
@@ -117,7 +121,8 @@ __global__ void ef_encode_kernel(const std::uint64_t* __restrict__ words, std::s
                                  unsigned long long* __restrict__ out) {
   for (std::size_t w = global_thread(); w < nw; w += grid_threads()) {
     std::size_t i = offsets[w];
-    for (std::uint64_t word = word_in_range(words, w, 0, shape.n_bits); word != 0 && i < shape.k; word &= word - 1, ++i) {
+    for (std::uint64_t word = word_in_range(words, w, 0, shape.n_bits); word != 0 && i < shape.k;
+         word &= word - 1, ++i) {
       const std::size_t p = 64 * w + static_cast<std::size_t>(__ffsll(static_cast<long long>(word)) - 1);
       const std::size_t high = shape.high_start + (p >> shape.low) + i;
       if (high >= shape.high_end) continue;
