@@ -111,8 +111,11 @@ void record_scape(ByteLedger& ledger, const OptimizerConfig& c, std::size_t n, i
 
 void record_topk(ByteLedger& ledger, const OptimizerConfig& c, std::size_t n, int workers, int t) {
   const std::uint64_t k = k_for(density_at(c.density(), c.density_warmup, t), n);
-  const std::uint64_t record = kIndexBytes + wire_bytes(c.wire_dtype);
-  ledger.record(CollectiveKind::all_gather, "topk_all_gather", static_cast<std::uint64_t>(workers) * k * record, false);
+  // Per worker k (index, value) records, or the Elias-Fano code of the k indices then k values.
+  const std::uint64_t message = c.mask_encoding == MaskEncoding::bitmap
+                                    ? k * (kIndexBytes + wire_bytes(c.wire_dtype))
+                                    : kernels::ef_words(n, k) * sizeof(std::uint64_t) + k * wire_bytes(c.wire_dtype);
+  ledger.record(CollectiveKind::all_gather, "topk_all_gather", static_cast<std::uint64_t>(workers) * message, false);
 }
 
 }  // namespace

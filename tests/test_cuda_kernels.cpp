@@ -654,7 +654,7 @@ TEST_CASE("mask coding (and_not, extract, deposit, Elias-Fano) matches the CPU")
 
       std::vector<std::uint64_t> deposited = fresh;
       sk::deposit_bits(kept, prev, deposited);
-      CHECK_MESSAGE(deposited == cur, "deposit_bits restores the mask " + what);
+      CHECK_MESSAGE(deposited == cur, "deposit_bits restores the mask " << what);
       gpu().deposit_bits(dkept, dprev, dfresh);
       check_equal(deposited, to_host(dfresh), "deposit_bits " + what);
 

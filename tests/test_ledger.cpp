@@ -205,23 +205,30 @@ TEST_CASE("closed forms: SCAPE in every mode") {
   }
 }
 
-TEST_CASE("closed forms: raw-gradient top-k sends W K (4 + p_wire)") {
+TEST_CASE("closed forms: raw-gradient top-k sends W K (4 + p_wire), or W (EF(N, K) + K p_wire) coded") {
   const ParamLayout layout = mixed_layout(2);
   const std::uint64_t n = layout.size();
+  const std::uint64_t k = k_for(0.1, n);
+  const unsigned low = kernels::ef_low_bits(n, k);
+  const std::uint64_t code_bytes = 8 * ((k * low + k + (n - 1) / (std::uint64_t{1} << low) + 63) / 64);
   for (int w : {1, 2, 4, 7}) {
     for (WireType wire : {WireType::fp32, WireType::bf16}) {
-      OptimizerConfig c;
-      c.type = OptimizerType::topk_ef;
-      c.sharded = false;
-      c.sparsity = 0.9;
-      c.wire_dtype = wire;
-      const auto run = run_quadratic(c, layout, w, kSteps);
-      const std::uint64_t k = k_for(0.1, n);
-      for (const auto& s : run.steps[0]) {
-        CHECK(payloads(s.metrics) == StepPayloads{{"topk_all_gather", {w * k * (4 + wire_bytes(wire))}}});
-        check_sent(s.metrics, w);
-        CHECK(s.metrics.fill_in >= 1.0);
-        CHECK(s.metrics.fill_in <= w);
+      for (const MaskEncoding e : {MaskEncoding::bitmap, MaskEncoding::elias_fano}) {
+        OptimizerConfig c;
+        c.type = OptimizerType::topk_ef;
+        c.sharded = false;
+        c.sparsity = 0.9;
+        c.wire_dtype = wire;
+        c.mask_encoding = e;
+        const auto run = run_quadratic(c, layout, w, kSteps);
+        const std::uint64_t message =
+            e == MaskEncoding::bitmap ? k * (4 + wire_bytes(wire)) : code_bytes + k * wire_bytes(wire);
+        for (const auto& s : run.steps[0]) {
+          CHECK(payloads(s.metrics) == StepPayloads{{"topk_all_gather", {w * message}}});
+          check_sent(s.metrics, w);
+          CHECK(s.metrics.fill_in >= 1.0);
+          CHECK(s.metrics.fill_in <= w);
+        }
       }
     }
   }

@@ -216,3 +216,23 @@ TEST_CASE("local_union: Elias-Fano coded index lists train bit-identically to ra
     }
   }
 }
+
+TEST_CASE("raw-gradient top-k: Elias-Fano coded indices train bit-identically to raw records") {
+  const ParamLayout layout = mixed_layout(10);
+  for (const int workers : {1, 3, 4}) {
+    for (const WireType wire : {WireType::fp32, WireType::bf16}) {
+      CAPTURE(workers);
+      OptimizerConfig config;
+      config.type = OptimizerType::topk_ef;
+      config.sharded = false;
+      config.lr = 0.01;
+      config.wire_dtype = wire;
+      config.mask_encoding = MaskEncoding::bitmap;
+      const auto reference = run_quadratic(config, layout, workers, 4);
+      config.mask_encoding = MaskEncoding::elias_fano;
+      const auto run = run_quadratic(config, layout, workers, 4);
+      check_identical(run, reference);
+      CHECK(run.steps[0].back().metrics.mask_codec_s > 0);
+    }
+  }
+}
