@@ -8,6 +8,7 @@
 #include <string>
 
 #include "core/dense_optimizer.hpp"
+#include "core/mask_codec.hpp"
 #include "core/optim_common.hpp"
 #include "core/scape_optimizer.hpp"
 #include "core/topk_ef_optimizer.hpp"
@@ -30,6 +31,10 @@ constexpr EnumName<MaskPartition> kPartition[] = {{"partitioned", MaskPartition:
                                                   {"local_union", MaskPartition::local_union}};
 constexpr EnumName<SecondMoment> kSecond[] = {{"single_buffer", SecondMoment::single_buffer},
                                               {"two_collectives", SecondMoment::two_collectives}};
+constexpr EnumName<MaskEncoding> kEncoding[] = {{"bitmap", MaskEncoding::bitmap},
+                                                {"elias_fano", MaskEncoding::elias_fano},
+                                                {"delta", MaskEncoding::delta},
+                                                {"auto", MaskEncoding::auto_select}};
 
 constexpr double kInf = std::numeric_limits<double>::infinity();
 
@@ -85,12 +90,16 @@ MaskPartition parse_mask_partition(std::string_view v) {
 SecondMoment parse_second_moment(std::string_view v) {
   return find_by_name(kSecond, v, "optimizer.second_moment").value;
 }
+MaskEncoding parse_mask_encoding(std::string_view v) {
+  return find_by_name(kEncoding, v, "optimizer.mask_encoding").value;
+}
 const char* to_string(OptimizerType v) { return name_of(kTypes, v); }
 const char* to_string(InnerRule v) { return name_of(kInner, v); }
 const char* to_string(UpdateMode v) { return name_of(kUpdate, v); }
 const char* to_string(MaskStatistic v) { return name_of(kStatistic, v); }
 const char* to_string(MaskPartition v) { return name_of(kPartition, v); }
 const char* to_string(SecondMoment v) { return name_of(kSecond, v); }
+const char* to_string(MaskEncoding v) { return name_of(kEncoding, v); }
 
 std::vector<std::string> optimizer_switch_names(std::string_view key) {
   if (key == "type") return names_of(kTypes);
@@ -99,6 +108,7 @@ std::vector<std::string> optimizer_switch_names(std::string_view key) {
   if (key == "mask_statistic") return names_of(kStatistic);
   if (key == "mask_partition") return names_of(kPartition);
   if (key == "second_moment") return names_of(kSecond);
+  if (key == "mask_encoding") return names_of(kEncoding);
   throw std::invalid_argument("optimizer_switch_names: '" + std::string(key) + "' is not an enum switch");
 }
 
@@ -204,6 +214,9 @@ std::vector<std::string> collective_purposes(const OptimizerConfig& c) {
   const bool two = c.second_moment == SecondMoment::two_collectives;
   std::vector<std::string> out;
   out.push_back(c.mask_partition == MaskPartition::partitioned ? "mask_all_gather" : "index_all_gather");
+  if (c.mask_partition == MaskPartition::partitioned && !mask_sizes_known(c.mask_encoding)) {
+    out.push_back("mask_size_all_gather");
+  }
   if (c.sharded) {
     out.push_back("grad_reduce_scatter");
     if (two) out.push_back("accum_reduce_scatter");

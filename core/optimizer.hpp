@@ -27,6 +27,9 @@ enum class UpdateMode { masked, dense };
 enum class MaskStatistic { first_moment, gradient, momentum_only, random };
 enum class MaskPartition { partitioned, local_union };
 enum class SecondMoment { single_buffer, two_collectives };
+// How SCAPE's partitioned mask crosses the wire (docs/algorithms.md, "Mask coding"); "auto"
+// picks per step and shard the smallest of the other three.
+enum class MaskEncoding { bitmap, elias_fano, delta, auto_select };
 
 // Parsers for switch values; an unknown value throws std::invalid_argument naming the
 // parameter, the value and the accepted values.
@@ -36,15 +39,18 @@ UpdateMode parse_update_mode(std::string_view v);
 MaskStatistic parse_mask_statistic(std::string_view v);
 MaskPartition parse_mask_partition(std::string_view v);
 SecondMoment parse_second_moment(std::string_view v);
+MaskEncoding parse_mask_encoding(std::string_view v);
 const char* to_string(OptimizerType v);
 const char* to_string(InnerRule v);
 const char* to_string(UpdateMode v);
 const char* to_string(MaskStatistic v);
 const char* to_string(MaskPartition v);
 const char* to_string(SecondMoment v);
+const char* to_string(MaskEncoding v);
 // The accepted names of an enum switch ("type", "inner", "update", "mask_statistic",
-// "mask_partition", "second_moment"), in the order errors list them; the config key table reads
-// them from here so each name is written once. Throws std::invalid_argument for another key.
+// "mask_partition", "second_moment", "mask_encoding"), in the order errors list them; the config
+// key table reads them from here so each name is written once. Throws std::invalid_argument for
+// another key.
 std::vector<std::string> optimizer_switch_names(std::string_view key);
 
 // The range of a numeric optimizer key, written once: OptimizerConfig::validate() enforces it
@@ -81,6 +87,7 @@ struct OptimizerConfig {
   MaskPartition mask_partition = MaskPartition::partitioned;
   int mask_lag = 1;
   SecondMoment second_moment = SecondMoment::single_buffer;
+  MaskEncoding mask_encoding = MaskEncoding::elias_fano;
   bool residual = true;
   // Off the mask the residual keeps residual_decay * a_i (1 keeps it all, 0 equals residual =
   // false); residual_clip > 0 caps each tensor's ||e_i|| at that multiple of its ||g_i|| before
@@ -125,6 +132,7 @@ struct StepMetrics {
   double update_sign_flip = 0;   // fraction of coordinates stepped in both steps whose sign flipped
   double local_grad_norm = 0;    // ||g_i||_2 of this worker's gradient
   std::size_t nonfinite_grads = 0;
+  double mask_codec_s = 0;       // wall seconds coding and decoding the mask this step
   std::vector<CommRecord> comm;  // every collective of this step
   // Per tensor, in layout order.
   std::vector<double> tensor_residual_norm;

@@ -43,7 +43,8 @@ ScapeOptimizer::ScapeOptimizer(const OptimizerConfig& config, const ParamLayout&
     : OptimizerBase(config, layout, comm, total_steps),
       own_begin_(sharding_.begin(rank_)),
       own_end_(sharding_.end(rank_)),
-      feedback_(k_, n_, config) {
+      feedback_(k_, n_, config),
+      exchange_(k_, comm, sharding_, config.mask_encoding) {
   mask_.assign_zero(kernels::words_for(n_));
   next_mask_.assign_zero(kernels::words_for(n_));
   local_bits_.assign_zero(sharding_.words(rank_));
@@ -148,6 +149,7 @@ void ScapeOptimizer::prepare_statistic(int use_step) {
 }
 
 void ScapeOptimizer::select_local(double rho) {
+  selected_rho_ = rho;
   if (partitioned()) {
     k_.topk_abs_mask(stat_.span(), k_for(rho, own_end_ - own_begin_), local_bits_.span());
   } else {
@@ -164,6 +166,17 @@ std::vector<std::size_t> ScapeOptimizer::mask_word_counts() const {
 
 void ScapeOptimizer::gather_mask_now() {
   k_.synchronize();
+  if (coded()) {
+    // Coded against the mask every rank holds (the previous step's, zero at step 1).
+    if (partitioned()) {
+      exchange_.start(local_bits_.span(), mask_.span(), selected_rho_, false);
+    } else {
+      exchange_.start_indices(local_indices_.span(), false);
+    }
+    exchange_.complete(mask_.span(), next_mask_.span());
+    std::swap(mask_, next_mask_);
+    return;
+  }
   if (partitioned()) {
     comm_.all_gather_words(local_bits_.span(), mask_.span(), mask_word_counts(), "mask_all_gather");
     return;
@@ -178,6 +191,14 @@ void ScapeOptimizer::gather_mask_now() {
 
 void ScapeOptimizer::start_mask_gather() {
   k_.synchronize();
+  if (coded()) {
+    if (partitioned()) {
+      exchange_.start(local_bits_.span(), mask_.span(), selected_rho_, true);
+    } else {
+      exchange_.start_indices(local_indices_.span(), true);
+    }
+    return;
+  }
   if (partitioned()) {
     pending_ = comm_.all_gather_words_async(local_bits_.span(), next_mask_.span(), mask_word_counts(), "mask_all_gather");
     return;
@@ -191,7 +212,8 @@ void ScapeOptimizer::start_mask_gather() {
 
 void ScapeOptimizer::receive_mask() {
   pending_.wait();
-  if (partitioned()) {
+  exchange_.complete(mask_.span(), next_mask_.span());
+  if (partitioned() || coded()) {
     std::swap(mask_, next_mask_);
     return;
   }
@@ -332,9 +354,13 @@ void ScapeOptimizer::update(std::span<float> params, std::span<const float> grad
   }
   if (lagged_next) start_mask_gather();
   feedback_.record_mask(layout_, mask_, k_total(rho), out);
+  out.mask_codec_s = exchange_.take_codec_seconds();
 }
 
-void ScapeOptimizer::finish() { pending_.wait(); }
+void ScapeOptimizer::finish() {
+  pending_.wait();
+  exchange_.complete(mask_.span(), next_mask_.span());
+}
 
 // The lagged all-gather of the next mask has completed (save_state calls finish()), so the
 // checkpoint holds the received mask; receive_mask() of the next step then finds nothing pending.

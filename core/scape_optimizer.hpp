@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "core/error_feedback.hpp"
+#include "core/mask_exchange.hpp"
 #include "core/optimizer_base.hpp"
 
 namespace scape {
@@ -43,6 +44,8 @@ class ScapeOptimizer final : public OptimizerBase {
   void load_policy_state(const StateMap& state) override;
 
   bool partitioned() const { return config_.mask_partition == MaskPartition::partitioned; }
+  // The mask (partitioned) or the index lists (local_union) cross the wire coded.
+  bool coded() const { return config_.mask_encoding != MaskEncoding::bitmap; }
   bool two_collectives() const { return config_.second_moment == SecondMoment::two_collectives; }
   std::size_t k_total(double rho) const;
   // The range the ranking statistic covers: the own shard (partitioned) or the whole buffer.
@@ -84,6 +87,8 @@ class ScapeOptimizer final : public OptimizerBase {
   kernels::Buffer<std::uint32_t> gathered_indices_{k_};    // local_union: everyone's top-K
   std::vector<std::size_t> gathered_counts_;
   PendingAllGather pending_;
+  MaskExchange exchange_;    // coded(): the mask all-gather and its coding
+  double selected_rho_ = 0;  // the density select_local drew the send buffer at
 
   kernels::Buffer<std::uint32_t> idx_{k_};         // mask positions, ascending (mask order)
   kernels::Buffer<std::uint32_t> chunk_idx_{k_};   // offloaded: idx_ of one chunk, relative to it

@@ -3,6 +3,7 @@
 // buffers, as for every collective.
 #include "core/topk_ef_optimizer.hpp"
 
+#include <chrono>
 #include <cstring>
 #include <vector>
 
@@ -16,25 +17,34 @@ namespace {
 // Wire record per selected coordinate: 4-byte index, then the value at the wire width.
 std::size_t record_bytes(WireType wire) { return sizeof(std::uint32_t) + wire_bytes(wire); }
 
-void write_record(std::byte* p, std::uint32_t index, float value, WireType wire) {
-  std::memcpy(p, &index, sizeof index);
+void write_value(std::byte* p, float value, WireType wire) {
   if (wire == WireType::bf16) {
     const std::uint16_t bits = kernels::float_to_bf16_bits(value);
-    std::memcpy(p + sizeof index, &bits, sizeof bits);
+    std::memcpy(p, &bits, sizeof bits);
   } else {
-    std::memcpy(p + sizeof index, &value, sizeof value);
+    std::memcpy(p, &value, sizeof value);
   }
+}
+
+float read_value(const std::byte* p, WireType wire) {
+  if (wire == WireType::bf16) {
+    std::uint16_t bits;
+    std::memcpy(&bits, p, sizeof bits);
+    return kernels::bf16_bits_to_float(bits);
+  }
+  float value;
+  std::memcpy(&value, p, sizeof value);
+  return value;
+}
+
+void write_record(std::byte* p, std::uint32_t index, float value, WireType wire) {
+  std::memcpy(p, &index, sizeof index);
+  write_value(p + sizeof index, value, wire);
 }
 
 void read_record(const std::byte* p, WireType wire, std::uint32_t& index, float& value) {
   std::memcpy(&index, p, sizeof index);
-  if (wire == WireType::bf16) {
-    std::uint16_t bits;
-    std::memcpy(&bits, p + sizeof index, sizeof bits);
-    value = kernels::bf16_bits_to_float(bits);
-  } else {
-    std::memcpy(&value, p + sizeof index, sizeof value);
-  }
+  value = read_value(p + sizeof index, wire);
 }
 
 }  // namespace
@@ -62,7 +72,48 @@ std::size_t TopkEfOptimizer::select(std::span<const float> grads, std::size_t k)
   return nonfinite;
 }
 
+// Coded messages: the Elias-Fano code of the k indices among N (ascending, as idx_ holds them),
+// then the k values in that order at the wire width.
+void TopkEfOptimizer::exchange_coded() {
+  const std::size_t k = idx_.size();
+  const auto workers = static_cast<std::size_t>(comm_.size());
+  const std::size_t code_bytes = kernels::ef_words(n_, k) * sizeof(std::uint64_t);
+  const std::size_t value_bytes = wire_bytes(config_.wire_dtype);
+  const std::size_t message = code_bytes + k * value_bytes;
+  send_.resize(message);
+  recv_.resize(message * workers);
+  recv_idx_.resize(k * workers);
+  recv_values_.resize(k * workers);
+  code_.resize(code_bytes / sizeof(std::uint64_t));
+  auto clock = std::chrono::steady_clock::now();
+  k_.ef_encode(local_mask_.span(), n_, k, code_.span());
+  k_.synchronize();
+  codec_s_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - clock).count();
+  std::memcpy(send_.data(), code_.data(), code_bytes);
+  for (std::size_t i = 0; i < k; ++i) {
+    write_value(send_.data() + code_bytes + i * value_bytes, sent_values_.data()[i], config_.wire_dtype);
+  }
+  const std::vector<std::size_t> counts(workers, message);
+  comm_.all_gather_bytes(send_.span(), recv_.span(), counts, "topk_all_gather");
+  clock = std::chrono::steady_clock::now();
+  for (std::size_t r = 0; r < workers; ++r) {
+    const std::byte* from = recv_.data() + r * message;
+    std::memcpy(code_.data(), from, code_bytes);
+    k_.zero_bytes(union_mask_.data(), union_mask_.bytes());  // scratch here; average_delivered rebuilds it
+    k_.ef_decode(code_.span(), n_, k, union_mask_.span());
+    k_.bits_to_indices(union_mask_.span(), 0, recv_idx_.span().subspan(r * k, k));
+    for (std::size_t i = 0; i < k; ++i) {
+      recv_values_.data()[r * k + i] = read_value(from + code_bytes + i * value_bytes, config_.wire_dtype);
+    }
+  }
+  codec_s_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - clock).count();
+}
+
 void TopkEfOptimizer::exchange_pairs() {
+  if (config_.mask_encoding != MaskEncoding::bitmap) {
+    exchange_coded();
+    return;
+  }
   const std::size_t record = record_bytes(config_.wire_dtype);
   const std::size_t k = idx_.size();
   const auto workers = static_cast<std::size_t>(comm_.size());
@@ -106,7 +157,9 @@ void TopkEfOptimizer::update(std::span<float> params, std::span<const float> gra
   out.nonfinite_grads = select(grads, k);
   k_.synchronize();
   feedback_.deliver(idx_.span(), t);
+  codec_s_ = 0;
   exchange_pairs();
+  out.mask_codec_s = codec_s_;
   const std::size_t delivered = average_delivered(k);
   detail::dense_inner_step(k_, rule_, layout_, params, 0, n_, m_.span(), v_.span(), g_bar_.span(), config_, out.lr, t);
 

@@ -26,8 +26,10 @@ class TopkEfOptimizer final : public OptimizerBase {
   // a_i = e_i + g_i; L_i = top-k of |a_i| into idx_ and local_mask_, its values into
   // sent_values_; the residual keeps a_i off L_i. Returns the non-finite gradient entries.
   std::size_t select(std::span<const float> grads, std::size_t k);
-  // The all-gather of (index, value) records, unpacked into recv_idx_ and recv_values_.
+  // The all-gather of (index, value) records, unpacked into recv_idx_ and recv_values_; with a
+  // coded mask_encoding each worker's indices travel Elias-Fano coded (exchange_coded).
   void exchange_pairs();
+  void exchange_coded();
   // g_bar = (1/W) sum over workers in rank order of their delivered values, zero elsewhere;
   // returns how many coordinates some worker delivered.
   std::size_t average_delivered(std::size_t k);
@@ -40,6 +42,8 @@ class TopkEfOptimizer final : public OptimizerBase {
   kernels::Buffer<std::uint32_t> recv_idx_{k_};  // every worker's L_i, in rank order
   kernels::Buffer<float> recv_values_{k_};
   kernels::Buffer<std::uint64_t> local_mask_{k_}, union_mask_{k_};
+  kernels::Buffer<std::uint64_t> code_{k_};  // mask_encoding other than bitmap: Elias-Fano indices
+  double codec_s_ = 0;                        // this step's coding and decoding
 };
 
 }  // namespace scape

@@ -8,6 +8,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "core/mask_codec.hpp"
 #include "core/schedule.hpp"
 #include "kernels/kernel_types.hpp"
 
@@ -18,18 +19,45 @@ constexpr std::uint64_t kIndexBytes = sizeof(std::uint32_t);  // indices on the 
 
 bool partitioned(const OptimizerConfig& c) { return c.mask_partition == MaskPartition::partitioned; }
 
-// The mask all-gather of SCAPE: bit words of every shard (partitioned; the shard words sum to
-// the words of N because shard boundaries are multiples of 64) or every worker's K(rho) local
-// indices (local_union).
+// One shard's coded message in words (core/mask_codec.hpp) when `kept` of its k_prev previous
+// positions stay and k - kept are new.
+std::size_t shard_message_words(MaskEncoding e, std::size_t n, std::size_t k, std::size_t k_prev, std::size_t kept) {
+  if (mask_sizes_known(e)) return fixed_message_words(e, n, k);
+  const std::size_t k_new = k - kept;
+  const ShardFormat f = e == MaskEncoding::delta ? ShardFormat::delta : smallest_format(n, k, k_prev, k_new);
+  return tagged_message_words(f, n, k, k_prev, k_new);
+}
+
+// The mask all-gather of SCAPE. Partitioned: every shard's message at the encoding (bitmap: the
+// shard words, which sum to the words of N because shard boundaries are multiples of 64),
+// preceded by an all-gather of one size word per worker for delta and auto; the previous mask
+// had density rho_prev (0: none yet) and keeps the fraction `kept_fraction` of its positions.
+// local_union: every worker's K(rho) local indices, 4 bytes each (bitmap) or Elias-Fano coded
+// among N (any other encoding).
 void record_mask_gather(ByteLedger& ledger, const OptimizerConfig& c, std::size_t n, int workers, double rho,
-                        bool overlapped) {
+                        double rho_prev, double kept_fraction, bool overlapped) {
   if (partitioned(c)) {
-    ledger.record(CollectiveKind::all_gather, "mask_all_gather", kernels::words_for(n) * sizeof(std::uint64_t),
-                  overlapped);
+    const Sharding sharding(n, workers);
+    std::uint64_t words = 0;
+    for (int w = 0; w < workers; ++w) {
+      const std::size_t size = sharding.size(w);
+      const std::size_t k = k_for(rho, size);
+      const std::size_t k_prev = rho_prev > 0 ? k_for(rho_prev, size) : 0;
+      const auto kept = std::min(k, static_cast<std::size_t>(kept_fraction * static_cast<double>(k_prev)));
+      words += shard_message_words(c.mask_encoding, size, k, k_prev, kept);
+    }
+    if (!mask_sizes_known(c.mask_encoding)) {
+      ledger.record(CollectiveKind::all_gather, "mask_size_all_gather",
+                    static_cast<std::uint64_t>(workers) * sizeof(std::uint64_t), false);
+    }
+    ledger.record(CollectiveKind::all_gather, "mask_all_gather", words * sizeof(std::uint64_t), overlapped);
     return;
   }
   const std::uint64_t k = k_for(rho, n);
-  ledger.record(CollectiveKind::all_gather, "index_all_gather", static_cast<std::uint64_t>(workers) * k * kIndexBytes,
+  const std::uint64_t list_bytes = c.mask_encoding == MaskEncoding::bitmap
+                                       ? k * kIndexBytes
+                                       : kernels::ef_words(n, k) * sizeof(std::uint64_t);
+  ledger.record(CollectiveKind::all_gather, "index_all_gather", static_cast<std::uint64_t>(workers) * list_bytes,
                 overlapped);
 }
 
@@ -55,10 +83,12 @@ std::size_t union_mask_size(std::size_t k, std::size_t n, int workers, std::opti
 }
 
 void record_scape(ByteLedger& ledger, const OptimizerConfig& c, std::size_t n, int workers, int t, int total,
-                  std::optional<std::size_t> union_size) {
-  const double rho = density_at(c.density(), c.density_warmup, t);
-  // Step 2: the mask of step t is gathered now (lag 0, and step 1 under lag 1).
-  if (c.mask_lag == 0 || t == 1) record_mask_gather(ledger, c, n, workers, rho, false);
+                  std::optional<std::size_t> union_size, double kept_fraction) {
+  const auto rho_at = [&](int step) { return step < 1 ? 0.0 : density_at(c.density(), c.density_warmup, step); };
+  const double rho = rho_at(t);
+  // Step 2: the mask of step t is gathered now (lag 0, and step 1 under lag 1), coded against
+  // the previous step's mask.
+  if (c.mask_lag == 0 || t == 1) record_mask_gather(ledger, c, n, workers, rho, rho_at(t - 1), kept_fraction, false);
   const std::size_t k = mask_k(c, n, workers, rho);
   const std::size_t m = partitioned(c) ? k : union_mask_size(k, n, workers, union_size);
   const std::uint64_t values = m * wire_bytes(c.wire_dtype);
@@ -75,14 +105,17 @@ void record_scape(ByteLedger& ledger, const OptimizerConfig& c, std::size_t n, i
   // Step 9: the next mask, at the next step's density, starts asynchronously; the last step
   // starts none.
   if (c.mask_lag == 1 && t < total) {
-    record_mask_gather(ledger, c, n, workers, density_at(c.density(), c.density_warmup, t + 1), true);
+    record_mask_gather(ledger, c, n, workers, rho_at(t + 1), rho, kept_fraction, true);
   }
 }
 
 void record_topk(ByteLedger& ledger, const OptimizerConfig& c, std::size_t n, int workers, int t) {
   const std::uint64_t k = k_for(density_at(c.density(), c.density_warmup, t), n);
-  const std::uint64_t record = kIndexBytes + wire_bytes(c.wire_dtype);
-  ledger.record(CollectiveKind::all_gather, "topk_all_gather", static_cast<std::uint64_t>(workers) * k * record, false);
+  // Per worker k (index, value) records, or the Elias-Fano code of the k indices then k values.
+  const std::uint64_t message = c.mask_encoding == MaskEncoding::bitmap
+                                    ? k * (kIndexBytes + wire_bytes(c.wire_dtype))
+                                    : kernels::ef_words(n, k) * sizeof(std::uint64_t) + k * wire_bytes(c.wire_dtype);
+  ledger.record(CollectiveKind::all_gather, "topk_all_gather", static_cast<std::uint64_t>(workers) * message, false);
 }
 
 }  // namespace
@@ -106,8 +139,12 @@ std::size_t mask_k(const OptimizerConfig& config, std::size_t n_params, int work
 
 std::vector<CommRecord> step_collectives(const OptimizerConfig& config, std::size_t n_params, int workers, int step,
                                          int total_steps, const NetworkModel& net,
-                                         std::optional<std::size_t> union_size) {
+                                         std::optional<std::size_t> union_size, double mask_kept_fraction) {
   config.validate();
+  if (!(mask_kept_fraction >= 0 && mask_kept_fraction <= 1)) {
+    throw std::invalid_argument("step_collectives: mask kept fraction " + std::to_string(mask_kept_fraction) +
+                                " is outside [0, 1]");
+  }
   if (n_params == 0) throw std::invalid_argument("step_collectives: n_params must be > 0");
   if (total_steps < 1 || step < 1 || step > total_steps) {
     throw std::invalid_argument("step_collectives: step " + std::to_string(step) + " is outside [1, " +
@@ -120,7 +157,7 @@ std::vector<CommRecord> step_collectives(const OptimizerConfig& config, std::siz
       record_dense(ledger, config, n_params);
       break;
     case OptimizerType::scape:
-      record_scape(ledger, config, n_params, workers, step, total_steps, union_size);
+      record_scape(ledger, config, n_params, workers, step, total_steps, union_size, mask_kept_fraction);
       break;
     case OptimizerType::topk_ef:
       record_topk(ledger, config, n_params, workers, step);

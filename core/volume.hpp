@@ -20,10 +20,14 @@ std::size_t mask_k(const OptimizerConfig& config, std::size_t n_params, int work
 // The records the ledger of any worker holds after step `step` (1-based) of `total_steps`,
 // in the order the optimizer issues them. SCAPE with mask_partition = local_union reduces the
 // union |M_t| of the local masks, which depends on the data: pass it as `union_size` (it lies
-// in [K, min(N, W K)]; K when absent). Throws std::invalid_argument for an invalid config,
-// workers < 1, n_params = 0, a step outside [1, total_steps] or a union size outside its range.
+// in [K, min(N, W K)]; K when absent). The delta and auto mask encodings code a shard against
+// the previous step's: `mask_kept_fraction` of its positions stay (2J / (1 + J) at a Jaccard J
+// between steps whose densities are equal; 0, the default, is delta's largest size). Throws
+// std::invalid_argument for an invalid config, workers < 1, n_params = 0, a step outside
+// [1, total_steps], a union size or kept fraction outside its range.
 std::vector<CommRecord> step_collectives(const OptimizerConfig& config, std::size_t n_params, int workers, int step,
                                          int total_steps, const NetworkModel& net,
-                                         std::optional<std::size_t> union_size = std::nullopt);
+                                         std::optional<std::size_t> union_size = std::nullopt,
+                                         double mask_kept_fraction = 0.0);
 
 }  // namespace scape

@@ -29,6 +29,7 @@ json recorded(UpdateMode v) { return to_string(v); }
 json recorded(MaskStatistic v) { return to_string(v); }
 json recorded(MaskPartition v) { return to_string(v); }
 json recorded(SecondMoment v) { return to_string(v); }
+json recorded(MaskEncoding v) { return to_string(v); }
 json recorded(WireType v) { return to_string(v); }
 json recorded(kernels::DeviceKind v) { return kernels::to_string(v); }
 
@@ -54,6 +55,7 @@ void assign(UpdateMode& out, const json& v) { out = parse_update_mode(v.get<std:
 void assign(MaskStatistic& out, const json& v) { out = parse_mask_statistic(v.get<std::string>()); }
 void assign(MaskPartition& out, const json& v) { out = parse_mask_partition(v.get<std::string>()); }
 void assign(SecondMoment& out, const json& v) { out = parse_second_moment(v.get<std::string>()); }
+void assign(MaskEncoding& out, const json& v) { out = parse_mask_encoding(v.get<std::string>()); }
 void assign(WireType& out, const json& v) { out = parse_wire_type(v.get<std::string>(), "wire type"); }
 void assign(kernels::DeviceKind& out, const json& v) {
   out = kernels::parse_device_kind(v.get<std::string>(), "optimizer.device");
@@ -200,6 +202,9 @@ const KeyTable<OptimizerConfig>& optimizer_keys() {
       {{"second_moment", Kind::string, "one synchronized buffer or two collectives", {},
         optimizer_switch_names("second_moment"), kScape},
        SCAPE_MEMBER(C, second_moment)},
+      {{"mask_encoding", Kind::string, "how masks and index lists are coded on the wire", {},
+        optimizer_switch_names("mask_encoding"), kSparse},
+       SCAPE_MEMBER(C, mask_encoding)},
       {{"residual", Kind::boolean, "error feedback (keep undelivered gradient)", {}, {}, kSparse},
        SCAPE_MEMBER(C, residual)},
       {{"residual_decay", Kind::number, "factor gamma the residual keeps off the mask each step (1 = all, 0 = none)",

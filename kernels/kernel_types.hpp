@@ -11,6 +11,27 @@ namespace scape::kernels {
 // Words of a bitmask over n elements.
 constexpr std::size_t words_for(std::size_t n) { return (n + 63) / 64; }
 
+// Elias-Fano code of k ascending positions p_0 < ... < p_{k-1} among n (docs/algorithms.md,
+// "Mask coding"): one bit stream of 64-bit words. Position i keeps its L = ef_low_bits(n, k)
+// low bits at stream bits [i L, (i + 1) L); its high part p_i >> L is unary: stream bit
+// k L + (p_i >> L) + i is set. The size depends only on (n, k), so every rank knows the size of
+// every other rank's message.
+// L = floor(log2(n / k)), the largest L with k 2^L <= n; 0 when k = 0 or k >= n.
+constexpr unsigned ef_low_bits(std::size_t n, std::size_t k) {
+  unsigned low = 0;
+  if (k == 0) return 0;
+  while ((n >> (low + 1)) >= k) ++low;
+  return low;
+}
+// k L low bits plus k + floor((n - 1) / 2^L) high bits (the highest set high bit is
+// ((n - 1) >> L) + k - 1); nothing for k = 0.
+constexpr std::size_t ef_bits(std::size_t n, std::size_t k) {
+  if (k == 0) return 0;
+  const unsigned low = ef_low_bits(n, k);
+  return k * low + k + ((n - 1) >> low);
+}
+constexpr std::size_t ef_words(std::size_t n, std::size_t k) { return words_for(ef_bits(n, k)); }
+
 // Scalars of one step, in double. Kernels derive 1 - beta in double and round every scalar
 // to fp32 once: computing 1 - beta2 from an fp32 beta2 = 0.999 would be off by 1.3e-5.
 struct AdamScalars {

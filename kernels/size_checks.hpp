@@ -123,4 +123,28 @@ inline void block_sum_squares_sizes(std::size_t n, std::size_t block, std::size_
   require_size(partial, (n + block - 1) / block, "block_sum_squares: partial");
 }
 
+// ---- Mask coding (kernels/kernel_list.inc, "Elias-Fano coding").
+
+inline void and_not_bits_sizes(std::size_t a, std::size_t b, std::size_t out) {
+  require_same_words(a, b, "and_not_bits: a/b");
+  require_same_words(a, out, "and_not_bits: a/out");
+}
+
+// `packed` is the packed side (out of extract_bits, the input of deposit_bits) and must hold
+// one bit per set bit of positions.
+inline void packed_bits_sizes(std::size_t dense, std::size_t positions, std::size_t packed, std::size_t set_bits,
+                              const char* what) {
+  require_same_words(dense, positions, what);
+  require_words(packed, set_bits, what);
+}
+
+inline void ef_sizes(std::size_t words, std::size_t n_bits, std::size_t k, std::size_t code, const char* what) {
+  if (k > n_bits) {
+    throw std::invalid_argument(std::string(what) + ": k = " + std::to_string(k) + " exceeds n = " +
+                                std::to_string(n_bits));
+  }
+  require_words(words, n_bits, what);
+  require_size(code, ef_words(n_bits, k), what);
+}
+
 }  // namespace scape::kernels::checks

@@ -34,6 +34,10 @@ struct GpuSpec {
   double select_TBps = 0;     // top-k selection: the statistic and the selection passes
   double pack_TBps = 0;       // mask packing: gather the masked values, zero the residual
   double host_link_GBps = 64;  // residual offload: host-device copies, one direction
+  // Mask coordinates coded and decoded per second, 1e9, as measured (bench_codec, or a run's
+  // mask_codec_time); 0 costs the coding as the memory traffic of the CUDA kernels at
+  // memory_TBps instead (docs/PREDICTING.md, "Mask coding").
+  double mask_codec_Gcoords_per_s = 0.0;
 
   double achieved_flops() const { return peak_TFLOPs * 1e12 * mfu; }
   double memory_Bps() const { return memory_TBps * 1e12; }

@@ -107,6 +107,7 @@ GpuSpec parse_gpu(const Section& s) {
   g.pack_TBps = s.value_or("pack_TBps", g.pack_TBps);
   g.host_link_GBps = s.value_or("host_link_GBps", g.host_link_GBps);
   g.mfu = s.get("mfu").get<double>();
+  g.mask_codec_Gcoords_per_s = s.get("mask_codec_Gcoords_per_s").get<double>();
   return g;
 }
 
@@ -335,7 +336,8 @@ json PredictConfig::to_json() const {
     b["per_gpu_sequences"] = batch.per_gpu_sequences;
   }
   json g = {{"peak_TFLOPs", gpu.peak_TFLOPs}, {"mfu", gpu.mfu}, {"memory_bandwidth_TBps", gpu.memory_TBps},
-            {"host_link_GBps", gpu.host_link_GBps}};
+            {"host_link_GBps", gpu.host_link_GBps},
+            {"mask_codec_Gcoords_per_s", gpu.mask_codec_Gcoords_per_s}};
   if (gpu.select_TBps > 0) g["select_TBps"] = gpu.select_TBps;
   if (gpu.pack_TBps > 0) g["pack_TBps"] = gpu.pack_TBps;
   json net = {{"gpus_per_node", gpus_per_node}, {"nics_per_node", nics_per_node}, {"inter", link_json(inter)},

@@ -89,6 +89,9 @@ const std::vector<Field>& gpu_fields() {
        "bandwidth)", {0, kInf, true}},
       {"host_link_GBps", Kind::number, "host-device link per direction, for residual offload (default from the "
        "preset)", {0, kInf, true}},
+      {"mask_codec_Gcoords_per_s", Kind::number,
+       "coded SCAPE masks: measured 1e9 coordinates encoded and decoded per second (0: memory-bound model)",
+       {0, kInf, false, true}, {}, {}, GpuSpec{}.mask_codec_Gcoords_per_s},
   };
   return f;
 }

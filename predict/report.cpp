@@ -159,6 +159,7 @@ void write_side(const ex::File& file, const Prediction& p, const Side& side) {
       {"select_s", [](const StepPrediction& s) { return s.select_s; }},
       {"pack_s", [](const StepPrediction& s) { return s.pack_s; }},
       {"offload_exposed_s", [](const StepPrediction& s) { return s.offload_exposed_s; }},
+      {"mask_codec_s", [](const StepPrediction& s) { return s.mask_codec_s; }},
       {"comm_s", [](const StepPrediction& s) { return s.comm_s; }},
       {"exposed_comm_s", [](const StepPrediction& s) { return s.exposed_comm_s; }},
       {"step_s", [](const StepPrediction& s) { return s.step_s; }},

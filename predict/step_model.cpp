@@ -188,6 +188,23 @@ double double_buffered_exposed(double copy_s, double kernel_s, double chunks) {
   return std::max(0.0, pass - kernel_s);
 }
 
+double mask_codec_seconds(const OptimizerConfig& c, std::uint64_t n, int workers, const GpuSpec& gpu) {
+  if (c.type != OptimizerType::scape || c.mask_partition != MaskPartition::partitioned ||
+      c.mask_encoding == MaskEncoding::bitmap) {
+    return 0.0;
+  }
+  const double coordinates = static_cast<double>(n);
+  if (gpu.mask_codec_Gcoords_per_s > 0) {
+    return 0.5 * (1.0 + 1.0 / workers) * coordinates / (gpu.mask_codec_Gcoords_per_s * 1e9);
+  }
+  // Decode: clear the mask (N/8) and set K positions (8 bytes each); encode of the own shard:
+  // count, scan (read and write) and code passes over its words and their 8-byte offsets.
+  const double rho = density_at(c.density(), c.density_warmup, steady_state_step(c));
+  const auto k = static_cast<double>(mask_k(c, n, workers, rho));
+  const double bytes = coordinates / 8 + 8 * k + 0.75 * coordinates / workers;
+  return bytes / gpu.memory_Bps();
+}
+
 double bucketed_exposed(double time_s, int buckets, double window_s) {
   if (!(time_s > 0)) return 0.0;
   const double b = std::max(1, buckets);
@@ -220,7 +237,8 @@ StepPrediction predict_step(const StepInputs& in, int workers, double tokens_per
   s.pack_s = bytes.pack / in.gpu.pack_Bps();
   add_offload(s, in);
   s.optimizer_s = s.state_s + s.select_s + s.pack_s + s.offload_exposed_s;
-  s.step_s = s.compute_s() + s.optimizer_s + s.exposed_comm_s;
+  s.mask_codec_s = mask_codec_seconds(c, in.n_params, workers, in.gpu);
+  s.step_s = s.compute_s() + s.optimizer_s + s.mask_codec_s + s.exposed_comm_s;
   return s;
 }
 

@@ -69,10 +69,11 @@ struct StepPrediction {
   double pack_s = 0;       // mask packing; mask coding (issue 16) adds its own term beside it
   double offload_s = 0;    // residual offload: host-device copies of every pass
   double offload_exposed_s = 0;  // what the double-buffered pipeline does not hide
+  double mask_codec_s = 0;  // coding and decoding SCAPE's mask (encodings other than bitmap)
   std::vector<CollectiveTime> collectives;
   double comm_s = 0;          // every collective, hidden or not
   double exposed_comm_s = 0;
-  double step_s = 0;          // forward + backward + optimizer + exposed communication
+  double step_s = 0;          // forward + backward + optimizer + mask coding + exposed communication
   double compute_s() const { return forward_s + backward_s; }
 };
 
@@ -91,6 +92,12 @@ OptimizerBytes optimizer_bytes_by_kernel(const OptimizerConfig& c, std::uint64_t
 // (u + k + d) / C + (C - 1) max(u, k, d) / C with u = d = `copy_s` (up and down run on their
 // own directions) and k = `kernel_s`; what exceeds the kernels' own time is exposed.
 double double_buffered_exposed(double copy_s, double kernel_s, double chunks);
+
+// Seconds one worker spends coding its mask shard (N/W coordinates) and decoding all W shards
+// (N): (1 + 1/W) / 2 of the encode + decode time of N coordinates at a measured throughput, or
+// without one the bytes the CUDA kernels move, N/8 + 8K + 3N/(4W), at the memory bandwidth;
+// 0 for the bitmap, local_union and the optimizers without a partitioned mask.
+double mask_codec_seconds(const OptimizerConfig& c, std::uint64_t n, int workers, const GpuSpec& gpu);
 
 // Exposed part of `time_s` of communication issued as `buckets` equal buckets that become
 // ready one by one over `window_s` of compute: max(time / B, time - window (B - 1) / B).

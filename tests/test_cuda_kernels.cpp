@@ -48,6 +48,7 @@ constexpr std::string_view kComparedKernels[] = {
     "adamw_step", "adams_step", "adamw_step_masked", "adams_step_masked", "scale", "divide", "accumulate",
     "topk_abs_mask", "topk_abs_indices",
     "pack_bits", "unpack_bits", "popcount", "popcount_and", "popcount_or", "bits_to_indices", "indices_to_bits",
+    "and_not_bits", "extract_bits", "deposit_bits", "ef_encode", "ef_decode",
     "compact", "expand", "zero_at", "scatter_add",
     "first_moment_statistic", "random_statistic", "pack_payload", "rebase_indices", "add_momentum",
     "reconstruct_gradient", "round_to_bf16", "fill",
@@ -626,6 +627,53 @@ TEST_CASE("bits_to_indices and indices_to_bits match the CPU") {
   CHECK_THROWS_AS(gpu().bits_to_indices(dwords, std::numeric_limits<std::uint32_t>::max() - 10, enough),
                   std::invalid_argument);
   CHECK(gpu().bits_to_indices(dwords, 0, enough) == 9);
+}
+
+TEST_CASE("mask coding (and_not, extract, deposit, Elias-Fano) matches the CPU") {
+  std::uint32_t seed = 1100;
+  for (const std::size_t n : small_sizes_and_large()) {
+    for (const double density : {0.0, 0.001, 0.01, 0.1, 1.0}) {
+      const std::string what = "n=" + std::to_string(n) + " density=" + std::to_string(density);
+      std::vector<std::uint64_t> cur(sk::words_for(n)), prev(sk::words_for(n));
+      sk::indices_to_bits(random_indices(n, density, ++seed), 0, cur);
+      sk::indices_to_bits(random_indices(n, density, ++seed), 0, prev);
+      const sk::Buffer<std::uint64_t> dcur = to_gpu(cur), dprev = to_gpu(prev);
+
+      std::vector<std::uint64_t> fresh(cur.size());
+      sk::and_not_bits(cur, prev, fresh);
+      sk::Buffer<std::uint64_t> dfresh(gpu(), cur.size());
+      gpu().and_not_bits(dcur, dprev, dfresh);
+      check_equal(fresh, to_host(dfresh), "and_not_bits " + what);
+
+      const std::size_t kept_count = sk::popcount(prev);
+      std::vector<std::uint64_t> kept(sk::words_for(kept_count));
+      sk::extract_bits(cur, prev, kept);
+      sk::Buffer<std::uint64_t> dkept(gpu(), kept.size());
+      gpu().extract_bits(dcur, dprev, dkept);
+      check_equal(kept, to_host(dkept), "extract_bits " + what);
+
+      std::vector<std::uint64_t> deposited = fresh;
+      sk::deposit_bits(kept, prev, deposited);
+      CHECK_MESSAGE(deposited == cur, "deposit_bits restores the mask " << what);
+      gpu().deposit_bits(dkept, dprev, dfresh);
+      check_equal(deposited, to_host(dfresh), "deposit_bits " + what);
+
+      const std::size_t k = sk::popcount(cur);
+      std::vector<std::uint64_t> code(sk::ef_words(n, k));
+      sk::ef_encode(cur, n, k, code);
+      sk::Buffer<std::uint64_t> dcode(gpu(), code.size());
+      gpu().ef_encode(dcur, n, k, dcode);
+      check_equal(code, to_host(dcode), "ef_encode " + what);
+      sk::Buffer<std::uint64_t> ddecoded(gpu(), cur.size());
+      gpu().ef_decode(dcode, n, k, ddecoded);
+      check_equal(cur, to_host(ddecoded), "ef_decode " + what);
+    }
+  }
+  // The shared size checks.
+  sk::Buffer<std::uint64_t> two(gpu(), 2), one(gpu(), 1);
+  CHECK_THROWS_AS(gpu().and_not_bits(two, one, two), std::invalid_argument);
+  CHECK_THROWS_AS(gpu().ef_encode(two, 128, 3, two), std::invalid_argument);
+  CHECK_THROWS_AS(gpu().ef_decode(one, 128, 200, two), std::invalid_argument);
 }
 
 TEST_CASE("compact, expand, zero_at and scatter_add match the CPU") {

@@ -83,7 +83,11 @@ TEST_CASE("scape run: the run file's bytes equal the closed forms; densities and
   REQUIRE(rs.size() == 12);
   CHECK(steps.front() == 1);
   CHECK(steps.back() == 12);
-  const double mask_bytes = 8.0 * ((n + 63) / 64);
+  // The default Elias-Fano mask: per shard 8 ceil((k L + k + floor((|S_w| - 1) / 2^L)) / 64)
+  // bytes, L = floor(log2(|S_w| / k_w)): k_w = 13 (L = 6, 13 6 + 13 + 19 = 110 bits, 2 words)
+  // for the three shards of 1280 and k_w = 12 (L = 6, 72 + 12 + 18 = 102 bits, 2 words) for 1160.
+  REQUIRE(3 * 1280 + 1160 == n);
+  const double mask_bytes = 8.0 * (2 + 2 + 2 + 2);
   for (std::size_t t = 0; t < 12; ++t) {
     CHECK(rs[t] == doctest::Approx(fraction * 4.0 * k));
     CHECK(ag[t] == doctest::Approx(fraction * 4.0 * k));

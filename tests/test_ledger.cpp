@@ -26,6 +26,21 @@ StepPayloads payloads(const StepMetrics& m) {
   return out;
 }
 
+// The default mask: per shard 8 ceil(EF / 64) bytes, EF = k L + k + floor((|S_w| - 1) / 2^L)
+// bits with L = floor(log2(|S_w| / k_w)) (0 for k_w = 0).
+std::uint64_t elias_fano_mask_bytes(std::size_t n, int w, double rho) {
+  const Sharding sharding(n, w);
+  std::uint64_t bytes = 0;
+  for (int o = 0; o < w; ++o) {
+    const std::size_t size = sharding.size(o);
+    const std::size_t k_w = k_for(rho, size);
+    const unsigned low = kernels::ef_low_bits(size, k_w);
+    const std::size_t bits = k_w == 0 ? 0 : k_w * low + k_w + (size - 1) / (std::size_t{1} << low);
+    bytes += 8 * ((bits + 63) / 64);
+  }
+  return bytes;
+}
+
 void check_sent(const StepMetrics& m, int w) {
   for (const auto& r : m.comm) {
     const double n = static_cast<double>(r.payload_bytes);
@@ -104,27 +119,34 @@ TEST_CASE("closed forms: SCAPE in every mode") {
       c.sparsity = 1.0 - rho;
 
       // Sharded, masked update, lag 1: the first step also gathers M_1 at lag 0; the last
-      // step starts no gather because no step uses its mask.
-      auto run = run_quadratic(c, layout, w, kSteps);
-      for (int t = 1; t <= kSteps; ++t) {
-        const auto& m = run.steps[0][static_cast<std::size_t>(t - 1)].metrics;
-        StepPayloads expected{{"grad_reduce_scatter", {k * 4}}, {"param_all_gather", {k * 4}}};
-        if (t == 1) expected["mask_all_gather"] = {mask_bytes, mask_bytes};
-        else if (t < kSteps) expected["mask_all_gather"] = {mask_bytes};
-        CHECK(payloads(m) == expected);
-        check_sent(m, w);
-        for (const auto& r : m.comm) {
-          // Only the lagged gathers of the next mask overlap compute.
-          const bool lagged = r.purpose == "mask_all_gather" && &r == &m.comm.back() && t < kSteps;
-          CHECK(r.overlapped == lagged);
+      // step starts no gather because no step uses its mask. The paper's bitmap, then the
+      // default Elias-Fano mask.
+      for (const MaskEncoding e : {MaskEncoding::bitmap, MaskEncoding::elias_fano}) {
+        CAPTURE(to_string(e));
+        c.mask_encoding = e;
+        const std::uint64_t gathered = e == MaskEncoding::bitmap ? mask_bytes : elias_fano_mask_bytes(n, w, rho);
+        const auto run = run_quadratic(c, layout, w, kSteps);
+        for (int t = 1; t <= kSteps; ++t) {
+          const auto& m = run.steps[0][static_cast<std::size_t>(t - 1)].metrics;
+          StepPayloads expected{{"grad_reduce_scatter", {k * 4}}, {"param_all_gather", {k * 4}}};
+          if (t == 1) expected["mask_all_gather"] = {gathered, gathered};
+          else if (t < kSteps) expected["mask_all_gather"] = {gathered};
+          CHECK(payloads(m) == expected);
+          check_sent(m, w);
+          for (const auto& r : m.comm) {
+            // Only the lagged gathers of the next mask overlap compute.
+            const bool lagged = r.purpose == "mask_all_gather" && &r == &m.comm.back() && t < kSteps;
+            CHECK(r.overlapped == lagged);
+          }
         }
       }
+      c.mask_encoding = MaskEncoding::bitmap;  // the cases below use the paper's bitmap
 
       // Replicated, bf16 wire.
       c.sharded = false;
       c.wire_dtype = WireType::bf16;
       c.mask_lag = 0;
-      run = run_quadratic(c, layout, w, kSteps);
+      auto run = run_quadratic(c, layout, w, kSteps);
       for (const auto& s : run.steps[0]) {
         CHECK(payloads(s.metrics) == StepPayloads{{"mask_all_gather", {mask_bytes}}, {"grad_all_reduce", {k * 2}}});
         check_sent(s.metrics, w);
@@ -151,6 +173,7 @@ TEST_CASE("closed forms: SCAPE in every mode") {
         CAPTURE(to_string(sc.second_moment));
         c = OptimizerConfig{};
         c.sparsity = 1.0 - rho;
+        c.mask_encoding = MaskEncoding::bitmap;
         c.update = sc.update;
         c.second_moment = sc.second_moment;
         c.mask_lag = 0;
@@ -158,40 +181,54 @@ TEST_CASE("closed forms: SCAPE in every mode") {
         for (const auto& s : run.steps[0]) CHECK(payloads(s.metrics) == sc.expected);
       }
 
-      // local_union: W K 4 bytes of indices, then |M| values all-reduced.
+      // local_union: W K 4 bytes of indices (bitmap encoding) or W Elias-Fano lists of K among
+      // N (the default), then |M| values all-reduced.
       c = OptimizerConfig{};
       c.sparsity = 1.0 - rho;
       c.sharded = false;
       c.mask_partition = MaskPartition::local_union;
       c.mask_lag = 0;
-      run = run_quadratic(c, layout, w, kSteps);
       const std::uint64_t kg = k_for(rho, n);
-      for (const auto& s : run.steps[0]) {
-        CHECK(payloads(s.metrics) == StepPayloads{{"index_all_gather", {w * kg * 4}},
-                                                  {"grad_all_reduce", {s.metrics.mask_size * 4}}});
-        check_sent(s.metrics, w);
+      const unsigned low = kernels::ef_low_bits(n, kg);
+      const std::uint64_t ef_list_bytes = 8 * ((kg * low + kg + (n - 1) / (std::uint64_t{1} << low) + 63) / 64);
+      for (const MaskEncoding e : {MaskEncoding::bitmap, MaskEncoding::elias_fano}) {
+        c.mask_encoding = e;
+        run = run_quadratic(c, layout, w, kSteps);
+        const std::uint64_t list_bytes = e == MaskEncoding::bitmap ? kg * 4 : ef_list_bytes;
+        for (const auto& s : run.steps[0]) {
+          CHECK(payloads(s.metrics) == StepPayloads{{"index_all_gather", {w * list_bytes}},
+                                                    {"grad_all_reduce", {s.metrics.mask_size * 4}}});
+          check_sent(s.metrics, w);
+        }
       }
     }
   }
 }
 
-TEST_CASE("closed forms: raw-gradient top-k sends W K (4 + p_wire)") {
+TEST_CASE("closed forms: raw-gradient top-k sends W K (4 + p_wire), or W (EF(N, K) + K p_wire) coded") {
   const ParamLayout layout = mixed_layout(2);
   const std::uint64_t n = layout.size();
+  const std::uint64_t k = k_for(0.1, n);
+  const unsigned low = kernels::ef_low_bits(n, k);
+  const std::uint64_t code_bytes = 8 * ((k * low + k + (n - 1) / (std::uint64_t{1} << low) + 63) / 64);
   for (int w : {1, 2, 4, 7}) {
     for (WireType wire : {WireType::fp32, WireType::bf16}) {
-      OptimizerConfig c;
-      c.type = OptimizerType::topk_ef;
-      c.sharded = false;
-      c.sparsity = 0.9;
-      c.wire_dtype = wire;
-      const auto run = run_quadratic(c, layout, w, kSteps);
-      const std::uint64_t k = k_for(0.1, n);
-      for (const auto& s : run.steps[0]) {
-        CHECK(payloads(s.metrics) == StepPayloads{{"topk_all_gather", {w * k * (4 + wire_bytes(wire))}}});
-        check_sent(s.metrics, w);
-        CHECK(s.metrics.fill_in >= 1.0);
-        CHECK(s.metrics.fill_in <= w);
+      for (const MaskEncoding e : {MaskEncoding::bitmap, MaskEncoding::elias_fano}) {
+        OptimizerConfig c;
+        c.type = OptimizerType::topk_ef;
+        c.sharded = false;
+        c.sparsity = 0.9;
+        c.wire_dtype = wire;
+        c.mask_encoding = e;
+        const auto run = run_quadratic(c, layout, w, kSteps);
+        const std::uint64_t message =
+            e == MaskEncoding::bitmap ? k * (4 + wire_bytes(wire)) : code_bytes + k * wire_bytes(wire);
+        for (const auto& s : run.steps[0]) {
+          CHECK(payloads(s.metrics) == StepPayloads{{"topk_all_gather", {w * message}}});
+          check_sent(s.metrics, w);
+          CHECK(s.metrics.fill_in >= 1.0);
+          CHECK(s.metrics.fill_in <= w);
+        }
       }
     }
   }

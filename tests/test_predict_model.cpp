@@ -260,6 +260,7 @@ TEST_CASE("limit: infinite bandwidth (and zero latency) makes every optimizer as
     for (const auto& c : all_optimizers()) {
       StepInputs opt = inputs(c, t);
       opt.gpu.memory_TBps = kInf;
+      opt.gpu.mask_codec_Gcoords_per_s = kInf;
       StepInputs dense = opt;
       dense.optimizer = optimizer(OptimizerType::adams, c.sharded);
       for (const int w : {1, 2, 8, 64}) {
@@ -303,4 +304,27 @@ TEST_CASE("limit: doubling a bandwidth never slows anything down") {
       }
     }
   }
+}
+
+TEST_CASE("mask coding time: a measured throughput, else the CUDA kernels' bytes at the memory bandwidth") {
+  OptimizerConfig c;  // SCAPE 99%, partitioned, Elias-Fano
+  const std::uint64_t n = 64'000'000;
+  const int w = 8;
+  GpuSpec gpu;
+  gpu.memory_TBps = 2.0;
+  // K = 8 shards of 8e6 at 1%: 80,000 each.
+  const double k = 8 * 80'000.0;
+  CHECK(mask_codec_seconds(c, n, w, gpu) == doctest::Approx((n / 8.0 + 8 * k + 0.75 * n / w) / 2e12));
+  gpu.mask_codec_Gcoords_per_s = 4.0;
+  // A worker encodes N/W and decodes N: (1 + 1/8) / 2 of N at 4e9 per second.
+  CHECK(mask_codec_seconds(c, n, w, gpu) == doctest::Approx(0.5625 * n / 4e9));
+  c.mask_encoding = MaskEncoding::bitmap;
+  CHECK(mask_codec_seconds(c, n, w, gpu) == 0.0);
+  c.mask_encoding = MaskEncoding::auto_select;
+  c.mask_partition = MaskPartition::local_union;
+  c.sharded = false;
+  CHECK(mask_codec_seconds(c, n, w, gpu) == 0.0);
+  c = OptimizerConfig{};
+  c.type = OptimizerType::adams;
+  CHECK(mask_codec_seconds(c, n, w, gpu) == 0.0);
 }

@@ -130,6 +130,7 @@ TEST_CASE("step_collectives reports the simulator's bytes per collective, step f
 TEST_CASE("step_collectives: lag 1 gathers two masks at step 1 and none at the last step") {
   OptimizerConfig c;
   c.sparsity = 0.99;
+  c.mask_encoding = MaskEncoding::bitmap;
   const auto first = step_collectives(c, 10000, 4, 1, 3, NetworkModel{});
   const auto middle = step_collectives(c, 10000, 4, 2, 3, NetworkModel{});
   const auto last = step_collectives(c, 10000, 4, 3, 3, NetworkModel{});
@@ -145,6 +146,24 @@ TEST_CASE("step_collectives: lag 1 gathers two masks at step 1 and none at the l
   CHECK(masks(last) == 0);
   // 8 ceil(N/64) bytes: 157 words for N = 10000.
   CHECK(middle.back().payload_bytes == 8 * 157);
+  // Elias-Fano: shards of 2560 (k_w = 26, L = 6: 156 + 26 + 39 = 221 bits) and 2320 (k_w = 24,
+  // L = 6: 144 + 24 + 36 = 204 bits), 4 words each.
+  c.mask_encoding = MaskEncoding::elias_fano;
+  CHECK(step_collectives(c, 10000, 4, 2, 3, NetworkModel{}).back().payload_bytes == 8 * 16);
+  // delta and auto exchange sizes first (8 W bytes); at step 2 under lag 1 the next mask is
+  // coded against one of the same density: with every position kept, k_w kept bits and no new
+  // position (1 + 1 words per shard); with none kept, delta's largest size (1 + 1 + 4 words).
+  for (const MaskEncoding e : {MaskEncoding::delta, MaskEncoding::auto_select}) {
+    c.mask_encoding = e;
+    const auto kept_all = step_collectives(c, 10000, 4, 2, 3, NetworkModel{}, std::nullopt, 1.0);
+    REQUIRE(kept_all.size() == 4);
+    CHECK(kept_all[2].purpose == "mask_size_all_gather");
+    CHECK(kept_all[2].payload_bytes == 8 * 4);
+    CHECK(kept_all[3].payload_bytes == 8 * 4 * 2);
+    const auto kept_none = step_collectives(c, 10000, 4, 2, 3, NetworkModel{});
+    CHECK(kept_none[3].payload_bytes == 8 * 4 * (e == MaskEncoding::delta ? 6 : 5));
+  }
+  CHECK_THROWS_AS(step_collectives(c, 10000, 4, 2, 3, NetworkModel{}, std::nullopt, 1.5), std::invalid_argument);
 }
 
 TEST_CASE("step_collectives rejects what the optimizer would reject") {

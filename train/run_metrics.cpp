@@ -124,6 +124,10 @@ const RunMetric kRunMetrics[] = {
      .computed = [](Report r, Purpose) { return static_cast<double>(r.metrics.nonfinite_grads); },
      .set_computed = [](WorkerReport& r, Purpose, double v) { r.metrics.nonfinite_grads = static_cast<std::size_t>(v); },
      .doc = "non-finite gradient entries"},
+    {.name = "mask_codec_time", .columns = Columns::one, .combine = Combine::mean, .unit = "s",
+     .sparse_only = true, .metrics_field = &StepMetrics::mask_codec_s,
+     .doc = "wall seconds coding this worker's mask shard and decoding every shard (`mask_encoding` other than "
+            "`bitmap`; 0 otherwise)"},
     {.name = "optimizer_time", .columns = Columns::one, .combine = Combine::mean, .unit = "s",
      .report_field = &WorkerReport::optimizer_s,
      .doc = "thread CPU seconds of the optimizer step, emulated collectives included"},

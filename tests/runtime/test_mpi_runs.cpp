@@ -14,6 +14,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <tuple>
 
 #include "experiments/hdf5.hpp"
@@ -63,7 +64,10 @@ TEST_CASE("deterministic mode: mpirun -np 4 is bit-identical to the simulator wi
       {"SCAPE 0.99 lag 1 partitioned replicated", "--set optimizer.sharded=false"},
       {"SCAPE 0.99 residual_decay 0.8, residual_clip 0.5",
        "--set optimizer.residual_decay=0.8 --set optimizer.residual_clip=0.5"},
+      {"SCAPE 0.99 bitmap mask", "--set optimizer.mask_encoding=bitmap"},
+      {"SCAPE 0.99 auto-coded mask (sizes exchanged)", "--set optimizer.mask_encoding=auto"},
   };
+  std::map<std::string, std::vector<float>> final_params;
   for (const auto& [name, set] : cases) {
     CAPTURE(std::string(name));
     const auto cfg = (dir.path / "eq.json").string();
@@ -77,13 +81,14 @@ TEST_CASE("deterministic mode: mpirun -np 4 is bit-identical to the simulator wi
     const auto a = params(dir.path / "sim.h5"), b = params(dir.path / "mpi.h5");
     REQUIRE(a.size() == b.size());
     CHECK(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0);
+    final_params[name] = b;
     CHECK(metric(dir.path / "sim.h5", "train_loss") == metric(dir.path / "mpi.h5", "train_loss"));
     CHECK(metric(dir.path / "sim.h5", "bytes_sent") == metric(dir.path / "mpi.h5", "bytes_sent"));
     // The oracle metrics see every worker's a_i and m_prev shard on rank 0 here too (NaN rows of
     // the dense case compare equal bit for bit).
-    for (const char* name : {"mask_oracle_overlap", "mask_energy_capture", "update_sign_flip"}) {
-      CAPTURE(std::string(name));
-      const auto x = metric(dir.path / "sim.h5", name), y = metric(dir.path / "mpi.h5", name);
+    for (const char* observed : {"mask_oracle_overlap", "mask_energy_capture", "update_sign_flip"}) {
+      CAPTURE(std::string(observed));
+      const auto x = metric(dir.path / "sim.h5", observed), y = metric(dir.path / "mpi.h5", observed);
       REQUIRE(x.size() == y.size());
       CHECK(std::memcmp(x.data(), y.data(), x.size() * sizeof(double)) == 0);
     }
@@ -98,6 +103,14 @@ TEST_CASE("deterministic mode: mpirun -np 4 is bit-identical to the simulator wi
       CHECK(t > 0);
     }
     CHECK(ex::read_run_summary(dir.path / "mpi.h5").status == "completed");
+  }
+  // Mask coding is lossless: the default (Elias-Fano) and auto train exactly as the bitmap.
+  const auto& bitmap = final_params["SCAPE 0.99 bitmap mask"];
+  for (const char* coded : {"SCAPE 0.99 lag 1 partitioned sharded", "SCAPE 0.99 auto-coded mask (sizes exchanged)"}) {
+    CAPTURE(std::string(coded));
+    const auto& p = final_params[coded];
+    REQUIRE(p.size() == bitmap.size());
+    CHECK(std::memcmp(p.data(), bitmap.data(), p.size() * sizeof(float)) == 0);
   }
 }
 

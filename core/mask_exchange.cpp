@@ -1,0 +1,124 @@
+// Coded mask all-gather (core/mask_exchange.hpp).
+#include "core/mask_exchange.hpp"
+
+#include <chrono>
+
+#include "core/schedule.hpp"
+
+namespace scape {
+namespace {
+
+double seconds_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+}  // namespace
+
+MaskExchange::MaskExchange(kernels::KernelBackend& k, Communicator& comm, const Sharding& sharding,
+                           MaskEncoding encoding)
+    : k_(k), comm_(comm), sharding_(sharding), encoding_(encoding), coder_(k) {
+  const auto workers = static_cast<std::size_t>(sharding.workers());
+  counts_.assign(workers, 0);
+  shard_k_.assign(workers, 0);
+}
+
+std::span<const std::uint64_t> MaskExchange::shard_words(std::span<const std::uint64_t> mask, int w) const {
+  // Shard boundaries are multiples of 64 (Sharding::kAlign), so shards own whole words.
+  return mask.subspan(sharding_.begin(w) / 64, sharding_.words(w));
+}
+
+void MaskExchange::exchange_sizes() {
+  const auto workers = static_cast<std::size_t>(sharding_.workers());
+  own_size_.resize(1);
+  sizes_.resize(workers);
+  k_.synchronize();
+  own_size_.data()[0] = own_.size();
+  const std::vector<std::size_t> ones(workers, 1);
+  comm_.all_gather_words(own_size_.span(), sizes_.span(), ones, "mask_size_all_gather");
+  k_.synchronize();
+  for (std::size_t w = 0; w < workers; ++w) counts_[w] = static_cast<std::size_t>(sizes_.data()[w]);
+}
+
+void MaskExchange::start(std::span<const std::uint64_t> local, std::span<const std::uint64_t> previous, double rho,
+                         bool overlapped) {
+  const auto clock = std::chrono::steady_clock::now();
+  const int me = comm_.rank();
+  for (int w = 0; w < sharding_.workers(); ++w) shard_k_[static_cast<std::size_t>(w)] = k_for(rho, sharding_.size(w));
+  coder_.encode(encoding_, local, sharding_.size(me), shard_k_[static_cast<std::size_t>(me)], shard_words(previous, me),
+                own_);
+  k_.synchronize();
+  codec_s_ += seconds_since(clock);
+  if (mask_sizes_known(encoding_)) {
+    for (int w = 0; w < sharding_.workers(); ++w) {
+      const auto i = static_cast<std::size_t>(w);
+      counts_[i] = fixed_message_words(encoding_, sharding_.size(w), shard_k_[i]);
+    }
+  } else {
+    exchange_sizes();
+  }
+  union_ = false;
+  gather("mask_all_gather", overlapped);
+}
+
+void MaskExchange::start_indices(std::span<const std::uint32_t> local, bool overlapped) {
+  const auto clock = std::chrono::steady_clock::now();
+  const std::size_t n = sharding_.n();
+  list_bits_.assign_zero(kernels::words_for(n));
+  k_.indices_to_bits(local, 0, list_bits_.span());
+  own_.resize(kernels::ef_words(n, local.size()));
+  k_.ef_encode(list_bits_.span(), n, local.size(), own_.span());
+  k_.synchronize();
+  codec_s_ += seconds_since(clock);
+  shard_k_.assign(shard_k_.size(), local.size());
+  counts_.assign(counts_.size(), own_.size());
+  union_ = true;
+  gather("index_all_gather", overlapped);
+}
+
+void MaskExchange::gather(std::string_view purpose, bool overlapped) {
+  std::size_t total = 0;
+  for (const std::size_t c : counts_) total += c;
+  received_.resize(total);
+  if (overlapped) {
+    pending_ = comm_.all_gather_words_async(own_.span(), received_.span(), counts_, purpose);
+  } else {
+    comm_.all_gather_words(own_.span(), received_.span(), counts_, purpose);
+  }
+  in_flight_ = true;
+}
+
+void MaskExchange::complete(std::span<const std::uint64_t> previous, std::span<std::uint64_t> out) {
+  if (!in_flight_) return;
+  pending_.wait();
+  in_flight_ = false;
+  const auto clock = std::chrono::steady_clock::now();
+  std::size_t offset = 0;
+  if (union_) {
+    // ef_decode ORs each list's positions into the mask: the union.
+    k_.zero_bytes(out.data(), out.size_bytes());
+    for (std::size_t w = 0; w < counts_.size(); ++w) {
+      k_.ef_decode(received_.span().subspan(offset, counts_[w]), sharding_.n(), shard_k_[w], out);
+      offset += counts_[w];
+    }
+    k_.synchronize();
+    codec_s_ += seconds_since(clock);
+    return;
+  }
+  for (int w = 0; w < sharding_.workers(); ++w) {
+    const auto i = static_cast<std::size_t>(w);
+    const auto message = received_.span().subspan(offset, counts_[i]);
+    const auto target = out.subspan(sharding_.begin(w) / 64, sharding_.words(w));
+    coder_.decode(encoding_, message, sharding_.size(w), shard_k_[i], shard_words(previous, w), target, w);
+    offset += counts_[i];
+  }
+  k_.synchronize();
+  codec_s_ += seconds_since(clock);
+}
+
+double MaskExchange::take_codec_seconds() {
+  const double s = codec_s_;
+  codec_s_ = 0;
+  return s;
+}
+
+}  // namespace scape
