@@ -1,6 +1,6 @@
-// Benchmarks of the CPU kernels (Adam steps, bitmasks, compaction, top-k) on 2^24 elements,
-// each reported as a fraction of a STREAM triad measured in the same run; top-k is also
-// compared with std::nth_element on the same data.
+// Benchmarks of the CPU kernels (Adam steps, bitmasks, compaction, top-k) and of the
+// baselines' compressors on 2^24 elements, each reported as a fraction of a STREAM triad
+// measured in the same run; top-k is also compared with std::nth_element on the same data.
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
@@ -239,6 +239,24 @@ void BM_topk_abs_mask(benchmark::State& state) {
   state.counters["speedup_vs_nth_element"] = g_refs.nth_element_seconds / seconds;
 }
 
+// The compressors of the comparison baselines, one whole compression per iteration.
+// random-k with a shared seed: the draw (written once, read by the two-pass select) and the
+// compaction of the gradient's values on the 1% mask.
+void BM_randk_compress(benchmark::State& state) {
+  BenchData& d = data();
+  std::vector<float> draw(kN);
+  std::vector<std::uint32_t> idx(kSparseK);
+  std::uint64_t step = 0;
+  run_kernel(
+      state, "compress randk 1%", 4.0 * kFloats + 8.0 * kFloats + 12.0 * kSparse,
+      [&] {
+        sk::random_statistic(++step, 0, draw);
+        sk::topk_abs_indices(draw, kSparseK, idx);
+        sk::compact(d.x, idx, d.packed);
+      },
+      "draw written, read twice; compact");
+}
+
 void BM_nth_element(benchmark::State& state) {
   BenchData& d = data();
   std::vector<float> scratch(kN);
@@ -261,7 +279,8 @@ void register_benchmarks() {
                                                           {"BM_expand", BM_expand},
                                                           {"BM_accumulate", BM_accumulate},
                                                           {"BM_topk_abs_mask", BM_topk_abs_mask},
-                                                          {"BM_nth_element", BM_nth_element}};
+                                                          {"BM_nth_element", BM_nth_element},
+                                                          {"BM_randk_compress", BM_randk_compress}};
   for (const auto& [name, run] : benchmarks) {
     benchmark::RegisterBenchmark(name, run)->UseRealTime()->Unit(benchmark::kMillisecond);
   }

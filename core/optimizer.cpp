@@ -9,6 +9,7 @@
 
 #include "core/dense_optimizer.hpp"
 #include "core/optim_common.hpp"
+#include "core/randk_ef_optimizer.hpp"
 #include "core/scape_optimizer.hpp"
 #include "core/topk_ef_optimizer.hpp"
 #include "util/name_table.hpp"
@@ -19,7 +20,8 @@ namespace {
 constexpr EnumName<OptimizerType> kTypes[] = {{"adamw", OptimizerType::adamw},
                                               {"adams", OptimizerType::adams},
                                               {"scape", OptimizerType::scape},
-                                              {"topk_ef", OptimizerType::topk_ef}};
+                                              {"topk_ef", OptimizerType::topk_ef},
+                                              {"randk_ef", OptimizerType::randk_ef}};
 constexpr EnumName<InnerRule> kInner[] = {{"adams", InnerRule::adams}, {"adamw", InnerRule::adamw}};
 constexpr EnumName<UpdateMode> kUpdate[] = {{"masked", UpdateMode::masked}, {"dense", UpdateMode::dense}};
 constexpr EnumName<MaskStatistic> kStatistic[] = {{"first_moment", MaskStatistic::first_moment},
@@ -110,7 +112,7 @@ void OptimizerConfig::validate() const {
   if (!(beta2 >= 0 && beta2 < 1)) bad("optimizer.betas[1]", beta2, "must be in [0, 1)");
   check_range("eps", eps);
   check_range("weight_decay", weight_decay);
-  const bool sparse = type == OptimizerType::scape || type == OptimizerType::topk_ef;
+  const bool sparse = type == OptimizerType::scape || type == OptimizerType::topk_ef || type == OptimizerType::randk_ef;
   if (sparse) {
     const double rho = density();
     check_range("sparsity", sparsity);
@@ -138,8 +140,9 @@ void OptimizerConfig::validate() const {
                                             "offloadable residual, not ") + to_string(type));
   }
   check_range("offload_chunk", static_cast<double>(offload_chunk));
-  if (type == OptimizerType::topk_ef && sharded) {
-    throw std::invalid_argument("optimizer.sharded: topk_ef keeps replicated optimizer state; set sharded = false");
+  if (replicated_only(type) && sharded) {
+    throw std::invalid_argument(std::string("optimizer.sharded: ") + to_string(type) +
+                                " keeps replicated optimizer state; set sharded = false");
   }
 }
 
@@ -198,6 +201,8 @@ std::vector<std::string> collective_purposes(const OptimizerConfig& c) {
       return {"grad_all_reduce"};
     case OptimizerType::topk_ef:
       return {"topk_all_gather"};
+    case OptimizerType::randk_ef:
+      return {"grad_all_reduce"};
     case OptimizerType::scape:
       break;
   }
@@ -228,6 +233,8 @@ std::unique_ptr<Optimizer> make_optimizer(const OptimizerConfig& config, const P
       return std::make_unique<ScapeOptimizer>(config, layout, comm, total_steps);
     case OptimizerType::topk_ef:
       return std::make_unique<TopkEfOptimizer>(config, layout, comm, total_steps);
+    case OptimizerType::randk_ef:
+      return std::make_unique<RandkEfOptimizer>(config, layout, comm, total_steps);
   }
   throw std::invalid_argument("optimizer.type: unknown optimizer");
 }

@@ -14,6 +14,7 @@ InnerRule update_rule(const OptimizerConfig& config) {
       return InnerRule::adams;
     case OptimizerType::scape:
     case OptimizerType::topk_ef:
+    case OptimizerType::randk_ef:
       break;
   }
   return config.inner;

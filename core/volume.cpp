@@ -1,6 +1,7 @@
 // Per-step collectives of an optimizer configuration, mirroring the calls of
-// dense_optimizer.cpp, scape_optimizer.cpp and topk_ef_optimizer.cpp one for one (same
-// purposes, same order, same payload rule) and recording them through a ByteLedger.
+// dense_optimizer.cpp, scape_optimizer.cpp, topk_ef_optimizer.cpp and randk_ef_optimizer.cpp
+// one for one (same purposes, same order, same payload rule) and recording them through a
+// ByteLedger.
 #include "core/volume.hpp"
 
 #include <algorithm>
@@ -85,6 +86,12 @@ void record_topk(ByteLedger& ledger, const OptimizerConfig& c, std::size_t n, in
   ledger.record(CollectiveKind::all_gather, "topk_all_gather", static_cast<std::uint64_t>(workers) * k * record, false);
 }
 
+// The shared mask needs no index: one all-reduce of the K values.
+void record_randk(ByteLedger& ledger, const OptimizerConfig& c, std::size_t n, int t) {
+  const std::uint64_t k = k_for(density_at(c.density(), c.density_warmup, t), n);
+  ledger.record(CollectiveKind::all_reduce, "grad_all_reduce", k * wire_bytes(c.wire_dtype), false);
+}
+
 }  // namespace
 
 std::size_t mask_k(const OptimizerConfig& config, std::size_t n_params, int workers, double rho) {
@@ -93,6 +100,7 @@ std::size_t mask_k(const OptimizerConfig& config, std::size_t n_params, int work
     case OptimizerType::adams:
       return 0;
     case OptimizerType::topk_ef:
+    case OptimizerType::randk_ef:
       return k_for(rho, n_params);
     case OptimizerType::scape:
       break;
@@ -124,6 +132,9 @@ std::vector<CommRecord> step_collectives(const OptimizerConfig& config, std::siz
       break;
     case OptimizerType::topk_ef:
       record_topk(ledger, config, n_params, workers, step);
+      break;
+    case OptimizerType::randk_ef:
+      record_randk(ledger, config, n_params, step);
       break;
   }
   return ledger.drain();

@@ -14,7 +14,7 @@
 namespace scape {
 
 // The global mask size K of SCAPE or top-k at density rho: the sum of the per-shard k_w
-// (partitioned) or k(rho, N) (local_union, topk_ef). Zero for dense optimizers.
+// (partitioned) or k(rho, N) (local_union, topk_ef, randk_ef). Zero for dense optimizers.
 std::size_t mask_k(const OptimizerConfig& config, std::size_t n_params, int workers, double rho);
 
 // The records the ledger of any worker holds after step `step` (1-based) of `total_steps`,

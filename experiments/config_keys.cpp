@@ -63,7 +63,7 @@ void assign(kernels::DeviceKind& out, const json& v) {
 #define SCAPE_MEMBER(Config, member) \
   [](const Config& c) -> json { return recorded(c.member); }, [](Config& c, const json& v) { assign(c.member, v); }
 
-const std::vector<std::string> kSparse = {"scape", "topk_ef"};
+const std::vector<std::string> kSparse = {"scape", "topk_ef", "randk_ef"};
 const std::vector<std::string> kScape = {"scape"};
 const std::vector<std::string> kWireTypes = wire_type_names();
 
@@ -165,7 +165,7 @@ Range core_range(const char* key) {
 const KeyTable<OptimizerConfig>& optimizer_keys() {
   using C = OptimizerConfig;
   static const KeyTable<C> t({
-      {{"type", Kind::string, "adamw, adams (dense), scape, topk_ef (raw-gradient top-k with error feedback)", {},
+      {{"type", Kind::string, "adamw, adams (dense), scape, topk_ef (raw-gradient top-k with error feedback), randk_ef (shared-seed random-k with error feedback)", {},
         optimizer_switch_names("type")},
        SCAPE_MEMBER(C, type)},
       {{"lr", Kind::number, "peak learning rate", core_range("lr")}, SCAPE_MEMBER(C, lr)},
@@ -181,7 +181,7 @@ const KeyTable<OptimizerConfig>& optimizer_keys() {
       {{"sparsity", Kind::number, "fraction of coordinates not sent (density = 1 - sparsity)",
         core_range("sparsity"), {}, kSparse},
        SCAPE_MEMBER(C, sparsity)},
-      {{"sharded", Kind::boolean, "distributed optimizer state (default true; false for topk_ef)"},
+      {{"sharded", Kind::boolean, "distributed optimizer state (default true; false for topk_ef and randk_ef)"},
        SCAPE_MEMBER(C, sharded), Default::derived},
       {{"wire_dtype", Kind::string, "precision of gradient payloads", {}, kWireTypes}, SCAPE_MEMBER(C, wire_dtype)},
       {{"param_dtype", Kind::string, "precision of parameter payloads", {}, kWireTypes}, SCAPE_MEMBER(C, param_dtype)},

@@ -87,7 +87,7 @@ std::optional<CollectiveTime> of_purpose(const StepPrediction& s, const std::str
 std::string describe(const OptimizerConfig& o) {
   std::string s = to_string(o.type);
   s += std::string(" (") + (o.sharded ? "sharded" : "replicated");
-  if (o.type == OptimizerType::scape || o.type == OptimizerType::topk_ef) {
+  if (o.type != OptimizerType::adamw && o.type != OptimizerType::adams) {
     s += ", sparsity " + fmt("%g", o.sparsity);
   }
   if (o.type == OptimizerType::scape) {

@@ -63,6 +63,14 @@ double topk_step_bytes(const OptimizerConfig& c, std::uint64_t n, int workers, s
   return (kAccumulate + kTopkSelect) * nn + kPack * kk + sum_pairs + dense_step_bytes(c) * nn;
 }
 
+// Random-k: the shared draw (write N), its top-k, the mask values compacted and zeroed in e,
+// then expanded into a cleared g_bar.
+double randk_step_bytes(const OptimizerConfig& c, std::uint64_t n, std::uint64_t k) {
+  const double nn = static_cast<double>(n);
+  const double kk = static_cast<double>(k);
+  return (kAccumulate + kClear + kTopkSelect + kClear) * nn + (kPack + kIndexedMove) * kk + dense_step_bytes(c) * nn;
+}
+
 bool gradient_reduction(const std::string& purpose) {
   return purpose.rfind("grad_", 0) == 0 || purpose.rfind("accum_", 0) == 0;
 }
@@ -158,6 +166,8 @@ double optimizer_step_bytes(const OptimizerConfig& c, std::uint64_t n, int worke
       return scape_step_bytes(c, n, workers, mask_size);
     case OptimizerType::topk_ef:
       return topk_step_bytes(c, n, workers, mask_size);
+    case OptimizerType::randk_ef:
+      return randk_step_bytes(c, n, mask_size);
   }
   return 0;
 }

@@ -175,23 +175,29 @@ TEST_CASE("closed forms: SCAPE in every mode") {
   }
 }
 
-TEST_CASE("closed forms: raw-gradient top-k sends W K (4 + p_wire)") {
+TEST_CASE("closed forms: raw-gradient top-k sends W K (4 + p_wire); shared-seed random-k K p_wire, no index") {
   const ParamLayout layout = mixed_layout(2);
   const std::uint64_t n = layout.size();
-  for (int w : {1, 2, 4, 7}) {
-    for (WireType wire : {WireType::fp32, WireType::bf16}) {
-      OptimizerConfig c;
-      c.type = OptimizerType::topk_ef;
-      c.sharded = false;
-      c.sparsity = 0.9;
-      c.wire_dtype = wire;
-      const auto run = run_quadratic(c, layout, w, kSteps);
-      const std::uint64_t k = k_for(0.1, n);
-      for (const auto& s : run.steps[0]) {
-        CHECK(payloads(s.metrics) == StepPayloads{{"topk_all_gather", {w * k * (4 + wire_bytes(wire))}}});
-        check_sent(s.metrics, w);
-        CHECK(s.metrics.fill_in >= 1.0);
-        CHECK(s.metrics.fill_in <= w);
+  const std::uint64_t k = k_for(0.1, n);
+  for (OptimizerType type : {OptimizerType::topk_ef, OptimizerType::randk_ef}) {
+    for (int w : {1, 2, 4, 7}) {
+      for (WireType wire : {WireType::fp32, WireType::bf16}) {
+        CAPTURE(to_string(type));
+        OptimizerConfig c;
+        c.type = type;
+        c.sharded = false;
+        c.sparsity = 0.9;
+        c.wire_dtype = wire;
+        const auto run = run_quadratic(c, layout, w, kSteps);
+        const StepPayloads expected = type == OptimizerType::topk_ef
+                                          ? StepPayloads{{"topk_all_gather", {w * k * (4 + wire_bytes(wire))}}}
+                                          : StepPayloads{{"grad_all_reduce", {k * wire_bytes(wire)}}};
+        for (const auto& s : run.steps[0]) {
+          CHECK(payloads(s.metrics) == expected);
+          check_sent(s.metrics, w);
+          CHECK(s.metrics.fill_in >= 1.0);
+          CHECK(s.metrics.fill_in <= (type == OptimizerType::topk_ef ? w : 1));
+        }
       }
     }
   }

@@ -67,6 +67,9 @@ std::vector<Case> cases() {
   auto topk = make(OptimizerType::topk_ef, false);
   topk.wire_dtype = WireType::bf16;
   out.push_back({"topk_ef", topk});
+  auto randk = make(OptimizerType::randk_ef, false);
+  randk.density_warmup = 2;
+  out.push_back({"randk_ef density warm-up", randk});
   return out;
 }
 

@@ -208,6 +208,34 @@ struct Reference {
       inner_step(j, gb, b1 * m[j] + float(1 - c.beta1) * gb, t, eta, c.inner == InnerRule::adamw);
     }
   }
+
+  // Random-k: the shared mask is the top-k of the uniform draw keyed by (seed, "randk", t),
+  // the same for every worker; a_i's values on it are averaged, the rest kept.
+  void randk_step(const std::vector<Vec>& g, int t) {
+    const double eta = ref_lr(c, t, T);
+    const std::uint64_t key = rng::derive(rng::derive(c.seed, 0x72616e646b), std::uint64_t(t));
+    Vec draw(N);
+    for (std::size_t j = 0; j < N; ++j) draw[j] = float(rng::uniform(key, j));
+    mask.assign(N, 0);
+    for (std::size_t j : top_k(draw, 0, N, k_for(ref_density(c, t), N))) mask[j] = 1;
+    Vec g_bar(N, 0.0f);
+    for (int i = 0; i < W; ++i) {
+      clip_residual(e[std::size_t(i)], g[std::size_t(i)]);
+      for (std::size_t j = 0; j < N; ++j) e[std::size_t(i)][j] += g[std::size_t(i)][j];
+    }
+    for (std::size_t j = 0; j < N; ++j) {
+      if (!mask[j]) continue;
+      std::vector<float> aj;
+      for (int i = 0; i < W; ++i) aj.push_back(e[std::size_t(i)][j]);
+      g_bar[j] = ref_mean(aj, c.wire_dtype);
+    }
+    for (auto& ei : e) for (std::size_t j = 0; j < N; ++j) ei[j] = mask[j] ? 0.0f : kept(ei[j]);
+    decay_all(eta);
+    const float b1 = float(c.beta1);
+    for (std::size_t j = 0; j < N; ++j) {
+      inner_step(j, g_bar[j], b1 * m[j] + float(1 - c.beta1) * g_bar[j], t, eta, c.inner == InnerRule::adamw);
+    }
+  }
 };
 
 void compare_with_reference(const OptimizerConfig& c, int W, int T) {
@@ -221,9 +249,15 @@ void compare_with_reference(const OptimizerConfig& c, int W, int T) {
   std::vector<Vec> g(static_cast<std::size_t>(W), Vec(layout.size()));
   for (int t = 1; t <= T; ++t) {
     for (int i = 0; i < W; ++i) problem.gradient(ref.theta, t, i, g[std::size_t(i)]);
-    if (c.type == OptimizerType::topk_ef) ref.topk_step(g, t); else ref.scape_step(g, t);
+    if (c.type == OptimizerType::topk_ef) {
+      ref.topk_step(g, t);
+    } else if (c.type == OptimizerType::randk_ef) {
+      ref.randk_step(g, t);
+    } else {
+      ref.scape_step(g, t);
+    }
     const auto& got = run.steps[0][std::size_t(t - 1)];
-    if (c.type == OptimizerType::scape) {
+    if (c.type != OptimizerType::topk_ef) {
       std::size_t mismatched = 0;
       for (std::size_t j = 0; j < layout.size(); ++j) mismatched += testing::bit(got.mask, j) != bool(ref.mask[j]);
       CHECK(mismatched == 0);
@@ -300,6 +334,30 @@ TEST_CASE("raw-gradient top-k matches the independent reference") {
     CAPTURE(sw.decay);
     CAPTURE(sw.clip);
     compare_with_reference(c, 3, 10);
+  }
+}
+
+TEST_CASE("shared-seed random-k matches the independent reference, mask included") {
+  struct Case { const char* name; InnerRule inner; WireType wire; double decay, clip; int warmup; };
+  for (const Case k : {Case{"adams", InnerRule::adams, WireType::fp32, 1, 0, 0},
+                       Case{"adamw", InnerRule::adamw, WireType::fp32, 1, 0, 0},
+                       Case{"bf16 wire", InnerRule::adams, WireType::bf16, 1, 0, 0},
+                       Case{"decay 0.6, clip 0.5", InnerRule::adams, WireType::fp32, 0.6, 0.5, 0},
+                       Case{"density warm-up", InnerRule::adamw, WireType::fp32, 1, 0, 4}}) {
+    auto c = base();
+    c.type = OptimizerType::randk_ef;
+    c.sharded = false;
+    c.seed = 17;
+    c.inner = k.inner;
+    c.wire_dtype = k.wire;
+    c.residual_decay = k.decay;
+    c.residual_clip = k.clip;
+    c.density_warmup = k.warmup;
+    CAPTURE(k.name);
+    for (int w : {1, 3}) {
+      CAPTURE(w);
+      compare_with_reference(c, w, 10);
+    }
   }
 }
 

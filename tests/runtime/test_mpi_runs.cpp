@@ -62,6 +62,7 @@ TEST_CASE("deterministic mode: mpirun -np 4 is bit-identical to the simulator wi
       {"SCAPE 0.99 lag 1 partitioned replicated", "--set optimizer.sharded=false"},
       {"SCAPE 0.99 residual_decay 0.8, residual_clip 0.5",
        "--set optimizer.residual_decay=0.8 --set optimizer.residual_clip=0.5"},
+      {"shared-seed random-k EF 0.9", "--set optimizer.type=randk_ef --set optimizer.sparsity=0.9 --set optimizer.sharded=false"},
   };
   for (const auto& [name, set] : cases) {
     CAPTURE(std::string(name));
