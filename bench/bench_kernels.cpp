@@ -257,6 +257,26 @@ void BM_randk_compress(benchmark::State& state) {
       "draw written, read twice; compact");
 }
 
+// 1-bit Adam, chunk 2048: the chunk norms (one read), the sign pass (read and write x, write
+// the bits) and the decompression into an accumulator (read bits, read and write acc).
+void BM_onebit_compress(benchmark::State& state) {
+  BenchData& d = data();
+  constexpr std::size_t kChunk = 2048;
+  std::vector<float> x = d.x, acc(kN, 0.0f);
+  std::vector<double> partial(kN / kChunk);
+  std::vector<float> scales(kN / kChunk);
+  std::vector<std::uint64_t> words(sk::words_for(kN));
+  run_kernel(
+      state, "compress 1-bit + expand", 4.0 * kFloats + 8.0 * kFloats + kFloats / 8 + kFloats / 8 + 8.0 * kFloats,
+      [&] {
+        sk::block_sum_squares(x, kChunk, partial);
+        for (std::size_t c = 0; c < scales.size(); ++c) scales[c] = static_cast<float>(std::sqrt(partial[c] / kChunk));
+        sk::sign_compress(x, kChunk, scales, words);
+        sk::sign_expand_add(words, kChunk, scales, acc);
+      },
+      "norms, signs (error kept), expansion");
+}
+
 void BM_nth_element(benchmark::State& state) {
   BenchData& d = data();
   std::vector<float> scratch(kN);
@@ -280,7 +300,8 @@ void register_benchmarks() {
                                                           {"BM_accumulate", BM_accumulate},
                                                           {"BM_topk_abs_mask", BM_topk_abs_mask},
                                                           {"BM_nth_element", BM_nth_element},
-                                                          {"BM_randk_compress", BM_randk_compress}};
+                                                          {"BM_randk_compress", BM_randk_compress},
+                                                          {"BM_onebit_compress", BM_onebit_compress}};
   for (const auto& [name, run] : benchmarks) {
     benchmark::RegisterBenchmark(name, run)->UseRealTime()->Unit(benchmark::kMillisecond);
   }

@@ -1,6 +1,6 @@
 // Optimizer configuration, step metrics and the factory. An optimizer is an update rule
 // (AdamW or AdamS) times a gradient-sync policy (dense, SCAPE, raw-gradient top-k, shared-seed
-// random-k); see
+// random-k), or 1-bit Adam; see
 // docs/algorithms.md. Optimizers see only flat spans and a Communicator; what the three share
 // is core/optimizer_base.hpp.
 #pragma once
@@ -22,7 +22,7 @@
 
 namespace scape {
 
-enum class OptimizerType { adamw, adams, scape, topk_ef, randk_ef };
+enum class OptimizerType { adamw, adams, scape, topk_ef, randk_ef, onebit_adam };
 enum class InnerRule { adams, adamw };
 enum class UpdateMode { masked, dense };
 enum class MaskStatistic { first_moment, gradient, momentum_only, random };
@@ -97,6 +97,10 @@ struct OptimizerConfig {
   // offload_chunk elements each (SCAPE only).
   bool residual_offload = false;
   std::size_t offload_chunk = std::size_t{1} << 22;
+  // 1-bit Adam: dense AdamW steps before the variance is frozen, and the coordinates that
+  // share one scale of the sign compression.
+  int freeze_step = 100;
+  std::size_t sign_chunk = 2048;
 
   double density() const { return 1.0 - sparsity; }
   double resolved_min_lr() const { return min_lr < 0 ? lr / 10.0 : min_lr; }
@@ -158,8 +162,10 @@ class Optimizer {
   int t_ = 0;
 };
 
-// The error-feedback baselines (topk_ef, randk_ef) keep replicated optimizer state only.
-inline bool replicated_only(OptimizerType t) { return t == OptimizerType::topk_ef || t == OptimizerType::randk_ef; }
+// The comparison baselines (topk_ef, randk_ef, onebit_adam) keep replicated optimizer state only.
+inline bool replicated_only(OptimizerType t) {
+  return t == OptimizerType::topk_ef || t == OptimizerType::randk_ef || t == OptimizerType::onebit_adam;
+}
 
 // Purposes of the collectives this configuration can record (bytes_sent_<purpose> metrics).
 std::vector<std::string> collective_purposes(const OptimizerConfig& config);

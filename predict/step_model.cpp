@@ -71,6 +71,17 @@ double randk_step_bytes(const OptimizerConfig& c, std::uint64_t n, std::uint64_t
   return (kAccumulate + kClear + kTopkSelect + kClear) * nn + (kPack + kIndexedMove) * kk + dense_step_bytes(c) * nn;
 }
 
+// 1-bit Adam after the freeze: the local momentum and error (read m, g, e; write c, e), the
+// chunk norms and the sign pass over e (read; read and write), W expansions of this GPU's
+// shard plus the server pass, the expansion of all of m, and AdamW's step (m replaced, v read).
+double onebit_step_bytes(const OptimizerConfig& c, std::uint64_t n, int workers) {
+  const double nn = static_cast<double>(n);
+  const double shard = static_cast<double>(Sharding(n, workers).size(0));
+  const double compress = 4 + kReadWrite;
+  return (kAccumulate + 4 + compress) * nn + (workers * kReadWrite + kAccumulate + compress) * shard +
+         (kClear + kReadWrite) * nn + dense_step_bytes(c) * nn;
+}
+
 bool gradient_reduction(const std::string& purpose) {
   return purpose.rfind("grad_", 0) == 0 || purpose.rfind("accum_", 0) == 0;
 }
@@ -155,7 +166,11 @@ const char* to_string(Window w) {
   return "unknown";
 }
 
-int steady_state_step(const OptimizerConfig& c) { return std::max(2, c.density_warmup + 1); }
+int steady_state_step(const OptimizerConfig& c) {
+  // 1-bit Adam's steady state is compressed, after its dense warm-up.
+  if (c.type == OptimizerType::onebit_adam) return c.freeze_step + 1;
+  return std::max(2, c.density_warmup + 1);
+}
 
 double optimizer_step_bytes(const OptimizerConfig& c, std::uint64_t n, int workers, std::uint64_t mask_size) {
   switch (c.type) {
@@ -168,6 +183,8 @@ double optimizer_step_bytes(const OptimizerConfig& c, std::uint64_t n, int worke
       return topk_step_bytes(c, n, workers, mask_size);
     case OptimizerType::randk_ef:
       return randk_step_bytes(c, n, mask_size);
+    case OptimizerType::onebit_adam:
+      return onebit_step_bytes(c, n, workers);
   }
   return 0;
 }

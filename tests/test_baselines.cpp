@@ -1,8 +1,11 @@
 // The comparison baselines beyond raw top-k (docs/algorithms.md, "Random-k with a shared
-// seed"): properties the invariant and reference tests do not already cover -- the mask every
-// worker shares, its uniformity, the dense limit, and that no index is ever sent.
+// seed" and "1-bit Adam"): properties the invariant and reference tests do not already cover --
+// random-k's shared mask, its uniformity and dense limit; 1-bit Adam's momentum conservation
+// through both error feedbacks, its dense limit (freeze_step >= T) and lossless limit
+// (sign_chunk = 1).
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -109,6 +112,137 @@ TEST_CASE("random-k at density 1 is dense replicated AdamS (AdamW with inner = a
       }
       // The same collective, of the same size: no index travels.
       CHECK(a.ledger_totals.at("grad_all_reduce").payload_bytes == b.ledger_totals.at("grad_all_reduce").payload_bytes);
+    }
+  }
+}
+
+// ---- 1-bit Adam (docs/algorithms.md, "1-bit Adam").
+
+namespace {
+
+OptimizerConfig onebit_config(int freeze_step, std::size_t chunk) {
+  OptimizerConfig c;
+  c.type = OptimizerType::onebit_adam;
+  c.sharded = false;
+  c.lr = 1e-2;
+  c.freeze_step = freeze_step;
+  c.sign_chunk = chunk;
+  return c;
+}
+
+// What one worker saw of a 1-bit Adam run, in double: the sum of its local momenta
+// b1 m_{t-1} + (1 - b1) g_t over the compressed steps, the sum of the synchronized momenta
+// m_t, and its worker and server errors at the end.
+struct OnebitAccount {
+  std::vector<double> local_sum, sync_sum;
+  std::vector<float> worker_error, server_error;
+};
+
+std::vector<OnebitAccount> run_onebit_accounts(const OptimizerConfig& c, const ParamLayout& layout, int workers,
+                                               int steps) {
+  sim::QuadraticSpec spec;
+  spec.seed = 11;
+  const sim::NoisyQuadratic problem(layout.size(), spec);
+  const std::size_t n = layout.size();
+  std::vector<OnebitAccount> out(static_cast<std::size_t>(workers));
+  sim::run_ranks(workers, NetworkModel{}, [&](Communicator& comm) {
+    auto opt = make_optimizer(c, layout, comm, steps);
+    OnebitAccount& acc = out[static_cast<std::size_t>(comm.rank())];
+    acc.local_sum.assign(n, 0.0);
+    acc.sync_sum.assign(n, 0.0);
+    std::vector<float> theta(n), g(n);
+    problem.initial_params(theta);
+    for (int t = 1; t <= steps; ++t) {
+      problem.gradient(theta, t, comm.rank(), g);
+      StateMap before, after;
+      opt->save_state(before);
+      opt->step(theta, g);
+      opt->save_state(after);
+      if (t <= c.freeze_step) continue;
+      std::vector<float> m_prev, m_now;
+      get_state(before, "m", m_prev);
+      get_state(after, "m", m_now);
+      for (std::size_t j = 0; j < n; ++j) {
+        acc.local_sum[j] += c.beta1 * m_prev[j] + (1 - c.beta1) * g[j];
+        acc.sync_sum[j] += m_now[j];
+      }
+      if (t == steps) {
+        get_state(after, "onebit.worker_error", acc.worker_error);
+        get_state(after, "onebit.server_error", acc.server_error);
+      }
+    }
+  });
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("1-bit Adam conserves momentum: sum of m_t + mean worker error + server error = sum of mean local momenta") {
+  // Worker: e_i' = c_i - C(c_i) with c_i = e_i + local_i; server: e_s' = s - C(s) with
+  // s = e_s + mean_i C(c_i) and m_t = C(s). Summed over the compressed steps, with every error
+  // starting at zero: sum_t m_t = sum_t mean_i local_i - mean_i e_i(T) - e_s(T).
+  const ParamLayout layout = mixed_layout(2);
+  const std::size_t n = layout.size();
+  for (int w : {1, 2, 4, 7}) {
+    for (std::size_t chunk : {std::size_t{64}, std::size_t{300}}) {
+      CAPTURE(w);
+      CAPTURE(chunk);
+      const auto accounts = run_onebit_accounts(onebit_config(2, chunk), layout, w, 10);
+      const Sharding sh(n, w);
+      double worst = 0, scale = 0, error_size = 0;
+      for (int o = 0; o < w; ++o) {
+        for (std::size_t j = sh.begin(o); j < sh.end(o); ++j) {
+          double local = 0, worker_error = 0;
+          for (const auto& a : accounts) {
+            local += a.local_sum[j] / w;
+            worker_error += static_cast<double>(a.worker_error[j]) / w;
+          }
+          const double server_error = accounts[static_cast<std::size_t>(o)].server_error[j - sh.begin(o)];
+          // m is replicated: every worker holds the same synchronized momentum.
+          for (const auto& a : accounts) CHECK(a.sync_sum[j] == accounts[0].sync_sum[j]);
+          worst = std::max(worst, std::fabs(accounts[0].sync_sum[j] + worker_error + server_error - local));
+          scale = std::max(scale, std::fabs(local));
+          error_size = std::max(error_size, std::fabs(worker_error) + std::fabs(server_error));
+        }
+      }
+      // Eight compressed steps of fp32 arithmetic on values of this scale: a few ulps each.
+      CHECK(worst <= 8 * 4 * 1.2e-7 * (scale + error_size));
+      CHECK(error_size > 0);  // the compression did lose something the errors now hold
+    }
+  }
+}
+
+TEST_CASE("1-bit Adam with freeze_step >= T is dense replicated AdamW, bit for bit") {
+  const ParamLayout layout = mixed_layout(2);
+  for (int w : {1, 3, 4}) {
+    CAPTURE(w);
+    OptimizerConfig onebit = onebit_config(8, 2048);
+    OptimizerConfig dense = onebit;
+    dense.type = OptimizerType::adamw;
+    const auto a = run_quadratic(onebit, layout, w, 8);
+    const auto b = run_quadratic(dense, layout, w, 8);
+    for (std::size_t t = 0; t < 8; ++t) CHECK(same_bits(a.steps[0][t].params_after, b.steps[0][t].params_after));
+    CHECK(a.ledger_totals.at("grad_all_reduce").payload_bytes == b.ledger_totals.at("grad_all_reduce").payload_bytes);
+  }
+}
+
+TEST_CASE("1-bit Adam with sign_chunk 1 loses nothing: both errors stay zero, replicas stay identical") {
+  // One scale per coordinate is |x| itself (sqrt of x^2 in double is exact), so C(x) = x.
+  const ParamLayout layout = mixed_layout(2);
+  for (int w : {1, 2, 7}) {
+    CAPTURE(w);
+    const auto run = run_quadratic(onebit_config(2, 1), layout, w, 6);
+    for (int i = 0; i < w; ++i) {
+      const auto& mine = run.steps[static_cast<std::size_t>(i)];
+      for (std::size_t t = 0; t < mine.size(); ++t) {
+        CHECK(same_bits(mine[t].params_after, run.steps[0][t].params_after));
+        for (float e : mine[t].residual_before) CHECK(e == 0.0f);
+      }
+    }
+    const auto accounts = run_onebit_accounts(onebit_config(2, 1), layout, w, 6);
+    for (const auto& a : accounts) {
+      for (float e : a.worker_error) CHECK(e == 0.0f);
+      for (float e : a.server_error) CHECK(e == 0.0f);
     }
   }
 }

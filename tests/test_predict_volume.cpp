@@ -70,6 +70,10 @@ std::vector<Case> cases() {
   auto randk = make(OptimizerType::randk_ef, false);
   randk.density_warmup = 2;
   out.push_back({"randk_ef density warm-up", randk});
+  auto onebit = make(OptimizerType::onebit_adam, false);
+  onebit.freeze_step = 2;
+  onebit.sign_chunk = 100;
+  out.push_back({"onebit_adam freeze 2", onebit});
   return out;
 }
 
