@@ -9,9 +9,11 @@ Analysis of scape run files (HDF5, docs/run-files.md).
   report DIR_OR_FILES... --out OUTDIR
       Reads every *.h5 below the given folders (and the files given), groups the runs by the
       settings that differ between them, writes PNG figures, OUTDIR/summary.md (also printed)
-      and OUTDIR/summary.csv. Runs still in progress and diverged runs are drawn up to their
-      last recorded step; failed runs are listed, not drawn; files that are not run files
-      (not HDF5, another layout) are named with the reason.
+      and OUTDIR/summary.csv; with two or more settings also the equal-bytes comparison,
+      OUTDIR/pareto.png and pareto.csv (loss against bytes per worker per step, seeds
+      averaged, Pareto front; analysis/pareto.py). Runs still in progress and diverged runs
+      are drawn up to their last recorded step; failed runs are listed, not drawn; files that
+      are not run files (not HDF5, another layout) are named with the reason.
 
 Exit status: 0 when at least one run file was read, 1 when none was (nothing usable),
 2 for bad arguments.

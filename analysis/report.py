@@ -114,7 +114,9 @@ def optimizer_name(run):
         return "AdamW"
     if kind == "adams":
         return "AdamS"
-    title = {"scape": "SCAPE", "topk_ef": "top-k EF"}.get(kind, kind)
+    if kind == "onebit_adam":
+        return f"1-bit Adam F={opt.get('freeze_step', '?')} C={opt.get('sign_chunk', '?')}"
+    title = {"scape": "SCAPE", "topk_ef": "top-k EF", "randk_ef": "random-k EF"}.get(kind, kind)
     return f"{title}({opt.get('inner', '?')}) s={_value_text(opt.get('sparsity', '?'))}"
 
 
@@ -214,7 +216,7 @@ def make_row(run, label, group, baseline):
     return row
 
 
-_TYPE_ORDER = {"adamw": 0, "adams": 1, "scape": 2, "topk_ef": 3}
+_TYPE_ORDER = {"adamw": 0, "adams": 1, "scape": 2, "topk_ef": 3, "randk_ef": 4, "onebit_adam": 5}
 
 
 def row_order(run, label):
@@ -342,12 +344,16 @@ def write_csv(report, path):
 def write_report(inputs, out_dir):
     """Builds the report of `inputs` into `out_dir` (figures, summary.md, summary.csv); returns (report, text)."""
     from .figures import make_figures  # matplotlib only when figures are wanted
+    from .pareto import pareto_section
 
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     report = build_report(inputs)
     figures = make_figures(report, out_dir) if report.rows else []
-    text = markdown_summary(report, inputs, figures)
+    pareto_figures, pareto_lines = pareto_section(report, out_dir) if report.rows else ([], [])
+    text = markdown_summary(report, inputs, figures + pareto_figures)
+    if pareto_lines:
+        text += "\n" + "\n".join(pareto_lines)
     (out_dir / "summary.md").write_text(text + "\n", encoding="utf-8")
     write_csv(report, out_dir / "summary.csv")
     return report, text

@@ -252,11 +252,12 @@ def synthetic_override():
 
 
 def test_paper_sweeps_exist_and_say_what_they_test():
-    assert len(PAPER) == 6
+    assert len(PAPER) == 7
     for path in PAPER:
         sweep = json.loads(path.read_text(encoding="utf-8"))
         assert isinstance(sweep.get("description"), str) and "Claim:" in sweep["description"], path.name
-        assert re.search(r"\d+ (min|s)\b", sweep["description"]), f"{path.name}: no measured time"
+        # A sweep not run yet (7, equal bytes) states an estimate and says so.
+        assert re.search(r"\d+ (min|s)\b", sweep["description"]), f"{path.name}: no measured (or estimated) time"
 
 
 @pytest.mark.parametrize("path", PAPER, ids=[p.stem for p in PAPER])
