@@ -18,11 +18,18 @@ namespace scape::kernels::sign {
 // x[j] < 0) and leaves x[j] - C(x)[j] in x, C(x)[j] = -+scales[j / chunk].
 SCAPE_SIGN_HOST_DEVICE inline std::uint64_t compress_word(float* x, std::size_t lo, std::size_t hi, std::size_t chunk,
                                                           const float* scales) {
+  // The chunk index advances at chunk boundaries instead of a division per element.
+  std::size_t c = lo / chunk;
+  std::size_t next = (c + 1) * chunk;
   std::uint64_t bits = 0;
   for (std::size_t j = lo; j < hi; ++j) {
-    const float s = scales[j / chunk];
+    if (j == next) {
+      ++c;
+      next += chunk;
+    }
+    const float s = scales[c];
     const bool negative = x[j] < 0.0f;
-    if (negative) bits |= std::uint64_t{1} << (j - lo);
+    bits |= static_cast<std::uint64_t>(negative) << (j - lo);
     x[j] = x[j] - (negative ? -s : s);
   }
   return bits;
@@ -31,8 +38,14 @@ SCAPE_SIGN_HOST_DEVICE inline std::uint64_t compress_word(float* x, std::size_t 
 // acc[j] += C[j] for j in [lo, hi), the decompressed values of `bits`.
 SCAPE_SIGN_HOST_DEVICE inline void expand_word(std::uint64_t bits, std::size_t lo, std::size_t hi, std::size_t chunk,
                                                const float* scales, float* acc) {
+  std::size_t c = lo / chunk;
+  std::size_t next = (c + 1) * chunk;
   for (std::size_t j = lo; j < hi; ++j) {
-    const float s = scales[j / chunk];
+    if (j == next) {
+      ++c;
+      next += chunk;
+    }
+    const float s = scales[c];
     acc[j] = acc[j] + (((bits >> (j - lo)) & 1u) != 0 ? -s : s);
   }
 }
