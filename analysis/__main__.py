@@ -10,9 +10,11 @@ Analysis of scape run files (HDF5, docs/run-files.md).
   report DIR_OR_FILES... --out OUTDIR
       Reads every *.h5 below the given folders (and the files given), groups the runs by the
       settings that differ between them, writes PNG figures, OUTDIR/summary.md (also printed)
-      and OUTDIR/summary.csv. Runs still in progress and diverged runs are drawn up to their
-      last recorded step; failed runs are listed, not drawn; files that are not run files
-      (not HDF5, another layout) are named with the reason.
+      and OUTDIR/summary.csv; with two or more settings also the equal-bytes comparison,
+      OUTDIR/pareto.png and pareto.csv (loss against bytes per worker per step, seeds
+      averaged, Pareto front; analysis/pareto.py). Runs still in progress and diverged runs
+      are drawn up to their last recorded step; failed runs are listed, not drawn; files that
+      are not run files (not HDF5, another layout) are named with the reason.
 
       Seeds and learning rates: runs equal but for seed and optimizer.lr form an arm (whether
       the sweep used repeat/lr_search or an explicit grid). When an arm holds several runs, the

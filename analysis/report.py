@@ -117,7 +117,9 @@ def optimizer_name(run):
         return "AdamW"
     if kind == "adams":
         return "AdamS"
-    title = {"scape": "SCAPE", "topk_ef": "top-k EF"}.get(kind, kind)
+    if kind == "onebit_adam":
+        return f"1-bit Adam F={opt.get('freeze_step', '?')} C={opt.get('sign_chunk', '?')}"
+    title = {"scape": "SCAPE", "topk_ef": "top-k EF", "randk_ef": "random-k EF"}.get(kind, kind)
     return f"{title}({opt.get('inner', '?')}) s={_value_text(opt.get('sparsity', '?'))}"
 
 
@@ -217,7 +219,7 @@ def make_row(run, label, group, baseline):
     return row
 
 
-_TYPE_ORDER = {"adamw": 0, "adams": 1, "scape": 2, "topk_ef": 3}
+_TYPE_ORDER = {"adamw": 0, "adams": 1, "scape": 2, "topk_ef": 3, "randk_ef": 4, "onebit_adam": 5}
 
 
 def row_order(run, label):
@@ -362,16 +364,22 @@ def write_report(inputs, out_dir, reference=seeds.DEFAULT_REFERENCE, target_loss
     summary.csv and, with several seeds or lrs per arm, seeds.csv); returns (report, text)."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
+    from .pareto import pareto_section
+
     report = build_report(inputs)
     report.problems_over_seeds = seed_problems(report, reference, target_loss, target_margin)
     report.reference = reference
+    draw = figures
     if figures and report.rows:
         from .figures import make_figures  # matplotlib only when figures are wanted
 
         figures = make_figures(report, out_dir, band)
     else:
         figures = []
-    text = markdown_summary(report, inputs, figures)
+    pareto_figures, pareto_lines = pareto_section(report, out_dir, draw) if report.rows else ([], [])
+    text = markdown_summary(report, inputs, figures + pareto_figures)
+    if pareto_lines:
+        text += "\n" + "\n".join(pareto_lines)
     if report.problems_over_seeds:
         seeds.write_seeds_csv(report.problems_over_seeds, out_dir / "seeds.csv")
     (out_dir / "summary.md").write_text(text + "\n", encoding="utf-8")

@@ -26,7 +26,7 @@ LAYOUT_VERSION = 1
 """The run-file layout this module reads (the `layout_version` root attribute)."""
 
 DENSE_TYPES = ("adamw", "adams")
-SPARSE_TYPES = ("scape", "topk_ef")
+SPARSE_TYPES = ("scape", "topk_ef", "randk_ef")
 
 REPO = Path(__file__).resolve().parents[1]
 _BUILD_PRESETS = ("release", "cpu-only", "debug")
@@ -273,7 +273,7 @@ def effective_config(run):
         for key, types in key_types.items():
             if kind not in types:
                 flat.pop(f"optimizer.{key}", None)
-    if kind == "topk_ef":
+    if kind in ("topk_ef", "randk_ef"):
         flat.pop("optimizer.sharded", None)  # always replicated: not a choice, so not a difference
     for key in ("name", "description"):
         flat.pop(key, None)

@@ -1,6 +1,6 @@
-// Benchmarks of the CPU kernels (Adam steps, bitmasks, compaction, top-k) on 2^24 elements,
-// each reported as a fraction of a STREAM triad measured in the same run; top-k is also
-// compared with std::nth_element on the same data.
+// Benchmarks of the CPU kernels (Adam steps, bitmasks, compaction, top-k) and of the
+// baselines' compressors on 2^24 elements, each reported as a fraction of a STREAM triad
+// measured in the same run; top-k is also compared with std::nth_element on the same data.
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
@@ -239,6 +239,44 @@ void BM_topk_abs_mask(benchmark::State& state) {
   state.counters["speedup_vs_nth_element"] = g_refs.nth_element_seconds / seconds;
 }
 
+// The compressors of the comparison baselines, one whole compression per iteration.
+// random-k with a shared seed: the draw (written once, read by the two-pass select) and the
+// compaction of the gradient's values on the 1% mask.
+void BM_randk_compress(benchmark::State& state) {
+  BenchData& d = data();
+  std::vector<float> draw(kN);
+  std::vector<std::uint32_t> idx(kSparseK);
+  std::uint64_t step = 0;
+  run_kernel(
+      state, "compress randk 1%", 4.0 * kFloats + 8.0 * kFloats + 12.0 * kSparse,
+      [&] {
+        sk::random_statistic(++step, 0, draw);
+        sk::topk_abs_indices(draw, kSparseK, idx);
+        sk::compact(d.x, idx, d.packed);
+      },
+      "draw written, read twice; compact");
+}
+
+// 1-bit Adam, chunk 2048: the chunk norms (one read), the sign pass (read and write x, write
+// the bits) and the decompression into an accumulator (read bits, read and write acc).
+void BM_onebit_compress(benchmark::State& state) {
+  BenchData& d = data();
+  constexpr std::size_t kChunk = 2048;
+  std::vector<float> x = d.x, acc(kN, 0.0f);
+  std::vector<double> partial(kN / kChunk);
+  std::vector<float> scales(kN / kChunk);
+  std::vector<std::uint64_t> words(sk::words_for(kN));
+  run_kernel(
+      state, "compress 1-bit + expand", 4.0 * kFloats + 8.0 * kFloats + kFloats / 8 + kFloats / 8 + 8.0 * kFloats,
+      [&] {
+        sk::block_sum_squares(x, kChunk, partial);
+        for (std::size_t c = 0; c < scales.size(); ++c) scales[c] = static_cast<float>(std::sqrt(partial[c] / kChunk));
+        sk::sign_compress(x, kChunk, scales, words);
+        sk::sign_expand_add(words, kChunk, scales, acc);
+      },
+      "norms, signs (error kept), expansion");
+}
+
 void BM_nth_element(benchmark::State& state) {
   BenchData& d = data();
   std::vector<float> scratch(kN);
@@ -261,7 +299,9 @@ void register_benchmarks() {
                                                           {"BM_expand", BM_expand},
                                                           {"BM_accumulate", BM_accumulate},
                                                           {"BM_topk_abs_mask", BM_topk_abs_mask},
-                                                          {"BM_nth_element", BM_nth_element}};
+                                                          {"BM_nth_element", BM_nth_element},
+                                                          {"BM_randk_compress", BM_randk_compress},
+                                                          {"BM_onebit_compress", BM_onebit_compress}};
   for (const auto& [name, run] : benchmarks) {
     benchmark::RegisterBenchmark(name, run)->UseRealTime()->Unit(benchmark::kMillisecond);
   }

@@ -189,6 +189,26 @@ PendingAllGather Communicator::all_gather_bytes_async(std::span<const std::byte>
   return PendingAllGather(do_all_gather_bytes_async(send, recv, counts));
 }
 
+void Communicator::all_to_all_bytes(std::span<const std::byte> send, std::span<std::byte> recv,
+                                    std::span<const std::size_t> counts, std::string_view purpose) {
+  if (counts.size() != static_cast<std::size_t>(size_)) {
+    size_error(purpose, "counts has " + std::to_string(counts.size()) + " entries for " + std::to_string(size_) +
+                            " ranks");
+  }
+  if (send.size() != total(counts)) {
+    size_error(purpose, "send buffer holds " + std::to_string(send.size()) + " bytes, counts sum to " +
+                            std::to_string(total(counts)));
+  }
+  const std::size_t mine = counts[static_cast<std::size_t>(rank_)] * static_cast<std::size_t>(size_);
+  if (recv.size() != mine) {
+    size_error(purpose, "rank " + std::to_string(rank_) + " receive buffer holds " + std::to_string(recv.size()) +
+                            " bytes but W counts[rank] is " + std::to_string(mine));
+  }
+  ledger_.record(CollectiveKind::all_to_all, purpose, send.size(), false);
+  const ScopedTimer timer([&](double t) { add_measured_time(purpose, t); });
+  do_all_to_all_bytes(send, recv, counts);
+}
+
 void Communicator::barrier() { do_barrier(); }
 
 void Communicator::add_measured_time(std::string_view purpose, double seconds) {

@@ -78,6 +78,12 @@ class Communicator {
                         std::span<const std::size_t> counts, std::string_view purpose);
   PendingAllGather all_gather_bytes_async(std::span<const std::byte> send, std::span<std::byte> recv,
                                           std::span<const std::size_t> counts, std::string_view purpose);
+  // The exchange of a reduce-scatter without the reduction (MPI_Alltoallv with segments that
+  // depend only on the receiver): send holds sum(counts) bytes, segment r for rank r; recv
+  // (W counts[rank] bytes) receives segment `rank` of every rank, in rank order. For a
+  // reduction the sum cannot do, e.g. of compressed payloads (docs/algorithms.md, "1-bit Adam").
+  void all_to_all_bytes(std::span<const std::byte> send, std::span<std::byte> recv,
+                        std::span<const std::size_t> counts, std::string_view purpose);
   void barrier();
 
   // Wall seconds spent in each collective (by purpose) since the last call, and the time the
@@ -100,6 +106,8 @@ class Communicator {
   virtual std::unique_ptr<AsyncRequest> do_all_gather_bytes_async(std::span<const std::byte> send,
                                                                   std::span<std::byte> recv,
                                                                   std::span<const std::size_t> counts) = 0;
+  virtual void do_all_to_all_bytes(std::span<const std::byte> send, std::span<std::byte> recv,
+                                   std::span<const std::size_t> counts) = 0;
   virtual void do_barrier() = 0;
 
   // Wire hooks: where payloads are rounded and copied before the backend moves them. The
@@ -126,7 +134,7 @@ class Communicator {
   double exposed_wait_ = 0;
 };
 
-// The overrides of the five backend hooks above, for a backend class to write in its protected
+// The overrides of the six backend hooks above, for a backend class to write in its protected
 // section instead of repeating the list (each backend defines them in its .cpp file).
 #define SCAPE_COMMUNICATOR_BACKEND_HOOKS                                                                               \
   void do_all_reduce_mean(std::span<float> data) override;                                                             \
@@ -136,6 +144,8 @@ class Communicator {
                            std::span<const std::size_t> counts) override;                                              \
   std::unique_ptr<AsyncRequest> do_all_gather_bytes_async(std::span<const std::byte> send, std::span<std::byte> recv,  \
                                                           std::span<const std::size_t> counts) override;               \
+  void do_all_to_all_bytes(std::span<const std::byte> send, std::span<std::byte> recv,                                 \
+                           std::span<const std::size_t> counts) override;                                              \
   void do_barrier() override
 
 // The reduction every backend must use so that results are bit-identical across backends:

@@ -9,7 +9,8 @@ namespace scape {
 
 constexpr EnumName<CollectiveKind> kCollectiveKinds[] = {{"all_reduce", CollectiveKind::all_reduce},
                                                          {"reduce_scatter", CollectiveKind::reduce_scatter},
-                                                         {"all_gather", CollectiveKind::all_gather}};
+                                                         {"all_gather", CollectiveKind::all_gather},
+                                                         {"all_to_all", CollectiveKind::all_to_all}};
 
 const char* to_string(CollectiveKind kind) { return name_of(kCollectiveKinds, kind); }
 
@@ -17,7 +18,8 @@ double ring_bytes_sent_per_worker(CollectiveKind kind, int workers, double paylo
   if (workers < 1) throw std::invalid_argument("ring_bytes_sent_per_worker: workers must be >= 1");
   const double w = workers;
   const double fraction = (w - 1.0) / w;
-  // A ring all-reduce is a reduce-scatter followed by an all-gather, hence the factor 2.
+  // A ring all-reduce is a reduce-scatter followed by an all-gather, hence the factor 2. An
+  // all-to-all sends every segment but its own: (W-1)/W of its payload, in W-1 exchanges.
   return kind == CollectiveKind::all_reduce ? 2.0 * fraction * payload_bytes : fraction * payload_bytes;
 }
 

@@ -13,7 +13,7 @@
 
 namespace scape {
 
-enum class CollectiveKind { all_reduce, reduce_scatter, all_gather };
+enum class CollectiveKind { all_reduce, reduce_scatter, all_gather, all_to_all };
 const char* to_string(CollectiveKind kind);
 
 // Per-worker link: latency alpha (seconds per message step) and bandwidth (bytes per second).

@@ -9,7 +9,9 @@
 
 #include "core/dense_optimizer.hpp"
 #include "core/mask_codec.hpp"
+#include "core/onebit_adam_optimizer.hpp"
 #include "core/optim_common.hpp"
+#include "core/randk_ef_optimizer.hpp"
 #include "core/scape_optimizer.hpp"
 #include "core/topk_ef_optimizer.hpp"
 #include "util/name_table.hpp"
@@ -20,7 +22,9 @@ namespace {
 constexpr EnumName<OptimizerType> kTypes[] = {{"adamw", OptimizerType::adamw},
                                               {"adams", OptimizerType::adams},
                                               {"scape", OptimizerType::scape},
-                                              {"topk_ef", OptimizerType::topk_ef}};
+                                              {"topk_ef", OptimizerType::topk_ef},
+                                              {"randk_ef", OptimizerType::randk_ef},
+                                              {"onebit_adam", OptimizerType::onebit_adam}};
 constexpr EnumName<InnerRule> kInner[] = {{"adams", InnerRule::adams}, {"adamw", InnerRule::adamw}};
 constexpr EnumName<UpdateMode> kUpdate[] = {{"masked", UpdateMode::masked}, {"dense", UpdateMode::dense}};
 constexpr EnumName<MaskStatistic> kStatistic[] = {{"first_moment", MaskStatistic::first_moment},
@@ -50,6 +54,8 @@ constexpr OptimizerKeyRange kRanges[] = {
     {"residual_clip", 0, kInf, false, true, "must be finite and >= 0 (0 = off)"},
     {"mask_lag", 0, 1, false, false, "must be 0 or 1"},
     {"offload_chunk", 1024, 1 << 30, false, false, "must be in [1024, 2^30] elements"},
+    {"freeze_step", 1, kInf, false, true, "must be >= 1 (the variance is frozen after a dense Adam step)"},
+    {"sign_chunk", 1, 1 << 30, false, false, "must be in [1, 2^30] elements"},
 };
 
 bool in_range(const OptimizerKeyRange& r, double x) {
@@ -120,7 +126,7 @@ void OptimizerConfig::validate() const {
   if (!(beta2 >= 0 && beta2 < 1)) bad("optimizer.betas[1]", beta2, "must be in [0, 1)");
   check_range("eps", eps);
   check_range("weight_decay", weight_decay);
-  const bool sparse = type == OptimizerType::scape || type == OptimizerType::topk_ef;
+  const bool sparse = type == OptimizerType::scape || type == OptimizerType::topk_ef || type == OptimizerType::randk_ef;
   if (sparse) {
     const double rho = density();
     check_range("sparsity", sparsity);
@@ -148,8 +154,13 @@ void OptimizerConfig::validate() const {
                                             "offloadable residual, not ") + to_string(type));
   }
   check_range("offload_chunk", static_cast<double>(offload_chunk));
-  if (type == OptimizerType::topk_ef && sharded) {
-    throw std::invalid_argument("optimizer.sharded: topk_ef keeps replicated optimizer state; set sharded = false");
+  if (type == OptimizerType::onebit_adam) {
+    check_range("freeze_step", freeze_step);
+    check_range("sign_chunk", static_cast<double>(sign_chunk));
+  }
+  if (replicated_only(type) && sharded) {
+    throw std::invalid_argument(std::string("optimizer.sharded: ") + to_string(type) +
+                                " keeps replicated optimizer state; set sharded = false");
   }
 }
 
@@ -208,6 +219,10 @@ std::vector<std::string> collective_purposes(const OptimizerConfig& c) {
       return {"grad_all_reduce"};
     case OptimizerType::topk_ef:
       return {"topk_all_gather"};
+    case OptimizerType::randk_ef:
+      return {"grad_all_reduce"};
+    case OptimizerType::onebit_adam:
+      return {"grad_all_reduce", "momentum_all_to_all", "momentum_all_gather"};
     case OptimizerType::scape:
       break;
   }
@@ -241,6 +256,10 @@ std::unique_ptr<Optimizer> make_optimizer(const OptimizerConfig& config, const P
       return std::make_unique<ScapeOptimizer>(config, layout, comm, total_steps);
     case OptimizerType::topk_ef:
       return std::make_unique<TopkEfOptimizer>(config, layout, comm, total_steps);
+    case OptimizerType::randk_ef:
+      return std::make_unique<RandkEfOptimizer>(config, layout, comm, total_steps);
+    case OptimizerType::onebit_adam:
+      return std::make_unique<OnebitAdamOptimizer>(config, layout, comm, total_steps);
   }
   throw std::invalid_argument("optimizer.type: unknown optimizer");
 }

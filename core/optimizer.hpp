@@ -1,5 +1,6 @@
 // Optimizer configuration, step metrics and the factory. An optimizer is an update rule
-// (AdamW or AdamS) times a gradient-sync policy (dense, SCAPE, raw-gradient top-k); see
+// (AdamW or AdamS) times a gradient-sync policy (dense, SCAPE, raw-gradient top-k, shared-seed
+// random-k), or 1-bit Adam; see
 // docs/algorithms.md. Optimizers see only flat spans and a Communicator; what the three share
 // is core/optimizer_base.hpp.
 #pragma once
@@ -21,7 +22,7 @@
 
 namespace scape {
 
-enum class OptimizerType { adamw, adams, scape, topk_ef };
+enum class OptimizerType { adamw, adams, scape, topk_ef, randk_ef, onebit_adam };
 enum class InnerRule { adams, adamw };
 enum class UpdateMode { masked, dense };
 enum class MaskStatistic { first_moment, gradient, momentum_only, random };
@@ -78,10 +79,10 @@ struct OptimizerConfig {
   double weight_decay = 0.1;
   bool bias_correction = true;
   double sparsity = 0.99;  // density rho = 1 - sparsity (SCAPE and top-k only)
-  bool sharded = true;     // distributed optimizer; topk_ef requires false
+  bool sharded = true;     // distributed optimizer; topk_ef and randk_ef require false
   WireType wire_dtype = WireType::fp32;   // gradient-like payloads
   WireType param_dtype = WireType::fp32;  // parameter payloads
-  InnerRule inner = InnerRule::adams;     // SCAPE and topk_ef
+  InnerRule inner = InnerRule::adams;     // SCAPE, topk_ef and randk_ef
   UpdateMode update = UpdateMode::masked;
   MaskStatistic mask_statistic = MaskStatistic::first_moment;
   MaskPartition mask_partition = MaskPartition::partitioned;
@@ -91,11 +92,11 @@ struct OptimizerConfig {
   bool residual = true;
   // Off the mask the residual keeps residual_decay * a_i (1 keeps it all, 0 equals residual =
   // false); residual_clip > 0 caps each tensor's ||e_i|| at that multiple of its ||g_i|| before
-  // step 1 (0 = off). SCAPE and topk_ef.
+  // step 1 (0 = off). SCAPE, topk_ef and randk_ef.
   double residual_decay = 1.0;
   double residual_clip = 0.0;
   int density_warmup = 0;
-  std::uint64_t seed = 0;  // the random mask statistic
+  std::uint64_t seed = 0;  // the random mask statistic and randk_ef's shared mask
   // Where the optimizer's kernels and state live (SCAPE only for cuda; docs/algorithms.md,
   // "Devices and residual offload").
   kernels::DeviceKind device = kernels::DeviceKind::cpu;
@@ -103,6 +104,10 @@ struct OptimizerConfig {
   // offload_chunk elements each (SCAPE only).
   bool residual_offload = false;
   std::size_t offload_chunk = std::size_t{1} << 22;
+  // 1-bit Adam: dense AdamW steps before the variance is frozen, and the coordinates that
+  // share one scale of the sign compression.
+  int freeze_step = 100;
+  std::size_t sign_chunk = 2048;
 
   double density() const { return 1.0 - sparsity; }
   double resolved_min_lr() const { return min_lr < 0 ? lr / 10.0 : min_lr; }
@@ -149,7 +154,7 @@ class Optimizer {
   // Waits for outstanding asynchronous collectives (call before destroying the communicator).
   virtual void finish() {}
   // The global mask used by the last step (empty for dense optimizers; this worker's local
-  // mask for topk_ef). Words cover N bits.
+  // mask for topk_ef, the shared mask for randk_ef). Words cover N bits.
   virtual std::span<const std::uint64_t> mask() const { return {}; }
   // This worker's error-feedback residual (empty for dense optimizers).
   virtual std::span<const float> residual() const { return {}; }
@@ -167,6 +172,11 @@ class Optimizer {
  protected:
   int t_ = 0;
 };
+
+// The comparison baselines (topk_ef, randk_ef, onebit_adam) keep replicated optimizer state only.
+inline bool replicated_only(OptimizerType t) {
+  return t == OptimizerType::topk_ef || t == OptimizerType::randk_ef || t == OptimizerType::onebit_adam;
+}
 
 // Purposes of the collectives this configuration can record (bytes_sent_<purpose> metrics).
 std::vector<std::string> collective_purposes(const OptimizerConfig& config);

@@ -9,11 +9,13 @@ namespace {
 InnerRule update_rule(const OptimizerConfig& config) {
   switch (config.type) {
     case OptimizerType::adamw:
+    case OptimizerType::onebit_adam:  // Adam: its variance is frozen, not dropped
       return InnerRule::adamw;
     case OptimizerType::adams:
       return InnerRule::adams;
     case OptimizerType::scape:
     case OptimizerType::topk_ef:
+    case OptimizerType::randk_ef:
       break;
   }
   return config.inner;

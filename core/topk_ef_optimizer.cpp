@@ -51,10 +51,8 @@ void read_record(const std::byte* p, WireType wire, std::uint32_t& index, float&
 
 TopkEfOptimizer::TopkEfOptimizer(const OptimizerConfig& config, const ParamLayout& layout, Communicator& comm,
                                  int total_steps)
-    : OptimizerBase(config, layout, comm, total_steps),
-      feedback_(k_, n_, config) {
+    : FeedbackOptimizer(config, layout, comm, total_steps) {
   g_bar_.assign_zero(n_);
-  local_mask_.assign_zero(kernels::words_for(n_));
   union_mask_.assign_zero(kernels::words_for(n_));
   k_.synchronize();
 }
@@ -64,8 +62,8 @@ std::size_t TopkEfOptimizer::select(std::span<const float> grads, std::size_t k)
   const std::size_t nonfinite = k_.accumulate(e, grads);
   idx_.resize(k);
   k_.topk_abs_indices(e, k, idx_.span());
-  k_.zero_bytes(local_mask_.data(), local_mask_.bytes());
-  k_.indices_to_bits(idx_.span(), 0, local_mask_.span());
+  k_.zero_bytes(mask_.data(), mask_.bytes());
+  k_.indices_to_bits(idx_.span(), 0, mask_.span());
   sent_values_.resize(k);
   k_.compact(e, idx_.span(), sent_values_.span());
   feedback_.keep_off_mask(e, idx_.span());
@@ -86,7 +84,7 @@ void TopkEfOptimizer::exchange_coded() {
   recv_values_.resize(k * workers);
   code_.resize(code_bytes / sizeof(std::uint64_t));
   auto clock = std::chrono::steady_clock::now();
-  k_.ef_encode(local_mask_.span(), n_, k, code_.span());
+  k_.ef_encode(mask_.span(), n_, k, code_.span());
   k_.synchronize();
   codec_s_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - clock).count();
   std::memcpy(send_.data(), code_.data(), code_bytes);
@@ -164,7 +162,7 @@ void TopkEfOptimizer::update(std::span<float> params, std::span<const float> gra
   detail::dense_inner_step(k_, rule_, layout_, params, 0, n_, m_.span(), v_.span(), g_bar_.span(), config_, out.lr, t);
 
   // Mask metrics describe this worker's own mask; fill-in is the union over workers / K.
-  feedback_.record_mask(layout_, local_mask_, k, out);
+  feedback_.record_mask(layout_, mask_, k, out);
   out.fill_in = k ? static_cast<double>(delivered) / static_cast<double>(k) : 0.0;
 }
 

@@ -6,24 +6,18 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "core/error_feedback.hpp"
-#include "core/optimizer_base.hpp"
+#include "core/feedback_optimizer.hpp"
 
 namespace scape {
 
-class TopkEfOptimizer final : public OptimizerBase {
+class TopkEfOptimizer final : public FeedbackOptimizer {
  public:
   TopkEfOptimizer(const OptimizerConfig& config, const ParamLayout& layout, Communicator& comm, int total_steps);
-  std::span<const std::uint64_t> mask() const override { return local_mask_.span(); }
-  std::span<const float> residual() const override { return feedback_.residual().host_view(); }
 
  private:
   void update(std::span<float> params, std::span<const float> grads, StepMetrics& out) override;
-  void fill_final_metrics(StepMetrics& out) override { feedback_.fill_metrics(layout_, updates_.theta_norm(), t_, out); }
-  void save_policy_state(StateMap& state) const override { feedback_.save(state); }
-  void load_policy_state(const StateMap& state) override { feedback_.load(state); }
 
-  // a_i = e_i + g_i; L_i = top-k of |a_i| into idx_ and local_mask_, its values into
+  // a_i = e_i + g_i; L_i = top-k of |a_i| into idx_ and mask_, its values into
   // sent_values_; the residual keeps a_i off L_i. Returns the non-finite gradient entries.
   std::size_t select(std::span<const float> grads, std::size_t k);
   // The all-gather of (index, value) records, unpacked into recv_idx_ and recv_values_; with a
@@ -34,14 +28,13 @@ class TopkEfOptimizer final : public OptimizerBase {
   // returns how many coordinates some worker delivered.
   std::size_t average_delivered(std::size_t k);
 
-  ErrorFeedback feedback_;
   kernels::Buffer<float> g_bar_{k_};
   kernels::Buffer<std::uint32_t> idx_{k_};      // L_i, ascending
   kernels::Buffer<float> sent_values_{k_};      // a_i on L_i, in idx_ order
   kernels::Buffer<std::byte> send_{k_}, recv_{k_};  // wire records
   kernels::Buffer<std::uint32_t> recv_idx_{k_};  // every worker's L_i, in rank order
   kernels::Buffer<float> recv_values_{k_};
-  kernels::Buffer<std::uint64_t> local_mask_{k_}, union_mask_{k_};
+  kernels::Buffer<std::uint64_t> union_mask_{k_};
   kernels::Buffer<std::uint64_t> code_{k_};  // mask_encoding other than bitmap: Elias-Fano indices
   double codec_s_ = 0;                        // this step's coding and decoding
 };

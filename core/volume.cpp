@@ -1,6 +1,7 @@
 // Per-step collectives of an optimizer configuration, mirroring the calls of
-// dense_optimizer.cpp, scape_optimizer.cpp and topk_ef_optimizer.cpp one for one (same
-// purposes, same order, same payload rule) and recording them through a ByteLedger.
+// dense_optimizer.cpp, scape_optimizer.cpp, topk_ef_optimizer.cpp, randk_ef_optimizer.cpp and
+// onebit_adam_optimizer.cpp one for one (same purposes, same order, same payload rule) and recording them through a
+// ByteLedger.
 #include "core/volume.hpp"
 
 #include <algorithm>
@@ -118,14 +119,44 @@ void record_topk(ByteLedger& ledger, const OptimizerConfig& c, std::size_t n, in
   ledger.record(CollectiveKind::all_gather, "topk_all_gather", static_cast<std::uint64_t>(workers) * message, false);
 }
 
+// The shared mask needs no index: one all-reduce of the K values.
+void record_randk(ByteLedger& ledger, const OptimizerConfig& c, std::size_t n, int t) {
+  const std::uint64_t k = k_for(density_at(c.density(), c.density_warmup, t), n);
+  ledger.record(CollectiveKind::all_reduce, "grad_all_reduce", k * wire_bytes(c.wire_dtype), false);
+}
+
+// Warm-up: the dense all-reduce. Then one segment per shard, sign words and scales, is
+// exchanged all-to-all and gathered again (onebit_payload_bytes).
+void record_onebit(ByteLedger& ledger, const OptimizerConfig& c, std::size_t n, int workers, int t) {
+  if (t <= c.freeze_step) {
+    ledger.record(CollectiveKind::all_reduce, "grad_all_reduce", n * wire_bytes(c.wire_dtype), false);
+    return;
+  }
+  const std::uint64_t payload = onebit_payload_bytes(n, workers, c.sign_chunk);
+  ledger.record(CollectiveKind::all_to_all, "momentum_all_to_all", payload, false);
+  ledger.record(CollectiveKind::all_gather, "momentum_all_gather", payload, false);
+}
+
 }  // namespace
+
+std::uint64_t onebit_payload_bytes(std::size_t n_params, int workers, std::size_t chunk) {
+  const Sharding sharding(n_params, workers);
+  std::uint64_t bytes = 0;
+  for (int w = 0; w < workers; ++w) {
+    const std::size_t size = sharding.size(w);
+    bytes += kernels::words_for(size) * sizeof(std::uint64_t) + (size + chunk - 1) / chunk * sizeof(float);
+  }
+  return bytes;
+}
 
 std::size_t mask_k(const OptimizerConfig& config, std::size_t n_params, int workers, double rho) {
   switch (config.type) {
     case OptimizerType::adamw:
     case OptimizerType::adams:
+    case OptimizerType::onebit_adam:
       return 0;
     case OptimizerType::topk_ef:
+    case OptimizerType::randk_ef:
       return k_for(rho, n_params);
     case OptimizerType::scape:
       break;
@@ -161,6 +192,12 @@ std::vector<CommRecord> step_collectives(const OptimizerConfig& config, std::siz
       break;
     case OptimizerType::topk_ef:
       record_topk(ledger, config, n_params, workers, step);
+      break;
+    case OptimizerType::randk_ef:
+      record_randk(ledger, config, n_params, step);
+      break;
+    case OptimizerType::onebit_adam:
+      record_onebit(ledger, config, n_params, workers, step);
       break;
   }
   return ledger.drain();

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <optional>
 #include <vector>
 
@@ -14,8 +15,12 @@
 namespace scape {
 
 // The global mask size K of SCAPE or top-k at density rho: the sum of the per-shard k_w
-// (partitioned) or k(rho, N) (local_union, topk_ef). Zero for dense optimizers.
+// (partitioned) or k(rho, N) (local_union, topk_ef, randk_ef). Zero for dense optimizers.
 std::size_t mask_k(const OptimizerConfig& config, std::size_t n_params, int workers, double rho);
+
+// 1-bit Adam's compressed payload: per shard S_w its sign words and one fp32 scale per chunk,
+// sum over w of 8 ceil(|S_w| / 64) + 4 ceil(|S_w| / chunk) = 8 ceil(N / 64) + 4 sum ceil(...).
+std::uint64_t onebit_payload_bytes(std::size_t n_params, int workers, std::size_t chunk);
 
 // The records the ledger of any worker holds after step `step` (1-based) of `total_steps`,
 // in the order the optimizer issues them. SCAPE with mask_partition = local_union reduces the

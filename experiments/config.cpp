@@ -40,7 +40,7 @@ OptimizerConfig parse_optimizer(const json& j, std::uint64_t seed) {
   const Section s(j, "optimizer", optimizer_keys().fields);
   OptimizerConfig c;
   write_given(s, optimizer_keys(), c);
-  if (!s.has("sharded")) c.sharded = c.type != OptimizerType::topk_ef;  // top-k keeps replicated state
+  if (!s.has("sharded")) c.sharded = !replicated_only(c.type);  // the EF baselines keep replicated state
   c.seed = seed;
   config_error([&] { c.validate(); });
   // Switches this type does not read are left out of the resolved config, but a value out of

@@ -65,8 +65,9 @@ void assign(kernels::DeviceKind& out, const json& v) {
 #define SCAPE_MEMBER(Config, member) \
   [](const Config& c) -> json { return recorded(c.member); }, [](Config& c, const json& v) { assign(c.member, v); }
 
-const std::vector<std::string> kSparse = {"scape", "topk_ef"};
+const std::vector<std::string> kSparse = {"scape", "topk_ef", "randk_ef"};
 const std::vector<std::string> kScape = {"scape"};
+const std::vector<std::string> kOnebit = {"onebit_adam"};
 const std::vector<std::string> kWireTypes = wire_type_names();
 
 std::vector<std::string> gpu_preset_names() {
@@ -167,7 +168,7 @@ Range core_range(const char* key) {
 const KeyTable<OptimizerConfig>& optimizer_keys() {
   using C = OptimizerConfig;
   static const KeyTable<C> t({
-      {{"type", Kind::string, "adamw, adams (dense), scape, topk_ef (raw-gradient top-k with error feedback)", {},
+      {{"type", Kind::string, "adamw, adams (dense), scape, topk_ef (raw-gradient top-k with error feedback), randk_ef (shared-seed random-k with error feedback), onebit_adam (1-bit Adam)", {},
         optimizer_switch_names("type")},
        SCAPE_MEMBER(C, type)},
       {{"lr", Kind::number, "peak learning rate", core_range("lr")}, SCAPE_MEMBER(C, lr)},
@@ -183,7 +184,7 @@ const KeyTable<OptimizerConfig>& optimizer_keys() {
       {{"sparsity", Kind::number, "fraction of coordinates not sent (density = 1 - sparsity)",
         core_range("sparsity"), {}, kSparse},
        SCAPE_MEMBER(C, sparsity)},
-      {{"sharded", Kind::boolean, "distributed optimizer state (default true; false for topk_ef)"},
+      {{"sharded", Kind::boolean, "distributed optimizer state (default true; false for topk_ef, randk_ef and onebit_adam)"},
        SCAPE_MEMBER(C, sharded), Default::derived},
       {{"wire_dtype", Kind::string, "precision of gradient payloads", {}, kWireTypes}, SCAPE_MEMBER(C, wire_dtype)},
       {{"param_dtype", Kind::string, "precision of parameter payloads", {}, kWireTypes}, SCAPE_MEMBER(C, param_dtype)},
@@ -225,6 +226,12 @@ const KeyTable<OptimizerConfig>& optimizer_keys() {
       {{"offload_chunk", Kind::integer, "elements per device chunk of the offloaded residual",
         core_range("offload_chunk"), {}, kScape},
        SCAPE_MEMBER(C, offload_chunk)},
+      {{"freeze_step", Kind::integer, "1-bit Adam: dense AdamW steps before the variance is frozen and momentum is sent as signs",
+        core_range("freeze_step"), {}, kOnebit},
+       SCAPE_MEMBER(C, freeze_step)},
+      {{"sign_chunk", Kind::integer, "1-bit Adam: coordinates of a shard that share one scale of the sign compression",
+        core_range("sign_chunk"), {}, kOnebit},
+       SCAPE_MEMBER(C, sign_chunk)},
   });
   return t;
 }

@@ -108,6 +108,14 @@ inline void first_moment_statistic_sizes(std::size_t m, std::size_t a, std::size
   require_size(a, out, "first_moment_statistic: a");
 }
 
+// Sign compression: a chunk > 0, ceil(n / chunk) scales, words_for(n) words.
+inline void sign_chunk_sizes(std::size_t n, std::size_t chunk, std::size_t scales, std::size_t words,
+                             const char* what) {
+  if (chunk == 0) throw std::invalid_argument(std::string(what) + ": chunk must be > 0");
+  require_size(scales, (n + chunk - 1) / chunk, what);
+  require_words(words, n, what);
+}
+
 inline void pack_payload_sizes(std::size_t idx, std::size_t b, std::size_t a_out) {
   require_size(b, idx, "pack_payload: b");
   if (a_out != 0) require_size(a_out, idx, "pack_payload: a_out");

@@ -87,8 +87,11 @@ std::optional<CollectiveTime> of_purpose(const StepPrediction& s, const std::str
 std::string describe(const OptimizerConfig& o) {
   std::string s = to_string(o.type);
   s += std::string(" (") + (o.sharded ? "sharded" : "replicated");
-  if (o.type == OptimizerType::scape || o.type == OptimizerType::topk_ef) {
+  if (o.type == OptimizerType::scape || o.type == OptimizerType::topk_ef || o.type == OptimizerType::randk_ef) {
     s += ", sparsity " + fmt("%g", o.sparsity);
+  }
+  if (o.type == OptimizerType::onebit_adam) {
+    s += ", freeze step " + std::to_string(o.freeze_step) + ", sign chunk " + std::to_string(o.sign_chunk);
   }
   if (o.type == OptimizerType::scape) {
     s += std::string(", ") + to_string(o.mask_partition) + " mask, lag " + std::to_string(o.mask_lag) + ", " +

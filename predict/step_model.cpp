@@ -77,6 +77,29 @@ void add_offload(StepPrediction& s, const StepInputs& in) {
   s.offload_s = passes * 2.0 * copy_s;
   s.offload_exposed_s = passes * double_buffered_exposed(copy_s, kernels_s / passes, chunks);
 }
+
+// Random-k: the shared draw (write N), its top-k, the mask values compacted and zeroed in e,
+// then expanded into a cleared g_bar.
+OptimizerBytes randk_step_bytes(const OptimizerConfig& c, std::uint64_t n, std::uint64_t k) {
+  const double nn = static_cast<double>(n);
+  const double kk = static_cast<double>(k);
+  return OptimizerBytes{kTopkSelect * nn, kPack * kk,
+                        (kAccumulate + kClear + kClear) * nn + kIndexedMove * kk + dense_step_bytes(c) * nn};
+}
+
+// 1-bit Adam after the freeze: the local momentum and error (read m, g, e; write c, e), the
+// chunk norms and the sign pass over e (read; read and write), W expansions of this GPU's
+// shard plus the server pass, the expansion of all of m, and AdamW's step (m replaced, v read);
+// every pass streams, so all of it is state traffic at the memory bandwidth.
+OptimizerBytes onebit_step_bytes(const OptimizerConfig& c, std::uint64_t n, int workers) {
+  const double nn = static_cast<double>(n);
+  const double shard = static_cast<double>(Sharding(n, workers).size(0));
+  const double compress = 4 + kReadWrite;
+  return OptimizerBytes{0, 0,
+                        (kAccumulate + 4 + compress) * nn + (workers * kReadWrite + kAccumulate + compress) * shard +
+                            (kClear + kReadWrite) * nn + dense_step_bytes(c) * nn};
+}
+
 bool gradient_reduction(const std::string& purpose) {
   return purpose.rfind("grad_", 0) == 0 || purpose.rfind("accum_", 0) == 0;
 }
@@ -161,7 +184,11 @@ const char* to_string(Window w) {
   return "unknown";
 }
 
-int steady_state_step(const OptimizerConfig& c) { return std::max(2, c.density_warmup + 1); }
+int steady_state_step(const OptimizerConfig& c) {
+  // 1-bit Adam's steady state is compressed, after its dense warm-up.
+  if (c.type == OptimizerType::onebit_adam) return c.freeze_step + 1;
+  return std::max(2, c.density_warmup + 1);
+}
 
 OptimizerBytes optimizer_bytes_by_kernel(const OptimizerConfig& c, std::uint64_t n, int workers,
                                          std::uint64_t mask_size) {
@@ -173,6 +200,10 @@ OptimizerBytes optimizer_bytes_by_kernel(const OptimizerConfig& c, std::uint64_t
       return scape_step_bytes(c, n, workers, mask_size);
     case OptimizerType::topk_ef:
       return topk_step_bytes(c, n, workers, mask_size);
+    case OptimizerType::randk_ef:
+      return randk_step_bytes(c, n, mask_size);
+    case OptimizerType::onebit_adam:
+      return onebit_step_bytes(c, n, workers);
   }
   return {};
 }

@@ -77,7 +77,8 @@ struct StepPrediction {
   double compute_s() const { return forward_s + backward_s; }
 };
 
-// The step the prediction costs: a steady-state step of a long run, past the density warm-up,
+// The step the prediction costs: a steady-state step of a long run, past the density warm-up
+// (1-bit Adam: past freeze_step),
 // that both receives a lagged mask and starts the next one.
 int steady_state_step(const OptimizerConfig& c);
 

@@ -155,6 +155,18 @@ void MpiComm::do_all_gather_bytes(std::span<const std::byte> send, std::span<std
                                  d.data(), MPI_BYTE, world_));
 }
 
+void MpiComm::do_all_to_all_bytes(std::span<const std::byte> send, std::span<std::byte> recv,
+                                  std::span<const std::size_t> counts) {
+  const auto send_counts = int_counts(counts, "all_to_all");
+  const auto send_displs = displacements(send_counts);
+  const int mine = send_counts[static_cast<std::size_t>(rank())];
+  const std::vector<int> recv_counts(static_cast<std::size_t>(size()), mine);
+  const auto recv_displs = displacements(recv_counts);
+  const BlockedClock::Scope blocked(blocked_);
+  SCAPE_MPI_CHECK(MPI_Alltoallv(send.data(), send_counts.data(), send_displs.data(), MPI_BYTE, recv.data(),
+                                recv_counts.data(), recv_displs.data(), MPI_BYTE, world_));
+}
+
 // Runs on the communication thread; wait() blocks the caller only for what is left of it.
 class MpiComm::AsyncGather final : public AsyncRequest {
  public:

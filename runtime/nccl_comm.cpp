@@ -256,6 +256,31 @@ void NcclComm::do_all_gather_bytes(std::span<const std::byte> send, std::span<st
   finish();
 }
 
+void NcclComm::do_all_to_all_bytes(std::span<const std::byte> send, std::span<std::byte> recv,
+                                   std::span<const std::size_t> counts) {
+  if (sum(counts) == 0) return;
+  begin();
+  const auto* s = static_cast<const std::byte*>(readable(send.data(), send.size(), stage_in_));
+  auto* r = static_cast<std::byte*>(writable(recv.data(), recv.size(), stage_out_, false));
+  const std::size_t mine = counts[static_cast<std::size_t>(rank())];
+  // One send and one receive per peer, grouped so NCCL runs them as one operation.
+  SCAPE_NCCL_CHECK(ncclGroupStart());
+  std::size_t offset = 0;
+  ncclResult_t status = ncclSuccess;
+  for (std::size_t peer = 0; peer < counts.size() && status == ncclSuccess; ++peer) {
+    if (counts[peer] > 0) status = ncclSend(s + offset, counts[peer], ncclUint8, static_cast<int>(peer), comm_, stream_);
+    if (mine > 0 && status == ncclSuccess) {
+      status = ncclRecv(r + peer * mine, mine, ncclUint8, static_cast<int>(peer), comm_, stream_);
+    }
+    offset += counts[peer];
+  }
+  const ncclResult_t end = ncclGroupEnd();
+  if (status != ncclSuccess) throw_nccl_error(status, "ncclSend/ncclRecv", __FILE__, __LINE__);
+  if (end != ncclSuccess) throw_nccl_error(end, "ncclGroupEnd", __FILE__, __LINE__);
+  copy_back(recv.data(), r, recv.size());
+  finish();
+}
+
 // The all-gather queued on the communication stream between two timing events; wait() blocks
 // the host on the second and, when recv is host memory, copies the staged result into it.
 class NcclComm::AsyncGather final : public AsyncRequest {

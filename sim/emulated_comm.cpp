@@ -120,6 +120,22 @@ void EmulatedComm::do_all_gather_bytes(std::span<const std::byte> send, std::spa
   group_.arrive_and_wait();
 }
 
+void EmulatedComm::do_all_to_all_bytes(std::span<const std::byte> send, std::span<std::byte> recv,
+                                       std::span<const std::size_t> counts) {
+  const int w = size();
+  publish_send(group_, rank(), send.data(), counts);
+  check_same_counts(counts, "all_to_all");
+  const std::size_t mine = counts[static_cast<std::size_t>(rank())];
+  const std::size_t offset = std::accumulate(counts.begin(), counts.begin() + rank(), std::size_t{0});
+  for (int q = 0; q < w; ++q) {
+    if (mine > 0) {
+      std::memcpy(recv.data() + static_cast<std::size_t>(q) * mine,
+                  static_cast<const std::byte*>(group_.slot(q).send) + offset, mine);
+    }
+  }
+  group_.arrive_and_wait();
+}
+
 namespace {
 
 // Deferred all-gather: the data moves when every rank waits, which is where an SPMD program

@@ -107,10 +107,10 @@ TEST_CASE("the schema's defaults are what a config that gives nothing resolves t
 
 TEST_CASE("the resolved optimizer section keeps exactly the keys its type reads") {
   const json keys = ex::experiment_schema()["properties"]["optimizer"]["properties"];
-  for (const char* type : {"adamw", "adams", "scape", "topk_ef"}) {
+  for (const char* type : {"adamw", "adams", "scape", "topk_ef", "randk_ef"}) {
     CAPTURE(type);
     json config = {{"optimizer", {{"type", type}}}};
-    if (std::string(type) == "topk_ef") config["optimizer"]["sharded"] = false;
+    if (std::string(type) == "topk_ef") config["optimizer"]["sharded"] = false;  // randk_ef: by default
     const json resolved = ex::parse_experiment(config, ".").to_json()["optimizer"];
     for (const auto& [key, spec] : keys.items()) {
       const auto& types = spec.at("x-applies-to");

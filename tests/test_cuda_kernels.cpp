@@ -53,6 +53,7 @@ constexpr std::string_view kComparedKernels[] = {
     "first_moment_statistic", "random_statistic", "pack_payload", "rebase_indices", "add_momentum",
     "reconstruct_gradient", "round_to_bf16", "fill",
     "block_sum_squares", "max_magnitude",
+    "sign_compress", "sign_expand_add",
 };
 
 constexpr std::string_view kListedKernels[] = {
@@ -505,6 +506,29 @@ TEST_CASE("first_moment_statistic and random_statistic match the CPU") {
     sk::random_statistic(key, first, cpu);
     gpu().random_statistic(key, first, out);
     check_equal(cpu, to_host(out), "random_statistic " + what);
+  }
+}
+
+TEST_CASE("sign_compress and sign_expand_add (1-bit Adam) match the CPU") {
+  std::uint32_t seed = 900;
+  for (std::size_t n : {std::size_t{0}, std::size_t{1}, std::size_t{65}, std::size_t{1000}, std::size_t{300'007}, kLarge}) {
+    for (std::size_t chunk : {std::size_t{1}, std::size_t{64}, std::size_t{2048}}) {
+      const std::string what = "n=" + std::to_string(n) + " chunk=" + std::to_string(chunk);
+      std::vector<float> x = make_values(Family::special, n, ++seed);
+      const std::vector<float> scales = make_values(Family::normal, (n + chunk - 1) / chunk, ++seed);
+      std::vector<float> acc = make_values(Family::normal, n, ++seed);
+      sk::Buffer<float> dx = to_gpu(x), dacc = to_gpu(acc);
+      const sk::Buffer<float> dscales = to_gpu(scales);
+      sk::Buffer<std::uint64_t> dwords(gpu(), sk::words_for(n));
+      std::vector<std::uint64_t> words(sk::words_for(n));
+      sk::sign_compress(x, chunk, scales, words);
+      gpu().sign_compress(dx, chunk, dscales, dwords);
+      check_equal(x, to_host(dx), "sign_compress error " + what);
+      check_equal(words, to_host(dwords), "sign_compress words " + what);
+      sk::sign_expand_add(words, chunk, scales, acc);
+      gpu().sign_expand_add(dwords, chunk, dscales, dacc);
+      check_equal(acc, to_host(dacc), "sign_expand_add " + what);
+    }
   }
 }
 

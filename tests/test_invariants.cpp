@@ -106,19 +106,25 @@ TEST_CASE("invariant 1: residual plus delivered equals the sum of gradients") {
   });
 }
 
-TEST_CASE("invariant 1 also holds for raw-gradient top-k with error feedback") {
+TEST_CASE("invariant 1 also holds for raw-gradient top-k and shared-seed random-k with error feedback") {
   const ParamLayout layout = mixed_layout(2);
-  OptimizerConfig c;
-  c.type = OptimizerType::topk_ef;
-  c.sharded = false;
-  c.sparsity = 0.9;
-  c.lr = 1e-2;
-  const auto run = run_quadratic(c, layout, 4, kSteps);
-  for (const auto& steps : run.steps) {
-    const GradientAccount acc = account_gradients(steps, layout.size());
-    double worst = 0;
-    for (std::size_t j = 0; j < layout.size(); ++j) worst = std::max(worst, std::fabs(acc.kept[j] - acc.grad_sum[j]));
-    CHECK(worst < 1e-4);
+  for (OptimizerType type : {OptimizerType::topk_ef, OptimizerType::randk_ef}) {
+    for (int w : {1, 4, 7}) {
+      CAPTURE(to_string(type));
+      CAPTURE(w);
+      OptimizerConfig c;
+      c.type = type;
+      c.sharded = false;
+      c.sparsity = 0.9;
+      c.lr = 1e-2;
+      const auto run = run_quadratic(c, layout, w, kSteps);
+      for (const auto& steps : run.steps) {
+        const GradientAccount acc = account_gradients(steps, layout.size());
+        double worst = 0;
+        for (std::size_t j = 0; j < layout.size(); ++j) worst = std::max(worst, std::fabs(acc.kept[j] - acc.grad_sum[j]));
+        CHECK(worst < 1e-4);
+      }
+    }
   }
 }
 

@@ -234,6 +234,58 @@ TEST_CASE("closed forms: raw-gradient top-k sends W K (4 + p_wire), or W (EF(N, 
   }
 }
 
+TEST_CASE("closed forms: shared-seed random-k all-reduces K p_wire, no index") {
+  const ParamLayout layout = mixed_layout(2);
+  const std::uint64_t n = layout.size();
+  const std::uint64_t k = k_for(0.1, n);
+  for (int w : {1, 2, 4, 7}) {
+    for (WireType wire : {WireType::fp32, WireType::bf16}) {
+      OptimizerConfig c;
+      c.type = OptimizerType::randk_ef;
+      c.sharded = false;
+      c.sparsity = 0.9;
+      c.wire_dtype = wire;
+      const auto run = run_quadratic(c, layout, w, kSteps);
+      for (const auto& s : run.steps[0]) {
+        CHECK(payloads(s.metrics) == StepPayloads{{"grad_all_reduce", {k * wire_bytes(wire)}}});
+        check_sent(s.metrics, w);
+        CHECK(s.metrics.fill_in == 1.0);
+      }
+    }
+  }
+}
+
+TEST_CASE("closed forms: 1-bit Adam all-reduces N p_wire until freeze_step, then exchanges and gathers P") {
+  const ParamLayout layout = mixed_layout(2);
+  const std::uint64_t n = layout.size();
+  for (int w : {1, 2, 4, 7}) {
+    for (std::size_t chunk : {std::size_t{64}, std::size_t{100}}) {
+      CAPTURE(w);
+      CAPTURE(chunk);
+      OptimizerConfig c;
+      c.type = OptimizerType::onebit_adam;
+      c.sharded = false;
+      c.freeze_step = 3;
+      c.sign_chunk = chunk;
+      c.wire_dtype = WireType::bf16;
+      // P: the sign words of N (shard boundaries are multiples of 64) and one scale per chunk of each shard.
+      const Sharding sh(n, w);
+      std::uint64_t p = 8 * ((n + 63) / 64);
+      for (int o = 0; o < w; ++o) p += 4 * ((sh.size(o) + chunk - 1) / chunk);
+      const auto run = run_quadratic(c, layout, w, kSteps);
+      for (std::size_t t = 0; t < run.steps[0].size(); ++t) {
+        const auto& m = run.steps[0][t].metrics;
+        if (t < 3) {
+          CHECK(payloads(m) == StepPayloads{{"grad_all_reduce", {n * 2}}});
+        } else {
+          CHECK(payloads(m) == StepPayloads{{"momentum_all_to_all", {p}}, {"momentum_all_gather", {p}}});
+        }
+        check_sent(m, w);
+      }
+    }
+  }
+}
+
 TEST_CASE("density warm-up: k follows rho^min(1,(t-1)/tau)") {
   const ParamLayout layout = mixed_layout(4);
   OptimizerConfig c;

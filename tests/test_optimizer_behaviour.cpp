@@ -46,6 +46,16 @@ TEST_CASE("bad configurations name the parameter and the value") {
   c = OptimizerConfig{};
   c.type = OptimizerType::topk_ef;
   expect_invalid(c, "optimizer.sharded");
+  c.type = OptimizerType::randk_ef;
+  expect_invalid(c, "optimizer.sharded: randk_ef keeps replicated optimizer state");
+  c.type = OptimizerType::onebit_adam;
+  expect_invalid(c, "optimizer.sharded: onebit_adam keeps replicated optimizer state");
+  c.sharded = false;
+  c.freeze_step = 0;
+  expect_invalid(c, "optimizer.freeze_step: 0");
+  c.freeze_step = 1;
+  c.sign_chunk = 0;
+  expect_invalid(c, "optimizer.sign_chunk: 0");
   CHECK_THROWS_WITH_AS(parse_mask_statistic("first-moment"),
                        doctest::Contains("optimizer.mask_statistic: unknown value 'first-moment' (expected one of "
                                          "first_moment, gradient, momentum_only, random)"),
@@ -62,11 +72,12 @@ TEST_CASE("mismatched buffers and zero workers are rejected") {
   const ParamLayout layout = mixed_layout();
   CHECK_THROWS_WITH_AS(sim::run_ranks(0, NetworkModel{}, [](Communicator&) {}), doctest::Contains("workers must be >= 1"),
                        std::invalid_argument);
-  for (OptimizerType type : {OptimizerType::adams, OptimizerType::scape, OptimizerType::topk_ef}) {
+  for (OptimizerType type : {OptimizerType::adams, OptimizerType::scape, OptimizerType::topk_ef, OptimizerType::randk_ef,
+                             OptimizerType::onebit_adam}) {
     sim::run_ranks(1, NetworkModel{}, [&](Communicator& comm) {
       OptimizerConfig c;
       c.type = type;
-      c.sharded = type != OptimizerType::topk_ef;
+      c.sharded = !replicated_only(type);
       auto opt = make_optimizer(c, layout, comm, 10);
       std::vector<float> theta(layout.size()), g(layout.size() - 1);
       CHECK_THROWS_WITH_AS(opt->step(theta, g), doctest::Contains("layout size"), std::invalid_argument);
@@ -101,10 +112,12 @@ TEST_CASE("non-finite gradients are counted and reported, and stay visible in th
 
 TEST_CASE("determinism: the same configuration and seed give bit-identical parameters") {
   const ParamLayout layout = mixed_layout(4);
-  for (OptimizerType type : {OptimizerType::adamw, OptimizerType::scape, OptimizerType::topk_ef}) {
+  for (OptimizerType type : {OptimizerType::adamw, OptimizerType::scape, OptimizerType::topk_ef,
+                             OptimizerType::randk_ef, OptimizerType::onebit_adam}) {
     OptimizerConfig c;
     c.type = type;
-    c.sharded = type != OptimizerType::topk_ef;
+    c.sharded = !replicated_only(type);
+    c.freeze_step = 3;
     c.sparsity = 0.95;
     c.lr = 1e-2;
     const auto a = run_quadratic(c, layout, 4, 8, 21);
@@ -183,7 +196,7 @@ TEST_CASE("save_state / load_state resume every optimizer bit for bit") {
   sim::QuadraticSpec spec;
   spec.seed = 5;
   const sim::NoisyQuadratic problem(layout.size(), spec);
-  std::vector<OptimizerConfig> configs(5);
+  std::vector<OptimizerConfig> configs(7);
   configs[0].type = OptimizerType::adamw;
   configs[1].sparsity = 0.9;  // SCAPE, sharded, lag 1
   configs[2].sparsity = 0.9;
@@ -193,6 +206,13 @@ TEST_CASE("save_state / load_state resume every optimizer bit for bit") {
   configs[3].sharded = false;
   configs[4].sparsity = 0.9;
   configs[4].inner = InnerRule::adamw;
+  configs[5].type = OptimizerType::randk_ef;
+  configs[5].sharded = false;
+  configs[5].sparsity = 0.9;
+  configs[6].type = OptimizerType::onebit_adam;  // frozen before the split: both errors resume
+  configs[6].sharded = false;
+  configs[6].freeze_step = 2;
+  configs[6].sign_chunk = 100;
   for (const auto& c : configs) {
     CAPTURE(to_string(c.type));
     const int steps = 8, split = 3, workers = 3;
@@ -240,7 +260,7 @@ TEST_CASE("save_state / load_state resume every optimizer bit for bit") {
 
 TEST_CASE("collective_purposes lists exactly what each configuration records") {
   const ParamLayout layout = mixed_layout();
-  std::vector<OptimizerConfig> configs(6);
+  std::vector<OptimizerConfig> configs(8);
   configs[0].type = OptimizerType::adams;
   configs[1].type = OptimizerType::adamw;
   configs[1].sharded = false;
@@ -251,6 +271,11 @@ TEST_CASE("collective_purposes lists exactly what each configuration records") {
   configs[4].sharded = false;
   configs[5].sharded = false;
   configs[5].second_moment = SecondMoment::two_collectives;
+  configs[6].type = OptimizerType::randk_ef;
+  configs[6].sharded = false;
+  configs[7].type = OptimizerType::onebit_adam;
+  configs[7].sharded = false;
+  configs[7].freeze_step = 1;
   for (const auto& c : configs) {
     const auto run = run_quadratic(c, layout, 2, 3);
     std::set<std::string> seen;

@@ -67,6 +67,13 @@ std::vector<Case> cases() {
   auto topk = make(OptimizerType::topk_ef, false);
   topk.wire_dtype = WireType::bf16;
   out.push_back({"topk_ef", topk});
+  auto randk = make(OptimizerType::randk_ef, false);
+  randk.density_warmup = 2;
+  out.push_back({"randk_ef density warm-up", randk});
+  auto onebit = make(OptimizerType::onebit_adam, false);
+  onebit.freeze_step = 2;
+  onebit.sign_chunk = 100;
+  out.push_back({"onebit_adam freeze 2", onebit});
   return out;
 }
 

@@ -208,6 +208,109 @@ struct Reference {
       inner_step(j, gb, b1 * m[j] + float(1 - c.beta1) * gb, t, eta, c.inner == InnerRule::adamw);
     }
   }
+
+  // Random-k: the shared mask is the top-k of the uniform draw keyed by (seed, "randk", t),
+  // the same for every worker; a_i's values on it are averaged, the rest kept.
+  void randk_step(const std::vector<Vec>& g, int t) {
+    const double eta = ref_lr(c, t, T);
+    const std::uint64_t key = rng::derive(rng::derive(c.seed, 0x72616e646b), std::uint64_t(t));
+    Vec draw(N);
+    for (std::size_t j = 0; j < N; ++j) draw[j] = float(rng::uniform(key, j));
+    mask.assign(N, 0);
+    for (std::size_t j : top_k(draw, 0, N, k_for(ref_density(c, t), N))) mask[j] = 1;
+    Vec g_bar(N, 0.0f);
+    for (int i = 0; i < W; ++i) {
+      clip_residual(e[std::size_t(i)], g[std::size_t(i)]);
+      for (std::size_t j = 0; j < N; ++j) e[std::size_t(i)][j] += g[std::size_t(i)][j];
+    }
+    for (std::size_t j = 0; j < N; ++j) {
+      if (!mask[j]) continue;
+      std::vector<float> aj;
+      for (int i = 0; i < W; ++i) aj.push_back(e[std::size_t(i)][j]);
+      g_bar[j] = ref_mean(aj, c.wire_dtype);
+    }
+    for (auto& ei : e) for (std::size_t j = 0; j < N; ++j) ei[j] = mask[j] ? 0.0f : kept(ei[j]);
+    decay_all(eta);
+    const float b1 = float(c.beta1);
+    for (std::size_t j = 0; j < N; ++j) {
+      inner_step(j, g_bar[j], b1 * m[j] + float(1 - c.beta1) * g_bar[j], t, eta, c.inner == InnerRule::adamw);
+    }
+  }
+
+  // 1-bit Adam. Its AdamW arithmetic is written as the kernel writes it (AdamFloats: fp32
+  // step size lr / c1 and 1 / sqrt(c2), no contraction), so that the sign of a momentum near
+  // zero is the same here as in the optimizer: one flipped sign moves a coordinate by a whole
+  // scale, far beyond rounding.
+  std::vector<Vec> worker_error;
+  Vec server_error;
+
+  void adamw_like_kernel(std::size_t j, float g, double beta1_d, double beta2_d, double bc1, double bc2, double eta) {
+    const float beta1 = float(beta1_d), beta2 = float(beta2_d);
+    const float omb1 = float(1.0 - beta1_d), omb2 = float(1.0 - beta2_d);
+    const float step = float(eta / bc1), inv = float(1.0 / std::sqrt(bc2)), eps = float(c.eps);
+    const float decay = decayed(j) ? float(1 - eta * c.weight_decay) : 1.0f;
+    m[j] = beta1 * m[j] + omb1 * g;
+    v[j] = beta2 * v[j] + omb2 * g * g;
+    theta[j] = theta[j] * decay - step * m[j] / (std::sqrt(v[j]) * inv + eps);
+  }
+
+  // x <- x - C(x) over [lo, hi) in chunks of sign_chunk from lo; returns C(x).
+  Vec sign_compress(Vec& x, std::size_t lo, std::size_t hi) const {
+    Vec out(N, 0.0f);
+    for (std::size_t c0 = lo; c0 < hi; c0 += c.sign_chunk) {
+      const std::size_t c1 = std::min(hi, c0 + c.sign_chunk);
+      double ss = 0;
+      for (std::size_t j = c0; j < c1; ++j) ss += double(x[j]) * x[j];
+      const float scale = float(std::sqrt(ss / double(c1 - c0)));
+      for (std::size_t j = c0; j < c1; ++j) {
+        out[j] = x[j] < 0 ? -scale : scale;
+        x[j] = x[j] - out[j];
+      }
+    }
+    return out;
+  }
+
+  void onebit_step(const std::vector<Vec>& g, int t) {
+    const double eta = ref_lr(c, t, T);
+    const double bc1 = c.bias_correction ? 1 - std::pow(c.beta1, t) : 1.0;
+    if (worker_error.empty()) {
+      worker_error.assign(std::size_t(W), Vec(N, 0.0f));
+      server_error.assign(N, 0.0f);
+    }
+    if (t <= c.freeze_step) {
+      const double bc2 = c.bias_correction ? 1 - std::pow(c.beta2, t) : 1.0;
+      for (std::size_t j = 0; j < N; ++j) {
+        std::vector<float> gj;
+        for (int i = 0; i < W; ++i) gj.push_back(g[std::size_t(i)][j]);
+        adamw_like_kernel(j, ref_mean(gj, c.wire_dtype), c.beta1, c.beta2, bc1, bc2, eta);
+      }
+      return;
+    }
+    const float b1 = float(c.beta1), omb1 = float(1 - c.beta1);
+    const Sharding sh(N, W);
+    std::vector<Vec> sent(static_cast<std::size_t>(W));
+    for (int i = 0; i < W; ++i) {
+      Vec& ew = worker_error[std::size_t(i)];
+      for (std::size_t j = 0; j < N; ++j) ew[j] = ew[j] + (b1 * m[j] + omb1 * g[std::size_t(i)][j]);
+      sent[std::size_t(i)].assign(N, 0.0f);
+      for (int o = 0; o < W; ++o) {
+        const Vec part = sign_compress(ew, sh.begin(o), sh.end(o));
+        for (std::size_t j = sh.begin(o); j < sh.end(o); ++j) sent[std::size_t(i)][j] = part[j];
+      }
+    }
+    Vec m_sync(N, 0.0f);
+    for (int o = 0; o < W; ++o) {
+      for (std::size_t j = sh.begin(o); j < sh.end(o); ++j) {
+        float acc = 0.0f;
+        for (int i = 0; i < W; ++i) acc = acc + sent[std::size_t(i)][j];
+        server_error[j] = server_error[j] + acc / float(W);
+      }
+      const Vec part = sign_compress(server_error, sh.begin(o), sh.end(o));
+      for (std::size_t j = sh.begin(o); j < sh.end(o); ++j) m_sync[j] = part[j];
+    }
+    const double bc2 = c.bias_correction ? 1 - std::pow(c.beta2, c.freeze_step) : 1.0;
+    for (std::size_t j = 0; j < N; ++j) adamw_like_kernel(j, m_sync[j], 0.0, 1.0, bc1, bc2, eta);
+  }
 };
 
 void compare_with_reference(const OptimizerConfig& c, int W, int T) {
@@ -221,9 +324,17 @@ void compare_with_reference(const OptimizerConfig& c, int W, int T) {
   std::vector<Vec> g(static_cast<std::size_t>(W), Vec(layout.size()));
   for (int t = 1; t <= T; ++t) {
     for (int i = 0; i < W; ++i) problem.gradient(ref.theta, t, i, g[std::size_t(i)]);
-    if (c.type == OptimizerType::topk_ef) ref.topk_step(g, t); else ref.scape_step(g, t);
+    if (c.type == OptimizerType::topk_ef) {
+      ref.topk_step(g, t);
+    } else if (c.type == OptimizerType::randk_ef) {
+      ref.randk_step(g, t);
+    } else if (c.type == OptimizerType::onebit_adam) {
+      ref.onebit_step(g, t);
+    } else {
+      ref.scape_step(g, t);
+    }
     const auto& got = run.steps[0][std::size_t(t - 1)];
-    if (c.type == OptimizerType::scape) {
+    if (c.type == OptimizerType::scape || c.type == OptimizerType::randk_ef) {
       std::size_t mismatched = 0;
       for (std::size_t j = 0; j < layout.size(); ++j) mismatched += testing::bit(got.mask, j) != bool(ref.mask[j]);
       CHECK(mismatched == 0);
@@ -300,6 +411,51 @@ TEST_CASE("raw-gradient top-k matches the independent reference") {
     CAPTURE(sw.decay);
     CAPTURE(sw.clip);
     compare_with_reference(c, 3, 10);
+  }
+}
+
+TEST_CASE("shared-seed random-k matches the independent reference, mask included") {
+  struct Case { const char* name; InnerRule inner; WireType wire; double decay, clip; int warmup; };
+  for (const Case k : {Case{"adams", InnerRule::adams, WireType::fp32, 1, 0, 0},
+                       Case{"adamw", InnerRule::adamw, WireType::fp32, 1, 0, 0},
+                       Case{"bf16 wire", InnerRule::adams, WireType::bf16, 1, 0, 0},
+                       Case{"decay 0.6, clip 0.5", InnerRule::adams, WireType::fp32, 0.6, 0.5, 0},
+                       Case{"density warm-up", InnerRule::adamw, WireType::fp32, 1, 0, 4}}) {
+    auto c = base();
+    c.type = OptimizerType::randk_ef;
+    c.sharded = false;
+    c.seed = 17;
+    c.inner = k.inner;
+    c.wire_dtype = k.wire;
+    c.residual_decay = k.decay;
+    c.residual_clip = k.clip;
+    c.density_warmup = k.warmup;
+    CAPTURE(k.name);
+    for (int w : {1, 3}) {
+      CAPTURE(w);
+      compare_with_reference(c, w, 10);
+    }
+  }
+}
+
+TEST_CASE("1-bit Adam matches the independent reference: warm-up, frozen variance, both error feedbacks") {
+  struct Case { const char* name; int freeze; std::size_t chunk; WireType wire; bool bias_correction; };
+  for (const Case k : {Case{"freeze 3, chunk 100", 3, 100, WireType::fp32, true},
+                       Case{"freeze 1, chunk 64, bf16 warm-up", 1, 64, WireType::bf16, true},
+                       Case{"freeze 4, chunk 7, no bias correction", 4, 7, WireType::fp32, false},
+                       Case{"freeze 2, one chunk per shard", 2, 1 << 20, WireType::fp32, true}}) {
+    auto c = base();
+    c.type = OptimizerType::onebit_adam;
+    c.sharded = false;
+    c.freeze_step = k.freeze;
+    c.sign_chunk = k.chunk;
+    c.wire_dtype = k.wire;
+    c.bias_correction = k.bias_correction;
+    CAPTURE(k.name);
+    for (int w : {1, 3, 4}) {
+      CAPTURE(w);
+      compare_with_reference(c, w, 10);
+    }
   }
 }
 

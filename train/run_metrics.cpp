@@ -239,7 +239,7 @@ const char* to_string(Combine c) {
 bool shipped(Combine c) { return c == Combine::mean || c == Combine::sum || c == Combine::max; }
 
 bool has_sparse_metrics(const OptimizerConfig& c) {
-  return c.type == OptimizerType::scape || c.type == OptimizerType::topk_ef;
+  return c.type == OptimizerType::scape || c.type == OptimizerType::topk_ef || c.type == OptimizerType::randk_ef;
 }
 
 std::span<const RunMetric> run_metrics() { return kRunMetrics; }

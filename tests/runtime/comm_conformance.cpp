@@ -43,6 +43,9 @@ constexpr CommCase kCases[] = {
     {Collective::all_gather_bytes_async, Counts::odd_bytes, WireType::fp32},
     {Collective::all_gather_bytes_async, Counts::equal, WireType::fp32},
     {Collective::all_gather_bytes_async, Counts::with_zero, WireType::fp32},
+    {Collective::all_to_all_bytes, Counts::odd_bytes, WireType::fp32},
+    {Collective::all_to_all_bytes, Counts::equal, WireType::fp32},
+    {Collective::all_to_all_bytes, Counts::with_zero, WireType::fp32},
 };
 
 const char* name_of(Collective c) {
@@ -55,6 +58,7 @@ const char* name_of(Collective c) {
     case Collective::all_gather_words_async: return "all_gather_words_async";
     case Collective::all_gather_bytes: return "all_gather_bytes";
     case Collective::all_gather_bytes_async: return "all_gather_bytes_async";
+    case Collective::all_to_all_bytes: return "all_to_all_bytes";
   }
   return "unknown";
 }
@@ -120,8 +124,8 @@ void check_means(std::span<const float> got, std::size_t first, int workers, Wir
 }
 
 // The one record a case leaves, against the ring closed forms of docs/algorithms.md: an
-// all-reduce sends 2(W-1)/W of its payload per worker in 2(W-1) steps, a reduce-scatter or an
-// all-gather (W-1)/W in W-1 steps; modelled time = steps * alpha + sent / bandwidth.
+// all-reduce sends 2(W-1)/W of its payload per worker in 2(W-1) steps, a reduce-scatter, an
+// all-gather or an all-to-all (W-1)/W in W-1 steps; modelled time = steps * alpha + sent / bandwidth.
 // Written with the ledger's operations in its order, so equal to the last bit.
 void check_record(Communicator& comm, const std::string& purpose, CollectiveKind kind, std::uint64_t payload,
                   bool overlapped) {
@@ -202,6 +206,28 @@ void raw_gather_case(Communicator& comm, const CommCase& c, Memory& memory, T (*
   check_record(comm, name_of(c), CollectiveKind::all_gather, all.size() * sizeof(T), async);
 }
 
+// Rank q sends segment r (counts[r] bytes, byte j = sent_byte(q, r, j)) to rank r; this rank
+// receives segment `rank` of every rank, in rank order. An all-to-all sends (W-1)/W of its
+// payload in W-1 exchanges, as a reduce-scatter does.
+std::byte sent_byte(std::size_t q, std::size_t r, std::size_t j) {
+  return static_cast<std::byte>((q * 53 + r * 29 + j * 7 + 1) & 0xff);
+}
+
+void all_to_all_case(Communicator& comm, const CommCase& c, Memory& memory) {
+  const auto counts = counts_of(c.counts, comm.size());
+  const std::size_t me = static_cast<std::size_t>(comm.rank());
+  const auto send = take<std::byte>(memory, sum_of(counts));
+  const auto recv = take<std::byte>(memory, counts[me] * counts.size());
+  for (std::size_t r = 0, pos = 0; r < counts.size(); ++r) {
+    for (std::size_t j = 0; j < counts[r]; ++j) send[pos++] = sent_byte(me, r, j);
+  }
+  comm.all_to_all_bytes(send, recv, counts, name_of(c));
+  const std::vector<std::size_t> received(counts.size(), counts[me]);
+  const auto want = [&](std::size_t q, std::size_t j) { return sent_byte(q, me, j); };
+  CHECK(gather_mismatches<std::byte>(recv, received, want) == 0);
+  check_record(comm, name_of(c), CollectiveKind::all_to_all, send.size(), false);
+}
+
 }  // namespace
 
 float value(int rank, std::size_t i) {
@@ -260,6 +286,7 @@ MeanStats run_cases(Communicator& comm, MeanMatch match, Memory& memory) {
       case Collective::all_gather_words_async: raw_gather_case(comm, c, memory, word_of); break;
       case Collective::all_gather_bytes:
       case Collective::all_gather_bytes_async: raw_gather_case(comm, c, memory, byte_of); break;
+      case Collective::all_to_all_bytes: all_to_all_case(comm, c, memory); break;
     }
     memory.release_all();
   }

@@ -39,6 +39,7 @@ enum class Collective {
   all_gather_words_async,
   all_gather_bytes,
   all_gather_bytes_async,
+  all_to_all_bytes,
 };
 
 // How many elements each rank contributes (all_reduce_mean: the length of every rank's data).

@@ -1,0 +1,116 @@
+"""The Pareto front, seed averaging and tokens-to-target of analysis/pareto.py, on hand-made rows
+(no scape binary needed), and the report hook on real run files when the binary is there."""
+
+import csv
+import math
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from analysis.pareto import collect_points, pareto_front, tokens_to_target
+from conftest import TINY_GPT, run_scape
+
+NAN = math.nan
+
+
+def test_front_keeps_exactly_the_non_dominated_points():
+    xs = [1.0, 2.0, 3.0, 2.0, 5.0, 1.0, NAN]
+    ys = [5.0, 3.0, 3.0, 4.0, 1.0, 6.0, 0.0]
+    # (3, 3) is dominated by (2, 3); (2, 4) by (2, 3); (1, 6) by (1, 5); NaN never counts.
+    assert pareto_front(xs, ys) == [0, 1, 4]
+
+
+def test_front_keeps_ties_and_handles_one_point():
+    assert pareto_front([1.0, 1.0], [2.0, 2.0]) == [0, 1]
+    assert pareto_front([3.0], [1.0]) == [0]
+    assert pareto_front([], []) == []
+
+
+def fake_run(name, opt_type, seed, val, steps, status="completed", batch=2, block=16, workers=4):
+    config = {"seed": seed, "workers": workers, "model": {"type": "gpt", "block_size": block},
+              "data": {"batch_size": batch}, "optimizer": {"type": opt_type}}
+    return SimpleNamespace(path=Path(name), status=status, config=config, optimizer_type=opt_type,
+                           val_loss=np.array(val), eval_step=np.array(steps))
+
+
+def fake_row(run, bytes_per_step):
+    val = run.val_loss[np.isfinite(run.val_loss)]
+    return SimpleNamespace(run=run, bytes_per_step=bytes_per_step, final_val=float(val[-1]) if val.size else NAN,
+                           best_val=float(val.min()) if val.size else NAN, final_train=NAN)
+
+
+def flat(run):
+    return {"seed": run.config["seed"], "optimizer.type": run.optimizer_type}
+
+
+def test_points_average_seeds_and_mark_the_front():
+    rows = [fake_row(fake_run("a1", "scape", 1, [3.0, 2.0], [5, 10]), 100.0),
+            fake_row(fake_run("a2", "scape", 2, [3.0, 2.4], [5, 10]), 110.0),
+            fake_row(fake_run("b1", "adamw", 1, [2.5, 1.8], [5, 10]), 1000.0),
+            fake_row(fake_run("c1", "randk_ef", 1, [3.5, 2.9], [5, 10]), 300.0),
+            fake_row(fake_run("d1", "topk_ef", 1, [9.0], [5], status="diverged"), 50.0)]
+    points, target, left_out = collect_points(rows, config_of=flat)
+    by_type = {p.optimizer_type: p for p in points}
+    assert set(by_type) == {"scape", "adamw", "randk_ef"}
+    scape = by_type["scape"]
+    assert scape.bytes_per_step == pytest.approx(105.0)
+    assert scape.loss == pytest.approx(2.2) and scape.loss_min == 2.0 and scape.loss_max == 2.4
+    assert scape.files == ["a1", "a2"] and scape.label == "scape"
+    assert [p.on_front for p in points] == [True, False, True]  # sorted by bytes: scape, randk, adamw
+    assert left_out == ["d1 (diverged)"]
+    # The loosest target every point reaches: the largest mean best validation loss (randk's 2.9).
+    assert target == pytest.approx(2.9)
+    # Every run reaches 2.9 at its step-10 evaluation; 10 steps * 4 workers * 2 sequences * 16 tokens.
+    assert scape.tokens_to_target == pytest.approx(1280.0)
+    assert by_type["adamw"].tokens_to_target == pytest.approx(640.0)  # 2.5 <= 2.9 already at step 5
+
+
+def test_labels_name_the_type_and_what_varies_within_it():
+    rows = [fake_row(fake_run(f"s{i}", "scape", 1, [3.0], [5]), 10.0 * i) for i in (1, 2)]
+    rows.append(fake_row(fake_run("d", "adams", 1, [2.0], [5]), 100.0))
+    sparsity = {"s1": 0.9, "s2": 0.99}
+
+    def config(run):
+        out = {"seed": 1, "optimizer.type": run.optimizer_type}
+        if run.optimizer_type == "scape":
+            out["optimizer.sparsity"] = sparsity[run.path.name]
+        return out
+
+    points, _, _ = collect_points(rows, config_of=config)
+    assert [p.label for p in points] == ["scape, sparsity=0.9", "scape, sparsity=0.99", "adams"]
+
+
+def test_tokens_to_target_is_nan_when_never_reached_or_not_a_gpt():
+    run = fake_run("x", "scape", 1, [3.0, 2.5], [5, 10])
+    assert tokens_to_target(run, 2.0) != tokens_to_target(run, 2.0)  # NaN
+    assert tokens_to_target(run, 2.5) == 10 * 4 * 2 * 16
+    run.config["model"]["type"] = "quadratic"
+    assert math.isnan(tokens_to_target(run, 3.0))
+
+
+def test_report_writes_the_pareto_figure_and_table(scape, tmp_path):
+    """Two optimizers at two seeds on the tiny GPT: pareto.csv holds one point per setting."""
+    from analysis.report import write_report
+
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    for seed in (1, 2):
+        cfg = dict(TINY_GPT, seed=seed)
+        run_scape(scape, cfg, runs / f"adams-{seed}.h5", "optimizer.type=adams")
+        run_scape(scape, cfg, runs / f"randk-{seed}.h5", "optimizer.type=randk_ef", "optimizer.sparsity=0.9")
+    out = tmp_path / "out"
+    _, text = write_report([runs], out)
+    assert (out / "pareto.png").stat().st_size > 0
+    with open(out / "pareto.csv", encoding="utf-8") as f:
+        points = list(csv.DictReader(f))
+    assert sorted(p["type"] for p in points) == ["adams", "randk_ef"]
+    assert all(p["seeds"] == "2" for p in points)
+    # Random-k at density 0.1 sends a tenth of dense AdamS's all-reduce; the cheapest point is
+    # always on the front.
+    bytes_of = {p["type"]: float(p["bytes_per_step"]) for p in points}
+    assert bytes_of["randk_ef"] < bytes_of["adams"] / 5
+    cheapest = min(points, key=lambda p: float(p["bytes_per_step"]))
+    assert cheapest["on_front"] == "1"
+    assert "## Equal-bytes comparison (Pareto front)" in text

@@ -1,0 +1,58 @@
+// Baseline: 1-bit Adam (Tang et al. 2021). Dense AdamW for freeze_step steps; then the
+// variance is frozen and each worker's momentum, with its error feedback, travels as one sign
+// bit per coordinate and one scale per sign_chunk coordinates: a compressed reduce-scatter
+// (all-to-all) to each shard's owner, which averages, adds its server error and compresses
+// again, and a compressed all-gather (docs/algorithms.md, "1-bit Adam").
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "core/optimizer_base.hpp"
+
+namespace scape {
+
+class OnebitAdamOptimizer final : public OptimizerBase {
+ public:
+  OnebitAdamOptimizer(const OptimizerConfig& config, const ParamLayout& layout, Communicator& comm, int total_steps);
+  // The worker error e_i of the momentum compression.
+  std::span<const float> residual() const override { return worker_error_.span(); }
+
+ private:
+  void update(std::span<float> params, std::span<const float> grads, StepMetrics& out) override;
+  void save_policy_state(StateMap& state) const override;
+  void load_policy_state(const StateMap& state) override;
+
+  // One segment per shard: its sign words, then its scales.
+  struct Segment {
+    std::size_t begin, size;  // the shard's coordinates
+    std::size_t scales, scale_offset, bytes, byte_offset;
+  };
+
+  void warmup_step(std::span<float> params, std::span<const float> grads, double eta);
+  // Compresses x (the coordinates of segment s) in place: the scales sqrt(sum x^2 / |chunk|)
+  // and sign bits go to words_/scales_ at the segment's place, and x keeps the error.
+  void compress(std::span<float> x, const Segment& s);
+  // Copies segment s's words and scales between words_/scales_ and a wire buffer.
+  void pack(const Segment& s, std::byte* wire) const;
+  void unpack(const Segment& s, const std::byte* wire);
+  // acc += the decompressed segment s (from words_/scales_).
+  void expand_add(const Segment& s, std::span<float> acc);
+  // The synchronized momentum of this step: worker compression, exchange, server compression,
+  // gather; into m_sync_.
+  void synchronize_momentum(std::span<const float> grads);
+  // theta *= decay, then theta -= lr (m / c1) / (sqrt(v / c2_F) + eps) with m = m_sync_.
+  void frozen_variance_step(std::span<float> params, double eta, int t);
+
+  std::vector<Segment> segments_;
+  std::vector<std::size_t> segment_bytes_;
+  kernels::Buffer<float> worker_error_{k_}, server_error_{k_};  // e_i over [0, N); e_s over this shard
+  kernels::Buffer<float> local_{k_}, m_sync_{k_}, acc_{k_}, g_bar_{k_};
+  kernels::Buffer<std::uint64_t> words_{k_};
+  kernels::Buffer<float> scales_{k_};
+  kernels::Buffer<double> partial_{k_};
+  std::vector<std::byte> send_, recv_, gathered_;
+};
+
+}  // namespace scape

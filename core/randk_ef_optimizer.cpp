@@ -1,0 +1,59 @@
+// Random-k with a shared seed and error feedback (docs/algorithms.md, "Random-k with a shared
+// seed"). The mask is a pure function of (seed, step), so no worker sends an index.
+#include "core/randk_ef_optimizer.hpp"
+
+#include "core/optim_common.hpp"
+#include "core/rng.hpp"
+#include "kernels/cpu/kernels.hpp"
+
+namespace scape {
+namespace {
+
+// Keys the shared draw apart from every other random stream of the seed.
+constexpr std::uint64_t kRandkPurpose = 0x72616e646b;  // "randk"
+
+}  // namespace
+
+RandkEfOptimizer::RandkEfOptimizer(const OptimizerConfig& config, const ParamLayout& layout, Communicator& comm,
+                                   int total_steps)
+    : FeedbackOptimizer(config, layout, comm, total_steps) {
+  draw_.assign_zero(n_);
+  g_bar_.assign_zero(n_);
+  k_.synchronize();
+}
+
+void RandkEfOptimizer::draw_mask(int t, std::size_t k) {
+  // No rank enters the key: every worker draws the same numbers. The top-K of N independent
+  // uniforms is a uniformly random K-subset (ties, at 2^-53 resolution rounded to fp32, go to
+  // the lower index, the same on every worker).
+  const std::uint64_t key = rng::derive(rng::derive(config_.seed, kRandkPurpose), static_cast<std::uint64_t>(t));
+  k_.random_statistic(key, 0, draw_.span());
+  idx_.resize(k);
+  k_.topk_abs_indices(draw_.span(), k, idx_.span());
+  k_.zero_bytes(mask_.data(), mask_.bytes());
+  k_.indices_to_bits(idx_.span(), 0, mask_.span());
+}
+
+void RandkEfOptimizer::update(std::span<float> params, std::span<const float> grads, StepMetrics& out) {
+  const int t = t_;
+  const double rho = density_at(config_.density(), config_.density_warmup, t);
+  const std::size_t k = k_for(rho, n_);
+  out.target_density = rho;
+  out.residual_clipped_norm = feedback_.clip(layout_, grads);
+  const auto e = feedback_.residual().resident();
+  out.nonfinite_grads = k_.accumulate(e, grads);
+  draw_mask(t, k);
+  values_.resize(k);
+  k_.compact(e, idx_.span(), values_.span());
+  feedback_.keep_off_mask(e, idx_.span());
+  k_.synchronize();
+  feedback_.deliver(idx_.span(), t);
+  comm_.all_reduce_mean(values_.span(), config_.wire_dtype, "grad_all_reduce");
+  k_.fill(g_bar_.span(), 0.0f);
+  k_.expand(values_.span(), idx_.span(), g_bar_.span());
+  detail::dense_inner_step(k_, rule_, layout_, params, 0, n_, m_.span(), v_.span(), g_bar_.span(), config_, out.lr, t);
+  // Every worker's mask is the global mask, so fill-in |M_t| / K is 1.
+  feedback_.record_mask(layout_, mask_, k, out);
+}
+
+}  // namespace scape

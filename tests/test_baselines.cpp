@@ -1,0 +1,248 @@
+// The comparison baselines beyond raw top-k (docs/algorithms.md, "Random-k with a shared
+// seed" and "1-bit Adam"): properties the invariant and reference tests do not already cover --
+// random-k's shared mask, its uniformity and dense limit; 1-bit Adam's momentum conservation
+// through both error feedbacks, its dense limit (freeze_step >= T) and lossless limit
+// (sign_chunk = 1).
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "core/schedule.hpp"
+#include "quadratic_run.hpp"
+
+using namespace scape;
+using scape::testing::bit;
+using scape::testing::mixed_layout;
+using scape::testing::run_quadratic;
+
+namespace {
+
+OptimizerConfig randk_config(double density, std::uint64_t seed = 5) {
+  OptimizerConfig c;
+  c.type = OptimizerType::randk_ef;
+  c.sharded = false;
+  c.sparsity = 1.0 - density;
+  c.lr = 1e-2;
+  c.warmup_steps = 2;
+  c.seed = seed;
+  return c;
+}
+
+std::size_t popcount(const std::vector<std::uint64_t>& words) {
+  std::size_t bits = 0;
+  for (std::uint64_t w : words) bits += static_cast<std::size_t>(__builtin_popcountll(w));
+  return bits;
+}
+
+bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+}  // namespace
+
+TEST_CASE("random-k: every worker uses the same K coordinates, new ones each step, set by the seed") {
+  const ParamLayout layout = mixed_layout(4);
+  const std::size_t n = layout.size();
+  for (int w : {1, 2, 4, 7}) {
+    CAPTURE(w);
+    const auto run = run_quadratic(randk_config(0.05), layout, w, 8);
+    for (std::size_t t = 0; t < 8; ++t) {
+      CHECK(popcount(run.steps[0][t].mask) == k_for(0.05, n));
+      for (int i = 1; i < w; ++i) CHECK(run.steps[static_cast<std::size_t>(i)][t].mask == run.steps[0][t].mask);
+      // Every replica stays identical: the same g_bar reaches every worker.
+      for (int i = 1; i < w; ++i) CHECK(same_bits(run.steps[static_cast<std::size_t>(i)][t].params_after, run.steps[0][t].params_after));
+      if (t > 0) CHECK(run.steps[0][t].mask != run.steps[0][t - 1].mask);
+      CHECK(run.steps[0][t].metrics.fill_in == 1.0);
+    }
+    // The mask does not depend on the gradients (another quadratic, same masks) but on the seed.
+    const auto other_problem = run_quadratic(randk_config(0.05), layout, w, 8, 99);
+    const auto other_seed = run_quadratic(randk_config(0.05, 6), layout, w, 8);
+    CHECK(other_problem.steps[0][3].mask == run.steps[0][3].mask);
+    CHECK(other_seed.steps[0][3].mask != run.steps[0][3].mask);
+  }
+}
+
+TEST_CASE("random-k: each coordinate is picked with probability K / N") {
+  // 300 steps at density 0.1: each coordinate's count is Binomial(300, ~0.1), mean 30, sd 5.2.
+  // The mean over all coordinates is exactly 30 (K per step); a biased draw (say, towards low
+  // indices, as a broken tie rule would give) shows in the halves and in the spread.
+  ParamLayout layout;
+  layout.add("w", {2000}, true);
+  const int steps = 300;
+  OptimizerConfig c = randk_config(0.1);
+  c.lr = 1e-6;
+  const auto run = run_quadratic(c, layout, 1, steps);
+  std::vector<int> counts(layout.size(), 0);
+  for (const auto& s : run.steps[0]) {
+    for (std::size_t j = 0; j < layout.size(); ++j) counts[j] += bit(s.mask, j);
+  }
+  double first_half = 0, sum = 0, sum_sq = 0;
+  for (std::size_t j = 0; j < counts.size(); ++j) {
+    if (j < counts.size() / 2) first_half += counts[j];
+    sum += counts[j];
+    sum_sq += double(counts[j]) * counts[j];
+  }
+  const double mean = sum / counts.size();
+  const double var = sum_sq / counts.size() - mean * mean;
+  CHECK(mean == doctest::Approx(30.0));
+  // Half the picks in each half: the sd of first_half is about sqrt(2000 * 27 / 2 / 2) ~ 82.
+  CHECK(std::fabs(first_half - sum / 2) < 400);
+  // Binomial variance n p (1 - p) = 27 (without replacement a little less); 3x off means a bug.
+  CHECK(var > 27.0 / 2);
+  CHECK(var < 27.0 * 1.5);
+}
+
+TEST_CASE("random-k at density 1 is dense replicated AdamS (AdamW with inner = adamw), bit for bit") {
+  const ParamLayout layout = mixed_layout(2);
+  for (int w : {1, 2, 4, 7}) {
+    for (InnerRule inner : {InnerRule::adams, InnerRule::adamw}) {
+      CAPTURE(w);
+      CAPTURE(to_string(inner));
+      OptimizerConfig sparse = randk_config(1.0);
+      sparse.inner = inner;
+      OptimizerConfig dense = sparse;
+      dense.type = inner == InnerRule::adams ? OptimizerType::adams : OptimizerType::adamw;
+      const auto a = run_quadratic(sparse, layout, w, 10);
+      const auto b = run_quadratic(dense, layout, w, 10);
+      for (std::size_t t = 0; t < 10; ++t) {
+        CHECK(same_bits(a.steps[0][t].params_after, b.steps[0][t].params_after));
+        CHECK(a.steps[0][t].metrics.residual_norm == 0.0);
+      }
+      // The same collective, of the same size: no index travels.
+      CHECK(a.ledger_totals.at("grad_all_reduce").payload_bytes == b.ledger_totals.at("grad_all_reduce").payload_bytes);
+    }
+  }
+}
+
+// ---- 1-bit Adam (docs/algorithms.md, "1-bit Adam").
+
+namespace {
+
+OptimizerConfig onebit_config(int freeze_step, std::size_t chunk) {
+  OptimizerConfig c;
+  c.type = OptimizerType::onebit_adam;
+  c.sharded = false;
+  c.lr = 1e-2;
+  c.freeze_step = freeze_step;
+  c.sign_chunk = chunk;
+  return c;
+}
+
+// What one worker saw of a 1-bit Adam run, in double: the sum of its local momenta
+// b1 m_{t-1} + (1 - b1) g_t over the compressed steps, the sum of the synchronized momenta
+// m_t, and its worker and server errors at the end.
+struct OnebitAccount {
+  std::vector<double> local_sum, sync_sum;
+  std::vector<float> worker_error, server_error;
+};
+
+std::vector<OnebitAccount> run_onebit_accounts(const OptimizerConfig& c, const ParamLayout& layout, int workers,
+                                               int steps) {
+  sim::QuadraticSpec spec;
+  spec.seed = 11;
+  const sim::NoisyQuadratic problem(layout.size(), spec);
+  const std::size_t n = layout.size();
+  std::vector<OnebitAccount> out(static_cast<std::size_t>(workers));
+  sim::run_ranks(workers, NetworkModel{}, [&](Communicator& comm) {
+    auto opt = make_optimizer(c, layout, comm, steps);
+    OnebitAccount& acc = out[static_cast<std::size_t>(comm.rank())];
+    acc.local_sum.assign(n, 0.0);
+    acc.sync_sum.assign(n, 0.0);
+    std::vector<float> theta(n), g(n);
+    problem.initial_params(theta);
+    for (int t = 1; t <= steps; ++t) {
+      problem.gradient(theta, t, comm.rank(), g);
+      StateMap before, after;
+      opt->save_state(before);
+      opt->step(theta, g);
+      opt->save_state(after);
+      if (t <= c.freeze_step) continue;
+      std::vector<float> m_prev, m_now;
+      get_state(before, "m", m_prev);
+      get_state(after, "m", m_now);
+      for (std::size_t j = 0; j < n; ++j) {
+        acc.local_sum[j] += c.beta1 * m_prev[j] + (1 - c.beta1) * g[j];
+        acc.sync_sum[j] += m_now[j];
+      }
+      if (t == steps) {
+        get_state(after, "onebit.worker_error", acc.worker_error);
+        get_state(after, "onebit.server_error", acc.server_error);
+      }
+    }
+  });
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("1-bit Adam conserves momentum: sum of m_t + mean worker error + server error = sum of mean local momenta") {
+  // Worker: e_i' = c_i - C(c_i) with c_i = e_i + local_i; server: e_s' = s - C(s) with
+  // s = e_s + mean_i C(c_i) and m_t = C(s). Summed over the compressed steps, with every error
+  // starting at zero: sum_t m_t = sum_t mean_i local_i - mean_i e_i(T) - e_s(T).
+  const ParamLayout layout = mixed_layout(2);
+  const std::size_t n = layout.size();
+  for (int w : {1, 2, 4, 7}) {
+    for (std::size_t chunk : {std::size_t{64}, std::size_t{300}}) {
+      CAPTURE(w);
+      CAPTURE(chunk);
+      const auto accounts = run_onebit_accounts(onebit_config(2, chunk), layout, w, 10);
+      const Sharding sh(n, w);
+      double worst = 0, scale = 0, error_size = 0;
+      for (int o = 0; o < w; ++o) {
+        for (std::size_t j = sh.begin(o); j < sh.end(o); ++j) {
+          double local = 0, worker_error = 0;
+          for (const auto& a : accounts) {
+            local += a.local_sum[j] / w;
+            worker_error += static_cast<double>(a.worker_error[j]) / w;
+          }
+          const double server_error = accounts[static_cast<std::size_t>(o)].server_error[j - sh.begin(o)];
+          // m is replicated: every worker holds the same synchronized momentum.
+          for (const auto& a : accounts) CHECK(a.sync_sum[j] == accounts[0].sync_sum[j]);
+          worst = std::max(worst, std::fabs(accounts[0].sync_sum[j] + worker_error + server_error - local));
+          scale = std::max(scale, std::fabs(local));
+          error_size = std::max(error_size, std::fabs(worker_error) + std::fabs(server_error));
+        }
+      }
+      // Eight compressed steps of fp32 arithmetic on values of this scale: a few ulps each.
+      CHECK(worst <= 8 * 4 * 1.2e-7 * (scale + error_size));
+      CHECK(error_size > 0);  // the compression did lose something the errors now hold
+    }
+  }
+}
+
+TEST_CASE("1-bit Adam with freeze_step >= T is dense replicated AdamW, bit for bit") {
+  const ParamLayout layout = mixed_layout(2);
+  for (int w : {1, 3, 4}) {
+    CAPTURE(w);
+    OptimizerConfig onebit = onebit_config(8, 2048);
+    OptimizerConfig dense = onebit;
+    dense.type = OptimizerType::adamw;
+    const auto a = run_quadratic(onebit, layout, w, 8);
+    const auto b = run_quadratic(dense, layout, w, 8);
+    for (std::size_t t = 0; t < 8; ++t) CHECK(same_bits(a.steps[0][t].params_after, b.steps[0][t].params_after));
+    CHECK(a.ledger_totals.at("grad_all_reduce").payload_bytes == b.ledger_totals.at("grad_all_reduce").payload_bytes);
+  }
+}
+
+TEST_CASE("1-bit Adam with sign_chunk 1 loses nothing: both errors stay zero, replicas stay identical") {
+  // One scale per coordinate is |x| itself (sqrt of x^2 in double is exact), so C(x) = x.
+  const ParamLayout layout = mixed_layout(2);
+  for (int w : {1, 2, 7}) {
+    CAPTURE(w);
+    const auto run = run_quadratic(onebit_config(2, 1), layout, w, 6);
+    for (int i = 0; i < w; ++i) {
+      const auto& mine = run.steps[static_cast<std::size_t>(i)];
+      for (std::size_t t = 0; t < mine.size(); ++t) {
+        CHECK(same_bits(mine[t].params_after, run.steps[0][t].params_after));
+        for (float e : mine[t].residual_before) CHECK(e == 0.0f);
+      }
+    }
+    const auto accounts = run_onebit_accounts(onebit_config(2, 1), layout, w, 6);
+    for (const auto& a : accounts) {
+      for (float e : a.worker_error) CHECK(e == 0.0f);
+      for (float e : a.server_error) CHECK(e == 0.0f);
+    }
+  }
+}
