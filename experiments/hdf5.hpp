@@ -127,6 +127,8 @@ class Dataset : public Object {
   using Object::Object;
 
   std::vector<hsize_t> dims() const;
+  // The chunk shape; empty for a contiguous dataset.
+  std::vector<hsize_t> chunk_dims() const;
   H5T_class_t type_class() const;
   void set_extent(const std::vector<hsize_t>& dims) const;
 
@@ -196,6 +198,11 @@ class File : public Object {
   // closed, and no attribute or object can be created afterwards.
   void start_swmr_write() const;
   void flush() const;
+  // Makes sure the next `bytes` past HDF5's end of allocation can be written (posix_fallocate),
+  // so that a full disk or a file-size limit stops the writer before HDF5 starts a flush it
+  // cannot finish: a flush that fails half-way leaves metadata pointing past the end of the
+  // file, which no reader opens. Throws H5Error naming the file and the system's reason.
+  void reserve(std::uint64_t bytes) const;
 
  private:
   File(Handle handle, std::string file) : Object(std::move(handle), std::move(file), "/") {}

@@ -8,6 +8,10 @@ namespace scape::experiments {
 
 using nlohmann::json;
 
+// A sweep beyond this is a typo (a grid of many keys), not a plan: refused before its points
+// exhaust the memory.
+constexpr std::size_t kMaxSweepPoints = 100000;
+
 json read_json_file(const std::filesystem::path& path) {
   if (std::filesystem::is_directory(path)) throw ConfigError(path.string() + ": is a directory, expected a JSON file");
   std::ifstream in(path);
@@ -60,6 +64,8 @@ std::vector<SweepPoint> expand_sweep(const json& sweep, const std::filesystem::p
   if (sweep.contains("base") == sweep.contains("base_file")) {
     throw ConfigError("sweep: give exactly one of base and base_file");
   }
+  if (sweep.contains("base_file") && !sweep.at("base_file").is_string())
+    throw ConfigError("sweep.base_file: expected a file name, got " + type_name(sweep.at("base_file")));
   json base = sweep.contains("base") ? sweep.at("base")
                                      : read_json_file(resolve_path(sweep.at("base_file").get<std::string>(), base_dir));
   if (!sweep.contains("grid") && !sweep.contains("points")) {
@@ -87,6 +93,10 @@ std::vector<SweepPoint> expand_sweep(const json& sweep, const std::filesystem::p
   const json no_grid = json::object();
   for (const auto& [key, values] : (sweep.contains("grid") ? sweep.at("grid") : no_grid).items()) {
     if (!values.is_array() || values.empty()) throw ConfigError("sweep.grid." + key + ": expected a non-empty array of values");
+    if (points.size() * values.size() > kMaxSweepPoints)
+      throw ConfigError("sweep.grid." + key + ": the sweep would expand to " + std::to_string(points.size()) + " x " +
+                        std::to_string(values.size()) + " points, more than " + std::to_string(kMaxSweepPoints) +
+                        "; split it into several sweeps");
     std::vector<SweepPoint> next;
     for (const auto& p : points) {
       for (const auto& v : values) {
