@@ -28,6 +28,13 @@ void apply_override(json& j, const std::string& assignment) {
   if (eq == std::string::npos || eq == 0) {
     throw ConfigError("--set " + assignment + ": expected key.path=value");
   }
+  // Config values become JSON strings, which must be UTF-8 (every later dump would throw).
+  try {
+    (void)json(assignment).dump();
+  } catch (const json::type_error&) {
+    throw ConfigError("--set " + json(assignment).dump(-1, ' ', false, json::error_handler_t::replace) +
+                      ": not valid UTF-8");
+  }
   const std::string key = assignment.substr(0, eq);
   const std::string text = assignment.substr(eq + 1);
   json value;

@@ -433,3 +433,16 @@ TEST_CASE("fuzz regression: --resume on a run file whose step table cannot grow 
   CHECK_THROWS_WITH_AS(ex::RunRecorder::open_for_resume(dir / "r.h5", spec, 0),
                        doctest::Contains("'/metrics/step' cannot grow (not chunked)"), ex::H5Error);
 }
+
+TEST_CASE("fuzz regression (set_override): a --set value that is not UTF-8 is a ConfigError, not a JSON exception") {
+  TempDir dir;
+  // The input libFuzzer saved (fuzz_set_override), two of its lines.
+  nlohmann::json j = {{"model", {{"type", "quadratic"}}}};
+  CHECK_THROWS_WITH_AS(ex::apply_override(j, "optimizer.betas=[0.9,0\xff\xff\xff.95]"),
+                       doctest::Contains(": not valid UTF-8"), ex::ConfigError);
+  CHECK_THROWS_WITH_AS(ex::apply_override(j, "na\xffme=x"), doctest::Contains(": not valid UTF-8"), ex::ConfigError);
+  write_file(dir / "q.json", kQuadratic);
+  const auto r = run_scape("validate " + (dir / "q.json").string() + " --set optimizer.type=$(printf '\\377')");
+  CHECK(r.code == 2);
+  CHECK(r.output.find("not valid UTF-8") != std::string::npos);
+}
