@@ -198,7 +198,8 @@ void Object::write_string_attribute(const std::string& attr, std::string_view va
   const Handle type = variable_string_type(file_);
   Handle handle;
   if (has_attribute(attr)) {
-    handle = Handle(H5Aopen(id(), attr.c_str(), H5P_DEFAULT), H5Aclose);
+    // An existing attribute of another shape would make H5Awrite read past the one value.
+    handle = open_scalar_attribute(id(), attr, file_, what, H5T_STRING, "string").handle;
   } else {
     const Handle space = scalar_space(file_);
     handle = Handle(H5Acreate2(id(), attr.c_str(), type.get(), space.get(), H5P_DEFAULT, H5P_DEFAULT), H5Aclose);
@@ -214,7 +215,7 @@ void Object::write_int_attribute(const std::string& attr, std::int64_t value) co
   const std::string what = "write attribute " + in_quotes(attr) + " of " + in_quotes(name_);
   Handle handle;
   if (has_attribute(attr)) {
-    handle = Handle(H5Aopen(id(), attr.c_str(), H5P_DEFAULT), H5Aclose);
+    handle = open_scalar_attribute(id(), attr, file_, what, H5T_INTEGER, "integer").handle;
   } else {
     const Handle space = scalar_space(file_);
     handle = Handle(H5Acreate2(id(), attr.c_str(), H5T_STD_I64LE, space.get(), H5P_DEFAULT, H5P_DEFAULT), H5Aclose);
@@ -409,10 +410,13 @@ void Dataset::read_raw(const std::vector<hsize_t>& start, const std::vector<hsiz
     throw_h5_error(file_, "read " + in_quotes(name_));
 }
 
-std::vector<std::string> Dataset::read_strings() const {
+std::vector<std::string> Dataset::read_strings(std::size_t max_count) const {
   const auto lock = lock_hdf5();
   const std::vector<hsize_t> extent = dims();
   if (extent.size() != 1) throw_invalid_file(file_, in_quotes(name_) + " must be a 1-D list of strings");
+  if (extent[0] > max_count)
+    throw_invalid_file(file_, in_quotes(name_) + " holds " + std::to_string(extent[0]) + " strings, more than the " +
+                                  std::to_string(max_count) + " it may");
   const Handle type(H5Dget_type(id()), H5Tclose);
   const Handle space(H5Dget_space(id()), H5Sclose);
   if (!type || !space) throw_h5_error(file_, "inspect " + in_quotes(name_));

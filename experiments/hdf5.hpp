@@ -161,8 +161,9 @@ class Dataset : public Object {
     count[0] = rows;
     write<T>(start, count, data);
   }
-  // A 1-D dataset of fixed- or variable-length strings.
-  std::vector<std::string> read_strings() const;
+  // A 1-D dataset of fixed- or variable-length strings; one claiming more than max_count (a
+  // corrupt extent, which nothing would allocate) is refused with an H5Error.
+  std::vector<std::string> read_strings(std::size_t max_count = std::size_t{1} << 24) const;
 
   static std::size_t element_count(const std::vector<hsize_t>& dims);
 

@@ -215,7 +215,7 @@ struct RunRecorder::State {
     check_rank(eval_step, 1);
     check_rank(eval_loss, 1);
 
-    if (file.open_dataset("tensors/names").read_strings() != spec.tensor_names)
+    if (file.open_dataset("tensors/names").read_strings(spec.tensor_names.size()) != spec.tensor_names)
       throw_invalid_file(file.file_path(), "'/tensors/names' differs from the run spec's tensor names");
     for (const std::string& name : spec.tensor_metric_names) {
       tensors.push_back(file.open_dataset("tensors/" + name));
@@ -234,7 +234,7 @@ struct RunRecorder::State {
 
   // Drops every row with step > steps_completed (also rows of a flush a kill interrupted).
   void truncate_after(long steps_completed) {
-    rows = rows_up_to(step.read_all<std::int64_t>(), steps_completed, step);
+    rows = rows_up_to(read_steps(step), steps_completed, step);
     for (const std::vector<Dataset>* group : {&metrics, &tensors}) {
       for (const Dataset& d : *group) {
         std::vector<hsize_t> dims = d.dims();
@@ -246,7 +246,7 @@ struct RunRecorder::State {
     }
     step.set_extent({rows});
 
-    const std::vector<std::int64_t> eval_steps = eval_step.read_all<std::int64_t>();
+    const std::vector<std::int64_t> eval_steps = read_steps(eval_step);
     eval_rows = rows_up_to(eval_steps, steps_completed, eval_step);
     if (eval_loss.dims()[0] < eval_rows)
       throw_invalid_file(file.file_path(), "'/eval/val_loss' has fewer rows than '/eval/step'");

@@ -24,7 +24,7 @@ bool opens_plainly(const std::filesystem::path& path) {
 
 // Rows of a step table with step <= limit.
 hsize_t kept_rows(const Dataset& steps, long limit) {
-  return rows_up_to(steps.read_all<std::int64_t>(), limit, steps);
+  return rows_up_to(read_steps(steps), limit, steps);
 }
 
 // Cuts every table of `group` (but `keep`) back to `rows` rows and reads it whole, which checks
@@ -38,8 +38,14 @@ void trim_group(const File& file, const std::string& group, hsize_t rows, const 
     std::vector<hsize_t> dims = d.dims();
     if (dims.empty() || dims[0] < rows)
       throw_invalid_file(file.file_path(), in_quotes(d.name()) + " has fewer rows than the steps it records");
-    if (dims[0] > rows) {
-      dims[0] = rows;
+    std::error_code ec;
+    const auto file_bytes = std::filesystem::file_size(file.file_path(), ec);
+    dims[0] = std::min(dims[0], rows);
+    double values = 1;  // in double: a corrupt extent's product may not fit 64 bits
+    for (hsize_t x : dims) values *= static_cast<double>(x);
+    if (!ec && values > static_cast<double>(file_bytes) / sizeof(double))
+      throw_invalid_file(file.file_path(), in_quotes(d.name()) + " claims more values than the file holds");
+    if (d.dims()[0] > rows) {
       d.set_extent(dims);
       trimmed.push_back(d.name());
     }

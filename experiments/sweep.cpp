@@ -18,7 +18,7 @@ json read_json_file(const std::filesystem::path& path) {
   if (!in) throw ConfigError(path.string() + ": cannot open the file");
   try {
     return json::parse(in);
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {  // parse_error, or out_of_range for a number beyond double
     throw ConfigError(path.string() + ": invalid JSON: " + e.what());
   }
 }
@@ -40,7 +40,7 @@ void apply_override(json& j, const std::string& assignment) {
   json value;
   try {
     value = json::parse(text);
-  } catch (const json::parse_error&) {
+  } catch (const json::exception&) {  // parse_error, or out_of_range for a number beyond double
     value = text;  // not JSON: a plain string such as scape or first_moment
   }
   json* node = &j;

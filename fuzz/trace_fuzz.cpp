@@ -12,7 +12,7 @@ namespace tr = scape::train;
 
 namespace {
 
-constexpr std::size_t kMaxReadValues = 1 << 20;  // larger claimed traces are opened, not read
+constexpr std::size_t kMaxReadValues = 1 << 16;  // larger claimed traces are opened, not read (speed)
 
 const std::string& template_bytes() {
   static const std::string bytes = [] {

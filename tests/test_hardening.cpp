@@ -446,3 +446,76 @@ TEST_CASE("fuzz regression (set_override): a --set value that is not UTF-8 is a 
   CHECK(r.code == 2);
   CHECK(r.output.find("not valid UTF-8") != std::string::npos);
 }
+
+TEST_CASE("fuzz regression (checkpoint): numbers beyond double in a checkpoint's config or a config file are ConfigErrors") {
+  TempDir dir;
+  const auto config = small_config(dir.path);
+  // The crashing input fuzz_checkpoint saved: a SCAPECK2 checkpoint whose (checksummed) config
+  // holds 4.9999999999999995e99999999995, which nlohmann reports as out_of_range, not parse_error.
+  const auto run_file = dir / "run.h5";
+  std::ofstream(tr::checkpoint_path(run_file), std::ios::binary)
+      << tr::encode_checkpoint(R"({"seed": 4.9999999999999995e99999999995})", 4, {{}, {}}, std::vector<float>(3));
+  CHECK_THROWS_WITH_AS(tr::load_checkpoint(config, run_file, 3),
+                       doctest::Contains("corrupt checkpoint (its config is not JSON)"), ex::ConfigError);
+  // The same number in a config file, and in a --set value (then read as a string).
+  write_file(dir / "big.json", R"({"name": "x", "seed": 1e999})");
+  CHECK_THROWS_WITH_AS(ex::read_json_file(dir / "big.json"), doctest::Contains("big.json: invalid JSON"),
+                       ex::ConfigError);
+  nlohmann::json j = {{"optimizer", {{"type", "adamw"}}}};
+  ex::apply_override(j, "optimizer.lr=1e999");
+  CHECK(j["optimizer"]["lr"] == "1e999");
+  const auto r = run_scape("validate " + (dir / "big.json").string());
+  CHECK(r.code == 2);
+}
+
+TEST_CASE("fuzz regressions (trace, run_file): corrupt extents and attribute shapes are clean errors, not huge allocations") {
+  TempDir dir;
+  // fuzz_trace: '/layout/names' claiming 2^32 strings in a tiny file (chunked, nothing stored).
+  {
+    const ex::File f = ex::File::create(dir / "t.h5");
+    f.create_dataset("layout/names", H5T_STD_I64LE, {{hsize_t{1} << 32}, {}, {1024}, {}}).close();
+  }
+  const nlohmann::json replay = {{"workers", 2}, {"steps", 1}, {"model", {{"type", "replay"}, {"path", (dir / "t.h5").string()}}}};
+  CHECK(scape::testing::error_of([&] { (void)tr::load_source_data(ex::parse_experiment(replay, dir.path)); }) ==
+        "model.path: HDF5 file '" + (dir / "t.h5").string() +
+            "': '/layout/names' holds 4294967296 strings, more than the 1048576 it may");
+
+  ex::RunFileSpec spec;
+  spec.metric_names = {"a"};
+  const auto fresh = [&](const fs::path& p) {
+    auto recorder = ex::RunRecorder::create(p, spec);
+    const double row[1] = {1.0};
+    recorder.append_step(1, row);
+    recorder.close();
+  };
+  // fuzz_run_file: a 'status' attribute holding two strings made H5Awrite read past the one
+  // value it was given (ASan: stack-buffer-overflow) when --resume rewrote it.
+  fresh(dir / "a.h5");
+  {
+    const ex::File f = ex::File::open(dir / "a.h5", ex::Access::read_write);
+    const auto lock = ex::lock_hdf5();
+    H5Adelete(f.id(), "status");
+    const hsize_t two = 2;
+    const hid_t space = H5Screate_simple(1, &two, nullptr);
+    const hid_t type = H5Tcopy(H5T_C_S1);
+    H5Tset_size(type, H5T_VARIABLE);
+    const char* values[2] = {"running", "running"};
+    const hid_t attr = H5Acreate2(f.id(), "status", type, space, H5P_DEFAULT, H5P_DEFAULT);
+    H5Awrite(attr, type, values);
+    H5Aclose(attr);
+    H5Tclose(type);
+    H5Sclose(space);
+  }
+  CHECK_THROWS_WITH_AS(ex::RunRecorder::open_for_resume(dir / "a.h5", spec, 1),
+                       doctest::Contains("attribute 'status' of '/' is not a single string"), ex::H5Error);
+  // A step table claiming 2^40 rows: refused before its rows are allocated (resume and repair).
+  fresh(dir / "b.h5");
+  {
+    const ex::File f = ex::File::open(dir / "b.h5", ex::Access::read_write);
+    f.open_dataset("metrics/step").set_extent({hsize_t{1} << 40});
+  }
+  CHECK_THROWS_WITH_AS(ex::RunRecorder::open_for_resume(dir / "b.h5", spec, 1),
+                       doctest::Contains("'/metrics/step' is not a 1-D table of the file's steps"), ex::H5Error);
+  CHECK_THROWS_WITH_AS(ex::repair_run_file(dir / "b.h5"), doctest::Contains("is not a 1-D table of the file's steps"),
+                       ex::H5Error);
+}

@@ -96,7 +96,7 @@ void check_same_config(const std::filesystem::path& path, const std::string& sto
   nlohmann::json stored;
   try {
     stored = nlohmann::json::parse(stored_json);
-  } catch (const nlohmann::json::parse_error&) {
+  } catch (const nlohmann::json::exception&) {  // parse_error, or out_of_range (a number beyond double)
     throw StateFormatError("its config is not JSON");
   }
   std::map<std::string, std::string> before, now;
