@@ -88,10 +88,14 @@ void replace_dataset(hid_t file, FuzzedDataProvider& in, const H5Vocabulary& v) 
   std::vector<hsize_t> dims(static_cast<std::size_t>(rank)), max_dims(dims.size()), chunk(dims.size());
   const bool extensible = rank > 0 && in.ConsumeBool();
   for (int d = 0; d < rank; ++d) {
-    // Mostly small; sometimes huge, which a chunked dataset claims without storing.
-    dims[d] = in.ConsumeBool() ? in.ConsumeIntegralInRange<hsize_t>(0, 6) : in.ConsumeIntegral<std::uint32_t>();
+    // Small, or along the first dimension sometimes huge, which a chunked dataset claims
+    // without storing; its chunks stay few (at most 4096), or HDF5 itself would spend seconds
+    // walking their index (deleting the dataset, say).
+    const bool huge = d == 0 && in.ConsumeBool();
+    dims[d] = huge ? in.ConsumeIntegral<std::uint32_t>() : in.ConsumeIntegralInRange<hsize_t>(0, 6);
     max_dims[d] = extensible ? H5S_UNLIMITED : dims[d];
-    chunk[d] = std::max<hsize_t>(1, std::min<hsize_t>(dims[d], 4));
+    chunk[d] = huge ? std::clamp<hsize_t>(dims[d] >> 12, 1, hsize_t{1} << 20)
+                    : std::max<hsize_t>(1, std::min<hsize_t>(dims[d], 4));
   }
   const bool chunked = extensible || std::any_of(dims.begin(), dims.end(), [](hsize_t d) { return d > 4096; });
   const hid_t space = rank == 0 ? H5Screate(H5S_SCALAR) : H5Screate_simple(rank, dims.data(), max_dims.data());
