@@ -34,8 +34,8 @@ def _legend_name(row):
     run = row.run
     if run.status == "diverged":
         return f"{row.label} (diverged @ {int(run.steps[-1])})"
-    if run.status == "running":
-        return f"{row.label} (running, {len(run.steps)} steps)"
+    if run.status in ("running", "killed"):
+        return f"{row.label} ({run.status}, {len(run.steps)} steps)"
     return row.label
 
 

@@ -4,6 +4,7 @@
 
 #include <atomic>
 #include <cmath>
+#include <csignal>
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
@@ -100,10 +101,31 @@ struct Backend {
   double collective_timeout_s = 300;
 };
 
+// --out: its folder is created; an existing file is overwritten only when it is a run of this
+// same config (a rerun), or with --force, so a typo cannot clobber another run's results.
+void prepare_out(const std::filesystem::path& out, const ex::ExperimentConfig& config, bool force, bool resume) {
+  std::error_code ec;
+  if (out.has_parent_path()) std::filesystem::create_directories(out.parent_path(), ec);
+  if (ec) throw std::runtime_error("--out " + out.string() + ": cannot create its folder (" + ec.message() + ")");
+  if (resume || force || !std::filesystem::exists(out)) return;
+  std::string found;
+  try {
+    const json stored = json::parse(ex::read_run_summary(out).config_json);
+    if (ex::run_id(stored) == ex::run_id(config.to_json())) return;
+    found = "the run file of another config (" + stored.value("name", std::string("unnamed")) + ", run id " +
+            ex::run_id(stored) + "; this config is " + ex::run_id(config.to_json()) + ")";
+  } catch (const std::exception&) {
+    found = "not a scape run file";
+  }
+  throw ex::ConfigError("--out " + out.string() + ": the file exists and is " + found +
+                        "; choose another --out, or add --force to overwrite it");
+}
+
 int cmd_run(const std::string& file, std::string out, const std::vector<std::string>& sets, bool quiet, int every,
-            bool resume, const Backend& backend) {
+            bool resume, bool force, const Backend& backend) {
   const auto config = load_config(file, sets);
   if (out.empty()) out = config.name + ".h5";
+  prepare_out(out, config, force, resume);
   auto options = options_for(out, quiet);
   options.checkpoint_every = every;
   options.resume = resume;
@@ -261,6 +283,9 @@ int cmd_sweep(const std::string& file, const std::string& out_dir, const std::ve
             rows[i].outcome = outcome_from_file(path);
             continue;
           }
+          // A killed point (status running or killed) starts again; its file is overwritten.
+          std::fprintf(stderr, "%s: left %s after step %ld; running the point again\n", path.string().c_str(),
+                       summary.status.c_str(), summary.steps_completed);
         } catch (const std::exception&) {
           // Unreadable leftovers are rerun and overwritten.
         }
@@ -341,6 +366,25 @@ struct Calibrate {
   std::vector<double> sweep_GBps;  // --sweep: the link bandwidths of the regime sweep
 };
 
+int cmd_repair(const std::vector<std::string>& files) {
+  int code = kExitOk;
+  for (const auto& file : files) {
+    try {
+      const auto r = ex::repair_run_file(file);
+      std::printf("%s: %s; status %s%s; %ld steps kept", file.c_str(),
+                  r.was_open_for_writing ? "cleared the flags of a writer that never closed" : "was closed cleanly",
+                  r.status_after.c_str(), r.status_after != r.status_before ? (" (was " + r.status_before + ")").c_str() : "",
+                  r.steps_completed);
+      if (!r.trimmed.empty()) std::printf("; dropped the rows of an interrupted flush from %zu tables", r.trimmed.size());
+      std::printf("\n");
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "error: %s\n", e.what());
+      code = kExitFailure;
+    }
+  }
+  return code;
+}
+
 int cmd_predict(const std::string& file, std::string out, const std::string& csv, const std::vector<std::string>& sets,
                 const std::string& from_runs, const Calibrate& calibrate) {
   if (!calibrate.fit.empty()) {
@@ -399,6 +443,9 @@ int cmd_bench_comm(const std::string& backend, const std::string& out, std::size
 }  // namespace
 
 int main(int argc, char** argv) {
+  // A file-size limit (ulimit -f) then fails the write with EFBIG, which the run reports and
+  // survives, instead of killing the process half-way through a flush.
+  std::signal(SIGXFSZ, SIG_IGN);
   CLI::App app{"scape: research simulator for communication-sparse distributed training.\n"
                "Exit status: 0 completed, 2 invalid configuration or input, 3 diverged, 1 other failure."};
   app.require_subcommand(1);
@@ -406,7 +453,7 @@ int main(int argc, char** argv) {
 
   std::string config_file, out, out_dir;
   std::vector<std::string> sets;
-  bool quiet = false, resume = false;
+  bool quiet = false, resume = false, force = false;
   int every = 0, jobs = 1;
 
   auto* run = app.add_subcommand("run", "run one experiment with W simulated workers and write an HDF5 run file");
@@ -415,7 +462,11 @@ int main(int argc, char** argv) {
   run->add_option("--set", sets, "override a config value: key.path=value (JSON, else a string); repeatable");
   run->add_flag("--quiet", quiet, "no progress output");
   run->add_option("--checkpoint-every", every, "write OUT.ckpt every N steps (0: never)")->check(CLI::NonNegativeNumber);
-  run->add_flag("--resume", resume, "continue from OUT.ckpt; ends bit-identical to an uninterrupted run");
+  run->add_flag("--resume", resume,
+                "continue from OUT.ckpt; ends bit-identical to an uninterrupted run. Only steps and log.* may differ "
+                "from the checkpoint's config (exit 2 listing the keys otherwise)");
+  run->add_flag("--force", force,
+                "overwrite an existing --out that is not a run file of this config (refused with exit 2 otherwise)");
   Backend backend;
   run->add_option("--backend", backend.name,
                   "sim: W threads in this process; mpi: one process per rank under mpirun; nccl: as mpi, one GPU "
@@ -439,6 +490,13 @@ int main(int argc, char** argv) {
   auto* validate = app.add_subcommand("validate", "check a config (print it with every default filled in) or every point of a sweep");
   validate->add_option("config", config_file, "experiment or sweep JSON file")->required()->check(CLI::ExistingPath);
   validate->add_option("--set", sets, "override a config value: key.path=value");
+
+  std::vector<std::string> repair_files;
+  auto* repair = app.add_subcommand(
+      "repair", "make killed runs' files open plainly (h5py.File(p, 'r'), h5dump): clear the 'open for writing' "
+                "flags their writer left, drop rows of an interrupted flush, read every table back, mark status "
+                "killed. Never on a run that is still running");
+  repair->add_option("run_files", repair_files, "run files (RUN.h5)")->required()->check(CLI::ExistingFile);
 
   bool predict_schema = false;
   auto* schema = app.add_subcommand(
@@ -517,7 +575,8 @@ int main(int argc, char** argv) {
   }
 #endif
   try {
-    if (run->parsed()) return cmd_run(config_file, out, sets, quiet, every, resume, backend);
+    if (run->parsed()) return cmd_run(config_file, out, sets, quiet, every, resume, force, backend);
+    if (repair->parsed()) return cmd_repair(repair_files);
     if (sweep->parsed()) return cmd_sweep(config_file, out_dir, sets, jobs, quiet);
     if (validate->parsed()) return cmd_validate(config_file, sets);
     if (bench->parsed()) return cmd_bench_comm(bench_backend, bench_out, bench_min, bench_max, bench_factor,

@@ -6,6 +6,7 @@
 
 #include "experiments/config_keys.hpp"
 #include "sim/network_presets.hpp"
+#include "util/fnv1a.hpp"
 
 namespace scape::experiments {
 namespace {
@@ -136,11 +137,7 @@ json ExperimentConfig::to_json() const {
 
 std::string run_id(const json& resolved) {
   // FNV-1a over the canonical dump (nlohmann sorts object keys), then a final mix.
-  std::uint64_t h = 1469598103934665603ull;
-  for (unsigned char ch : resolved.dump()) {
-    h ^= ch;
-    h *= 1099511628211ull;
-  }
+  std::uint64_t h = fnv1a_64(resolved.dump(), kRunIdOffset);
   h ^= h >> 33;
   h *= 0xff51afd7ed558ccdull;
   h ^= h >> 33;

@@ -2,7 +2,11 @@
 // HDF5 error stack, and the attribute / dataset / file operations the experiments layer uses.
 #include "experiments/hdf5.hpp"
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <cstring>
 #include <functional>
 #include <numeric>
@@ -194,7 +198,8 @@ void Object::write_string_attribute(const std::string& attr, std::string_view va
   const Handle type = variable_string_type(file_);
   Handle handle;
   if (has_attribute(attr)) {
-    handle = Handle(H5Aopen(id(), attr.c_str(), H5P_DEFAULT), H5Aclose);
+    // An existing attribute of another shape would make H5Awrite read past the one value.
+    handle = open_scalar_attribute(id(), attr, file_, what, H5T_STRING, "string").handle;
   } else {
     const Handle space = scalar_space(file_);
     handle = Handle(H5Acreate2(id(), attr.c_str(), type.get(), space.get(), H5P_DEFAULT, H5P_DEFAULT), H5Aclose);
@@ -210,7 +215,7 @@ void Object::write_int_attribute(const std::string& attr, std::int64_t value) co
   const std::string what = "write attribute " + in_quotes(attr) + " of " + in_quotes(name_);
   Handle handle;
   if (has_attribute(attr)) {
-    handle = Handle(H5Aopen(id(), attr.c_str(), H5P_DEFAULT), H5Aclose);
+    handle = open_scalar_attribute(id(), attr, file_, what, H5T_INTEGER, "integer").handle;
   } else {
     const Handle space = scalar_space(file_);
     handle = Handle(H5Acreate2(id(), attr.c_str(), H5T_STD_I64LE, space.get(), H5P_DEFAULT, H5P_DEFAULT), H5Aclose);
@@ -335,6 +340,18 @@ std::vector<hsize_t> Dataset::dims() const {
   return out;
 }
 
+std::vector<hsize_t> Dataset::chunk_dims() const {
+  const auto lock = lock_hdf5();
+  const Handle dcpl(H5Dget_create_plist(id()), H5Pclose);
+  if (!dcpl) throw_h5_error(file_, "read the creation properties of " + in_quotes(name_));
+  if (H5Pget_layout(dcpl.get()) != H5D_CHUNKED) return {};
+  std::vector<hsize_t> chunk(H5S_MAX_RANK);
+  const int rank = H5Pget_chunk(dcpl.get(), H5S_MAX_RANK, chunk.data());
+  if (rank < 0) throw_h5_error(file_, "read the chunk shape of " + in_quotes(name_));
+  chunk.resize(static_cast<std::size_t>(rank));
+  return chunk;
+}
+
 H5T_class_t Dataset::type_class() const {
   const auto lock = lock_hdf5();
   const Handle type(H5Dget_type(id()), H5Tclose);
@@ -393,10 +410,13 @@ void Dataset::read_raw(const std::vector<hsize_t>& start, const std::vector<hsiz
     throw_h5_error(file_, "read " + in_quotes(name_));
 }
 
-std::vector<std::string> Dataset::read_strings() const {
+std::vector<std::string> Dataset::read_strings(std::size_t max_count) const {
   const auto lock = lock_hdf5();
   const std::vector<hsize_t> extent = dims();
   if (extent.size() != 1) throw_invalid_file(file_, in_quotes(name_) + " must be a 1-D list of strings");
+  if (extent[0] > max_count)
+    throw_invalid_file(file_, in_quotes(name_) + " holds " + std::to_string(extent[0]) + " strings, more than the " +
+                                  std::to_string(max_count) + " it may");
   const Handle type(H5Dget_type(id()), H5Tclose);
   const Handle space(H5Dget_space(id()), H5Sclose);
   if (!type || !space) throw_h5_error(file_, "inspect " + in_quotes(name_));
@@ -468,6 +488,20 @@ void File::start_swmr_write() const {
 void File::flush() const {
   const auto lock = lock_hdf5();
   if (H5Fflush(id(), H5F_SCOPE_GLOBAL) < 0) throw_h5_error(file_, "flush");
+}
+
+void File::reserve(std::uint64_t bytes) const {
+  const auto lock = lock_hdf5();
+  if (bytes == 0) return;
+  haddr_t eoa = 0;
+  if (H5Fget_eoa(id(), &eoa) < 0) throw_h5_error(file_, "read the end of its allocated space");
+  // Allocating from HDF5's end of allocation (not the file's size) keeps repeated reservations
+  // from growing the file: HDF5 writes into the reserved bytes, and its flush truncates the rest.
+  const int fd = ::open(file_.c_str(), O_WRONLY | O_CLOEXEC);
+  const int error = fd < 0 ? errno : ::posix_fallocate(fd, static_cast<off_t>(eoa), static_cast<off_t>(bytes));
+  if (fd >= 0) ::close(fd);
+  if (error != 0)
+    throw_invalid_file(file_, "no room to write " + std::to_string(bytes) + " more bytes (" + std::strerror(error) + ")");
 }
 
 }  // namespace scape::experiments

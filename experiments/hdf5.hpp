@@ -127,6 +127,8 @@ class Dataset : public Object {
   using Object::Object;
 
   std::vector<hsize_t> dims() const;
+  // The chunk shape; empty for a contiguous dataset.
+  std::vector<hsize_t> chunk_dims() const;
   H5T_class_t type_class() const;
   void set_extent(const std::vector<hsize_t>& dims) const;
 
@@ -159,8 +161,9 @@ class Dataset : public Object {
     count[0] = rows;
     write<T>(start, count, data);
   }
-  // A 1-D dataset of fixed- or variable-length strings.
-  std::vector<std::string> read_strings() const;
+  // A 1-D dataset of fixed- or variable-length strings; one claiming more than max_count (a
+  // corrupt extent, which nothing would allocate) is refused with an H5Error.
+  std::vector<std::string> read_strings(std::size_t max_count = std::size_t{1} << 24) const;
 
   static std::size_t element_count(const std::vector<hsize_t>& dims);
 
@@ -196,6 +199,11 @@ class File : public Object {
   // closed, and no attribute or object can be created afterwards.
   void start_swmr_write() const;
   void flush() const;
+  // Makes sure the next `bytes` past HDF5's end of allocation can be written (posix_fallocate),
+  // so that a full disk or a file-size limit stops the writer before HDF5 starts a flush it
+  // cannot finish: a flush that fails half-way leaves metadata pointing past the end of the
+  // file, which no reader opens. Throws H5Error naming the file and the system's reason.
+  void reserve(std::uint64_t bytes) const;
 
  private:
   File(Handle handle, std::string file) : Object(std::move(handle), std::move(file), "/") {}

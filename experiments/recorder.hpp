@@ -24,7 +24,13 @@
 // Reading a run file: a live or killed writer leaves the superblock marked "open for writing",
 // so plain readers are refused; open it in SWMR-read mode (h5py: File(path, "r", swmr=True),
 // C: H5F_ACC_RDONLY | H5F_ACC_SWMR_READ; read_run_summary does this itself), or run
-// `h5clear -s` on it. A cleanly closed or resumed-and-closed file opens normally (h5dump too).
+// `scape repair` on a killed run's file (repair_run_file). A cleanly closed, resumed-and-closed
+// or repaired file opens normally (h5dump too).
+//
+// Write errors (full disk, file-size limit): before each flush the recorder reserves the bytes
+// the flush can add (File::reserve). When that fails, or HDF5 fails, the recorder stops for
+// good: the error names the file, the steps it could not write and the last step kept, and the
+// file keeps its last flushed state (and closes cleanly when the failure was a reservation).
 #pragma once
 
 #include <cstddef>
@@ -64,8 +70,9 @@ class RunRecorder {
   static RunRecorder create(const std::filesystem::path& path, const RunFileSpec& spec);
   // Reopens a run file, also one whose writer was killed (and not still running: its superblock
   // flags are cleared), checks it against `spec`, drops every metric / eval / tensor row with
-  // step > steps_completed and continues appending with status "running". The file's config,
-  // scape_version and git_sha attributes are kept.
+  // step > steps_completed and continues appending with status "running". The config attribute
+  // becomes spec.config_json (a resumed run may change steps and log.*); scape_version and
+  // git_sha are kept.
   static RunRecorder open_for_resume(const std::filesystem::path& path, const RunFileSpec& spec,
                                      long steps_completed);
 
@@ -108,5 +115,19 @@ struct RunFileSummary {
 // Throws H5Error naming the file for a missing file, a non-HDF5 file, or an HDF5 file that is
 // not a run file (no config / layout_version attribute, or an unknown layout_version).
 RunFileSummary read_run_summary(const std::filesystem::path& path);
+
+struct RepairReport {
+  bool was_open_for_writing = false;  // the superblock flags of a writer that never closed were set
+  std::string status_before, status_after;
+  long steps_completed = 0;
+  std::vector<std::string> trimmed;  // datasets cut back to the rows of steps_completed
+};
+
+// `scape repair`: clears the "open for writing" flags a killed writer left, drops the rows of a
+// flush the kill interrupted, reads every table back whole, and marks a "running" run
+// "killed"; afterwards the file opens plainly. Harmless on a closed file. Must not run while
+// the writer is alive (HDF5 cannot tell a live SWMR writer from a dead one). Throws H5Error
+// naming the file when it is not a run file or a flushed table cannot be read.
+RepairReport repair_run_file(const std::filesystem::path& path);
 
 }  // namespace scape::experiments

@@ -11,13 +11,17 @@ namespace scape::experiments {
 
 using nlohmann::json;
 
+// A sweep beyond this is a typo (a grid of many keys), not a plan: refused before its points
+// exhaust the memory.
+constexpr std::size_t kMaxSweepPoints = 100000;
+
 json read_json_file(const std::filesystem::path& path) {
   if (std::filesystem::is_directory(path)) throw ConfigError(path.string() + ": is a directory, expected a JSON file");
   std::ifstream in(path);
   if (!in) throw ConfigError(path.string() + ": cannot open the file");
   try {
     return json::parse(in);
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {  // parse_error, or out_of_range for a number beyond double
     throw ConfigError(path.string() + ": invalid JSON: " + e.what());
   }
 }
@@ -27,12 +31,19 @@ void apply_override(json& j, const std::string& assignment) {
   if (eq == std::string::npos || eq == 0) {
     throw ConfigError("--set " + assignment + ": expected key.path=value");
   }
+  // Config values become JSON strings, which must be UTF-8 (every later dump would throw).
+  try {
+    (void)json(assignment).dump();
+  } catch (const json::type_error&) {
+    throw ConfigError("--set " + json(assignment).dump(-1, ' ', false, json::error_handler_t::replace) +
+                      ": not valid UTF-8");
+  }
   const std::string key = assignment.substr(0, eq);
   const std::string text = assignment.substr(eq + 1);
   json value;
   try {
     value = json::parse(text);
-  } catch (const json::parse_error&) {
+  } catch (const json::exception&) {  // parse_error, or out_of_range for a number beyond double
     value = text;  // not JSON: a plain string such as scape or first_moment
   }
   json* node = &j;
@@ -147,6 +158,10 @@ std::vector<PendingPoint> expand_grid(const json& sweep, std::vector<PendingPoin
   if (!sweep.contains("grid")) return points;
   for (const auto& [key, values] : sweep.at("grid").items()) {
     if (!values.is_array() || values.empty()) throw ConfigError("sweep.grid." + key + ": expected a non-empty array of values");
+    if (points.size() * values.size() > kMaxSweepPoints)
+      throw ConfigError("sweep.grid." + key + ": the sweep would expand to " + std::to_string(points.size()) + " x " +
+                        std::to_string(values.size()) + " points, more than " + std::to_string(kMaxSweepPoints) +
+                        "; split it into several sweeps");
     std::vector<PendingPoint> next;
     for (const auto& p : points) {
       for (const auto& v : values) {
@@ -183,6 +198,8 @@ std::vector<SweepPoint> expand_sweep(const json& sweep, const std::filesystem::p
   if (repeat > 0 && grid.contains("seed")) {
     throw ConfigError("sweep.repeat: cannot be combined with grid.seed: give the seeds in one place");
   }
+  if (sweep.contains("base_file") && !sweep.at("base_file").is_string())
+    throw ConfigError("sweep.base_file: expected a file name, got " + type_name(sweep.at("base_file")));
   json base = sweep.contains("base") ? sweep.at("base")
                                      : read_json_file(resolve_path(sweep.at("base_file").get<std::string>(), base_dir));
   auto pending = expand_grid(sweep, expand_points(sweep, base));

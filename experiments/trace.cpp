@@ -9,6 +9,8 @@ namespace scape::experiments {
 
 namespace {
 
+// More tensors than any model has: a larger '/layout/names' is a corrupt extent.
+constexpr std::size_t kMaxTensors = std::size_t{1} << 20;
 
 std::string dims_text(const std::vector<hsize_t>& dims) {
   std::string s;
@@ -42,7 +44,7 @@ GradientTrace::GradientTrace(const std::filesystem::path& path) : path_(path) {
   const auto lock = lock_hdf5();
   file_ = File::open(path, Access::read);
 
-  names_ = file_.open_dataset("layout/names").read_strings();
+  names_ = file_.open_dataset("layout/names").read_strings(kMaxTensors);
   const Dataset sizes = open_checked(file_, "layout/sizes", 1, H5T_INTEGER);
   const Dataset decay = open_checked(file_, "layout/decay", 1, H5T_INTEGER);
   check_length(file_, sizes, names_.size(), "one per name in '/layout/names'");

@@ -167,8 +167,10 @@ void write_side(const ex::File& file, const Prediction& p, const Side& side) {
       {"exposed_comm_s", [](const StepPrediction& s) { return s.exposed_comm_s; }},
       {"step_s", [](const StepPrediction& s) { return s.step_s; }},
   };
-  for (const auto& [name, get] : fields) {
-    write_column(file, g + "/" + name, p, [&](const PredictionRow& r) { return get(side.step(r)); });
+  // Not a structured binding: clang 14 (the fuzz preset) cannot capture one in a lambda.
+  for (const auto& field : fields) {
+    const auto get = field.second;
+    write_column(file, g + "/" + field.first, p, [&](const PredictionRow& r) { return get(side.step(r)); });
   }
   write_column(file, g + "/tokens_per_s", p, side.tokens_per_s);
   write_column(file, g + "/speedup", p, side.speedup);
@@ -191,8 +193,9 @@ void write_collective(const ex::File& file, const Prediction& p, const Side& sid
       {"time_s", [](const CollectiveTime& c) { return c.time_s; }},
       {"exposed_s", [](const CollectiveTime& c) { return c.exposed_s; }},
   };
-  for (const auto& [name, get] : fields) {
-    write_column(file, base + "/" + name, p,
+  for (const auto& field : fields) {
+    const auto get = field.second;
+    write_column(file, base + "/" + field.first, p,
                  [&](const PredictionRow& r) { return get(*of_purpose(side.step(r), purpose)); });
   }
 }

@@ -41,13 +41,20 @@ struct Checkpoint {
 
 std::filesystem::path checkpoint_path(const std::filesystem::path& run_file);
 
-// Written to a temporary file and renamed, so a crash never leaves a half-written checkpoint.
-// `run_id` ties it to its configuration (experiments::run_id).
-void write_checkpoint(const std::filesystem::path& path, const std::string& run_id, int step,
+// The bytes of a checkpoint (format SCAPECK2, train/checkpoint.cpp): `config_json` is the
+// resolved config (ExperimentConfig::to_json().dump()), which --resume compares key by key.
+std::string encode_checkpoint(const std::string& config_json, int step, const std::vector<StateMap>& states,
+                              std::span<const float> params);
+// Written to PATH.tmp, synced to the disk, then renamed over PATH, so a crash or a full disk
+// never leaves a half-written checkpoint: the last good one stays. Throws std::runtime_error
+// naming the file, the step and the system's reason when the bytes cannot be written.
+void write_checkpoint(const std::filesystem::path& path, const std::string& config_json, int step,
                       const std::vector<StateMap>& states, std::span<const float> params);
 
-// The checkpoint of run file `run_file`. Throws ConfigError when it is missing, corrupt or from
-// another config (another run id or worker count, or not n parameters).
+// The checkpoint of run file `run_file`. Throws ConfigError naming the file when it is missing,
+// corrupt (checksum, truncation, sizes) or from another config: a config that differs in other
+// keys than steps and log.* (listed in the message), another worker count, or not n parameters.
+// Checkpoints of the older SCAPECK1 format carry no checksum and must match the run id exactly.
 Checkpoint load_checkpoint(const experiments::ExperimentConfig& config, const std::filesystem::path& run_file,
                            std::size_t n);
 

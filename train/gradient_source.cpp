@@ -145,8 +145,12 @@ class ReplayData final : public SourceData {
     const auto& names = trace_->names();
     const auto& sizes = trace_->sizes();
     const auto& decay = trace_->decay();
-    for (std::size_t i = 0; i < names.size(); ++i) {
-      layout_.add(names[i], {static_cast<std::size_t>(sizes[i])}, decay[i] != 0);
+    try {
+      for (std::size_t i = 0; i < names.size(); ++i) layout_.add(names[i], {sizes[i]}, decay[i]);
+    } catch (const std::invalid_argument& e) {
+      // An empty or repeated name, or a zero size, read from the file.
+      throw experiments::ConfigError("model.path: " + c.model.path.string() + ": '/layout' is not a valid layout (" +
+                                     e.what() + ")");
     }
   }
   const ParamLayout& layout() const override { return layout_; }

@@ -64,7 +64,7 @@ RunLog::RunLog(const experiments::ExperimentConfig& config, const ParamLayout& l
                int resume_step)
     : config_(config), options_(options) {
   const nlohmann::json resolved = config.to_json();
-  id_ = experiments::run_id(resolved);
+  config_json_ = resolved.dump();
   std::vector<MetricColumn> columns = metric_columns(config.optimizer, options.measured_comm);
   experiments::RunFileSpec spec;
   spec.config_json = resolved.dump(2);
@@ -127,7 +127,7 @@ void RunLog::write_checkpoint(int t, const std::vector<StateMap>& states, std::s
   std::lock_guard lock(mutex_);
   // Rows up to t reach the disk before the checkpoint that resumes after t.
   recorder_->flush();
-  train::write_checkpoint(checkpoint_path(options_.out), id_, t, states, params);
+  train::write_checkpoint(checkpoint_path(options_.out), config_json_, t, states, params);
 }
 
 void RunLog::write_final_params(std::span<const float> params) {

@@ -72,7 +72,7 @@ class RunLog {
  private:
   const experiments::ExperimentConfig& config_;
   const RunOptions& options_;
-  std::string id_;
+  std::string config_json_;  // the resolved config, compact: what a checkpoint records
   std::unique_ptr<experiments::RunRecorder> recorder_;
   std::unique_ptr<StepCombiner> combiner_;
   std::unique_ptr<detail::Progress> progress_;

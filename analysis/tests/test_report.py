@@ -8,6 +8,7 @@ import csv
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 
@@ -339,3 +340,22 @@ def test_summary_names_the_compute_of_the_modelled_step():
     assert compute_text(flops) == "FLOPs of one worker's micro-batch on gh200 at MFU 0.4"
     for config in ({"compute": {"type": "measured"}}, {}):
         assert compute_text(SimpleNamespace(config=config)) == "measured CPU time of one simulated worker"
+
+
+def test_killed_run_opens_plainly_after_scape_repair(scape, mixed_dir, tmp_path):
+    """A killed run's file refuses a plain open; `scape repair` makes it open plainly, marked killed."""
+    from analysis.report import status_text
+    from analysis.runs import load_run
+    path = tmp_path / "q-killed.h5"
+    shutil.copyfile(mixed_dir / "q-killed.h5", path)
+    with pytest.raises(OSError, match="already open for write"):
+        h5py.File(path, "r")
+    with h5py.File(path, "r", swmr=True) as f:
+        kept = int(f.attrs["steps_completed"])
+    proc = subprocess.run([scape, "repair", str(path)], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert f"status killed (was running); {kept} steps kept" in proc.stdout
+    with h5py.File(path, "r") as f:
+        assert f.attrs["status"] == "killed"
+        assert f["metrics/step"].shape == (kept,)
+    assert status_text(load_run(path)) == f"killed ({kept}/1000000 steps)"

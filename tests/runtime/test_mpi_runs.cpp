@@ -74,11 +74,12 @@ TEST_CASE("deterministic mode: mpirun -np 4 is bit-identical to the simulator wi
   for (const auto& [name, set] : cases) {
     CAPTURE(std::string(name));
     const auto cfg = (dir.path / "eq.json").string();
-    // One OpenMP thread per worker on both sides, whatever this machine's core count.
-    const auto sim = run_command("OMP_NUM_THREADS=1 " + std::string(SCAPE_BINARY) + " run " + cfg + " --quiet --out " +
+    // One OpenMP thread per worker on both sides, whatever this machine's core count. The cases
+    // reuse the two files with other configs, which scape run refuses without --force.
+    const auto sim = run_command("OMP_NUM_THREADS=1 " + std::string(SCAPE_BINARY) + " run " + cfg + " --force --quiet --out " +
                         (dir.path / "sim.h5").string() + " " + set);
     REQUIRE(sim.code == 0);
-    const auto mpi = run_command(mpirun(4, cfg + " --backend mpi --deterministic --quiet --out " + (dir.path / "mpi.h5").string() + " " + set));
+    const auto mpi = run_command(mpirun(4, cfg + " --backend mpi --deterministic --force --quiet --out " + (dir.path / "mpi.h5").string() + " " + set));
     CAPTURE(mpi.output);
     REQUIRE(mpi.code == 0);
     const auto a = params(dir.path / "sim.h5"), b = params(dir.path / "mpi.h5");

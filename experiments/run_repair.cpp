@@ -1,0 +1,86 @@
+// scape repair: makes a killed run's file open plainly (h5py.File(p, "r"), h5dump) and says so
+// in its status. Why this exists: an SWMR writer keeps the superblock's "open for writing"
+// flags set for its whole life, and HDF5 1.10 refuses every ordinary open while they are set;
+// a killed writer never clears them. Opening with the library's clear-status-flags property
+// (what `h5clear -s` does) and closing cleanly rewrites the superblock without them.
+#include <algorithm>
+
+#include "experiments/hdf5.hpp"
+#include "experiments/recorder.hpp"
+#include "experiments/step_rows.hpp"
+
+namespace scape::experiments {
+namespace {
+
+// Whether HDF5 opens the file without SWMR: false while the writer's flags are set.
+bool opens_plainly(const std::filesystem::path& path) {
+  const auto lock = lock_hdf5();
+  const hid_t id = H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
+  H5Eclear2(H5E_DEFAULT);
+  if (id < 0) return false;
+  H5Fclose(id);
+  return true;
+}
+
+// Rows of a step table with step <= limit.
+hsize_t kept_rows(const Dataset& steps, long limit) {
+  return rows_up_to(read_steps(steps), limit, steps);
+}
+
+// Cuts every table of `group` (but `keep`) back to `rows` rows and reads it whole, which checks
+// that every chunk the flushed steps need is on disk.
+void trim_group(const File& file, const std::string& group, hsize_t rows, const std::string& keep,
+                std::vector<std::string>& trimmed) {
+  if (!file.has_link(group)) return;
+  for (const std::string& name : file.child_names(group)) {
+    if (name == keep) continue;
+    const Dataset d = file.open_dataset(group + "/" + name);
+    std::vector<hsize_t> dims = d.dims();
+    if (dims.empty() || dims[0] < rows)
+      throw_invalid_file(file.file_path(), in_quotes(d.name()) + " has fewer rows than the steps it records");
+    std::error_code ec;
+    const auto file_bytes = std::filesystem::file_size(file.file_path(), ec);
+    dims[0] = std::min(dims[0], rows);
+    double values = 1;  // in double: a corrupt extent's product may not fit 64 bits
+    for (hsize_t x : dims) values *= static_cast<double>(x);
+    if (!ec && values > static_cast<double>(file_bytes) / sizeof(double))
+      throw_invalid_file(file.file_path(), in_quotes(d.name()) + " claims more values than the file holds");
+    if (d.dims()[0] > rows) {
+      d.set_extent(dims);
+      trimmed.push_back(d.name());
+    }
+    (void)d.read_all<double>();
+  }
+}
+
+}  // namespace
+
+RepairReport repair_run_file(const std::filesystem::path& path) {
+  const auto lock = lock_hdf5();
+  RepairReport report;
+  const RunFileSummary summary = read_run_summary(path);  // also refuses files that are not run files
+  report.was_open_for_writing = !opens_plainly(path);
+  report.status_before = summary.status;
+  report.steps_completed = summary.steps_completed;
+  File file = File::open(path, Access::recover);
+  // Rows past steps_completed belong to a flush the kill interrupted: they are dropped, as
+  // --resume drops them.
+  const hsize_t rows = kept_rows(file.open_dataset("metrics/step"), summary.steps_completed);
+  trim_group(file, "metrics", rows, "", report.trimmed);
+  trim_group(file, "tensors", rows, "names", report.trimmed);
+  if (file.has_link("eval/step"))
+    trim_group(file, "eval", kept_rows(file.open_dataset("eval/step"), summary.steps_completed), "",
+               report.trimmed);
+  report.status_after = summary.status;
+  if (summary.status == "running") {
+    report.status_after = "killed";
+    file.write_string_attribute("status", "killed");
+    file.write_string_attribute("error", "the run stopped after step " + std::to_string(summary.steps_completed) +
+                                             " without closing its file (killed or crashed); repaired by scape repair");
+  }
+  file.flush();
+  file.close();
+  return report;
+}
+
+}  // namespace scape::experiments

@@ -1,0 +1,27 @@
+// Structure-aware edits of an HDF5 file for the reader fuzz targets: the input picks edits
+// (delete an object, replace a dataset by one of another type / shape / content, rewrite an
+// attribute, resize, overwrite values) and they are made through the HDF5 library on a copy
+// of a valid file. So the targets fuzz our readers on top of HDF5 (every shape, type and value
+// a file can hold), not HDF5's own parser.
+#pragma once
+
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include <fuzzer/FuzzedDataProvider.h>
+
+namespace scape::fuzz {
+
+// The names the edits draw from: the reader's own dataset paths and attributes, and strings
+// it gives meaning to (statuses, configs).
+struct H5Vocabulary {
+  std::vector<std::string> objects;     // paths relative to the root, e.g. "metrics/step"
+  std::vector<std::string> attributes;  // on the root or on an object
+  std::vector<std::string> strings;
+};
+
+// Applies the input's edits to `file` (which must exist and open read-write).
+void mutate_hdf5(const std::filesystem::path& file, FuzzedDataProvider& input, const H5Vocabulary& vocabulary);
+
+}  // namespace scape::fuzz

@@ -1,0 +1,521 @@
+// Failures a long sweep must survive (issue 18): a run file or checkpoint that cannot be
+// written (file-size limit, a folder that cannot be written), corrupt checkpoints, killed runs
+// repaired to open plainly, --out folders and other configs' files, --resume with a changed
+// config, and the inputs the fuzz targets found crashing, fed through the normal code path.
+//
+// Unwritable folders: the tests run as root, which ignores directory permissions, so a folder
+// that cannot be written is made another way: a path whose parent is a regular file (ENOTDIR),
+// or a folder standing where the file must be created (EISDIR).
+#include <doctest/doctest.h>
+#include <hdf5.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <csignal>
+#include <cstring>
+#include <fstream>
+#include <thread>
+
+#include "experiments/config.hpp"
+#include "experiments/hdf5.hpp"
+#include "experiments/recorder.hpp"
+#include "test_support.hpp"
+#include "train/checkpoint.hpp"
+#include "train/gradient_source.hpp"
+
+namespace fs = std::filesystem;
+namespace ex = scape::experiments;
+namespace tr = scape::train;
+using scape::testing::TempDir;
+
+namespace {
+
+scape::testing::CommandResult run_scape(const std::string& args) {
+  return scape::testing::run_command(std::string(SCAPE_BINARY) + " " + args);
+}
+
+void write_file(const fs::path& p, const std::string& text) { std::ofstream(p) << text; }
+
+std::string read_file(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), {}};
+}
+
+// An ordinary open, as h5py.File(p, "r") and h5dump make: refused while a writer's flags are set.
+bool opens_plainly(const fs::path& p) {
+  const auto lock = ex::lock_hdf5();
+  const hid_t id = H5Fopen(p.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
+  H5Eclear2(H5E_DEFAULT);
+  if (id < 0) return false;
+  H5Fclose(id);
+  return true;
+}
+
+std::vector<double> read_metric(const fs::path& file, const std::string& name) {
+  return ex::File::open(file, ex::Access::read).open_dataset("/metrics/" + name).read_all<double>();
+}
+
+const char* kQuadratic = R"({
+  "name": "quad", "seed": 3, "workers": 2, "steps": 4000,
+  "model": {"type": "quadratic", "size": 2000},
+  "optimizer": {"type": "scape", "sparsity": 0.99, "lr": 0.01},
+  "log": {"flush_interval": 5, "oracle": false}
+})";
+
+ex::ExperimentConfig small_config(const fs::path& dir, const std::string& sets = "") {
+  nlohmann::json j = {{"name", "ck"}, {"workers", 2}, {"steps", 10},
+                      {"model", {{"type", "quadratic"}, {"size", 64}}}, {"optimizer", {{"type", "adams"}}}};
+  if (!sets.empty()) ex::apply_override(j, sets);
+  return ex::parse_experiment(j, dir);
+}
+
+std::uint64_t fnv1a_by_hand(const std::string& bytes) {
+  std::uint64_t h = 14695981039346656037ull;
+  for (unsigned char c : bytes) h = (h ^ c) * 1099511628211ull;
+  return h;
+}
+
+// Runs f in a child process with a file-size limit (bytes) and SIGXFSZ ignored; returns the
+// child's exit status (f's return value, or that of the program f executes).
+template <typename F>
+int with_file_size_limit(rlim_t bytes, F&& f) {
+  std::fflush(nullptr);
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    std::signal(SIGXFSZ, SIG_IGN);
+    const rlimit limit{bytes, bytes};
+    ::setrlimit(RLIMIT_FSIZE, &limit);
+    ::_exit(f());
+  }
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+}  // namespace
+
+TEST_CASE("checkpoints: SCAPECK2 bytes by hand, a checksum that refuses any damaged byte, durable replacement") {
+  TempDir dir;
+  const auto config = small_config(dir.path);
+  const std::string json = config.to_json().dump();
+  scape::StateMap s0, s1;
+  scape::put_state_value(s0, "t", 4);
+  scape::put_state(s1, "v", std::vector<float>{0.5f});
+  const std::vector<float> params = {1.0f, 2.0f, 3.0f};
+  const auto run_file = dir / "run.h5";
+  tr::write_checkpoint(tr::checkpoint_path(run_file), json, 4, {s0, s1}, params);
+  CHECK_FALSE(fs::exists(tr::checkpoint_path(run_file).string() + ".tmp"));
+
+  std::ostringstream body(std::ios::binary);
+  auto u64 = [&](std::uint64_t x) { body.write(reinterpret_cast<const char*>(&x), sizeof x); };
+  body << "SCAPECK2";
+  u64(json.size());
+  body << json;
+  u64(4);
+  u64(2);
+  body << tr::encode_state_map(s0) << tr::encode_state_map(s1);
+  u64(params.size() * sizeof(float));
+  body.write(reinterpret_cast<const char*>(params.data()), static_cast<std::streamsize>(params.size() * sizeof(float)));
+  std::string expected = body.str();
+  const std::uint64_t sum = fnv1a_by_hand(expected);
+  expected.append(reinterpret_cast<const char*>(&sum), sizeof sum);
+  const std::string bytes = read_file(tr::checkpoint_path(run_file));
+  REQUIRE(bytes == expected);
+
+  const tr::Checkpoint c = tr::load_checkpoint(config, run_file, 3);
+  CHECK(c.step == 4);
+  CHECK(c.states == std::vector<scape::StateMap>{s0, s1});
+  CHECK(c.params == params);
+
+  // Every single damaged byte (in the config, the states, the parameters or the checksum) is
+  // refused, naming the file; so is every truncation.
+  for (std::size_t i = 0; i < bytes.size(); i += 7) {
+    std::string bad = bytes;
+    bad[i] = static_cast<char>(bad[i] ^ 0x20);
+    std::ofstream(tr::checkpoint_path(run_file), std::ios::binary | std::ios::trunc) << bad;
+    CHECK_THROWS_WITH_AS(tr::load_checkpoint(config, run_file, 3),
+                         doctest::Contains((tr::checkpoint_path(run_file).string() + ": corrupt checkpoint").c_str()),
+                         ex::ConfigError);
+  }
+  std::ofstream(tr::checkpoint_path(run_file), std::ios::binary | std::ios::trunc) << bytes.substr(0, bytes.size() - 3);
+  CHECK_THROWS_WITH_AS(tr::load_checkpoint(config, run_file, 3), doctest::Contains("checksum mismatch"),
+                       ex::ConfigError);
+}
+
+TEST_CASE("--resume may change steps and log.* only; other keys are listed and refused") {
+  TempDir dir;
+  const auto config = small_config(dir.path);
+  const auto run_file = dir / "run.h5";
+  const std::vector<float> params = {1, 2, 3};
+  tr::write_checkpoint(tr::checkpoint_path(run_file), config.to_json().dump(), 4, {{}, {}}, params);
+  CHECK(tr::load_checkpoint(small_config(dir.path, "steps=50"), run_file, 3).step == 4);
+  CHECK(tr::load_checkpoint(small_config(dir.path, "log.flush_interval=3"), run_file, 3).step == 4);
+  CHECK_THROWS_WITH_AS(tr::load_checkpoint(small_config(dir.path, "optimizer.lr=0.5"), run_file, 3),
+                       doctest::Contains("these keys differ from the checkpoint's: optimizer.lr (0.0006 -> 0.5), "
+                                         "optimizer.min_lr (5.9999999999999995e-05 -> 0.05)"),
+                       ex::ConfigError);
+  const std::string both = scape::testing::error_of(
+      [&] { tr::load_checkpoint(small_config(dir.path, "seed=9"), run_file, 3); });
+  CHECK(both.find("seed (1 -> 9)") != std::string::npos);
+}
+
+TEST_CASE("a checkpoint that cannot be written leaves the last good one and no temporary file") {
+  TempDir dir;
+  const auto config = small_config(dir.path);
+  const auto run_file = dir / "run.h5";
+  const auto path = tr::checkpoint_path(run_file);
+  const std::vector<float> small = {1, 2, 3};
+  tr::write_checkpoint(path, config.to_json().dump(), 2, {{}, {}}, small);
+  const std::string good = read_file(path);
+
+  // A file-size limit below the new checkpoint's size.
+  scape::StateMap big;
+  scape::put_state(big, "m", std::vector<float>(100000, 1.5f));
+  const int code = with_file_size_limit(64 * 1024, [&] {
+    try {
+      tr::write_checkpoint(path, config.to_json().dump(), 6, {big, big}, small);
+    } catch (const std::runtime_error& e) {
+      const std::string m = e.what();
+      return m.find(path.string() + ".tmp at step 6: write failed: File too large") != std::string::npos ? 0 : 2;
+    }
+    return 1;
+  });
+  CHECK(code == 0);
+  CHECK(read_file(path) == good);
+  CHECK_FALSE(fs::exists(path.string() + ".tmp"));
+  CHECK(tr::load_checkpoint(config, run_file, 3).step == 2);
+
+  // A folder where the temporary file must go (EISDIR: works as root too).
+  fs::create_directories(path.string() + ".tmp");
+  CHECK_THROWS_WITH_AS(tr::write_checkpoint(path, config.to_json().dump(), 8, {{}, {}}, small),
+                       doctest::Contains((path.string() + ".tmp at step 8: cannot create: Is a directory").c_str()),
+                       std::runtime_error);
+  CHECK(read_file(path) == good);
+}
+
+TEST_CASE("a run file that hits a file-size limit: exit 1 naming file and steps, flushed steps open plainly") {
+  TempDir dir;
+  write_file(dir / "q.json", kQuadratic);
+  const auto full = run_scape("run " + (dir / "q.json").string() + " --out " + (dir / "full.h5").string() + " --quiet");
+  REQUIRE(full.code == 0);
+  const fs::path limited = dir / "limited.h5";
+  // The limit is set in a child (setrlimit), which then runs scape: scape itself ignores SIGXFSZ.
+  const fs::path log = dir / "limited.log";
+  const int code = with_file_size_limit(400 * 1024, [&] {
+    const std::string command = std::string(SCAPE_BINARY) + " run " + (dir / "q.json").string() + " --out " +
+                                limited.string() + " --quiet > " + log.string() + " 2>&1";
+    ::execl("/bin/sh", "sh", "-c", command.c_str(), static_cast<char*>(nullptr));
+    return 127;
+  });
+  scape::testing::CommandResult r;
+  r.code = code;
+  r.output = read_file(log);
+  CAPTURE(r.output);
+  CHECK(r.code == 1);
+  CHECK(r.output.find("run file '" + limited.string() + "': cannot write steps ") != std::string::npos);
+  CHECK(r.output.find("File too large") != std::string::npos);
+  REQUIRE(opens_plainly(limited));
+  const auto s = ex::read_run_summary(limited);
+  CHECK(s.status == "failed");
+  CHECK(s.steps_completed > 100);
+  CHECK(r.output.find("the steps up to " + std::to_string(s.steps_completed) + " are kept") != std::string::npos);
+  const auto kept = read_metric(limited, "train_loss");
+  const auto reference = read_metric(dir / "full.h5", "train_loss");
+  REQUIRE(static_cast<long>(kept.size()) == s.steps_completed);
+  for (std::size_t t = 0; t < kept.size(); ++t) CHECK(kept[t] == reference[t]);
+  CHECK(fs::file_size(limited) <= 400 * 1024);
+  if (!scape::testing::skip_without_h5py()) {
+    const auto py = scape::testing::run_command(
+        "/usr/bin/python3 -c \"import h5py; f = h5py.File('" + limited.string() +
+        "', 'r'); print('rows', f['metrics/step'].shape[0])\"");
+    CHECK(py.output.find("rows " + std::to_string(s.steps_completed)) != std::string::npos);
+  }
+}
+
+TEST_CASE("a recorder stopped by a file-size limit keeps its flushed rows and refuses later writes") {
+  TempDir dir;
+  const fs::path path = dir / "rec.h5";
+  ex::RunFileSpec spec;
+  spec.metric_names = {"a", "b"};
+  spec.flush_interval = 4;
+  const int code = with_file_size_limit(150 * 1024, [&] {
+    auto recorder = ex::RunRecorder::create(path, spec);
+    long step = 1;
+    try {
+      for (; step < 1000000; ++step) {
+        const double row[2] = {0.5 * static_cast<double>(step), -static_cast<double>(step)};
+        recorder.append_step(step, row);
+      }
+    } catch (const ex::H5Error& e) {
+      // Later writes fail with the same message, without touching the file.
+      const std::string first = e.what();
+      const std::string again = scape::testing::error_of([&] { recorder.flush(); });
+      recorder.set_status("failed", first);
+      recorder.close();
+      return again == first && first.find("cannot write steps") != std::string::npos ? 0 : 2;
+    }
+    return 1;
+  });
+  REQUIRE(code == 0);
+  REQUIRE(opens_plainly(path));
+  const auto s = ex::read_run_summary(path);
+  CHECK(s.status == "failed");
+  CHECK(s.error.find("are kept") != std::string::npos);
+  const auto file = ex::File::open(path, ex::Access::read);
+  const auto steps = file.open_dataset("metrics/step").read_all<std::int64_t>();
+  const auto a = file.open_dataset("metrics/a").read_all<double>();
+  REQUIRE(static_cast<long>(steps.size()) == s.steps_completed);
+  CHECK(s.steps_completed % 4 == 0);
+  CHECK(s.steps_completed > 1000);
+  for (std::size_t i = 0; i < steps.size(); ++i) {
+    CHECK(steps[i] == static_cast<std::int64_t>(i + 1));
+    CHECK(a[i] == 0.5 * static_cast<double>(i + 1));
+  }
+}
+
+TEST_CASE("a checkpoint that cannot be written mid-run: exit 1 naming it and the step; the run file keeps its steps") {
+  TempDir dir;
+  write_file(dir / "q.json", kQuadratic);
+  const fs::path out = dir / "c.h5";
+  fs::create_directories(out.string() + ".ckpt.tmp");  // the temporary checkpoint cannot be created
+  const auto r = run_scape("run " + (dir / "q.json").string() + " --out " + out.string() +
+                           " --quiet --set steps=20 --checkpoint-every 10");
+  CAPTURE(r.output);
+  CHECK(r.code == 1);
+  CHECK(r.output.find("checkpoint " + out.string() + ".ckpt.tmp at step 10: cannot create: Is a directory") !=
+        std::string::npos);
+  REQUIRE(opens_plainly(out));
+  const auto s = ex::read_run_summary(out);
+  CHECK(s.status == "failed");
+  CHECK(s.steps_completed == 10);
+  CHECK(read_metric(out, "train_loss").size() == 10);
+}
+
+TEST_CASE("a killed run's file opens plainly after scape repair, marked killed, and still resumes") {
+  TempDir dir;
+  write_file(dir / "q.json", kQuadratic);
+  const fs::path killed = dir / "k.h5";
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    ::execl(SCAPE_BINARY, SCAPE_BINARY, "run", (dir / "q.json").c_str(), "--out", killed.c_str(), "--quiet",
+            "--checkpoint-every", "20", "--set", "steps=1000000", static_cast<char*>(nullptr));
+    ::_exit(127);
+  }
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+  while (!fs::exists(killed.string() + ".ckpt") && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  ::kill(pid, SIGKILL);
+  ::waitpid(pid, nullptr, 0);
+  CHECK_FALSE(opens_plainly(killed));
+  const auto before = ex::read_run_summary(killed);
+  REQUIRE(before.status == "running");
+
+  const auto r = run_scape("repair " + killed.string());
+  CAPTURE(r.output);
+  CHECK(r.code == 0);
+  CHECK(r.output.find("cleared the flags of a writer that never closed; status killed (was running); " +
+                      std::to_string(before.steps_completed) + " steps kept") != std::string::npos);
+  REQUIRE(opens_plainly(killed));
+  const auto after = ex::read_run_summary(killed);
+  CHECK(after.status == "killed");
+  CHECK(after.steps_completed == before.steps_completed);
+  CHECK(after.error.find("after step " + std::to_string(before.steps_completed)) != std::string::npos);
+  CHECK(static_cast<long>(read_metric(killed, "train_loss").size()) == before.steps_completed);
+  // A second repair finds nothing to clear; a file that is not a run file is refused.
+  CHECK(run_scape("repair " + killed.string()).output.find("was closed cleanly; status killed;") != std::string::npos);
+  CHECK(run_scape("repair " + (dir / "q.json").string()).code == 1);
+
+  // The repaired run resumes from its checkpoint, with fewer steps now (allowed on --resume).
+  const auto resumed = run_scape("run " + (dir / "q.json").string() + " --out " + killed.string() +
+                                 " --quiet --resume --set steps=" + std::to_string(before.steps_completed + 7));
+  CAPTURE(resumed.output);
+  CHECK(resumed.code == 0);
+  CHECK(ex::read_run_summary(killed).status == "completed");
+  CHECK(nlohmann::json::parse(ex::read_run_summary(killed).config_json).at("steps") == before.steps_completed + 7);
+}
+
+TEST_CASE("--out: a missing folder is created; another config's file or a non-run file needs --force") {
+  TempDir dir;
+  write_file(dir / "q.json", kQuadratic);
+  const std::string run = "run " + (dir / "q.json").string() + " --quiet --set steps=6 --out ";
+  const fs::path nested = dir / "new" / "deeper" / "r.h5";
+  CHECK(run_scape(run + nested.string()).code == 0);
+  CHECK(ex::read_run_summary(nested).status == "completed");
+  CHECK(run_scape(run + nested.string()).code == 0);  // the same config again: a rerun
+
+  auto other = run_scape(run + nested.string() + " --set optimizer.lr=0.5");
+  CHECK(other.code == 2);
+  CHECK(other.output.find("--out " + nested.string() + ": the file exists and is the run file of another config") !=
+        std::string::npos);
+  CHECK(other.output.find("add --force") != std::string::npos);
+  write_file(dir / "notes.txt", "keep me");
+  other = run_scape(run + (dir / "notes.txt").string());
+  CHECK(other.code == 2);
+  CHECK(other.output.find("is not a scape run file") != std::string::npos);
+  CHECK(read_file(dir / "notes.txt") == "keep me");
+  CHECK(run_scape(run + nested.string() + " --set optimizer.lr=0.5 --force").code == 0);
+  CHECK(nlohmann::json::parse(ex::read_run_summary(nested).config_json)["optimizer"]["lr"] == 0.5);
+
+  // A folder that cannot be created (its parent is a regular file): exit 1 naming it.
+  const auto blocked = run_scape(run + (dir / "notes.txt" / "r.h5").string());
+  CHECK(blocked.code == 1);
+  CHECK(blocked.output.find("cannot create its folder (Not a directory)") != std::string::npos);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Inputs that escaped their reader's documented error (found while writing the fuzz targets of
+// fuzz/, which reach each of them), fed through the normal code path.
+
+TEST_CASE("fuzz regressions: sweeps with a non-string base_file or a grid of millions of points are ConfigErrors") {
+  TempDir dir;
+  CHECK_THROWS_WITH_AS(ex::expand_sweep(nlohmann::json::parse(R"({"base_file": 7, "grid": {"seed": [1]}})"), dir.path),
+                       "sweep.base_file: expected a file name, got an integer", ex::ConfigError);
+  // 3^20 points: refused at once rather than built until the memory runs out.
+  nlohmann::json sweep = {{"base", {{"name", "x"}}}, {"grid", nlohmann::json::object()}};
+  for (int k = 0; k < 20; ++k) sweep["grid"][std::string(1, 'k').append(std::to_string(k))] = {1, 2, 3};
+  CHECK_THROWS_WITH_AS(ex::expand_sweep(sweep, dir.path), doctest::Contains("more than 100000; split it"),
+                       ex::ConfigError);
+  write_file(dir / "s.json", sweep.dump());
+  const auto r = run_scape("sweep " + (dir / "s.json").string() + " --out " + (dir / "o").string());
+  CHECK(r.code == 2);
+  CHECK(r.output.find("more than 100000") != std::string::npos);
+}
+
+TEST_CASE("fuzz regression: a trace whose layout repeats a name or has a zero size is a ConfigError naming it") {
+  TempDir dir;
+  const auto write_trace = [&](const fs::path& p, std::vector<std::string> names, std::vector<std::int64_t> sizes) {
+    const ex::File f = ex::File::create(p);
+    f.create_string_dataset("layout/names", names).close();
+    const hsize_t n = names.size();
+    f.create_dataset("layout/sizes", H5T_STD_I64LE, {{n}, {}, {}, {}}).write<std::int64_t>({0}, {n}, sizes);
+    const std::vector<std::uint8_t> decay(n, 1);
+    f.create_dataset("layout/decay", H5T_STD_U8LE, {{n}, {}, {}, {}}).write<std::uint8_t>({0}, {n}, decay);
+    hsize_t total = 0;
+    for (auto s : sizes) total += static_cast<hsize_t>(s);
+    const std::vector<float> zeros(total, 0.0f);
+    f.create_dataset("init/params", H5T_IEEE_F32LE, {{total}, {}, {}, {}}).write<float>({0}, {total}, zeros);
+    f.create_dataset("grads", H5T_IEEE_F32LE, {{1, 2, total}, {}, {}, {}});
+  };
+  const auto load = [&](const fs::path& trace) {
+    const nlohmann::json j = {{"workers", 2}, {"steps", 1}, {"model", {{"type", "replay"}, {"path", trace.string()}}}};
+    return scape::testing::error_of([&] { (void)tr::load_source_data(ex::parse_experiment(j, dir.path)); });
+  };
+  write_trace(dir / "repeat.h5", {"w", "w"}, {2, 3});
+  CHECK(load(dir / "repeat.h5") ==
+        "model.path: " + (dir / "repeat.h5").string() +
+            ": '/layout' is not a valid layout (ParamLayout::add: duplicate tensor name 'w')");
+  write_trace(dir / "zero.h5", {"a", "b"}, {2, 0});
+  CHECK(load(dir / "zero.h5").find("'b' has a zero dimension") != std::string::npos);
+  write_file(dir / "t.json", R"({"workers": 2, "steps": 1, "model": {"type": "replay", "path": "repeat.h5"}})");
+  const auto run = run_scape("run " + (dir / "t.json").string() + " --out " + (dir / "t.h5").string());
+  CHECK(run.code == 2);
+  CHECK(run.output.find("duplicate tensor name 'w'") != std::string::npos);
+}
+
+TEST_CASE("fuzz regression: --resume on a run file whose step table cannot grow is an H5Error naming it") {
+  TempDir dir;
+  ex::RunFileSpec spec;
+  spec.metric_names = {"a"};
+  {
+    auto recorder = ex::RunRecorder::create(dir / "r.h5", spec);
+    recorder.close();
+  }
+  {
+    // Replace /metrics/step by a contiguous (fixed-size) table, as a foreign writer might.
+    const ex::File f = ex::File::open(dir / "r.h5", ex::Access::read_write);
+    const auto lock = ex::lock_hdf5();
+    H5Ldelete(f.id(), "metrics/step", H5P_DEFAULT);
+    f.create_dataset("metrics/step", H5T_STD_I64LE, {{0}, {}, {}, {}}).close();
+  }
+  CHECK_THROWS_WITH_AS(ex::RunRecorder::open_for_resume(dir / "r.h5", spec, 0),
+                       doctest::Contains("'/metrics/step' cannot grow (not chunked)"), ex::H5Error);
+}
+
+TEST_CASE("fuzz regression (set_override): a --set value that is not UTF-8 is a ConfigError, not a JSON exception") {
+  TempDir dir;
+  // The input libFuzzer saved (fuzz_set_override), two of its lines.
+  nlohmann::json j = {{"model", {{"type", "quadratic"}}}};
+  CHECK_THROWS_WITH_AS(ex::apply_override(j, "optimizer.betas=[0.9,0\xff\xff\xff.95]"),
+                       doctest::Contains(": not valid UTF-8"), ex::ConfigError);
+  CHECK_THROWS_WITH_AS(ex::apply_override(j, "na\xffme=x"), doctest::Contains(": not valid UTF-8"), ex::ConfigError);
+  write_file(dir / "q.json", kQuadratic);
+  const auto r = run_scape("validate " + (dir / "q.json").string() + " --set optimizer.type=$(printf '\\377')");
+  CHECK(r.code == 2);
+  CHECK(r.output.find("not valid UTF-8") != std::string::npos);
+}
+
+TEST_CASE("fuzz regression (checkpoint): numbers beyond double in a checkpoint's config or a config file are ConfigErrors") {
+  TempDir dir;
+  const auto config = small_config(dir.path);
+  // The crashing input fuzz_checkpoint saved: a SCAPECK2 checkpoint whose (checksummed) config
+  // holds 4.9999999999999995e99999999995, which nlohmann reports as out_of_range, not parse_error.
+  const auto run_file = dir / "run.h5";
+  std::ofstream(tr::checkpoint_path(run_file), std::ios::binary)
+      << tr::encode_checkpoint(R"({"seed": 4.9999999999999995e99999999995})", 4, {{}, {}}, std::vector<float>(3));
+  CHECK_THROWS_WITH_AS(tr::load_checkpoint(config, run_file, 3),
+                       doctest::Contains("corrupt checkpoint (its config is not JSON)"), ex::ConfigError);
+  // The same number in a config file, and in a --set value (then read as a string).
+  write_file(dir / "big.json", R"({"name": "x", "seed": 1e999})");
+  CHECK_THROWS_WITH_AS(ex::read_json_file(dir / "big.json"), doctest::Contains("big.json: invalid JSON"),
+                       ex::ConfigError);
+  nlohmann::json j = {{"optimizer", {{"type", "adamw"}}}};
+  ex::apply_override(j, "optimizer.lr=1e999");
+  CHECK(j["optimizer"]["lr"] == "1e999");
+  const auto r = run_scape("validate " + (dir / "big.json").string());
+  CHECK(r.code == 2);
+}
+
+TEST_CASE("fuzz regressions (trace, run_file): corrupt extents and attribute shapes are clean errors, not huge allocations") {
+  TempDir dir;
+  // fuzz_trace: '/layout/names' claiming 2^32 strings in a tiny file (chunked, nothing stored).
+  {
+    const ex::File f = ex::File::create(dir / "t.h5");
+    f.create_dataset("layout/names", H5T_STD_I64LE, {{hsize_t{1} << 32}, {}, {1024}, {}}).close();
+  }
+  const nlohmann::json replay = {{"workers", 2}, {"steps", 1}, {"model", {{"type", "replay"}, {"path", (dir / "t.h5").string()}}}};
+  CHECK(scape::testing::error_of([&] { (void)tr::load_source_data(ex::parse_experiment(replay, dir.path)); }) ==
+        "model.path: HDF5 file '" + (dir / "t.h5").string() +
+            "': '/layout/names' holds 4294967296 strings, more than the 1048576 it may");
+
+  ex::RunFileSpec spec;
+  spec.metric_names = {"a"};
+  const auto fresh = [&](const fs::path& p) {
+    auto recorder = ex::RunRecorder::create(p, spec);
+    const double row[1] = {1.0};
+    recorder.append_step(1, row);
+    recorder.close();
+  };
+  // fuzz_run_file: a 'status' attribute holding two strings made H5Awrite read past the one
+  // value it was given (ASan: stack-buffer-overflow) when --resume rewrote it.
+  fresh(dir / "a.h5");
+  {
+    const ex::File f = ex::File::open(dir / "a.h5", ex::Access::read_write);
+    const auto lock = ex::lock_hdf5();
+    H5Adelete(f.id(), "status");
+    const hsize_t two = 2;
+    const hid_t space = H5Screate_simple(1, &two, nullptr);
+    const hid_t type = H5Tcopy(H5T_C_S1);
+    H5Tset_size(type, H5T_VARIABLE);
+    const char* values[2] = {"running", "running"};
+    const hid_t attr = H5Acreate2(f.id(), "status", type, space, H5P_DEFAULT, H5P_DEFAULT);
+    H5Awrite(attr, type, values);
+    H5Aclose(attr);
+    H5Tclose(type);
+    H5Sclose(space);
+  }
+  CHECK_THROWS_WITH_AS(ex::RunRecorder::open_for_resume(dir / "a.h5", spec, 1),
+                       doctest::Contains("attribute 'status' of '/' is not a single string"), ex::H5Error);
+  // A step table claiming 2^40 rows: refused before its rows are allocated (resume and repair).
+  fresh(dir / "b.h5");
+  {
+    const ex::File f = ex::File::open(dir / "b.h5", ex::Access::read_write);
+    f.open_dataset("metrics/step").set_extent({hsize_t{1} << 40});
+  }
+  CHECK_THROWS_WITH_AS(ex::RunRecorder::open_for_resume(dir / "b.h5", spec, 1),
+                       doctest::Contains("'/metrics/step' is not a 1-D table of the file's steps"), ex::H5Error);
+  CHECK_THROWS_WITH_AS(ex::repair_run_file(dir / "b.h5"), doctest::Contains("is not a 1-D table of the file's steps"),
+                       ex::H5Error);
+}
