@@ -88,14 +88,35 @@ void encoder_backward(R* dwte, R* dwpe, const R* dout, const std::int32_t* token
   for (Index i = 0; i < B * T; ++i) VecView<R>(dwte + tokens[i] * C, C) += ConstVecView<R>(dout + i * C, C);
 }
 
+// Sum of an array expression in an order fixed by index alone: lane j adds the coefficients at
+// j, j + 8, j + 16, ..., then the lanes are added in order. Eigen's vectorized sum() starts at the
+// first aligned element, so with 32-byte AVX packets its association moved with where a buffer
+// happened to land, and two instances of the same model disagreed in the last bit.
+template <class Expr>
+typename Expr::Scalar ordered_sum(const Expr& e) {
+  using S = typename Expr::Scalar;
+  constexpr Index kLanes = 8;
+  S lane[kLanes] = {};
+  const Index n = e.size();
+  for (Index i = 0; i < n; ++i) lane[i % kLanes] += e.coeff(i);
+  S total = 0;
+  for (Index j = 0; j < kLanes; ++j) total += lane[j];
+  return total;
+}
+
+template <class Expr>
+typename Expr::Scalar ordered_mean(const Expr& e) {
+  return ordered_sum(e) / static_cast<typename Expr::Scalar>(e.size());
+}
+
 template <class R>
 void layernorm_forward(R* out, R* mean, R* rstd, const R* x, const R* w, const R* b, Index N, Index C) {
   const ConstVecView<R> gain(w, C), bias(b, C);
 #pragma omp parallel for schedule(static) if (parallel_worth(N * C))
   for (Index i = 0; i < N; ++i) {
     const ConstVecView<R> xi(x + i * C, C);
-    const R m = xi.mean();
-    const R var = (xi - m).square().mean();
+    const R m = ordered_mean(xi);
+    const R var = ordered_mean((xi - m).square());
     const R s = R(1) / std::sqrt(var + R(kLayerNormEps));
     VecView<R>(out + i * C, C) = (xi - m) * s * gain + bias;
     mean[i] = m;
@@ -119,8 +140,8 @@ void layernorm_backward(R* dx, R* dw, R* db, const R* dout, const R* x, const R*
       const ConstVecView<R> xi(x + i * C, C), dyi(dout + i * C, C);
       const auto norm = (xi - mean[i]) * rstd[i];
       const auto dnorm = dyi * gain;
-      const R dnorm_mean = dnorm.mean();
-      const R dnorm_norm_mean = (dnorm * norm).mean();
+      const R dnorm_mean = ordered_mean(dnorm);
+      const R dnorm_norm_mean = ordered_mean(dnorm * norm);
       VecView<R>(dx + i * C, C) += (dnorm - dnorm_mean - norm * dnorm_norm_mean) * rstd[i];
       pw += dyi * norm;
       pb += dyi;
@@ -262,7 +283,7 @@ void attention_forward(R* y, R* att, const R* qkv, Index B, Index T, Index C, In
       VecView<R> row(a + t * T, t + 1);
       const R m = row.maxCoeff();
       row = ((row - m) * scale).exp();
-      row *= R(1) / row.sum();
+      row *= R(1) / ordered_sum(row);
       flush_subnormal(row);
     }
     mat(y + head.y_offset, T, head.hs, C).noalias() = A.template triangularView<Eigen::Lower>() * head.v;
@@ -290,7 +311,7 @@ void attention_backward(R* dqkv, R* datt, const R* dy, const R* att, const R* qk
     for (Index t = 0; t < T; ++t) {
       const ConstVecView<R> arow(a + t * T, t + 1);
       VecView<R> drow(da + t * T, t + 1);
-      const R dot = (arow * drow).sum();
+      const R dot = ordered_sum(arow * drow);
       drow = arow * (drow - dot) * scale;
       flush_subnormal(drow);
     }
@@ -313,13 +334,13 @@ double cross_entropy(R* logits, R* row_loss, const std::int32_t* targets, Index 
     const R zt = z[targets[i]];
     if (grad) {
       z = (z - m).exp();
-      const R sum = z.sum();
+      const R sum = ordered_sum(z);
       row_loss[i] = std::log(sum) + m - zt;
       z *= inv_n / sum;
       flush_subnormal(z);
       z[targets[i]] -= inv_n;
     } else {
-      row_loss[i] = std::log((z - m).exp().sum()) + m - zt;
+      row_loss[i] = std::log(ordered_sum((z - m).exp())) + m - zt;
     }
   }
   double total = 0;  // serial, in double: deterministic and free of float drift
@@ -399,16 +420,19 @@ double train_flops_per_token(const GptConfig& cfg, int T) {
 // grow, so alternating shapes (train batch, eval batch) reuse the largest allocation.
 template <class R>
 struct BasicGpt<R>::Workspace {
+  // Eigen's GEMMs associate differently with the alignment of their operands, so every buffer
+  // starts on the same boundary and a reallocation cannot change a result's last bits.
+  using Buffer = std::vector<R, Eigen::aligned_allocator<R>>;
   struct Layer {
     R *ln1, *ln1_mean, *ln1_rstd, *qkv, *att, *atty, *res2, *ln2, *ln2_mean, *ln2_rstd, *fch, *fcg, *res3;
   };
 
-  std::vector<R> ln1, ln1_mean, ln1_rstd, qkv, att, atty, res2, ln2, ln2_mean, ln2_rstd, fch, fcg, res3;
-  std::vector<R> res0, lnf, lnf_mean, lnf_rstd, logits, row_loss;
-  std::vector<R> dres, dln, dqkv, datty, dfc, datt, partial;
+  Buffer ln1, ln1_mean, ln1_rstd, qkv, att, atty, res2, ln2, ln2_mean, ln2_rstd, fch, fcg, res3;
+  Buffer res0, lnf, lnf_mean, lnf_rstd, logits, row_loss;
+  Buffer dres, dln, dqkv, datty, dfc, datt, partial;
   Index N = 0, C = 0, H = 0, T = 0, L = 0;
 
-  static void fit(std::vector<R>& v, Index n) {
+  static void fit(Buffer& v, Index n) {
     if (v.size() < static_cast<std::size_t>(n)) v.resize(static_cast<std::size_t>(n));
   }
 
