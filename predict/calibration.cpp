@@ -3,6 +3,7 @@
 #include "predict/calibration.hpp"
 
 #include <cmath>
+#include <limits>
 #include <stdexcept>
 
 #include "predict/predict_config.hpp"
@@ -129,6 +130,9 @@ StepInputs calibrated_inputs(const Calibration& c, const OptimizerConfig& optimi
   in.gpu.peak_TFLOPs = c.achieved_flops / 1e12;
   in.gpu.mfu = 1.0;
   in.gpu.memory_TBps = c.optimizer_Bps / 1e12;
+  // The fitted throughput covers the whole measured optimizer step, mask coding included (it
+  // runs inside it), so coding adds no separate term here.
+  in.gpu.mask_codec_Gcoords_per_s = std::numeric_limits<double>::max();
   in.topology.gpus_per_node = 1;
   in.topology.nics_per_node = 1;
   in.topology.inter = c.combined.model();
