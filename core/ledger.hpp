@@ -14,6 +14,8 @@
 namespace scape {
 
 enum class CollectiveKind { all_reduce, reduce_scatter, all_gather, all_to_all };
+// How many kinds there are: the size of every table indexed by CollectiveKind.
+inline constexpr std::size_t kCollectiveKindCount = 4;
 const char* to_string(CollectiveKind kind);
 
 // Per-worker link: latency alpha (seconds per message step) and bandwidth (bytes per second).

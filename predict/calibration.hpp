@@ -55,7 +55,7 @@ struct Calibration {
   double achieved_flops = 0;  // FLOP/s of forward + backward
   double optimizer_Bps = 0;   // bytes of the optimizer step per second
   LinkFit combined;           // every collective kind together: the network's inter link
-  std::array<std::optional<LinkFit>, 3> by_kind{};  // indexed by CollectiveKind
+  std::array<std::optional<LinkFit>, kCollectiveKindCount> by_kind{};  // indexed by CollectiveKind
   int compute_samples = 0;
   int optimizer_samples = 0;
   std::vector<std::string> sources;

@@ -82,7 +82,8 @@ std::vector<MeasuredCollective> ledger_collectives(const OptimizerConfig& c, std
 }
 
 CollectiveKind kind_named(const std::string& name, const std::filesystem::path& file, std::size_t row) {
-  for (const auto kind : {CollectiveKind::all_reduce, CollectiveKind::reduce_scatter, CollectiveKind::all_gather}) {
+  for (const auto kind : {CollectiveKind::all_reduce, CollectiveKind::reduce_scatter, CollectiveKind::all_gather,
+                          CollectiveKind::all_to_all}) {
     if (name == to_string(kind)) return kind;
   }
   bad_file(file, "/kind[" + std::to_string(row) + "]: unknown collective kind " + name);

@@ -59,7 +59,7 @@ struct PredictConfig {
   int nics_per_node = 1;
   LinkSpec inter;
   LinkSpec intra;
-  std::array<std::optional<LinkSpec>, 3> collectives{};  // network.collectives, by CollectiveKind
+  std::array<std::optional<LinkSpec>, kCollectiveKindCount> collectives{};  // network.collectives, by CollectiveKind
   std::string hardware;  // the hardware description merged in ("" when none)
   OverlapModel overlap;
   OptimizerConfig optimizer;

@@ -18,7 +18,7 @@ struct Topology {
   NetworkModel inter;     // one port, per direction
   // A calibrated link per collective kind (indexed by CollectiveKind) replaces `inter` for
   // that kind: measured collectives differ in their effective latency and bandwidth.
-  std::array<std::optional<NetworkModel>, 3> inter_by_kind{};
+  std::array<std::optional<NetworkModel>, kCollectiveKindCount> inter_by_kind{};
   NetworkModel inter_for(CollectiveKind kind) const {
     return inter_by_kind[static_cast<std::size_t>(kind)].value_or(inter);
   }

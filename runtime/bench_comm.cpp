@@ -28,6 +28,7 @@ constexpr Collective kCollectives[] = {
     {"reduce_scatter", CollectiveKind::reduce_scatter, sizeof(float)},
     {"all_gather", CollectiveKind::all_gather, sizeof(float)},
     {"all_gather_words", CollectiveKind::all_gather, sizeof(std::uint64_t)},
+    {"all_to_all", CollectiveKind::all_to_all, sizeof(float)},  // 1-bit Adam's compressed exchange
 };
 
 struct Row {
@@ -54,6 +55,12 @@ void call(Communicator& comm, const Collective& c, void* send, void* recv, std::
       comm.reduce_scatter_mean({s, n}, {r, n / w}, counts, WireType::fp32, purpose);
       break;
     case CollectiveKind::all_gather: comm.all_gather({s, n / w}, {r, n}, counts, WireType::fp32, purpose); break;
+    case CollectiveKind::all_to_all: {
+      const std::vector<std::size_t> segment_bytes(w, n / w * sizeof(float));
+      comm.all_to_all_bytes({reinterpret_cast<const std::byte*>(s), n * sizeof(float)},
+                            {reinterpret_cast<std::byte*>(r), n * sizeof(float)}, segment_bytes, purpose);
+      break;
+    }
   }
 }
 

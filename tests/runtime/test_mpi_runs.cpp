@@ -192,7 +192,7 @@ TEST_CASE("bench-comm writes nccl-tests rows that calibration reads; calibration
   const auto busbw = f.open_dataset("busbw_GBps").read_all<double>();
   const auto payload = f.open_dataset("payload_bytes").read_all<double>();
   const auto steps = f.open_dataset("latency_steps").read_all<double>();
-  REQUIRE(kinds.size() == 16);  // four collectives at 1, 4, 16 and 64 KiB
+  REQUIRE(kinds.size() == 20);  // five collectives at 1, 4, 16 and 64 KiB
   for (std::size_t i = 0; i < kinds.size(); ++i) {
     CAPTURE(i);
     // W = 2: busbw = algbw x 2 (W-1)/W = algbw for all-reduce, x (W-1)/W = algbw / 2 otherwise.
