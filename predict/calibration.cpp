@@ -85,7 +85,13 @@ Calibration calibrate(std::span<const RateSample> compute, std::span<const RateS
     for (const auto& s : mine) {
       distinct = distinct || s.latency_steps != mine.front().latency_steps || s.bytes_sent != mine.front().bytes_sent;
     }
-    if (distinct) c.by_kind[static_cast<std::size_t>(kind)] = fit_alpha_beta(mine);
+    if (!distinct) continue;
+    try {
+      c.by_kind[static_cast<std::size_t>(kind)] = fit_alpha_beta(mine);
+    } catch (const std::invalid_argument& e) {
+      c.warnings.push_back(std::string(to_string(kind)) + ": " + e.what() + " (" + std::to_string(mine.size()) +
+                           " samples); it uses the combined link");
+    }
   }
   return c;
 }

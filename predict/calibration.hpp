@@ -59,9 +59,14 @@ struct Calibration {
   int compute_samples = 0;
   int optimizer_samples = 0;
   std::vector<std::string> sources;
+  // Kinds whose own fit failed (their times do not grow with the bytes over the measured sizes,
+  // as happens when every size is latency-bound on a noisy host): they use the combined link.
+  std::vector<std::string> warnings;
 };
 
-// Fits every parameter. A kind gets its own link when its samples hold two distinct points.
+// Fits every parameter. A kind gets its own link when its samples hold two distinct points and
+// its fit succeeds; otherwise it keeps the combined link and a warning says why. Throws
+// std::invalid_argument when the compute, optimizer or combined collective fit fails.
 Calibration calibrate(std::span<const RateSample> compute, std::span<const RateSample> optimizer,
                       std::span<const CollectiveSample> collectives);
 

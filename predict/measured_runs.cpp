@@ -133,6 +133,7 @@ void print_fit(std::ostream& out, const Calibration& c) {
       out << buf;
     }
   }
+  for (const auto& w : c.warnings) out << "  warning: " << w << "\n";
 }
 
 void print_runs(std::ostream& out, const Calibration& c, const std::vector<RunMeasurement>& runs,
@@ -217,9 +218,10 @@ RunMeasurement read_run_measurement(const std::filesystem::path& file) {
     bad_file(file, "only " + std::to_string(r.steps_used) + " steady-state steps (steps " + std::to_string(first) +
                        " to the last but one); calibration needs at least 3");
   }
-  const auto med = [&](const std::string& name) {
-    return median(rows_in(steps, column(f, file, "/metrics/" + name, measured_why), first, last));
+  const auto rows = [&](const std::string& name) {
+    return rows_in(steps, column(f, file, "/metrics/" + name, measured_why), first, last);
   };
+  const auto med = [&](const std::string& name) { return median(rows(name)); };
   r.compute_s = med("compute_wall_time");
   r.optimizer_s = med("optimizer_wall_time");
   r.cpu_share = std::min(1.0, med("compute_time") / r.compute_s);
@@ -231,19 +233,34 @@ RunMeasurement read_run_measurement(const std::filesystem::path& file) {
     union_size = static_cast<std::size_t>(std::round(r.fill_in * k));
   }
   r.collectives = ledger_collectives(config.optimizer, r.n_params, r.workers, t, union_size);
+  std::vector<double> own = rows("optimizer_wall_time");
+  const auto subtract = [&own](const std::vector<double>& x) {
+    for (std::size_t i = 0; i < own.size() && i < x.size(); ++i) {
+      if (std::isfinite(x[i])) own[i] -= x[i];
+    }
+  };
   for (auto& c : r.collectives) {
-    c.measured_s = med("comm_time_measured_" + (c.overlapped ? std::string("async_all_gather") : c.purpose));
-    if (!c.overlapped && std::isfinite(c.measured_s)) r.blocking_comm_s += c.measured_s;
+    const auto times = rows("comm_time_measured_" + (c.overlapped ? std::string("async_all_gather") : c.purpose));
+    c.measured_s = median(times);
+    if (!c.overlapped && std::isfinite(c.measured_s)) {
+      r.blocking_comm_s += c.measured_s;
+      subtract(times);
+    }
   }
   if (train::has_sparse_metrics(config.optimizer)) {
-    const double wait = med("mask_wait_exposed");
+    const auto waits = rows("mask_wait_exposed");
+    const double wait = median(waits);
     r.mask_wait_s = std::isfinite(wait) ? wait : 0.0;
+    subtract(waits);
   }
+  r.optimizer_kernels_s = median(own);
   r.wall_step_s = r.step_s();
   if (r.cpu_share < kOversubscribedShare) {
     // Every phase waited for a core in the same proportion: what remains is the time of a
     // rank that has its core.
-    for (double* x : {&r.compute_s, &r.optimizer_s, &r.mask_wait_s, &r.blocking_comm_s}) *x *= r.cpu_share;
+    for (double* x : {&r.compute_s, &r.optimizer_s, &r.mask_wait_s, &r.blocking_comm_s, &r.optimizer_kernels_s}) {
+      *x *= r.cpu_share;
+    }
     for (auto& c : r.collectives) c.measured_s *= r.cpu_share;
   }
   return r;
@@ -270,7 +287,7 @@ void calibrate_from_files(const std::vector<std::filesystem::path>& fit_files,
     unit.achieved_flops = unit.optimizer_Bps = unit.combined.bandwidth_Bps = 1;
     const StepInputs in = calibrated_inputs(unit, r.optimizer, r.n_params, r.flops_per_token, r.fill_in);
     optimizer.push_back(RateSample{predict_step(in, r.workers, r.tokens_per_gpu).optimizer_bytes,
-                                   r.optimizer_kernels_s()});
+                                   r.optimizer_kernels_s});
     const auto s = samples_of(r);
     collectives.insert(collectives.end(), s.begin(), s.end());
   }

@@ -49,8 +49,10 @@ struct RunMeasurement {
   double cpu_share = 1;
   double wall_step_s = 0;  // the step as measured, before any share correction
   double step_s() const { return compute_s + optimizer_s; }
-  // The optimizer's own kernels: its wall time less its collectives and the mask wait.
-  double optimizer_kernels_s() const { return optimizer_s - blocking_comm_s - mask_wait_s; }
+  // The optimizer's own kernels: the median over steps of its wall time less its blocking
+  // collectives and the mask wait of the same step (a difference of per-column medians can be
+  // negative on a noisy host, where one step's slow collective is not the median step's).
+  double optimizer_kernels_s = 0;
 };
 
 // Below this CPU share a run counts as oversubscribed and its times are scaled by the share.

@@ -166,6 +166,28 @@ TEST_CASE("fit_alpha_beta: one distinct point gives alpha 0; no sample or no byt
   CHECK_THROWS_AS(fit_alpha_beta(falling), std::invalid_argument);
 }
 
+TEST_CASE("calibrate: a kind whose times fall with the bytes keeps the combined link and is named in a warning") {
+  const Truth t;
+  std::vector<CollectiveSample> samples;
+  for (const auto& s : bench_samples(t, false)) {
+    if (s.kind != CollectiveKind::all_gather) samples.push_back(s);
+  }
+  // Latency-bound all-gathers on a noisy host: the larger message happened to be faster.
+  samples.push_back({CollectiveKind::all_gather, 2, 1, 1024, 60e-6});
+  samples.push_back({CollectiveKind::all_gather, 2, 1, 65536, 30e-6});
+  const std::vector<RateSample> compute = {{1e12, 1.0}}, optimizer = {{1e9, 0.5}};
+  const Calibration c = calibrate(compute, optimizer, samples);
+  CHECK_FALSE(c.by_kind[static_cast<std::size_t>(CollectiveKind::all_gather)].has_value());
+  const auto& rs = c.by_kind[static_cast<std::size_t>(CollectiveKind::reduce_scatter)];
+  REQUIRE(rs.has_value());
+  CHECK(rs->bandwidth_Bps == doctest::Approx(t.link[static_cast<int>(CollectiveKind::reduce_scatter)].bandwidth_Bps));
+  REQUIRE(c.warnings.size() == 1);
+  CHECK(c.warnings[0].find("all_gather") == 0);
+  CHECK(c.warnings[0].find("do not grow with the bytes") != std::string::npos);
+  CHECK(c.combined.bandwidth_Bps > 0);
+  CHECK(hardware_json(c)["network"]["collectives"].contains("all_gather") == false);
+}
+
 TEST_CASE("fit_rate recovers a throughput within 1% from noisy samples") {
   std::vector<RateSample> samples;
   for (int i = 0; i < 12; ++i) {
