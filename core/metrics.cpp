@@ -265,6 +265,8 @@ void StalenessTracker::fill(int t, StepMetrics& out) const {
 
 void UpdateTracker::before(std::span<const float> theta) { std::copy(theta.begin(), theta.end(), before_.begin()); }
 
+void UpdateTracker::norm_only(std::span<const float> theta) { theta_norm_ = l2_norm(theta); }
+
 void UpdateTracker::after(std::span<const float> theta, StepMetrics& out, std::span<const std::uint64_t> stepped) {
   // One fused, branch-free pass: squared norms of the update and of theta per fixed block
   // (summed in block order, so deterministic), max |delta|, sign flips, and the new signs. A

@@ -105,6 +105,9 @@ class UpdateTracker {
   // The sign-flip share counts only coordinates stepped in this and the previous step, so the
   // weight decay that moves every flagged coordinate off a masked update is no update.
   void after(std::span<const float> theta, StepMetrics& out, std::span<const std::uint64_t> stepped = {});
+  // Only ||theta||_2 (bit-identical to after()'s), for a worker whose update statistics nobody
+  // reads: replicas are identical, so the run records worker 0's.
+  void norm_only(std::span<const float> theta);
   double theta_norm() const { return theta_norm_; }
   void save(StateMap& state, const std::string& prefix) const {
     put_state(state, prefix + "previous_sign", previous_sign_);

@@ -1,6 +1,8 @@
 // The scaffolding every optimizer shares (see optimizer_base.hpp).
 #include "core/optimizer_base.hpp"
 
+#include <limits>
+
 #include "core/optim_common.hpp"
 
 namespace scape {
@@ -51,7 +53,10 @@ StepMetrics OptimizerBase::step(std::span<float> params_in, std::span<const floa
   out.step = ++t_;
   out.lr = learning_rate(schedule_, t_);
   out.local_grad_norm = metrics::l2_norm(grads_in);
-  updates_.before(params_in);
+  // The update statistics (a copy of theta and a pass over it) are worker 0's only: replicas
+  // are identical (docs/algorithms.md, invariant 4) and the run records worker 0's values.
+  const bool track_updates = rank_ == 0;
+  if (track_updates) updates_.before(params_in);
 
   // Inputs the backend's kernels cannot address are staged through its own buffers.
   const bool stage_params = !k_.can_access(params_in.data());
@@ -72,7 +77,12 @@ StepMetrics OptimizerBase::step(std::span<float> params_in, std::span<const floa
 
   if (stage_params) k_.copy_bytes(params_stage_.data(), params_in.data(), params_in.size_bytes());
   k_.synchronize();
-  updates_.after(params_in, out, stepped_coordinates());
+  if (track_updates) {
+    updates_.after(params_in, out, stepped_coordinates());
+  } else {
+    out.update_norm = out.update_max = out.update_sign_flip = std::numeric_limits<double>::quiet_NaN();
+    updates_.norm_only(params_in);
+  }
   fill_final_metrics(out);
   out.comm = comm_.ledger().drain();
   return out;
