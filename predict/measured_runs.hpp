@@ -53,7 +53,17 @@ struct RunMeasurement {
   // collectives and the mask wait of the same step (a difference of per-column medians can be
   // negative on a noisy host, where one step's slow collective is not the median step's).
   double optimizer_kernels_s = 0;
+  // Bytes the harness's own per-step metrics move inside the measured optimizer phase on rank 0
+  // (docs/PREDICTING.md, "Calibration"): no cluster optimizer pays them, the measured phase does.
+  double harness_metric_bytes = 0;
 };
+
+// Bytes the harness's own per-step metrics move inside a measured run's optimizer phase on rank
+// 0 (whose time the run records), which no cluster optimizer pays: ||g_i|| reads the gradient
+// (4N); rank 0's update statistics copy theta before the step (8N) and then read theta, the copy
+// and the previous signs and write the signs (10N); sparse optimizers' residual metrics read
+// the residual (4N).
+double harness_metric_bytes(const OptimizerConfig& optimizer, std::uint64_t n_params);
 
 // Below this CPU share a run counts as oversubscribed and its times are scaled by the share.
 inline constexpr double kOversubscribedShare = 0.9;
