@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "core/demo_optimizer.hpp"
+#include "kernels/compressor_math.hpp"
 #include "kernels/cpu/kernels.hpp"
 
 namespace sk = scape::kernels;
@@ -32,6 +33,21 @@ TEST_CASE("lowrank_project, lowrank_project_t and lowrank_residual: M Q, M^T P a
   CHECK_THROWS_WITH_AS(sk::lowrank_project(m, 2, 3, five, p), doctest::Contains("lowrank_project"),
                        std::invalid_argument);
   CHECK_THROWS_AS(sk::lowrank_project_t(m, 3, 3, p, qt), std::invalid_argument);
+}
+
+TEST_CASE("lowrank_project_t's blocked row walk adds each entry's terms in row order, as the shared formula") {
+  // The CPU kernel walks blocks of columns row by row; the CUDA twin evaluates
+  // compressor::transposed_product_entry per entry. Both must round the same sums.
+  const std::size_t rows = 300, cols = 700, rank = 3;
+  std::vector<float> m(rows * cols), p(rows * rank), q(cols * rank);
+  for (std::size_t j = 0; j < m.size(); ++j) m[j] = std::sin(0.37f * static_cast<float>(j)) * (1.0f + static_cast<float>(j % 7));
+  for (std::size_t j = 0; j < p.size(); ++j) p[j] = std::cos(0.11f * static_cast<float>(j));
+  sk::lowrank_project_t(m, rows, cols, p, q);
+  for (std::size_t j = 0; j < cols; ++j) {
+    for (std::size_t c = 0; c < rank; ++c) {
+      CHECK(q[j * rank + c] == sk::compressor::transposed_product_entry(m.data(), p.data(), rows, cols, rank, j, c));
+    }
+  }
 }
 
 TEST_CASE("orthonormalize_columns: Gram-Schmidt in column order, a zero column stays zero") {

@@ -30,11 +30,28 @@ void lowrank_project_t(std::span<const float> m, std::size_t rows, std::size_t c
                        std::span<float> q) {
   const std::size_t rank =
       checks::lowrank_sizes(m.size(), rows, cols, p.size(), rows, q.size(), cols, "lowrank_project_t");
-  const Index n = static_cast<Index>(cols * rank);
-#pragma omp parallel for schedule(static) if (m.size() > 65536)
-  for (Index e = 0; e < n; ++e) {
-    const auto u = static_cast<std::size_t>(e);
-    q[u] = compressor::transposed_product_entry(m.data(), p.data(), rows, cols, rank, u / rank, u % rank);
+  // Blocks of columns, each walking M row by row (a column walk would stride through memory):
+  // every output still adds its terms in row order from 0.0, as
+  // compressor::transposed_product_entry (and the CUDA twin) does.
+  constexpr std::size_t kBlock = 256;
+  const Index blocks = static_cast<Index>((cols + kBlock - 1) / kBlock);
+#pragma omp parallel if (m.size() > 65536)
+  {
+    std::vector<double> sum(kBlock * rank);
+#pragma omp for schedule(static)
+    for (Index b = 0; b < blocks; ++b) {
+      const std::size_t lo = static_cast<std::size_t>(b) * kBlock;
+      const std::size_t width = lo + kBlock < cols ? kBlock : cols - lo;
+      std::fill(sum.begin(), sum.end(), 0.0);
+      for (std::size_t i = 0; i < rows; ++i) {
+        const float* row = m.data() + i * cols + lo;
+        const float* factor = p.data() + i * rank;
+        for (std::size_t j = 0; j < width; ++j) {
+          for (std::size_t c = 0; c < rank; ++c) sum[j * rank + c] += static_cast<double>(row[j]) * factor[c];
+        }
+      }
+      for (std::size_t e = 0; e < width * rank; ++e) q[lo * rank + e] = static_cast<float>(sum[e]);
+    }
   }
 }
 
