@@ -33,6 +33,8 @@ class DemoOptimizer final : public OptimizerBase {
 
   const std::size_t chunk_, tail_, entries_;  // chunk, the short last chunk (0: none), K per worker
   kernels::Buffer<float> basis_{k_}, tail_basis_{k_};
+  // coeffs_: DCT coefficients (the momentum's, the extracted ones, then the mean); removed_:
+  // an inverse DCT (of the extracted part, then of the mean: the update direction).
   kernels::Buffer<float> coeffs_{k_}, removed_{k_};
   kernels::Buffer<std::uint32_t> idx_{k_}, recv_idx_{k_};
   kernels::Buffer<float> values_{k_}, recv_values_{k_};
