@@ -119,6 +119,10 @@ def optimizer_name(run):
         return "AdamS"
     if kind == "onebit_adam":
         return f"1-bit Adam F={opt.get('freeze_step', '?')} C={opt.get('sign_chunk', '?')}"
+    if kind == "powersgd":
+        return f"PowerSGD({opt.get('inner', '?')}) r={opt.get('powersgd_rank', '?')}"
+    if kind == "demo":
+        return f"DeMo C={opt.get('demo_chunk', '?')} k={opt.get('demo_topk', '?')}"
     title = {"scape": "SCAPE", "topk_ef": "top-k EF", "randk_ef": "random-k EF"}.get(kind, kind)
     return f"{title}({opt.get('inner', '?')}) s={_value_text(opt.get('sparsity', '?'))}"
 
@@ -154,7 +158,8 @@ def pick_baseline(run, candidates):
     if not candidates:
         return None
     opt = run.config.get("optimizer", {})
-    target = opt.get("inner", "adams") if run.optimizer_type in SPARSE_TYPES else run.optimizer_type
+    inner_rule = run.optimizer_type in SPARSE_TYPES or run.optimizer_type == "powersgd"
+    target = opt.get("inner", "adams") if inner_rule else run.optimizer_type
     mine = effective_config(run)
 
     def score(c):
@@ -222,7 +227,8 @@ def make_row(run, label, group, baseline):
     return row
 
 
-_TYPE_ORDER = {"adamw": 0, "adams": 1, "scape": 2, "topk_ef": 3, "randk_ef": 4, "onebit_adam": 5}
+_TYPE_ORDER = {"adamw": 0, "adams": 1, "scape": 2, "topk_ef": 3, "randk_ef": 4, "onebit_adam": 5, "powersgd": 6,
+               "demo": 7}
 
 
 def row_order(run, label):

@@ -273,7 +273,7 @@ def effective_config(run):
         for key, types in key_types.items():
             if kind not in types:
                 flat.pop(f"optimizer.{key}", None)
-    if kind in ("topk_ef", "randk_ef"):
+    if kind in ("topk_ef", "randk_ef", "powersgd", "demo"):
         flat.pop("optimizer.sharded", None)  # always replicated: not a choice, so not a difference
     for key in ("name", "description"):
         flat.pop(key, None)

@@ -277,6 +277,53 @@ void BM_onebit_compress(benchmark::State& state) {
       "norms, signs (error kept), expansion");
 }
 
+// PowerSGD at rank 4 on a 4096 x 4096 matrix (2^24 entries): P = M Q, Gram-Schmidt, Q = M^T P
+// and the residual pass (P Q^T written, M read and written); counted bytes are the passes over
+// M (three reads, one write, the approximation written), the factors being tiny. Compute-bound
+// at r = 4 (2 r flops per entry and pass), so the fraction of the triad is below the others.
+void BM_powersgd_compress(benchmark::State& state) {
+  BenchData& d = data();
+  constexpr std::size_t kRows = 4096, kCols = kN / kRows, kRank = 4;
+  std::vector<float> m = d.x, approx(kN), p(kRows * kRank), q(kCols * kRank, 0.5f);
+  run_kernel(
+      state, "compress PowerSGD r4", 4.0 * kFloats * 3 + 4.0 * kFloats + 4.0 * kFloats,
+      [&] {
+        sk::lowrank_project(m, kRows, kCols, q, p);
+        sk::orthonormalize_columns(p, kRows);
+        sk::lowrank_project_t(m, kRows, kCols, p, q);
+        sk::lowrank_residual(m, kRows, kCols, p, q, approx);
+      },
+      "M Q, Gram-Schmidt, M^T P, M -= P Q^T");
+}
+
+// DeMo, chunk 64, top 4: the forward DCT of the momentum, the per-chunk top-k, the extracted
+// part expanded and inverted (the decompression every worker also runs on the mean); counted
+// bytes: the transform reads and writes (twice), the top-k reads the coefficients, the
+// expansion clears and scatters. Compute-bound: 64 multiply-adds per entry and transform.
+void BM_demo_compress(benchmark::State& state) {
+  BenchData& d = data();
+  constexpr std::size_t kChunk = 64, kTop = 4;
+  std::vector<float> basis(kChunk * kChunk);
+  for (std::size_t f = 0; f < kChunk; ++f) {
+    for (std::size_t j = 0; j < kChunk; ++j) {
+      basis[f * kChunk + j] = static_cast<float>(std::sqrt((f == 0 ? 1.0 : 2.0) / kChunk) *
+                                                 std::cos(M_PI * static_cast<double>(2 * j + 1) * f / (2.0 * kChunk)));
+    }
+  }
+  std::vector<float> coeffs(kN), back(kN), values(kN / kChunk * kTop);
+  std::vector<std::uint32_t> idx(kN / kChunk * kTop);
+  run_kernel(
+      state, "compress DeMo c64 k4", 8.0 * kFloats + 4.0 * kFloats + 4.0 * kFloats + 8.0 * kFloats,
+      [&] {
+        sk::chunk_transform(d.x, kChunk, basis, false, coeffs);
+        sk::chunk_topk(coeffs, kChunk, kTop, idx, values);
+        sk::fill(coeffs, 0.0f);
+        sk::expand(values, idx, coeffs);
+        sk::chunk_transform(coeffs, kChunk, basis, true, back);
+      },
+      "DCT, top-k per chunk, expand, IDCT");
+}
+
 void BM_nth_element(benchmark::State& state) {
   BenchData& d = data();
   std::vector<float> scratch(kN);
@@ -301,7 +348,9 @@ void register_benchmarks() {
                                                           {"BM_topk_abs_mask", BM_topk_abs_mask},
                                                           {"BM_nth_element", BM_nth_element},
                                                           {"BM_randk_compress", BM_randk_compress},
-                                                          {"BM_onebit_compress", BM_onebit_compress}};
+                                                          {"BM_onebit_compress", BM_onebit_compress},
+                                                          {"BM_powersgd_compress", BM_powersgd_compress},
+                                                          {"BM_demo_compress", BM_demo_compress}};
   for (const auto& [name, run] : benchmarks) {
     benchmark::RegisterBenchmark(name, run)->UseRealTime()->Unit(benchmark::kMillisecond);
   }

@@ -7,10 +7,12 @@
 #include <stdexcept>
 #include <string>
 
+#include "core/demo_optimizer.hpp"
 #include "core/dense_optimizer.hpp"
 #include "core/mask_codec.hpp"
 #include "core/onebit_adam_optimizer.hpp"
 #include "core/optim_common.hpp"
+#include "core/powersgd_optimizer.hpp"
 #include "core/randk_ef_optimizer.hpp"
 #include "core/scape_optimizer.hpp"
 #include "core/topk_ef_optimizer.hpp"
@@ -24,7 +26,9 @@ constexpr EnumName<OptimizerType> kTypes[] = {{"adamw", OptimizerType::adamw},
                                               {"scape", OptimizerType::scape},
                                               {"topk_ef", OptimizerType::topk_ef},
                                               {"randk_ef", OptimizerType::randk_ef},
-                                              {"onebit_adam", OptimizerType::onebit_adam}};
+                                              {"onebit_adam", OptimizerType::onebit_adam},
+                                              {"powersgd", OptimizerType::powersgd},
+                                              {"demo", OptimizerType::demo}};
 constexpr EnumName<InnerRule> kInner[] = {{"adams", InnerRule::adams}, {"adamw", InnerRule::adamw}};
 constexpr EnumName<UpdateMode> kUpdate[] = {{"masked", UpdateMode::masked}, {"dense", UpdateMode::dense}};
 constexpr EnumName<MaskStatistic> kStatistic[] = {{"first_moment", MaskStatistic::first_moment},
@@ -56,6 +60,9 @@ constexpr OptimizerKeyRange kRanges[] = {
     {"offload_chunk", 1024, 1 << 30, false, false, "must be in [1024, 2^30] elements"},
     {"freeze_step", 1, kInf, false, true, "must be >= 1 (the variance is frozen after a dense Adam step)"},
     {"sign_chunk", 1, 1 << 30, false, false, "must be in [1, 2^30] elements"},
+    {"powersgd_rank", 1, 4096, false, false, "must be in [1, 4096]"},
+    {"demo_chunk", 1, 4096, false, false, "must be in [1, 4096] elements (the DCT basis is chunk^2 floats)"},
+    {"demo_topk", 1, 4096, false, false, "must be in [1, demo_chunk]"},
 };
 
 bool in_range(const OptimizerKeyRange& r, double x) {
@@ -158,6 +165,12 @@ void OptimizerConfig::validate() const {
     check_range("freeze_step", freeze_step);
     check_range("sign_chunk", static_cast<double>(sign_chunk));
   }
+  if (type == OptimizerType::powersgd) check_range("powersgd_rank", powersgd_rank);
+  if (type == OptimizerType::demo) {
+    check_range("demo_chunk", static_cast<double>(demo_chunk));
+    check_range("demo_topk", static_cast<double>(demo_topk));
+    if (demo_topk > demo_chunk) bad("optimizer.demo_topk", static_cast<double>(demo_topk), "must be in [1, demo_chunk]");
+  }
   if (replicated_only(type) && sharded) {
     throw std::invalid_argument(std::string("optimizer.sharded: ") + to_string(type) +
                                 " keeps replicated optimizer state; set sharded = false");
@@ -223,6 +236,10 @@ std::vector<std::string> collective_purposes(const OptimizerConfig& c) {
       return {"grad_all_reduce"};
     case OptimizerType::onebit_adam:
       return {"grad_all_reduce", "momentum_all_to_all", "momentum_all_gather"};
+    case OptimizerType::powersgd:
+      return {"lowrank_p_all_reduce", "lowrank_q_all_reduce", "grad_all_reduce"};
+    case OptimizerType::demo:
+      return {"demo_all_gather"};
     case OptimizerType::scape:
       break;
   }
@@ -260,6 +277,10 @@ std::unique_ptr<Optimizer> make_optimizer(const OptimizerConfig& config, const P
       return std::make_unique<RandkEfOptimizer>(config, layout, comm, total_steps);
     case OptimizerType::onebit_adam:
       return std::make_unique<OnebitAdamOptimizer>(config, layout, comm, total_steps);
+    case OptimizerType::powersgd:
+      return std::make_unique<PowersgdOptimizer>(config, layout, comm, total_steps);
+    case OptimizerType::demo:
+      return std::make_unique<DemoOptimizer>(config, layout, comm, total_steps);
   }
   throw std::invalid_argument("optimizer.type: unknown optimizer");
 }

@@ -1,6 +1,6 @@
 // Optimizer configuration, step metrics and the factory. An optimizer is an update rule
 // (AdamW or AdamS) times a gradient-sync policy (dense, SCAPE, raw-gradient top-k, shared-seed
-// random-k), or 1-bit Adam; see
+// random-k, PowerSGD's low-rank factors), 1-bit Adam, or DeMo's DCT top-k with sign steps; see
 // docs/algorithms.md. Optimizers see only flat spans and a Communicator; what the three share
 // is core/optimizer_base.hpp.
 #pragma once
@@ -22,7 +22,7 @@
 
 namespace scape {
 
-enum class OptimizerType { adamw, adams, scape, topk_ef, randk_ef, onebit_adam };
+enum class OptimizerType { adamw, adams, scape, topk_ef, randk_ef, onebit_adam, powersgd, demo };
 enum class InnerRule { adams, adamw };
 enum class UpdateMode { masked, dense };
 enum class MaskStatistic { first_moment, gradient, momentum_only, random };
@@ -82,7 +82,7 @@ struct OptimizerConfig {
   bool sharded = true;     // distributed optimizer; topk_ef and randk_ef require false
   WireType wire_dtype = WireType::fp32;   // gradient-like payloads
   WireType param_dtype = WireType::fp32;  // parameter payloads
-  InnerRule inner = InnerRule::adams;     // SCAPE, topk_ef and randk_ef
+  InnerRule inner = InnerRule::adams;     // SCAPE, topk_ef, randk_ef and powersgd
   UpdateMode update = UpdateMode::masked;
   MaskStatistic mask_statistic = MaskStatistic::first_moment;
   MaskPartition mask_partition = MaskPartition::partitioned;
@@ -108,6 +108,11 @@ struct OptimizerConfig {
   // share one scale of the sign compression.
   int freeze_step = 100;
   std::size_t sign_chunk = 2048;
+  // PowerSGD: the rank r of each matrix's factors (clipped to min(rows, cols)).
+  int powersgd_rank = 4;
+  // DeMo: coordinates per DCT chunk of the flat buffer, and coefficients each chunk sends.
+  std::size_t demo_chunk = 64;
+  std::size_t demo_topk = 4;
 
   double density() const { return 1.0 - sparsity; }
   double resolved_min_lr() const { return min_lr < 0 ? lr / 10.0 : min_lr; }
@@ -173,9 +178,11 @@ class Optimizer {
   int t_ = 0;
 };
 
-// The comparison baselines (topk_ef, randk_ef, onebit_adam) keep replicated optimizer state only.
+// The comparison baselines (topk_ef, randk_ef, onebit_adam, powersgd, demo) keep replicated
+// optimizer state only.
 inline bool replicated_only(OptimizerType t) {
-  return t == OptimizerType::topk_ef || t == OptimizerType::randk_ef || t == OptimizerType::onebit_adam;
+  return t == OptimizerType::topk_ef || t == OptimizerType::randk_ef || t == OptimizerType::onebit_adam ||
+         t == OptimizerType::powersgd || t == OptimizerType::demo;
 }
 
 // Purposes of the collectives this configuration can record (bytes_sent_<purpose> metrics).

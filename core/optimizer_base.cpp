@@ -14,10 +14,12 @@ InnerRule update_rule(const OptimizerConfig& config) {
     case OptimizerType::onebit_adam:  // Adam: its variance is frozen, not dropped
       return InnerRule::adamw;
     case OptimizerType::adams:
+    case OptimizerType::demo:  // a sign step on its own momentum: no v
       return InnerRule::adams;
     case OptimizerType::scape:
     case OptimizerType::topk_ef:
     case OptimizerType::randk_ef:
+    case OptimizerType::powersgd:
       break;
   }
   return config.inner;

@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "core/optim_common.hpp"
-#include "kernels/cpu/bf16.hpp"
+#include "core/wire_values.hpp"
 #include "kernels/cpu/kernels.hpp"
 
 namespace scape {
@@ -17,34 +17,14 @@ namespace {
 // Wire record per selected coordinate: 4-byte index, then the value at the wire width.
 std::size_t record_bytes(WireType wire) { return sizeof(std::uint32_t) + wire_bytes(wire); }
 
-void write_value(std::byte* p, float value, WireType wire) {
-  if (wire == WireType::bf16) {
-    const std::uint16_t bits = kernels::float_to_bf16_bits(value);
-    std::memcpy(p, &bits, sizeof bits);
-  } else {
-    std::memcpy(p, &value, sizeof value);
-  }
-}
-
-float read_value(const std::byte* p, WireType wire) {
-  if (wire == WireType::bf16) {
-    std::uint16_t bits;
-    std::memcpy(&bits, p, sizeof bits);
-    return kernels::bf16_bits_to_float(bits);
-  }
-  float value;
-  std::memcpy(&value, p, sizeof value);
-  return value;
-}
-
 void write_record(std::byte* p, std::uint32_t index, float value, WireType wire) {
   std::memcpy(p, &index, sizeof index);
-  write_value(p + sizeof index, value, wire);
+  write_wire_value(p + sizeof index, value, wire);
 }
 
 void read_record(const std::byte* p, WireType wire, std::uint32_t& index, float& value) {
   std::memcpy(&index, p, sizeof index);
-  value = read_value(p + sizeof index, wire);
+  value = read_wire_value(p + sizeof index, wire);
 }
 
 }  // namespace
@@ -89,7 +69,7 @@ void TopkEfOptimizer::exchange_coded() {
   codec_s_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - clock).count();
   std::memcpy(send_.data(), code_.data(), code_bytes);
   for (std::size_t i = 0; i < k; ++i) {
-    write_value(send_.data() + code_bytes + i * value_bytes, sent_values_.data()[i], config_.wire_dtype);
+    write_wire_value(send_.data() + code_bytes + i * value_bytes, sent_values_.data()[i], config_.wire_dtype);
   }
   const std::vector<std::size_t> counts(workers, message);
   comm_.all_gather_bytes(send_.span(), recv_.span(), counts, "topk_all_gather");
@@ -101,7 +81,7 @@ void TopkEfOptimizer::exchange_coded() {
     k_.ef_decode(code_.span(), n_, k, union_mask_.span());
     k_.bits_to_indices(union_mask_.span(), 0, recv_idx_.span().subspan(r * k, k));
     for (std::size_t i = 0; i < k; ++i) {
-      recv_values_.data()[r * k + i] = read_value(from + code_bytes + i * value_bytes, config_.wire_dtype);
+      recv_values_.data()[r * k + i] = read_wire_value(from + code_bytes + i * value_bytes, config_.wire_dtype);
     }
   }
   codec_s_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - clock).count();

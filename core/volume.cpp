@@ -1,6 +1,6 @@
 // Per-step collectives of an optimizer configuration, mirroring the calls of
-// dense_optimizer.cpp, scape_optimizer.cpp, topk_ef_optimizer.cpp, randk_ef_optimizer.cpp and
-// onebit_adam_optimizer.cpp one for one (same purposes, same order, same payload rule) and recording them through a
+// dense_optimizer.cpp, scape_optimizer.cpp, topk_ef_optimizer.cpp, randk_ef_optimizer.cpp,
+// onebit_adam_optimizer.cpp, powersgd_optimizer.cpp and demo_optimizer.cpp one for one (same purposes, same order, same payload rule) and recording them through a
 // ByteLedger.
 #include "core/volume.hpp"
 
@@ -10,6 +10,7 @@
 #include <string>
 
 #include "core/mask_codec.hpp"
+#include "core/powersgd_optimizer.hpp"
 #include "core/schedule.hpp"
 #include "kernels/kernel_types.hpp"
 
@@ -137,7 +138,23 @@ void record_onebit(ByteLedger& ledger, const OptimizerConfig& c, std::size_t n, 
   ledger.record(CollectiveKind::all_gather, "momentum_all_gather", payload, false);
 }
 
+// The factors P of every matrix, then their Q, then the vectors dense (each only when any).
+void record_powersgd(ByteLedger& ledger, const OptimizerConfig& c, const ParamLayout& layout) {
+  const PowersgdPlan plan = powersgd_plan(layout, c.powersgd_rank);
+  const std::uint64_t value = wire_bytes(c.wire_dtype);
+  if (!plan.matrices.empty()) {
+    ledger.record(CollectiveKind::all_reduce, "lowrank_p_all_reduce", plan.p_size * value, false);
+    ledger.record(CollectiveKind::all_reduce, "lowrank_q_all_reduce", plan.q_size * value, false);
+  }
+  if (!plan.vectors.empty()) ledger.record(CollectiveKind::all_reduce, "grad_all_reduce", plan.vector_size * value, false);
+}
+
 }  // namespace
+
+std::uint64_t demo_message_bytes(std::size_t n_params, std::size_t chunk, std::size_t k, WireType wire) {
+  const std::size_t entries = kernels::chunk_topk_count(n_params, chunk, k);
+  return kernels::ef_words(n_params, entries) * sizeof(std::uint64_t) + entries * wire_bytes(wire);
+}
 
 std::uint64_t onebit_payload_bytes(std::size_t n_params, int workers, std::size_t chunk) {
   const Sharding sharding(n_params, workers);
@@ -154,6 +171,8 @@ std::size_t mask_k(const OptimizerConfig& config, std::size_t n_params, int work
     case OptimizerType::adamw:
     case OptimizerType::adams:
     case OptimizerType::onebit_adam:
+    case OptimizerType::powersgd:
+    case OptimizerType::demo:
       return 0;
     case OptimizerType::topk_ef:
     case OptimizerType::randk_ef:
@@ -199,7 +218,32 @@ std::vector<CommRecord> step_collectives(const OptimizerConfig& config, std::siz
     case OptimizerType::onebit_adam:
       record_onebit(ledger, config, n_params, workers, step);
       break;
+    case OptimizerType::powersgd:
+      throw std::invalid_argument(
+          "step_collectives: powersgd's bytes depend on the tensor shapes; pass the parameter layout");
+    case OptimizerType::demo:
+      ledger.record(CollectiveKind::all_gather, "demo_all_gather",
+                    static_cast<std::uint64_t>(workers) *
+                        demo_message_bytes(n_params, config.demo_chunk, config.demo_topk, config.wire_dtype),
+                    false);
+      break;
   }
+  return ledger.drain();
+}
+
+std::vector<CommRecord> step_collectives(const OptimizerConfig& config, const ParamLayout& layout, int workers,
+                                         int step, int total_steps, const NetworkModel& net) {
+  if (config.type != OptimizerType::powersgd) {
+    return step_collectives(config, layout.size(), workers, step, total_steps, net);
+  }
+  config.validate();
+  if (layout.size() == 0) throw std::invalid_argument("step_collectives: the parameter layout is empty");
+  if (total_steps < 1 || step < 1 || step > total_steps) {
+    throw std::invalid_argument("step_collectives: step " + std::to_string(step) + " is outside [1, " +
+                                std::to_string(total_steps) + "]");
+  }
+  ByteLedger ledger(workers, net);
+  record_powersgd(ledger, config, layout);
   return ledger.drain();
 }
 

@@ -9,6 +9,7 @@
 #include <optional>
 #include <vector>
 
+#include "core/layout.hpp"
 #include "core/ledger.hpp"
 #include "core/optimizer.hpp"
 
@@ -22,6 +23,10 @@ std::size_t mask_k(const OptimizerConfig& config, std::size_t n_params, int work
 // sum over w of 8 ceil(|S_w| / 64) + 4 ceil(|S_w| / chunk) = 8 ceil(N / 64) + 4 sum ceil(...).
 std::uint64_t onebit_payload_bytes(std::size_t n_params, int workers, std::size_t chunk);
 
+// DeMo's message per worker: the Elias-Fano code of its K = chunk_topk_count(N, chunk, k)
+// coefficient positions among N, then K values at the wire width.
+std::uint64_t demo_message_bytes(std::size_t n_params, std::size_t chunk, std::size_t k, WireType wire);
+
 // The records the ledger of any worker holds after step `step` (1-based) of `total_steps`,
 // in the order the optimizer issues them. SCAPE with mask_partition = local_union reduces the
 // union |M_t| of the local masks, which depends on the data: pass it as `union_size` (it lies
@@ -29,10 +34,16 @@ std::uint64_t onebit_payload_bytes(std::size_t n_params, int workers, std::size_
 // the previous step's: `mask_kept_fraction` of its positions stay (2J / (1 + J) at a Jaccard J
 // between steps whose densities are equal; 0, the default, is delta's largest size). Throws
 // std::invalid_argument for an invalid config, workers < 1, n_params = 0, a step outside
-// [1, total_steps], a union size or kept fraction outside its range.
+// [1, total_steps], a union size or kept fraction outside its range, and for powersgd, whose
+// bytes depend on the tensor shapes (use the overload with the layout).
 std::vector<CommRecord> step_collectives(const OptimizerConfig& config, std::size_t n_params, int workers, int step,
                                          int total_steps, const NetworkModel& net,
                                          std::optional<std::size_t> union_size = std::nullopt,
                                          double mask_kept_fraction = 0.0);
+// The same from the parameter layout, which every optimizer type accepts: PowerSGD all-reduces
+// sum r'(rows) and sum r'(cols) factor entries and the vectors' entries (core/
+// powersgd_optimizer.hpp, PowersgdPlan); the others depend on N = layout.size() only.
+std::vector<CommRecord> step_collectives(const OptimizerConfig& config, const ParamLayout& layout, int workers,
+                                         int step, int total_steps, const NetworkModel& net);
 
 }  // namespace scape

@@ -68,6 +68,9 @@ void assign(kernels::DeviceKind& out, const json& v) {
 const std::vector<std::string> kSparse = {"scape", "topk_ef", "randk_ef"};
 const std::vector<std::string> kScape = {"scape"};
 const std::vector<std::string> kOnebit = {"onebit_adam"};
+const std::vector<std::string> kInnerRule = {"scape", "topk_ef", "randk_ef", "powersgd"};
+const std::vector<std::string> kPowersgd = {"powersgd"};
+const std::vector<std::string> kDemo = {"demo"};
 const std::vector<std::string> kWireTypes = wire_type_names();
 
 std::vector<std::string> gpu_preset_names() {
@@ -168,7 +171,7 @@ Range core_range(const char* key) {
 const KeyTable<OptimizerConfig>& optimizer_keys() {
   using C = OptimizerConfig;
   static const KeyTable<C> t({
-      {{"type", Kind::string, "adamw, adams (dense), scape, topk_ef (raw-gradient top-k with error feedback), randk_ef (shared-seed random-k with error feedback), onebit_adam (1-bit Adam)", {},
+      {{"type", Kind::string, "adamw, adams (dense), scape, topk_ef (raw-gradient top-k with error feedback), randk_ef (shared-seed random-k with error feedback), onebit_adam (1-bit Adam), powersgd (rank-r PowerSGD with error feedback), demo (DeMo: DCT top-k of local momentum, sign steps)", {},
         optimizer_switch_names("type")},
        SCAPE_MEMBER(C, type)},
       {{"lr", Kind::number, "peak learning rate", core_range("lr")}, SCAPE_MEMBER(C, lr)},
@@ -184,11 +187,12 @@ const KeyTable<OptimizerConfig>& optimizer_keys() {
       {{"sparsity", Kind::number, "fraction of coordinates not sent (density = 1 - sparsity)",
         core_range("sparsity"), {}, kSparse},
        SCAPE_MEMBER(C, sparsity)},
-      {{"sharded", Kind::boolean, "distributed optimizer state (default true; false for topk_ef, randk_ef and onebit_adam)"},
+      {{"sharded", Kind::boolean, "distributed optimizer state (default true; false for topk_ef, randk_ef, onebit_adam, powersgd and demo)"},
        SCAPE_MEMBER(C, sharded), Default::derived},
       {{"wire_dtype", Kind::string, "precision of gradient payloads", {}, kWireTypes}, SCAPE_MEMBER(C, wire_dtype)},
       {{"param_dtype", Kind::string, "precision of parameter payloads", {}, kWireTypes}, SCAPE_MEMBER(C, param_dtype)},
-      {{"inner", Kind::string, "update rule of the sparse optimizers", {}, optimizer_switch_names("inner"), kSparse},
+      {{"inner", Kind::string, "update rule of the sparse optimizers and powersgd", {}, optimizer_switch_names("inner"),
+        kInnerRule},
        SCAPE_MEMBER(C, inner)},
       {{"update", Kind::string, "masked or dense update", {}, optimizer_switch_names("update"), kScape}, SCAPE_MEMBER(C, update)},
       {{"mask_statistic", Kind::string, "what top-k ranks", {}, optimizer_switch_names("mask_statistic"),
@@ -232,6 +236,15 @@ const KeyTable<OptimizerConfig>& optimizer_keys() {
       {{"sign_chunk", Kind::integer, "1-bit Adam: coordinates of a shard that share one scale of the sign compression",
         core_range("sign_chunk"), {}, kOnebit},
        SCAPE_MEMBER(C, sign_chunk)},
+      {{"powersgd_rank", Kind::integer, "PowerSGD: rank of each matrix's factors (clipped to min(rows, cols))",
+        core_range("powersgd_rank"), {}, kPowersgd},
+       SCAPE_MEMBER(C, powersgd_rank)},
+      {{"demo_chunk", Kind::integer, "DeMo: coordinates of the flat buffer per DCT chunk",
+        core_range("demo_chunk"), {}, kDemo},
+       SCAPE_MEMBER(C, demo_chunk)},
+      {{"demo_topk", Kind::integer, "DeMo: DCT coefficients each chunk sends (at most demo_chunk)",
+        core_range("demo_topk"), {}, kDemo},
+       SCAPE_MEMBER(C, demo_topk)},
   });
   return t;
 }

@@ -32,6 +32,13 @@ constexpr std::size_t ef_bits(std::size_t n, std::size_t k) {
 }
 constexpr std::size_t ef_words(std::size_t n, std::size_t k) { return words_for(ef_bits(n, k)); }
 
+// Entries DeMo's per-chunk top-k keeps of n values in chunks of `chunk` (the last may be
+// short): min(k, length) per chunk.
+constexpr std::size_t chunk_topk_count(std::size_t n, std::size_t chunk, std::size_t k) {
+  const std::size_t full = n / chunk, tail = n % chunk;
+  return full * (k < chunk ? k : chunk) + (k < tail ? k : tail);
+}
+
 // Scalars of one step, in double. Kernels derive 1 - beta in double and round every scalar
 // to fp32 once: computing 1 - beta2 from an fp32 beta2 = 0.999 would be off by 1.3e-5.
 struct AdamScalars {

@@ -131,6 +131,49 @@ inline void block_sum_squares_sizes(std::size_t n, std::size_t block, std::size_
   require_size(partial, (n + block - 1) / block, "block_sum_squares: partial");
 }
 
+// ---- Low-rank and chunked-DCT compression (kernels/kernel_list.inc).
+
+// M rows x cols, and a factor of `factor_rows` rows whose size fixes the rank; the other
+// factor must be (other_rows x rank).
+inline std::size_t lowrank_sizes(std::size_t m, std::size_t rows, std::size_t cols, std::size_t factor,
+                                 std::size_t factor_rows, std::size_t other, std::size_t other_rows,
+                                 const char* what) {
+  if (rows == 0 || cols == 0) throw std::invalid_argument(std::string(what) + ": rows and cols must be > 0");
+  require_size(m, rows * cols, what);
+  if (factor % factor_rows != 0) {
+    throw std::invalid_argument(std::string(what) + ": factor of " + std::to_string(factor) +
+                                " entries is not a multiple of " + std::to_string(factor_rows) + " rows");
+  }
+  const std::size_t rank = factor / factor_rows;
+  require_size(other, other_rows * rank, what);
+  return rank;
+}
+
+inline void orthonormalize_sizes(std::size_t p, std::size_t rows) {
+  if (rows == 0 || p % rows != 0) {
+    throw std::invalid_argument("orthonormalize_columns: " + std::to_string(p) + " entries are not rows (" +
+                                std::to_string(rows) + ") x rank");
+  }
+}
+
+inline void chunk_transform_sizes(std::size_t x, std::size_t chunk, std::size_t basis, std::size_t out) {
+  if (chunk == 0 || x % chunk != 0) {
+    throw std::invalid_argument("chunk_transform: " + std::to_string(x) + " values are not whole chunks of " +
+                                std::to_string(chunk));
+  }
+  require_size(basis, chunk * chunk, "chunk_transform: basis");
+  require_size(out, x, "chunk_transform: out");
+}
+
+inline void chunk_topk_sizes(std::size_t n, std::size_t chunk, std::size_t k, std::size_t idx, std::size_t values) {
+  if (chunk == 0 || k == 0) throw std::invalid_argument("chunk_topk: chunk and k must be > 0");
+  if (n > std::numeric_limits<std::uint32_t>::max()) {
+    throw std::invalid_argument("chunk_topk: n = " + std::to_string(n) + " exceeds 2^32 - 1");
+  }
+  require_size(idx, chunk_topk_count(n, chunk, k), "chunk_topk: idx");
+  require_size(values, chunk_topk_count(n, chunk, k), "chunk_topk: values");
+}
+
 // ---- Mask coding (kernels/kernel_list.inc, "Elias-Fano coding").
 
 inline void and_not_bits_sizes(std::size_t a, std::size_t b, std::size_t out) {

@@ -126,7 +126,13 @@ OverlapModel parse_overlap(const Section& s) {
 OptimizerConfig parse_optimizer_section(const json& j, const std::string& path) {
   const json run = {{"model", {{"type", "quadratic"}}}, {"optimizer", j}};
   try {
-    return experiments::parse_experiment(run, ".").optimizer;
+    const OptimizerConfig c = experiments::parse_experiment(run, ".").optimizer;
+    // PowerSGD's factors follow the tensor shapes, which a prediction (N only) does not have.
+    if (c.type == OptimizerType::powersgd) {
+      throw ConfigError("optimizer.type: powersgd cannot be predicted: its bytes depend on the tensor shapes, and "
+                        "scape predict knows only the parameter count");
+    }
+    return c;
   } catch (const ConfigError& e) {
     const std::string what = e.what();
     if (path == "optimizer" || what.rfind("optimizer", 0) != 0) throw;

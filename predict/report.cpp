@@ -93,6 +93,10 @@ std::string describe(const OptimizerConfig& o) {
   if (o.type == OptimizerType::onebit_adam) {
     s += ", freeze step " + std::to_string(o.freeze_step) + ", sign chunk " + std::to_string(o.sign_chunk);
   }
+  if (o.type == OptimizerType::powersgd) s += ", rank " + std::to_string(o.powersgd_rank);
+  if (o.type == OptimizerType::demo) {
+    s += ", DCT chunk " + std::to_string(o.demo_chunk) + ", top " + std::to_string(o.demo_topk);
+  }
   if (o.type == OptimizerType::scape) {
     s += std::string(", ") + to_string(o.mask_partition) + " mask, lag " + std::to_string(o.mask_lag) + ", " +
          to_string(o.update) + " update, " + to_string(o.second_moment);

@@ -100,6 +100,26 @@ OptimizerBytes onebit_step_bytes(const OptimizerConfig& c, std::uint64_t n, int 
                             (kClear + kReadWrite) * nn + dense_step_bytes(c) * nn};
 }
 
+// PowerSGD: the accumulate of e, two products reading M (P = M Q, Q = M^T P; the factors are
+// small), the residual pass (read and write e, write the approximation) and the inner step;
+// the products' r flops per element are left out (memory traffic only, as elsewhere).
+OptimizerBytes powersgd_step_bytes(const OptimizerConfig& c, std::uint64_t n) {
+  const double nn = static_cast<double>(n);
+  return OptimizerBytes{0, 0, (kAccumulate + 4 + 4 + kAccumulate) * nn + dense_step_bytes(c) * nn};
+}
+
+// DeMo: the momentum update (scale, accumulate), the forward DCT and the per-chunk top-k, the
+// extracted part expanded, inverted, negated and subtracted, the mean scattered and divided,
+// the inverse DCT of the update, the weight decay and the sign step; the DCTs' chunk flops per
+// element are left out.
+OptimizerBytes demo_step_bytes(std::uint64_t n) {
+  const double nn = static_cast<double>(n);
+  const double transform = 8;
+  return OptimizerBytes{(transform + 4) * nn, 0,
+                        (kReadWrite + kAccumulate) * nn + (kClear + transform + kReadWrite + kAccumulate) * nn +
+                            (kClear + kReadWrite + transform + kReadWrite + kAccumulate) * nn};
+}
+
 bool gradient_reduction(const std::string& purpose) {
   return purpose.rfind("grad_", 0) == 0 || purpose.rfind("accum_", 0) == 0;
 }
@@ -204,6 +224,10 @@ OptimizerBytes optimizer_bytes_by_kernel(const OptimizerConfig& c, std::uint64_t
       return randk_step_bytes(c, n, mask_size);
     case OptimizerType::onebit_adam:
       return onebit_step_bytes(c, n, workers);
+    case OptimizerType::powersgd:
+      return powersgd_step_bytes(c, n);
+    case OptimizerType::demo:
+      return demo_step_bytes(n);
   }
   return {};
 }

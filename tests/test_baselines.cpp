@@ -1,14 +1,17 @@
 // The comparison baselines beyond raw top-k (docs/algorithms.md, "Random-k with a shared
-// seed" and "1-bit Adam"): properties the invariant and reference tests do not already cover --
-// random-k's shared mask, its uniformity and dense limit; 1-bit Adam's momentum conservation
-// through both error feedbacks, its dense limit (freeze_step >= T) and lossless limit
-// (sign_chunk = 1).
+// seed", "1-bit Adam", "PowerSGD" and "DeMo"): properties the invariant and reference tests do
+// not already cover -- random-k's shared mask, its uniformity and dense limit; 1-bit Adam's
+// momentum conservation through both error feedbacks, its dense limit (freeze_step >= T) and
+// lossless limit (sign_chunk = 1); PowerSGD's error feedback, shared rank-r delivery and dense
+// limit (rank >= min(rows, cols)); DeMo's momentum conservation, top-k extraction, sign step
+// and dense limit (k = chunk).
 #include <doctest/doctest.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 
+#include "core/powersgd_optimizer.hpp"
 #include "core/schedule.hpp"
 #include "quadratic_run.hpp"
 
@@ -243,6 +246,272 @@ TEST_CASE("1-bit Adam with sign_chunk 1 loses nothing: both errors stay zero, re
     for (const auto& a : accounts) {
       for (float e : a.worker_error) CHECK(e == 0.0f);
       for (float e : a.server_error) CHECK(e == 0.0f);
+    }
+  }
+}
+
+// ---- PowerSGD and DeMo (docs/algorithms.md, "PowerSGD" and "DeMo").
+
+namespace {
+
+// What one worker saw at each step: its gradient, parameters and optimizer state on both sides.
+struct StateStep {
+  std::vector<float> grad, theta_before, theta_after;
+  StateMap before, after;
+};
+
+std::vector<std::vector<StateStep>> run_with_states(const OptimizerConfig& c, const ParamLayout& layout, int workers,
+                                                    int steps) {
+  sim::QuadraticSpec spec;
+  spec.seed = 13;
+  const sim::NoisyQuadratic problem(layout.size(), spec);
+  std::vector<std::vector<StateStep>> out(static_cast<std::size_t>(workers));
+  sim::run_ranks(workers, NetworkModel{}, [&](Communicator& comm) {
+    auto opt = make_optimizer(c, layout, comm, steps);
+    std::vector<float> theta(layout.size());
+    problem.initial_params(theta);
+    for (int t = 1; t <= steps; ++t) {
+      StateStep s;
+      s.grad.resize(layout.size());
+      problem.gradient(theta, t, comm.rank(), s.grad);
+      s.theta_before = theta;
+      opt->save_state(s.before);
+      opt->step(theta, s.grad);
+      opt->save_state(s.after);
+      s.theta_after = theta;
+      out[static_cast<std::size_t>(comm.rank())].push_back(std::move(s));
+    }
+  });
+  return out;
+}
+
+std::vector<float> state_of(const StateMap& state, const std::string& name) {
+  std::vector<float> v;
+  get_state(state, name, v);
+  return v;
+}
+
+OptimizerConfig powersgd_config(int rank, InnerRule inner = InnerRule::adams) {
+  OptimizerConfig c;
+  c.type = OptimizerType::powersgd;
+  c.sharded = false;
+  c.powersgd_rank = rank;
+  c.inner = inner;
+  c.lr = 1e-2;
+  c.seed = 3;
+  return c;
+}
+
+// Orthonormal columns (double Gram-Schmidt) of the rows x rank row-major matrix a.
+std::vector<double> orthonormal_columns(const float* a, std::size_t rows, std::size_t rank) {
+  std::vector<double> q(a, a + rows * rank);
+  for (std::size_t c = 0; c < rank; ++c) {
+    for (std::size_t d = 0; d < c; ++d) {
+      double dot = 0;
+      for (std::size_t i = 0; i < rows; ++i) dot += q[i * rank + c] * q[i * rank + d];
+      for (std::size_t i = 0; i < rows; ++i) q[i * rank + c] -= dot * q[i * rank + d];
+    }
+    double norm = 0;
+    for (std::size_t i = 0; i < rows; ++i) norm += q[i * rank + c] * q[i * rank + c];
+    for (std::size_t i = 0; i < rows; ++i) q[i * rank + c] /= std::sqrt(norm);
+  }
+  return q;
+}
+
+}  // namespace
+
+TEST_CASE("PowerSGD error feedback: e_before + g = e_after + D, D the same rank-r P Q^T on every worker") {
+  // D is what every worker delivered; it must lie in the span of the all-reduced Q (its rows are
+  // combinations of Q's columns), be identical across workers up to rounding, and the vectors
+  // must travel whole (their residual stays zero).
+  const ParamLayout layout = mixed_layout(2);
+  const PowersgdPlan plan = powersgd_plan(layout, 2);
+  REQUIRE(plan.matrices.size() == 2);
+  for (int w : {1, 2, 4}) {
+    CAPTURE(w);
+    const auto run = run_with_states(powersgd_config(2), layout, w, 6);
+    double lost = 0;
+    for (std::size_t t = 0; t < run[0].size(); ++t) {
+      const auto q = state_of(run[0][t].after, "powersgd.q");
+      std::vector<std::vector<double>> delivered(static_cast<std::size_t>(w));
+      for (int i = 0; i < w; ++i) {
+        const auto& s = run[static_cast<std::size_t>(i)][t];
+        const auto e0 = state_of(s.before, "powersgd.error");
+        const auto e1 = state_of(s.after, "powersgd.error");
+        CHECK(state_of(s.after, "powersgd.q") == q);  // the warm start is shared
+        auto& d = delivered[static_cast<std::size_t>(i)];
+        for (std::size_t j = 0; j < e0.size(); ++j) d.push_back(double(e0[j]) + s.grad[j] - e1[j]);
+        for (const auto& v : plan.vectors) {
+          for (std::size_t j = v.offset; j < v.offset + v.size; ++j) CHECK(e1[j] == 0.0f);
+        }
+        for (float e : e1) lost = std::max(lost, double(std::fabs(e)));
+      }
+      for (const auto& m : plan.matrices) {
+        const auto basis = orthonormal_columns(q.data() + m.q_offset, m.cols, m.rank);
+        double worst = 0, size = 0, spread = 0;
+        for (std::size_t r = 0; r < m.rows; ++r) {
+          const double* d = delivered[0].data() + m.offset + r * m.cols;
+          // The row minus its projection on span(Q).
+          std::vector<double> coef(m.rank, 0.0);
+          for (std::size_t c = 0; c < m.rank; ++c) {
+            for (std::size_t j = 0; j < m.cols; ++j) coef[c] += d[j] * basis[j * m.rank + c];
+          }
+          for (std::size_t j = 0; j < m.cols; ++j) {
+            double proj = 0;
+            for (std::size_t c = 0; c < m.rank; ++c) proj += coef[c] * basis[j * m.rank + c];
+            worst = std::max(worst, std::fabs(d[j] - proj));
+            size = std::max(size, std::fabs(d[j]));
+            for (int i = 1; i < w; ++i) {
+              spread = std::max(spread, std::fabs(delivered[static_cast<std::size_t>(i)][m.offset + r * m.cols + j] - d[j]));
+            }
+          }
+        }
+        CHECK(size > 0);
+        CHECK(worst <= 1e-5 * size);
+        CHECK(spread <= 1e-5 * size);
+      }
+    }
+    CHECK(lost > 0);  // rank 2 of a 26 x 31 gradient does lose something the residual keeps
+  }
+}
+
+TEST_CASE("PowerSGD with rank >= min(rows, cols) is dense replicated AdamS / AdamW up to rounding") {
+  const ParamLayout layout = mixed_layout(2);
+  for (int w : {1, 3}) {
+    for (InnerRule inner : {InnerRule::adams, InnerRule::adamw}) {
+      CAPTURE(w);
+      CAPTURE(to_string(inner));
+      OptimizerConfig full = powersgd_config(64, inner);
+      OptimizerConfig dense = full;
+      dense.type = inner == InnerRule::adams ? OptimizerType::adams : OptimizerType::adamw;
+      const auto a = run_quadratic(full, layout, w, 8);
+      const auto b = run_quadratic(dense, layout, w, 8);
+      const auto low = run_quadratic(powersgd_config(1, inner), layout, w, 8);
+      double gap = 0, low_gap = 0, residual = 0;
+      for (std::size_t j = 0; j < layout.size(); ++j) {
+        gap = std::max(gap, double(std::fabs(a.steps[0][7].params_after[j] - b.steps[0][7].params_after[j])));
+        low_gap = std::max(low_gap, double(std::fabs(low.steps[0][7].params_after[j] - b.steps[0][7].params_after[j])));
+        // Each worker keeps M_i - mean M, so the residuals cancel over the workers (the mean
+        // gradient is delivered whole); one worker's is not zero for W > 1.
+        double mean_residual = 0;
+        for (const auto& worker : a.steps) mean_residual += worker[7].residual_before[j] / w;
+        residual = std::max(residual, std::fabs(mean_residual));
+      }
+      // Eight steps of lr 1e-2: a rank-1 run is lr-sized away, the full-rank one at rounding.
+      CHECK(gap <= 1e-5);
+      CHECK(low_gap > 1e-3);
+      CHECK(residual <= 1e-5);
+    }
+  }
+}
+
+namespace {
+
+OptimizerConfig demo_config(std::size_t chunk, std::size_t k) {
+  OptimizerConfig c;
+  c.type = OptimizerType::demo;
+  c.sharded = false;
+  c.demo_chunk = chunk;
+  c.demo_topk = k;
+  c.lr = 1e-2;
+  c.weight_decay = 0;
+  return c;
+}
+
+// The orthonormal DCT-II of x chunk by chunk (the short last chunk by its own length), in double.
+std::vector<double> chunk_dct(const std::vector<double>& x, std::size_t chunk) {
+  std::vector<double> y(x.size(), 0.0);
+  for (std::size_t lo = 0; lo < x.size(); lo += chunk) {
+    const std::size_t len = std::min(chunk, x.size() - lo);
+    for (std::size_t f = 0; f < len; ++f) {
+      const double s = std::sqrt((f == 0 ? 1.0 : 2.0) / double(len));
+      for (std::size_t j = 0; j < len; ++j) y[lo + f] += s * std::cos(M_PI * double(2 * j + 1) * f / (2.0 * len)) * x[lo + j];
+    }
+  }
+  return y;
+}
+
+}  // namespace
+
+TEST_CASE("DeMo conserves momentum: beta m_before + g = m_after + extracted, extracted the top-k DCT part") {
+  // extracted = beta m_before + g - m_after must have, in each chunk's DCT, exactly the k
+  // coefficients of largest magnitude of DCT(beta m_before + g) and nothing else (to rounding).
+  const ParamLayout layout = mixed_layout(2);  // N = 1634: chunks of 64 leave a tail of 34
+  for (std::size_t chunk : {std::size_t{64}, std::size_t{50}}) {
+    const std::size_t k = 3;
+    CAPTURE(chunk);
+    const auto run = run_with_states(demo_config(chunk, k), layout, 2, 4);
+    for (const auto& worker : run) {
+      for (const auto& s : worker) {
+        const auto m0 = state_of(s.before, "m");
+        const auto m1 = state_of(s.after, "m");
+        std::vector<double> local(m0.size()), extracted(m0.size());
+        for (std::size_t j = 0; j < m0.size(); ++j) {
+          local[j] = 0.9 * double(m0[j]) + s.grad[j];
+          extracted[j] = local[j] - m1[j];
+        }
+        const auto y_local = chunk_dct(local, chunk);
+        const auto y_extracted = chunk_dct(extracted, chunk);
+        for (std::size_t lo = 0; lo < local.size(); lo += chunk) {
+          const std::size_t len = std::min(chunk, local.size() - lo);
+          double scale = 0, kth = 0, rest = 0;
+          for (std::size_t f = 0; f < len; ++f) scale = std::max(scale, std::fabs(y_local[lo + f]));
+          std::size_t kept = 0;
+          for (std::size_t f = 0; f < len; ++f) {
+            if (std::fabs(y_extracted[lo + f]) > 1e-4 * scale) {
+              ++kept;
+              CHECK(y_extracted[lo + f] == doctest::Approx(y_local[lo + f]).epsilon(1e-4));
+              kth = kth == 0 ? std::fabs(y_local[lo + f]) : std::min(kth, std::fabs(y_local[lo + f]));
+            } else {
+              rest = std::max(rest, std::fabs(y_local[lo + f]));
+            }
+          }
+          CHECK(kept == std::min(k, len));
+          CHECK(rest <= kth * (1 + 1e-5));  // nothing left behind is larger than what was sent
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("DeMo steps by lr sign(IDCT(mean extracted)); with k = chunk that is sign(mean momentum)") {
+  const ParamLayout layout = mixed_layout(2);
+  for (std::size_t k : {std::size_t{4}, std::size_t{64}}) {
+    for (int w : {1, 3}) {
+      CAPTURE(k);
+      CAPTURE(w);
+      const auto run = run_with_states(demo_config(64, k), layout, w, 4);
+      const std::size_t n = layout.size();
+      std::size_t agree = 0, decided = 0;
+      for (std::size_t t = 0; t < 4; ++t) {
+        std::vector<double> mean_extracted(n, 0.0);
+        for (const auto& worker : run) {
+          const auto& s = worker[t];
+          const auto m0 = state_of(s.before, "m");
+          const auto m1 = state_of(s.after, "m");
+          double scale = 0, left = 0;
+          for (std::size_t j = 0; j < n; ++j) {
+            mean_extracted[j] += (0.9 * double(m0[j]) + s.grad[j] - m1[j]) / w;
+            scale = std::max(scale, std::fabs(0.9 * m0[j] + s.grad[j]));
+            left = std::max(left, double(std::fabs(m1[j])));
+          }
+          // k = chunk extracts everything: what stays is the round trip's rounding.
+          if (k == 64) CHECK(left <= 1e-6 * scale);
+        }
+        const auto& s = run[0][t];
+        const float lr = static_cast<float>(learning_rate(LrSchedule{1e-2, 1e-3, 0, 4}, static_cast<int>(t) + 1));
+        for (std::size_t j = 0; j < n; ++j) {
+          // Every worker takes the same step, of exactly +-lr (weight decay is off here).
+          for (const auto& worker : run) CHECK(worker[t].theta_after[j] == s.theta_after[j]);
+          const bool down = s.theta_after[j] == s.theta_before[j] - lr;
+          CHECK((down || s.theta_after[j] == s.theta_before[j] + lr));
+          if (std::fabs(mean_extracted[j]) < 1e-4) continue;  // a sign at rounding level is not decided
+          ++decided;
+          agree += down == (mean_extracted[j] > 0);
+        }
+      }
+      CHECK(decided > n);
+      CHECK(agree == decided);
     }
   }
 }

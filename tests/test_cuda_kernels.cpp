@@ -54,6 +54,8 @@ constexpr std::string_view kComparedKernels[] = {
     "reconstruct_gradient", "round_to_bf16", "fill",
     "block_sum_squares", "max_magnitude",
     "sign_compress", "sign_expand_add",
+    "lowrank_project", "lowrank_project_t", "lowrank_residual", "orthonormalize_columns",
+    "chunk_transform", "chunk_topk", "sign_descent",
 };
 
 constexpr std::string_view kListedKernels[] = {
@@ -528,6 +530,75 @@ TEST_CASE("sign_compress and sign_expand_add (1-bit Adam) match the CPU") {
       sk::sign_expand_add(words, chunk, scales, acc);
       gpu().sign_expand_add(dwords, chunk, dscales, dacc);
       check_equal(acc, to_host(dacc), "sign_expand_add " + what);
+    }
+  }
+}
+
+TEST_CASE("PowerSGD's low-rank kernels (project, project_t, residual, Gram-Schmidt) match the CPU") {
+  std::uint32_t seed = 950;
+  const std::size_t shapes[][3] = {{1, 1, 1}, {7, 3, 2}, {64, 65, 4}, {300, 1000, 8}, {1024, 4096, 4}};
+  for (const auto& shape : shapes) {
+    const std::size_t rows = shape[0], cols = shape[1], rank = shape[2];
+    const std::string what = "rows=" + std::to_string(rows) + " cols=" + std::to_string(cols);
+    std::vector<float> m = make_values(Family::normal, rows * cols, ++seed);
+    const std::vector<float> q = make_values(Family::normal, cols * rank, ++seed);
+    std::vector<float> p(rows * rank), q2(cols * rank), approx(rows * cols);
+    sk::Buffer<float> dm = to_gpu(m), dq = to_gpu(q), dp(gpu(), rows * rank), dq2(gpu(), cols * rank),
+                      dapprox(gpu(), rows * cols);
+    sk::lowrank_project(m, rows, cols, q, p);
+    gpu().lowrank_project(dm, rows, cols, dq, dp);
+    check_equal(p, to_host(dp), "lowrank_project " + what);
+    sk::orthonormalize_columns(p, rows);
+    gpu().orthonormalize_columns(dp, rows);
+    check_equal(p, to_host(dp), "orthonormalize_columns " + what);
+    sk::lowrank_project_t(m, rows, cols, p, q2);
+    gpu().lowrank_project_t(dm, rows, cols, dp, dq2);
+    check_equal(q2, to_host(dq2), "lowrank_project_t " + what);
+    sk::lowrank_residual(m, rows, cols, p, q2, approx);
+    gpu().lowrank_residual(dm, rows, cols, dp, dq2, dapprox);
+    check_equal(approx, to_host(dapprox), "lowrank_residual approx " + what);
+    check_equal(m, to_host(dm), "lowrank_residual error " + what);
+  }
+}
+
+TEST_CASE("DeMo's kernels (chunk_transform, chunk_topk, sign_descent) match the CPU") {
+  std::uint32_t seed = 970;
+  for (const Family family : kFamilies) {
+    for (std::size_t n : {std::size_t{0}, std::size_t{1}, std::size_t{65}, std::size_t{1000}, std::size_t{300'007}}) {
+      for (std::size_t chunk : {std::size_t{1}, std::size_t{7}, std::size_t{64}}) {
+        const std::string what = case_name(family, n) + " chunk=" + std::to_string(chunk);
+        const std::vector<float> x = make_values(family, n, ++seed);
+        const std::vector<float> basis = make_values(Family::normal, chunk * chunk, ++seed);
+        const std::size_t whole = n - n % chunk;
+        const std::vector<float> xw(x.begin(), x.begin() + static_cast<std::ptrdiff_t>(whole));
+        const sk::Buffer<float> dx = to_gpu(xw), dbasis = to_gpu(basis);
+        for (bool transpose : {false, true}) {
+          std::vector<float> y(whole);
+          sk::Buffer<float> dy(gpu(), whole);
+          sk::chunk_transform(xw, chunk, basis, transpose, y);
+          gpu().chunk_transform(dx, chunk, dbasis, transpose, dy);
+          check_equal(y, to_host(dy), "chunk_transform " + what);
+        }
+        for (std::size_t k : {std::size_t{1}, std::size_t{3}, chunk}) {
+          const std::size_t count = sk::chunk_topk_count(n, chunk, k);
+          std::vector<std::uint32_t> idx(count);
+          std::vector<float> values(count);
+          sk::Buffer<std::uint32_t> didx(gpu(), count);
+          sk::Buffer<float> dvalues(gpu(), count);
+          const sk::Buffer<float> dfull = to_gpu(x);
+          sk::chunk_topk(x, chunk, k, idx, values);
+          gpu().chunk_topk(dfull, chunk, k, didx, dvalues);
+          check_equal(idx, to_host(didx), "chunk_topk indices " + what);
+          check_equal(values, to_host(dvalues), "chunk_topk values " + what);
+        }
+      }
+      std::vector<float> theta = make_values(Family::normal, n, ++seed);
+      const std::vector<float> u = make_values(family, n, ++seed);
+      sk::Buffer<float> dtheta = to_gpu(theta);
+      const sk::Buffer<float> du = to_gpu(u);
+      sk::sign_descent(theta, u, 0.01f);
+      gpu().sign_descent(dtheta, du, 0.01f);
+      check_equal(theta, to_host(dtheta), "sign_descent " + case_name(family, n));
     }
   }
 }

@@ -2,11 +2,14 @@
 // docs/algorithms.md ("Communication volume"), and the alpha-beta model its formula.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <map>
 
 #include "core/ledger.hpp"
 #include "core/schedule.hpp"
+#include "core/volume.hpp"
+#include "kernels/kernel_types.hpp"
 #include "quadratic_run.hpp"
 
 using namespace scape;
@@ -281,6 +284,66 @@ TEST_CASE("closed forms: 1-bit Adam all-reduces N p_wire until freeze_step, then
           CHECK(payloads(m) == StepPayloads{{"momentum_all_to_all", {p}}, {"momentum_all_gather", {p}}});
         }
         check_sent(m, w);
+      }
+    }
+  }
+}
+
+TEST_CASE("closed forms: PowerSGD all-reduces sum r'(n + m) factor entries in two collectives, vectors dense") {
+  // mixed_layout(2): w1 26 x 31, b1 31, w2 14 x 50, ln 97; r' = min(r, rows, cols).
+  const ParamLayout layout = mixed_layout(2);
+  for (int w : {1, 2, 4}) {
+    for (int r : {1, 4, 20}) {
+      CAPTURE(w);
+      CAPTURE(r);
+      OptimizerConfig c;
+      c.type = OptimizerType::powersgd;
+      c.sharded = false;
+      c.powersgd_rank = r;
+      const std::uint64_t r2 = std::min(r, 14);
+      const std::uint64_t p = 4 * (std::uint64_t(r) * 26 + r2 * 14), q = 4 * (std::uint64_t(r) * 31 + r2 * 50);
+      const auto run = run_quadratic(c, layout, w, 3);
+      for (const auto& s : run.steps[0]) {
+        CHECK(payloads(s.metrics) == StepPayloads{{"lowrank_p_all_reduce", {p}},
+                                                  {"lowrank_q_all_reduce", {q}},
+                                                  {"grad_all_reduce", {4 * (31 + 97)}}});
+        check_sent(s.metrics, w);
+      }
+      // The layout-aware volume model gives the same records.
+      const auto predicted = step_collectives(c, layout, w, 2, 3, NetworkModel{});
+      REQUIRE(predicted.size() == 3);
+      CHECK(predicted[0].payload_bytes == p);
+      CHECK(predicted[1].payload_bytes == q);
+      CHECK(predicted[2].payload_bytes == 4 * (31 + 97));
+    }
+  }
+}
+
+TEST_CASE("closed forms: DeMo all-gathers W (Elias-Fano of K positions among N + K p_wire), K = chunks x k") {
+  const ParamLayout layout = mixed_layout(2);
+  const std::uint64_t n = layout.size();  // 1634 = 25 chunks of 64 and a tail of 34
+  REQUIRE(n == 1634);
+  for (int w : {1, 3}) {
+    for (WireType wire : {WireType::fp32, WireType::bf16}) {
+      for (std::uint64_t k : {std::uint64_t{4}, std::uint64_t{64}}) {
+        CAPTURE(w);
+        CAPTURE(k);
+        OptimizerConfig c;
+        c.type = OptimizerType::demo;
+        c.sharded = false;
+        c.demo_chunk = 64;
+        c.demo_topk = k;
+        c.wire_dtype = wire;
+        const std::uint64_t entries = 25 * k + std::min<std::uint64_t>(k, 34);
+        const unsigned low = kernels::ef_low_bits(n, entries);
+        const std::uint64_t code = 8 * ((entries * low + entries + (n - 1) / (std::uint64_t{1} << low) + 63) / 64);
+        const std::uint64_t message = code + entries * wire_bytes(wire);
+        const auto run = run_quadratic(c, layout, w, 3);
+        for (const auto& s : run.steps[0]) {
+          CHECK(payloads(s.metrics) == StepPayloads{{"demo_all_gather", {w * message}}});
+          check_sent(s.metrics, w);
+        }
+        CHECK(step_collectives(c, n, w, 1, 3, NetworkModel{})[0].payload_bytes == w * message);
       }
     }
   }

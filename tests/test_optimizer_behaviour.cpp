@@ -56,6 +56,23 @@ TEST_CASE("bad configurations name the parameter and the value") {
   c.freeze_step = 1;
   c.sign_chunk = 0;
   expect_invalid(c, "optimizer.sign_chunk: 0");
+  c.sign_chunk = 2048;
+  c.type = OptimizerType::powersgd;
+  c.sharded = true;
+  expect_invalid(c, "optimizer.sharded: powersgd keeps replicated optimizer state");
+  c.sharded = false;
+  c.powersgd_rank = 0;
+  expect_invalid(c, "optimizer.powersgd_rank: 0");
+  c.powersgd_rank = 4;
+  c.type = OptimizerType::demo;
+  c.sharded = true;
+  expect_invalid(c, "optimizer.sharded: demo keeps replicated optimizer state");
+  c.sharded = false;
+  c.demo_chunk = 0;
+  expect_invalid(c, "optimizer.demo_chunk: 0");
+  c.demo_chunk = 8;
+  c.demo_topk = 9;
+  expect_invalid(c, "optimizer.demo_topk: 9 is out of range (must be in [1, demo_chunk])");
   CHECK_THROWS_WITH_AS(parse_mask_statistic("first-moment"),
                        doctest::Contains("optimizer.mask_statistic: unknown value 'first-moment' (expected one of "
                                          "first_moment, gradient, momentum_only, random)"),
@@ -73,7 +90,7 @@ TEST_CASE("mismatched buffers and zero workers are rejected") {
   CHECK_THROWS_WITH_AS(sim::run_ranks(0, NetworkModel{}, [](Communicator&) {}), doctest::Contains("workers must be >= 1"),
                        std::invalid_argument);
   for (OptimizerType type : {OptimizerType::adams, OptimizerType::scape, OptimizerType::topk_ef, OptimizerType::randk_ef,
-                             OptimizerType::onebit_adam}) {
+                             OptimizerType::onebit_adam, OptimizerType::powersgd, OptimizerType::demo}) {
     sim::run_ranks(1, NetworkModel{}, [&](Communicator& comm) {
       OptimizerConfig c;
       c.type = type;
@@ -113,7 +130,8 @@ TEST_CASE("non-finite gradients are counted and reported, and stay visible in th
 TEST_CASE("determinism: the same configuration and seed give bit-identical parameters") {
   const ParamLayout layout = mixed_layout(4);
   for (OptimizerType type : {OptimizerType::adamw, OptimizerType::scape, OptimizerType::topk_ef,
-                             OptimizerType::randk_ef, OptimizerType::onebit_adam}) {
+                             OptimizerType::randk_ef, OptimizerType::onebit_adam, OptimizerType::powersgd,
+                             OptimizerType::demo}) {
     OptimizerConfig c;
     c.type = type;
     c.sharded = !replicated_only(type);
@@ -196,7 +214,7 @@ TEST_CASE("save_state / load_state resume every optimizer bit for bit") {
   sim::QuadraticSpec spec;
   spec.seed = 5;
   const sim::NoisyQuadratic problem(layout.size(), spec);
-  std::vector<OptimizerConfig> configs(7);
+  std::vector<OptimizerConfig> configs(9);
   configs[0].type = OptimizerType::adamw;
   configs[1].sparsity = 0.9;  // SCAPE, sharded, lag 1
   configs[2].sparsity = 0.9;
@@ -213,6 +231,12 @@ TEST_CASE("save_state / load_state resume every optimizer bit for bit") {
   configs[6].sharded = false;
   configs[6].freeze_step = 2;
   configs[6].sign_chunk = 100;
+  configs[7].type = OptimizerType::powersgd;  // the residual and the warm-started Q resume
+  configs[7].sharded = false;
+  configs[7].powersgd_rank = 2;
+  configs[8].type = OptimizerType::demo;  // the momentum is the whole state
+  configs[8].sharded = false;
+  configs[8].demo_chunk = 50;
   for (const auto& c : configs) {
     CAPTURE(to_string(c.type));
     const int steps = 8, split = 3, workers = 3;
@@ -260,7 +284,7 @@ TEST_CASE("save_state / load_state resume every optimizer bit for bit") {
 
 TEST_CASE("collective_purposes lists exactly what each configuration records") {
   const ParamLayout layout = mixed_layout();
-  std::vector<OptimizerConfig> configs(8);
+  std::vector<OptimizerConfig> configs(10);
   configs[0].type = OptimizerType::adams;
   configs[1].type = OptimizerType::adamw;
   configs[1].sharded = false;
@@ -276,6 +300,10 @@ TEST_CASE("collective_purposes lists exactly what each configuration records") {
   configs[7].type = OptimizerType::onebit_adam;
   configs[7].sharded = false;
   configs[7].freeze_step = 1;
+  configs[8].type = OptimizerType::powersgd;
+  configs[8].sharded = false;
+  configs[9].type = OptimizerType::demo;
+  configs[9].sharded = false;
   for (const auto& c : configs) {
     const auto run = run_quadratic(c, layout, 2, 3);
     std::set<std::string> seen;

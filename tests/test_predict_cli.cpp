@@ -152,6 +152,9 @@ TEST_CASE("bad input exits 2 naming the field") {
   j = small_config();
   j["model"] = {{"family", "llama"}, {"n_layer", 2}, {"n_embd", 64}, {"n_head", 4}};
   expect_invalid(j, "model.vocab_size");
+  j = small_config();
+  j["optimizer"] = {{"type", "powersgd"}, {"sharded", false}};  // its bytes need the tensor shapes
+  expect_invalid(j, "optimizer.type: powersgd cannot be predicted");
 }
 
 TEST_CASE("parser: defaults, explicit models and the derived baseline") {

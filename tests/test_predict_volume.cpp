@@ -74,6 +74,13 @@ std::vector<Case> cases() {
   onebit.freeze_step = 2;
   onebit.sign_chunk = 100;
   out.push_back({"onebit_adam freeze 2", onebit});
+  auto powersgd = make(OptimizerType::powersgd, false);
+  powersgd.powersgd_rank = 3;
+  out.push_back({"powersgd rank 3", powersgd});
+  auto demo = make(OptimizerType::demo, false);
+  demo.demo_chunk = 50;
+  demo.demo_topk = 5;
+  out.push_back({"demo chunk 50 top 5", demo});
   return out;
 }
 
@@ -108,8 +115,12 @@ TEST_CASE("step_collectives reports the simulator's bytes per collective, step f
             // local_union's |M_t| depends on the data: the simulator's value goes in.
             const bool local = config.type == OptimizerType::scape &&
                                config.mask_partition == MaskPartition::local_union;
-            const auto predicted = step_collectives(config, layout.size(), w, t, kSteps, NetworkModel{},
-                                                    local ? std::optional<std::size_t>(m.mask_size) : std::nullopt);
+            // PowerSGD's bytes need the tensor shapes: the layout overload.
+            const auto predicted =
+                config.type == OptimizerType::powersgd
+                    ? step_collectives(config, layout, w, t, kSteps, NetworkModel{})
+                    : step_collectives(config, layout.size(), w, t, kSteps, NetworkModel{},
+                                       local ? std::optional<std::size_t>(m.mask_size) : std::nullopt);
             REQUIRE(predicted.size() == m.comm.size());
             for (std::size_t i = 0; i < predicted.size(); ++i) check_same(predicted[i], m.comm[i]);
             if (rank != 0) continue;
@@ -187,6 +198,12 @@ TEST_CASE("step_collectives rejects what the optimizer would reject") {
   CHECK_NOTHROW(step_collectives(local, 1000, 4, 2, 3, NetworkModel{}, 400));
   CHECK_THROWS_AS(step_collectives(local, 1000, 4, 2, 3, NetworkModel{}, 401), std::invalid_argument);
   CHECK_THROWS_AS(step_collectives(local, 1000, 4, 2, 3, NetworkModel{}, 99), std::invalid_argument);
+  // PowerSGD's factors depend on the tensor shapes, which N alone does not give.
+  OptimizerConfig powersgd;
+  powersgd.type = OptimizerType::powersgd;
+  powersgd.sharded = false;
+  CHECK_THROWS_WITH_AS(step_collectives(powersgd, 1000, 4, 1, 3, NetworkModel{}), doctest::Contains("tensor shapes"),
+                       std::invalid_argument);
 }
 
 TEST_CASE("predict_step costs exactly the ledger's collectives") {

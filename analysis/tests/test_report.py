@@ -335,9 +335,11 @@ def test_optimizer_key_types_come_from_scape_schema(monkeypatch):
     runs.optimizer_key_types.cache_clear()
     try:
         types = runs.optimizer_key_types()
-        assert types["lr"] == {"adamw", "adams", "scape", "topk_ef", "randk_ef", "onebit_adam"}
+        assert types["lr"] == {"adamw", "adams", "scape", "topk_ef", "randk_ef", "onebit_adam", "powersgd", "demo"}
         assert types["residual"] == {"scape", "topk_ef", "randk_ef"} and types["offload_chunk"] == {"scape"}
         assert types["freeze_step"] == {"onebit_adam"}
+        assert types["inner"] == {"scape", "topk_ef", "randk_ef", "powersgd"}
+        assert types["powersgd_rank"] == {"powersgd"} and types["demo_topk"] == {"demo"}
         runs.optimizer_key_types.cache_clear()
         monkeypatch.setenv("SCAPE_BINARY", "/nonexistent/scape")
         with pytest.raises(runs.ScapeBinaryError, match="SCAPE_BINARY"):

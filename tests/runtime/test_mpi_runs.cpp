@@ -69,6 +69,9 @@ TEST_CASE("deterministic mode: mpirun -np 4 is bit-identical to the simulator wi
       {"shared-seed random-k EF 0.9", "--set optimizer.type=randk_ef --set optimizer.sparsity=0.9 --set optimizer.sharded=false"},
       {"1-bit Adam, freeze 3, chunk 256",
        "--set optimizer.type=onebit_adam --set optimizer.freeze_step=3 --set optimizer.sign_chunk=256 --set optimizer.sharded=false"},
+      {"PowerSGD rank 2", "--set optimizer.type=powersgd --set optimizer.powersgd_rank=2 --set optimizer.sharded=false"},
+      {"DeMo chunk 32, top 3",
+       "--set optimizer.type=demo --set optimizer.demo_chunk=32 --set optimizer.demo_topk=3 --set optimizer.sharded=false"},
   };
   std::map<std::string, std::vector<float>> final_params;
   for (const auto& [name, set] : cases) {
@@ -104,7 +107,9 @@ TEST_CASE("deterministic mode: mpirun -np 4 is bit-identical to the simulator wi
     const bool replicated = set.find("sharded=false") != std::string::npos;
     // 1-bit Adam all-reduces gradients for its 3 warm-up steps, then exchanges compressed momentum.
     const bool onebit = set.find("onebit_adam") != std::string::npos;
+    const bool demo = set.find("type=demo") != std::string::npos;
     const auto measured = metric(dir.path / "mpi.h5", onebit       ? "comm_time_measured_momentum_all_to_all"
+                                                      : demo       ? "comm_time_measured_demo_all_gather"
                                                       : replicated ? "comm_time_measured_grad_all_reduce"
                                                                    : "comm_time_measured_grad_reduce_scatter");
     for (std::size_t i = onebit ? 3 : 0; i < measured.size(); ++i) CHECK(measured[i] > 0);
