@@ -22,8 +22,16 @@ ModelSection parse_model(const json& j) {
   ModelSection m;
   write_given(s, model_keys(), m);
   check_applicable(s, model_keys(), m.type);
-  if (m.type == "gpt" && m.n_embd % m.n_head != 0) {
+  const bool transformer = m.type == "gpt" || m.type == "llama";
+  if (transformer && m.n_embd % m.n_head != 0) {
     fail("model.n_head", std::to_string(m.n_head) + " does not divide model.n_embd = " + std::to_string(m.n_embd));
+  }
+  if (m.type == "llama" && (m.n_embd / m.n_head) % 2 != 0) {
+    fail("model.n_embd", std::to_string(m.n_embd) + " / model.n_head = " + std::to_string(m.n_embd / m.n_head) +
+                             " is an odd head dimension; RoPE rotates pairs and needs it even");
+  }
+  if (m.type == "llama" && m.n_kv_head != 0 && m.n_head % m.n_kv_head != 0) {
+    fail("model.n_kv_head", std::to_string(m.n_kv_head) + " does not divide model.n_head = " + std::to_string(m.n_head));
   }
   return m;
 }

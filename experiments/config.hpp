@@ -20,13 +20,16 @@
 namespace scape::experiments {
 
 struct ModelSection {
-  std::string type = "gpt";  // gpt | replay | quadratic
-  // gpt
+  std::string type = "gpt";  // gpt | llama | replay | quadratic
+  // gpt and llama
   int n_layer = 2;
   int n_head = 4;
   int n_embd = 64;
   int block_size = 64;
   int vocab_size = 256;
+  // llama
+  int n_kv_head = 0;   // 0: n_head
+  int ffn_hidden = 0;  // 0: 8/3 n_embd rounded up to a multiple of 64
   // replay
   std::filesystem::path path;
   // quadratic (the synthetic gradient source of the optimizer tests)
@@ -88,7 +91,7 @@ struct ExperimentConfig {
   EvalSection eval;
   LogSection log;
 
-  bool has_data() const { return model.type == "gpt"; }
+  bool has_data() const { return model.type == "gpt" || model.type == "llama"; }
   // Defaults filled in, paths absolute: the JSON a run records and hashes.
   nlohmann::json to_json() const;
 };

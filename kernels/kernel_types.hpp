@@ -71,4 +71,15 @@ struct AdamFloats {
   float inv_bc1;       // 1 / c1 (AdamS)
 };
 
+// The element type of the model ops (kernels/model_kernel_list.inc) on the backends.
+using ModelReal = float;
+
+// Causal self-attention over B sequences of T tokens: H query heads of hs columns and Hkv
+// key/value heads (H a multiple of Hkv; Hkv == H is plain multi-head attention).
+struct AttentionShape {
+  int B = 1, T = 1, H = 1, Hkv = 1, hs = 1;
+  int qkv_width() const { return (H + 2 * Hkv) * hs; }  // columns of the packed qkv rows
+  int y_width() const { return H * hs; }
+};
+
 }  // namespace scape::kernels

@@ -1,5 +1,6 @@
-// GPT-2 language model on the CPU with a hand-written backward pass over flat parameter and
-// gradient buffers (Radford et al. 2019; structure follows karpathy/llm.c train_gpt2.c).
+// GPT-2 language model with a hand-written backward pass over flat parameter and gradient
+// buffers (Radford et al. 2019; structure follows karpathy/llm.c train_gpt2.c), written against
+// the model ops of kernels/model_kernel_list.inc, so one code runs on the CPU and on CUDA.
 #pragma once
 
 #include <cstddef>
@@ -8,6 +9,7 @@
 #include <span>
 
 #include "core/layout.hpp"
+#include "kernels/backend.hpp"
 
 namespace scape::model {
 
@@ -35,14 +37,17 @@ ParamLayout gpt_layout(const GptConfig& cfg);
 double train_flops_per_token(const GptConfig& cfg, int T);
 
 // One model instance owns its activation workspace: use one per thread. Real is float for
-// training and double for gradient checks; both share the layout. Threads: every parallel
+// training and double for gradient checks; both share the layout. The float model runs its ops
+// and keeps its workspace on `backend` (the CPU by default); params, grads, inputs and targets
+// must then be memory that backend can access. The double model runs the CPU bodies of the
+// same ops and accepts only the CPU backend. Threads: every parallel
 // loop and Eigen product uses omp_get_max_threads() of the calling thread, so a worker that
 // calls omp_set_num_threads(1) runs single-threaded (never call Eigen::setNbThreads, which is
 // process-wide). The class touches no global mutable state.
 template <class Real>
 class BasicGpt {
  public:
-  explicit BasicGpt(const GptConfig& cfg);
+  explicit BasicGpt(const GptConfig& cfg, kernels::KernelBackend& backend = kernels::cpu_backend());
   ~BasicGpt();
   BasicGpt(BasicGpt&&) noexcept;
   BasicGpt& operator=(BasicGpt&&) noexcept;
@@ -73,10 +78,11 @@ class BasicGpt {
                   std::span<const std::int32_t> targets, int B, int T) const;
   Real forward(const Real* params, const std::int32_t* inputs, const std::int32_t* targets, int B, int T,
                bool keep_probs);
-  void backward(const Real* params, const std::int32_t* inputs, int B, int T, Real* grads);
+  void backward(const Real* params, int B, int T, Real* grads);
 
   GptConfig cfg_;
   ParamLayout layout_;
+  kernels::KernelBackend* backend_;
   std::unique_ptr<Workspace> ws_;
 };
 

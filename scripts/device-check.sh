@@ -41,9 +41,9 @@ usage() {
 prepare() {
   local build=build/device-prepare carry=device-carry
   local jobs="${JOBS:-2}"
-  local targets=(test_cuda_kernels test_device_optimizer nccl_collectives_check nccl_scape_check bench_cuda
+  local targets=(test_cuda_kernels test_device_optimizer test_device_model nccl_collectives_check nccl_scape_check bench_cuda
     bench_device_step)
-  local paths=(tests/test_cuda_kernels tests/test_device_optimizer tests/runtime/nccl_collectives_check
+  local paths=(tests/test_cuda_kernels tests/test_device_optimizer tests/test_device_model tests/runtime/nccl_collectives_check
     tests/runtime/nccl_scape_check bench/bench_cuda bench/bench_device_step)
 
   # No MPI (the carried checks are single-process) and no build RPATH (the carried executables
@@ -83,8 +83,9 @@ prepare() {
 
   # Shared libraries: every one the executables load, except those every Linux system with a
   # GPU driver and a C++ runtime has (glibc, libstdc++, libgcc_s), the driver's (libcuda) and
-  # NCCL (about 200 MB; the lent machine has it in a pip wheel).
-  local system_re='^(linux-vdso|ld-linux|libc\.so|libm\.so|libpthread|libdl\.so|librt\.so|libutil|libresolv|libstdc\+\+|libgcc_s|libcuda\.so|libnccl)'
+  # NCCL (about 200 MB; the lent machine has it in a pip wheel) and cuBLAS (about 600 MB with
+  # cuBLASLt, far over the carry limit; run.sh finds the lent machine's CUDA toolkit copy).
+  local system_re='^(linux-vdso|ld-linux|libc\.so|libm\.so|libpthread|libdl\.so|librt\.so|libutil|libresolv|libstdc\+\+|libgcc_s|libcuda\.so|libnccl|libcublas)'
   local bin line soname path missing=0
   for bin in "$carry"/bin/*; do
     while IFS= read -r line; do

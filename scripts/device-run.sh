@@ -55,6 +55,22 @@ row() { rows+=("$(printf '%-24s %-9s %s' "$1" "$2" "$3")"); }
 failed=0
 
 # ---- libraries: the carried ones, then NCCL from the wheel or the system ----
+# The folder of library $1 (a path matching $2) under the usual prefixes, or "system" when only
+# ld.so.cache has it (nothing to add to the path).
+find_lib_dir() {
+  local d
+  d="$(timeout 30 find /opt /usr/local /usr/lib /root -name "$1" -path "$2" 2>/dev/null | head -1 || true)"
+  if [ -n "$d" ]; then
+    dirname "$d"
+    return 0
+  fi
+  if ldconfig -p 2>/dev/null | grep -qF "$1 "; then
+    echo system
+    return 0
+  fi
+  return 1
+}
+
 find_nccl_dir() {
   local d
   if [ -n "${NCCL_LIB_DIR:-}" ] && [ -e "$NCCL_LIB_DIR/libnccl.so.2" ]; then
@@ -77,24 +93,31 @@ find_nccl_dir() {
     done < <(python3 -c 'import site, sys; print("\n".join(site.getsitepackages() + [site.getusersitepackages()] + sys.path))' 2>/dev/null)
   fi
   # Virtual environments and unusual prefixes (the lent machine's python3 lives in /opt/torch/.venv).
-  d="$(timeout 30 find /opt /usr/local /usr/lib /root -name libnccl.so.2 -path '*nvidia/nccl/lib/*' 2>/dev/null | head -1 || true)"
-  if [ -n "$d" ]; then
-    dirname "$d"
-    return 0
-  fi
-  # The system's own NCCL (ld.so.cache): nothing to add to the path.
-  if ldconfig -p 2>/dev/null | grep -q 'libnccl\.so\.2 '; then
-    echo system
-    return 0
-  fi
-  return 1
+  find_lib_dir libnccl.so.2 '*nvidia/nccl/lib/*'
+}
+
+# cuBLAS (the model's GEMMs) is not carried (about 600 MB): the CUDA toolkit's copy, or a wheel's.
+find_cublas_dir() {
+  local d
+  for d in "${CUBLAS_LIB_DIR:-}" /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib; do
+    if [ -n "$d" ] && [ -e "$d/libcublas.so.13" ]; then
+      echo "$d"
+      return 0
+    fi
+  done
+  find_lib_dir libcublas.so.13 '*'
 }
 
 nccl_dir="$(find_nccl_dir || true)"
+cublas_dir="$(find_cublas_dir || true)"
 ld_path="$carry/lib"
 case "$nccl_dir" in
   "" | system) ;;
   *) ld_path="$ld_path:$nccl_dir" ;;
+esac
+case "$cublas_dir" in
+  "" | system) ;;
+  *) ld_path="$ld_path:$cublas_dir" ;;
 esac
 export LD_LIBRARY_PATH="$ld_path${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 # The preparing machine's libstdc++ and libgcc_s, only where the system's are missing or older
@@ -122,7 +145,7 @@ fi
   echo "$cxx_note"
   echo "==== BUILD-INFO"
   cat "$carry/BUILD-INFO" 2>/dev/null || echo "(none)"
-  echo "==== NCCL: ${nccl_dir:-libnccl.so.2 NOT FOUND}"
+  echo "==== NCCL: ${nccl_dir:-libnccl.so.2 NOT FOUND}; cuBLAS: ${cublas_dir:-libcublas.so.13 NOT FOUND}"
   echo "LD_LIBRARY_PATH=$LD_LIBRARY_PATH"
   echo "==== nvidia-smi"
   timeout 30 nvidia-smi 2>&1 || echo "nvidia-smi failed or missing (status $?)"
@@ -245,6 +268,7 @@ run_bench() {
 # ---- the GPU tests, then the benchmarks ----
 run_test test_cuda_kernels test_cuda_kernels 150
 run_test test_device_optimizer test_device_optimizer 120
+run_test test_device_model test_device_model 60
 run_test nccl_collectives_w1 nccl_collectives_check 90 needs-nccl
 run_test nccl_scape_w1 nccl_scape_check 90 needs-nccl
 run_bench bench_cuda 150

@@ -56,6 +56,10 @@ constexpr std::string_view kComparedKernels[] = {
     "sign_compress", "sign_expand_add",
     "lowrank_project", "lowrank_project_t", "lowrank_residual", "orthonormalize_columns",
     "chunk_transform", "chunk_topk", "sign_descent",
+    "gemm", "bias_forward", "bias_backward", "residual_add", "embedding_forward", "embedding_backward",
+    "layernorm_forward", "layernorm_backward", "rmsnorm_forward", "rmsnorm_backward", "rope_forward", "rope_backward",
+    "gelu_forward", "gelu_backward", "swiglu_forward", "swiglu_backward", "attention_forward", "attention_backward",
+    "cross_entropy",
 };
 
 constexpr std::string_view kListedKernels[] = {
@@ -827,6 +831,219 @@ TEST_CASE("size checks throw std::invalid_argument before launching") {
   CHECK_THROWS_AS(gk::popcount_and(w1, w2), std::invalid_argument);
   sk::Buffer<std::uint8_t> flags(gpu(), 65);
   CHECK_THROWS_AS(gk::pack_bits(flags, w1), std::invalid_argument);
+  gpu().synchronize();
+}
+
+// ---- model ops ----------------------------------------------------------------------------
+// The same inputs through the CPU backend and the CUDA backend. Bias, residual and embedding
+// ops are compared bit for bit (no transcendental functions, the CPU's order of additions);
+// GEMM-based ops, norms, attention, the loss and the activations (tanhf/expf differ from the
+// CPU's by an ulp or two) within a relative tolerance: |cpu - cuda| <= tol (|cpu| + mean |cpu|),
+// the mean taken over the whole output so that entries near zero by cancellation do not fail.
+
+constexpr double kModelTol = 1e-5;
+
+void check_close(const std::vector<float>& cpu, const std::vector<float>& cuda, double tol, const std::string& what) {
+  REQUIRE_MESSAGE(cpu.size() == cuda.size(), what);
+  double mean_abs = 0;
+  for (const float v : cpu) mean_abs += std::abs(static_cast<double>(v));
+  mean_abs /= std::max<std::size_t>(cpu.size(), 1);
+  std::size_t differ = 0, first = 0;
+  for (std::size_t j = 0; j < cpu.size(); ++j) {
+    const double ref = cpu[j];
+    if (!(std::abs(ref - cuda[j]) <= tol * (std::abs(ref) + mean_abs))) {
+      if (differ++ == 0) first = j;
+    }
+  }
+  if (differ != 0) {
+    FAIL_CHECK(what << ": " << differ << " of " << cpu.size() << " entries differ beyond " << tol << ", first at "
+                    << first << " (cpu " << cpu[first] << ", cuda " << cuda[first] << ")");
+  }
+}
+
+std::vector<float> model_values(std::size_t n, std::uint32_t seed, float scale = 1.0f) {
+  std::vector<float> x = make_values(Family::normal, n, seed);
+  for (float& v : x) v *= scale;
+  return x;
+}
+
+std::vector<std::int32_t> model_tokens(std::size_t n, int vocab, std::uint32_t seed) {
+  std::vector<std::int32_t> t(n);
+  for (std::size_t i = 0; i < n; ++i) t[i] = static_cast<std::int32_t>(scape::rng::derive(seed, i) % vocab);
+  return t;
+}
+
+sk::KernelBackend& host_backend() { return sk::cpu_backend(); }
+
+TEST_CASE("gemm (cuBLAS, TF32 off) matches the CPU within 1e-5 in every transpose combination") {
+  struct Shape {
+    int M, N, K;
+  };
+  for (const Shape s : {Shape{1, 1, 1}, Shape{3, 5, 7}, Shape{64, 96, 128}, Shape{257, 65, 300}}) {
+    for (const bool ta : {false, true}) {
+      for (const bool tb : {false, true}) {
+        for (const bool acc : {false, true}) {
+          const std::string what = "gemm " + std::to_string(s.M) + "x" + std::to_string(s.N) + "x" +
+                                   std::to_string(s.K) + (ta ? " A^T" : "") + (tb ? " B^T" : "") + (acc ? " +=" : "");
+          const auto a = model_values(std::size_t(s.M) * s.K, 801), b = model_values(std::size_t(s.K) * s.N, 802);
+          auto c = model_values(std::size_t(s.M) * s.N, 803);
+          sk::Buffer<float> gc = to_gpu(c);
+          gpu().gemm(ta, tb, s.M, s.N, s.K, to_gpu(a), to_gpu(b), acc, gc);
+          host_backend().gemm(ta, tb, s.M, s.N, s.K, a, b, acc, c);
+          check_close(c, to_host(gc), kModelTol, what);
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("bias, residual add and embedding match the CPU bit for bit; their backwards too") {
+  const int B = 3, T = 17, C = 40, V = 11, N = B * T;
+  const auto x = model_values(std::size_t(N) * C, 811), bias = model_values(C, 812);
+  std::vector<float> out(x.size());
+  sk::Buffer<float> gout(gpu(), x.size());
+  host_backend().bias_forward(out, x, bias, N, C);
+  gpu().bias_forward(gout, to_gpu(x), to_gpu(bias), N, C);
+  check_equal(out, to_host(gout), "bias_forward");
+  auto db = model_values(C, 813);
+  sk::Buffer<float> gdb = to_gpu(db);
+  host_backend().bias_backward(db, x, N, C);
+  gpu().bias_backward(gdb, to_gpu(x), N, C);
+  check_equal(db, to_host(gdb), "bias_backward");
+  host_backend().residual_add(x, out, out);
+  gpu().residual_add(to_gpu(x), gout, gout);
+  check_equal(out, to_host(gout), "residual_add");
+
+  const auto wte = model_values(std::size_t(V) * C, 814), wpe = model_values(std::size_t(T) * C, 815);
+  const auto tokens = model_tokens(N, V, 816);
+  const sk::Buffer<std::int32_t> gtokens = to_gpu(tokens);
+  host_backend().embedding_forward(out, wte, wpe, tokens, B, T, C);
+  gpu().embedding_forward(gout, to_gpu(wte), to_gpu(wpe), gtokens, B, T, C);
+  check_equal(out, to_host(gout), "embedding_forward");
+  auto dwte = model_values(wte.size(), 817), dwpe = model_values(wpe.size(), 818);
+  sk::Buffer<float> gdwte = to_gpu(dwte), gdwpe = to_gpu(dwpe);
+  host_backend().embedding_backward(dwte, dwpe, x, tokens, B, T, C);
+  gpu().embedding_backward(gdwte, gdwpe, to_gpu(x), gtokens, B, T, C);
+  check_equal(dwte, to_host(gdwte), "embedding_backward wte");
+  check_equal(dwpe, to_host(gdwpe), "embedding_backward wpe");
+}
+
+TEST_CASE("LayerNorm and RMSNorm, forward and backward, match the CPU within 1e-5") {
+  for (const int C : {1, 40, 768}) {
+    const int N = 37;
+    const std::string what = " C=" + std::to_string(C);
+    const auto x = model_values(std::size_t(N) * C, 821, 3.0f), w = model_values(C, 822), b = model_values(C, 823);
+    const auto dy = model_values(x.size(), 824);
+    std::vector<float> out(x.size()), mean(N), rstd(N);
+    sk::Buffer<float> gout(gpu(), x.size()), gmean(gpu(), N), grstd(gpu(), N);
+    const sk::Buffer<float> gx = to_gpu(x), gw = to_gpu(w), gb = to_gpu(b), gdy = to_gpu(dy);
+    host_backend().layernorm_forward(out, mean, rstd, x, w, b, N, C, 1e-5);
+    gpu().layernorm_forward(gout, gmean, grstd, gx, gw, gb, N, C, 1e-5);
+    check_close(out, to_host(gout), kModelTol, "layernorm_forward" + what);
+    check_close(rstd, to_host(grstd), kModelTol, "layernorm rstd" + what);
+    auto dx = model_values(x.size(), 825), dw = model_values(C, 826), dbias = model_values(C, 827);
+    sk::Buffer<float> gdx = to_gpu(dx), gdw = to_gpu(dw), gdb = to_gpu(dbias);
+    // Both sides from the CPU's statistics, so the comparison isolates the backward.
+    const sk::Buffer<float> cmean = to_gpu(mean), crstd = to_gpu(rstd);
+    host_backend().layernorm_backward(dx, dw, dbias, dy, x, w, mean, rstd, N, C);
+    gpu().layernorm_backward(gdx, gdw, gdb, gdy, gx, gw, cmean, crstd, N, C);
+    check_close(dx, to_host(gdx), kModelTol, "layernorm_backward dx" + what);
+    check_close(dw, to_host(gdw), kModelTol, "layernorm_backward dw" + what);
+    check_close(dbias, to_host(gdb), kModelTol, "layernorm_backward db" + what);
+
+    host_backend().rmsnorm_forward(out, rstd, x, w, N, C, 1e-6);
+    gpu().rmsnorm_forward(gout, grstd, gx, gw, N, C, 1e-6);
+    check_close(out, to_host(gout), kModelTol, "rmsnorm_forward" + what);
+    const sk::Buffer<float> crrms = to_gpu(rstd);
+    host_backend().rmsnorm_backward(dx, dw, dy, x, w, rstd, N, C);
+    gpu().rmsnorm_backward(gdx, gdw, gdy, gx, gw, crrms, N, C);
+    check_close(dx, to_host(gdx), kModelTol, "rmsnorm_backward dx" + what);
+    check_close(dw, to_host(gdw), kModelTol, "rmsnorm_backward dw" + what);
+  }
+}
+
+TEST_CASE("RoPE, GELU and SwiGLU, forward and backward, match the CPU within 1e-5") {
+  const int N = 2 * 33, T = 33, stride = 5 * 16, width = 3 * 16, hd = 16;
+  auto x = model_values(std::size_t(N) * stride, 831);
+  sk::Buffer<float> gx = to_gpu(x);
+  host_backend().rope_forward(x, N, T, stride, width, hd, 10000.0);
+  gpu().rope_forward(gx, N, T, stride, width, hd, 10000.0);
+  check_close(x, to_host(gx), kModelTol, "rope_forward");
+  host_backend().rope_backward(x, N, T, stride, width, hd, 500000.0);
+  gpu().rope_backward(gx, N, T, stride, width, hd, 500000.0);
+  check_close(x, to_host(gx), kModelTol, "rope_backward");
+
+  const auto in = model_values(70'001, 832, 3.0f);
+  std::vector<float> out(in.size());
+  sk::Buffer<float> gout(gpu(), in.size());
+  const sk::Buffer<float> gin = to_gpu(in);
+  host_backend().gelu_forward(out, in);
+  gpu().gelu_forward(gout, gin);
+  check_close(out, to_host(gout), kModelTol, "gelu_forward");
+  auto d = model_values(in.size(), 833);
+  sk::Buffer<float> gd = to_gpu(d);
+  host_backend().gelu_backward(d, in);
+  gpu().gelu_backward(gd, gin);
+  check_close(d, to_host(gd), kModelTol, "gelu_backward");
+
+  const int rows = 101, H = 96;
+  const auto gate_up = model_values(std::size_t(rows) * 2 * H, 834, 3.0f), dout = model_values(std::size_t(rows) * H, 835);
+  std::vector<float> s(dout.size()), ds(gate_up.size());
+  sk::Buffer<float> gs(gpu(), s.size()), gds(gpu(), ds.size());
+  const sk::Buffer<float> ggu = to_gpu(gate_up);
+  host_backend().swiglu_forward(s, gate_up, rows, H);
+  gpu().swiglu_forward(gs, ggu, rows, H);
+  check_close(s, to_host(gs), kModelTol, "swiglu_forward");
+  host_backend().swiglu_backward(ds, dout, gate_up, rows, H);
+  gpu().swiglu_backward(gds, to_gpu(dout), ggu, rows, H);
+  check_close(ds, to_host(gds), kModelTol, "swiglu_backward");
+}
+
+TEST_CASE("causal attention (multi-head and grouped-query), forward and backward, matches the CPU within 1e-5") {
+  for (const int Hkv : {4, 2, 1}) {
+    for (const int T : {1, 7, 64}) {
+      const sk::AttentionShape s{.B = 2, .T = T, .H = 4, .Hkv = Hkv, .hs = 16};
+      const std::string what = " Hkv=" + std::to_string(Hkv) + " T=" + std::to_string(T);
+      const std::size_t N = std::size_t(s.B) * s.T, att_size = std::size_t(s.B) * s.H * s.T * s.T;
+      const auto qkv = model_values(N * s.qkv_width(), 841, 0.5f), dy = model_values(N * s.y_width(), 842);
+      std::vector<float> y(dy.size()), att(att_size), dqkv(qkv.size()), datt(att_size);
+      sk::Buffer<float> gy(gpu(), y.size()), gatt(gpu(), att_size), gdqkv(gpu(), qkv.size()), gdatt(gpu(), att_size);
+      const sk::Buffer<float> gqkv = to_gpu(qkv);
+      host_backend().attention_forward(y, att, qkv, s);
+      gpu().attention_forward(gy, gatt, gqkv, s);
+      check_close(y, to_host(gy), kModelTol, "attention_forward" + what);
+      const sk::Buffer<float> catt = to_gpu(att);  // the CPU's probabilities on both sides
+      host_backend().attention_backward(dqkv, datt, dy, att, qkv, s);
+      gpu().attention_backward(gdqkv, gdatt, to_gpu(dy), catt, gqkv, s);
+      check_close(dqkv, to_host(gdqkv), kModelTol, "attention_backward" + what);
+    }
+  }
+}
+
+TEST_CASE("softmax cross-entropy and its gradient match the CPU within 1e-5") {
+  for (const int V : {2, 256, 50257}) {
+    const int N = 19;
+    const std::string what = " V=" + std::to_string(V);
+    auto logits = model_values(std::size_t(N) * V, 851, 4.0f);
+    const auto targets = model_tokens(N, V, 852);
+    std::vector<float> rows(N);
+    sk::Buffer<float> glogits = to_gpu(logits), grows(gpu(), N);
+    const sk::Buffer<std::int32_t> gtargets = to_gpu(targets);
+    const double gpu_loss = gpu().cross_entropy(glogits, grows, gtargets, N, V, true);
+    const double cpu_loss = host_backend().cross_entropy(logits, rows, targets, N, V, true);
+    CHECK_MESSAGE(std::abs(cpu_loss - gpu_loss) <= kModelTol * std::abs(cpu_loss), "cross_entropy" << what);
+    check_close(rows, to_host(grows), kModelTol, "cross_entropy rows" + what);
+    check_close(logits, to_host(glogits), kModelTol, "cross_entropy gradient" + what);
+  }
+}
+
+TEST_CASE("model ops check sizes before launching") {
+  sk::Buffer<float> a(gpu(), 10), b(gpu(), 11);
+  CHECK_THROWS_AS(gpu().gemm(false, false, 2, 5, 5, a, b, false, a), std::invalid_argument);
+  CHECK_THROWS_AS(gpu().residual_add(a, b, a), std::invalid_argument);
+  CHECK_THROWS_AS(gpu().rope_forward(a, 1, 1, 10, 6, 3, 10000.0), std::invalid_argument);
+  const sk::AttentionShape bad{.B = 1, .T = 2, .H = 3, .Hkv = 2, .hs = 1};
+  CHECK_THROWS_AS(gpu().attention_forward(a, b, a, bad), std::invalid_argument);
   gpu().synchronize();
 }
 

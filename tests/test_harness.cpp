@@ -111,6 +111,29 @@ TEST_CASE("scape run: the run file's bytes equal the closed forms; densities and
   CHECK(exposed[5] == doctest::Approx(2 * (3 * 2e-6 + fraction * 4.0 * k / 1e10)));
 }
 
+TEST_CASE("scape run on a Llama: it trains; bad shapes exit 2 naming the key") {
+  TempDir dir;
+  std::string cfg = kTinyGpt;
+  const std::string gpt = "\"type\": \"gpt\",";
+  cfg.replace(cfg.find(gpt), gpt.size(), "\"type\": \"llama\", \"n_kv_head\": 1,");
+  write_file(dir.path / "l.json", cfg);
+  auto r = run_scape("run " + (dir.path / "l.json").string() + " --out " + (dir.path / "l.h5").string() + " --quiet");
+  CAPTURE(r.output);
+  CHECK(r.code == 0);
+  const auto loss = read_metric(dir.path / "l.h5", "train_loss");
+  REQUIRE(loss.size() == 6);
+  CHECK(loss[0] == doctest::Approx(std::log(32.0)).epsilon(0.05));
+  CHECK(loss[5] < loss[0]);
+  const std::pair<const char*, const char*> bad[] = {
+      {"model.n_embd=17", "model.n_head"}, {"model.n_embd=6", "model.n_embd"}, {"model.n_kv_head=3", "model.n_kv_head"}};
+  for (const auto& [set, key] : bad) {
+    r = run_scape("run " + (dir.path / "l.json").string() + " --out " + (dir.path / "x.h5").string() + " --quiet --set " + set);
+    CAPTURE(r.output);
+    CHECK(r.code == 2);
+    CHECK(r.output.find(key) != std::string::npos);
+  }
+}
+
 TEST_CASE("scape run on a GPT: validation, final parameters and dense metrics as NaN") {
   TempDir dir;
   write_file(dir.path / "g.json", kTinyGpt);

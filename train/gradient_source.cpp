@@ -1,4 +1,5 @@
-// Gradient sources: GPT on its data shard, replay of a trace, the noisy quadratic.
+// Gradient sources: a language model (GPT or Llama) on its data shard, replay of a trace, the
+// noisy quadratic.
 #include "train/gradient_source.hpp"
 
 #include <cmath>
@@ -7,7 +8,7 @@
 
 #include "experiments/trace.hpp"
 #include "model/data.hpp"
-#include "model/gpt.hpp"
+#include "model/language_model.hpp"
 #include "sim/synthetic_gradients.hpp"
 
 namespace scape::train {
@@ -15,14 +16,14 @@ namespace {
 
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 
-model::GptConfig gpt_config(const experiments::ModelSection& m) {
-  model::GptConfig g;
-  g.n_layer = m.n_layer;
-  g.n_head = m.n_head;
-  g.n_embd = m.n_embd;
-  g.block_size = m.block_size;
-  g.vocab_size = m.vocab_size;
-  return g;
+model::LanguageModelSpec model_spec(const experiments::ModelSection& m) {
+  model::LanguageModelSpec spec;
+  spec.type = m.type;
+  spec.gpt = {.n_layer = m.n_layer, .n_head = m.n_head, .n_embd = m.n_embd, .block_size = m.block_size,
+              .vocab_size = m.vocab_size};
+  spec.llama = {.n_layer = m.n_layer, .n_head = m.n_head, .n_kv_head = m.n_kv_head, .n_embd = m.n_embd,
+                .block_size = m.block_size, .vocab_size = m.vocab_size, .ffn_hidden = m.ffn_hidden};
+  return spec;
 }
 
 model::TokenFormat detect_format(const std::filesystem::path& path, const std::string& format) {
@@ -34,40 +35,41 @@ model::TokenFormat detect_format(const std::filesystem::path& path, const std::s
   return in && magic == model::kLlmcMagic ? model::TokenFormat::kLlmc : model::TokenFormat::kNanoGpt;
 }
 
-class GptData final : public SourceData {
+class LanguageModelData final : public SourceData {
  public:
-  explicit GptData(const experiments::ExperimentConfig& c) : cfg_(gpt_config(c.model)), seed_(c.seed) {
+  explicit LanguageModelData(const experiments::ExperimentConfig& c) : spec_(model_spec(c.model)), seed_(c.seed) {
     try {
-      cfg_.validate();
+      spec_.validate();
     } catch (const std::invalid_argument& e) {
       throw experiments::ConfigError(e.what());
     }
-    layout_ = model::gpt_layout(cfg_);
+    layout_ = spec_.layout();
+    const int vocab_size = spec_.vocab_size();
     const auto& d = c.data;
     try {
       if (d.type == "synthetic") {
         model::MarkovConfig mc;
-        mc.vocab_size = cfg_.vocab_size;
-        mc.successors = std::min(d.successors, cfg_.vocab_size);
+        mc.vocab_size = vocab_size;
+        mc.successors = std::min(d.successors, vocab_size);
         mc.concentration = d.concentration;
         mc.seed = c.seed;
         split_ = model::synthetic_corpus(mc, static_cast<std::size_t>(d.tokens), d.val_fraction);
       } else if (d.type == "text") {
-        if (cfg_.vocab_size < 256) {
+        if (vocab_size < 256) {
           throw experiments::ConfigError("model.vocab_size: text data is read as bytes and needs vocab_size >= 256, got " +
-                                         std::to_string(cfg_.vocab_size));
+                                         std::to_string(vocab_size));
         }
         split_ = model::load_text_bytes(d.path.string(), d.val_fraction);
       } else {
-        const auto tokens = model::read_tokens(d.path.string(), detect_format(d.path, d.format), cfg_.vocab_size);
-        split_ = model::split_tokens(tokens, d.val_fraction, cfg_.vocab_size);
+        const auto tokens = model::read_tokens(d.path.string(), detect_format(d.path, d.format), vocab_size);
+        split_ = model::split_tokens(tokens, d.val_fraction, vocab_size);
       }
     } catch (const model::DataError& e) {
       throw experiments::ConfigError(std::string("data.path: ") + e.what());
     } catch (const std::invalid_argument& e) {
       throw experiments::ConfigError(std::string("data: ") + e.what());
     }
-    const auto need = static_cast<std::size_t>(cfg_.block_size) + 1;
+    const auto need = static_cast<std::size_t>(spec_.block_size()) + 1;
     if (split_.train.size() < need || split_.val.size() < need) {
       throw experiments::ConfigError("data: the train split has " + std::to_string(split_.train.size()) +
                                      " tokens and the validation split " + std::to_string(split_.val.size()) +
@@ -75,36 +77,33 @@ class GptData final : public SourceData {
     }
   }
   const ParamLayout& layout() const override { return layout_; }
-  void init_params(std::span<float> params) const override {
-    model::Gpt gpt(cfg_);
-    gpt.init_params(params, seed_);
-  }
-  const model::GptConfig& gpt() const { return cfg_; }
+  void init_params(std::span<float> params) const override { spec_.make()->init_params(params, seed_); }
+  const model::LanguageModelSpec& spec() const { return spec_; }
   const model::TokenSplit& split() const { return split_; }
 
  private:
-  model::GptConfig cfg_;
+  model::LanguageModelSpec spec_;
   std::uint64_t seed_;
   ParamLayout layout_;
   model::TokenSplit split_;
 };
 
-class GptSource final : public GradientSource {
+class LanguageModelSource final : public GradientSource {
  public:
-  GptSource(const experiments::ExperimentConfig& c, const GptData& data, int rank)
-      : gpt_(data.gpt()),
-        train_(data.split().train, data.gpt().block_size, c.seed, model::Split::kTrain),
-        val_(data.split().val, data.gpt().block_size, c.seed, model::Split::kVal),
+  LanguageModelSource(const experiments::ExperimentConfig& c, const LanguageModelData& data, int rank)
+      : model_(data.spec().make()),
+        train_(data.split().train, data.spec().block_size(), c.seed, model::Split::kTrain),
+        val_(data.split().val, data.spec().block_size(), c.seed, model::Split::kVal),
         rank_(rank),
         workers_(c.workers),
         batch_(c.data.batch_size),
-        T_(data.gpt().block_size),
+        T_(data.spec().block_size()),
         inputs_(static_cast<std::size_t>(batch_) * static_cast<std::size_t>(T_)),
         targets_(inputs_.size()) {}
 
   double gradient(std::span<const float> params, int step, std::span<float> grads) override {
     train_.worker_batch(static_cast<std::uint64_t>(step), batch_ * workers_, workers_, rank_, inputs_, targets_);
-    return gpt_.forward_backward(params, inputs_, targets_, batch_, T_, grads);
+    return model_->forward_backward(params, inputs_, targets_, batch_, T_, grads);
   }
 
   double validation_loss(std::span<const float> params, int batches) override {
@@ -113,14 +112,14 @@ class GptSource final : public GradientSource {
     for (int b = 1; b <= batches; ++b) {
       for (int r = 0; r < workers_; ++r) {
         val_.worker_batch(static_cast<std::uint64_t>(b), batch_ * workers_, workers_, r, inputs_, targets_);
-        sum += gpt_.loss(params, inputs_, targets_, batch_, T_);
+        sum += model_->loss(params, inputs_, targets_, batch_, T_);
       }
     }
     return sum / (batches * workers_);
   }
 
  private:
-  model::Gpt gpt_;
+  std::unique_ptr<model::LanguageModel> model_;
   model::BatchSampler train_, val_;
   int rank_, workers_, batch_, T_;
   std::vector<std::int32_t> inputs_, targets_;
@@ -215,15 +214,15 @@ class QuadraticSource final : public GradientSource {
 }  // namespace
 
 std::unique_ptr<SourceData> load_source_data(const experiments::ExperimentConfig& config) {
-  if (config.model.type == "gpt") return std::make_unique<GptData>(config);
+  if (config.has_data()) return std::make_unique<LanguageModelData>(config);
   if (config.model.type == "replay") return std::make_unique<ReplayData>(config);
   return std::make_unique<QuadraticData>(config);
 }
 
 std::unique_ptr<GradientSource> make_gradient_source(const experiments::ExperimentConfig& config,
                                                      const SourceData& data, int rank) {
-  if (config.model.type == "gpt") {
-    return std::make_unique<GptSource>(config, static_cast<const GptData&>(data), rank);
+  if (config.has_data()) {
+    return std::make_unique<LanguageModelSource>(config, static_cast<const LanguageModelData&>(data), rank);
   }
   if (config.model.type == "replay") return std::make_unique<ReplaySource>(static_cast<const ReplayData&>(data), rank);
   return std::make_unique<QuadraticSource>(static_cast<const QuadraticData&>(data), rank);

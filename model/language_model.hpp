@@ -1,0 +1,45 @@
+// One interface over the fp32 language models (GPT, Llama), so the training loop holds either:
+// the model type of a run config picks the implementation (model/gpt.hpp, model/llama.hpp).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+
+#include "core/layout.hpp"
+#include "kernels/backend.hpp"
+#include "model/gpt.hpp"
+#include "model/llama.hpp"
+
+namespace scape::model {
+
+class LanguageModel {
+ public:
+  virtual ~LanguageModel() = default;
+  virtual const ParamLayout& layout() const = 0;
+  virtual void init_params(std::span<float> params, std::uint64_t seed) const = 0;
+  // As BasicGpt / BasicLlama: mean cross-entropy over B*T targets; forward_backward
+  // overwrites grads.
+  virtual double forward_backward(std::span<const float> params, std::span<const std::int32_t> inputs,
+                                  std::span<const std::int32_t> targets, int B, int T, std::span<float> grads) = 0;
+  virtual double loss(std::span<const float> params, std::span<const std::int32_t> inputs,
+                      std::span<const std::int32_t> targets, int B, int T) = 0;
+};
+
+// The shape of a language model of either type ("gpt" or "llama"; only the matching config is
+// read).
+struct LanguageModelSpec {
+  std::string type = "gpt";
+  GptConfig gpt;
+  LlamaConfig llama;
+
+  int block_size() const { return type == "llama" ? llama.block_size : gpt.block_size; }
+  int vocab_size() const { return type == "llama" ? llama.vocab_size : gpt.vocab_size; }
+  // Throws std::invalid_argument naming the field (GptConfig / LlamaConfig validate()).
+  void validate() const;
+  ParamLayout layout() const;
+  std::unique_ptr<LanguageModel> make(kernels::KernelBackend& backend = kernels::cpu_backend()) const;
+};
+
+}  // namespace scape::model
