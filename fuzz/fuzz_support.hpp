@@ -18,14 +18,21 @@
 
 namespace scape::fuzz {
 
+// Memory-backed (/dev/shm) where the system has it: the HDF5 targets write a file per input,
+// and a disk-backed temporary folder made that, not the code under test, the cost of a run.
+inline std::filesystem::path scratch_root() {
+  std::error_code ec;
+  if (std::filesystem::is_directory("/dev/shm", ec)) return "/dev/shm";
+  return std::filesystem::temp_directory_path();
+}
+
 inline const std::filesystem::path& scratch() {
   static const std::filesystem::path dir = [] {
-    const auto p = std::filesystem::temp_directory_path() / ("scape-fuzz-" + std::to_string(::getpid()));
+    const auto p = scratch_root() / ("scape-fuzz-" + std::to_string(::getpid()));
     std::filesystem::create_directories(p);
     std::atexit([] {
       std::error_code ec;
-      std::filesystem::remove_all(std::filesystem::temp_directory_path() / ("scape-fuzz-" + std::to_string(::getpid())),
-                                  ec);
+      std::filesystem::remove_all(scratch_root() / ("scape-fuzz-" + std::to_string(::getpid())), ec);
     });
     return p;
   }();

@@ -56,6 +56,7 @@ const scape::fuzz::H5Vocabulary& vocabulary() {
 }  // namespace
 
 extern "C" int LLVMFuzzerInitialize(int*, char***) {
+  scape::fuzz::keep_hdf5_free_lists();
   (void)template_bytes();
   return 0;
 }

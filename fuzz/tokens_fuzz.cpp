@@ -12,7 +12,7 @@ namespace {
 
 constexpr int kSections = 4;
 
-ex::ExperimentConfig config_for(int section, const std::filesystem::path& file) {
+ex::ExperimentConfig make_config(int section, const std::filesystem::path& file) {
   static const char* const kData[kSections] = {
       R"({"type": "text"})", R"({"type": "tokens", "format": "auto"})", R"({"type": "tokens", "format": "nanogpt"})",
       R"({"type": "tokens", "format": "llmc"})"};
@@ -26,12 +26,19 @@ ex::ExperimentConfig config_for(int section, const std::filesystem::path& file) 
   return ex::parse_experiment(j, scape::fuzz::scratch());
 }
 
+// Parsed once per section: the file is always the same path, only its bytes change.
+const ex::ExperimentConfig& config_for(int section, const std::filesystem::path& file) {
+  static const ex::ExperimentConfig configs[kSections] = {make_config(0, file), make_config(1, file),
+                                                          make_config(2, file), make_config(3, file)};
+  return configs[section];
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   if (size == 0) return 0;
   const auto file = scape::fuzz::write_scratch("data.bin", scape::fuzz::as_text(data + 1, size - 1));
-  const ex::ExperimentConfig config = config_for(data[0] % kSections, file);
+  const ex::ExperimentConfig& config = config_for(data[0] % kSections, file);
   std::unique_ptr<tr::SourceData> source;
   try {
     source = tr::load_source_data(config);

@@ -56,6 +56,7 @@ ex::ExperimentConfig replay_config(const std::filesystem::path& trace) {
 }  // namespace
 
 extern "C" int LLVMFuzzerInitialize(int*, char***) {
+  scape::fuzz::keep_hdf5_free_lists();
   (void)template_bytes();
   return 0;
 }
@@ -64,7 +65,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   const auto path = scape::fuzz::write_scratch("trace.h5", template_bytes());
   FuzzedDataProvider input(data, size);
   scape::fuzz::mutate_hdf5(path, input, vocabulary());
-  const ex::ExperimentConfig config = replay_config(path);
+  static const ex::ExperimentConfig config = replay_config(path);  // the path never changes
   std::unique_ptr<tr::SourceData> source;
   try {
     source = tr::load_source_data(config);
