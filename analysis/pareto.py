@@ -3,13 +3,16 @@
 Every completed run of a report is one observation. Runs whose settings differ only in `seed` are
 one *point*: the mean over their seeds of the final loss (the last validation loss; the mean train
 loss of the last steps for models without validation) and of the mean bytes sent per worker per
-step, with the spread over seeds kept for error bars. A point is on the *front* when no other point
-has both fewer (or equal) bytes and a lower (or equal) loss, one of them strictly.
+step, with the spread over seeds kept for error bars. Points that differ only in `optimizer.lr` are
+one *method*; each method is compared at its own best learning rate: the point with the lowest mean
+final loss among those whose every seed completed (a rate at which a seed diverged or failed is
+never chosen). A chosen point is on the *front* when no other chosen point has both fewer (or
+equal) bytes and a lower (or equal) loss, one of them strictly.
 
 Tokens-to-target: the training tokens (workers x batch_size x block_size per step) until the first
 evaluation whose validation loss is at most the target. The default target is the loosest one
-every point reaches: the largest, over points, of the best validation loss averaged over seeds.
-A point whose seeds do not all reach the target has no tokens-to-target.
+every method reaches at its best rate: the largest, over chosen points, of the best validation loss
+averaged over seeds. A point whose seeds do not all reach the target has no tokens-to-target.
 """
 
 import csv
@@ -36,6 +39,16 @@ class Point:
     tokens_to_target: float = math.nan
     files: list = field(default_factory=list)
     on_front: bool = False
+    lr: float = math.nan  # optimizer.lr of the point (NaN when the config has none)
+    lrs_tried: list = field(default_factory=list)  # every rate of its method, ascending
+    best_lr: bool = False  # the method's best rate: the point it is compared at
+    seeds_failed: int = 0  # runs of this setting that did not complete (diverged, failed, killed)
+    method: tuple = ()  # the settings without seed and lr: points of one method differ only in lr
+
+    @property
+    def at_edge(self):
+        """The best rate is the smallest or the largest of several tried."""
+        return self.best_lr and len(self.lrs_tried) > 1 and self.lr in (self.lrs_tried[0], self.lrs_tried[-1])
     members: list = field(default_factory=list, repr=False)  # the report rows, one per seed
 
 
@@ -77,6 +90,21 @@ def _setting_key(config):
     return tuple(sorted((k, repr(v)) for k, v in config.items() if k != "seed"))
 
 
+def _method_key(setting_key):
+    """The settings that make a method: a point's settings without its learning rate."""
+    return tuple(kv for kv in setting_key if kv[0] != "optimizer.lr")
+
+
+def _lr_of(setting_key):
+    for k, v in setting_key:
+        if k == "optimizer.lr":
+            try:
+                return float(v)
+            except ValueError:
+                return math.nan
+    return math.nan
+
+
 def _labels(keys):
     """A short label per key: the optimizer type, then the settings that vary between the points
     of that type (keys a point lacks, such as another type's switches, are left out)."""
@@ -96,45 +124,68 @@ def _row_loss(row):
     return row.final_train, "train"
 
 
+def _choose_best_lr(points):
+    """Marks each method's best learning rate (lowest mean loss among points with no failed seed)."""
+    methods = {}
+    for p in points:
+        methods.setdefault(p.method, []).append(p)
+    for members in methods.values():
+        rates = sorted({p.lr for p in members if math.isfinite(p.lr)})
+        for p in members:
+            p.lrs_tried = rates
+        eligible = [p for p in members if p.seeds_failed == 0 and math.isfinite(p.loss)]
+        if eligible:
+            min(eligible, key=lambda p: (p.loss, p.lr)).best_lr = True
+
+
 def collect_points(rows, target=None, config_of=effective_config):
     """The points of the comparison from report rows; returns (points, target, left_out).
 
-    Only completed runs with a finite loss and byte count count; `left_out` names the others.
+    Every setting with a completed run is a point; the front and the default target use only each
+    method's best-rate point (`best_lr`). Only completed runs with a finite loss and byte count
+    count; `left_out` names the others, and they count as failed seeds of their setting.
     `target` None: the default target of the module docstring.
     """
-    groups, left_out = {}, []
+    groups, failed, left_out = {}, {}, []
     for row in rows:
         loss, _ = _row_loss(row)
+        key = _setting_key(config_of(row.run))
         if row.run.status != "completed" or not math.isfinite(loss) or not math.isfinite(row.bytes_per_step):
             left_out.append(f"{row.run.path.name} ({row.run.status})")
+            failed[key] = failed.get(key, 0) + 1
             continue
-        groups.setdefault(_setting_key(config_of(row.run)), []).append(row)
-    labels = _labels(list(groups))
+        groups.setdefault(key, []).append(row)
+    labels = _labels(list({_method_key(k) for k in groups}))
     points = []
     for key, members in groups.items():
         losses = [_row_loss(r)[0] for r in members]
         best = [r.best_val for r in members]
         points.append(Point(
-            label=labels[key], optimizer_type=members[0].run.optimizer_type,
+            label=labels[_method_key(key)], optimizer_type=members[0].run.optimizer_type,
             bytes_per_step=float(np.mean([r.bytes_per_step for r in members])),
             loss=float(np.mean(losses)), loss_min=float(min(losses)), loss_max=float(max(losses)),
             loss_kind=_row_loss(members[0])[1], best_val=float(np.mean(best)),
-            files=[r.run.path.name for r in members], members=members))
+            files=[r.run.path.name for r in members], members=members, lr=_lr_of(key),
+            seeds_failed=failed.get(key, 0), method=_method_key(key)))
+    _choose_best_lr(points)
+    chosen = [p for p in points if p.best_lr]
     if target is None:
-        bests = [p.best_val for p in points if math.isfinite(p.best_val)]
+        bests = [p.best_val for p in chosen if math.isfinite(p.best_val)]
         target = max(bests) if bests else math.nan
     for p in points:
         tokens = [tokens_to_target(r.run, target) for r in p.members]
         p.tokens_to_target = float(np.mean(tokens)) if tokens and all(math.isfinite(t) for t in tokens) else math.nan
-    for i in pareto_front([p.bytes_per_step for p in points], [p.loss for p in points]):
-        points[i].on_front = True
-    points.sort(key=lambda p: (p.bytes_per_step, p.loss))
+    for i in pareto_front([p.bytes_per_step for p in chosen], [p.loss for p in chosen]):
+        chosen[i].on_front = True
+    points.sort(key=lambda p: (p.bytes_per_step, p.label, p.lr if math.isfinite(p.lr) else 0.0))
     return points, target, left_out
 
 
 def _draw(points, target, path):
+    """Each method at its best learning rate, with the front of those points."""
     import matplotlib.pyplot as plt
 
+    points = [p for p in points if p.best_lr]
     with_tokens = any(math.isfinite(p.tokens_to_target) for p in points)
     fig, axes = plt.subplots(1, 2 if with_tokens else 1, figsize=(13 if with_tokens else 7, 5), squeeze=False)
     kinds = sorted({p.optimizer_type for p in points})
@@ -166,47 +217,65 @@ def _draw(points, target, path):
         ax.set_ylabel(ylabel)
         ax.grid(True, alpha=0.3)
         ax.legend(fontsize=8)
-    fig.suptitle("Equal-bytes comparison: loss against communication")
+    fig.suptitle("Equal-bytes comparison: loss against communication (each method at its best learning rate)")
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
 
 
+def _fmt_lr(lr):
+    return f"{lr:g}" if math.isfinite(lr) else "—"
+
+
 def write_csv(points, path):
-    """pareto.csv: one row per point, at full precision."""
+    """pareto.csv: one row per point (every learning rate), at full precision."""
     with open(path, "w", newline="", encoding="utf-8") as f:
         w = csv.writer(f)
-        w.writerow(["label", "type", "bytes_per_step", "loss", "loss_min", "loss_max", "loss_kind",
-                    "tokens_to_target", "on_front", "seeds", "files"])
+        w.writerow(["label", "type", "lr", "best_lr", "best_lr_at_edge", "lrs_tried", "bytes_per_step", "loss", "loss_min", "loss_max",
+                    "loss_kind", "tokens_to_target", "on_front", "seeds", "seeds_failed", "files"])
         for p in points:
-            w.writerow([p.label, p.optimizer_type, p.bytes_per_step, p.loss, p.loss_min, p.loss_max, p.loss_kind,
-                        p.tokens_to_target, int(p.on_front), len(p.files), " ".join(p.files)])
+            w.writerow([p.label, p.optimizer_type, p.lr, int(p.best_lr), int(p.at_edge), " ".join(_fmt_lr(r) for r in p.lrs_tried),
+                        p.bytes_per_step, p.loss, p.loss_min, p.loss_max, p.loss_kind, p.tokens_to_target,
+                        int(p.on_front), len(p.files), p.seeds_failed, " ".join(p.files)])
 
 
 def pareto_section(report, out_dir, draw=True):
     """Writes pareto.csv and, with draw, pareto.png into out_dir; returns ([(file, title)], Markdown lines).
 
-    Nothing (and no lines) with fewer than two points: there is nothing to compare.
+    Nothing (and no lines) with fewer than two methods: there is nothing to compare.
     """
     points, target, left_out = collect_points(report.rows)
-    if len(points) < 2:
+    chosen = [p for p in points if p.best_lr]
+    if len({p.method for p in points}) < 2:
         return [], []
-    if draw:
+    if draw and chosen:
         _draw(points, target, out_dir / "pareto.png")
     write_csv(points, out_dir / "pareto.csv")
     lines = ["## Equal-bytes comparison (Pareto front)", "",
-             f"{len(points)} settings, each averaged over its seeds; on the front (fewest bytes first):", ""]
-    lines += ["| setting | type | bytes/worker/step | final loss | tokens to target | seeds |", "|---|---|---|---|---|---|"]
-    for p in points:
-        if p.on_front:
-            tokens = f"{p.tokens_to_target:.4g}" if math.isfinite(p.tokens_to_target) else "—"
-            lines.append(f"| {p.label} | {p.optimizer_type} | {p.bytes_per_step:.4g} | {p.loss:.4f} ({p.loss_kind}) "
-                         f"| {tokens} | {len(p.files)} |")
+             f"{len({p.method for p in points})} methods, each at its best learning rate (lowest mean final loss "
+             "over seeds among the rates where every seed completed), fewest bytes first; "
+             "loss: mean over seeds [min, max]:", ""]
+    lines += ["| setting | type | lr (tried) | bytes/worker/step | final loss | tokens to target | seeds | front |",
+              "|---|---|---|---|---|---|---|---|"]
+    for p in chosen:
+        tokens = f"{p.tokens_to_target:.4g}" if math.isfinite(p.tokens_to_target) else "—"
+        tried = ", ".join(_fmt_lr(r) for r in p.lrs_tried)
+        edge = " edge" if p.at_edge else ""
+        lines.append(f"| {p.label} | {p.optimizer_type} | {_fmt_lr(p.lr)}{edge} ({tried}) | {p.bytes_per_step:.4g} "
+                     f"| {p.loss:.4f} [{p.loss_min:.4f}, {p.loss_max:.4f}] ({p.loss_kind}) | {tokens} "
+                     f"| {len(p.files)} | {'yes' if p.on_front else ''} |")
     lines.append("")
+    unchosen = sorted({p.label for p in points} - {p.label for p in chosen})
+    if unchosen:
+        lines += [f"No rate of these completed every seed, so they are not compared: {', '.join(unchosen)}.", ""]
+    if any(p.at_edge for p in chosen):
+        lines += ["`edge`: the best rate is the smallest or largest tried, so a better one may lie beyond; "
+                  "extend that method's `lr_search` before reading a ranking from it.", ""]
     if math.isfinite(target):
         lines += [f"Target of tokens-to-target: validation loss {target:.4f}.", ""]
     if left_out:
-        lines += [f"Left out (not completed or no loss): {', '.join(left_out)}.", ""]
-    lines += ["All points: pareto.csv.", ""]
-    figures = [("pareto.png", "loss (and tokens to target) against bytes per worker per step, Pareto front")]
-    return (figures if draw else []), lines
+        lines += [f"Not completed (counted as failed seeds of their setting): {', '.join(left_out)}.", ""]
+    lines += ["Every rate of every method: pareto.csv.", ""]
+    figures = [("pareto.png", "loss (and tokens to target) against bytes per worker per step, each method at its "
+                              "best learning rate, Pareto front")]
+    return (figures if draw and chosen else []), lines

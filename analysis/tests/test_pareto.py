@@ -82,6 +82,49 @@ def test_labels_name_the_type_and_what_varies_within_it():
     assert [p.label for p in points] == ["scape, sparsity=0.9", "scape, sparsity=0.99", "adams"]
 
 
+def test_each_method_is_compared_at_its_best_rate_and_a_rate_with_a_failed_seed_is_never_chosen():
+    # SCAPE at three rates: 0.03 has the lowest loss on the seed that completed but its other seed
+    # diverged, so 0.01 (mean 2.1) beats 0.003 (mean 2.5). AdamS at one rate. Random-k's only rate
+    # lost a seed: it has no rate to be compared at.
+    runs = {
+        ("s3a", "scape", 0.003, 1): [3.0, 2.4], ("s3b", "scape", 0.003, 2): [3.0, 2.6],
+        ("s1a", "scape", 0.01, 1): [3.0, 2.0], ("s1b", "scape", 0.01, 2): [3.0, 2.2],
+        ("s30a", "scape", 0.03, 1): [3.0, 1.5], ("s30b", "scape", 0.03, 2): None,
+        ("da", "adams", 0.001, 1): [2.5, 1.9], ("db", "adams", 0.001, 2): [2.5, 2.1],
+        ("ra", "randk_ef", 0.01, 1): [3.0, 1.0], ("rb", "randk_ef", 0.01, 2): None,
+    }
+    bytes_of = {"scape": 100.0, "adams": 1000.0, "randk_ef": 50.0}
+    rows, lr_of = [], {}
+    for (name, kind, lr, seed), val in runs.items():
+        run = fake_run(name, kind, seed, val or [9.0], [5, 10][:len(val or [9.0])],
+                       status="completed" if val else "diverged")
+        lr_of[name] = lr
+        rows.append(fake_row(run, bytes_of[kind]))
+
+    def config(run):
+        return {"seed": run.config["seed"], "optimizer.type": run.optimizer_type, "optimizer.lr": lr_of[run.path.name]}
+
+    points, target, left_out = collect_points(rows, config_of=config)
+    chosen = {p.optimizer_type: p for p in points if p.best_lr}
+    assert set(chosen) == {"scape", "adams"}
+    assert chosen["scape"].lr == 0.01 and chosen["scape"].loss == pytest.approx(2.1)
+    assert chosen["scape"].lrs_tried == [0.003, 0.01, 0.03]
+    assert not chosen["scape"].at_edge and not chosen["adams"].at_edge  # 0.01 is inside; one rate has no edge
+    assert [p.seeds_failed for p in points if p.optimizer_type == "scape" and p.lr == 0.03] == [1]
+    assert chosen["adams"].lr == 0.001
+    # Random-k's point exists (one completed seed) but is not compared: not on the front although
+    # it has the fewest bytes and the lowest loss.
+    randk = [p for p in points if p.optimizer_type == "randk_ef"]
+    assert len(randk) == 1 and not randk[0].best_lr and not randk[0].on_front
+    assert chosen["scape"].on_front and chosen["adams"].on_front
+    assert not any(p.on_front for p in points if not p.best_lr)
+    # The target comes from the chosen points only: SCAPE's mean best 2.1 (AdamS's is 2.0).
+    assert target == pytest.approx(2.1)
+    assert sorted(left_out) == ["rb (diverged)", "s30b (diverged)"]
+    # Labels name the method, not the rate.
+    assert {p.label for p in points if p.optimizer_type == "scape"} == {"scape"}
+
+
 def test_tokens_to_target_is_nan_when_never_reached_or_not_a_gpt():
     run = fake_run("x", "scape", 1, [3.0, 2.5], [5, 10])
     assert tokens_to_target(run, 2.0) != tokens_to_target(run, 2.0)  # NaN
@@ -106,7 +149,7 @@ def test_report_writes_the_pareto_figure_and_table(scape, tmp_path):
     with open(out / "pareto.csv", encoding="utf-8") as f:
         points = list(csv.DictReader(f))
     assert sorted(p["type"] for p in points) == ["adams", "randk_ef"]
-    assert all(p["seeds"] == "2" for p in points)
+    assert all(p["seeds"] == "2" and p["best_lr"] == "1" and p["seeds_failed"] == "0" for p in points)
     # Random-k at density 0.1 sends a tenth of dense AdamS's all-reduce; the cheapest point is
     # always on the front.
     bytes_of = {p["type"]: float(p["bytes_per_step"]) for p in points}
@@ -114,3 +157,19 @@ def test_report_writes_the_pareto_figure_and_table(scape, tmp_path):
     cheapest = min(points, key=lambda p: float(p["bytes_per_step"]))
     assert cheapest["on_front"] == "1"
     assert "## Equal-bytes comparison (Pareto front)" in text
+
+
+def test_a_best_rate_at_the_end_of_the_search_is_flagged():
+    rows, lr_of = [], {}
+    for name, lr, final in (("a", 0.001, 2.0), ("b", 0.003, 2.3), ("c", 0.01, 2.6)):
+        rows.append(fake_row(fake_run(name, "adamw", 1, [3.0, final], [5, 10]), 1000.0))
+        lr_of[name] = lr
+    rows.append(fake_row(fake_run("s", "scape", 1, [3.0, 2.5], [5, 10]), 100.0))
+    lr_of["s"] = 0.01
+
+    def config(run):
+        return {"seed": 1, "optimizer.type": run.optimizer_type, "optimizer.lr": lr_of[run.path.name]}
+
+    points, _, _ = collect_points(rows, config_of=config)
+    best = [p for p in points if p.best_lr]
+    assert [(p.optimizer_type, p.lr, p.at_edge) for p in best] == [("scape", 0.01, False), ("adamw", 0.001, True)]
