@@ -9,10 +9,17 @@ final loss among those whose every seed completed (a rate at which a seed diverg
 never chosen). A chosen point is on the *front* when no other chosen point has both fewer (or
 equal) bytes and a lower (or equal) loss, one of them strictly.
 
+A completed run whose final loss ends above the first train loss it recorded did not train (a
+finite blow-up, which the run's NaN/Inf check does not catch); it counts as a failed seed like a
+diverged run.
+
 Tokens-to-target: the training tokens (workers x batch_size x block_size per step) until the first
-evaluation whose validation loss is at most the target. The default target is the loosest one
-every method reaches at its best rate: the largest, over chosen points, of the best validation loss
-averaged over seeds. A point whose seeds do not all reach the target has no tokens-to-target.
+evaluation whose validation loss is at most the target. The default target is the reference's
+(`--reference`, dense AdamS unless told otherwise) worst final loss over its seeds at its best rate
+plus `--target-margin` (0.05), as in the seed tables, so that it asks "how soon does a method reach
+the dense optimizer's quality"; without a reference among the methods, the loosest target every
+method reaches at its best rate (the largest mean best validation loss). A point whose seeds do not
+all reach the target has no tokens-to-target.
 """
 
 import csv
@@ -22,6 +29,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .runs import effective_config
+from .seeds import DEFAULT_REFERENCE, DEFAULT_TARGET_MARGIN, parse_reference
 
 
 @dataclass
@@ -124,6 +132,29 @@ def _row_loss(row):
     return row.final_train, "train"
 
 
+def _did_not_train(row, loss):
+    """A finite loss that ended above where the run started."""
+    first = getattr(row, "first_train", math.nan)
+    return math.isfinite(first) and loss > first
+
+
+def _matches(method, spec):
+    """The method's settings hold every KEY=VALUE of a parsed --reference spec (lr aside)."""
+    settings = dict(method)
+    return all(settings.get(k) == repr(v) for k, v in spec.items() if k != "optimizer.lr")
+
+
+def _default_target(chosen, reference, margin):
+    """(target loss, where it comes from) of the module docstring."""
+    spec = parse_reference(reference) if reference else {}
+    refs = [p for p in chosen if spec and _matches(p.method, spec)]
+    if refs:
+        worst = max(max(_row_loss(r)[0] for r in p.members) for p in refs)
+        return worst + margin, f"the reference's ({reference}) worst final loss over seeds + {margin:g}"
+    bests = [p.best_val for p in chosen if math.isfinite(p.best_val)]
+    return (max(bests) if bests else math.nan), "the loosest every method reaches (no reference among them)"
+
+
 def _choose_best_lr(points):
     """Marks each method's best learning rate (lowest mean loss among points with no failed seed)."""
     methods = {}
@@ -138,13 +169,15 @@ def _choose_best_lr(points):
             min(eligible, key=lambda p: (p.loss, p.lr)).best_lr = True
 
 
-def collect_points(rows, target=None, config_of=effective_config):
+def collect_points(rows, target=None, config_of=effective_config, reference=DEFAULT_REFERENCE,
+                   margin=DEFAULT_TARGET_MARGIN):
     """The points of the comparison from report rows; returns (points, target, left_out).
 
     Every setting with a completed run is a point; the front and the default target use only each
     method's best-rate point (`best_lr`). Only completed runs with a finite loss and byte count
-    count; `left_out` names the others, and they count as failed seeds of their setting.
-    `target` None: the default target of the module docstring.
+    that trained count; `left_out` names the others, and they count as failed seeds of their
+    setting. `target` None: the default target of the module docstring (from `reference`, a
+    KEY=VALUE[,...] spec, and `margin`).
     """
     groups, failed, left_out = {}, {}, []
     for row in rows:
@@ -152,6 +185,11 @@ def collect_points(rows, target=None, config_of=effective_config):
         key = _setting_key(config_of(row.run))
         if row.run.status != "completed" or not math.isfinite(loss) or not math.isfinite(row.bytes_per_step):
             left_out.append(f"{row.run.path.name} ({row.run.status})")
+            failed[key] = failed.get(key, 0) + 1
+            continue
+        if _did_not_train(row, loss):
+            left_out.append(f"{row.run.path.name} (did not train: final loss {loss:.4g} above its first "
+                            f"{row.first_train:.4g})")
             failed[key] = failed.get(key, 0) + 1
             continue
         groups.setdefault(key, []).append(row)
@@ -170,8 +208,7 @@ def collect_points(rows, target=None, config_of=effective_config):
     _choose_best_lr(points)
     chosen = [p for p in points if p.best_lr]
     if target is None:
-        bests = [p.best_val for p in chosen if math.isfinite(p.best_val)]
-        target = max(bests) if bests else math.nan
+        target = _default_target(chosen, reference, margin)[0]
     for p in points:
         tokens = [tokens_to_target(r.run, target) for r in p.members]
         p.tokens_to_target = float(np.mean(tokens)) if tokens and all(math.isfinite(t) for t in tokens) else math.nan
@@ -239,12 +276,14 @@ def write_csv(points, path):
                         int(p.on_front), len(p.files), p.seeds_failed, " ".join(p.files)])
 
 
-def pareto_section(report, out_dir, draw=True):
+def pareto_section(report, out_dir, draw=True, reference=DEFAULT_REFERENCE, target_loss=None,
+                   margin=DEFAULT_TARGET_MARGIN):
     """Writes pareto.csv and, with draw, pareto.png into out_dir; returns ([(file, title)], Markdown lines).
 
-    Nothing (and no lines) with fewer than two methods: there is nothing to compare.
+    Nothing (and no lines) with fewer than two methods: there is nothing to compare. target_loss
+    overrides the default target of tokens-to-target (module docstring).
     """
-    points, target, left_out = collect_points(report.rows)
+    points, target, left_out = collect_points(report.rows, target_loss, reference=reference, margin=margin)
     chosen = [p for p in points if p.best_lr]
     if len({p.method for p in points}) < 2:
         return [], []
@@ -267,12 +306,14 @@ def pareto_section(report, out_dir, draw=True):
     lines.append("")
     unchosen = sorted({p.label for p in points} - {p.label for p in chosen})
     if unchosen:
-        lines += [f"No rate of these completed every seed, so they are not compared: {', '.join(unchosen)}.", ""]
+        lines += [f"No rate of these completed and trained every seed, so they are not compared: "
+                  f"{', '.join(unchosen)}.", ""]
     if any(p.at_edge for p in chosen):
         lines += ["`edge`: the best rate is the smallest or largest tried, so a better one may lie beyond; "
                   "extend that method's `lr_search` before reading a ranking from it.", ""]
     if math.isfinite(target):
-        lines += [f"Target of tokens-to-target: validation loss {target:.4f}.", ""]
+        source = "--target-loss" if target_loss is not None else _default_target(chosen, reference, margin)[1]
+        lines += [f"Target of tokens-to-target: validation loss {target:.4f} ({source}).", ""]
     if left_out:
         lines += [f"Not completed (counted as failed seeds of their setting): {', '.join(left_out)}.", ""]
     lines += ["Every rate of every method: pareto.csv.", ""]

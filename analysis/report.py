@@ -38,6 +38,7 @@ class Row:
     final_val: float = math.nan
     best_val: float = math.nan
     final_train: float = math.nan
+    first_train: float = math.nan  # the first finite train loss: where the run started
     delta: float = math.nan
     delta_on: str = ""
     bytes_per_step: float = math.nan
@@ -209,6 +210,9 @@ def make_row(run, label, group, baseline):
     if run.status != "diverged":
         row.final_val = float(val[-1]) if val.size else math.nan
         row.final_train = final_train_loss(run)
+    train = run.metric("train_loss")
+    train = train[np.isfinite(train)]
+    row.first_train = float(train[0]) if train.size else math.nan
     if baseline is None:
         row.notes.append("no dense run in this group")
         return row
@@ -385,7 +389,8 @@ def write_report(inputs, out_dir, reference=seeds.DEFAULT_REFERENCE, target_loss
         figures = make_figures(report, out_dir, band)
     else:
         figures = []
-    pareto_figures, pareto_lines = pareto_section(report, out_dir, draw) if report.rows else ([], [])
+    pareto_figures, pareto_lines = (pareto_section(report, out_dir, draw, reference, target_loss, target_margin)
+                                    if report.rows else ([], []))
     text = markdown_summary(report, inputs, figures + pareto_figures)
     if pareto_lines:
         text += "\n" + "\n".join(pareto_lines)
