@@ -284,13 +284,16 @@ int cmd_sweep(const std::string& file, const std::string& out_dir, const std::ve
       if (std::filesystem::exists(path)) {
         try {
           const auto summary = ex::read_run_summary(path);
-          if (summary.status == "completed") {
-            rows[i].status = "skipped (completed)";
+          // A diverged run is a result too: the same config and seed diverge again, bit for bit.
+          if (summary.status == "completed" || summary.status == "diverged") {
+            rows[i].status = "skipped (" + summary.status + ")";
             rows[i].note = path.string();
             rows[i].outcome = outcome_from_file(path);
+            if (summary.status == "diverged") rows[i].outcome.status = tr::RunStatus::diverged;
             continue;
           }
-          // A killed point (status running or killed) starts again; its file is overwritten.
+          // A killed or failed point (status running, killed or failed) starts again; its file is
+          // overwritten.
           std::fprintf(stderr, "%s: left %s after step %ld; running the point again\n", path.string().c_str(),
                        summary.status.c_str(), summary.steps_completed);
         } catch (const std::exception&) {
@@ -349,7 +352,8 @@ int cmd_sweep(const std::string& file, const std::string& out_dir, const std::ve
   int code = kExitOk;
   for (const auto& r : rows) {
     const auto& o = r.outcome;
-    const bool ran = r.status == "completed" || r.status == "diverged" || r.status == "skipped (completed)";
+    const bool ran = r.status == "completed" || r.status == "diverged" || r.status == "skipped (completed)" ||
+                     r.status == "skipped (diverged)";
     if (ran) {
       const double dense = dense_bytes(o, r.workers);
       std::printf("| %s | %s | %s | %s | %s | %s | %s |\n", r.label.c_str(), r.status.c_str(),
@@ -360,7 +364,7 @@ int cmd_sweep(const std::string& file, const std::string& out_dir, const std::ve
       std::printf("| %s | %s | | | | | |\n", r.label.c_str(), r.status.c_str());
     }
     if (r.status == "failed" || r.status == "invalid") code = kExitFailure;
-    if (r.status == "diverged" && code == kExitOk) code = kExitDiverged;
+    if ((r.status == "diverged" || r.status == "skipped (diverged)") && code == kExitOk) code = kExitDiverged;
   }
   for (const auto& r : rows) {
     if (r.status == "invalid" || r.status == "failed") std::fprintf(stderr, "%s: %s: %s\n", r.label.c_str(), r.status.c_str(), r.note.c_str());
@@ -487,7 +491,7 @@ int main(int argc, char** argv) {
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
 
-  auto* sweep = app.add_subcommand("sweep", "run every point of a sweep (grid, points, lr_search, repeat: docs/configuration.md); completed points are skipped on a re-run");
+  auto* sweep = app.add_subcommand("sweep", "run every point of a sweep (grid, points, lr_search, repeat: docs/configuration.md); completed and diverged points are skipped on a re-run, killed or failed ones run again");
   sweep->add_option("sweep", config_file, "sweep JSON file")->required()->check(CLI::ExistingPath);
   sweep->add_option("--out", out_dir, "output folder for the run files")->required();
   sweep->add_option("--jobs", jobs, "points run in parallel (default 1)")->check(CLI::Range(1, 64));

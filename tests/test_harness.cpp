@@ -329,6 +329,30 @@ TEST_CASE("scape sweep runs every point, skips completed ones on a re-run, and s
   CHECK(r.output.find("skipped (completed) | | ") == std::string::npos);
 }
 
+TEST_CASE("a sweep re-run keeps a diverged point as its result and still exits 3") {
+  TempDir dir;
+  const std::string gpt = std::string(kTinyGpt);
+  write_file(dir.path / "s.json", R"({"base": )" + gpt + R"(,
+    "points": [{"optimizer.type": "adamw", "optimizer.lr": 1e3, "steps": 40}, {"optimizer.type": "adams"}]})");
+  const std::string cmd = "sweep " + (dir.path / "s.json").string() + " --out " + (dir.path / "out").string() + " --quiet";
+  auto r = run_scape(cmd);
+  CAPTURE(r.output);
+  REQUIRE(r.code == 3);
+  fs::path diverged;
+  for (const auto& e : fs::directory_iterator(dir.path / "out")) {
+    if (e.path().extension() == ".h5" && ex::read_run_summary(e.path()).status == "diverged") diverged = e.path();
+  }
+  REQUIRE(!diverged.empty());
+  const auto written = fs::last_write_time(diverged);
+  r = run_scape(cmd);
+  CAPTURE(r.output);
+  CHECK(r.code == 3);
+  CHECK(r.output.find("skipped (diverged)") != std::string::npos);
+  CHECK(r.output.find("skipped (completed)") != std::string::npos);
+  CHECK(r.output.find("running the point again") == std::string::npos);
+  CHECK(fs::last_write_time(diverged) == written);  // not run again
+}
+
 TEST_CASE("sweep points that train identically share one run: a dense optimizer ignores sparsity") {
   TempDir dir;
   write_file(dir.path / "s.json", R"({
