@@ -34,12 +34,12 @@
 #include "runtime/nccl_run.hpp"
 #endif
 
-#ifndef SCAPE_GIT_SHA
-#define SCAPE_GIT_SHA "unknown"
-#endif
 #ifndef SCAPE_VERSION
 #define SCAPE_VERSION "0.0.0"
 #endif
+
+// The commit this binary was built from (a source generated at build time: apps/CMakeLists.txt).
+const char* scape_git_sha();
 
 namespace {
 
@@ -73,7 +73,7 @@ tr::RunOptions options_for(const std::filesystem::path& out, bool quiet) {
   o.out = out;
   o.quiet = quiet;
   o.scape_version = SCAPE_VERSION;
-  o.git_sha = SCAPE_GIT_SHA;
+  o.git_sha = scape_git_sha();
   return o;
 }
 
@@ -460,7 +460,7 @@ int main(int argc, char** argv) {
   CLI::App app{"scape: research simulator for communication-sparse distributed training.\n"
                "Exit status: 0 completed, 2 invalid configuration or input, 3 diverged, 1 other failure."};
   app.require_subcommand(1);
-  app.set_version_flag("--version", std::string(SCAPE_VERSION) + " (" + SCAPE_GIT_SHA + ")");
+  app.set_version_flag("--version", std::string(SCAPE_VERSION) + " (" + scape_git_sha() + ")");
 
   std::string config_file, out, out_dir;
   std::vector<std::string> sets;

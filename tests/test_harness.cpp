@@ -153,6 +153,19 @@ TEST_CASE("scape run on a GPT: validation, final parameters and dense metrics as
   CHECK(std::isnan(read_metric(dir.path / "d.h5", "residual_norm")[2]));
 }
 
+TEST_CASE("scape --version names the commit it was built from, the one checked out") {
+  const auto head = scape::testing::run_command("git -C " + std::string(SCAPE_SOURCE_DIR) + " rev-parse --short=12 HEAD");
+  if (head.code != 0 || head.output.size() < 12) {
+    MESSAGE("skipped: the source folder is not a git checkout");
+    return;
+  }
+  const auto r = run_scape("--version");
+  CAPTURE(r.output);
+  CHECK(r.code == 0);
+  // The commit, not the dirty flag: editing a file after the build must not fail this test.
+  CHECK(r.output.find("(" + head.output.substr(0, 12)) != std::string::npos);
+}
+
 TEST_CASE("bad configurations exit 2 with a message naming the problem") {
   TempDir dir;
   write_file(dir.path / "corrupt.bin", std::string("\x01\x02\x03", 3));
