@@ -155,13 +155,16 @@ def _default_target(chosen, reference, margin):
     return (max(bests) if bests else math.nan), "the loosest every method reaches (no reference among them)"
 
 
-def _choose_best_lr(points):
-    """Marks each method's best learning rate (lowest mean loss among points with no failed seed)."""
+def _choose_best_lr(points, rates_tried):
+    """Marks each method's best learning rate (lowest mean loss among points with no failed seed).
+
+    rates_tried: method -> every rate run, those where no seed completed included.
+    """
     methods = {}
     for p in points:
         methods.setdefault(p.method, []).append(p)
-    for members in methods.values():
-        rates = sorted({p.lr for p in members if math.isfinite(p.lr)})
+    for method, members in methods.items():
+        rates = sorted(r for r in rates_tried.get(method, ()) if math.isfinite(r))
         for p in members:
             p.lrs_tried = rates
         eligible = [p for p in members if p.seeds_failed == 0 and math.isfinite(p.loss)]
@@ -205,7 +208,10 @@ def collect_points(rows, target=None, config_of=effective_config, reference=DEFA
             loss_kind=_row_loss(members[0])[1], best_val=float(np.mean(best)),
             files=[r.run.path.name for r in members], members=members, lr=_lr_of(key),
             seeds_failed=failed.get(key, 0), method=_method_key(key)))
-    _choose_best_lr(points)
+    rates_tried = {}
+    for key in list(groups) + list(failed):
+        rates_tried.setdefault(_method_key(key), set()).add(_lr_of(key))
+    _choose_best_lr(points, rates_tried)
     chosen = [p for p in points if p.best_lr]
     if target is None:
         target = _default_target(chosen, reference, margin)[0]

@@ -116,6 +116,7 @@ def test_each_method_is_compared_at_its_best_rate_and_a_rate_with_a_failed_seed_
     # it has the fewest bytes and the lowest loss.
     randk = [p for p in points if p.optimizer_type == "randk_ef"]
     assert len(randk) == 1 and not randk[0].best_lr and not randk[0].on_front
+    assert randk[0].lrs_tried == [0.01]
     assert chosen["scape"].on_front and chosen["adams"].on_front
     assert not any(p.on_front for p in points if not p.best_lr)
     # The default target: the reference's (dense AdamS) worst final loss over seeds, 2.1, + 0.05.
@@ -197,6 +198,14 @@ def test_a_finite_blow_up_counts_as_a_failed_seed():
     points, _, left_out = collect_points(rows, config_of=config)
     best = {p.optimizer_type: p for p in points if p.best_lr}
     assert best["onebit_adam"].lr == 0.001 and best["onebit_adam"].loss == pytest.approx(3.55)
+    # A rate whose every seed failed has no point but was tried.
+    rows.append(fake_row(fake_run("c1", "onebit_adam", 1, [9.0], [5], status="diverged"), 100.0))
+    lr_of["c1"] = 0.01
+    points, _, left_out = collect_points(rows, config_of=config)
+    assert best["onebit_adam"].lrs_tried == [0.001, 0.003]
+    best = {p.optimizer_type: p for p in points if p.best_lr}
+    assert best["onebit_adam"].lrs_tried == [0.001, 0.003, 0.01] and best["onebit_adam"].lr == 0.001
+    left_out.remove("c1 (diverged)")
     blown = [p for p in points if p.optimizer_type == "onebit_adam" and p.lr == 0.003][0]
     assert blown.seeds_failed == 1 and blown.files == ["a1"]
     assert left_out == ["a2 (did not train: final loss 1e+15 above its first 5.5)"]
