@@ -100,7 +100,9 @@ def interval(values, confidence=CONFIDENCE):
 def final_loss(run):
     """(loss, on) of a finished run: the last validation loss ("val"), else the train tail ("train").
 
-    A diverged run counts as +inf (its lr must not win); runs not completed give NaN.
+    A diverged run counts as +inf (its lr must not win), and so does a completed run whose loss
+    ended above the first train loss it recorded (a finite blow-up the run's NaN/Inf check does
+    not catch; analysis/pareto.py applies the same rule); runs not completed give NaN.
     """
     from .report import final_train_loss  # the report's definition of the train tail
 
@@ -109,9 +111,12 @@ def final_loss(run):
     if run.status != "completed":
         return math.nan, ""
     val = run.val_loss[np.isfinite(run.val_loss)] if len(run.val_loss) else np.zeros(0)
-    if val.size:
-        return float(val[-1]), "val"
-    return final_train_loss(run), "train"
+    loss, on = (float(val[-1]), "val") if val.size else (final_train_loss(run), "train")
+    train = run.metric("train_loss")
+    train = train[np.isfinite(train)]
+    if train.size and loss > float(train[0]):
+        return math.inf, on
+    return loss, on
 
 
 def tokens_per_step(run):
@@ -369,7 +374,8 @@ def markdown_section(problems, reference):
     out = ["## Seeds and learning rates", "",
            "Runs equal but for `seed` and `optimizer.lr` form an arm. *best lr*: the lowest mean final loss over",
            "seeds (final validation loss on the held-out split; the mean train loss of the last steps for models",
-           "without validation) among the lrs no seed diverged at (bold below). At the best lr: mean, standard",
+           "without validation) among the lrs no seed diverged at (a NaN/Inf, or a loss that ended above its",
+           "first train loss; bold below). At the best lr: mean, standard",
            f"deviation (n−1) and {CONFIDENCE:.0%} Student-t interval over seeds; *Δ vs reference*: the paired",
            f"difference arm − reference (`{reference}`, at its best lr) over the seeds both ran, with its",
            "own interval; *tokens to target*: training tokens (workers × batch × block) at the first evaluation",
