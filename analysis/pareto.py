@@ -52,12 +52,12 @@ class Point:
     best_lr: bool = False  # the method's best rate: the point it is compared at
     seeds_failed: int = 0  # runs of this setting that did not complete (diverged, failed, killed)
     method: tuple = ()  # the settings without seed and lr: points of one method differ only in lr
+    members: list = field(default_factory=list, repr=False)  # the report rows, one per seed
 
     @property
     def at_edge(self):
         """The best rate is the smallest or the largest of several tried."""
         return self.best_lr and len(self.lrs_tried) > 1 and self.lr in (self.lrs_tried[0], self.lrs_tried[-1])
-    members: list = field(default_factory=list, repr=False)  # the report rows, one per seed
 
 
 def pareto_front(xs, ys):
