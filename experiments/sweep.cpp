@@ -16,9 +16,14 @@ using nlohmann::json;
 constexpr std::size_t kMaxSweepPoints = 100000;
 
 json read_json_file(const std::filesystem::path& path) {
-  if (std::filesystem::is_directory(path)) throw ConfigError(path.string() + ": is a directory, expected a JSON file");
+  // The error_code forms: a name the system refuses (too long, say) is a ConfigError like a
+  // missing file, not a filesystem_error thrown past the caller.
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) throw ConfigError(path.string() + ": is a directory, expected a JSON file");
   std::ifstream in(path);
-  if (!in) throw ConfigError(path.string() + ": cannot open the file");
+  if (!in) {
+    throw ConfigError(path.string() + ": cannot open the file" + (ec ? " (" + ec.message() + ")" : std::string()));
+  }
   try {
     return json::parse(in);
   } catch (const json::exception& e) {  // parse_error, or out_of_range for a number beyond double

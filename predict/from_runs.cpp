@@ -86,7 +86,8 @@ std::string run_label(const MeasuredRun& r) {
 }  // namespace
 
 std::vector<MeasuredRun> read_completed_runs(const std::filesystem::path& dir) {
-  if (!std::filesystem::is_directory(dir)) throw ex::ConfigError("--from-runs: no such folder " + dir.string());
+  std::error_code ec;
+  if (!std::filesystem::is_directory(dir, ec)) throw ex::ConfigError("--from-runs: no such folder " + dir.string());
   std::vector<std::filesystem::path> files;
   for (const auto& e : std::filesystem::directory_iterator(dir)) {
     if (e.is_regular_file() && e.path().extension() == ".h5") files.push_back(e.path());

@@ -382,6 +382,11 @@ TEST_CASE("fuzz regressions: sweeps with a non-string base_file or a grid of mil
   const auto r = run_scape("sweep " + (dir / "s.json").string() + " --out " + (dir / "o").string());
   CHECK(r.code == 2);
   CHECK(r.output.find("more than 100000") != std::string::npos);
+  // A base_file name longer than the system allows (found by CI's fuzz stage): a ConfigError
+  // saying so, where std::filesystem::is_directory threw a filesystem_error.
+  const nlohmann::json long_name = {{"base_file", std::string(5000, 'b') + ".json"}, {"grid", {{"seed", {1}}}}};
+  CHECK_THROWS_WITH_AS(ex::expand_sweep(long_name, dir.path), doctest::Contains("cannot open the file (File name too long)"),
+                       ex::ConfigError);
 }
 
 TEST_CASE("fuzz regression: a trace whose layout repeats a name or has a zero size is a ConfigError naming it") {
