@@ -179,6 +179,13 @@ def final_train_loss(run):
     return float(loss[-TRAIN_TAIL:].mean()) if loss.size else math.nan
 
 
+def first_train_loss(run):
+    """The first finite train loss: where the run started (NaN without one)."""
+    loss = run.metric("train_loss")
+    loss = loss[np.isfinite(loss)]
+    return float(loss[0]) if loss.size else math.nan
+
+
 def diverged_at(run):
     """The last recorded step of a diverged run (the step with the non-finite loss or gradient)."""
     return int(run.steps[-1]) if len(run.steps) else run.steps_completed
@@ -210,9 +217,7 @@ def make_row(run, label, group, baseline):
     if run.status != "diverged":
         row.final_val = float(val[-1]) if val.size else math.nan
         row.final_train = final_train_loss(run)
-    train = run.metric("train_loss")
-    train = train[np.isfinite(train)]
-    row.first_train = float(train[0]) if train.size else math.nan
+    row.first_train = first_train_loss(run)
     if baseline is None:
         row.notes.append("no dense run in this group")
         return row

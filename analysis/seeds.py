@@ -104,7 +104,7 @@ def final_loss(run):
     ended above the first train loss it recorded (a finite blow-up the run's NaN/Inf check does
     not catch; analysis/pareto.py applies the same rule); runs not completed give NaN.
     """
-    from .report import final_train_loss  # the report's definition of the train tail
+    from .report import final_train_loss, first_train_loss  # the report's train tail and start
 
     if run.status == "diverged":
         return math.inf, "val" if len(run.val_loss) else "train"
@@ -112,9 +112,7 @@ def final_loss(run):
         return math.nan, ""
     val = run.val_loss[np.isfinite(run.val_loss)] if len(run.val_loss) else np.zeros(0)
     loss, on = (float(val[-1]), "val") if val.size else (final_train_loss(run), "train")
-    train = run.metric("train_loss")
-    train = train[np.isfinite(train)]
-    if train.size and loss > float(train[0]):
+    if loss > first_train_loss(run):  # False when there is no first loss (NaN)
         return math.inf, on
     return loss, on
 
