@@ -152,9 +152,10 @@ void OptimizerConfig::validate() const {
       throw std::invalid_argument("optimizer.update: dense is only defined for mask_partition = partitioned");
     }
   }
-  if (type != OptimizerType::scape && device != kernels::DeviceKind::cpu) {
+  if (device != kernels::DeviceKind::cpu && !runs_on_cuda(type)) {
     throw std::invalid_argument(std::string("optimizer.device: ") + kernels::to_string(device) +
-                                " runs optimizer type scape only; " + to_string(type) + " runs on the cpu");
+                                " runs optimizer types scape, adamw and adams only; " + to_string(type) +
+                                " runs on the cpu");
   }
   if (type != OptimizerType::scape && residual_offload) {
     throw std::invalid_argument(std::string("optimizer.residual_offload: only optimizer type scape keeps an "

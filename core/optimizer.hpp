@@ -185,6 +185,12 @@ inline bool replicated_only(OptimizerType t) {
          t == OptimizerType::powersgd || t == OptimizerType::demo;
 }
 
+// The types with a CUDA path (device = cuda): SCAPE and the dense AdamW and AdamS; the
+// baselines run on the CPU.
+inline bool runs_on_cuda(OptimizerType t) {
+  return t == OptimizerType::scape || t == OptimizerType::adamw || t == OptimizerType::adams;
+}
+
 // Purposes of the collectives this configuration can record (bytes_sent_<purpose> metrics).
 std::vector<std::string> collective_purposes(const OptimizerConfig& config);
 

@@ -45,10 +45,27 @@ DataSection parse_data(const json& j, const std::filesystem::path& base_dir) {
   return d;
 }
 
-OptimizerConfig parse_optimizer(const json& j, std::uint64_t seed) {
+// The optimizer runs where the model does (the top-level `device`) unless optimizer.device says
+// otherwise; a CPU optimizer cannot step parameters that live on the GPU.
+OptimizerConfig parse_optimizer(const json& j, std::uint64_t seed, kernels::DeviceKind model_device) {
   const Section s(j, "optimizer", optimizer_keys().fields);
   OptimizerConfig c;
   write_given(s, optimizer_keys(), c);
+  const std::string type = to_string(c.type);
+  if (!s.has("device")) {
+    c.device = model_device;
+  } else if (c.type != OptimizerType::scape && c.device != kernels::DeviceKind::cpu) {
+    fail("optimizer.device", "placing the optimizer alone on the GPU is a SCAPE switch; " + type +
+                                 " runs on the GPU with its model: set the top-level device = \"cuda\"");
+  }
+  if (model_device == kernels::DeviceKind::cuda && c.device != kernels::DeviceKind::cuda) {
+    fail("optimizer.device", std::string("\"") + kernels::to_string(c.device) +
+                                 "\" cannot step parameters that live on the GPU (device \"cuda\"); leave it out or "
+                                 "set it to \"cuda\"");
+  }
+  if (c.device == kernels::DeviceKind::cuda && !runs_on_cuda(c.type)) {
+    fail("device", "\"cuda\" runs the optimizer types scape, adamw and adams; " + type + " runs on the cpu only");
+  }
   if (!s.has("sharded")) c.sharded = !replicated_only(c.type);  // the EF baselines keep replicated state
   c.seed = seed;
   config_error([&] { c.validate(); });
@@ -108,6 +125,10 @@ ExperimentConfig parse_experiment(const json& j, const std::filesystem::path& ba
   ExperimentConfig c;
   write_given(top, top_keys(), c);
   c.model = parse_model(section_json(j, "model"));
+  if (c.device == kernels::DeviceKind::cuda && !c.has_data()) {
+    fail("device", "\"cuda\" places a language model on the GPU; model.type \"" + c.model.type +
+                       "\" computes its gradients on the host (optimizer.device \"cuda\" runs only the optimizer there)");
+  }
   if (c.has_data()) {
     c.data = parse_data(section_json(j, "data"), base_dir);
     const Section eval(section_json(j, "eval"), "eval", eval_keys().fields);
@@ -117,7 +138,7 @@ ExperimentConfig parse_experiment(const json& j, const std::filesystem::path& ba
     top.forbid("eval", "model.type \"" + c.model.type + "\" has no validation loss; remove the eval section");
   }
   if (c.model.type == "replay") c.model.path = resolve_path(c.model.path.string(), base_dir);
-  c.optimizer = parse_optimizer(section_json(j, "optimizer"), c.seed);
+  c.optimizer = parse_optimizer(section_json(j, "optimizer"), c.seed, c.device);
   c.network = parse_network(section_json(j, "network"));
   c.compute = parse_compute(section_json(j, "compute"), c.model);
   const Section log(section_json(j, "log"), "log", log_keys().fields);
@@ -127,6 +148,8 @@ ExperimentConfig parse_experiment(const json& j, const std::filesystem::path& ba
 
 json ExperimentConfig::to_json() const {
   json j = read_applicable(top_keys(), *this);
+  // Absent means "cpu": configs written before the key existed keep their run ids.
+  if (device == kernels::DeviceKind::cpu) j.erase("device");
   j["model"] = read_applicable(model_keys(), model, model.type);
   if (has_data()) {
     j["data"] = read_applicable(data_keys(), data, data.type);

@@ -83,6 +83,9 @@ struct ExperimentConfig {
   std::uint64_t seed = 1;
   int workers = 4;
   int steps = 200;
+  // Where the model, its parameters and gradients live and run (the optimizer follows unless
+  // optimizer.device is given).
+  kernels::DeviceKind device = kernels::DeviceKind::cpu;
   ModelSection model;
   DataSection data;
   OptimizerConfig optimizer;

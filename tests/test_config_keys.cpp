@@ -152,3 +152,35 @@ TEST_CASE("predict and experiment configs share one strict section parser") {
                        doctest::Contains("log.flush_intervall: unknown key (did you mean 'flush_interval'?)"),
                        ex::ConfigError);
 }
+
+TEST_CASE("device: absent means cpu (run ids unchanged); cuda moves the optimizer with the model") {
+  const json gpt = {{"model", {{"type", "gpt"}}}, {"optimizer", {{"type", "scape"}}}};
+  json on_cpu = gpt;
+  on_cpu["device"] = "cpu";
+  const json resolved = ex::parse_experiment(gpt, ".").to_json();
+  CHECK_FALSE(resolved.contains("device"));
+  CHECK(ex::run_id(ex::parse_experiment(on_cpu, ".").to_json()) == ex::run_id(resolved));
+
+  for (const char* type : {"scape", "adams", "adamw"}) {
+    CAPTURE(type);
+    json on_gpu = gpt;
+    on_gpu["device"] = "cuda";
+    on_gpu["optimizer"]["type"] = type;
+    const auto c = ex::parse_experiment(on_gpu, ".");  // parsing checks no hardware
+    CHECK(c.device == scape::kernels::DeviceKind::cuda);
+    CHECK(c.optimizer.device == scape::kernels::DeviceKind::cuda);
+    const json recorded = c.to_json();
+    CHECK(recorded["device"] == "cuda");
+    CHECK(ex::run_id(recorded) != ex::run_id(resolved));
+    // The recorded config parses back to the same placement and id.
+    const auto again = ex::parse_experiment(recorded, ".");
+    CHECK(again.optimizer.device == scape::kernels::DeviceKind::cuda);
+    CHECK(ex::run_id(again.to_json()) == ex::run_id(recorded));
+  }
+  // A host model with the SCAPE optimizer alone on the GPU stays possible.
+  json split = gpt;
+  split["optimizer"]["device"] = "cuda";
+  const auto c = ex::parse_experiment(split, ".");
+  CHECK(c.device == scape::kernels::DeviceKind::cpu);
+  CHECK(c.optimizer.device == scape::kernels::DeviceKind::cuda);
+}

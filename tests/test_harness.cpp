@@ -192,7 +192,10 @@ TEST_CASE("bad configurations exit 2 with a message naming the problem") {
       {"optimizer.residual_decay=1.5", "optimizer.residual_decay: 1.5 is out of range"},
       {"optimizer.residual_decay=-0.1", "optimizer.residual_decay: -0.1 is out of range"},
       {"optimizer.residual_clip=-1", "optimizer.residual_clip: -1 is out of range"},
-      {"optimizer.type=adamw --set optimizer.device=cuda", "optimizer.device: cuda runs optimizer type scape only"},
+      {"optimizer.type=adamw --set optimizer.device=cuda", "optimizer.device: placing the optimizer alone on the GPU"},
+      {"device=tpu", "device: unknown value \"tpu\""},
+      {"device=cuda --set optimizer.device=cpu", "optimizer.device: \"cpu\" cannot step parameters that live on the GPU"},
+      {"device=cuda --set optimizer.type=topk_ef", "device: \"cuda\" runs the optimizer types scape, adamw and adams"},
   };
   write_file(dir.path / "g.json", kTinyGpt);
   for (const auto& c : cases) {
@@ -204,14 +207,27 @@ TEST_CASE("bad configurations exit 2 with a message naming the problem") {
     CHECK(r.output.find(c.needle) != std::string::npos);
     CHECK_FALSE(fs::exists(dir.path / "x.h5"));
   }
-  // A GPU asked for where there is none: refused before anything is written.
-  if (scape::kernels::cuda_device_count() == 0) {
-    const auto r = run_scape("run " + (dir.path / "g.json").string() + " --out " + (dir.path / "x.h5").string() +
-                             " --quiet --set optimizer.device=cuda");
+  // Refused with exit 2 and a message holding `needle` (and not `absent`), nothing written.
+  const auto refused = [&](const char* file, const std::string& set, const std::string& needle,
+                           const std::string& absent = "") {
+    CAPTURE(set);
+    const auto r = run_scape("run " + (dir.path / file).string() + " --out " + (dir.path / "x.h5").string() +
+                             " --quiet --set " + set);
     CAPTURE(r.output);
     CHECK(r.code == 2);
-    CHECK(r.output.find("optimizer.device: cuda, but") != std::string::npos);
+    CHECK(r.output.find(needle) != std::string::npos);
+    if (!absent.empty()) CHECK(r.output.find(absent) == std::string::npos);
     CHECK_FALSE(fs::exists(dir.path / "x.h5"));
+  };
+  // The noisy quadratic computes its gradients on the host: no model to place on a GPU.
+  write_file(dir.path / "q.json", kQuadratic);
+  refused("q.json", "device=cuda", "device: \"cuda\" places a language model on the GPU");
+  // A GPU asked for where there is none: refused before anything is written, naming the key the
+  // user wrote.
+  if (scape::kernels::cuda_device_count() == 0) {
+    refused("g.json", "optimizer.device=cuda", "optimizer.device: cuda, but");
+    refused("g.json", "device=cuda", "device: cuda, but", "optimizer.device");
+    refused("g.json", "device=cuda --set optimizer.type=adams", "device: cuda, but", "optimizer.device");
   }
   // Missing and corrupt data files: the message names the file.
   write_file(dir.path / "text.json", R"({"steps": 2, "model": {"vocab_size": 256, "n_layer": 1, "n_embd": 16, "n_head": 2},

@@ -104,9 +104,12 @@ TEST_CASE("The offloaded residual reports the device memory it saves") {
 
 TEST_CASE("Bad device settings are rejected naming the field") {
   OptimizerConfig c = scape_config();
-  c.type = OptimizerType::adamw;
+  c.type = OptimizerType::topk_ef;  // the baselines have no CUDA path
   c.device = kernels::DeviceKind::cuda;
   CHECK_THROWS_WITH_AS(c.validate(), doctest::Contains("optimizer.device"), std::invalid_argument);
+  c.type = OptimizerType::adamw;
+  c.sharded = true;
+  CHECK_NOTHROW(c.validate());
   c.device = kernels::DeviceKind::cpu;
   c.residual_offload = true;
   CHECK_THROWS_WITH_AS(c.validate(), doctest::Contains("optimizer.residual_offload"), std::invalid_argument);

@@ -90,8 +90,10 @@ class LanguageModelData final : public SourceData {
 
 class LanguageModelSource final : public GradientSource {
  public:
-  LanguageModelSource(const experiments::ExperimentConfig& c, const LanguageModelData& data, int rank)
-      : model_(data.spec().make()),
+  LanguageModelSource(const experiments::ExperimentConfig& c, const LanguageModelData& data, int rank,
+                      kernels::KernelBackend& backend)
+      : model_(data.spec().make(backend)),
+        backend_(backend),
         train_(data.split().train, data.spec().block_size(), c.seed, model::Split::kTrain),
         val_(data.split().val, data.spec().block_size(), c.seed, model::Split::kVal),
         rank_(rank),
@@ -103,7 +105,9 @@ class LanguageModelSource final : public GradientSource {
 
   double gradient(std::span<const float> params, int step, std::span<float> grads) override {
     train_.worker_batch(static_cast<std::uint64_t>(step), batch_ * workers_, workers_, rank_, inputs_, targets_);
-    return model_->forward_backward(params, inputs_, targets_, batch_, T_, grads);
+    const double loss = model_->forward_backward(params, inputs_, targets_, batch_, T_, grads);
+    backend_.synchronize();  // the backward may still be queued after the loss came back
+    return loss;
   }
 
   double validation_loss(std::span<const float> params, int batches) override {
@@ -120,6 +124,7 @@ class LanguageModelSource final : public GradientSource {
 
  private:
   std::unique_ptr<model::LanguageModel> model_;
+  kernels::KernelBackend& backend_;
   model::BatchSampler train_, val_;
   int rank_, workers_, batch_, T_;
   std::vector<std::int32_t> inputs_, targets_;
@@ -220,9 +225,10 @@ std::unique_ptr<SourceData> load_source_data(const experiments::ExperimentConfig
 }
 
 std::unique_ptr<GradientSource> make_gradient_source(const experiments::ExperimentConfig& config,
-                                                     const SourceData& data, int rank) {
+                                                     const SourceData& data, int rank,
+                                                     kernels::KernelBackend& backend) {
   if (config.has_data()) {
-    return std::make_unique<LanguageModelSource>(config, static_cast<const LanguageModelData&>(data), rank);
+    return std::make_unique<LanguageModelSource>(config, static_cast<const LanguageModelData&>(data), rank, backend);
   }
   if (config.model.type == "replay") return std::make_unique<ReplaySource>(static_cast<const ReplayData&>(data), rank);
   return std::make_unique<QuadraticSource>(static_cast<const QuadraticData&>(data), rank);

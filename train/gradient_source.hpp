@@ -9,6 +9,7 @@
 
 #include "core/layout.hpp"
 #include "experiments/config.hpp"
+#include "kernels/backend.hpp"
 
 namespace scape::train {
 
@@ -23,7 +24,8 @@ class SourceData {
 class GradientSource {
  public:
   virtual ~GradientSource() = default;
-  // This worker's gradient at step t (1-based); returns its training loss (NaN when unknown).
+  // This worker's gradient at step t (1-based), complete on return; returns its training loss
+  // (NaN when unknown). params and grads are memory of the source's backend.
   virtual double gradient(std::span<const float> params, int step, std::span<float> grads) = 0;
   // Validation loss over `batches` batches (NaN when the source has none).
   virtual double validation_loss(std::span<const float> params, int batches) = 0;
@@ -31,7 +33,10 @@ class GradientSource {
 
 // Throws ConfigError naming the file or field for missing or corrupt input.
 std::unique_ptr<SourceData> load_source_data(const experiments::ExperimentConfig& config);
+// A language model runs on `backend` (its memory must hold params and grads); the quadratic and
+// replay sources compute on the host (config parsing keeps them on the CPU).
 std::unique_ptr<GradientSource> make_gradient_source(const experiments::ExperimentConfig& config,
-                                                     const SourceData& data, int rank);
+                                                     const SourceData& data, int rank,
+                                                     kernels::KernelBackend& backend = kernels::cpu_backend());
 
 }  // namespace scape::train

@@ -1,7 +1,10 @@
 // One rank's training loop, and the device check every runner makes before writing anything.
 #include "train/train_loop.hpp"
 
+#include <algorithm>
 #include <cstdio>
+#include <memory>
+#include <string>
 #include <ctime>
 #include <vector>
 
@@ -28,14 +31,24 @@ void train_rank(const experiments::ExperimentConfig& config, const SourceData& d
                 Communicator& comm, StepExchange& exchange, RunLog* log, const Checkpoint* resume) {
   const int rank = comm.rank();
   const ParamLayout& layout = data.layout();
-  auto source = make_gradient_source(config, data, rank);
+  // The model's parameters and gradients live in the memory of the run's device: host memory, or
+  // CUDA managed memory that the model and optimizer kernels use in place and the host reads
+  // (for the metrics, the log and checkpoints) after their streams have synchronized.
+  const std::unique_ptr<kernels::KernelBackend> device =
+      config.device == kernels::DeviceKind::cpu ? nullptr : kernels::make_backend(config.device);
+  kernels::KernelBackend& backend = device ? *device : kernels::cpu_backend();
+  auto source = make_gradient_source(config, data, rank, backend);
   auto opt = make_optimizer(config.optimizer, layout, comm, config.steps);
   const bool moved = config.optimizer.device != kernels::DeviceKind::cpu || config.optimizer.residual_offload;
-  if (rank == 0 && moved && !options.quiet) std::fprintf(stderr, "optimizer: %s\n", opt->device_summary().c_str());
-  std::vector<float> params(layout.size()), grads(layout.size()), acc, moment;
+  if (rank == 0 && !options.quiet) {
+    if (device) std::fprintf(stderr, "model: %s\n", device->description().c_str());
+    if (moved) std::fprintf(stderr, "optimizer: %s\n", opt->device_summary().c_str());
+  }
+  kernels::Buffer<float> params(backend, layout.size()), grads(backend, layout.size());
+  std::vector<float> acc, moment;
   int first = 1;
   if (resume != nullptr) {
-    params = resume->params;
+    std::copy(resume->params.begin(), resume->params.end(), params.data());
     opt->load_state(resume->states[static_cast<std::size_t>(rank)]);
     first = resume->step + 1;
   } else {
@@ -53,7 +66,8 @@ void train_rank(const experiments::ExperimentConfig& config, const SourceData& d
     if (want_oracle) {
       const auto e = opt->residual();
       acc.resize(grads.size());
-      for (std::size_t j = 0; j < grads.size(); ++j) acc[j] = e[j] + grads[j];
+      const float* g = grads.data();
+      for (std::size_t j = 0; j < grads.size(); ++j) acc[j] = e[j] + g[j];
       report.accumulated = acc;
       const auto m = opt->own_first_moment();  // before the step: the m_prev its mask statistic reads
       moment.assign(m.begin(), m.end());
@@ -64,7 +78,7 @@ void train_rank(const experiments::ExperimentConfig& config, const SourceData& d
     report.metrics = opt->step(params, grads);
     report.optimizer_s = thread_cpu_seconds() - o0;
     report.optimizer_wall_s = wall_seconds() - w1;
-    report.grads = grads;
+    report.grads = grads.span();
     report.measured = comm.take_measured_times();
     report.exposed_wait_s = comm.take_exposed_wait();
     const bool stop = exchange.exchange(rank, report, [&](std::span<const WorkerReport* const> reports) {
@@ -84,14 +98,24 @@ void train_rank(const experiments::ExperimentConfig& config, const SourceData& d
   if (rank == 0) log->write_final_params(params);
 }
 
-void require_optimizer_device(const experiments::ExperimentConfig& config) {
-  if (config.optimizer.device != kernels::DeviceKind::cuda) return;
+namespace {
+
+void require_device(kernels::DeviceKind device, const char* key) {
+  if (device != kernels::DeviceKind::cuda) return;
   if (!kernels::cuda_built()) {
-    throw experiments::ConfigError("optimizer.device: cuda, but this scape was built without CUDA (no nvcc at configure time)");
+    throw experiments::ConfigError(std::string(key) +
+                                   ": cuda, but this scape was built without CUDA (no nvcc at configure time)");
   }
   if (kernels::cuda_device_count() == 0) {
-    throw experiments::ConfigError("optimizer.device: cuda, but no CUDA device is visible on this machine");
+    throw experiments::ConfigError(std::string(key) + ": cuda, but no CUDA device is visible on this machine");
   }
+}
+
+}  // namespace
+
+void require_devices(const experiments::ExperimentConfig& config) {
+  require_device(config.device, "device");
+  require_device(config.optimizer.device, "optimizer.device");
 }
 
 }  // namespace scape::train

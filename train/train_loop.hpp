@@ -16,8 +16,9 @@ namespace scape::train {
 void train_rank(const experiments::ExperimentConfig& config, const SourceData& data, const RunOptions& options,
                 Communicator& comm, StepExchange& exchange, RunLog* log, const Checkpoint* resume);
 
-// Throws experiments::ConfigError naming optimizer.device when it asks for cuda and this build
-// has no CUDA or this machine no visible device (checked before anything is written).
-void require_optimizer_device(const experiments::ExperimentConfig& config);
+// Throws experiments::ConfigError naming `device` or `optimizer.device` when it asks for cuda
+// and this build has no CUDA or this machine no visible device (checked before anything is
+// written).
+void require_devices(const experiments::ExperimentConfig& config);
 
 }  // namespace scape::train
