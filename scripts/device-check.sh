@@ -41,9 +41,10 @@ usage() {
 prepare() {
   local build=build/device-prepare carry=device-carry
   local jobs="${JOBS:-2}"
-  local targets=(test_cuda_kernels test_device_optimizer test_device_model nccl_collectives_check nccl_scape_check bench_cuda
+  local targets=(test_cuda_kernels test_device_optimizer test_device_model test_device_train nccl_collectives_check nccl_scape_check bench_cuda
     bench_device_step)
-  local paths=(tests/test_cuda_kernels tests/test_device_optimizer tests/test_device_model tests/runtime/nccl_collectives_check
+  local paths=(tests/test_cuda_kernels tests/test_device_optimizer tests/test_device_model tests/test_device_train
+    tests/runtime/nccl_collectives_check
     tests/runtime/nccl_scape_check bench/bench_cuda bench/bench_device_step)
 
   # No MPI (the carried checks are single-process) and no build RPATH (the carried executables

@@ -269,6 +269,7 @@ run_bench() {
 run_test test_cuda_kernels test_cuda_kernels 150
 run_test test_device_optimizer test_device_optimizer 120
 run_test test_device_model test_device_model 60
+run_test test_device_train test_device_train 120
 run_test nccl_collectives_w1 nccl_collectives_check 90 needs-nccl
 run_test nccl_scape_w1 nccl_scape_check 90 needs-nccl
 run_bench bench_cuda 150
