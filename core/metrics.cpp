@@ -57,9 +57,18 @@ std::size_t popcount_combined(std::span<const std::uint64_t> a, std::span<const 
 }  // namespace
 
 double l2_norm(std::span<const float> x) {
+  // Eight running sums per block, element j into lane j % 8, added in lane order: a fixed order
+  // (deterministic) that the compiler can vectorize, where one running sum is a serial chain.
+  constexpr std::size_t kLanes = 8;
   const double ss = blocked_sum(x.size(), [&](std::size_t lo, std::size_t hi) {
+    double lane[kLanes] = {};
+    std::size_t j = lo;
+    for (; j + kLanes <= hi; j += kLanes) {
+      for (std::size_t l = 0; l < kLanes; ++l) lane[l] += static_cast<double>(x[j + l]) * x[j + l];
+    }
     double s = 0;
-    for (std::size_t j = lo; j < hi; ++j) s += static_cast<double>(x[j]) * x[j];
+    for (const double v : lane) s += v;
+    for (; j < hi; ++j) s += static_cast<double>(x[j]) * x[j];
     return s;
   });
   return std::sqrt(ss);

@@ -36,4 +36,21 @@ TEST_CASE("max_magnitude: the largest |x|, NaN when any entry is NaN") {
   std::vector<float> x(100000, 1.0f);
   x[77777] = std::numeric_limits<float>::quiet_NaN();
   CHECK(std::isnan(kernels::max_magnitude(x)));
+  x[77777] = -std::numeric_limits<float>::quiet_NaN();  // a NaN with its sign bit set
+  CHECK(std::isnan(kernels::max_magnitude(x)));
+  CHECK(std::isnan(kernels::max_magnitude(std::vector<float>{std::numeric_limits<float>::infinity(),
+                                                             std::numeric_limits<float>::signaling_NaN()})));
+  // Signed zeros and subnormals order as their magnitudes.
+  CHECK(std::signbit(kernels::max_magnitude(std::vector<float>{-0.0f})) == false);
+  const float tiny = std::numeric_limits<float>::denorm_min();
+  CHECK(kernels::max_magnitude(std::vector<float>{-3 * tiny, 2 * tiny, -0.0f}) == 3 * tiny);
+  // Against std::fabs and std::max on a long array of mixed signs and scales (the parallel path).
+  std::vector<float> y(300001);
+  float want = 0;
+  for (std::size_t i = 0; i < y.size(); ++i) {
+    y[i] = static_cast<float>((i * 2654435761u) % 1000003) * std::ldexp(1.0f, static_cast<int>(i % 60) - 30) *
+           (i % 3 == 0 ? -1.0f : 1.0f);
+    want = std::max(want, std::fabs(y[i]));
+  }
+  CHECK(kernels::max_magnitude(y) == want);
 }

@@ -349,3 +349,23 @@ TEST_CASE("staleness statistics equal a brute-force count, also after save and l
     CHECK(m.staleness_p99 == stale[static_cast<std::size_t>(std::ceil(0.99 * n)) - 1]);
   }
 }
+
+TEST_CASE("l2_norm: exact on hand cases, within double rounding of a long sum, any length") {
+  CHECK(metrics::l2_norm(std::vector<float>{}) == 0.0);
+  CHECK(metrics::l2_norm(std::vector<float>{3, -4}) == 5.0);
+  CHECK(metrics::l2_norm(std::vector<float>(9, 2.0f)) == 6.0);  // one full lane group and a tail
+  // Lengths around the lane width and the block size, against a long-double reference.
+  for (const std::size_t n : {std::size_t{7}, std::size_t{8}, std::size_t{17}, std::size_t{8191}, std::size_t{8192},
+                              std::size_t{8193}, std::size_t{100003}}) {
+    CAPTURE(n);
+    std::vector<float> x(n);
+    long double want = 0;
+    for (std::size_t i = 0; i < n; ++i) {
+      x[i] = static_cast<float>(static_cast<double>((i * 40503u) % 977) - 488.0) * 1e-3f;
+      want += static_cast<long double>(x[i]) * x[i];
+    }
+    CHECK(metrics::l2_norm(x) == doctest::Approx(static_cast<double>(std::sqrt(want))).epsilon(1e-13));
+  }
+  CHECK(std::isnan(metrics::l2_norm(std::vector<float>{1, std::numeric_limits<float>::quiet_NaN(), 2})));
+  CHECK(std::isinf(metrics::l2_norm(std::vector<float>{1, std::numeric_limits<float>::infinity()})));
+}

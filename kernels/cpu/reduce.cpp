@@ -1,5 +1,6 @@
 // Deterministic block reductions on the CPU (kernels/kernel_list.inc, "Reductions").
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -22,17 +23,18 @@ void block_sum_squares(std::span<const float> x, std::size_t block, std::span<do
   }
 }
 
+// On the bit patterns with the sign cleared: for non-NaN floats the unsigned order is the order
+// of |x|, and every NaN lies above +inf's 0x7f800000. So one unsigned max, which vectorizes
+// (a float max with NaN checks does not), gives both the result and whether a NaN was seen.
 float max_magnitude(std::span<const float> x) {
-  float m = 0;
-  bool nan = false;
+  constexpr std::uint32_t kMagnitude = 0x7fffffffu, kInfinity = 0x7f800000u;
+  std::uint32_t m = 0;
   const auto n = static_cast<std::int64_t>(x.size());
-#pragma omp parallel for schedule(static) reduction(max : m) reduction(|| : nan) if (n > 65536)
+#pragma omp parallel for schedule(static) reduction(max : m) if (n > 65536)
   for (std::int64_t j = 0; j < n; ++j) {
-    const float v = std::fabs(x[static_cast<std::size_t>(j)]);
-    nan = nan || std::isnan(v);
-    m = std::max(m, v);
+    m = std::max(m, std::bit_cast<std::uint32_t>(x[static_cast<std::size_t>(j)]) & kMagnitude);
   }
-  return nan ? std::numeric_limits<float>::quiet_NaN() : m;
+  return m > kInfinity ? std::numeric_limits<float>::quiet_NaN() : std::bit_cast<float>(m);
 }
 
 }  // namespace scape::kernels
