@@ -56,7 +56,7 @@ constexpr std::string_view kComparedKernels[] = {
     "sign_compress", "sign_expand_add",
     "lowrank_project", "lowrank_project_t", "lowrank_residual", "orthonormalize_columns",
     "chunk_transform", "chunk_topk", "sign_descent",
-    "gemm", "bias_forward", "bias_backward", "residual_add", "embedding_forward", "embedding_backward",
+    "gemm", "gemm_bf16", "bias_forward", "bias_backward", "residual_add", "embedding_forward", "embedding_backward",
     "layernorm_forward", "layernorm_backward", "rmsnorm_forward", "rmsnorm_backward", "rope_forward", "rope_backward",
     "gelu_forward", "gelu_backward", "swiglu_forward", "swiglu_backward", "attention_forward", "attention_backward",
     "cross_entropy",
@@ -875,22 +875,32 @@ std::vector<std::int32_t> model_tokens(std::size_t n, int vocab, std::uint32_t s
 
 sk::KernelBackend& host_backend() { return sk::cpu_backend(); }
 
-TEST_CASE("gemm (cuBLAS, TF32 off) matches the CPU within 1e-5 in every transpose combination") {
+// gemm_bf16's products of the same bf16 operands are exact on both devices; only the order of
+// the fp32 sums differs, so both GEMMs share one tolerance.
+TEST_CASE("gemm (cuBLAS, TF32 off) and gemm_bf16 (GemmEx) match the CPU within 1e-5 in every transpose combination") {
   struct Shape {
     int M, N, K;
   };
-  for (const Shape s : {Shape{1, 1, 1}, Shape{3, 5, 7}, Shape{64, 96, 128}, Shape{257, 65, 300}}) {
-    for (const bool ta : {false, true}) {
-      for (const bool tb : {false, true}) {
-        for (const bool acc : {false, true}) {
-          const std::string what = "gemm " + std::to_string(s.M) + "x" + std::to_string(s.N) + "x" +
-                                   std::to_string(s.K) + (ta ? " A^T" : "") + (tb ? " B^T" : "") + (acc ? " +=" : "");
-          const auto a = model_values(std::size_t(s.M) * s.K, 801), b = model_values(std::size_t(s.K) * s.N, 802);
-          auto c = model_values(std::size_t(s.M) * s.N, 803);
-          sk::Buffer<float> gc = to_gpu(c);
-          gpu().gemm(ta, tb, s.M, s.N, s.K, to_gpu(a), to_gpu(b), acc, gc);
-          host_backend().gemm(ta, tb, s.M, s.N, s.K, a, b, acc, c);
-          check_close(c, to_host(gc), kModelTol, what);
+  for (const bool bf16 : {false, true}) {
+    for (const Shape s : {Shape{1, 1, 1}, Shape{3, 5, 7}, Shape{64, 96, 128}, Shape{257, 65, 300}}) {
+      for (const bool ta : {false, true}) {
+        for (const bool tb : {false, true}) {
+          for (const bool acc : {false, true}) {
+            const std::string what = std::string(bf16 ? "gemm_bf16 " : "gemm ") + std::to_string(s.M) + "x" +
+                                     std::to_string(s.N) + "x" + std::to_string(s.K) + (ta ? " A^T" : "") +
+                                     (tb ? " B^T" : "") + (acc ? " +=" : "");
+            const auto a = model_values(std::size_t(s.M) * s.K, 801), b = model_values(std::size_t(s.K) * s.N, 802);
+            auto c = model_values(std::size_t(s.M) * s.N, 803);
+            sk::Buffer<float> gc = to_gpu(c);
+            if (bf16) {
+              gpu().gemm_bf16(ta, tb, s.M, s.N, s.K, to_gpu(a), to_gpu(b), acc, gc);
+              host_backend().gemm_bf16(ta, tb, s.M, s.N, s.K, a, b, acc, c);
+            } else {
+              gpu().gemm(ta, tb, s.M, s.N, s.K, to_gpu(a), to_gpu(b), acc, gc);
+              host_backend().gemm(ta, tb, s.M, s.N, s.K, a, b, acc, c);
+            }
+            check_close(c, to_host(gc), kModelTol, what);
+          }
         }
       }
     }

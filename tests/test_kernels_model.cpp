@@ -12,6 +12,7 @@
 
 #include "core/rng.hpp"
 #include "kernels/backend.hpp"
+#include "kernels/cpu/bf16.hpp"
 #include "kernels/cpu/model_ops.hpp"
 
 namespace sk = scape::kernels;
@@ -76,6 +77,41 @@ TEST_CASE("gemm: every transpose combination, assign and accumulate, equals the 
   }
   FVec wrong(3);
   CHECK_THROWS_AS(ops32().gemm(false, false, 2, 2, 2, wrong, wrong, false, wrong), std::invalid_argument);
+}
+
+TEST_CASE("gemm_bf16: operands rounded to bf16 (ties to even), products summed in fp32") {
+  // bf16 keeps 8 significant bits: 1 + 2^-10 rounds to 1; 1 + 2^-8 lies halfway between 1 and
+  // 1 + 2^-7 and goes to the even 1; 1 + 3 2^-8 lies halfway between 1 + 2^-7 and 1 + 2^-6 and
+  // goes to the even 1 + 2^-6. With B = [3, 5, 7] (exact in bf16) each product is exact.
+  const FVec a = {1.0f + std::ldexp(1.0f, -10), 1.0f + std::ldexp(1.0f, -8), 1.0f + 3 * std::ldexp(1.0f, -8)};
+  const FVec b = {3, 5, 7};
+  FVec c(1, 100.0f);
+  ops32().gemm_bf16(false, false, 1, 1, 3, a, b, false, c);
+  CHECK(c[0] == 3.0f + 5.0f + 7.0f * (1.0f + std::ldexp(1.0f, -6)));
+  ops32().gemm_bf16(false, false, 1, 1, 3, a, b, true, c);
+  CHECK(c[0] == 2 * (15.0f + 7.0f * std::ldexp(1.0f, -6)));
+  FVec full(1);
+  ops32().gemm(false, false, 1, 1, 3, a, b, false, full);
+  CHECK(full[0] != c[0] / 2);  // the fp32 GEMM sees the digits bf16 drops
+
+  // Every transpose combination against the triple loop in double on explicitly rounded inputs.
+  const int M = 6, N = 5, K = 9;
+  for (const bool ta : {false, true}) {
+    for (const bool tb : {false, true}) {
+      const FVec a32 = to_float(normals(M * K, 11)), b32 = to_float(normals(K * N, 12));
+      auto A = [&](int i, int k) { return double(sk::round_to_bf16(ta ? a32[k * M + i] : a32[i * K + k])); };
+      auto B = [&](int k, int j) { return double(sk::round_to_bf16(tb ? b32[j * K + k] : b32[k * N + j])); };
+      FVec c32(M * N, 0.0f);
+      ops32().gemm_bf16(ta, tb, M, N, K, a32, b32, false, c32);
+      for (int i = 0; i < M; ++i) {
+        for (int j = 0; j < N; ++j) {
+          double want = 0;
+          for (int k = 0; k < K; ++k) want += A(i, k) * B(k, j);
+          CHECK(c32[i * N + j] == doctest::Approx(want).epsilon(1e-6).scale(1.0));
+        }
+      }
+    }
+  }
 }
 
 TEST_CASE("bias, residual add and embedding: hand-computed values, repeated tokens added in order") {

@@ -8,6 +8,7 @@
 #include <span>
 #include <vector>
 
+#include "kernels/cpu/bf16.hpp"
 #include "kernels/cpu/model_eigen.hpp"
 #include "kernels/model_checks.hpp"
 
@@ -33,6 +34,20 @@ void gemm(bool trans_a, bool trans_b, int M, int N, int K, std::span<const R> a,
   if (!trans_a && trans_b) assign_product(C, A, B.transpose(), accumulate);
   if (trans_a && !trans_b) assign_product(C, A.transpose(), B, accumulate);
   if (trans_a && trans_b) assign_product(C, A.transpose(), B.transpose(), accumulate);
+}
+
+// The operands rounded to bf16 (through float for double), then the fp32 (or double) GEMM.
+template <class R>
+void gemm_bf16(bool trans_a, bool trans_b, int M, int N, int K, std::span<const R> a, std::span<const R> b,
+               bool accumulate, std::span<R> c) {
+  checks::gemm(M, N, K, a.size(), b.size(), c.size());
+  const auto rounded = [](std::span<const R> x) {
+    std::vector<R> out(x.size());
+    for (std::size_t i = 0; i < x.size(); ++i) out[i] = static_cast<R>(round_to_bf16(static_cast<float>(x[i])));
+    return out;
+  };
+  const std::vector<R> a16 = rounded(a), b16 = rounded(b);
+  gemm<R>(trans_a, trans_b, M, N, K, a16, b16, accumulate, c);
 }
 
 // ---- causal self-attention ----------------------------------------------------------------

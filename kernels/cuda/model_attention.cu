@@ -1,13 +1,9 @@
-// CUDA bodies of GEMM (cuBLAS, fp32 with TF32 off), causal attention and RoPE
-// (kernels/model_kernel_list.inc). Attention keeps the CPU's [B H T T] probability buffer and
+// CUDA bodies of causal attention and RoPE (kernels/model_kernel_list.inc; the GEMMs are in
+// model_gemm.cu). Attention keeps the CPU's [B H T T] probability buffer and
 // runs as straightforward kernels: scores, a row softmax (one warp per row, max subtracted),
 // and the value, query and key products with one thread per output element; grouped-query
 // heads are mapped by index, and dk/dv sum their query heads in head order.
-#include <cublas_v2.h>
-
 #include <cmath>
-#include <stdexcept>
-#include <string>
 
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/kernels.hpp"
@@ -16,36 +12,6 @@
 
 namespace scape::kernels::cuda {
 namespace {
-
-void check_cublas(cublasStatus_t status, const char* call) {
-  if (status != CUBLAS_STATUS_SUCCESS) {
-    throw std::runtime_error(std::string("cuBLAS: ") + call + " failed: " + cublasGetStatusString(status));
-  }
-}
-
-// One cuBLAS handle per host thread and device, in pedantic fp32 math (no TF32, no reduced
-// precision), pointed at current_stream() before each call.
-cublasHandle_t cublas_handle() {
-  struct Handle {
-    cublasHandle_t handle = nullptr;
-    int device = -1;
-    ~Handle() {
-      if (handle != nullptr) (void)cublasDestroy(handle);
-    }
-  };
-  thread_local Handle h;
-  int device = 0;
-  SCAPE_CUDA_CHECK(cudaGetDevice(&device));
-  if (h.handle == nullptr || h.device != device) {
-    if (h.handle != nullptr) (void)cublasDestroy(h.handle);
-    h.handle = nullptr;
-    check_cublas(cublasCreate(&h.handle), "cublasCreate");
-    h.device = device;
-    check_cublas(cublasSetMathMode(h.handle, CUBLAS_PEDANTIC_MATH), "cublasSetMathMode");
-  }
-  check_cublas(cublasSetStream(h.handle, current_stream()), "cublasSetStream");
-  return h.handle;
-}
 
 // AttentionShape's widths, for device code.
 __host__ __device__ inline int qkv_cols(const AttentionShape& s) { return (s.H + 2 * s.Hkv) * s.hs; }
@@ -214,17 +180,6 @@ void rope_rotate(std::span<float> x, int N, int T, int stride, int width, int he
 }
 
 }  // namespace
-
-// Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T: cuBLAS gets B first.
-void gemm(bool trans_a, bool trans_b, int M, int N, int K, std::span<const float> a, std::span<const float> b,
-          bool accumulate, std::span<float> c) {
-  checks::gemm(M, N, K, a.size(), b.size(), c.size());
-  if (M == 0 || N == 0) return;
-  const float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
-  check_cublas(cublasSgemm(cublas_handle(), trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, trans_a ? CUBLAS_OP_T : CUBLAS_OP_N,
-                           N, M, K, &alpha, b.data(), trans_b ? K : N, a.data(), trans_a ? M : K, &beta, c.data(), N),
-               "cublasSgemm");
-}
 
 void attention_forward(std::span<float> y, std::span<float> att, std::span<const float> qkv,
                        const AttentionShape& shape) {

@@ -1,0 +1,28 @@
+// The cuBLAS handle the CUDA model ops share: one per host thread and device, in pedantic fp32
+// math (no TF32, no reduced precision) unless a call asks otherwise, pointed at
+// current_stream() (stream.hpp) each time it is handed out.
+#pragma once
+
+#include <cublas_v2.h>
+
+namespace scape::kernels::cuda {
+
+// Throws std::runtime_error naming the call and cuBLAS's reason unless status is success.
+void check_cublas(cublasStatus_t status, const char* call);
+
+cublasHandle_t cublas_handle();
+
+// Sets the handle's math mode for a scope (a bf16 GEMM wants tensor cores) and restores
+// pedantic fp32 on exit.
+class CublasMathScope {
+ public:
+  CublasMathScope(cublasHandle_t handle, cublasMath_t mode);
+  ~CublasMathScope();
+  CublasMathScope(const CublasMathScope&) = delete;
+  CublasMathScope& operator=(const CublasMathScope&) = delete;
+
+ private:
+  cublasHandle_t handle_;
+};
+
+}  // namespace scape::kernels::cuda
