@@ -39,6 +39,22 @@ int cuda_device_count() {
 #endif
 }
 
+void set_cuda_tf32(bool on) {
+#ifdef SCAPE_HAVE_CUDA
+  cuda::set_tf32_gemm(on);
+#else
+  (void)on;
+#endif
+}
+
+bool cuda_tf32() {
+#ifdef SCAPE_HAVE_CUDA
+  return cuda::tf32_gemm();
+#else
+  return false;
+#endif
+}
+
 std::unique_ptr<KernelBackend> make_backend(DeviceKind kind) {
   if (kind == DeviceKind::cpu) return make_cpu_backend();
 #ifdef SCAPE_HAVE_CUDA

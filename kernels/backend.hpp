@@ -93,6 +93,13 @@ KernelBackend& cpu_backend();
 // Whether this build has the CUDA path, and how many devices it sees (0 without CUDA).
 bool cuda_built();
 int cuda_device_count();
+// Process-wide, default off: whether the CUDA backend's GEMMs (the model's matmuls) may run on
+// TF32 tensor cores (cuBLAS CUBLAS_TF32_TENSOR_OP_MATH: inputs rounded to 10 mantissa bits,
+// fp32 accumulation). Off, they are fp32 in pedantic math, which the 1e-5 agreement with the
+// CPU (kernels/model_kernel_list.inc) relies on; bench_model turns it on for its TF32 rows.
+// Takes effect from the next GEMM on every host thread; no effect in a build without CUDA.
+void set_cuda_tf32(bool on);
+bool cuda_tf32();
 
 // A typed array in a backend's memory. Host access (span(), data()) is valid only after the
 // backend's synchronize().

@@ -4,7 +4,7 @@
 #
 #   scripts/device-check.sh prepare   Here, on a machine with the Debian packages of
 #                                     scripts/setup-deps and nvcc (no GPU needed): builds the
-#                                     GPU test executables and the two benchmarks (Release,
+#                                     GPU test executables and the three benchmarks (Release,
 #                                     sm_90, no MPI) in build/device-prepare and assembles the
 #                                     ignored folder device-carry/: bin/ (the executables),
 #                                     lib/ (the shared libraries they load that a bare CUDA
@@ -21,7 +21,7 @@
 #                                     rest of the suite while time remains.
 #
 # With the device tool of this workplace, after `prepare` here:
-#   run(command="OUT=\"$OUT\" bash device-carry/run.sh", carry=["device-carry"], timeout_s=420)
+#   run(command="OUT=\"$OUT\" bash device-carry/run.sh", carry=["device-carry"], timeout_s=480)
 #
 # Compatibility: `prepare` links on Debian 12 (glibc 2.36); the executables load only where
 # glibc is 2.36 or newer (the lent machine's Ubuntu image is newer; run.sh reports a mismatch).
@@ -41,11 +41,11 @@ usage() {
 prepare() {
   local build=build/device-prepare carry=device-carry
   local jobs="${JOBS:-2}"
-  local targets=(test_cuda_kernels test_device_optimizer test_device_model test_device_train nccl_collectives_check nccl_scape_check bench_cuda
-    bench_device_step)
+  local targets=(test_cuda_kernels test_device_optimizer test_device_model test_device_train nccl_collectives_check
+    nccl_scape_check bench_cuda bench_device_step bench_model_cuda)
   local paths=(tests/test_cuda_kernels tests/test_device_optimizer tests/test_device_model tests/test_device_train
-    tests/runtime/nccl_collectives_check
-    tests/runtime/nccl_scape_check bench/bench_cuda bench/bench_device_step)
+    tests/runtime/nccl_collectives_check tests/runtime/nccl_scape_check bench/bench_cuda bench/bench_device_step
+    bench/bench_model_cuda)
 
   # No MPI (the carried checks are single-process) and no build RPATH (the carried executables
   # find their libraries through run.sh's LD_LIBRARY_PATH only, never a path of this machine).
@@ -151,7 +151,7 @@ prepare() {
     exit 1
   fi
   echo "Next, on the GPU machine from the repository root: OUT=DIR bash $carry/run.sh"
-  echo "  device tool: run(command='OUT=\"\$OUT\" bash $carry/run.sh', carry=[\"$carry\"], timeout_s=420)"
+  echo "  device tool: run(command='OUT=\"\$OUT\" bash $carry/run.sh', carry=[\"$carry\"], timeout_s=480)"
 }
 
 # ---------------------------------------------------------------------------------------------
@@ -169,7 +169,7 @@ run() {
 # Debian packages of scripts/setup-deps (installed when cmake or ninja is missing, which needs
 # apt and a network). Everything goes to $OUT (default ./device-out):
 #   nvidia-smi.txt configure.log build.log ctest.log bench_cuda.json bench_cuda.txt
-#   bench_device_step.json bench_device_step.txt summary.txt
+#   bench_device_step.json bench_device_step.txt bench_model_cuda.json bench_model_cuda.txt summary.txt
 # A failing step is recorded and the later steps still run; the exit status is 0 only when
 # configure, build, the GPU tests and the benchmark all succeeded. Budget: about 8 minutes on
 # 16 cores (DEVICE_CHECK_BUDGET_S overrides the deadline for the final, optional full suite).
@@ -199,7 +199,7 @@ build() {
   }
 
   status_deps=0 status_configure=skipped status_build=skipped status_ctest_gpu=skipped status_bench=skipped
-  status_ctest_rest=skipped status_bench_offload=skipped
+  status_ctest_rest=skipped status_bench_offload=skipped status_bench_model=skipped
 
   # Dependencies: only when the build tools are missing (setup-deps needs apt and a network).
   if ! command -v cmake >/dev/null || ! command -v ninja >/dev/null; then
@@ -236,6 +236,14 @@ build() {
       log "bench_offload: $BUILD/bench/bench_device_step was not built"
     fi
 
+    # GPT and Llama forward+backward on the GPU against cuBLAS SGEMMs, fp32 and TF32.
+    if [ -x "$BUILD/bench/bench_model_cuda" ]; then
+      step bench_model "$OUT/bench_model_cuda.txt" "$BUILD/bench/bench_model_cuda" --benchmark_format=console \
+        --benchmark_out="$OUT/bench_model_cuda.json" --benchmark_out_format=json
+    else
+      log "bench_model: $BUILD/bench/bench_model_cuda was not built"
+    fi
+
     # The rest of the suite, within what is left of the budget.
     left=$((BUDGET_S - ($(date +%s) - start)))
     if [ "$left" -gt 60 ]; then
@@ -255,7 +263,7 @@ build() {
   # Summary of the benchmarks: each one's time and its ratio to the reference.
   if command -v python3 >/dev/null; then
     local json_file
-    for json_file in "$OUT/bench_cuda.json" "$OUT/bench_device_step.json"; do
+    for json_file in "$OUT/bench_cuda.json" "$OUT/bench_device_step.json" "$OUT/bench_model_cuda.json"; do
       [ -s "$json_file" ] || continue
       python3 - "$json_file" <<'PY' | tee -a "$OUT/summary.txt"
 import json, sys
@@ -263,7 +271,8 @@ data = json.load(open(sys.argv[1]))
 ctx = data.get("context", {})
 print(sys.argv[1].rsplit("/", 1)[-1], "references:", {k: ctx[k] for k in ctx if "GB/s" in k or "_ms" in k})
 keys = ("GB/s", "frac_of_d2d", "speedup_vs_cub_sort", "cub_sort_ms", "frac_of_pinned_copy", "offload_overhead",
-        "resident_step_ms", "offloaded_step_ms", "device_MiB_saved")
+        "resident_step_ms", "offloaded_step_ms", "device_MiB_saved", "tokens/s", "model_TFLOP/s",
+        "frac_of_layer_gemm", "frac_of_peak_gemm")
 for b in data.get("benchmarks", []):
     extras = {k: round(v, 3) for k, v in b.items() if k in keys}
     print(f"  {b['name']:<40} {b['real_time']:9.3f} {b.get('time_unit', '')}  {extras}")
@@ -272,7 +281,8 @@ PY
   fi
 
   log "status: deps=$status_deps configure=$status_configure build=$status_build ctest_gpu=$status_ctest_gpu" \
-    "bench=$status_bench bench_offload=$status_bench_offload ctest_rest=$status_ctest_rest"
+    "bench=$status_bench bench_offload=$status_bench_offload bench_model=$status_bench_model" \
+    "ctest_rest=$status_ctest_rest"
   local s
   for s in "$status_configure" "$status_build" "$status_ctest_gpu" "$status_bench"; do
     [ "$s" = 0 ] || exit 1

@@ -6,18 +6,18 @@
 # nvidia-nccl-cu13, found through python3, or the system's); not cmake, a compiler, Eigen,
 # HDF5, MPI or the network. Usage, from the repository root:
 #   OUT=DIR bash device-carry/run.sh          (OUT defaults to ./device-out)
-# Environment: DEVICE_RUN_BUDGET_S (default 330: the whole run, every per-step timeout is cut
+# Environment: DEVICE_RUN_BUDGET_S (default 420: the whole run, every per-step timeout is cut
 # to what is left of it), NCCL_LIB_DIR (a folder holding libnccl.so.2, tried first).
 #
 # It records the machine (nvidia-smi, glibc, how each executable's libraries resolve), runs each
-# GPU test with its own timeout, then bench_cuda and bench_device_step with JSON output, and
+# GPU test with its own timeout, then bench_cuda, bench_device_step and bench_model_cuda with JSON output, and
 # prints a summary table last. A test is "passed" (exit 0), "skipped" (exit 77: no CUDA
 # device; the reason is its own message), "not run" (a library it needs is missing: the NCCL
 # tests without libnccl.so.2; never counted as passed), or "FAILED" (any other exit status, a
 # timeout, or a carried library that does not resolve). Exit status: 0 when nothing failed.
 #
-# $OUT receives at most 6 files (the device tool returns 8 at most): summary.txt, env.txt,
-# tests.log, bench.log, bench_cuda.json, bench_device_step.json.
+# $OUT receives at most 7 files (the device tool returns 8 at most): summary.txt, env.txt,
+# tests.log, bench.log, bench_cuda.json, bench_device_step.json, bench_model_cuda.json.
 #
 # glibc: the executables were linked on the preparing machine (Debian 12, glibc 2.36) and run
 # only where glibc is at least as new; libstdc++, libgcc_s and glibc come from the system.
@@ -36,7 +36,7 @@ if [ ! -d "$carry/bin" ]; then
 fi
 OUT="${OUT:-$PWD/device-out}"
 mkdir -p "$OUT"
-budget_s="${DEVICE_RUN_BUDGET_S:-330}"
+budget_s="${DEVICE_RUN_BUDGET_S:-420}"
 start=$(date +%s)
 summary="$OUT/summary.txt" env_txt="$OUT/env.txt" tests_log="$OUT/tests.log" bench_log="$OUT/bench.log"
 : >"$summary"
@@ -274,6 +274,7 @@ run_test nccl_collectives_w1 nccl_collectives_check 90 needs-nccl
 run_test nccl_scape_w1 nccl_scape_check 90 needs-nccl
 run_bench bench_cuda 150
 run_bench bench_device_step 120
+run_bench bench_model_cuda 120
 
 # ---- summary ----
 {
@@ -282,10 +283,11 @@ run_bench bench_device_step 120
   printf '%-24s %-9s %s\n' "step" "status" "detail"
   printf '%s\n' "${rows[@]}"
   if command -v python3 >/dev/null; then
-    python3 - "$OUT/bench_cuda.json" "$OUT/bench_device_step.json" <<'PY'
+    python3 - "$OUT/bench_cuda.json" "$OUT/bench_device_step.json" "$OUT/bench_model_cuda.json" <<'PY'
 import json, os, sys
 keys = ("frac_of_d2d", "speedup_vs_cub_sort", "frac_of_pinned_copy", "offload_overhead", "device_MiB_saved",
-        "resident_step_ms", "offloaded_step_ms")
+        "resident_step_ms", "offloaded_step_ms", "tokens/s", "model_TFLOP/s", "frac_of_layer_gemm",
+        "frac_of_peak_gemm")
 for path in sys.argv[1:]:
     if not os.path.exists(path) or os.path.getsize(path) == 0:
         continue

@@ -33,6 +33,7 @@
 #include "core/rng.hpp"
 #include "kernels/backend.hpp"
 #include "kernels/cpu/kernels.hpp"
+#include "kernels/cpu/model_ops.hpp"
 #include "kernels/cuda/kernels.hpp"
 #include "kernels/cuda/stream.hpp"
 
@@ -907,6 +908,36 @@ TEST_CASE("gemm (cuBLAS, TF32 off) and gemm_bf16 (GemmEx) match the CPU within 1
   }
 }
 
+// TF32 rounds each input to 10 mantissa bits (relative 2^-11): a K = 512 product of normals then
+// differs from fp32 by ~1e-3 of its size, more than fp32's 1e-5 and well within 1e-2.
+TEST_CASE("set_cuda_tf32 switches the GEMMs to TF32 and back to bit-identical fp32") {
+  const int M = 256, N = 256, K = 512;
+  const auto a = model_values(std::size_t(M) * K, 804), b = model_values(std::size_t(K) * N, 805);
+  std::vector<float> c(std::size_t(M) * N);
+  host_backend().gemm(false, false, M, N, K, a, b, false, c);
+  const sk::Buffer<float> ga = to_gpu(a), gb = to_gpu(b);
+  sk::Buffer<float> gc(gpu(), c.size());
+  REQUIRE_FALSE(sk::cuda_tf32());
+  gpu().gemm(false, false, M, N, K, ga, gb, false, gc);
+  const std::vector<float> fp32 = to_host(gc);
+  check_close(c, fp32, kModelTol, "gemm fp32");
+
+  sk::set_cuda_tf32(true);
+  CHECK(sk::cuda_tf32());
+  gpu().gemm(false, false, M, N, K, ga, gb, false, gc);
+  const std::vector<float> tf32 = to_host(gc);
+  sk::set_cuda_tf32(false);
+  check_close(c, tf32, 1e-2, "gemm tf32");
+  std::size_t beyond_fp32 = 0;
+  for (std::size_t j = 0; j < c.size(); ++j) beyond_fp32 += std::abs(tf32[j] - c[j]) > kModelTol * std::abs(c[j]);
+  CHECK_MESSAGE(beyond_fp32 > c.size() / 2, "TF32 on, yet only " << beyond_fp32 << " of " << c.size()
+                                                                  << " entries left fp32's 1e-5: cuBLAS ran in fp32");
+
+  CHECK_FALSE(sk::cuda_tf32());
+  gpu().gemm(false, false, M, N, K, ga, gb, false, gc);
+  check_equal(fp32, to_host(gc), "gemm fp32 after TF32 was turned off");
+}
+
 TEST_CASE("bias, residual add and embedding match the CPU bit for bit; their backwards too") {
   const int B = 3, T = 17, C = 40, V = 11, N = B * T;
   const auto x = model_values(std::size_t(N) * C, 811), bias = model_values(C, 812);
@@ -1009,25 +1040,112 @@ TEST_CASE("RoPE, GELU and SwiGLU, forward and backward, match the CPU within 1e-
   check_close(ds, to_host(gds), kModelTol, "swiglu_backward");
 }
 
+// The lower triangle (keys 0..t of each row t) of each T x T block of a [B H T T] buffer, row
+// by row: the part of att the contract defines.
+std::vector<float> lower_triangles(const std::vector<float>& att, int T) {
+  std::vector<float> lower;
+  const std::size_t TT = std::size_t(T) * T;
+  for (std::size_t block = 0; block < att.size() / TT; ++block) {
+    for (int t = 0; t < T; ++t) {
+      const auto row = att.begin() + static_cast<std::ptrdiff_t>(block * TT + std::size_t(t) * T);
+      lower.insert(lower.end(), row, row + t + 1);
+    }
+  }
+  return lower;
+}
+
+// att with every entry above the diagonals set to NaN: a kernel that reads one (even to
+// multiply it by 0) spreads the NaN into its output.
+std::vector<float> with_nan_upper(std::vector<float> att, int T) {
+  const std::size_t TT = std::size_t(T) * T;
+  for (std::size_t e = 0; e < att.size(); ++e) {
+    if (e % T > e % TT / T) att[e] = std::numeric_limits<float>::quiet_NaN();
+  }
+  return att;
+}
+
+// Worst |x - ref| / (|ref| + mean |ref|) over the entries: check_close's measure.
+double worst_relative_error(const std::vector<double>& ref, const std::vector<float>& x) {
+  double mean_abs = 0;
+  for (const double v : ref) mean_abs += std::abs(v);
+  mean_abs /= std::max<std::size_t>(ref.size(), 1);
+  double worst = 0;
+  for (std::size_t j = 0; j < ref.size(); ++j) {
+    const double error = std::abs(x[j] - ref[j]) / (std::abs(ref[j]) + mean_abs);
+    if (std::isnan(error)) return error;  // fails the caller's <= check
+    worst = std::max(worst, error);
+  }
+  return worst;
+}
+
+// How attention_backward's dqkv is judged. cpu_float: within 1e-5 of the CPU's floats.
+// exact_sums: against the CPU code run in double on the same inputs and probabilities, within
+// 1e-5 or at most twice the CPU floats' own worst error. The second is for long sequences:
+// dk and dv of early positions sum over all later queries, starting with O(1) terms (A[0, 0]
+// = 1) that cancel to ~1e-2, so fp32 rounding alone puts either device ~1e-5 off there (in an
+// emulation of the tiled kernels on these inputs at T = 1024, the CPU floats were 5.6e-5 from
+// the double result and the tiled kernels 1.8e-5).
+enum class BackwardCheck { cpu_float, exact_sums };
+
+// Forward and backward of one shape on both devices. The GPU's att and datt start as NaN and
+// its backward reads the CPU's probabilities with NaN above the diagonal, so reading the upper
+// triangle fails the comparison.
+void compare_attention(const sk::AttentionShape& s, const std::string& what, BackwardCheck backward_check) {
+  const std::size_t N = std::size_t(s.B) * s.T, att_size = std::size_t(s.B) * s.H * s.T * s.T;
+  const auto qkv = model_values(N * s.qkv_width(), 841, 0.5f), dy = model_values(N * s.y_width(), 842);
+  const std::vector<float> nan_att(att_size, std::numeric_limits<float>::quiet_NaN());
+  std::vector<float> y(dy.size()), att(att_size), dqkv(qkv.size()), datt(att_size);
+  sk::Buffer<float> gy(gpu(), y.size()), gatt = to_gpu(nan_att), gdqkv(gpu(), qkv.size()), gdatt = to_gpu(nan_att);
+  const sk::Buffer<float> gqkv = to_gpu(qkv);
+  host_backend().attention_forward(y, att, qkv, s);
+  gpu().attention_forward(gy, gatt, gqkv, s);
+  check_close(y, to_host(gy), kModelTol, "attention_forward" + what);
+  check_close(lower_triangles(att, s.T), lower_triangles(to_host(gatt), s.T), kModelTol, "attention probs" + what);
+  const sk::Buffer<float> catt = to_gpu(with_nan_upper(att, s.T));  // the CPU's probabilities on both sides
+  host_backend().attention_backward(dqkv, datt, dy, att, qkv, s);
+  gpu().attention_backward(gdqkv, gdatt, to_gpu(dy), catt, gqkv, s);
+  if (backward_check == BackwardCheck::cpu_float) {
+    check_close(dqkv, to_host(gdqkv), kModelTol, "attention_backward" + what);
+    return;
+  }
+  const std::vector<double> qkv_d(qkv.begin(), qkv.end()), dy_d(dy.begin(), dy.end()), att_d(att.begin(), att.end());
+  std::vector<double> dqkv_d(qkv.size()), datt_d(att_size);
+  sk::CpuModelOps<double>{}.attention_backward(dqkv_d, datt_d, dy_d, att_d, qkv_d, s);
+  const double cpu_error = worst_relative_error(dqkv_d, dqkv);
+  const double gpu_error = worst_relative_error(dqkv_d, to_host(gdqkv));
+  CHECK_MESSAGE(gpu_error <= std::max(kModelTol, 2 * cpu_error),
+                "attention_backward" << what << ": worst error against double " << gpu_error << " (cpu floats "
+                                     << cpu_error << ")");
+}
+
+std::string attention_name(const sk::AttentionShape& s) {
+  return " B=" + std::to_string(s.B) + " T=" + std::to_string(s.T) + " H=" + std::to_string(s.H) +
+         " Hkv=" + std::to_string(s.Hkv) + " hs=" + std::to_string(s.hs);
+}
+
 TEST_CASE("causal attention (multi-head and grouped-query), forward and backward, matches the CPU within 1e-5") {
   for (const int Hkv : {4, 2, 1}) {
     for (const int T : {1, 7, 64}) {
       const sk::AttentionShape s{.B = 2, .T = T, .H = 4, .Hkv = Hkv, .hs = 16};
-      const std::string what = " Hkv=" + std::to_string(Hkv) + " T=" + std::to_string(T);
-      const std::size_t N = std::size_t(s.B) * s.T, att_size = std::size_t(s.B) * s.H * s.T * s.T;
-      const auto qkv = model_values(N * s.qkv_width(), 841, 0.5f), dy = model_values(N * s.y_width(), 842);
-      std::vector<float> y(dy.size()), att(att_size), dqkv(qkv.size()), datt(att_size);
-      sk::Buffer<float> gy(gpu(), y.size()), gatt(gpu(), att_size), gdqkv(gpu(), qkv.size()), gdatt(gpu(), att_size);
-      const sk::Buffer<float> gqkv = to_gpu(qkv);
-      host_backend().attention_forward(y, att, qkv, s);
-      gpu().attention_forward(gy, gatt, gqkv, s);
-      check_close(y, to_host(gy), kModelTol, "attention_forward" + what);
-      const sk::Buffer<float> catt = to_gpu(att);  // the CPU's probabilities on both sides
-      host_backend().attention_backward(dqkv, datt, dy, att, qkv, s);
-      gpu().attention_backward(gdqkv, gdatt, to_gpu(dy), catt, gqkv, s);
-      check_close(dqkv, to_host(gdqkv), kModelTol, "attention_backward" + what);
+      compare_attention(s, attention_name(s), BackwardCheck::cpu_float);
     }
   }
+}
+
+// The CUDA attention works in 64 x 64 output tiles over slices of 16: T and hs just around a
+// tile edge, hs not a multiple of 16 or 32, several column tiles of hs (the last one partial),
+// T = 1 and T = 1024, and GQA groups of 2, 3 and 4. The forward within 1e-5 of the CPU, the
+// backward as exact_sums says.
+TEST_CASE("tiled causal attention at tile edges and long sequences: forward within 1e-5 of the CPU, backward of "
+          "the exact sums") {
+  const sk::AttentionShape shapes[] = {
+      {.B = 1, .T = 1, .H = 4, .Hkv = 2, .hs = 24},    {.B = 1, .T = 63, .H = 2, .Hkv = 1, .hs = 8},
+      {.B = 2, .T = 65, .H = 4, .Hkv = 1, .hs = 24},   {.B = 1, .T = 128, .H = 2, .Hkv = 2, .hs = 17},
+      {.B = 1, .T = 129, .H = 2, .Hkv = 1, .hs = 72},  {.B = 3, .T = 17, .H = 6, .Hkv = 2, .hs = 16},
+      {.B = 1, .T = 200, .H = 4, .Hkv = 2, .hs = 128}, {.B = 1, .T = 1000, .H = 4, .Hkv = 1, .hs = 24},
+      {.B = 1, .T = 1024, .H = 2, .Hkv = 1, .hs = 64},
+  };
+  for (const auto& s : shapes) compare_attention(s, attention_name(s), BackwardCheck::exact_sums);
 }
 
 TEST_CASE("softmax cross-entropy and its gradient match the CPU within 1e-5") {

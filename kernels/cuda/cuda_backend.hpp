@@ -18,5 +18,9 @@ int visible_device_count();
 // Whether CUDA kernels (and NCCL) can address p: device or managed memory. Host memory,
 // pageable or pinned (which a kernel could reach only across the bus), is not.
 bool device_accessible(const void* p);
+// The switch behind kernels::set_cuda_tf32 (kernels/backend.hpp): whether gemm lets cuBLAS use
+// TF32 tensor cores. Process-wide, read before each GEMM (kernels/cuda/cublas.cu).
+void set_tf32_gemm(bool on);
+bool tf32_gemm();
 
 }  // namespace scape::kernels::cuda
