@@ -151,6 +151,7 @@ json ExperimentConfig::to_json() const {
   // Absent means "cpu": configs written before the key existed keep their run ids.
   if (device == kernels::DeviceKind::cpu) j.erase("device");
   j["model"] = read_applicable(model_keys(), model, model.type);
+  if (model.precision == "fp32") j["model"].erase("precision");  // as device: earlier run ids hold
   if (has_data()) {
     j["data"] = read_applicable(data_keys(), data, data.type);
     j["eval"] = read_applicable(eval_keys(), eval);

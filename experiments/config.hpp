@@ -27,6 +27,7 @@ struct ModelSection {
   int n_embd = 64;
   int block_size = 64;
   int vocab_size = 256;
+  std::string precision = "fp32";  // fp32 | bf16: the linear layers' GEMMs (model/precision.hpp)
   // llama
   int n_kv_head = 0;   // 0: n_head
   int ffn_hidden = 0;  // 0: 8/3 n_embd rounded up to a multiple of 64

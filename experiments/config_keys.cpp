@@ -137,6 +137,11 @@ const KeyTable<ModelSection>& model_keys() {
       {{"n_kv_head", Kind::integer, "key/value heads of grouped-query attention (must divide n_head; 0: n_head)",
         {0, 64}, {}, {"llama"}},
        SCAPE_MEMBER(C, n_kv_head)},
+      {{"precision", Kind::string,
+        "GEMMs of the linear layers: fp32, or bf16 (operands rounded to bf16, fp32 sums; master weights, "
+        "activations, norms, attention and loss stay fp32)",
+        {}, {"fp32", "bf16"}, {"gpt", "llama"}},
+       SCAPE_MEMBER(C, precision)},
       {{"ffn_hidden", Kind::integer, "SwiGLU hidden size (0: 8/3 n_embd rounded up to a multiple of 64)",
         {0, 65536}, {}, {"llama"}},
        SCAPE_MEMBER(C, ffn_hidden)},

@@ -160,22 +160,22 @@ R BasicGpt<R>::forward(const R* p, const std::int32_t* inputs, const std::int32_
     auto a = [&](int act) { return w.layer(act, l); };
     ops.layernorm_forward(a(kLn1), a(kLn1Mean), a(kLn1Rstd), w.block_input(l), P(s + kLn1W), P(s + kLn1B), N,
                           C, kLayerNormEps);
-    linear_forward<R>(ops, a(kQkv), {}, a(kLn1), P(s + kQkvW), P(s + kQkvB), N, C, 3 * C);
+    linear_forward<R>(ops, cfg_.precision, a(kQkv), {}, a(kLn1), P(s + kQkvW), P(s + kQkvB), N, C, 3 * C);
     ops.attention_forward(a(kAtty), a(kAtt), a(kQkv), shape);
-    linear_forward<R>(ops, a(kRes2), w.block_input(l), a(kAtty), P(s + kProjW), P(s + kProjB), N,
+    linear_forward<R>(ops, cfg_.precision, a(kRes2), w.block_input(l), a(kAtty), P(s + kProjW), P(s + kProjB), N,
                                      C, C);
     ops.layernorm_forward(a(kLn2), a(kLn2Mean), a(kLn2Rstd), a(kRes2), P(s + kLn2W), P(s + kLn2B), N, C,
                           kLayerNormEps);
-    linear_forward<R>(ops, a(kFch), {}, a(kLn2), P(s + kFcW), P(s + kFcB), N, C, 4 * C);
+    linear_forward<R>(ops, cfg_.precision, a(kFch), {}, a(kLn2), P(s + kFcW), P(s + kFcB), N, C, 4 * C);
     ops.gelu_forward(a(kFcg), a(kFch));
-    linear_forward<R>(ops, a(kRes3), a(kRes2), a(kFcg), P(s + kMprojW), P(s + kMprojB), N,
+    linear_forward<R>(ops, cfg_.precision, a(kRes3), a(kRes2), a(kFcg), P(s + kMprojW), P(s + kMprojB), N,
                                      4 * C, C);
   }
   const std::size_t f = kFirstBlock + static_cast<std::size_t>(w.L) * kBlockSlots;
   ops.layernorm_forward(w.single(kLnf), w.single(kLnfMean), w.single(kLnfRstd), w.block_input(w.L), P(f), P(f + 1), N,
                         C, kLayerNormEps);
   // Tied head: logits = lnf wte^T.
-  ops.gemm(false, true, N, V, C, w.single(kLnf), P(kWte), false, w.single(kLogits));
+  matmul<R>(ops, cfg_.precision, false, true, N, V, C, w.single(kLnf), P(kWte), false, w.single(kLogits));
   return static_cast<R>(ops.cross_entropy(w.single(kLogits), w.single(kRowLoss), w.targets(), N, V, grad));
 }
 
@@ -192,7 +192,7 @@ void BasicGpt<R>::backward(const R* p, int batch, int seq, R* g) {
                      dqkv = w.single(kDqkv);
 
   // The logits already hold dloss/dlogits (cross_entropy with the gradient).
-  linear_backward<R>(ops, dln, G(kWte), {}, w.single(kLogits), w.single(kLnf), P(kWte), N, C, V);
+  linear_backward<R>(ops, cfg_.precision, dln, G(kWte), {}, w.single(kLogits), w.single(kLnf), P(kWte), N, C, V);
   const std::size_t f = kFirstBlock + static_cast<std::size_t>(w.L) * kBlockSlots;
   backend_->zero_bytes(dres.data(), dres.size_bytes());
   ops.layernorm_backward(dres, G(f), G(f + 1), dln, w.block_input(w.L), P(f), w.single(kLnfMean), w.single(kLnfRstd),
@@ -200,16 +200,16 @@ void BasicGpt<R>::backward(const R* p, int batch, int seq, R* g) {
   for (Index l = w.L - 1; l >= 0; --l) {
     const std::size_t s = kFirstBlock + static_cast<std::size_t>(l) * kBlockSlots;
     auto a = [&](int act) { return w.layer(act, l); };
-    linear_backward<R>(ops, dfc, G(s + kMprojW), G(s + kMprojB), dres, a(kFcg), P(s + kMprojW), N,
+    linear_backward<R>(ops, cfg_.precision, dfc, G(s + kMprojW), G(s + kMprojB), dres, a(kFcg), P(s + kMprojW), N,
                                       4 * C, C);
     ops.gelu_backward(dfc, a(kFch));
-    linear_backward<R>(ops, dln, G(s + kFcW), G(s + kFcB), dfc, a(kLn2), P(s + kFcW), N, C, 4 * C);
+    linear_backward<R>(ops, cfg_.precision, dln, G(s + kFcW), G(s + kFcB), dfc, a(kLn2), P(s + kFcW), N, C, 4 * C);
     ops.layernorm_backward(dres, G(s + kLn2W), G(s + kLn2B), dln, a(kRes2), P(s + kLn2W), a(kLn2Mean),
                            a(kLn2Rstd), N, C);
-    linear_backward<R>(ops, datty, G(s + kProjW), G(s + kProjB), dres, a(kAtty), P(s + kProjW), N, C,
+    linear_backward<R>(ops, cfg_.precision, datty, G(s + kProjW), G(s + kProjB), dres, a(kAtty), P(s + kProjW), N, C,
                                       C);
     ops.attention_backward(dqkv, w.single(kDatt), datty, a(kAtt), a(kQkv), shape);
-    linear_backward<R>(ops, dln, G(s + kQkvW), G(s + kQkvB), dqkv, a(kLn1), P(s + kQkvW), N, C,
+    linear_backward<R>(ops, cfg_.precision, dln, G(s + kQkvW), G(s + kQkvB), dqkv, a(kLn1), P(s + kQkvW), N, C,
                                       3 * C);
     ops.layernorm_backward(dres, G(s + kLn1W), G(s + kLn1B), dln, w.block_input(l), P(s + kLn1W), a(kLn1Mean),
                            a(kLn1Rstd), N, C);

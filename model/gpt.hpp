@@ -10,6 +10,7 @@
 
 #include "core/layout.hpp"
 #include "kernels/backend.hpp"
+#include "model/precision.hpp"
 
 namespace scape::model {
 
@@ -19,6 +20,7 @@ struct GptConfig {
   int n_embd = 64;
   int block_size = 64;
   int vocab_size = 256;
+  Precision precision = Precision::fp32;  // the linear layers' GEMMs (model/precision.hpp)
 
   // Throws std::invalid_argument naming the offending field.
   void validate() const;

@@ -167,20 +167,20 @@ R BasicLlama<R>::forward(const R* p, const std::int32_t* inputs, const std::int3
     const std::size_t s = kFirstBlock + static_cast<std::size_t>(l) * kBlockSlots;
     auto a = [&](int act) { return w.layer(act, l); };
     ops.rmsnorm_forward(a(kH), a(kRrms1), w.block_input(l), P(s + kAttnNorm), N, C, cfg_.norm_eps);
-    ops.gemm(false, true, N, S, C, a(kH), P(s + kQkvW), false, a(kQkv));
+    matmul<R>(ops, cfg_.precision, false, true, N, S, C, a(kH), P(s + kQkvW), false, a(kQkv));
     ops.rope_forward(a(kQkv), N, T, S, rotated, shape.hs, cfg_.rope_base);
     ops.attention_forward(a(kY), a(kAtt), a(kQkv), shape);
-    ops.gemm(false, true, N, C, C, a(kY), P(s + kProjW), false, tmp);
+    matmul<R>(ops, cfg_.precision, false, true, N, C, C, a(kY), P(s + kProjW), false, tmp);
     ops.residual_add(w.block_input(l), tmp, a(kRes2));
     ops.rmsnorm_forward(a(kM), a(kRrms2), a(kRes2), P(s + kMlpNorm), N, C, cfg_.norm_eps);
-    ops.gemm(false, true, N, 2 * F, C, a(kM), P(s + kGateUpW), false, a(kGu));
+    matmul<R>(ops, cfg_.precision, false, true, N, 2 * F, C, a(kM), P(s + kGateUpW), false, a(kGu));
     ops.swiglu_forward(a(kS), a(kGu), N, F);
-    ops.gemm(false, true, N, C, F, a(kS), P(s + kDownW), false, tmp);
+    matmul<R>(ops, cfg_.precision, false, true, N, C, F, a(kS), P(s + kDownW), false, tmp);
     ops.residual_add(a(kRes2), tmp, a(kRes3));
   }
   const std::size_t f = kFirstBlock + static_cast<std::size_t>(w.L) * kBlockSlots;
   ops.rmsnorm_forward(w.single(kNormOut), w.single(kNormRrms), w.block_input(w.L), P(f), N, C, cfg_.norm_eps);
-  ops.gemm(false, true, N, V, C, w.single(kNormOut), P(f + 1), false, w.single(kLogits));
+  matmul<R>(ops, cfg_.precision, false, true, N, V, C, w.single(kNormOut), P(f + 1), false, w.single(kLogits));
   return static_cast<R>(ops.cross_entropy(w.single(kLogits), w.single(kRowLoss), w.targets(), N, V, grad));
 }
 
@@ -198,20 +198,20 @@ void BasicLlama<R>::backward(const R* p, int batch, int seq, R* g) {
 
   // The logits already hold dloss/dlogits (cross_entropy with the gradient).
   const std::size_t f = kFirstBlock + static_cast<std::size_t>(w.L) * kBlockSlots;
-  linear_backward<R>(ops, dn, G(f + 1), {}, w.single(kLogits), w.single(kNormOut), P(f + 1), N, C, V);
+  linear_backward<R>(ops, cfg_.precision, dn, G(f + 1), {}, w.single(kLogits), w.single(kNormOut), P(f + 1), N, C, V);
   backend_->zero_bytes(dres.data(), dres.size_bytes());
   ops.rmsnorm_backward(dres, G(f), dn, w.block_input(w.L), P(f), w.single(kNormRrms), N, C);
   for (std::ptrdiff_t l = w.L - 1; l >= 0; --l) {
     const std::size_t s = kFirstBlock + static_cast<std::size_t>(l) * kBlockSlots;
     auto a = [&](int act) { return w.layer(act, l); };
-    linear_backward<R>(ops, ds, G(s + kDownW), {}, dres, a(kS), P(s + kDownW), N, F, C);
+    linear_backward<R>(ops, cfg_.precision, ds, G(s + kDownW), {}, dres, a(kS), P(s + kDownW), N, F, C);
     ops.swiglu_backward(dgu, ds, a(kGu), N, F);
-    linear_backward<R>(ops, dn, G(s + kGateUpW), {}, dgu, a(kM), P(s + kGateUpW), N, C, 2 * F);
+    linear_backward<R>(ops, cfg_.precision, dn, G(s + kGateUpW), {}, dgu, a(kM), P(s + kGateUpW), N, C, 2 * F);
     ops.rmsnorm_backward(dres, G(s + kMlpNorm), dn, a(kRes2), P(s + kMlpNorm), a(kRrms2), N, C);
-    linear_backward<R>(ops, dy, G(s + kProjW), {}, dres, a(kY), P(s + kProjW), N, C, C);
+    linear_backward<R>(ops, cfg_.precision, dy, G(s + kProjW), {}, dres, a(kY), P(s + kProjW), N, C, C);
     ops.attention_backward(dqkv, w.single(kDatt), dy, a(kAtt), a(kQkv), shape);
     ops.rope_backward(dqkv, N, T, S, rotated, shape.hs, cfg_.rope_base);
-    linear_backward<R>(ops, dn, G(s + kQkvW), {}, dqkv, a(kH), P(s + kQkvW), N, C, S);
+    linear_backward<R>(ops, cfg_.precision, dn, G(s + kQkvW), {}, dqkv, a(kH), P(s + kQkvW), N, C, S);
     ops.rmsnorm_backward(dres, G(s + kAttnNorm), dn, w.block_input(l), P(s + kAttnNorm), a(kRrms1), N, C);
   }
   ops.embedding_backward(G(kWte), {}, dres, w.inputs(), B, T, C);

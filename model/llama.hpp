@@ -12,6 +12,7 @@
 
 #include "core/layout.hpp"
 #include "kernels/backend.hpp"
+#include "model/precision.hpp"
 
 namespace scape::model {
 
@@ -22,6 +23,7 @@ struct LlamaConfig {
   int n_embd = 64;
   int block_size = 64;
   int vocab_size = 256;
+  Precision precision = Precision::fp32;  // the linear layers' GEMMs (model/precision.hpp)
   int ffn_hidden = 0;  // SwiGLU hidden size; 0 means 8/3 n_embd rounded up to a multiple of 64
   double rope_base = 10000.0;
   double norm_eps = 1e-5;

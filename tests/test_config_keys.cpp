@@ -184,3 +184,19 @@ TEST_CASE("device: absent means cpu (run ids unchanged); cuda moves the optimize
   CHECK(c.device == scape::kernels::DeviceKind::cpu);
   CHECK(c.optimizer.device == scape::kernels::DeviceKind::cuda);
 }
+
+TEST_CASE("model.precision: absent means fp32 (run ids unchanged); bf16 is recorded and parses back") {
+  const json gpt = {{"model", {{"type", "gpt"}}}};
+  json fp32 = gpt, bf16 = gpt;
+  fp32["model"]["precision"] = "fp32";
+  bf16["model"]["precision"] = "bf16";
+  const json resolved = ex::parse_experiment(gpt, ".").to_json();
+  CHECK_FALSE(resolved["model"].contains("precision"));
+  CHECK(ex::run_id(ex::parse_experiment(fp32, ".").to_json()) == ex::run_id(resolved));
+  const json recorded = ex::parse_experiment(bf16, ".").to_json();
+  CHECK(recorded["model"]["precision"] == "bf16");
+  CHECK(ex::run_id(recorded) != ex::run_id(resolved));
+  CHECK(ex::parse_experiment(recorded, ".").model.precision == "bf16");
+  json quadratic = {{"model", {{"type", "quadratic"}, {"precision", "bf16"}}}};
+  CHECK_THROWS_WITH_AS(ex::parse_experiment(quadratic, "."), doctest::Contains("model.precision"), ex::ConfigError);
+}

@@ -194,6 +194,7 @@ TEST_CASE("bad configurations exit 2 with a message naming the problem") {
       {"optimizer.residual_clip=-1", "optimizer.residual_clip: -1 is out of range"},
       {"optimizer.type=adamw --set optimizer.device=cuda", "optimizer.device: placing the optimizer alone on the GPU"},
       {"device=tpu", "device: unknown value \"tpu\""},
+      {"model.precision=fp16", "model.precision: unknown value \"fp16\""},
       {"device=cuda --set optimizer.device=cpu", "optimizer.device: \"cpu\" cannot step parameters that live on the GPU"},
       {"device=cuda --set optimizer.type=topk_ef", "device: \"cuda\" runs the optimizer types scape, adamw and adams"},
   };

@@ -20,9 +20,10 @@ model::LanguageModelSpec model_spec(const experiments::ModelSection& m) {
   model::LanguageModelSpec spec;
   spec.type = m.type;
   spec.gpt = {.n_layer = m.n_layer, .n_head = m.n_head, .n_embd = m.n_embd, .block_size = m.block_size,
-              .vocab_size = m.vocab_size};
+              .vocab_size = m.vocab_size, .precision = model::parse_precision(m.precision)};
   spec.llama = {.n_layer = m.n_layer, .n_head = m.n_head, .n_kv_head = m.n_kv_head, .n_embd = m.n_embd,
-                .block_size = m.block_size, .vocab_size = m.vocab_size, .ffn_hidden = m.ffn_hidden};
+                .block_size = m.block_size, .vocab_size = m.vocab_size,
+                .precision = model::parse_precision(m.precision), .ffn_hidden = m.ffn_hidden};
   return spec;
 }
 
