@@ -24,6 +24,7 @@
 #include "predict/report.hpp"
 #include "sim/sim_run.hpp"
 #include "train/compute_model.hpp"
+#include "train/device_memory.hpp"
 #include "train/run_log.hpp"
 
 #ifdef SCAPE_HAVE_MPI
@@ -188,6 +189,10 @@ int cmd_validate(const std::string& file, const std::vector<std::string>& sets) 
   const auto config = load_config(file, sets);
   std::cout << config.to_json().dump(2) << "\n";
   std::fprintf(stderr, "%s: valid (run id %s)\n", file.c_str(), ex::run_id(config.to_json()).c_str());
+  if (config.device == scape::kernels::DeviceKind::cuda) {
+    std::fprintf(stderr, "device memory estimate (simulator, one GPU): %s\n",
+                 scape::train::describe(scape::train::device_memory_estimate(config)).c_str());
+  }
   return kExitOk;
 }
 
@@ -498,7 +503,10 @@ int main(int argc, char** argv) {
   sweep->add_option("--set", sets, "override a value in every point: key.path=value");
   sweep->add_flag("--quiet", quiet, "no progress output");
 
-  auto* validate = app.add_subcommand("validate", "check a config (print it with every default filled in) or every point of a sweep");
+  auto* validate = app.add_subcommand(
+      "validate",
+      "check a config (print it with every default filled in; with device = cuda, its GPU memory estimate) or every "
+      "point of a sweep");
   validate->add_option("config", config_file, "experiment or sweep JSON file")->required()->check(CLI::ExistingPath);
   validate->add_option("--set", sets, "override a config value: key.path=value");
 

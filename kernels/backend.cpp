@@ -39,6 +39,14 @@ int cuda_device_count() {
 #endif
 }
 
+std::size_t cuda_free_bytes() {
+#ifdef SCAPE_HAVE_CUDA
+  return cuda_device_count() > 0 ? cuda::current_device_free_bytes() : 0;
+#else
+  return 0;
+#endif
+}
+
 void set_cuda_tf32(bool on) {
 #ifdef SCAPE_HAVE_CUDA
   cuda::set_tf32_gemm(on);

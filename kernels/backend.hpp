@@ -90,9 +90,18 @@ class KernelBackend {
 std::unique_ptr<KernelBackend> make_backend(DeviceKind kind);
 // The process-wide CPU backend (stateless apart from its OpenMP threads).
 KernelBackend& cpu_backend();
+// Bytes held in allocate()d memory of every CPU backend, now and at most since the last
+// reset_cpu_allocation_peak(): on the CPU, the memory a run would hold on a device.
+struct CpuAllocations {
+  std::size_t live = 0, peak = 0;
+};
+CpuAllocations cpu_allocations();
+void reset_cpu_allocation_peak();
 // Whether this build has the CUDA path, and how many devices it sees (0 without CUDA).
 bool cuda_built();
 int cuda_device_count();
+// Free memory of the current CUDA device in bytes (0 without CUDA or a device).
+std::size_t cuda_free_bytes();
 // Process-wide, default off: whether the CUDA backend's GEMMs (the model's matmuls) may run on
 // TF32 tensor cores (cuBLAS CUBLAS_TF32_TENSOR_OP_MATH: inputs rounded to 10 mantissa bits,
 // fp32 accumulation). Off, they are fp32 in pedantic math, which the 1e-5 agreement with the

@@ -14,6 +14,19 @@
 
 namespace scape::model {
 
+// Element counts of a workspace's kinds for one shape: per-layer kinds (each held once per
+// layer) and single kinds. bytes() adds the two int32 token arrays of N tokens, as ensure()
+// allocates them: the workspace's memory, for device_memory_estimate.
+struct ActivationSizes {
+  std::vector<std::size_t> layer, single;
+  std::size_t bytes(std::ptrdiff_t layers, std::size_t real_bytes, std::size_t tokens) const {
+    std::size_t elements = 0;
+    for (const std::size_t n : layer) elements += static_cast<std::size_t>(layers) * n;
+    for (const std::size_t n : single) elements += n;
+    return elements * real_bytes + 2 * tokens * sizeof(std::int32_t);
+  }
+};
+
 template <class R>
 class Activations {
  public:

@@ -88,26 +88,36 @@ namespace {
 // Per-layer activations kept for the backward pass, and buffers used once per pass.
 enum GptLayerAct { kLn1, kLn1Mean, kLn1Rstd, kQkv, kAtt, kAtty, kRes2, kLn2, kLn2Mean, kLn2Rstd, kFch, kFcg, kRes3, kLayerActs };
 enum GptSingle { kRes0, kLnf, kLnfMean, kLnfRstd, kLogits, kRowLoss, kDres, kDln, kDqkv, kDatty, kDfc, kDatt, kSingles };
+
+ActivationSizes gpt_activation_sizes(const GptConfig& cfg, std::size_t B, std::size_t T) {
+  const std::size_t C = cfg.n_embd, H = cfg.n_head, N = B * T, V = cfg.vocab_size;
+  std::vector<std::size_t> layer(kLayerActs, N * C), single(kSingles, N * C);
+  for (int k : {kLn1Mean, kLn1Rstd, kLn2Mean, kLn2Rstd}) layer[k] = N;
+  layer[kQkv] = N * 3 * C;
+  layer[kAtt] = N * H * T;  // B H T T
+  layer[kFch] = layer[kFcg] = N * 4 * C;
+  for (int k : {kLnfMean, kLnfRstd, kRowLoss}) single[k] = N;
+  single[kLogits] = N * V;
+  single[kDqkv] = N * 3 * C;
+  single[kDfc] = N * 4 * C;
+  single[kDatt] = N * H * T;
+  return {std::move(layer), std::move(single)};
+}
+
 }  // namespace
+
+std::size_t workspace_bytes(const GptConfig& cfg, std::size_t B, std::size_t T) {
+  return gpt_activation_sizes(cfg, B, T).bytes(cfg.n_layer, sizeof(float), B * T);
+}
 
 template <class R>
 struct BasicGpt<R>::Workspace : Activations<R> {
   explicit Workspace(kernels::KernelBackend& backend) : Activations<R>(backend, kLayerActs, kSingles) {}
 
   void ensure(const GptConfig& cfg, std::size_t B, std::size_t T) {
-    const std::size_t C = cfg.n_embd, H = cfg.n_head, N = B * T, V = cfg.vocab_size;
     L = cfg.n_layer;
-    std::vector<std::size_t> layer(kLayerActs, N * C), single(kSingles, N * C);
-    for (int k : {kLn1Mean, kLn1Rstd, kLn2Mean, kLn2Rstd}) layer[k] = N;
-    layer[kQkv] = N * 3 * C;
-    layer[kAtt] = N * H * T;  // B H T T
-    layer[kFch] = layer[kFcg] = N * 4 * C;
-    for (int k : {kLnfMean, kLnfRstd, kRowLoss}) single[k] = N;
-    single[kLogits] = N * V;
-    single[kDqkv] = N * 3 * C;
-    single[kDfc] = N * 4 * C;
-    single[kDatt] = N * H * T;
-    Activations<R>::ensure(L, std::move(layer), std::move(single), N);
+    auto sizes = gpt_activation_sizes(cfg, B, T);
+    Activations<R>::ensure(L, std::move(sizes.layer), std::move(sizes.single), B * T);
   }
 
   // The residual stream entering block l.

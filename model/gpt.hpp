@@ -37,6 +37,11 @@ ParamLayout gpt_layout(const GptConfig& cfg);
 // attention over the causal triangle, 6 * n_layer * T * n_embd (half of PaLM's 12 L T C, which
 // also counts the masked scores).
 double train_flops_per_token(const GptConfig& cfg, int T);
+// Bytes of the float model's activation workspace (activations kept for the backward, once-per-
+// pass buffers, token ids) for B sequences of T tokens: what forward_backward allocates on its
+// backend for that shape.
+std::size_t workspace_bytes(const GptConfig& cfg, std::size_t B, std::size_t T);
+
 
 // One model instance owns its activation workspace: use one per thread. Real is float for
 // training and double for gradient checks; both share the layout. The float model runs its ops

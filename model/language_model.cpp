@@ -42,6 +42,10 @@ ParamLayout LanguageModelSpec::layout() const {
   return type == "llama" ? llama_layout(llama) : gpt_layout(gpt);
 }
 
+std::size_t LanguageModelSpec::workspace_bytes(std::size_t B, std::size_t T) const {
+  return type == "llama" ? model::workspace_bytes(llama, B, T) : model::workspace_bytes(gpt, B, T);
+}
+
 std::unique_ptr<LanguageModel> LanguageModelSpec::make(kernels::KernelBackend& backend) const {
   validate();
   if (type == "llama") return std::make_unique<Adapter<Llama, LlamaConfig>>(llama, backend);

@@ -39,6 +39,8 @@ struct LanguageModelSpec {
   // Throws std::invalid_argument naming the field (GptConfig / LlamaConfig validate()).
   void validate() const;
   ParamLayout layout() const;
+  // The activation workspace of B sequences of T tokens (workspace_bytes of the type).
+  std::size_t workspace_bytes(std::size_t B, std::size_t T) const;
   std::unique_ptr<LanguageModel> make(kernels::KernelBackend& backend = kernels::cpu_backend()) const;
 };
 

@@ -99,28 +99,41 @@ double train_flops_per_token(const LlamaConfig& cfg, int T) {
 
 // ---- workspace ------------------------------------------------------------------------------
 
+namespace {
+
+ActivationSizes llama_activation_sizes(const LlamaConfig& cfg, std::size_t B, std::size_t T) {
+  const std::size_t C = cfg.n_embd, N = B * T, V = cfg.vocab_size, F = cfg.hidden();
+  const std::size_t S = static_cast<std::size_t>(cfg.n_head + 2 * cfg.kv_heads()) * cfg.head_dim();
+  const std::size_t att = N * static_cast<std::size_t>(cfg.n_head) * T;  // B H T T
+  std::vector<std::size_t> layer(kLayerActs, N * C), single(kSingles, N * C);
+  layer[kRrms1] = layer[kRrms2] = N;
+  layer[kQkv] = N * S;
+  layer[kAtt] = att;
+  layer[kGu] = N * 2 * F;
+  layer[kS] = N * F;
+  single[kNormRrms] = single[kRowLoss] = N;
+  single[kLogits] = N * V;
+  single[kDqkv] = N * S;
+  single[kDgu] = N * 2 * F;
+  single[kDs] = N * F;
+  single[kDatt] = att;
+  return {std::move(layer), std::move(single)};
+}
+
+}  // namespace
+
+std::size_t workspace_bytes(const LlamaConfig& cfg, std::size_t B, std::size_t T) {
+  return llama_activation_sizes(cfg, B, T).bytes(cfg.n_layer, sizeof(float), B * T);
+}
+
 template <class R>
 struct BasicLlama<R>::Workspace : Activations<R> {
   explicit Workspace(kernels::KernelBackend& backend) : Activations<R>(backend, kLayerActs, kSingles) {}
 
   void ensure(const LlamaConfig& cfg, std::size_t B, std::size_t T) {
-    const std::size_t C = cfg.n_embd, N = B * T, V = cfg.vocab_size, F = cfg.hidden();
-    const std::size_t S = static_cast<std::size_t>(cfg.n_head + 2 * cfg.kv_heads()) * cfg.head_dim();
-    const std::size_t att = N * static_cast<std::size_t>(cfg.n_head) * T;  // B H T T
     L = cfg.n_layer;
-    std::vector<std::size_t> layer(kLayerActs, N * C), single(kSingles, N * C);
-    layer[kRrms1] = layer[kRrms2] = N;
-    layer[kQkv] = N * S;
-    layer[kAtt] = att;
-    layer[kGu] = N * 2 * F;
-    layer[kS] = N * F;
-    single[kNormRrms] = single[kRowLoss] = N;
-    single[kLogits] = N * V;
-    single[kDqkv] = N * S;
-    single[kDgu] = N * 2 * F;
-    single[kDs] = N * F;
-    single[kDatt] = att;
-    Activations<R>::ensure(L, std::move(layer), std::move(single), N);
+    auto sizes = llama_activation_sizes(cfg, B, T);
+    Activations<R>::ensure(L, std::move(sizes.layer), std::move(sizes.single), B * T);
   }
 
   // The residual stream entering block l.

@@ -50,6 +50,11 @@ ParamLayout llama_layout(const LlamaConfig& cfg);
 // Model FLOPs of one forward+backward per token at sequence length T: 6 per matmul weight
 // (block matrices and lm_head) plus causal attention, 6 * n_layer * T * n_embd (as the GPT's).
 double train_flops_per_token(const LlamaConfig& cfg, int T);
+// Bytes of the float model's activation workspace (activations kept for the backward, once-per-
+// pass buffers, token ids) for B sequences of T tokens: what forward_backward allocates on its
+// backend for that shape.
+std::size_t workspace_bytes(const LlamaConfig& cfg, std::size_t B, std::size_t T);
+
 
 // Same contract as BasicGpt (model/gpt.hpp): one instance per thread, Real = float on a
 // backend or double on the CPU for gradient checks; GPT-2-style init (N(0, 0.02), residual

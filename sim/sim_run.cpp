@@ -50,7 +50,7 @@ class SimExchange final : public train::StepExchange {
 
 train::RunOutcome run_simulated(const experiments::ExperimentConfig& config, const train::RunOptions& options) {
   const auto wall_start = std::chrono::steady_clock::now();
-  train::require_devices(config);  // ConfigError: nothing written
+  train::require_devices(config, config.workers);  // ConfigError: nothing written
   const std::unique_ptr<train::SourceData> data = train::load_source_data(config);  // ConfigError: nothing written
   train::Checkpoint checkpoint;
   if (options.resume) checkpoint = train::load_checkpoint(config, options.out, data->layout().size());

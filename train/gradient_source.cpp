@@ -16,16 +16,6 @@ namespace {
 
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 
-model::LanguageModelSpec model_spec(const experiments::ModelSection& m) {
-  model::LanguageModelSpec spec;
-  spec.type = m.type;
-  spec.gpt = {.n_layer = m.n_layer, .n_head = m.n_head, .n_embd = m.n_embd, .block_size = m.block_size,
-              .vocab_size = m.vocab_size, .precision = model::parse_precision(m.precision)};
-  spec.llama = {.n_layer = m.n_layer, .n_head = m.n_head, .n_kv_head = m.n_kv_head, .n_embd = m.n_embd,
-                .block_size = m.block_size, .vocab_size = m.vocab_size,
-                .precision = model::parse_precision(m.precision), .ffn_hidden = m.ffn_hidden};
-  return spec;
-}
 
 model::TokenFormat detect_format(const std::filesystem::path& path, const std::string& format) {
   if (format == "nanogpt") return model::TokenFormat::kNanoGpt;
@@ -38,7 +28,7 @@ model::TokenFormat detect_format(const std::filesystem::path& path, const std::s
 
 class LanguageModelData final : public SourceData {
  public:
-  explicit LanguageModelData(const experiments::ExperimentConfig& c) : spec_(model_spec(c.model)), seed_(c.seed) {
+  explicit LanguageModelData(const experiments::ExperimentConfig& c) : spec_(language_model_spec(c.model)), seed_(c.seed) {
     try {
       spec_.validate();
     } catch (const std::invalid_argument& e) {
@@ -218,6 +208,17 @@ class QuadraticSource final : public GradientSource {
 };
 
 }  // namespace
+
+model::LanguageModelSpec language_model_spec(const experiments::ModelSection& m) {
+  model::LanguageModelSpec spec;
+  spec.type = m.type;
+  spec.gpt = {.n_layer = m.n_layer, .n_head = m.n_head, .n_embd = m.n_embd, .block_size = m.block_size,
+              .vocab_size = m.vocab_size, .precision = model::parse_precision(m.precision)};
+  spec.llama = {.n_layer = m.n_layer, .n_head = m.n_head, .n_kv_head = m.n_kv_head, .n_embd = m.n_embd,
+                .block_size = m.block_size, .vocab_size = m.vocab_size,
+                .precision = model::parse_precision(m.precision), .ffn_hidden = m.ffn_hidden};
+  return spec;
+}
 
 std::unique_ptr<SourceData> load_source_data(const experiments::ExperimentConfig& config) {
   if (config.has_data()) return std::make_unique<LanguageModelData>(config);

@@ -10,6 +10,7 @@
 #include "core/layout.hpp"
 #include "experiments/config.hpp"
 #include "kernels/backend.hpp"
+#include "model/language_model.hpp"
 
 namespace scape::train {
 
@@ -30,6 +31,9 @@ class GradientSource {
   // Validation loss over `batches` batches (NaN when the source has none).
   virtual double validation_loss(std::span<const float> params, int batches) = 0;
 };
+
+// The GPT or Llama shape of a model section (gpt and llama types).
+model::LanguageModelSpec language_model_spec(const experiments::ModelSection& m);
 
 // Throws ConfigError naming the file or field for missing or corrupt input.
 std::unique_ptr<SourceData> load_source_data(const experiments::ExperimentConfig& config);

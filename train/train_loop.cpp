@@ -8,6 +8,7 @@
 #include <ctime>
 #include <vector>
 
+#include "train/device_memory.hpp"
 #include "train/run_metrics.hpp"
 
 namespace scape::train {
@@ -41,7 +42,10 @@ void train_rank(const experiments::ExperimentConfig& config, const SourceData& d
   auto opt = make_optimizer(config.optimizer, layout, comm, config.steps);
   const bool moved = config.optimizer.device != kernels::DeviceKind::cpu || config.optimizer.residual_offload;
   if (rank == 0 && !options.quiet) {
-    if (device) std::fprintf(stderr, "model: %s\n", device->description().c_str());
+    if (device) {
+      std::fprintf(stderr, "model: %s; memory estimate %s\n", device->description().c_str(),
+                   describe(device_memory_estimate(config)).c_str());
+    }
     if (moved) std::fprintf(stderr, "optimizer: %s\n", opt->device_summary().c_str());
   }
   kernels::Buffer<float> params(backend, layout.size()), grads(backend, layout.size());
@@ -113,9 +117,19 @@ void require_device(kernels::DeviceKind device, const char* key) {
 
 }  // namespace
 
-void require_devices(const experiments::ExperimentConfig& config) {
+void require_devices(const experiments::ExperimentConfig& config, int workers_per_device) {
   require_device(config.device, "device");
   require_device(config.optimizer.device, "optimizer.device");
+  if (config.device != kernels::DeviceKind::cuda) return;
+  DeviceMemory need = device_memory_estimate(config);
+  need.workers = workers_per_device;
+  const std::size_t free = kernels::cuda_free_bytes();
+  if (free > 0 && need.total() > free) {
+    char have[64];
+    std::snprintf(have, sizeof have, "%.1f GiB", static_cast<double>(free) / (1024.0 * 1024.0 * 1024.0));
+    throw experiments::ConfigError("device: cuda: the run needs about " + describe(need) + " on the GPU, but " + have +
+                                   " are free: lower workers, data.batch_size or model.block_size");
+  }
 }
 
 }  // namespace scape::train

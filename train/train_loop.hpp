@@ -17,8 +17,9 @@ void train_rank(const experiments::ExperimentConfig& config, const SourceData& d
                 Communicator& comm, StepExchange& exchange, RunLog* log, const Checkpoint* resume);
 
 // Throws experiments::ConfigError naming `device` or `optimizer.device` when it asks for cuda
-// and this build has no CUDA or this machine no visible device (checked before anything is
-// written).
-void require_devices(const experiments::ExperimentConfig& config);
+// and this build has no CUDA or this machine no visible device, or when the run's memory
+// estimate (train/device_memory.hpp) for `workers_per_device` workers on one GPU exceeds the
+// device's free memory (checked before anything is written).
+void require_devices(const experiments::ExperimentConfig& config, int workers_per_device);
 
 }  // namespace scape::train

@@ -1,6 +1,8 @@
 // The CPU backend: the OpenMP kernels of kernels/cpu behind the KernelBackend interface.
 #include <omp.h>
 
+#include <atomic>
+#include <cstddef>
 #include <cstring>
 #include <new>
 #include <string>
@@ -13,11 +15,34 @@ namespace scape::kernels {
 namespace {
 
 constexpr std::align_val_t kAlignment{64};
+constexpr std::size_t kHeader = 64;  // keeps the returned pointer on the 64-byte boundary
 
 void* allocate_zeroed(std::size_t bytes) {
   void* p = ::operator new(bytes == 0 ? 1 : bytes, kAlignment);
   std::memset(p, 0, bytes);
   return p;
+}
+
+// What allocate() holds, process-wide: the memory a run would keep on a device, measured on
+// the CPU (device_memory_estimate's test). Each block carries its size in a header.
+std::atomic<std::size_t> g_live{0}, g_peak{0};
+
+void* allocate_counted(std::size_t bytes) {
+  auto* base = static_cast<std::byte*>(allocate_zeroed(kHeader + bytes));
+  std::memcpy(base, &bytes, sizeof bytes);
+  const std::size_t live = g_live.fetch_add(bytes) + bytes;
+  std::size_t peak = g_peak.load();
+  while (live > peak && !g_peak.compare_exchange_weak(peak, live)) {
+  }
+  return base + kHeader;
+}
+
+void deallocate_counted(void* p) noexcept {
+  auto* base = static_cast<std::byte*>(p) - kHeader;
+  std::size_t bytes = 0;
+  std::memcpy(&bytes, base, sizeof bytes);
+  g_live.fetch_sub(bytes);
+  ::operator delete(base, kAlignment);
 }
 
 // The offload logic on the CPU: the slots are host arrays and every copy happens at once, so
@@ -45,8 +70,10 @@ class CpuBackend final : public KernelBackend {
   std::string description() const override {
     return "cpu (" + std::to_string(omp_get_max_threads()) + " OpenMP threads)";
   }
-  void* allocate(std::size_t bytes) override { return allocate_zeroed(bytes); }
-  void deallocate(void* p) noexcept override { ::operator delete(p, kAlignment); }
+  void* allocate(std::size_t bytes) override { return allocate_counted(bytes); }
+  void deallocate(void* p) noexcept override {
+    if (p != nullptr) deallocate_counted(p);
+  }
   void* allocate_pinned_host(std::size_t bytes) override { return allocate_zeroed(bytes); }
   void deallocate_pinned_host(void* p) noexcept override { ::operator delete(p, kAlignment); }
   bool can_access(const void*) const override { return true; }
@@ -76,5 +103,9 @@ KernelBackend& cpu_backend() {
 }
 
 std::unique_ptr<KernelBackend> make_cpu_backend() { return std::make_unique<CpuBackend>(); }
+
+CpuAllocations cpu_allocations() { return {g_live.load(), g_peak.load()}; }
+
+void reset_cpu_allocation_peak() { g_peak.store(g_live.load()); }
 
 }  // namespace scape::kernels

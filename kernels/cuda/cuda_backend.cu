@@ -255,6 +255,15 @@ int visible_device_count() {
   return count;
 }
 
+std::size_t current_device_free_bytes() {
+  std::size_t free = 0, total = 0;
+  if (cudaMemGetInfo(&free, &total) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return 0;
+  }
+  return free;
+}
+
 std::unique_ptr<KernelBackend> make_cuda_backend() {
   int count = 0;
   const cudaError_t status = cudaGetDeviceCount(&count);

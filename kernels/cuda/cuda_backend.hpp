@@ -15,6 +15,8 @@ namespace scape::kernels::cuda {
 std::unique_ptr<KernelBackend> make_cuda_backend();
 // How many CUDA devices this process sees; 0 (never an exception) without a driver or device.
 int visible_device_count();
+// Free memory of the current device (cudaMemGetInfo); 0 when it cannot be read.
+std::size_t current_device_free_bytes();
 // Whether CUDA kernels (and NCCL) can address p: device or managed memory. Host memory,
 // pageable or pinned (which a kernel could reach only across the bus), is not.
 bool device_accessible(const void* p);

@@ -1,0 +1,66 @@
+// The optimizer's device memory by buffer (device_state.hpp). Names follow the members of
+// OptimizerBase, DenseOptimizer, ScapeOptimizer, ErrorFeedback and MaskExchange.
+#include "core/device_state.hpp"
+
+#include <algorithm>
+#include <stdexcept>
+#include <string>
+
+#include "core/schedule.hpp"
+#include "kernels/kernel_types.hpp"
+
+namespace scape {
+namespace {
+
+constexpr std::size_t kFloat = sizeof(float), kWord = sizeof(std::uint64_t), kIndex = sizeof(std::uint32_t);
+constexpr std::size_t kMetricBlock = 8192;  // ErrorFeedback's block sums of the residual metrics
+
+// SCAPE's buffers beyond m (and v): statistic, masks, residual, index and payload buffers and
+// the coded mask messages, for partitioned masks.
+std::size_t scape_bytes(const OptimizerConfig& c, std::size_t n, int workers) {
+  const Sharding shards(n, workers);
+  const std::size_t own = c.sharded ? shards.size(0) : n;
+  // The densest mask of the run: all of N while a density warm-up runs.
+  const double rho = c.density_warmup > 0 ? 1.0 : c.density();
+  std::size_t k_total = 0, coded = 0;
+  for (int w = 0; w < workers; ++w) {
+    const std::size_t size = shards.size(w), k = k_for(rho, size);
+    k_total += k;
+    coded += c.mask_encoding == MaskEncoding::bitmap ? shards.words(w) : kernels::ef_words(size, k);
+  }
+  const std::size_t k_own = k_for(rho, shards.size(0));
+  const std::size_t updated = c.sharded ? k_own : k_total;
+  std::size_t bytes = 0;
+  bytes += kFloat * own;                                    // stat_: the mask statistic of the own shard
+  bytes += 2 * kWord * kernels::words_for(n);               // mask_, next_mask_
+  bytes += kWord * shards.words(0);                         // local_bits_
+  bytes += kWord * kernels::words_for(n);                   // ErrorFeedback::previous_mask_
+  bytes += sizeof(double) * (n / kMetricBlock + 64);        // ErrorFeedback::partial_ (per tensor, rounded up)
+  bytes += c.residual_offload ? 2 * kFloat * c.offload_chunk : kFloat * n;  // the residual e_i
+  if (c.residual_offload) bytes += kIndex * k_total;       // chunk_idx_
+  bytes += kIndex * k_total + kFloat * k_total;             // idx_, b_
+  if (c.second_moment == SecondMoment::two_collectives) bytes += kFloat * (k_total + updated);  // a_packed_, a_bar_
+  bytes += (kIndex + 3 * kFloat) * updated;                 // update_idx_, b_bar_, g_bar_, own_values_
+  bytes += kFloat * k_total;                                // all_values_
+  if (c.update == UpdateMode::dense) bytes += kFloat * own; // dense_g_
+  bytes += kWord * (coded + coded / static_cast<std::size_t>(workers) + 2 + static_cast<std::size_t>(workers));
+  return bytes;
+}
+
+}  // namespace
+
+std::size_t optimizer_device_bytes(const OptimizerConfig& config, std::size_t n, int workers) {
+  if (!runs_on_cuda(config.type)) {
+    throw std::invalid_argument(std::string("optimizer_device_bytes: ") + to_string(config.type) +
+                                " has no CUDA path");
+  }
+  const Sharding shards(n, workers);
+  const std::size_t own = config.sharded ? shards.size(0) : n;
+  const bool adamw = config.type == OptimizerType::adamw ||
+                     (config.type == OptimizerType::scape && config.inner == InnerRule::adamw);
+  std::size_t bytes = kFloat * own * (adamw ? 2 : 1);  // m_, and v_ for AdamW
+  if (config.type == OptimizerType::scape) return bytes + scape_bytes(config, n, workers);
+  return bytes + kFloat * own;  // DenseOptimizer::g_bar_ (the state range)
+}
+
+}  // namespace scape

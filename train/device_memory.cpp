@@ -1,0 +1,38 @@
+// The device memory formula of a run (device_memory.hpp).
+#include "train/device_memory.hpp"
+
+#include <cstdio>
+
+#include "core/device_state.hpp"
+#include "train/gradient_source.hpp"
+
+namespace scape::train {
+
+DeviceMemory device_memory_estimate(const experiments::ExperimentConfig& config) {
+  if (!config.has_data()) {
+    throw experiments::ConfigError("model.type: \"" + config.model.type + "\" has no device memory estimate");
+  }
+  if (!runs_on_cuda(config.optimizer.type)) {
+    throw experiments::ConfigError(std::string("optimizer.type: ") + to_string(config.optimizer.type) +
+                                   " has no CUDA path");
+  }
+  const model::LanguageModelSpec spec = language_model_spec(config.model);
+  const std::size_t n = spec.layout().size();
+  DeviceMemory m;
+  m.workers = config.workers;
+  m.params = m.grads = n * sizeof(float);
+  m.activations = spec.workspace_bytes(static_cast<std::size_t>(config.data.batch_size),
+                                       static_cast<std::size_t>(spec.block_size()));
+  m.optimizer = optimizer_device_bytes(config.optimizer, n, config.workers);
+  return m;
+}
+
+std::string describe(const DeviceMemory& m) {
+  constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+  char line[200];
+  std::snprintf(line, sizeof line, "%d workers x (params %.2f + grads %.2f + activations %.2f + optimizer %.2f GiB) = %.1f GiB",
+                m.workers, m.params / kGiB, m.grads / kGiB, m.activations / kGiB, m.optimizer / kGiB, m.total() / kGiB);
+  return line;
+}
+
+}  // namespace scape::train
