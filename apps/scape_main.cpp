@@ -191,7 +191,7 @@ int cmd_validate(const std::string& file, const std::vector<std::string>& sets) 
   std::fprintf(stderr, "%s: valid (run id %s)\n", file.c_str(), ex::run_id(config.to_json()).c_str());
   if (config.device == scape::kernels::DeviceKind::cuda) {
     std::fprintf(stderr, "device memory estimate (simulator, one GPU): %s\n",
-                 scape::train::describe(scape::train::device_memory_estimate(config)).c_str());
+                 scape::train::describe(scape::train::device_memory_estimate(config, config.workers, true)).c_str());
   }
   return kExitOk;
 }

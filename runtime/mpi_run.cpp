@@ -287,7 +287,7 @@ int run_mpi(const experiments::ExperimentConfig& config, train::RunOptions optio
   } else {
     try {
       if (backend.check) backend.check();
-      train::require_devices(config, 1);  // one GPU per rank
+      train::require_devices(config, 1, false);  // one GPU per rank
       data = train::load_source_data(config);
       if (options.resume) checkpoint = train::load_checkpoint(config, options.out, data->layout().size());
     } catch (const std::exception& e) {

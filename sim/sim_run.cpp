@@ -50,8 +50,15 @@ class SimExchange final : public train::StepExchange {
 
 train::RunOutcome run_simulated(const experiments::ExperimentConfig& config, const train::RunOptions& options) {
   const auto wall_start = std::chrono::steady_clock::now();
-  train::require_devices(config, config.workers);  // ConfigError: nothing written
+  // On a GPU the workers take turns with one model and workspace (W copies of the activations
+  // would not fit a large model; the GPU runs one worker's batch at full width anyway).
+  const bool share = config.has_data() && (config.device == kernels::DeviceKind::cuda || options.share_model);
+  train::require_devices(config, config.workers, share);  // ConfigError: nothing written
   const std::unique_ptr<train::SourceData> data = train::load_source_data(config);  // ConfigError: nothing written
+  const std::unique_ptr<kernels::KernelBackend> model_device =
+      share && config.device != kernels::DeviceKind::cpu ? kernels::make_backend(config.device) : nullptr;
+  const std::unique_ptr<train::SharedModel> shared =
+      share ? train::make_shared_model(config, *data, model_device ? *model_device : kernels::cpu_backend()) : nullptr;
   train::Checkpoint checkpoint;
   if (options.resume) checkpoint = train::load_checkpoint(config, options.out, data->layout().size());
   train::RunLog log(config, data->layout(), options, checkpoint.step);
@@ -63,7 +70,7 @@ train::RunOutcome run_simulated(const experiments::ExperimentConfig& config, con
       comms[static_cast<std::size_t>(comm.rank())] = &comm;
       comm.barrier();  // every rank has registered its communicator
       train::train_rank(config, *data, options, comm, exchange, comm.rank() == 0 ? &log : nullptr,
-                        options.resume ? &checkpoint : nullptr);
+                        options.resume ? &checkpoint : nullptr, shared.get());
     });
   } catch (const std::exception& e) {
     failure = "step " + std::to_string(log.steps_completed() + 1) + ": " + e.what();

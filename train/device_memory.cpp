@@ -8,7 +8,7 @@
 
 namespace scape::train {
 
-DeviceMemory device_memory_estimate(const experiments::ExperimentConfig& config) {
+DeviceMemory device_memory_estimate(const experiments::ExperimentConfig& config, int workers, bool shared_workspace) {
   if (!config.has_data()) {
     throw experiments::ConfigError("model.type: \"" + config.model.type + "\" has no device memory estimate");
   }
@@ -19,7 +19,8 @@ DeviceMemory device_memory_estimate(const experiments::ExperimentConfig& config)
   const model::LanguageModelSpec spec = language_model_spec(config.model);
   const std::size_t n = spec.layout().size();
   DeviceMemory m;
-  m.workers = config.workers;
+  m.workers = workers;
+  m.shared_workspace = shared_workspace;
   m.params = m.grads = n * sizeof(float);
   m.activations = spec.workspace_bytes(static_cast<std::size_t>(config.data.batch_size),
                                        static_cast<std::size_t>(spec.block_size()));
@@ -29,9 +30,18 @@ DeviceMemory device_memory_estimate(const experiments::ExperimentConfig& config)
 
 std::string describe(const DeviceMemory& m) {
   constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
-  char line[200];
-  std::snprintf(line, sizeof line, "%d workers x (params %.2f + grads %.2f + activations %.2f + optimizer %.2f GiB) = %.1f GiB",
-                m.workers, m.params / kGiB, m.grads / kGiB, m.activations / kGiB, m.optimizer / kGiB, m.total() / kGiB);
+  char line[240];
+  if (m.shared_workspace) {
+    std::snprintf(line, sizeof line,
+                  "%d workers x (params %.2f + grads %.2f + optimizer %.2f GiB) + activations %.2f GiB = %.1f GiB",
+                  m.workers, m.params / kGiB, m.grads / kGiB, m.optimizer / kGiB, m.activations / kGiB,
+                  m.total() / kGiB);
+  } else {
+    std::snprintf(line, sizeof line,
+                  "%d workers x (params %.2f + grads %.2f + activations %.2f + optimizer %.2f GiB) = %.1f GiB",
+                  m.workers, m.params / kGiB, m.grads / kGiB, m.activations / kGiB, m.optimizer / kGiB,
+                  m.total() / kGiB);
+  }
   return line;
 }
 

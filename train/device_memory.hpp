@@ -1,7 +1,8 @@
 // The memory a run with device = cuda holds on its GPU, from the config alone (checked before
 // anything is allocated or written): each of the W simulated workers keeps its own parameters
-// and gradients (4N bytes each), its model's activation workspace for data.batch_size sequences
-// of model.block_size tokens, and its optimizer's state and buffers (core/device_state.hpp).
+// and gradients (4N bytes each) and its optimizer's state and buffers (core/device_state.hpp);
+// the model's activation workspace for data.batch_size sequences of model.block_size tokens is
+// held once when the workers share one model (the simulator on a GPU), else once per worker.
 // docs/runtime.md states the formula; tests/test_device_memory.cpp checks it against what the
 // CPU backends allocate in the same run.
 #pragma once
@@ -14,18 +15,24 @@
 namespace scape::train {
 
 struct DeviceMemory {
-  std::size_t params = 0, grads = 0, activations = 0, optimizer = 0;  // bytes per worker
+  std::size_t params = 0, grads = 0, optimizer = 0;  // bytes per worker
+  std::size_t activations = 0;                        // bytes of one activation workspace
   int workers = 1;
+  bool shared_workspace = false;  // one workspace for every worker (train/gradient_source.hpp)
 
-  std::size_t per_worker() const { return params + grads + activations + optimizer; }
-  std::size_t total() const { return per_worker() * static_cast<std::size_t>(workers); }
+  std::size_t per_worker() const { return params + grads + optimizer + (shared_workspace ? 0 : activations); }
+  std::size_t total() const {
+    return per_worker() * static_cast<std::size_t>(workers) + (shared_workspace ? activations : 0);
+  }
 };
 
-// For gpt and llama models with an optimizer that has a CUDA path; throws
-// experiments::ConfigError naming the key otherwise.
-DeviceMemory device_memory_estimate(const experiments::ExperimentConfig& config);
+// `workers` on one GPU, with one shared activation workspace or one each. For gpt and llama
+// models with an optimizer that has a CUDA path; throws experiments::ConfigError naming the key
+// otherwise.
+DeviceMemory device_memory_estimate(const experiments::ExperimentConfig& config, int workers, bool shared_workspace);
 
-// "8 workers x (params 0.50 + grads 0.50 + activations 4.10 + optimizer 0.71 GiB) = 46.4 GiB".
+// "8 workers x (params 0.46 + grads 0.46 + optimizer 0.64 GiB) + activations 5.60 GiB = 18.1 GiB"
+// (shared workspace; otherwise the activations are inside the parentheses).
 std::string describe(const DeviceMemory& m);
 
 }  // namespace scape::train

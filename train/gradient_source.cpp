@@ -5,6 +5,7 @@
 #include <cmath>
 #include <fstream>
 #include <limits>
+#include <mutex>
 
 #include "experiments/trace.hpp"
 #include "model/data.hpp"
@@ -82,9 +83,10 @@ class LanguageModelData final : public SourceData {
 class LanguageModelSource final : public GradientSource {
  public:
   LanguageModelSource(const experiments::ExperimentConfig& c, const LanguageModelData& data, int rank,
-                      kernels::KernelBackend& backend)
-      : model_(data.spec().make(backend)),
-        backend_(backend),
+                      kernels::KernelBackend& backend, SharedModel* shared)
+      : own_(shared == nullptr ? data.spec().make(backend) : nullptr),
+        backend_(shared == nullptr ? backend : *shared->backend),
+        shared_(shared),
         train_(data.split().train, data.spec().block_size(), c.seed, model::Split::kTrain),
         val_(data.split().val, data.spec().block_size(), c.seed, model::Split::kVal),
         rank_(rank),
@@ -96,26 +98,34 @@ class LanguageModelSource final : public GradientSource {
 
   double gradient(std::span<const float> params, int step, std::span<float> grads) override {
     train_.worker_batch(static_cast<std::uint64_t>(step), batch_ * workers_, workers_, rank_, inputs_, targets_);
-    const double loss = model_->forward_backward(params, inputs_, targets_, batch_, T_, grads);
+    const auto lock = hold_model();
+    const double loss = model().forward_backward(params, inputs_, targets_, batch_, T_, grads);
     backend_.synchronize();  // the backward may still be queued after the loss came back
     return loss;
   }
 
   double validation_loss(std::span<const float> params, int batches) override {
     // Evaluation batches are the validation split's steps 1..batches, whole global batches.
+    const auto lock = hold_model();
     double sum = 0;
     for (int b = 1; b <= batches; ++b) {
       for (int r = 0; r < workers_; ++r) {
         val_.worker_batch(static_cast<std::uint64_t>(b), batch_ * workers_, workers_, r, inputs_, targets_);
-        sum += model_->loss(params, inputs_, targets_, batch_, T_);
+        sum += model().loss(params, inputs_, targets_, batch_, T_);
       }
     }
     return sum / (batches * workers_);
   }
 
  private:
-  std::unique_ptr<model::LanguageModel> model_;
+  model::LanguageModel& model() { return shared_ != nullptr ? *shared_->model : *own_; }
+  std::unique_lock<std::mutex> hold_model() {
+    return shared_ != nullptr ? std::unique_lock<std::mutex>(shared_->mutex) : std::unique_lock<std::mutex>();
+  }
+
+  std::unique_ptr<model::LanguageModel> own_;
   kernels::KernelBackend& backend_;
+  SharedModel* shared_;
   model::BatchSampler train_, val_;
   int rank_, workers_, batch_, T_;
   std::vector<std::int32_t> inputs_, targets_;
@@ -226,11 +236,21 @@ std::unique_ptr<SourceData> load_source_data(const experiments::ExperimentConfig
   return std::make_unique<QuadraticData>(config);
 }
 
+std::unique_ptr<SharedModel> make_shared_model(const experiments::ExperimentConfig& config, const SourceData& data,
+                                               kernels::KernelBackend& backend) {
+  if (!config.has_data()) return nullptr;
+  auto shared = std::make_unique<SharedModel>();
+  shared->model = static_cast<const LanguageModelData&>(data).spec().make(backend);
+  shared->backend = &backend;
+  return shared;
+}
+
 std::unique_ptr<GradientSource> make_gradient_source(const experiments::ExperimentConfig& config,
                                                      const SourceData& data, int rank,
-                                                     kernels::KernelBackend& backend) {
+                                                     kernels::KernelBackend& backend, SharedModel* shared) {
   if (config.has_data()) {
-    return std::make_unique<LanguageModelSource>(config, static_cast<const LanguageModelData&>(data), rank, backend);
+    return std::make_unique<LanguageModelSource>(config, static_cast<const LanguageModelData&>(data), rank, backend,
+                                                 shared);
   }
   if (config.model.type == "replay") return std::make_unique<ReplaySource>(static_cast<const ReplayData&>(data), rank);
   return std::make_unique<QuadraticSource>(static_cast<const QuadraticData&>(data), rank);

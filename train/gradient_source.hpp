@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <span>
 
 #include "core/layout.hpp"
@@ -37,10 +38,27 @@ model::LanguageModelSpec language_model_spec(const experiments::ModelSection& m)
 
 // Throws ConfigError naming the file or field for missing or corrupt input.
 std::unique_ptr<SourceData> load_source_data(const experiments::ExperimentConfig& config);
-// A language model runs on `backend` (its memory must hold params and grads); the quadratic and
-// replay sources compute on the host (config parsing keeps them on the CPU).
+// One language model, and so one activation workspace, that every worker of a simulated run
+// uses in turn, holding `mutex` for a forward/backward or an evaluation: the workspace is
+// allocated once instead of W times (the simulator on a GPU). Results are those of per-worker
+// models bit for bit: a pass writes every activation before reading it and overwrites the
+// whole gradient, so nothing carries from one worker's pass to the next (tested).
+struct SharedModel {
+  std::unique_ptr<model::LanguageModel> model;
+  kernels::KernelBackend* backend = nullptr;  // the model's ops and workspace
+  std::mutex mutex;
+};
+
+// nullptr for the quadratic and replay sources (no model).
+std::unique_ptr<SharedModel> make_shared_model(const experiments::ExperimentConfig& config, const SourceData& data,
+                                               kernels::KernelBackend& backend);
+
+// A language model runs on `backend` (its memory must hold params and grads), or is `shared`'s
+// when given; the quadratic and replay sources compute on the host (config parsing keeps them
+// on the CPU).
 std::unique_ptr<GradientSource> make_gradient_source(const experiments::ExperimentConfig& config,
                                                      const SourceData& data, int rank,
-                                                     kernels::KernelBackend& backend = kernels::cpu_backend());
+                                                     kernels::KernelBackend& backend = kernels::cpu_backend(),
+                                                     SharedModel* shared = nullptr);
 
 }  // namespace scape::train

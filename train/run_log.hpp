@@ -27,6 +27,9 @@ struct RunOptions {
   int checkpoint_every = 0;       // 0: no checkpoints
   bool resume = false;
   bool measured_comm = false;     // record comm_time_measured_<purpose> and mask_wait_exposed
+  // Simulator: every worker uses one model and activation workspace in turn (always with
+  // device = cuda; on the CPU, where it serializes the workers' forward/backward, for tests).
+  bool share_model = false;
   // Called by every rank before each step (fault injection in tests); may throw.
   std::function<void(int rank, int step)> before_step;
   std::string scape_version;

@@ -29,7 +29,8 @@ double thread_cpu_seconds() {
 }  // namespace
 
 void train_rank(const experiments::ExperimentConfig& config, const SourceData& data, const RunOptions& options,
-                Communicator& comm, StepExchange& exchange, RunLog* log, const Checkpoint* resume) {
+                Communicator& comm, StepExchange& exchange, RunLog* log, const Checkpoint* resume,
+                SharedModel* shared) {
   const int rank = comm.rank();
   const ParamLayout& layout = data.layout();
   // The model's parameters and gradients live in the memory of the run's device: host memory, or
@@ -38,13 +39,13 @@ void train_rank(const experiments::ExperimentConfig& config, const SourceData& d
   const std::unique_ptr<kernels::KernelBackend> device =
       config.device == kernels::DeviceKind::cpu ? nullptr : kernels::make_backend(config.device);
   kernels::KernelBackend& backend = device ? *device : kernels::cpu_backend();
-  auto source = make_gradient_source(config, data, rank, backend);
+  auto source = make_gradient_source(config, data, rank, backend, shared);
   auto opt = make_optimizer(config.optimizer, layout, comm, config.steps);
   const bool moved = config.optimizer.device != kernels::DeviceKind::cpu || config.optimizer.residual_offload;
   if (rank == 0 && !options.quiet) {
     if (device) {
       std::fprintf(stderr, "model: %s; memory estimate %s\n", device->description().c_str(),
-                   describe(device_memory_estimate(config)).c_str());
+                   describe(device_memory_estimate(config, config.workers, shared != nullptr)).c_str());
     }
     if (moved) std::fprintf(stderr, "optimizer: %s\n", opt->device_summary().c_str());
   }
@@ -117,12 +118,11 @@ void require_device(kernels::DeviceKind device, const char* key) {
 
 }  // namespace
 
-void require_devices(const experiments::ExperimentConfig& config, int workers_per_device) {
+void require_devices(const experiments::ExperimentConfig& config, int workers_per_device, bool shared_workspace) {
   require_device(config.device, "device");
   require_device(config.optimizer.device, "optimizer.device");
   if (config.device != kernels::DeviceKind::cuda) return;
-  DeviceMemory need = device_memory_estimate(config);
-  need.workers = workers_per_device;
+  const DeviceMemory need = device_memory_estimate(config, workers_per_device, shared_workspace);
   const std::size_t free = kernels::cuda_free_bytes();
   if (free > 0 && need.total() > free) {
     char have[64];
