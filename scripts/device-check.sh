@@ -21,7 +21,7 @@
 #                                     rest of the suite while time remains.
 #
 # With the device tool of this workplace, after `prepare` here:
-#   run(command="OUT=\"$OUT\" bash device-carry/run.sh", carry=["device-carry"], timeout_s=480)
+#   run(command="OUT=\"$OUT\" bash device-carry/run.sh", carry=["device-carry"], timeout_s=540)
 #
 # Compatibility: `prepare` links on Debian 12 (glibc 2.36); the executables load only where
 # glibc is 2.36 or newer (the lent machine's Ubuntu image is newer; run.sh reports a mismatch).
@@ -42,10 +42,10 @@ prepare() {
   local build=build/device-prepare carry=device-carry
   local jobs="${JOBS:-2}"
   local targets=(test_cuda_kernels test_device_optimizer test_device_model test_device_train nccl_collectives_check
-    nccl_scape_check bench_cuda bench_device_step bench_model_cuda)
+    nccl_scape_check bench_cuda bench_device_step bench_model_cuda scape)
   local paths=(tests/test_cuda_kernels tests/test_device_optimizer tests/test_device_model tests/test_device_train
     tests/runtime/nccl_collectives_check tests/runtime/nccl_scape_check bench/bench_cuda bench/bench_device_step
-    bench/bench_model_cuda)
+    bench/bench_model_cuda apps/scape)
 
   # No MPI (the carried checks are single-process) and no build RPATH (the carried executables
   # find their libraries through run.sh's LD_LIBRARY_PATH only, never a path of this machine).
@@ -127,6 +127,8 @@ prepare() {
     fi
   done
 
+  mkdir -p "$carry/configs"
+  cp experiments/configs/device-check-run.json "$carry/configs/"
   cp scripts/device-run.sh "$carry/run.sh"
   chmod +x "$carry/run.sh"
   {
@@ -151,7 +153,7 @@ prepare() {
     exit 1
   fi
   echo "Next, on the GPU machine from the repository root: OUT=DIR bash $carry/run.sh"
-  echo "  device tool: run(command='OUT=\"\$OUT\" bash $carry/run.sh', carry=[\"$carry\"], timeout_s=480)"
+  echo "  device tool: run(command='OUT=\"\$OUT\" bash $carry/run.sh', carry=[\"$carry\"], timeout_s=540)"
 }
 
 # ---------------------------------------------------------------------------------------------

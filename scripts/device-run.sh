@@ -6,7 +6,7 @@
 # nvidia-nccl-cu13, found through python3, or the system's); not cmake, a compiler, Eigen,
 # HDF5, MPI or the network. Usage, from the repository root:
 #   OUT=DIR bash device-carry/run.sh          (OUT defaults to ./device-out)
-# Environment: DEVICE_RUN_BUDGET_S (default 420: the whole run, every per-step timeout is cut
+# Environment: DEVICE_RUN_BUDGET_S (default 450: the whole run, every per-step timeout is cut
 # to what is left of it), NCCL_LIB_DIR (a folder holding libnccl.so.2, tried first).
 #
 # It records the machine (nvidia-smi, glibc, how each executable's libraries resolve), runs each
@@ -36,7 +36,7 @@ if [ ! -d "$carry/bin" ]; then
 fi
 OUT="${OUT:-$PWD/device-out}"
 mkdir -p "$OUT"
-budget_s="${DEVICE_RUN_BUDGET_S:-420}"
+budget_s="${DEVICE_RUN_BUDGET_S:-450}"
 start=$(date +%s)
 summary="$OUT/summary.txt" env_txt="$OUT/env.txt" tests_log="$OUT/tests.log" bench_log="$OUT/bench.log"
 : >"$summary"
@@ -265,11 +265,31 @@ run_bench() {
   fi
 }
 
-# ---- the GPU tests, then the benchmarks ----
+# run_training NAME CAP_S [--set KEY=VALUE ...]: the carried scape trains the carried device
+# config (the one-GPU simulator, device = cuda) with the given overrides; its run file stays
+# outside $OUT, the row quotes the last progress line (losses, tokens/s).
+run_training() {
+  local name=$1 cap=$2 last
+  shift 2
+  can_run "$name" scape "$tests_log" || return 0
+  timed_run "$name" "$tests_log" "$cap" "$carry/bin/scape" run "$carry/configs/device-check-run.json" \
+    --out "$(dirname "$step_log")/$name.h5" --force "$@" || return 0
+  last="$(grep -E '^step ' "$step_log" | tail -1 | tr -s ' ')"
+  if [ "$rc" -eq 0 ]; then
+    row "$name" "ran" "${last:-no progress line} (${took}s)"
+  else
+    row "$name" "FAILED" "exit status $rc after ${took}s (tests.log)"
+    failed=1
+  fi
+}
+
+# ---- the GPU tests, the one-GPU simulator runs, then the benchmarks ----
 run_test test_cuda_kernels test_cuda_kernels 150
 run_test test_device_optimizer test_device_optimizer 120
 run_test test_device_model test_device_model 60
 run_test test_device_train test_device_train 120
+run_training sim_scape_0.99 90 --set optimizer.type=scape --set optimizer.sparsity=0.99 --set optimizer.lr=0.01
+run_training sim_adams 90 --set optimizer.type=adams --set optimizer.lr=0.001
 run_test nccl_collectives_w1 nccl_collectives_check 90 needs-nccl
 run_test nccl_scape_w1 nccl_scape_check 90 needs-nccl
 run_bench bench_cuda 150
