@@ -164,6 +164,7 @@ json ExperimentConfig::to_json() const {
   if (network.preset.empty()) j["network"].erase("preset");
   j["compute"] = read_applicable(compute_keys(), compute, compute.type);
   j["log"] = read_applicable(log_keys(), log);
+  if (log.gradient_metrics_interval == 1) j["log"].erase("gradient_metrics_interval");  // as device
   return j;
 }
 

@@ -76,6 +76,9 @@ struct LogSection {
   int flush_interval = 10;
   bool save_params = false;
   bool oracle = true;  // mask_oracle_overlap and mask_energy_capture (docs/algorithms.md, "Metrics")
+  // Steps between the metrics that need every worker's whole gradient on rank 0 (grad_norm and
+  // the oracle metrics): they are taken at steps 1, 1 + k, 1 + 2k, ... and NaN elsewhere.
+  int gradient_metrics_interval = 1;
 };
 
 struct ExperimentConfig {

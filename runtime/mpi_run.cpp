@@ -66,8 +66,12 @@ class MpiExchange final : public train::StepExchange {
     }
     SCAPE_MPI_CHECK(MPI_Gather(mine.data(), to_mpi_count(width, "report"), MPI_DOUBLE, scalars_.data(),
                                to_mpi_count(width, "report"), MPI_DOUBLE, 0, world_));
-    SCAPE_MPI_CHECK(MPI_Gather(report.grads.data(), to_mpi_count(n_, "gradient gather"), MPI_FLOAT, grads_.data(),
-                               to_mpi_count(n_, "gradient gather"), MPI_FLOAT, 0, world_));
+    // Every rank takes the same steps' gradient metrics (log.gradient_metrics_interval).
+    const bool with_grads = !report.grads.empty();
+    if (with_grads) {
+      SCAPE_MPI_CHECK(MPI_Gather(report.grads.data(), to_mpi_count(n_, "gradient gather"), MPI_FLOAT, grads_.data(),
+                                 to_mpi_count(n_, "gradient gather"), MPI_FLOAT, 0, world_));
+    }
     int with_acc = report.accumulated.empty() ? 0 : 1;
     SCAPE_MPI_CHECK(MPI_Bcast(&with_acc, 1, MPI_INT, 0, world_));
     if (with_acc) {
@@ -83,7 +87,7 @@ class MpiExchange final : public train::StepExchange {
       all[0] = &report;
       for (std::size_t q = 1; q < w; ++q) {
         packer_.unpack(std::span<const double>(scalars_.data() + q * width, width), report, others_[q]);
-        others_[q].grads = std::span<const float>(grads_.data() + q * n_, n_);
+        if (with_grads) others_[q].grads = std::span<const float>(grads_.data() + q * n_, n_);
         if (with_acc) others_[q].accumulated = std::span<const float>(acc_.data() + q * n_, n_);
         if (with_acc && with_moment_) {
           others_[q].first_moment = std::span<const float>(moment_).subspan(shards_.begin(static_cast<int>(q)),

@@ -16,6 +16,8 @@
 #include <vector>
 
 #include "experiments/config.hpp"
+#include "experiments/hdf5.hpp"
+#include "sim/sim_run.hpp"
 #include "train/checkpoint.hpp"
 #include "train/run_metrics.hpp"
 #include "test_support.hpp"
@@ -27,6 +29,7 @@
 namespace {
 
 namespace tr = scape::train;
+namespace ex = scape::experiments;
 using scape::StateMap;
 
 std::vector<std::string> doc_lines() {
@@ -306,4 +309,51 @@ TEST_CASE("a checkpoint in the SCAPECK1 format loads; another config's or a trun
   std::ofstream(tr::checkpoint_path(run_file), std::ios::binary) << file.str().substr(0, file.str().size() - 5);
   CHECK_THROWS_WITH_AS(tr::load_checkpoint(config, run_file, 3), doctest::Contains("corrupt checkpoint (truncated)"),
                        scape::experiments::ConfigError);
+}
+
+// log.gradient_metrics_interval = 3 takes grad_norm and the oracle metrics at steps 1, 4, 7
+// (under mask lag 1 the oracle built at step t scores the mask of step t + 1: steps 1, 2, 5, 8),
+// with the values of the every-step run there, NaN elsewhere; training itself is unchanged.
+TEST_CASE("gradient metrics every k steps: the every-step values at those steps, training unchanged") {
+  const nlohmann::json run = {
+      {"name", "interval"}, {"workers", 3}, {"steps", 8},
+      {"model", {{"type", "gpt"}, {"n_layer", 1}, {"n_head", 2}, {"n_embd", 16}, {"block_size", 16}, {"vocab_size", 32}}},
+      {"data", {{"type", "synthetic"}, {"batch_size", 2}, {"tokens", 20000}}},
+      {"optimizer", {{"type", "scape"}, {"sparsity", 0.9}, {"lr", 1e-2}}},
+      {"eval", {{"interval", 4}, {"batches", 1}}},
+      {"log", {{"flush_interval", 4}, {"save_params", true}}}};
+  scape::testing::TempDir dir;
+  const auto train = [&](int interval) {
+    nlohmann::json j = run;
+    j["log"]["gradient_metrics_interval"] = interval;
+    tr::RunOptions options;
+    options.out = dir.path / ("every" + std::to_string(interval) + ".h5");
+    options.quiet = true;
+    REQUIRE(scape::sim::run_simulated(ex::parse_experiment(j, "."), options).status == tr::RunStatus::completed);
+    return ex::File::open(options.out, ex::Access::read);
+  };
+  auto every = train(1), sparse = train(3);
+  const auto column = [](ex::File& f, const char* name) {
+    return f.open_dataset(std::string("/metrics/") + name).read_all<double>();
+  };
+  CHECK(column(every, "train_loss") == column(sparse, "train_loss"));
+  CHECK(every.open_dataset("/final/params").read_all<float>() == sparse.open_dataset("/final/params").read_all<float>());
+  const auto expect = [&](const char* name, std::set<int> taken) {
+    CAPTURE(name);
+    const auto all = column(every, name), some = column(sparse, name);
+    REQUIRE(all.size() == 8);
+    REQUIRE(some.size() == 8);
+    for (int t = 1; t <= 8; ++t) {
+      CAPTURE(t);
+      CHECK(std::isfinite(all[t - 1]));
+      if (taken.count(t)) {
+        CHECK(some[t - 1] == all[t - 1]);
+      } else {
+        CHECK(std::isnan(some[t - 1]));
+      }
+    }
+  };
+  expect("grad_norm", {1, 4, 7});
+  expect("mask_oracle_overlap", {1, 2, 5, 8});
+  expect("mask_energy_capture", {1, 2, 5, 8});
 }

@@ -47,7 +47,8 @@ const RunMetric kRunMetrics[] = {
      .doc = "learning rate of the step"},
     {.name = "grad_norm", .columns = Columns::one, .combine = Combine::rank0, .unit = "1",
      .rank0_field = &RankZeroValues::grad_norm,
-     .doc = "`‖mean_i g_i‖₂`, the norm of the global-batch gradient"},
+     .doc = "`‖mean_i g_i‖₂`, the norm of the global-batch gradient; NaN at steps `log.gradient_metrics_interval` "
+            "skips"},
     {.name = "bytes_sent", .columns = Columns::one, .combine = Combine::worker0, .unit = "bytes",
      .computed = [](Report r, Purpose) { return summarize(r.metrics.comm).bytes_sent_per_worker; },
      .doc = "bytes sent per worker by the step's collectives"},
@@ -81,7 +82,8 @@ const RunMetric kRunMetrics[] = {
      .sparse_only = true, .rank0_field = &RankZeroValues::mask_oracle_overlap,
      .doc = "`size(M ∩ O) / K` when the mask was chosen, `O` the top-`k_w` per shard of the mask's own "
             "statistic on the worker average (`abs(β1 m_prev + (1−β1) mean_i a_i)` for SCAPE's default; "
-            "docs/algorithms.md, \"Metrics\"), with `log.oracle`; NaN for random masks"},
+            "docs/algorithms.md, \"Metrics\"), with `log.oracle` and at the steps `log.gradient_metrics_interval` "
+            "takes; NaN for random masks"},
     {.name = "mask_energy_capture", .columns = Columns::one, .combine = Combine::rank0, .unit = "1",
      .sparse_only = true, .rank0_field = &RankZeroValues::mask_energy_capture,
      .doc = "`Σ_M ā² / Σ_O' ā²`, `ā = mean_i a_i` when the mask was chosen and `O'` the top-`k_w` of "
@@ -320,8 +322,11 @@ RankZeroValues StepCombiner::rank0_values(std::span<const WorkerReport* const> r
   z.compute_time_model = compute;
   z.step_time_model = compute + comm.exposed_time_s + std::max(0.0, comm.overlapped_time_s - compute);
   // The gradient of the global batch: the mean over workers in rank order.
-  mean_of(reports, [](const WorkerReport& r) { return r.grads; }, mean_grad_);
-  z.grad_norm = metrics::l2_norm(mean_grad_);
+  z.grad_norm = kNaN;  // a step that does not take the gradient metrics sends no gradients
+  if (!reports[0]->grads.empty()) {
+    mean_of(reports, [](const WorkerReport& r) { return r.grads; }, mean_grad_);
+    z.grad_norm = metrics::l2_norm(mean_grad_);
+  }
   oracle_values(reports, mask, z);
   z.aggregate_time = aggregate_s_;
   z.record_time = record_s_;
@@ -333,22 +338,25 @@ void StepCombiner::oracle_values(std::span<const WorkerReport* const> reports, s
   // docs/algorithms.md, "Metrics": both oracles are taken when the mask is chosen. Under lag 1
   // SCAPE chooses M_t at the end of step t-1 (M_1 at step 1 itself); top-k EF and lag 0 choose
   // it from step t's own reports.
+  // Without this step's a_i (log.gradient_metrics_interval) no oracle is built now; under lag 1
+  // the one built at step t-1 still scores this step's mask.
   z.mask_oracle_overlap = z.mask_energy_capture = kNaN;
-  if (!oracle_ || reports[0]->accumulated.empty()) return;
+  if (!oracle_) return;
+  const bool have = !reports[0]->accumulated.empty();
   const int t = reports[0]->metrics.step;
   const bool lagged = optimizer_.type == OptimizerType::scape && optimizer_.mask_lag == 1;
   const metrics::MaskOracle* chosen = nullptr;
-  if (!lagged || t == 1) {
+  if ((!lagged || t == 1) && have) {
     build_oracle(reports, t, oracle_now_);
     chosen = &oracle_now_;
-  } else if (oracle_next_step_ == t) {
+  } else if (lagged && oracle_next_step_ == t) {
     chosen = &oracle_next_;
   }
   if (chosen != nullptr) {
     z.mask_oracle_overlap = metrics::oracle_overlap(*chosen, mask);
     z.mask_energy_capture = metrics::energy_capture(*chosen, mask);
   }
-  if (lagged) {
+  if (lagged && have) {
     build_oracle(reports, t + 1, oracle_next_);
     oracle_next_step_ = t + 1;
   }

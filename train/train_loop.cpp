@@ -68,7 +68,11 @@ void train_rank(const experiments::ExperimentConfig& config, const SourceData& d
     report.loss = source->gradient(params, t, grads);
     report.compute_s = thread_cpu_seconds() - c0;
     report.compute_wall_s = wall_seconds() - w0;
-    if (want_oracle) {
+    // Every worker's whole gradient (and a_i, m_prev) goes to rank 0 only at the steps that
+    // take the metrics needing them; the others save the copies and, across processes, the
+    // W N floats gathered to rank 0.
+    const bool gradient_metrics = (t - 1) % config.log.gradient_metrics_interval == 0;
+    if (want_oracle && gradient_metrics) {
       const auto e = opt->residual();
       acc.resize(grads.size());
       const float* g = grads.data();
@@ -83,7 +87,7 @@ void train_rank(const experiments::ExperimentConfig& config, const SourceData& d
     report.metrics = opt->step(params, grads);
     report.optimizer_s = thread_cpu_seconds() - o0;
     report.optimizer_wall_s = wall_seconds() - w1;
-    report.grads = grads.span();
+    if (gradient_metrics) report.grads = grads.span();
     report.measured = comm.take_measured_times();
     report.exposed_wait_s = comm.take_exposed_wait();
     const bool stop = exchange.exchange(rank, report, [&](std::span<const WorkerReport* const> reports) {

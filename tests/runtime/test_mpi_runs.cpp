@@ -65,6 +65,7 @@ TEST_CASE("deterministic mode: mpirun -np 4 is bit-identical to the simulator wi
       {"SCAPE 0.99 residual_decay 0.8, residual_clip 0.5",
        "--set optimizer.residual_decay=0.8 --set optimizer.residual_clip=0.5"},
       {"SCAPE 0.99 bitmap mask", "--set optimizer.mask_encoding=bitmap"},
+      {"SCAPE 0.99, whole-gradient metrics every 2 steps", "--set log.gradient_metrics_interval=2"},
       {"SCAPE 0.99 auto-coded mask (sizes exchanged)", "--set optimizer.mask_encoding=auto"},
       {"shared-seed random-k EF 0.9", "--set optimizer.type=randk_ef --set optimizer.sparsity=0.9 --set optimizer.sharded=false"},
       {"1-bit Adam, freeze 3, chunk 256",
@@ -92,8 +93,9 @@ TEST_CASE("deterministic mode: mpirun -np 4 is bit-identical to the simulator wi
     CHECK(metric(dir.path / "sim.h5", "train_loss") == metric(dir.path / "mpi.h5", "train_loss"));
     CHECK(metric(dir.path / "sim.h5", "bytes_sent") == metric(dir.path / "mpi.h5", "bytes_sent"));
     // The oracle metrics see every worker's a_i and m_prev shard on rank 0 here too (NaN rows of
-    // the dense case compare equal bit for bit).
-    for (const char* observed : {"mask_oracle_overlap", "mask_energy_capture", "update_sign_flip"}) {
+    // the dense case, and of the steps log.gradient_metrics_interval skips, compare equal bit for
+    // bit).
+    for (const char* observed : {"grad_norm", "mask_oracle_overlap", "mask_energy_capture", "update_sign_flip"}) {
       CAPTURE(std::string(observed));
       const auto x = metric(dir.path / "sim.h5", observed), y = metric(dir.path / "mpi.h5", observed);
       REQUIRE(x.size() == y.size());
