@@ -85,6 +85,12 @@ class Communicator {
   void all_to_all_bytes(std::span<const std::byte> send, std::span<std::byte> recv,
                         std::span<const std::size_t> counts, std::string_view purpose);
   void barrier();
+  // Ends this rank's part at once because the rank failed: outstanding and later collectives
+  // return or fail instead of waiting for peers (NCCL: ncclCommAbort). Called before the rank's
+  // device memory is freed, since freeing waits for the device, which a collective stuck on a
+  // failed peer never lets finish; may be called from another thread (the MPI runner's
+  // watchdog) and more than once. No collective may follow. Default: nothing to stop.
+  virtual void abort() noexcept {}
 
   // Wall seconds spent in each collective (by purpose) since the last call, and the time the
   // caller was blocked waiting for asynchronous all-gathers. Real backends make these

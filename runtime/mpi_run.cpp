@@ -156,8 +156,9 @@ class MpiExchange final : public train::StepExchange {
 // for messages from failing ranks; then closes the run file and aborts every rank.
 class FailureMonitor {
  public:
-  FailureMonitor(MPI_Comm world, std::function<double()> blocked_for, train::RunLog* log, double timeout_s)
-      : blocked_for_(std::move(blocked_for)), log_(log), timeout_s_(timeout_s) {
+  FailureMonitor(MPI_Comm world, std::function<double()> blocked_for, Communicator& comm, train::RunLog* log,
+                 double timeout_s)
+      : blocked_for_(std::move(blocked_for)), comm_(comm), log_(log), timeout_s_(timeout_s) {
     SCAPE_MPI_CHECK(MPI_Comm_dup(world, &errors_));
     SCAPE_MPI_CHECK(MPI_Comm_rank(world, &rank_));
     thread_ = std::thread([this] { run(); });
@@ -193,6 +194,7 @@ class FailureMonitor {
       std::lock_guard lock(mutex_);
       message = message_;
     }
+    comm_.abort();  // a collective stuck on a failed peer returns; nothing waits on the device
     if (rank_ == 0) abort_all("rank 0: " + message);
     MPI_Send(message.data(), static_cast<int>(message.size()), MPI_CHAR, 0, kErrorTag, errors_);
     // Rank 0 aborts the job; if it cannot (it is itself stuck), do it from here.
@@ -214,6 +216,7 @@ class FailureMonitor {
   }
 
   [[noreturn]] void abort_all(const std::string& message) {
+    comm_.abort();
     std::fprintf(stderr, "error: %s\n", message.c_str());
     if (log_ != nullptr) {
       try {
@@ -228,6 +231,7 @@ class FailureMonitor {
   }
 
   std::function<double()> blocked_for_;
+  Communicator& comm_;
   train::RunLog* log_;
   double timeout_s_;
   MPI_Comm errors_ = MPI_COMM_NULL;
@@ -332,7 +336,7 @@ int run_mpi(const experiments::ExperimentConfig& config, train::RunOptions optio
     MpiExchange exchange(world, config, data->layout().size(), data->layout().slots().size());
     const Communicator& watched = *comm;
     auto blocked_for = [&backend, &watched] { return backend.blocked_for ? backend.blocked_for(watched) : 0.0; };
-    FailureMonitor monitor(world, blocked_for, log.get(), mpi.collective_timeout_s);
+    FailureMonitor monitor(world, blocked_for, *comm, log.get(), mpi.collective_timeout_s);
     try {
       train::train_rank(config, *data, options, *comm, exchange, log.get(), options.resume ? &checkpoint : nullptr);
     } catch (const std::exception& e) {

@@ -76,10 +76,19 @@ NcclComm::NcclComm(int rank, int size, const ncclUniqueId& id, int device, Netwo
 
 NcclComm::~NcclComm() { release(); }
 
+void NcclComm::abort() noexcept {
+  if (aborted_.exchange(true)) return;
+  (void)cudaSetDevice(device_);
+  if (comm_ != nullptr) {
+    const ncclResult_t r = ncclCommAbort(comm_);
+    if (r != ncclSuccess) std::fprintf(stderr, "warning: NcclComm: ncclCommAbort failed: %s\n", ncclGetErrorString(r));
+  }
+}
+
 void NcclComm::release() noexcept {
   (void)cudaSetDevice(device_);
-  bool healthy = true;
-  if (comm_ != nullptr) {
+  bool healthy = !aborted_.load();
+  if (healthy && comm_ != nullptr) {
     ncclResult_t state = ncclSuccess;
     healthy = ncclCommGetAsyncError(comm_, &state) == ncclSuccess && state == ncclSuccess;
   }
@@ -92,10 +101,12 @@ void NcclComm::release() noexcept {
     }
   }
   if (comm_ != nullptr) {
-    const ncclResult_t r = healthy ? ncclCommDestroy(comm_) : ncclCommAbort(comm_);
-    if (r != ncclSuccess) {
-      std::fprintf(stderr, "warning: NcclComm: %s failed: %s\n", healthy ? "ncclCommDestroy" : "ncclCommAbort",
-                   ncclGetErrorString(r));
+    if (!aborted_.exchange(true)) {  // not yet aborted by abort()
+      const ncclResult_t r = healthy ? ncclCommDestroy(comm_) : ncclCommAbort(comm_);
+      if (r != ncclSuccess) {
+        std::fprintf(stderr, "warning: NcclComm: %s failed: %s\n", healthy ? "ncclCommDestroy" : "ncclCommAbort",
+                     ncclGetErrorString(r));
+      }
     }
     comm_ = nullptr;
   }

@@ -21,6 +21,7 @@
 #include <cuda_runtime.h>
 #include <nccl.h>
 
+#include <atomic>
 #include <cstddef>
 #include <memory>
 #include <span>
@@ -65,6 +66,8 @@ class NcclComm final : public Communicator {
   // Tests on one GPU: use the per-root grouped calls (ncclReduce, ncclBroadcast) even when
   // every rank's count is equal, so W = 1 exercises the path that unequal counts take.
   void set_always_grouped(bool on) { always_grouped_ = on; }
+  // ncclCommAbort, once, from any thread; release() then skips every wait on the stream.
+  void abort() noexcept override;
 
  protected:
   SCAPE_COMMUNICATOR_BACKEND_HOOKS;  // Communicator's backend hooks (core/communicator.hpp)
@@ -94,6 +97,7 @@ class NcclComm final : public Communicator {
   int device_;
   cudaStream_t stream_ = nullptr;
   ncclComm_t comm_ = nullptr;
+  std::atomic<bool> aborted_{false};
   cudaEvent_t compute_done_ = nullptr;
   nccl_detail::DeviceScratch stage_in_, stage_out_, scratch_, barrier_;
   BlockedClock blocked_;

@@ -16,6 +16,8 @@
 #include <csignal>
 #include <cstring>
 #include <fstream>
+#include <functional>
+#include <memory>
 #include <thread>
 
 #include "experiments/config.hpp"
@@ -24,6 +26,8 @@
 #include "test_support.hpp"
 #include "train/checkpoint.hpp"
 #include "train/gradient_source.hpp"
+#include "train/train_loop.hpp"
+#include "kernels/backend.hpp"
 
 namespace fs = std::filesystem;
 namespace ex = scape::experiments;
@@ -523,4 +527,97 @@ TEST_CASE("fuzz regressions (trace, run_file): corrupt extents and attribute sha
                        doctest::Contains("'/metrics/step' is not a 1-D table of the file's steps"), ex::H5Error);
   CHECK_THROWS_WITH_AS(ex::repair_run_file(dir / "b.h5"), doctest::Contains("is not a 1-D table of the file's steps"),
                        ex::H5Error);
+}
+
+namespace {
+
+// A communicator of one rank (every collective is a copy) that records when it is aborted and
+// how many bytes the CPU backends still held then: what a device rank would still hold.
+class SoloComm final : public scape::Communicator {
+ public:
+  SoloComm() : Communicator(0, 1, {}) {}
+  void abort() noexcept override {
+    ++aborts;
+    live_at_abort = scape::kernels::cpu_allocations().live;
+  }
+  int aborts = 0;
+  std::size_t live_at_abort = 0;
+
+ protected:
+  void do_all_reduce_mean(std::span<float>) override {}
+  void do_reduce_scatter_mean(std::span<const float> send, std::span<float> recv,
+                              std::span<const std::size_t>) override {
+    std::copy_n(send.begin(), recv.size(), recv.begin());
+  }
+  void do_all_gather_bytes(std::span<const std::byte> send, std::span<std::byte> recv,
+                           std::span<const std::size_t>) override {
+    std::copy(send.begin(), send.end(), recv.begin());
+  }
+  std::unique_ptr<scape::AsyncRequest> do_all_gather_bytes_async(std::span<const std::byte> send,
+                                                                 std::span<std::byte> recv,
+                                                                 std::span<const std::size_t> counts) override {
+    do_all_gather_bytes(send, recv, counts);
+    struct Done final : scape::AsyncRequest {
+      void wait() override {}
+    };
+    return std::make_unique<Done>();
+  }
+  void do_all_to_all_bytes(std::span<const std::byte> send, std::span<std::byte> recv,
+                           std::span<const std::size_t>) override {
+    std::copy(send.begin(), send.end(), recv.begin());
+  }
+  void do_barrier() override {}
+};
+
+class SoloExchange final : public tr::StepExchange {
+ public:
+  bool exchange(int, const tr::WorkerReport& report,
+                const std::function<bool(std::span<const tr::WorkerReport* const>)>& decide) override {
+    const tr::WorkerReport* all[] = {&report};
+    return decide(all);
+  }
+  std::vector<scape::StateMap> gather_states(int, const scape::StateMap& mine) override { return {mine}; }
+  void barrier(int) override {}
+};
+
+}  // namespace
+
+// Issue: a NCCL rank whose peer failed may be stuck in a collective, and freeing device memory
+// waits for the device, so a failing rank must abort its communicator before its Buffers are
+// freed. train_rank's guard does that while the unwinding has freed nothing yet.
+TEST_CASE("a failing rank aborts its communicator before any of its memory is freed; a good run never does") {
+  TempDir dir;
+  const auto config = ex::parse_experiment(nlohmann::json::parse(R"({
+      "workers": 1, "steps": 6,
+      "model": {"type": "gpt", "n_layer": 1, "n_head": 2, "n_embd": 32, "block_size": 16, "vocab_size": 64},
+      "data": {"type": "synthetic", "batch_size": 2, "tokens": 20000},
+      "optimizer": {"type": "scape", "sparsity": 0.9}, "eval": {"interval": 3, "batches": 1}})"), ".");
+  const auto data = tr::load_source_data(config);
+  const std::size_t rank_bytes = 2 * data->layout().size() * sizeof(float);  // parameters and gradients
+  for (const bool fail : {false, true}) {
+    CAPTURE(fail);
+    tr::RunOptions options;
+    options.out = dir.path / (fail ? "fail.h5" : "good.h5");
+    options.quiet = true;
+    if (fail) {
+      options.before_step = [](int, int t) {
+        if (t == 4) throw std::runtime_error("injected failure");
+      };
+    }
+    tr::RunLog log(config, data->layout(), options, 0);
+    SoloComm comm;
+    SoloExchange exchange;
+    const std::size_t before = scape::kernels::cpu_allocations().live;
+    if (fail) {
+      CHECK_THROWS_WITH(tr::train_rank(config, *data, options, comm, exchange, &log, nullptr), "injected failure");
+      CHECK(comm.aborts == 1);
+      CHECK(comm.live_at_abort >= before + rank_bytes);  // nothing of the rank freed yet
+      CHECK(scape::kernels::cpu_allocations().live <= before);  // everything freed after
+      CHECK(log.finish("step 4: injected failure").status == tr::RunStatus::failed);
+    } else {
+      tr::train_rank(config, *data, options, comm, exchange, &log, nullptr);
+      CHECK(comm.aborts == 0);
+      CHECK(log.finish("").status == tr::RunStatus::completed);
+    }
+  }
 }

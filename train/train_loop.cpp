@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <exception>
 #include <memory>
 #include <string>
 #include <ctime>
@@ -19,6 +20,21 @@ double wall_seconds() {
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
 }
+
+// Aborts the communicator when destroyed by an exception's unwinding.
+class AbortOnFailure {
+ public:
+  explicit AbortOnFailure(Communicator& comm) : comm_(comm), exceptions_(std::uncaught_exceptions()) {}
+  ~AbortOnFailure() {
+    if (std::uncaught_exceptions() > exceptions_) comm_.abort();
+  }
+  AbortOnFailure(const AbortOnFailure&) = delete;
+  AbortOnFailure& operator=(const AbortOnFailure&) = delete;
+
+ private:
+  Communicator& comm_;
+  int exceptions_;
+};
 
 double thread_cpu_seconds() {
   timespec ts{};
@@ -59,6 +75,9 @@ void train_rank(const experiments::ExperimentConfig& config, const SourceData& d
   } else {
     data.init_params(params);
   }
+  // Declared after every buffer of this rank, so a failure unwinding out of the loop aborts the
+  // communicator before any of them is freed (Communicator::abort).
+  const AbortOnFailure abort_on_failure(comm);
   const bool want_oracle = config.log.oracle && has_sparse_metrics(config.optimizer);
   for (int t = first; t <= config.steps; ++t) {
     if (options.before_step) options.before_step(rank, t);
