@@ -36,7 +36,9 @@ std::size_t scape_bytes(const OptimizerConfig& c, std::size_t n, int workers) {
   bytes += kWord * shards.words(0);                         // local_bits_
   bytes += kWord * kernels::words_for(n);                   // ErrorFeedback::previous_mask_
   bytes += sizeof(double) * (n / kMetricBlock + 64);        // ErrorFeedback::partial_ (per tensor, rounded up)
-  bytes += c.residual_offload ? 2 * kFloat * c.offload_chunk : kFloat * n;  // the residual e_i
+  // The residual e_i, or the two device chunks it streams through (ResidualStore: at most N each).
+  bytes += c.residual_offload ? 2 * kFloat * std::min<std::size_t>(c.offload_chunk, std::max<std::size_t>(n, 1))
+                              : kFloat * n;
   if (c.residual_offload) bytes += kIndex * k_total;       // chunk_idx_
   bytes += kIndex * k_total + kFloat * k_total;             // idx_, b_
   if (c.second_moment == SecondMoment::two_collectives) bytes += kFloat * (k_total + updated);  // a_packed_, a_bar_

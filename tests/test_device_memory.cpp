@@ -3,7 +3,7 @@
 // optimizer allocate goes through a CPU backend's allocate(), which counts the bytes, and a
 // device run allocates the same Buffers on the GPU. The estimate must be within 2% of the
 // measured peak for dense AdamW and AdamS and SCAPE (with and without a density warm-up, resident
-// and offloaded residual), for the GPT and the Llama, at W = 1, 2 and 3, with a workspace per
+// and offloaded residual), for the GPT and the Llama, at W = 1 and 3, with a workspace per
 // worker and with the shared one; it decides whether a run fits, as docs/runtime.md states for
 // a 124M GPT at W = 8. And the shared model trains bit-identically to a model per worker.
 #include <doctest/doctest.h>
@@ -28,10 +28,10 @@ namespace {
 nlohmann::json small_run(const char* model, int workers, nlohmann::json optimizer) {
   return {{"name", "memory"},
           {"workers", workers},
-          {"steps", 6},
+          {"steps", 3},
           {"model",
-           {{"type", model}, {"n_layer", 2}, {"n_head", 4}, {"n_embd", 64}, {"block_size", 32}, {"vocab_size", 128}}},
-          {"data", {{"type", "synthetic"}, {"batch_size", 4}, {"tokens", 50000}}},
+           {{"type", model}, {"n_layer", 1}, {"n_head", 2}, {"n_embd", 32}, {"block_size", 16}, {"vocab_size", 64}}},
+          {"data", {{"type", "synthetic"}, {"batch_size", 2}, {"tokens", 20000}}},
           {"optimizer", std::move(optimizer)},
           {"eval", {{"interval", 3}, {"batches", 1}}},
           {"log", {{"flush_interval", 3}}}};
@@ -62,9 +62,10 @@ TEST_CASE("the device memory estimate is within 2% of what the run allocates") {
       {{"type", "scape"}, {"sparsity", 0.9}, {"residual_offload", true}, {"offload_chunk", 4096}},
   };
   for (const char* model : {"gpt", "llama"}) {
-    for (const int workers : {1, 2, 3}) {
+    for (const int workers : {1, 3}) {
       for (const auto& optimizer : optimizers) {
         for (const bool shared : {false, true}) {
+          if (shared && workers == 1) continue;  // one worker: the same allocations
           const auto config = ex::parse_experiment(small_run(model, workers, optimizer), ".");
           const tr::DeviceMemory estimate = tr::device_memory_estimate(config, workers, shared);
           const std::size_t peak = measured_peak(config, shared);
@@ -114,7 +115,7 @@ TEST_CASE("workers sharing one model and workspace train bit-identically to a mo
   for (const char* model : {"gpt", "llama"}) {
     CAPTURE(model);
     nlohmann::json run = small_run(model, 3, {{"type", "scape"}, {"sparsity", 0.9}, {"lr", 1e-2}});
-    run["steps"] = 8;
+    run["steps"] = 6;
     run["log"]["save_params"] = true;
     const auto config = ex::parse_experiment(run, ".");
     scape::testing::TempDir dir;
@@ -133,7 +134,7 @@ TEST_CASE("workers sharing one model and workspace train bit-identically to a mo
       CHECK(own.open_dataset(dataset).read_all<double>() == shared.open_dataset(dataset).read_all<double>());
     }
     const auto params = own.open_dataset("/final/params").read_all<float>();
-    CHECK(params.size() > 10000);
+    CHECK(params.size() > 5000);
     CHECK(params == shared.open_dataset("/final/params").read_all<float>());
   }
 }

@@ -47,21 +47,29 @@ void deallocate_counted(void* p) noexcept {
 
 // The offload logic on the CPU: the slots are host arrays and every copy happens at once, so
 // the chunked, double-buffered residual can be checked against the resident one without a GPU.
+// The slots are counted as allocate()d memory: on a GPU they are device memory.
 class CpuChunkCopier final : public ChunkCopier {
  public:
-  explicit CpuChunkCopier(std::size_t chunk) : chunk_(chunk), slots_{std::vector<float>(chunk), std::vector<float>(chunk)} {}
+  explicit CpuChunkCopier(std::size_t chunk) : chunk_(chunk) {
+    for (auto& slot : slots_) slot = static_cast<float*>(allocate_counted(chunk * sizeof(float)));
+  }
+  ~CpuChunkCopier() override {
+    for (float* slot : slots_) deallocate_counted(slot);
+  }
+  CpuChunkCopier(const CpuChunkCopier&) = delete;
+  CpuChunkCopier& operator=(const CpuChunkCopier&) = delete;
   std::size_t chunk_elements() const override { return chunk_; }
-  std::span<float> slot(int s) override { return slots_[s]; }
-  void upload(int s, const float* host, std::size_t n) override { std::memcpy(slots_[s].data(), host, n * sizeof(float)); }
+  std::span<float> slot(int s) override { return {slots_[s], chunk_}; }
+  void upload(int s, const float* host, std::size_t n) override { std::memcpy(slots_[s], host, n * sizeof(float)); }
   void wait_upload(int) override {}
-  void download(int s, float* host, std::size_t n) override { std::memcpy(host, slots_[s].data(), n * sizeof(float)); }
+  void download(int s, float* host, std::size_t n) override { std::memcpy(host, slots_[s], n * sizeof(float)); }
   void release(int) override {}
   void finish() override {}
   std::size_t device_bytes() const override { return 2 * chunk_ * sizeof(float); }
 
  private:
   std::size_t chunk_;
-  std::vector<float> slots_[2];
+  float* slots_[2] = {nullptr, nullptr};
 };
 
 class CpuBackend final : public KernelBackend {
