@@ -18,9 +18,7 @@ DenseOptimizer::DenseOptimizer(const OptimizerConfig& config, const ParamLayout&
 
 void DenseOptimizer::update(std::span<float> params, std::span<const float> grads, StepMetrics& out) {
   metrics::mark_sparse_metrics_not_applicable(out);
-  k_.synchronize();  // grads may be a staged copy still being written
-  out.nonfinite_grads =
-      static_cast<std::size_t>(std::count_if(grads.begin(), grads.end(), [](float g) { return !std::isfinite(g); }));
+  out.nonfinite_grads = k_.count_nonfinite(grads);
   if (config_.sharded) {
     const auto counts = sharding_.sizes();
     comm_.reduce_scatter_mean(grads, g_bar_.span(), counts, config_.wire_dtype, "grad_reduce_scatter");

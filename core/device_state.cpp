@@ -8,12 +8,15 @@
 
 #include "core/schedule.hpp"
 #include "kernels/kernel_types.hpp"
+#include "kernels/update_stats.hpp"
 
 namespace scape {
 namespace {
 
 constexpr std::size_t kFloat = sizeof(float), kWord = sizeof(std::uint64_t), kIndex = sizeof(std::uint32_t);
-constexpr std::size_t kMetricBlock = 8192;  // ErrorFeedback's block sums of the residual metrics
+constexpr std::size_t kMetricBlock = 8192;  // the metrics' blocks (ErrorFeedback, OptimizerBase, UpdateTracker)
+
+std::size_t norm_blocks(std::size_t n) { return (n + kMetricBlock - 1) / kMetricBlock; }
 
 // SCAPE's buffers beyond m (and v): statistic, masks, residual, index and payload buffers and
 // the coded mask messages, for partitioned masks.
@@ -51,6 +54,10 @@ std::size_t scape_bytes(const OptimizerConfig& c, std::size_t n, int workers) {
 
 }  // namespace
 
+std::size_t update_tracker_device_bytes(std::size_t n) {
+  return kFloat * n + sizeof(std::int8_t) * n + sizeof(double) * kernels::kUpdateStats * norm_blocks(n);
+}
+
 std::size_t optimizer_device_bytes(const OptimizerConfig& config, std::size_t n, int workers) {
   if (!runs_on_cuda(config.type)) {
     throw std::invalid_argument(std::string("optimizer_device_bytes: ") + to_string(config.type) +
@@ -61,6 +68,9 @@ std::size_t optimizer_device_bytes(const OptimizerConfig& config, std::size_t n,
   const bool adamw = config.type == OptimizerType::adamw ||
                      (config.type == OptimizerType::scape && config.inner == InnerRule::adamw);
   std::size_t bytes = kFloat * own * (adamw ? 2 : 1);  // m_, and v_ for AdamW
+  // Block sums of ||g|| (OptimizerBase) and of ||theta|| (UpdateTracker::norm_only; worker 0's
+  // after() uses its own, counted in update_tracker_device_bytes).
+  bytes += 2 * sizeof(double) * norm_blocks(n);
   if (config.type == OptimizerType::scape) return bytes + scape_bytes(config, n, workers);
   return bytes + kFloat * own;  // DenseOptimizer::g_bar_ (the state range)
 }

@@ -15,4 +15,8 @@ namespace scape {
 // types without a CUDA path (runs_on_cuda).
 std::size_t optimizer_device_bytes(const OptimizerConfig& config, std::size_t n, int workers);
 
+// Worker 0's update statistics (metrics::UpdateTracker): the copy of theta, the signs and the
+// per-block sums; the other workers keep only their norm's block sums (in the above).
+std::size_t update_tracker_device_bytes(std::size_t n);
+
 }  // namespace scape

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "kernels/cpu/kernels.hpp"
+#include "kernels/update_stats.hpp"
 
 namespace scape::metrics {
 namespace {
@@ -272,61 +273,72 @@ void StalenessTracker::fill(int t, StepMetrics& out) const {
   out.staleness_mean = sum / static_cast<double>(n);
 }
 
-void UpdateTracker::before(std::span<const float> theta) { std::copy(theta.begin(), theta.end(), before_.begin()); }
+UpdateTracker::UpdateTracker(kernels::KernelBackend& k, std::size_t n) : k_(k), n_(n) {}
 
-void UpdateTracker::norm_only(std::span<const float> theta) { theta_norm_ = l2_norm(theta); }
+void UpdateTracker::before(std::span<const float> theta) {
+  // The copy and the signs live only on the worker that records the statistics (worker 0).
+  before_.resize(n_);
+  previous_sign_.resize(n_);  // zero-filled on first use: no previous signs
+  k_.copy_bytes(theta.data(), before_.data(), theta.size_bytes());
+}
+
+void UpdateTracker::norm_only(std::span<const float> theta) {
+  partial_.resize((theta.size() + kBlock - 1) / kBlock);
+  k_.block_sum_squares(theta, kBlock, partial_.span());
+  k_.synchronize();
+  double total = 0;
+  for (const double p : partial_.span()) total += p;  // block order, as after()
+  theta_norm_ = std::sqrt(total);
+}
 
 void UpdateTracker::after(std::span<const float> theta, StepMetrics& out, std::span<const std::uint64_t> stepped) {
-  // One fused, branch-free pass: squared norms of the update and of theta per fixed block
-  // (summed in block order, so deterministic), max |delta|, sign flips, and the new signs. A
-  // coordinate not stepped keeps sign 0, so it counts neither now nor at the next step.
-  const std::size_t n = theta.size();
-  const std::size_t blocks = (n + kBlock - 1) / kBlock;
-  partial_.assign(2 * blocks, 0.0);
+  // One fused pass on the device (kernels: update_statistics): squared norms of the update and of
+  // theta per fixed block, summed here in block order (deterministic), max |delta|, sign flips,
+  // and the new signs. A coordinate not stepped keeps sign 0, so it counts neither now nor at
+  // the next step.
+  const std::size_t blocks = (theta.size() + kBlock - 1) / kBlock;
+  stats_.resize(kernels::kUpdateStats * blocks);
+  k_.update_statistics(theta, before_.span().first(theta.size()), stepped, have_previous_,
+                       previous_sign_.span().first(theta.size()), kBlock, stats_.span());
+  k_.synchronize();
+  double total = 0, theta_total = 0, both = 0, flipped = 0;
   float max = 0;
-  std::size_t nan = 0, both = 0, flipped = 0;
-  const int have_previous = have_previous_ ? 1 : 0;
-  const float* th = theta.data();
-  const float* before = before_.data();
-  std::int8_t* prev = previous_sign_.data();
-  if (!stepped.empty() && stepped.size() < kernels::words_for(n)) {
-    throw std::invalid_argument("UpdateTracker: the stepped mask has " + std::to_string(stepped.size()) +
-                                " words, N = " + std::to_string(n) + " needs " + std::to_string(kernels::words_for(n)));
-  }
-  const std::uint64_t* on = stepped.empty() ? nullptr : stepped.data();
-#pragma omp parallel for schedule(static) reduction(max : max) reduction(+ : nan, both, flipped) if (blocks > 8)
-  for (Index b = 0; b < static_cast<Index>(blocks); ++b) {
-    const std::size_t lo = static_cast<std::size_t>(b) * kBlock;
-    const std::size_t hi = std::min(n, lo + kBlock);
-    double ss = 0, tt = 0;
-    for (std::size_t j = lo; j < hi; ++j) {
-      const float d = th[j] - before[j];
-      ss += static_cast<double>(d) * d;
-      tt += static_cast<double>(th[j]) * th[j];
-      const float a = std::fabs(d);
-      nan += a != a;
-      max = a > max ? a : max;
-      const int was_stepped = on == nullptr ? 1 : static_cast<int>((on[j / 64] >> (j % 64)) & 1u);
-      const int sign = ((d > 0) - (d < 0)) * was_stepped;
-      const int p = prev[j];
-      const int counted = have_previous & (sign != 0) & (p != 0);
-      both += static_cast<std::size_t>(counted);
-      flipped += static_cast<std::size_t>(counted & (sign != p));
-      prev[j] = static_cast<std::int8_t>(sign);
-    }
-    partial_[2 * static_cast<std::size_t>(b)] = ss;
-    partial_[2 * static_cast<std::size_t>(b) + 1] = tt;
-  }
-  double total = 0, theta_total = 0;
-  for (std::size_t b = 0; b < blocks; ++b) {
-    total += partial_[2 * b];
-    theta_total += partial_[2 * b + 1];
+  bool nan = false;
+  const double* s = stats_.data();
+  for (std::size_t b = 0; b < blocks; ++b, s += kernels::kUpdateStats) {
+    total += s[0];
+    theta_total += s[1];
+    nan = nan || std::isnan(s[2]);
+    max = std::max(max, static_cast<float>(std::isnan(s[2]) ? 0.0 : s[2]));
+    both += s[3];
+    flipped += s[4];
   }
   have_previous_ = true;
   theta_norm_ = std::sqrt(theta_total);
   out.update_norm = std::sqrt(total);
   out.update_max = nan ? kNaN : max;
-  out.update_sign_flip = both ? static_cast<double>(flipped) / static_cast<double>(both) : kNaN;
+  out.update_sign_flip = both > 0 ? flipped / both : kNaN;
+}
+
+void UpdateTracker::save(StateMap& state, const std::string& prefix) {
+  k_.synchronize();
+  previous_sign_.resize(n_);  // a worker that never tracked saves zeros, as it always has
+  put_state(state, prefix + "previous_sign", previous_sign_.span());
+  put_state_value(state, prefix + "have_previous", static_cast<std::uint8_t>(have_previous_));
+}
+
+void UpdateTracker::load(const StateMap& state, const std::string& prefix) {
+  std::vector<std::int8_t> sign;
+  get_state(state, prefix + "previous_sign", sign);
+  if (sign.size() != n_) {
+    throw std::invalid_argument("checkpoint: " + prefix + "previous_sign has " + std::to_string(sign.size()) +
+                                " entries, expected " + std::to_string(n_));
+  }
+  have_previous_ = get_state_value<std::uint8_t>(state, prefix + "have_previous") != 0;
+  if (!have_previous_) return;  // signs are set only with have_previous: all zero, as before() starts
+  previous_sign_.resize(n_);
+  k_.copy_bytes(sign.data(), previous_sign_.data(), sign.size());
+  k_.synchronize();
 }
 
 }  // namespace scape::metrics

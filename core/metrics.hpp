@@ -11,6 +11,7 @@
 #include "core/layout.hpp"
 #include "core/optimizer.hpp"
 #include "core/state.hpp"
+#include "kernels/backend.hpp"
 
 namespace scape::metrics {
 
@@ -98,30 +99,29 @@ class StalenessTracker {
 // Update statistics: call before() with theta before the step and after() with theta after.
 class UpdateTracker {
  public:
-  explicit UpdateTracker(std::size_t n) : before_(n), previous_sign_(n, 0) {}
+  // theta spans given to the methods must be memory k's kernels can read (the statistics are
+  // kernels of k: on a GPU only the per-block sums reach the host).
+  UpdateTracker(kernels::KernelBackend& k, std::size_t n);
   void before(std::span<const float> theta);
   // Also measures ||theta||_2 after the step (theta_norm()), since it reads theta anyway.
-  // `stepped`: the coordinates the optimizer stepped (mask words covering N bits; empty = all).
-  // The sign-flip share counts only coordinates stepped in this and the previous step, so the
-  // weight decay that moves every flagged coordinate off a masked update is no update.
+  // `stepped`: the coordinates the optimizer stepped (mask words covering N bits in memory k
+  // can read; empty = all). The sign-flip share counts only coordinates stepped in this and the
+  // previous step, so the weight decay that moves every flagged coordinate off a masked update
+  // is no update.
   void after(std::span<const float> theta, StepMetrics& out, std::span<const std::uint64_t> stepped = {});
   // Only ||theta||_2 (bit-identical to after()'s), for a worker whose update statistics nobody
   // reads: replicas are identical, so the run records worker 0's.
   void norm_only(std::span<const float> theta);
   double theta_norm() const { return theta_norm_; }
-  void save(StateMap& state, const std::string& prefix) const {
-    put_state(state, prefix + "previous_sign", previous_sign_);
-    put_state_value(state, prefix + "have_previous", static_cast<std::uint8_t>(have_previous_));
-  }
-  void load(const StateMap& state, const std::string& prefix) {
-    get_state(state, prefix + "previous_sign", previous_sign_);
-    have_previous_ = get_state_value<std::uint8_t>(state, prefix + "have_previous") != 0;
-  }
+  void save(StateMap& state, const std::string& prefix);
+  void load(const StateMap& state, const std::string& prefix);
 
  private:
-  std::vector<float> before_;
-  std::vector<double> partial_;
-  std::vector<std::int8_t> previous_sign_;
+  kernels::KernelBackend& k_;
+  std::size_t n_;
+  kernels::Buffer<float> before_{k_};
+  kernels::Buffer<std::int8_t> previous_sign_{k_};
+  kernels::Buffer<double> stats_{k_}, partial_{k_};
   bool have_previous_ = false;
   double theta_norm_ = 0;
 };

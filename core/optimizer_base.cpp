@@ -1,6 +1,7 @@
 // The scaffolding every optimizer shares (see optimizer_base.hpp).
 #include "core/optimizer_base.hpp"
 
+#include <cmath>
 #include <limits>
 
 #include "core/optim_common.hpp"
@@ -41,7 +42,7 @@ OptimizerBase::OptimizerBase(const OptimizerConfig& config, const ParamLayout& l
       state_end_(config.sharded ? sharding_.end(rank_) : n_),
       backend_(kernels::make_backend(config.device)),
       k_(*backend_),
-      updates_(n_) {
+      updates_(k_, n_) {
   m_.assign_zero(state_end_ - state_begin_);
   v_.assign_zero(rule_ == InnerRule::adamw ? state_end_ - state_begin_ : 0);
   k_.synchronize();
@@ -54,13 +55,10 @@ StepMetrics OptimizerBase::step(std::span<float> params_in, std::span<const floa
   StepMetrics out;
   out.step = ++t_;
   out.lr = learning_rate(schedule_, t_);
-  out.local_grad_norm = metrics::l2_norm(grads_in);
-  // The update statistics (a copy of theta and a pass over it) are worker 0's only: replicas
-  // are identical (docs/algorithms.md, invariant 4) and the run records worker 0's values.
-  const bool track_updates = rank_ == 0;
-  if (track_updates) updates_.before(params_in);
 
-  // Inputs the backend's kernels cannot address are staged through its own buffers.
+  // Inputs the backend's kernels cannot address are staged through its own buffers. Every
+  // pass below, the metrics' included, then runs as kernels on the backend's memory: on a GPU
+  // only the metrics' block sums reach the host.
   const bool stage_params = !k_.can_access(params_in.data());
   std::span<float> params = params_in;
   std::span<const float> grads = grads_in;
@@ -74,20 +72,36 @@ StepMetrics OptimizerBase::step(std::span<float> params_in, std::span<const floa
     k_.copy_bytes(grads_in.data(), grads_stage_.data(), grads_in.size_bytes());
     grads = grads_stage_.span();
   }
+  out.local_grad_norm = sum_of_squares_norm(grads);
+  // The update statistics (a copy of theta and a pass over it) are worker 0's only: replicas
+  // are identical (docs/algorithms.md, invariant 4) and the run records worker 0's values.
+  const bool track_updates = rank_ == 0;
+  if (track_updates) updates_.before(params);
 
   update(params, grads, out);
 
-  if (stage_params) k_.copy_bytes(params_stage_.data(), params_in.data(), params_in.size_bytes());
-  k_.synchronize();
   if (track_updates) {
-    updates_.after(params_in, out, stepped_coordinates());
+    updates_.after(params, out, stepped_coordinates());
   } else {
     out.update_norm = out.update_max = out.update_sign_flip = std::numeric_limits<double>::quiet_NaN();
-    updates_.norm_only(params_in);
+    updates_.norm_only(params);
   }
+  if (stage_params) k_.copy_bytes(params_stage_.data(), params_in.data(), params_in.size_bytes());
+  k_.synchronize();
   fill_final_metrics(out);
   out.comm = comm_.ledger().drain();
   return out;
+}
+
+double OptimizerBase::sum_of_squares_norm(std::span<const float> x) {
+  // Fixed blocks summed in block order (metrics::l2_norm's blocks): deterministic on any device.
+  constexpr std::size_t kBlock = 8192;
+  norm_partial_.resize((x.size() + kBlock - 1) / kBlock);
+  k_.block_sum_squares(x, kBlock, norm_partial_.span());
+  k_.synchronize();
+  double total = 0;
+  for (const double p : norm_partial_.span()) total += p;
+  return std::sqrt(total);
 }
 
 void OptimizerBase::save_state(StateMap& state) {

@@ -131,6 +131,18 @@ inline void block_sum_squares_sizes(std::size_t n, std::size_t block, std::size_
   require_size(partial, (n + block - 1) / block, "block_sum_squares: partial");
 }
 
+inline void update_statistics_sizes(std::size_t n, std::size_t before, std::size_t stepped_words, std::size_t sign,
+                                    std::size_t block, std::size_t stats) {
+  if (block == 0) throw std::invalid_argument("update_statistics: block must be > 0");
+  require_size(before, n, "update_statistics: before");
+  require_size(sign, n, "update_statistics: sign");
+  if (stepped_words != 0 && stepped_words < words_for(n)) {
+    throw std::invalid_argument("update_statistics: the stepped mask has " + std::to_string(stepped_words) +
+                                " words, N = " + std::to_string(n) + " needs " + std::to_string(words_for(n)));
+  }
+  require_size(stats, 5 * ((n + block - 1) / block), "update_statistics: stats");
+}
+
 // ---- Low-rank and chunked-DCT compression (kernels/kernel_list.inc).
 
 // M rows x cols, and a factor of `factor_rows` rows whose size fixes the rank; the other

@@ -35,6 +35,7 @@
 #include "kernels/cpu/kernels.hpp"
 #include "kernels/cpu/model_ops.hpp"
 #include "kernels/cuda/kernels.hpp"
+#include "kernels/update_stats.hpp"
 #include "kernels/cuda/stream.hpp"
 
 namespace sk = scape::kernels;
@@ -53,7 +54,7 @@ constexpr std::string_view kComparedKernels[] = {
     "compact", "expand", "zero_at", "scatter_add",
     "first_moment_statistic", "random_statistic", "pack_payload", "rebase_indices", "add_momentum",
     "reconstruct_gradient", "round_to_bf16", "fill",
-    "block_sum_squares", "max_magnitude",
+    "block_sum_squares", "max_magnitude", "count_nonfinite", "update_statistics",
     "sign_compress", "sign_expand_add",
     "lowrank_project", "lowrank_project_t", "lowrank_residual", "orthonormalize_columns",
     "chunk_transform", "chunk_topk", "sign_descent",
@@ -490,6 +491,39 @@ TEST_CASE("block_sum_squares and max_magnitude (the residual metrics) match the 
   gpu().block_sum_squares(d, 8192, partial);
   check_equal(cpu, to_host(partial), "block_sum_squares 2^26");
   CHECK(same_value(sk::max_magnitude(big), gpu().max_magnitude(d)));
+}
+
+// Each block is walked by one thread in index order on both devices (kernels/update_stats.hpp):
+// the sums, maxima, counts and new signs are equal bit for bit; the counts are exact anyway.
+TEST_CASE("count_nonfinite and update_statistics (the update metrics) match the CPU bit for bit") {
+  std::uint32_t seed = 720;
+  for_each_small_case([&](Family family, std::size_t n) {
+    const std::string what = case_name(family, n);
+    const std::vector<float> theta = make_values(family, n, ++seed), before = make_values(Family::normal, n, ++seed);
+    CHECK(sk::count_nonfinite(theta) == gpu().count_nonfinite(to_gpu(theta)));
+    std::vector<std::uint64_t> stepped(sk::words_for(n));
+    for (std::size_t w = 0; w < stepped.size(); ++w) stepped[w] = scape::rng::derive(seed, w);
+    std::vector<std::int8_t> sign(n);
+    for (std::size_t j = 0; j < n; ++j) sign[j] = static_cast<std::int8_t>(static_cast<int>(scape::rng::derive(seed + 1, j) % 3) - 1);
+    for (const bool masked : {false, true}) {
+      for (const std::size_t block : {std::size_t{1}, std::size_t{64}, std::size_t{8192}}) {
+        const std::size_t blocks = (n + block - 1) / block;
+        std::vector<double> cpu(sk::kUpdateStats * blocks);
+        std::vector<std::int8_t> cpu_sign = sign;
+        const std::span<const std::uint64_t> on = masked ? std::span<const std::uint64_t>(stepped) : std::span<const std::uint64_t>{};
+        sk::update_statistics(theta, before, on, true, cpu_sign, block, cpu);
+        const sk::Buffer<std::uint64_t> g_on = to_gpu(stepped);
+        sk::Buffer<std::int8_t> g_sign = to_gpu(sign);
+        sk::Buffer<double> g_stats(gpu(), cpu.size());
+        gpu().update_statistics(to_gpu(theta), to_gpu(before),
+                                masked ? std::span<const std::uint64_t>(g_on.span()) : std::span<const std::uint64_t>{},
+                                true, g_sign, block, g_stats);
+        const std::string label = "update_statistics " + what + (masked ? " masked" : "") + " block=" + std::to_string(block);
+        check_equal(cpu, to_host(g_stats), label);
+        check_equal(cpu_sign, to_host(g_sign), label + " signs");
+      }
+    }
+  });
 }
 
 // ---- SCAPE passes ---------------------------------------------------------------------------

@@ -2,11 +2,13 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <cstdint>
 #include <limits>
 #include <stdexcept>
 #include <vector>
 
 #include "kernels/cpu/kernels.hpp"
+#include "kernels/update_stats.hpp"
 
 using namespace scape;
 
@@ -53,4 +55,50 @@ TEST_CASE("max_magnitude: the largest |x|, NaN when any entry is NaN") {
     want = std::max(want, std::fabs(y[i]));
   }
   CHECK(kernels::max_magnitude(y) == want);
+}
+
+TEST_CASE("count_nonfinite counts NaN and both infinities, nothing else") {
+  const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
+  CHECK(kernels::count_nonfinite(std::vector<float>{}) == 0);
+  CHECK(kernels::count_nonfinite(std::vector<float>{1, -inf, nan, 0, inf, std::numeric_limits<float>::max(),
+                                                     std::numeric_limits<float>::denorm_min()}) == 3);
+  std::vector<float> x(200000, 1.0f);  // the parallel path
+  for (std::size_t j = 0; j < x.size(); j += 1000) x[j] = (j / 1000) % 2 ? nan : -inf;
+  CHECK(kernels::count_nonfinite(x) == 200);
+}
+
+TEST_CASE("update_statistics: sums, maximum, sign flips and new signs on a hand-worked case") {
+  // d = theta - before = {+1, -2, 0, +3, -0.5}; coordinate 3 is not stepped.
+  const std::vector<float> theta = {2, -1, 5, 4, 0.5f}, before = {1, 1, 5, 1, 1};
+  const std::vector<std::uint64_t> stepped = {0b10111};
+  std::vector<std::int8_t> sign = {1, 1, -1, 1, 0};  // the previous step's signs
+  std::vector<double> stats(2 * kernels::kUpdateStats);
+  kernels::update_statistics(theta, before, stepped, true, sign, 3, stats);
+  // Block 0 = coordinates 0..2: d^2 1 + 4 + 0, theta^2 4 + 1 + 25, max |d| 2; stepped with a
+  // previous sign: 0 (same sign) and 1 (flipped); 2 has d = 0 and counts nowhere.
+  CHECK(stats[0] == 5.0);
+  CHECK(stats[1] == 30.0);
+  CHECK(stats[2] == 2.0);
+  CHECK(stats[3] == 2.0);
+  CHECK(stats[4] == 1.0);
+  // Block 1 = coordinates 3, 4: coordinate 3 is not stepped (sign 0); 4 had sign 0 before.
+  CHECK(stats[5] == 9.25);
+  CHECK(stats[6] == 16.25);
+  CHECK(stats[7] == 3.0);
+  CHECK(stats[8] == 0.0);
+  CHECK(stats[9] == 0.0);
+  CHECK(sign == std::vector<std::int8_t>{1, -1, 0, 0, -1});
+  // Without a previous step nothing is counted; with every coordinate stepped 3 gets its sign.
+  kernels::update_statistics(theta, before, {}, false, sign, 3, stats);
+  CHECK(stats[3] == 0.0);
+  CHECK(stats[4] == 0.0);
+  CHECK(sign == std::vector<std::int8_t>{1, -1, 0, 1, -1});
+  // NaN in d makes its block's maximum NaN.
+  std::vector<float> bad = theta;
+  bad[4] = std::numeric_limits<float>::quiet_NaN();
+  kernels::update_statistics(bad, before, {}, true, sign, 3, stats);
+  CHECK(stats[2] == 2.0);
+  CHECK(std::isnan(stats[7]));
+  std::vector<double> wrong(3);
+  CHECK_THROWS_AS(kernels::update_statistics(theta, before, {}, true, sign, 3, wrong), std::invalid_argument);
 }

@@ -192,7 +192,7 @@ TEST_CASE("update_sign_flip counts only the coordinates the optimizer stepped in
   //   (Counting every moved coordinate, as before, gave 0, 2 and 3 flipped of 4: 0.75.)
   // Step 3 steps every coordinate: deltas (+1, -1, +1, +1). Stepped at 2 and 3: {0, 1, 2};
   //   0 and 2 flipped -> 2/3.
-  metrics::UpdateTracker tracker(4);
+  metrics::UpdateTracker tracker(kernels::cpu_backend(), 4);
   StepMetrics out;
   std::vector<float> theta = {0, 0, 0, 0};
   auto step = [&](std::vector<float> delta, std::vector<std::uint64_t> stepped) {
@@ -207,7 +207,7 @@ TEST_CASE("update_sign_flip counts only the coordinates the optimizer stepped in
   step({1, -1, 1, 1}, {});
   CHECK(out.update_sign_flip == doctest::Approx(2.0 / 3.0).epsilon(1e-15));
   // A mask of the wrong size is refused.
-  metrics::UpdateTracker big(200);
+  metrics::UpdateTracker big(kernels::cpu_backend(), 200);
   std::vector<float> t200(200, 0.0f);
   big.before(t200);
   CHECK_THROWS_AS(big.after(t200, out, std::vector<std::uint64_t>{1}), std::invalid_argument);

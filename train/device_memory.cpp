@@ -25,6 +25,7 @@ DeviceMemory device_memory_estimate(const experiments::ExperimentConfig& config,
   m.activations = spec.workspace_bytes(static_cast<std::size_t>(config.data.batch_size),
                                        static_cast<std::size_t>(spec.block_size()));
   m.optimizer = optimizer_device_bytes(config.optimizer, n, config.workers);
+  m.update_tracker = update_tracker_device_bytes(n);
   return m;
 }
 

@@ -17,12 +17,13 @@ namespace scape::train {
 struct DeviceMemory {
   std::size_t params = 0, grads = 0, optimizer = 0;  // bytes per worker
   std::size_t activations = 0;                        // bytes of one activation workspace
+  std::size_t update_tracker = 0;                     // worker 0's update statistics (once)
   int workers = 1;
   bool shared_workspace = false;  // one workspace for every worker (train/gradient_source.hpp)
 
   std::size_t per_worker() const { return params + grads + optimizer + (shared_workspace ? 0 : activations); }
   std::size_t total() const {
-    return per_worker() * static_cast<std::size_t>(workers) + (shared_workspace ? activations : 0);
+    return per_worker() * static_cast<std::size_t>(workers) + (shared_workspace ? activations : 0) + update_tracker;
   }
 };
 

@@ -7,6 +7,7 @@
 
 #include "kernels/cpu/kernels.hpp"
 #include "kernels/size_checks.hpp"
+#include "kernels/update_stats.hpp"
 
 namespace scape::kernels {
 
@@ -35,6 +36,28 @@ float max_magnitude(std::span<const float> x) {
     m = std::max(m, std::bit_cast<std::uint32_t>(x[static_cast<std::size_t>(j)]) & kMagnitude);
   }
   return m > kInfinity ? std::numeric_limits<float>::quiet_NaN() : std::bit_cast<float>(m);
+}
+
+std::size_t count_nonfinite(std::span<const float> x) {
+  std::size_t count = 0;
+  const auto n = static_cast<std::int64_t>(x.size());
+#pragma omp parallel for schedule(static) reduction(+ : count) if (n > 65536)
+  for (std::int64_t j = 0; j < n; ++j) count += !std::isfinite(x[static_cast<std::size_t>(j)]);
+  return count;
+}
+
+void update_statistics(std::span<const float> theta, std::span<const float> before,
+                       std::span<const std::uint64_t> stepped, bool have_previous, std::span<std::int8_t> sign,
+                       std::size_t block, std::span<double> stats) {
+  checks::update_statistics_sizes(theta.size(), before.size(), stepped.size(), sign.size(), block, stats.size());
+  const auto blocks = static_cast<std::int64_t>(stats.size() / kUpdateStats);
+  const std::size_t n = theta.size();
+#pragma omp parallel for schedule(static) if (blocks > 8)
+  for (std::int64_t b = 0; b < blocks; ++b) {
+    const std::size_t lo = static_cast<std::size_t>(b) * block;
+    update_statistics_block(theta.data(), before.data(), stepped.empty() ? nullptr : stepped.data(), have_previous,
+                            sign.data(), lo, std::min(n, lo + block), stats.data() + kUpdateStats * b);
+  }
 }
 
 }  // namespace scape::kernels

@@ -8,6 +8,7 @@
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/kernels.hpp"
 #include "kernels/size_checks.hpp"
+#include "kernels/update_stats.hpp"
 
 namespace scape::kernels::cuda {
 namespace {
@@ -47,7 +48,49 @@ __global__ void max_magnitude_kernel(const float* __restrict__ x, std::size_t n,
   }
 }
 
+__global__ void count_nonfinite_kernel(const float* __restrict__ x, std::size_t n,
+                                       unsigned long long* __restrict__ count) {
+  unsigned long long c = 0;
+  for (std::size_t j = global_thread(); j < n; j += grid_threads()) c += isfinite(x[j]) ? 0 : 1;
+  for (int offset = 16; offset > 0; offset /= 2) c += __shfl_down_sync(0xffffffffu, c, offset);
+  if ((threadIdx.x & 31u) == 0 && c != 0) atomicAdd(count, c);
+}
+
+// One thread per block of coordinates, walking it in index order as the CPU does.
+__global__ void update_statistics_kernel(const float* __restrict__ theta, const float* __restrict__ before,
+                                         const std::uint64_t* __restrict__ stepped, bool have_previous,
+                                         std::int8_t* __restrict__ sign, std::size_t n, std::size_t block,
+                                         double* __restrict__ stats, std::size_t blocks) {
+  for (std::size_t b = global_thread(); b < blocks; b += grid_threads()) {
+    const std::size_t lo = b * block;
+    update_statistics_block(theta, before, stepped, have_previous, sign, lo, lo + block < n ? lo + block : n,
+                            stats + kUpdateStats * b);
+  }
+}
+
 }  // namespace
+
+std::size_t count_nonfinite(std::span<const float> x) {
+  if (x.empty()) return 0;
+  const cudaStream_t stream = current_stream();
+  Scratch<unsigned long long> count(1, stream);
+  SCAPE_CUDA_CHECK(cudaMemsetAsync(count.get(), 0, sizeof(unsigned long long), stream));
+  launch(count_nonfinite_kernel, x.size(), x.data(), x.size(), count.get());
+  unsigned long long host = 0;
+  SCAPE_CUDA_CHECK(cudaMemcpyAsync(&host, count.get(), sizeof host, cudaMemcpyDeviceToHost, stream));
+  SCAPE_CUDA_CHECK(cudaStreamSynchronize(stream));
+  return static_cast<std::size_t>(host);
+}
+
+void update_statistics(std::span<const float> theta, std::span<const float> before,
+                       std::span<const std::uint64_t> stepped, bool have_previous, std::span<std::int8_t> sign,
+                       std::size_t block, std::span<double> stats) {
+  checks::update_statistics_sizes(theta.size(), before.size(), stepped.size(), sign.size(), block, stats.size());
+  const std::size_t blocks = stats.size() / kUpdateStats;
+  if (blocks == 0) return;
+  launch(update_statistics_kernel, blocks, theta.data(), before.data(), stepped.empty() ? nullptr : stepped.data(),
+         have_previous, sign.data(), theta.size(), block, stats.data(), blocks);
+}
 
 void block_sum_squares(std::span<const float> x, std::size_t block, std::span<double> partial) {
   checks::block_sum_squares_sizes(x.size(), block, partial.size());
