@@ -2,8 +2,10 @@
 // a fraction of cuBLAS SGEMMs timed with CUDA events in the same run: the three products of the
 // model's MLP up-projection at its own shape (y = x w^T, dx = dy w, dw = dy^T x with x [B T, C]
 // and w [4C, C]), and a 4096^3 square SGEMM, the device's rate for that math. Each model runs
-// twice: in fp32 (TF32 off, the backend's default, against fp32 references) and with TF32 GEMMs
-// (kernels::set_cuda_tf32, against references in cuBLAS's TF32 math). Parameters, gradients and
+// three times: in fp32 (TF32 off, the backend's default, against fp32 references), with TF32
+// GEMMs (kernels::set_cuda_tf32, against references in cuBLAS's TF32 math), and with
+// model.precision = bf16 (gemm_bf16: operands converted to bf16, fp32 sums, against cuBLAS
+// GEMMs on bf16 operands with fp32 compute, which need no conversion). Parameters, gradients and
 // tokens live in the backend's Buffers. Model FLOPs: train_flops_per_token (model/gpt.hpp,
 // model/llama.hpp: 6 per matmul weight plus causal attention). Without a visible device it
 // prints "no CUDA device visible: CUDA benchmarks skipped" and exits 0.
@@ -94,15 +96,23 @@ class DeviceFloats {
   float* data_ = nullptr;
 };
 
-// A cuBLAS handle on its own stream, in pedantic fp32 math (as the backend's GEMMs) or in TF32
-// tensor-op math (as they run after set_cuda_tf32(true)).
+// The arithmetic of a row: the model's GEMMs and the references'.
+enum class Math { fp32, tf32, bf16 };
+
+const char* to_string(Math m) { return m == Math::fp32 ? "fp32" : m == Math::tf32 ? "tf32" : "bf16"; }
+
+// A cuBLAS handle on its own stream, in pedantic fp32 math (as the backend's GEMMs), in TF32
+// tensor-op math (as they run after set_cuda_tf32(true)) or on bf16 operands (as gemm_bf16's
+// GemmEx, without its conversions).
 class Reference {
  public:
-  explicit Reference(bool tf32) {
+  explicit Reference(Math math) : math_(math) {
     SCAPE_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
     check_cublas(cublasCreate(&handle_), "cublasCreate");
     check_cublas(cublasSetStream(handle_, stream_), "cublasSetStream");
-    check_cublas(cublasSetMathMode(handle_, tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_PEDANTIC_MATH),
+    check_cublas(cublasSetMathMode(handle_, math == Math::tf32   ? CUBLAS_TF32_TENSOR_OP_MATH
+                                            : math == Math::bf16 ? CUBLAS_DEFAULT_MATH
+                                                                 : CUBLAS_PEDANTIC_MATH),
                  "cublasSetMathMode");
     SCAPE_CUDA_CHECK(cudaEventCreate(&start_));
     SCAPE_CUDA_CHECK(cudaEventCreate(&stop_));
@@ -117,10 +127,18 @@ class Reference {
   Reference& operator=(const Reference&) = delete;
 
   // Row-major C[M, N] = op(A) op(B), mapped onto column-major cuBLAS as the backend's gemm does.
+  // In bf16 math the first elements of a's and b's memory are read as bf16 operands (a float
+  // array holds twice as many bf16 values), as gemm_bf16 reads its converted copies.
   void gemm(bool trans_a, bool trans_b, int M, int N, int K, const float* a, const float* b, float* c) {
     const float one = 1.0f, zero = 0.0f;
-    check_cublas(cublasSgemm(handle_, trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, N, M,
-                             K, &one, b, trans_b ? K : N, a, trans_a ? M : K, &zero, c, N),
+    const cublasOperation_t op_b = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, op_a = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
+    if (math_ == Math::bf16) {
+      check_cublas(cublasGemmEx(handle_, op_b, op_a, N, M, K, &one, b, CUDA_R_16BF, trans_b ? K : N, a, CUDA_R_16BF,
+                                trans_a ? M : K, &zero, c, CUDA_R_32F, N, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+                   "cublasGemmEx (bf16)");
+      return;
+    }
+    check_cublas(cublasSgemm(handle_, op_b, op_a, N, M, K, &one, b, trans_b ? K : N, a, trans_a ? M : K, &zero, c, N),
                  "cublasSgemm");
   }
 
@@ -145,6 +163,7 @@ class Reference {
     return ms * 1e-3;
   }
 
+  Math math_;
   cudaStream_t stream_ = nullptr;
   cublasHandle_t handle_ = nullptr;
   cudaEvent_t start_ = nullptr, stop_ = nullptr;
@@ -184,11 +203,14 @@ struct Tf32Scope {
   Tf32Scope& operator=(const Tf32Scope&) = delete;
 };
 
-void BM_CudaForwardBackward(benchmark::State& state, int shape, bool tf32) {
+void BM_CudaForwardBackward(benchmark::State& state, int shape, Math math) {
   const Shape& z = kShapes[shape];
   const int B = z.batch, T = z.spec.block_size(), V = z.spec.vocab_size();
-  const Tf32Scope tf32_scope(tf32);
-  auto model = z.spec.make(gpu());
+  const Tf32Scope tf32_scope(math == Math::tf32);
+  LanguageModelSpec spec = z.spec;
+  spec.gpt.precision = spec.llama.precision =
+      math == Math::bf16 ? scape::model::Precision::bf16 : scape::model::Precision::fp32;
+  auto model = spec.make(gpu());
   const std::size_t n = model->layout().size(), tokens_n = static_cast<std::size_t>(B) * T;
   // Filled on the host and copied, rather than written through managed memory page by page.
   std::vector<float> host_params(n);
@@ -212,7 +234,7 @@ void BM_CudaForwardBackward(benchmark::State& state, int shape, bool tf32) {
   step();  // allocates the workspace
 
   // The references bracket the model's timing, so both see the same clocks and temperature.
-  Reference ref(tf32);
+  Reference ref(math);
   const double layer_before = layer_gemm_rate(ref, static_cast<long long>(tokens_n), embd(z.spec), 0.25);
   const double peak_before = peak_gemm_rate(ref, 0.25);
   const auto t0 = std::chrono::steady_clock::now();
@@ -231,7 +253,7 @@ void BM_CudaForwardBackward(benchmark::State& state, int shape, bool tf32) {
   state.counters["frac_of_layer_gemm"] = model_flops / layer;
   state.counters["frac_of_peak_gemm"] = model_flops / peak;
   state.SetLabel(std::string(z.name) + " B=" + std::to_string(B) + " T=" + std::to_string(T) +
-                 (tf32 ? " tf32" : " fp32"));
+                 " " + to_string(math));
 }
 
 }  // namespace
@@ -244,9 +266,9 @@ int main(int argc, char** argv) {
     return 0;
   }
   for (int s = 0; s < static_cast<int>(std::size(kShapes)); ++s) {
-    for (const bool tf32 : {false, true}) {
-      const std::string name = std::string("model_forward_backward/") + kShapes[s].name + (tf32 ? "/tf32" : "/fp32");
-      benchmark::RegisterBenchmark(name.c_str(), BM_CudaForwardBackward, s, tf32)
+    for (const Math math : {Math::fp32, Math::tf32, Math::bf16}) {
+      const std::string name = std::string("model_forward_backward/") + kShapes[s].name + "/" + to_string(math);
+      benchmark::RegisterBenchmark(name.c_str(), BM_CudaForwardBackward, s, math)
           ->Unit(benchmark::kMillisecond)
           ->UseRealTime()
           ->Iterations(kShapes[s].iterations);
