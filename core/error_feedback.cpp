@@ -62,10 +62,11 @@ void ErrorFeedback::keep_off_mask(std::span<float> a, std::span<const std::uint3
 
 void ErrorFeedback::record_mask(const ParamLayout& layout, const kernels::Buffer<std::uint64_t>& mask,
                                 std::size_t k_total, StepMetrics& out) {
-  k_.synchronize();
+  if (!tensor_counts_) tensor_counts_ = std::make_unique<metrics::RangeCounter>(k_, metrics::tensor_ranges(layout));
   const auto previous =
       have_previous_mask_ ? std::span<const std::uint64_t>(previous_mask_.span()) : std::span<const std::uint64_t>{};
-  metrics::fill_mask_metrics(layout, mask.span(), previous, k_total, out);
+  tensor_counts_->count(mask.span(), previous);
+  metrics::fill_mask_metrics(*tensor_counts_, layout, have_previous_mask_, k_total, out);
   previous_mask_.resize(mask.size());
   k_.copy_bytes(mask.data(), previous_mask_.data(), mask.bytes());
   have_previous_mask_ = true;

@@ -6,6 +6,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <vector>
 
@@ -50,6 +51,7 @@ class ErrorFeedback {
   double clip_;  // residual_clip, 0 = off
   ResidualStore e_;
   kernels::Buffer<std::uint64_t> previous_mask_{k_};
+  std::unique_ptr<metrics::RangeCounter> tensor_counts_;  // the mask metrics' counts (built on first use)
   bool have_previous_mask_ = false;
   kernels::Buffer<double> partial_{k_};                           // block sums of the residual metrics
   kernels::Buffer<double> host_partial_{kernels::cpu_backend()};  // the same for an offloaded residual

@@ -96,23 +96,56 @@ double jaccard_range(std::span<const std::uint64_t> a, std::span<const std::uint
   return static_cast<double>(popcount_and_range(a, b, begin, end)) / static_cast<double>(uni);
 }
 
-void fill_mask_metrics(const ParamLayout& layout, std::span<const std::uint64_t> mask,
-                       std::span<const std::uint64_t> previous, std::size_t k_total, StepMetrics& out) {
-  const std::size_t n = layout.size();
+RangeCounter::RangeCounter(kernels::KernelBackend& k, const std::vector<std::pair<std::size_t, std::size_t>>& ranges)
+    : k_(k) {
+  std::vector<std::uint64_t> flat;
+  for (const auto& [begin, end] : ranges) {
+    flat.push_back(begin);
+    flat.push_back(end);
+  }
+  ranges_.resize(flat.size());
+  counts_.resize(3 * ranges.size());
+  k_.copy_bytes(flat.data(), ranges_.data(), flat.size() * sizeof(std::uint64_t));
+  k_.synchronize();
+}
+
+void RangeCounter::count(std::span<const std::uint64_t> mask, std::span<const std::uint64_t> previous) {
+  k_.mask_range_counts(mask, previous, ranges_.span(), counts_.span());
+  k_.synchronize();
+}
+
+std::vector<std::pair<std::size_t, std::size_t>> tensor_ranges(const ParamLayout& layout) {
+  std::vector<std::pair<std::size_t, std::size_t>> ranges;
+  for (const auto& slot : layout.slots()) ranges.emplace_back(slot.offset, slot.end());
+  ranges.emplace_back(0, layout.size());
+  return ranges;
+}
+
+std::vector<std::pair<std::size_t, std::size_t>> shard_ranges(const Sharding& shards) {
+  std::vector<std::pair<std::size_t, std::size_t>> ranges;
+  for (int w = 0; w < shards.workers(); ++w) ranges.emplace_back(shards.begin(w), shards.end(w));
+  return ranges;
+}
+
+void fill_mask_metrics(const RangeCounter& counted, const ParamLayout& layout, bool have_previous,
+                       std::size_t k_total, StepMetrics& out) {
+  const std::size_t n = layout.size(), all = counted.ranges() - 1;
+  // As jaccard_range: |M & P| / |M | P|, and 1 for two empty masks.
+  const auto jaccard = [&](std::size_t r) {
+    if (!have_previous) return kNaN;
+    return counted.either(r) == 0 ? 1.0 : static_cast<double>(counted.both(r)) / static_cast<double>(counted.either(r));
+  };
   out.k_total = k_total;
-  out.mask_size = popcount_range(mask, 0, n);
+  out.mask_size = counted.set(all);
   out.mask_density = n ? static_cast<double>(out.mask_size) / static_cast<double>(n) : kNaN;
   out.fill_in = k_total ? static_cast<double>(out.mask_size) / static_cast<double>(k_total) : kNaN;
-  const bool have_previous = !previous.empty();
-  out.mask_jaccard = have_previous ? jaccard_range(mask, previous, 0, n) : kNaN;
+  out.mask_jaccard = jaccard(all);
   const auto& slots = layout.slots();
   out.tensor_mask_density.resize(slots.size());
   out.tensor_mask_jaccard.resize(slots.size());
   for (std::size_t s = 0; s < slots.size(); ++s) {
-    const auto& slot = slots[s];
-    out.tensor_mask_density[s] =
-        static_cast<double>(popcount_range(mask, slot.offset, slot.end())) / static_cast<double>(slot.numel());
-    out.tensor_mask_jaccard[s] = have_previous ? jaccard_range(mask, previous, slot.offset, slot.end()) : kNaN;
+    out.tensor_mask_density[s] = static_cast<double>(counted.set(s)) / static_cast<double>(slots[s].numel());
+    out.tensor_mask_jaccard[s] = jaccard(s);
   }
 }
 

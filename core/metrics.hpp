@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <span>
+#include <utility>
 #include <vector>
 
 #include "core/layout.hpp"
@@ -28,10 +29,34 @@ std::size_t popcount_or_range(std::span<const std::uint64_t> a, std::span<const 
 double jaccard_range(std::span<const std::uint64_t> a, std::span<const std::uint64_t> b, std::size_t begin,
                      std::size_t end);
 
+// Set-bit counts of a mask, and of it with a previous mask, over fixed coordinate ranges: one
+// mask_range_counts kernel on backend k, where the masks live (on a GPU only the counts reach
+// the host). The ranges are uploaded once.
+class RangeCounter {
+ public:
+  RangeCounter(kernels::KernelBackend& k, const std::vector<std::pair<std::size_t, std::size_t>>& ranges);
+  // Counts every range; previous may be empty (then both() and either() are 0).
+  void count(std::span<const std::uint64_t> mask, std::span<const std::uint64_t> previous);
+  std::size_t ranges() const { return counts_.size() / 3; }
+  std::size_t set(std::size_t r) const { return counts_.data()[3 * r]; }
+  std::size_t both(std::size_t r) const { return counts_.data()[3 * r + 1]; }
+  std::size_t either(std::size_t r) const { return counts_.data()[3 * r + 2]; }
+
+ private:
+  kernels::KernelBackend& k_;
+  kernels::Buffer<std::uint64_t> ranges_{k_}, counts_{k_};
+};
+
+// The ranges fill_mask_metrics reads: every tensor of the layout, then [0, N).
+std::vector<std::pair<std::size_t, std::size_t>> tensor_ranges(const ParamLayout& layout);
+// Every shard's [begin, end), in rank order.
+std::vector<std::pair<std::size_t, std::size_t>> shard_ranges(const Sharding& shards);
+
 // Fills mask_size, mask_density, mask_jaccard (NaN without a previous mask), fill_in and the
-// per-tensor mask density and Jaccard.
-void fill_mask_metrics(const ParamLayout& layout, std::span<const std::uint64_t> mask,
-                       std::span<const std::uint64_t> previous, std::size_t k_total, StepMetrics& out);
+// per-tensor mask density and Jaccard from `counted`, a RangeCounter over tensor_ranges(layout)
+// that has just counted the mask (and the previous one when have_previous).
+void fill_mask_metrics(const RangeCounter& counted, const ParamLayout& layout, bool have_previous,
+                       std::size_t k_total, StepMetrics& out);
 // sums[s] = sum of (double) x[j]^2 over tensor s, in fixed blocks from the tensor's start,
 // each block summed in index order and the blocks added in order (docs/algorithms.md,
 // "Metrics"); the reduction runs on backend k, where x lives, and k is synchronized on return.

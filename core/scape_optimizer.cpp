@@ -222,11 +222,9 @@ void ScapeOptimizer::receive_mask() {
 }
 
 std::vector<std::size_t> ScapeOptimizer::mask_counts_per_shard() {
-  k_.synchronize();
+  shard_counts_.count(mask_.span(), {});
   std::vector<std::size_t> counts(static_cast<std::size_t>(sharding_.workers()));
-  for (int w = 0; w < sharding_.workers(); ++w) {
-    counts[static_cast<std::size_t>(w)] = metrics::popcount_range(mask_.span(), sharding_.begin(w), sharding_.end(w));
-  }
+  for (std::size_t w = 0; w < counts.size(); ++w) counts[w] = shard_counts_.set(w);
   return counts;
 }
 

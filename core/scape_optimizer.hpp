@@ -82,6 +82,7 @@ class ScapeOptimizer final : public OptimizerBase {
   ErrorFeedback feedback_;  // residual e_i (holds a_i = e_i + g_i during a step), staleness, previous mask
   kernels::Buffer<float> stat_{k_};
   kernels::Buffer<std::uint64_t> mask_{k_}, next_mask_{k_};
+  metrics::RangeCounter shard_counts_{k_, metrics::shard_ranges(sharding_)};  // mask bits per shard, on the device
   kernels::Buffer<std::uint64_t> local_bits_{k_};          // partitioned: own shard words (send buffer)
   kernels::Buffer<std::uint32_t> local_indices_{k_};       // local_union: own top-K (send buffer)
   kernels::Buffer<std::uint32_t> gathered_indices_{k_};    // local_union: everyone's top-K

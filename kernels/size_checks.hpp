@@ -131,6 +131,20 @@ inline void block_sum_squares_sizes(std::size_t n, std::size_t block, std::size_
   require_size(partial, (n + block - 1) / block, "block_sum_squares: partial");
 }
 
+inline void mask_range_counts_sizes(std::size_t mask_words, std::size_t previous_words, std::size_t ranges,
+                                    std::size_t counts, const std::uint64_t* range_data) {
+  if (previous_words != 0) require_size(previous_words, mask_words, "mask_range_counts: previous");
+  if (ranges % 2 != 0) throw std::invalid_argument("mask_range_counts: ranges must hold (begin, end) pairs");
+  require_size(counts, 3 * (ranges / 2), "mask_range_counts: counts");
+  for (std::size_t r = 0; range_data != nullptr && r < ranges; r += 2) {
+    if (range_data[r] > range_data[r + 1] || range_data[r + 1] > 64 * mask_words) {
+      throw std::invalid_argument("mask_range_counts: range [" + std::to_string(range_data[r]) + ", " +
+                                  std::to_string(range_data[r + 1]) + ") outside the " +
+                                  std::to_string(64 * mask_words) + " bits of the mask");
+    }
+  }
+}
+
 inline void update_statistics_sizes(std::size_t n, std::size_t before, std::size_t stepped_words, std::size_t sign,
                                     std::size_t block, std::size_t stats) {
   if (block == 0) throw std::invalid_argument("update_statistics: block must be > 0");

@@ -49,7 +49,7 @@ namespace {
 constexpr std::string_view kComparedKernels[] = {
     "adamw_step", "adams_step", "adamw_step_masked", "adams_step_masked", "scale", "divide", "accumulate",
     "topk_abs_mask", "topk_abs_indices",
-    "pack_bits", "unpack_bits", "popcount", "popcount_and", "popcount_or", "bits_to_indices", "indices_to_bits",
+    "pack_bits", "unpack_bits", "popcount", "popcount_and", "popcount_or", "mask_range_counts", "bits_to_indices", "indices_to_bits",
     "and_not_bits", "extract_bits", "deposit_bits", "ef_encode", "ef_decode",
     "compact", "expand", "zero_at", "scatter_add",
     "first_moment_statistic", "random_statistic", "pack_payload", "rebase_indices", "add_momentum",
@@ -491,6 +491,28 @@ TEST_CASE("block_sum_squares and max_magnitude (the residual metrics) match the 
   gpu().block_sum_squares(d, 8192, partial);
   check_equal(cpu, to_host(partial), "block_sum_squares 2^26");
   CHECK(same_value(sk::max_magnitude(big), gpu().max_magnitude(d)));
+}
+
+// Integer counts: exact on both devices whatever the order of the atomics.
+TEST_CASE("mask_range_counts matches the CPU on unaligned, empty and whole ranges") {
+  const std::size_t n = 100'003, words = sk::words_for(n);
+  std::vector<std::uint64_t> mask(words), previous(words);
+  for (std::size_t w = 0; w < words; ++w) {
+    mask[w] = scape::rng::derive(741, w) & scape::rng::derive(742, w);
+    previous[w] = scape::rng::derive(743, w);
+  }
+  const std::vector<std::uint64_t> ranges = {0, n, 1, 63, 64, 128, 77, 77, 5, 70'001, 99'999, n, 3, 4};
+  for (const bool with_previous : {false, true}) {
+    std::vector<std::uint64_t> cpu(3 * ranges.size() / 2);
+    sk::mask_range_counts(mask, with_previous ? std::span<const std::uint64_t>(previous) : std::span<const std::uint64_t>{},
+                          ranges, cpu);
+    const sk::Buffer<std::uint64_t> g_mask = to_gpu(mask), g_previous = to_gpu(previous), g_ranges = to_gpu(ranges);
+    sk::Buffer<std::uint64_t> g_counts(gpu(), cpu.size());
+    gpu().mask_range_counts(g_mask, with_previous ? std::span<const std::uint64_t>(g_previous.span())
+                                                  : std::span<const std::uint64_t>{},
+                            g_ranges, g_counts);
+    check_equal(cpu, to_host(g_counts), with_previous ? "mask_range_counts with previous" : "mask_range_counts");
+  }
 }
 
 // Each block is walked by one thread in index order on both devices (kernels/update_stats.hpp):

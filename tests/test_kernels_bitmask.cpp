@@ -290,3 +290,49 @@ TEST_CASE("compaction kernels reject bad sizes and indices without writing") {
   CHECK_THROWS_AS(sk::scatter_add(target, good, short_packed), std::invalid_argument);
   CHECK(target == std::vector<float>(8, 3.0f));
 }
+
+TEST_CASE("mask_range_counts: per range, the set bits of the mask, of mask & previous and of mask | previous") {
+  // Hand case over 130 bits: mask bits {0, 63, 64, 100, 129}, previous bits {63, 100, 101}.
+  std::vector<std::uint64_t> mask(3, 0), previous(3, 0);
+  for (const int j : {0, 63, 64, 100, 129}) mask[j / 64] |= std::uint64_t{1} << (j % 64);
+  for (const int j : {63, 100, 101}) previous[j / 64] |= std::uint64_t{1} << (j % 64);
+  // [0, 130), [63, 65) straddling a word edge, [1, 63) with no bit, [100, 101), the empty [5, 5).
+  const std::vector<std::uint64_t> ranges = {0, 130, 63, 65, 1, 63, 100, 101, 5, 5};
+  std::vector<std::uint64_t> counts(15, 99);
+  sk::mask_range_counts(mask, previous, ranges, counts);
+  CHECK(counts == std::vector<std::uint64_t>{5, 2, 6, 2, 1, 2, 0, 0, 0, 1, 1, 1, 0, 0, 0});
+  sk::mask_range_counts(mask, {}, ranges, counts);
+  CHECK(counts == std::vector<std::uint64_t>{5, 0, 0, 2, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0});
+  // Against popcounts of bit-by-bit loops on random masks and ranges.
+  std::mt19937_64 rng(17);
+  const std::size_t n = 5000, words = sk::words_for(n);
+  for (auto& w : mask = std::vector<std::uint64_t>(words)) w = rng() & rng();
+  for (auto& w : previous = std::vector<std::uint64_t>(words)) w = rng();
+  std::vector<std::uint64_t> random_ranges;
+  for (int r = 0; r < 40; ++r) {
+    std::uint64_t a = rng() % (n + 1), b = rng() % (n + 1);
+    random_ranges.push_back(std::min(a, b));
+    random_ranges.push_back(std::max(a, b));
+  }
+  counts.assign(3 * 40, 0);
+  sk::mask_range_counts(mask, previous, random_ranges, counts);
+  const auto bit = [](const std::vector<std::uint64_t>& v, std::uint64_t j) { return (v[j / 64] >> (j % 64)) & 1u; };
+  for (std::size_t r = 0; r < 40; ++r) {
+    std::uint64_t set = 0, both = 0, either = 0;
+    for (std::uint64_t j = random_ranges[2 * r]; j < random_ranges[2 * r + 1]; ++j) {
+      set += bit(mask, j);
+      both += bit(mask, j) & bit(previous, j);
+      either += bit(mask, j) | bit(previous, j);
+    }
+    CAPTURE(r);
+    CHECK(counts[3 * r] == set);
+    CHECK(counts[3 * r + 1] == both);
+    CHECK(counts[3 * r + 2] == either);
+  }
+  // A range past the mask's bits, a reversed range and an odd ranges array are refused.
+  std::vector<std::uint64_t> one(3);
+  CHECK_THROWS_AS(sk::mask_range_counts(mask, {}, std::vector<std::uint64_t>{0, 64 * words + 1}, one),
+                  std::invalid_argument);
+  CHECK_THROWS_AS(sk::mask_range_counts(mask, {}, std::vector<std::uint64_t>{9, 3}, one), std::invalid_argument);
+  CHECK_THROWS_AS(sk::mask_range_counts(mask, {}, std::vector<std::uint64_t>{1, 2, 3}, one), std::invalid_argument);
+}

@@ -10,6 +10,7 @@
 
 #include <omp.h>
 
+#include "kernels/bit_ranges.hpp"
 #include "kernels/cpu/kernels.hpp"
 #include "kernels/size_checks.hpp"
 
@@ -189,6 +190,28 @@ std::size_t popcount_and(std::span<const std::uint64_t> a, std::span<const std::
 std::size_t popcount_or(std::span<const std::uint64_t> a, std::span<const std::uint64_t> b) {
   require_same_words(a.size(), b.size(), "popcount_or");
   return popcount_combined(a, b, [](std::uint64_t x, std::uint64_t y) { return x | y; });
+}
+
+void mask_range_counts(std::span<const std::uint64_t> mask, std::span<const std::uint64_t> previous,
+                       std::span<const std::uint64_t> ranges, std::span<std::uint64_t> counts) {
+  checks::mask_range_counts_sizes(mask.size(), previous.size(), ranges.size(), counts.size(), ranges.data());
+  const auto n_ranges = static_cast<std::int64_t>(ranges.size() / 2);
+#pragma omp parallel for schedule(dynamic) if (n_ranges > 8)
+  for (std::int64_t r = 0; r < n_ranges; ++r) {
+    const std::uint64_t begin = ranges[2 * static_cast<std::size_t>(r)], end = ranges[2 * static_cast<std::size_t>(r) + 1];
+    std::uint64_t set = 0, both = 0, either = 0;
+    for (std::uint64_t w = begin / 64; begin < end && w <= (end - 1) / 64; ++w) {
+      const std::uint64_t keep = range_word_mask(w, begin, end), m = mask[w] & keep;
+      set += static_cast<std::uint64_t>(std::popcount(m));
+      if (previous.empty()) continue;
+      const std::uint64_t p = previous[w] & keep;
+      both += static_cast<std::uint64_t>(std::popcount(m & p));
+      either += static_cast<std::uint64_t>(std::popcount(m | p));
+    }
+    counts[3 * static_cast<std::size_t>(r)] = set;
+    counts[3 * static_cast<std::size_t>(r) + 1] = both;
+    counts[3 * static_cast<std::size_t>(r) + 2] = either;
+  }
 }
 
 std::size_t bits_to_indices(std::span<const std::uint64_t> words, std::uint32_t base, std::span<std::uint32_t> out) {

@@ -8,6 +8,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "kernels/bit_ranges.hpp"
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/kernels.hpp"
 #include "kernels/size_checks.hpp"
@@ -145,6 +146,30 @@ __global__ void indices_to_bits_kernel(const std::uint32_t* __restrict__ idx, st
   }
 }
 
+// One block of threads per range: each thread counts its words, the block adds them in
+// unsigned integers (exact in any order) with atomics.
+__global__ void mask_range_counts_kernel(const std::uint64_t* __restrict__ mask, const std::uint64_t* __restrict__ previous,
+                                         const std::uint64_t* __restrict__ ranges, unsigned long long* __restrict__ counts,
+                                         std::size_t n_ranges) {
+  for (std::size_t r = blockIdx.x; r < n_ranges; r += gridDim.x) {
+    const std::uint64_t begin = ranges[2 * r], end = ranges[2 * r + 1];
+    unsigned long long set = 0, both = 0, either = 0;
+    if (begin < end) {
+      for (std::uint64_t w = begin / 64 + threadIdx.x; w <= (end - 1) / 64; w += blockDim.x) {
+        const std::uint64_t keep = range_word_mask(w, begin, end), m = mask[w] & keep;
+        set += static_cast<unsigned long long>(__popcll(m));
+        if (previous == nullptr) continue;
+        const std::uint64_t p = previous[w] & keep;
+        both += static_cast<unsigned long long>(__popcll(m & p));
+        either += static_cast<unsigned long long>(__popcll(m | p));
+      }
+    }
+    if (set != 0) atomicAdd(&counts[3 * r], set);
+    if (both != 0) atomicAdd(&counts[3 * r + 1], both);
+    if (either != 0) atomicAdd(&counts[3 * r + 2], either);
+  }
+}
+
 }  // namespace
 
 void pack_bits(std::span<const std::uint8_t> flags, std::span<std::uint64_t> words) {
@@ -171,6 +196,21 @@ std::size_t popcount_and(std::span<const std::uint64_t> a, std::span<const std::
 std::size_t popcount_or(std::span<const std::uint64_t> a, std::span<const std::uint64_t> b) {
   require_same_words(a.size(), b.size(), "popcount_or");
   return popcount_of<Combine::or_>(a.data(), b.data(), a.size());
+}
+
+void mask_range_counts(std::span<const std::uint64_t> mask, std::span<const std::uint64_t> previous,
+                       std::span<const std::uint64_t> ranges, std::span<std::uint64_t> counts) {
+  // The ranges are checked where the host can read them (the Buffers are managed memory).
+  checks::mask_range_counts_sizes(mask.size(), previous.size(), ranges.size(), counts.size(), nullptr);
+  if (counts.empty()) return;
+  const cudaStream_t stream = current_stream();
+  SCAPE_CUDA_CHECK(cudaMemsetAsync(counts.data(), 0, counts.size_bytes(), stream));
+  const std::size_t n_ranges = ranges.size() / 2;
+  const unsigned grid = static_cast<unsigned>(n_ranges < 65535 ? n_ranges : 65535);
+  mask_range_counts_kernel<<<grid, 256, 0, stream>>>(mask.data(), previous.empty() ? nullptr : previous.data(),
+                                                     ranges.data(),
+                                                     reinterpret_cast<unsigned long long*>(counts.data()), n_ranges);
+  SCAPE_CUDA_CHECK_LAUNCH();
 }
 
 std::size_t bits_to_indices(std::span<const std::uint64_t> words, std::uint32_t base, std::span<std::uint32_t> out) {
