@@ -6,7 +6,6 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <limits>
 
 #ifdef __CUDACC__
 #define SCAPE_UPDATE_STATS_HOST_DEVICE __host__ __device__
@@ -26,7 +25,8 @@ SCAPE_UPDATE_STATS_HOST_DEVICE inline void update_statistics_block(const float* 
                                                                    double* out) {
   double ss = 0, tt = 0;
   float max = 0;
-  bool nan = false;
+  float nan = 0;  // a NaN |d| once one is seen (std::numeric_limits is host-only in device code)
+  bool seen_nan = false;
   std::size_t both = 0, flipped = 0;
   const int previous = have_previous ? 1 : 0;
   for (std::size_t j = lo; j < hi; ++j) {
@@ -34,7 +34,8 @@ SCAPE_UPDATE_STATS_HOST_DEVICE inline void update_statistics_block(const float* 
     ss += static_cast<double>(d) * d;
     tt += static_cast<double>(theta[j]) * theta[j];
     const float a = d < 0 ? -d : d;
-    nan = nan || a != a;
+    seen_nan = seen_nan || a != a;
+    nan = a != a ? a : nan;
     max = a > max ? a : max;
     const int was_stepped = stepped == nullptr ? 1 : static_cast<int>((stepped[j / 64] >> (j % 64)) & 1u);
     const int s = ((d > 0) - (d < 0)) * was_stepped;
@@ -46,7 +47,7 @@ SCAPE_UPDATE_STATS_HOST_DEVICE inline void update_statistics_block(const float* 
   }
   out[0] = ss;
   out[1] = tt;
-  out[2] = nan ? std::numeric_limits<double>::quiet_NaN() : static_cast<double>(max);
+  out[2] = static_cast<double>(seen_nan ? nan : max);
   out[3] = static_cast<double>(both);
   out[4] = static_cast<double>(flipped);
 }
