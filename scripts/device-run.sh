@@ -277,6 +277,8 @@ run_training() {
   last="$(grep -E '^step ' "$step_log" | tail -1 | tr -s ' ')"
   if [ "$rc" -eq 0 ]; then
     row "$name" "ran" "${last:-no progress line} (${took}s)"
+  elif [ "$rc" -eq 2 ] && grep -q 'no CUDA device is visible' "$step_log"; then
+    row "$name" "skipped" "no CUDA device visible (scape exits 2 before training)"
   else
     row "$name" "FAILED" "exit status $rc after ${took}s (tests.log)"
     failed=1
