@@ -8,6 +8,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "kernels/bit_ranges.hpp"
 #include "kernels/cpu/kernels.hpp"
 #include "kernels/update_stats.hpp"
 
@@ -34,27 +35,6 @@ double blocked_sum(std::size_t n, BlockFn block_fn) {
   return s;
 }
 
-std::uint64_t range_mask(std::size_t word, std::size_t begin, std::size_t end) {
-  const std::size_t lo = word * 64;
-  std::uint64_t m = ~std::uint64_t{0};
-  if (begin > lo) m &= ~std::uint64_t{0} << (begin - lo);
-  if (end < lo + 64) m &= (std::uint64_t{1} << (end - lo)) - 1;
-  return m;
-}
-
-template <typename Combine>
-std::size_t popcount_combined(std::span<const std::uint64_t> a, std::span<const std::uint64_t> b, std::size_t begin,
-                              std::size_t end, Combine combine) {
-  if (end <= begin) return 0;
-  const std::size_t first = begin / 64;
-  const std::size_t last = (end - 1) / 64;
-  std::size_t count = 0;
-  for (std::size_t w = first; w <= last; ++w) {
-    count += static_cast<std::size_t>(std::popcount(combine(a[w], b[w]) & range_mask(w, begin, end)));
-  }
-  return count;
-}
-
 }  // namespace
 
 double l2_norm(std::span<const float> x) {
@@ -75,25 +55,22 @@ double l2_norm(std::span<const float> x) {
   return std::sqrt(ss);
 }
 
-std::size_t popcount_range(std::span<const std::uint64_t> words, std::size_t begin, std::size_t end) {
-  return popcount_combined(words, words, begin, end, [](std::uint64_t x, std::uint64_t) { return x; });
+double device_l2_norm(kernels::KernelBackend& k, kernels::Buffer<double>& partial, std::span<const float> x) {
+  partial.resize((x.size() + kBlock - 1) / kBlock);
+  k.block_sum_squares(x, kBlock, partial.span());
+  k.synchronize();
+  double total = 0;
+  for (const double p : partial.span()) total += p;
+  return std::sqrt(total);
 }
 
 std::size_t popcount_and_range(std::span<const std::uint64_t> a, std::span<const std::uint64_t> b, std::size_t begin,
                                std::size_t end) {
-  return popcount_combined(a, b, begin, end, [](std::uint64_t x, std::uint64_t y) { return x & y; });
-}
-
-std::size_t popcount_or_range(std::span<const std::uint64_t> a, std::span<const std::uint64_t> b, std::size_t begin,
-                              std::size_t end) {
-  return popcount_combined(a, b, begin, end, [](std::uint64_t x, std::uint64_t y) { return x | y; });
-}
-
-double jaccard_range(std::span<const std::uint64_t> a, std::span<const std::uint64_t> b, std::size_t begin,
-                     std::size_t end) {
-  const std::size_t uni = popcount_or_range(a, b, begin, end);
-  if (uni == 0) return 1.0;
-  return static_cast<double>(popcount_and_range(a, b, begin, end)) / static_cast<double>(uni);
+  std::size_t count = 0;
+  for (std::size_t w = begin / 64; begin < end && w <= (end - 1) / 64; ++w) {
+    count += static_cast<std::size_t>(std::popcount(a[w] & b[w] & kernels::range_word_mask(w, begin, end)));
+  }
+  return count;
 }
 
 RangeCounter::RangeCounter(kernels::KernelBackend& k, const std::vector<std::pair<std::size_t, std::size_t>>& ranges)
@@ -316,12 +293,7 @@ void UpdateTracker::before(std::span<const float> theta) {
 }
 
 void UpdateTracker::norm_only(std::span<const float> theta) {
-  partial_.resize((theta.size() + kBlock - 1) / kBlock);
-  k_.block_sum_squares(theta, kBlock, partial_.span());
-  k_.synchronize();
-  double total = 0;
-  for (const double p : partial_.span()) total += p;  // block order, as after()
-  theta_norm_ = std::sqrt(total);
+  theta_norm_ = device_l2_norm(k_, partial_, theta);  // the blocks and order of after()
 }
 
 void UpdateTracker::after(std::span<const float> theta, StepMetrics& out, std::span<const std::uint64_t> stepped) {

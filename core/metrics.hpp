@@ -18,16 +18,13 @@ namespace scape::metrics {
 
 double l2_norm(std::span<const float> x);
 
-// Set bits of `words` in the bit range [begin, end).
-std::size_t popcount_range(std::span<const std::uint64_t> words, std::size_t begin, std::size_t end);
+// ||x||_2 of memory backend k can read, from its block_sum_squares over fixed blocks added in
+// block order (deterministic on any device); `partial` is k's scratch, grown as needed.
+double device_l2_norm(kernels::KernelBackend& k, kernels::Buffer<double>& partial, std::span<const float> x);
+
+// Set bits of a & b in the bit range [begin, end) (host memory).
 std::size_t popcount_and_range(std::span<const std::uint64_t> a, std::span<const std::uint64_t> b,
                                std::size_t begin, std::size_t end);
-std::size_t popcount_or_range(std::span<const std::uint64_t> a, std::span<const std::uint64_t> b,
-                              std::size_t begin, std::size_t end);
-
-// |a & b| / |a | b| over [begin, end); 1 when both are empty.
-double jaccard_range(std::span<const std::uint64_t> a, std::span<const std::uint64_t> b, std::size_t begin,
-                     std::size_t end);
 
 // Set-bit counts of a mask, and of it with a previous mask, over fixed coordinate ranges: one
 // mask_range_counts kernel on backend k, where the masks live (on a GPU only the counts reach

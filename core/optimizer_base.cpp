@@ -72,7 +72,7 @@ StepMetrics OptimizerBase::step(std::span<float> params_in, std::span<const floa
     k_.copy_bytes(grads_in.data(), grads_stage_.data(), grads_in.size_bytes());
     grads = grads_stage_.span();
   }
-  out.local_grad_norm = sum_of_squares_norm(grads);
+  out.local_grad_norm = metrics::device_l2_norm(k_, norm_partial_, grads);
   // The update statistics (a copy of theta and a pass over it) are worker 0's only: replicas
   // are identical (docs/algorithms.md, invariant 4) and the run records worker 0's values.
   const bool track_updates = rank_ == 0;
@@ -91,17 +91,6 @@ StepMetrics OptimizerBase::step(std::span<float> params_in, std::span<const floa
   fill_final_metrics(out);
   out.comm = comm_.ledger().drain();
   return out;
-}
-
-double OptimizerBase::sum_of_squares_norm(std::span<const float> x) {
-  // Fixed blocks summed in block order (metrics::l2_norm's blocks): deterministic on any device.
-  constexpr std::size_t kBlock = 8192;
-  norm_partial_.resize((x.size() + kBlock - 1) / kBlock);
-  k_.block_sum_squares(x, kBlock, norm_partial_.span());
-  k_.synchronize();
-  double total = 0;
-  for (const double p : norm_partial_.span()) total += p;
-  return std::sqrt(total);
 }
 
 void OptimizerBase::save_state(StateMap& state) {

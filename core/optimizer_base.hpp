@@ -65,9 +65,6 @@ class OptimizerBase : public Optimizer {
   metrics::UpdateTracker updates_;
 
  private:
-  // ||x||_2 of memory the kernels can read, from the backend's block sums.
-  double sum_of_squares_norm(std::span<const float> x);
-
   kernels::Buffer<float> params_stage_{k_}, grads_stage_{k_};  // inputs the kernels cannot read
   kernels::Buffer<double> norm_partial_{k_};
 };
