@@ -2,8 +2,9 @@
 // histograms the high 15 bits and finds the bucket holding the k-th largest; pass 2 writes the
 // mask bits above that bucket and marks the bucket's members as candidates; passes 3 and 4
 // touch only the candidates: histogram their low 16 bits, then take those above the threshold
-// and the ties at it, lowest indices first. Only passes 1 and 2 read all of the input. Below
-// 2^16 elements an introselect on a copy of the keys replaces the two histogram passes.
+// and the ties at it, lowest indices first (an introselect replaces the low histogram when the
+// bucket holds few candidates). Only passes 1 and 2 read all of the input. Below 2^16 elements
+// an introselect on a copy of the keys replaces the two histogram passes.
 #include <algorithm>
 #include <bit>
 #include <functional>
@@ -68,39 +69,39 @@ void for_each_chunk(const Chunking& chunks, Body body) {
   for (std::int64_t c = 0; c < nc; ++c) body(static_cast<std::size_t>(c));
 }
 
-// Where the rank-th largest (1-based) sits in a histogram read from the top bucket down:
-// its bucket, and how many of that bucket's entries fall inside the top `rank`.
+// Where the rank-th largest (1-based) sits in per-chunk histograms (chunk c occupies
+// [c*buckets, (c+1)*buckets)) read from the top bucket down: its bucket, how many of that
+// bucket's entries fall inside the top `rank`, and how many entries the bucket holds. The scan
+// sums the chunks bucket by bucket and stops at the bucket, so no merged histogram is built.
 struct BucketPick {
   std::uint32_t bucket = 0;
   std::uint64_t take = 0;
+  std::uint64_t count = 0;
 };
 
-BucketPick pick_bucket(const std::vector<std::uint64_t>& counts, std::uint64_t rank) {
+BucketPick pick_bucket(const std::vector<std::uint32_t>& per_chunk, std::size_t chunks, std::size_t buckets,
+                       std::uint64_t rank) {
   std::uint64_t above = 0;
-  for (std::size_t b = counts.size(); b-- > 0;) {
-    if (above + counts[b] >= rank) return {static_cast<std::uint32_t>(b), rank - above};
-    above += counts[b];
+  for (std::size_t b = buckets; b-- > 0;) {
+    std::uint64_t count = 0;
+    for (std::size_t c = 0; c < chunks; ++c) count += per_chunk[c * buckets + b];
+    if (above + count >= rank) return {static_cast<std::uint32_t>(b), rank - above, count};
+    above += count;
   }
   throw std::logic_error("topk_abs_mask: histogram holds fewer entries than the rank sought");
 }
 
-// Sums per-chunk histograms (chunk c occupies [c*buckets, (c+1)*buckets)).
-std::vector<std::uint64_t> merge_histograms(const std::vector<std::uint32_t>& per_chunk, std::size_t chunks,
-                                            std::size_t buckets) {
-  std::vector<std::uint64_t> merged(buckets, 0);
-  const auto nb = static_cast<std::int64_t>(buckets);
-  // A serial merge of a few histograms takes tens of microseconds, less than waking a team.
-#pragma omp parallel for schedule(static) if (chunks > 4)
-  for (std::int64_t b = 0; b < nb; ++b) {
-    std::uint64_t sum = 0;
-    for (std::size_t c = 0; c < chunks; ++c) sum += per_chunk[c * buckets + static_cast<std::size_t>(b)];
-    merged[static_cast<std::size_t>(b)] = sum;
-  }
-  return merged;
+// Per-thread histogram storage, cleared on every call: allocating 0.1-0.4 MB afresh faults in
+// new pages each time, which at 10^5 elements cost more than the pass that fills them.
+std::vector<std::uint32_t>& cleared_histogram(std::size_t size, int which) {
+  thread_local std::vector<std::uint32_t> storage[2];
+  std::vector<std::uint32_t>& h = storage[which];
+  h.assign(size, 0);
+  return h;
 }
 
-std::vector<std::uint32_t> histogram_high(const float* values, const Chunking& chunks) {
-  std::vector<std::uint32_t> hist(chunks.count * kHighBuckets, 0);
+const std::vector<std::uint32_t>& histogram_high(const float* values, const Chunking& chunks) {
+  std::vector<std::uint32_t>& hist = cleared_histogram(chunks.count * kHighBuckets, 0);
   for_each_chunk(chunks, [&](std::size_t chunk) {
     std::uint32_t* h = hist.data() + chunk * kHighBuckets;
     for (std::size_t j = chunks.begin(chunk); j < chunks.end(chunk); ++j) ++h[magnitude_key(values[j]) >> kLowBits];
@@ -167,8 +168,9 @@ void for_each_in_chunk(const Chunking& chunks, std::size_t chunk, const std::uin
 }
 
 // Pass 3: histogram of the low bits of the candidates, per chunk.
-std::vector<std::uint32_t> histogram_low(const float* values, const Chunking& chunks, const std::uint64_t* inside) {
-  std::vector<std::uint32_t> hist(chunks.count * kLowBuckets, 0);
+const std::vector<std::uint32_t>& histogram_low(const float* values, const Chunking& chunks,
+                                                const std::uint64_t* inside) {
+  std::vector<std::uint32_t>& hist = cleared_histogram(chunks.count * kLowBuckets, 1);
   for_each_chunk(chunks, [&](std::size_t chunk) {
     std::uint32_t* h = hist.data() + chunk * kLowBuckets;
     for_each_in_chunk(chunks, chunk, inside, [&](std::size_t w, unsigned b) {
@@ -204,13 +206,50 @@ void take_from_bucket(const float* values, const Chunking& chunks, const std::ui
   });
 }
 
+// Below this many candidates in the threshold bucket, an introselect on their low bits costs
+// less than clearing and scanning the 2^16-bucket low histogram of every chunk.
+constexpr std::uint64_t kFewCandidates = kLowBuckets / 8;
+
+// Passes 3 and 4 for few candidates: their low bits in index order, chunk by chunk; the
+// threshold from an introselect on a copy; the ties needed handed out to the lowest indices.
+void take_from_few(const float* values, const Chunking& chunks, const std::uint64_t* inside, std::uint64_t take,
+                   std::uint64_t candidates, std::uint64_t* words) {
+  std::vector<std::uint32_t> keys;
+  keys.reserve(candidates);
+  std::vector<std::size_t> chunk_end(chunks.count);
+  for (std::size_t c = 0; c < chunks.count; ++c) {
+    for_each_in_chunk(chunks, c, inside, [&](std::size_t w, unsigned b) {
+      keys.push_back(magnitude_key(values[64 * w + b]) & kLowMask);
+    });
+    chunk_end[c] = keys.size();
+  }
+  std::vector<std::uint32_t> ranked(keys);
+  const auto kth = ranked.begin() + static_cast<std::ptrdiff_t>(take - 1);
+  std::nth_element(ranked.begin(), kth, ranked.end(), std::greater<>());
+  const std::uint32_t low = *kth;
+  std::uint64_t needed =
+      take - static_cast<std::uint64_t>(std::count_if(ranked.begin(), kth, [&](std::uint32_t key) { return key > low; }));
+  std::vector<std::uint64_t> ties_taken(chunks.count, 0);
+  for (std::size_t c = 0; c < chunks.count; ++c) {
+    const auto first = keys.begin() + static_cast<std::ptrdiff_t>(c == 0 ? 0 : chunk_end[c - 1]);
+    const auto last = keys.begin() + static_cast<std::ptrdiff_t>(chunk_end[c]);
+    ties_taken[c] = std::min<std::uint64_t>(needed, static_cast<std::uint64_t>(std::count(first, last, low)));
+    needed -= ties_taken[c];
+  }
+  take_from_bucket(values, chunks, inside, low, ties_taken, words);
+}
+
 // Large inputs: radix select on the high bits, then on the low bits of the candidates.
 void select_radix(const float* values, const Chunking& chunks, std::uint64_t k, std::uint64_t* words,
                   std::uint64_t* inside) {
-  const BucketPick high = pick_bucket(merge_histograms(histogram_high(values, chunks), chunks.count, kHighBuckets), k);
+  const BucketPick high = pick_bucket(histogram_high(values, chunks), chunks.count, kHighBuckets, k);
   split_at_bucket(values, chunks, high.bucket, words, inside);
-  const std::vector<std::uint32_t> low_hist = histogram_low(values, chunks, inside);
-  const BucketPick low = pick_bucket(merge_histograms(low_hist, chunks.count, kLowBuckets), high.take);
+  if (high.count < kFewCandidates) {
+    take_from_few(values, chunks, inside, high.take, high.count, words);
+    return;
+  }
+  const std::vector<std::uint32_t>& low_hist = histogram_low(values, chunks, inside);
+  const BucketPick low = pick_bucket(low_hist, chunks.count, kLowBuckets, high.take);
   take_from_bucket(values, chunks, inside, low.bucket, ties_per_chunk(low.take, low_hist, low.bucket, chunks.count),
                    words);
 }
