@@ -35,6 +35,8 @@ class TopkEfOptimizer final : public FeedbackOptimizer {
   kernels::Buffer<std::uint32_t> recv_idx_{k_};  // every worker's L_i, in rank order
   kernels::Buffer<float> recv_values_{k_};
   kernels::Buffer<std::uint64_t> union_mask_{k_};
+  kernels::Buffer<std::uint32_t> union_idx_{k_};  // the coordinates some worker delivered, ascending
+  kernels::Buffer<float> union_values_{k_};       // g_bar on them, compacted
   kernels::Buffer<std::uint64_t> code_{k_};  // mask_encoding other than bitmap: Elias-Fano indices
   double codec_s_ = 0;                        // this step's coding and decoding
 };
