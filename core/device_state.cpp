@@ -68,9 +68,9 @@ std::size_t optimizer_device_bytes(const OptimizerConfig& config, std::size_t n,
   const bool adamw = config.type == OptimizerType::adamw ||
                      (config.type == OptimizerType::scape && config.inner == InnerRule::adamw);
   std::size_t bytes = kFloat * own * (adamw ? 2 : 1);  // m_, and v_ for AdamW
-  // Block sums of ||g|| (OptimizerBase) and of ||theta|| (UpdateTracker::norm_only; worker 0's
-  // after() uses its own, counted in update_tracker_device_bytes).
-  bytes += 2 * sizeof(double) * norm_blocks(n);
+  // Block sums of ||theta|| (UpdateTracker::norm_only; worker 0's after() uses its own, counted
+  // in update_tracker_device_bytes).
+  bytes += sizeof(double) * norm_blocks(n);
   if (config.type == OptimizerType::scape) return bytes + scape_bytes(config, n, workers);
   return bytes + kFloat * own;  // DenseOptimizer::g_bar_ (the state range)
 }

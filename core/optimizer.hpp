@@ -140,7 +140,6 @@ struct StepMetrics {
   double update_norm = 0;        // ||delta theta||_2
   double update_max = 0;
   double update_sign_flip = 0;   // fraction of coordinates stepped in both steps whose sign flipped
-  double local_grad_norm = 0;    // ||g_i||_2 of this worker's gradient
   std::size_t nonfinite_grads = 0;
   double mask_codec_s = 0;       // wall seconds coding and decoding the mask this step
   std::vector<CommRecord> comm;  // every collective of this step

@@ -72,7 +72,6 @@ StepMetrics OptimizerBase::step(std::span<float> params_in, std::span<const floa
     k_.copy_bytes(grads_in.data(), grads_stage_.data(), grads_in.size_bytes());
     grads = grads_stage_.span();
   }
-  out.local_grad_norm = metrics::device_l2_norm(k_, norm_partial_, grads);
   // The update statistics (a copy of theta and a pass over it) are worker 0's only: replicas
   // are identical (docs/algorithms.md, invariant 4) and the run records worker 0's values.
   const bool track_updates = rank_ == 0;

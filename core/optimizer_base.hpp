@@ -35,7 +35,7 @@ class OptimizerBase : public Optimizer {
   OptimizerBase(const OptimizerConfig& config, const ParamLayout& layout, Communicator& comm, int total_steps);
 
   // The policy's step t_ (already counted): params and grads are spans the backend's kernels
-  // can address; out already holds step, lr and local_grad_norm. On return the kernels may
+  // can address; out already holds step and lr. On return the kernels may
   // still be queued.
   virtual void update(std::span<float> params, std::span<const float> grads, StepMetrics& out) = 0;
   // Metrics that need the parameters after the step (updates_.theta_norm()).
@@ -66,7 +66,6 @@ class OptimizerBase : public Optimizer {
 
  private:
   kernels::Buffer<float> params_stage_{k_}, grads_stage_{k_};  // inputs the kernels cannot read
-  kernels::Buffer<double> norm_partial_{k_};
 };
 
 }  // namespace scape
