@@ -195,6 +195,26 @@ TEST_CASE("topk with ties inside the threshold bucket") {
   }
 }
 
+// The sparse path estimates its threshold from every (n / 2048)-th value. Values planted at
+// exactly those positions make the estimate wrong both ways: too high (the sample holds only
+// huge values, so fewer than k keys reach it) and too low (only tiny ones, so nearly every key
+// does); the selection must stay exact either way, with ties at the threshold included.
+TEST_CASE("topk with a misleading sample: the sparse path's estimate fails and the result stays exact") {
+  for (const std::size_t n : {std::size_t{13'579}, std::size_t{100'003}, std::size_t{300'007}}) {
+    const std::size_t stride = n / std::min<std::size_t>(n, 2048);
+    for (const float planted : {1e6f, 1e-6f, 0.5f}) {
+      CAPTURE(planted);
+      std::vector<float> x = values_from(n, {0.25f, -0.5f, 0.5f, 1.0f, -2.0f, 0.125f}, 51);
+      for (std::size_t j = 0; j < n; j += stride) x[j] = planted;
+      const auto order = reference_order(x);
+      for (const std::size_t k : {std::size_t{1}, n / 100, n / 10}) check_against_reference(x, order, k);
+    }
+    const std::vector<float> normal = normal_values(n, 52);
+    const auto order = reference_order(normal);
+    for (const std::size_t k : {std::size_t{7}, n / 100, n / 8}) check_against_reference(normal, order, k);
+  }
+}
+
 TEST_CASE("topk with NaN, inf and signed zeros in a large input") {
   const std::size_t n = 100'000;
   std::vector<float> x = normal_values(n, 41);

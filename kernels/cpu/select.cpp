@@ -4,7 +4,10 @@
 // touch only the candidates: histogram their low 16 bits, then take those above the threshold
 // and the ties at it, lowest indices first (an introselect replaces the low histogram when the
 // bucket holds few candidates). Only passes 1 and 2 read all of the input. Below 2^16 elements
-// an introselect on a copy of the keys replaces the two histogram passes.
+// an introselect on a copy of the keys replaces the two histogram passes. A sparse selection
+// (k <= n/8) on one chunk first tries a threshold estimated from a strided sample: one pass keeps
+// every key at or above it, and an introselect on those candidates finds the exact threshold;
+// when the estimate keeps fewer than k keys (or too many), the paths above run instead.
 #include <algorithm>
 #include <bit>
 #include <functional>
@@ -254,6 +257,81 @@ void select_radix(const float* values, const Chunking& chunks, std::uint64_t k, 
                    words);
 }
 
+// Bits of the (up to 64) values at v whose magnitude key is at least `least` (> 0).
+std::uint64_t at_least_word(const float* v, std::size_t len, std::uint32_t least) {
+#if defined(__SSE2__)
+  if (len == 64) {
+    const __m128i magnitude = _mm_set1_epi32(0x7fffffff);
+    // Keys are below 2^31, so the signed compare orders them correctly.
+    const __m128i below = _mm_set1_epi32(static_cast<int>(least - 1));
+    std::uint64_t bits = 0;
+    for (unsigned q = 0; q < 16; ++q) {
+      const __m128i keys = _mm_and_si128(_mm_loadu_si128(reinterpret_cast<const __m128i*>(v + 4 * q)), magnitude);
+      const auto hit = static_cast<unsigned>(_mm_movemask_ps(_mm_castsi128_ps(_mm_cmpgt_epi32(keys, below))));
+      bits |= std::uint64_t{hit} << (4 * q);
+    }
+    return bits;
+  }
+#endif
+  std::uint64_t bits = 0;
+  for (std::size_t b = 0; b < len; ++b) bits |= std::uint64_t{magnitude_key(v[b]) >= least} << b;
+  return bits;
+}
+
+// Selections this sparse or sparser try the sampled threshold first.
+constexpr std::uint64_t kSampledMaxDensityInverse = 8;
+constexpr std::size_t kSampleSize = 2048;
+
+// The sampled path (one chunk, k <= n/8): the key of rank ~1.25 k of a strided sample, lowered
+// by a margin of 8 sample ranks, is a threshold at or below the k-th largest key unless the
+// sample was unlucky; one pass marks the keys at or above it (`inside`), and if they number at
+// least k (and at most n/4, past which ties make the gather cost more than the histograms) an
+// introselect on them gives the exact k-th key, whose ties go to the lowest indices. Returns
+// false, having written nothing final, when the estimate does not hold.
+bool select_sampled(const float* values, std::size_t n, std::uint64_t k, std::uint64_t* words, std::uint64_t* inside) {
+  const std::size_t s = std::min(n, kSampleSize), stride = n / s;
+  std::vector<std::uint32_t> sample(s);
+  for (std::size_t i = 0; i < s; ++i) sample[i] = magnitude_key(values[i * stride]);
+  const std::size_t rank = std::min<std::size_t>(s, (5 * k * s + 4 * n - 1) / (4 * n) + 8);
+  const auto pick = sample.begin() + static_cast<std::ptrdiff_t>(rank - 1);
+  std::nth_element(sample.begin(), pick, sample.end(), std::greater<>());
+  const std::uint32_t least = *pick;
+  if (least == 0) return false;  // every key qualifies: nothing gained
+  const std::size_t nw = words_for(n);
+  std::uint64_t kept = 0;
+  for (std::size_t w = 0; w < nw; ++w) {
+    inside[w] = at_least_word(values + 64 * w, std::min<std::size_t>(64, n - 64 * w), least);
+    kept += static_cast<std::uint64_t>(std::popcount(inside[w]));
+  }
+  if (kept < k || kept > n / 4) return false;
+  std::vector<std::uint32_t> keys;
+  keys.reserve(kept);
+  for (std::size_t w = 0; w < nw; ++w) {
+    for (std::uint64_t bits = inside[w]; bits != 0; bits &= bits - 1) {
+      keys.push_back(magnitude_key(values[64 * w + static_cast<std::size_t>(std::countr_zero(bits))]));
+    }
+  }
+  std::vector<std::uint32_t> ranked(keys);
+  const auto kth = ranked.begin() + static_cast<std::ptrdiff_t>(k - 1);
+  std::nth_element(ranked.begin(), kth, ranked.end(), std::greater<>());
+  const std::uint32_t threshold = *kth;
+  std::uint64_t ties = k - static_cast<std::uint64_t>(std::count_if(ranked.begin(), kth, [&](std::uint32_t key) {
+                                 return key > threshold;
+                               }));
+  std::size_t next = 0;
+  for (std::size_t w = 0; w < nw; ++w) {
+    std::uint64_t taken = 0;
+    for (std::uint64_t bits = inside[w]; bits != 0; bits &= bits - 1) {
+      const std::uint32_t key = keys[next++];
+      const bool tie_taken = key == threshold && ties > 0;
+      ties -= tie_taken ? 1 : 0;
+      if (key > threshold || tie_taken) taken |= bits & (~bits + 1);  // the lowest set bit
+    }
+    words[w] = taken;
+  }
+  return true;
+}
+
 // Small inputs: the histograms' fixed cost (~0.4 MB to clear and scan) dwarfs the data, so an
 // introselect on a copy of the keys finds the threshold instead; one chunk takes all ties.
 void select_small(const float* values, const Chunking& chunks, std::uint64_t k, std::uint64_t* words,
@@ -292,6 +370,10 @@ void topk_abs_mask(std::span<const float> values, std::size_t k, std::span<std::
   const Chunking chunks = make_chunking(n);
   // Candidate bits for the threshold bucket; every word is written before it is read.
   const auto inside = std::make_unique_for_overwrite<std::uint64_t[]>(chunks.words);
+  if (chunks.count == 1 && k <= n / kSampledMaxDensityInverse &&
+      select_sampled(values.data(), n, k, mask_words.data(), inside.get())) {
+    return;
+  }
   if (n < kRadixMinElements) {
     select_small(values.data(), chunks, k, mask_words.data(), inside.get());
   } else {
