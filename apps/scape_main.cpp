@@ -34,6 +34,9 @@
 #ifdef SCAPE_HAVE_NCCL
 #include "runtime/nccl_run.hpp"
 #endif
+#ifdef SCAPE_HAVE_NCCL_SINGLE
+#include "runtime/nccl_single.hpp"
+#endif
 
 #ifndef SCAPE_VERSION
 #define SCAPE_VERSION "0.0.0"
@@ -142,17 +145,21 @@ int cmd_run(const std::string& file, std::string out, const std::vector<std::str
 #endif
   }
   if (backend.name == "nccl") {
-#ifdef SCAPE_HAVE_NCCL
     if (backend.deterministic) {
       throw ex::ConfigError("--deterministic applies to --backend mpi only (NCCL reduces in its own order)");
     }
+#if defined(SCAPE_HAVE_NCCL)
     scape::runtime::MpiOptions mpi;
     mpi.collective_timeout_s = backend.collective_timeout_s;
     return scape::runtime::run_nccl(config, options, mpi);
+#elif defined(SCAPE_HAVE_NCCL_SINGLE)
+    const auto outcome = scape::runtime::run_nccl_single_process(config, options);
+    print_outcome(config, outcome, out);
+    return exit_code(outcome.status);
 #else
     throw ex::ConfigError(
-        "--backend nccl: this scape was built without the NCCL communicator (it needs nvcc, MPI and NCCL: "
-        "libnccl-dev or NCCL in the CUDA toolkit; rebuild)");
+        "--backend nccl: this scape was built without the NCCL communicator (it needs nvcc and NCCL: libnccl-dev "
+        "or NCCL in the CUDA toolkit, and MPI for more than one rank; rebuild)");
 #endif
   }
   const auto outcome = scape::sim::run_simulated(config, options);
@@ -486,7 +493,8 @@ int main(int argc, char** argv) {
   Backend backend;
   run->add_option("--backend", backend.name,
                   "sim: W threads in this process; mpi: one process per rank under mpirun; nccl: as mpi, one GPU "
-                  "per rank, collectives over NCCL, optimizer on the GPU")
+                  "per rank, collectives over NCCL, optimizer on the GPU (a build without MPI runs workers = 1 "
+                  "in this process)")
       ->check(CLI::IsMember({"sim", "mpi", "nccl"}))
       ->capture_default_str();
   run->add_flag("--deterministic", backend.deterministic,

@@ -265,13 +265,14 @@ run_bench() {
   fi
 }
 
-# run_training NAME CAP_S [--set KEY=VALUE ...]: the carried scape trains the carried device
-# config (the one-GPU simulator, device = cuda) with the given overrides; its run file stays
-# outside $OUT, the row quotes the last progress line (losses, tokens/s).
+# run_training NAME CAP_S [--backend nccl] [--set KEY=VALUE ...]: the carried scape trains the
+# carried device config (the one-GPU simulator, device = cuda; with --backend nccl one NCCL rank
+# in-process) with the given overrides; its run file stays outside $OUT, the row quotes the last
+# progress line (losses, tokens/s). The carried scape links NCCL, so it needs libnccl.so.2 too.
 run_training() {
   local name=$1 cap=$2 last
   shift 2
-  can_run "$name" scape "$tests_log" || return 0
+  can_run "$name" scape "$tests_log" needs-nccl || return 0
   timed_run "$name" "$tests_log" "$cap" "$carry/bin/scape" run "$carry/configs/device-check-run.json" \
     --out "$(dirname "$step_log")/$name.h5" --force "$@" || return 0
   last="$(grep -E '^step ' "$step_log" | tail -1 | tr -s ' ')"
@@ -294,6 +295,9 @@ run_training sim_scape_0.99 90 --set optimizer.type=scape --set optimizer.sparsi
 run_training sim_adams 90 --set optimizer.type=adams --set optimizer.lr=0.001
 run_test nccl_collectives_w1 nccl_collectives_check 90 needs-nccl
 run_test nccl_scape_w1 nccl_scape_check 90 needs-nccl
+run_test nccl_single_w1 nccl_single_check 90 needs-nccl
+run_training nccl_run_w1_scape_0.99 60 --backend nccl --set workers=1 --set steps=100 --set optimizer.type=scape \
+  --set optimizer.sparsity=0.99 --set optimizer.lr=0.01
 run_bench bench_cuda 150
 run_bench bench_device_step 120
 run_bench bench_model_cuda 120

@@ -1,0 +1,73 @@
+// One NCCL rank in this process (nccl_single.hpp).
+#include "runtime/nccl_single.hpp"
+
+#include <chrono>
+#include <exception>
+#include <functional>
+#include <memory>
+#include <span>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "kernels/cuda/cuda_backend.hpp"
+#include "runtime/nccl_comm.hpp"
+#include "train/checkpoint.hpp"
+
+namespace scape::runtime {
+namespace {
+
+// The only rank's report goes straight to its log; its state is the whole checkpoint.
+class SingleRankExchange final : public train::StepExchange {
+ public:
+  bool exchange(int, const train::WorkerReport& report,
+                const std::function<bool(std::span<const train::WorkerReport* const>)>& decide) override {
+    const train::WorkerReport* const reports[] = {&report};
+    return decide(reports);
+  }
+  std::vector<StateMap> gather_states(int, const StateMap& mine) override { return {mine}; }
+  void barrier(int) override {}
+};
+
+}  // namespace
+
+train::RunOutcome run_nccl_single_process(const experiments::ExperimentConfig& config,
+                                          const train::RunOptions& options_in) {
+  const auto wall_start = std::chrono::steady_clock::now();
+  if (config.workers != 1) {
+    throw experiments::ConfigError("workers: " + std::to_string(config.workers) +
+                                   ": --backend nccl in a scape built without MPI runs one rank, in this process; set "
+                                   "workers = 1, or rebuild with MPI and start one rank per GPU with mpirun");
+  }
+  experiments::ExperimentConfig on_gpu = config;
+  on_gpu.optimizer.device = kernels::DeviceKind::cuda;
+  try {
+    on_gpu.optimizer.validate();
+  } catch (const std::invalid_argument& e) {
+    throw experiments::ConfigError(std::string("--backend nccl runs the optimizer on the GPU: ") + e.what());
+  }
+  if (kernels::cuda::visible_device_count() == 0) {
+    throw experiments::ConfigError(
+        "--backend nccl: no CUDA device is visible (check CUDA_VISIBLE_DEVICES and the driver)");
+  }
+  train::require_devices(on_gpu, 1, false);
+  train::RunOptions options = options_in;
+  options.measured_comm = true;
+  const std::unique_ptr<train::SourceData> data = train::load_source_data(on_gpu);  // ConfigError: nothing written
+  train::Checkpoint checkpoint;
+  if (options.resume) checkpoint = train::load_checkpoint(on_gpu, options.out, data->layout().size());
+  train::RunLog log(on_gpu, data->layout(), options, checkpoint.step);
+  std::string failure;
+  try {
+    const std::unique_ptr<NcclComm> comm = make_single_process_nccl_comm(on_gpu.network.model());
+    SingleRankExchange exchange;
+    train::train_rank(on_gpu, *data, options, *comm, exchange, &log, options.resume ? &checkpoint : nullptr);
+  } catch (const std::exception& e) {
+    failure = "step " + std::to_string(log.steps_completed() + 1) + ": " + e.what();
+  }
+  train::RunOutcome outcome = log.finish(failure);
+  outcome.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - wall_start).count();
+  return outcome;
+}
+
+}  // namespace scape::runtime

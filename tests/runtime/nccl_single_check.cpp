@@ -1,0 +1,113 @@
+// `scape run --backend nccl` in a build without MPI (runtime/nccl_single.hpp): one NCCL rank in
+// this process. The refusals need no GPU and run in every CUDA build (ctest nccl_single_errors):
+// workers other than 1, and no visible device, each exit before anything is written. With a GPU
+// (ctest nccl_single_w1; exits 77, skipped, without one): 30 steps of SCAPE on a GPT as one NCCL
+// rank match the one-GPU simulator at W = 1 within 1e-3 on every training and validation loss
+// (at W = 1 NCCL moves the values unchanged; the bound is test_device_train's), and the run
+// file holds the measured collective times a simulated run does not.
+#define DOCTEST_CONFIG_IMPLEMENT
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "experiments/config.hpp"
+#include "experiments/hdf5.hpp"
+#include "kernels/backend.hpp"
+#include "runtime/nccl_single.hpp"
+#include "sim/sim_run.hpp"
+#include "tests/test_support.hpp"
+
+namespace ex = scape::experiments;
+namespace fs = std::filesystem;
+namespace tr = scape::train;
+
+namespace {
+
+ex::ExperimentConfig run_config(int workers, const fs::path& dir) {
+  const nlohmann::json j = {
+      {"name", "nccl-single"},
+      {"seed", 5},
+      {"workers", workers},
+      {"steps", 30},
+      {"device", "cuda"},
+      {"model",
+       {{"type", "gpt"}, {"n_layer", 2}, {"n_head", 4}, {"n_embd", 64}, {"block_size", 32}, {"vocab_size", 128}}},
+      {"data", {{"type", "synthetic"}, {"batch_size", 4}, {"tokens", 100000}}},
+      {"optimizer", {{"type", "scape"}, {"sparsity", 0.9}, {"lr", 3e-3}, {"warmup_steps", 5}}},
+      {"eval", {{"interval", 10}, {"batches", 2}}},
+      {"log", {{"flush_interval", 10}}}};
+  return ex::parse_experiment(j, dir);
+}
+
+tr::RunOptions options_for(const fs::path& out) {
+  tr::RunOptions o;
+  o.out = out;
+  o.quiet = true;
+  return o;
+}
+
+std::vector<double> read(const fs::path& file, const std::string& dataset) {
+  return ex::File::open(file, ex::Access::read).open_dataset(dataset).read_all<double>();
+}
+
+}  // namespace
+
+TEST_CASE("errors: workers other than 1, or no visible GPU, exit before anything is written") {
+  scape::testing::TempDir dir;
+  const fs::path out = dir / "run.h5";
+  CHECK_THROWS_WITH_AS(scape::runtime::run_nccl_single_process(run_config(2, dir.path), options_for(out)),
+                       doctest::Contains("workers: 2: --backend nccl in a scape built without MPI runs one rank"),
+                       ex::ConfigError);
+  CHECK_FALSE(fs::exists(out));
+  if (scape::kernels::cuda_device_count() == 0) {
+    CHECK_THROWS_WITH_AS(scape::runtime::run_nccl_single_process(run_config(1, dir.path), options_for(out)),
+                         doctest::Contains("--backend nccl: no CUDA device is visible"), ex::ConfigError);
+    CHECK_FALSE(fs::exists(out));
+  }
+}
+
+TEST_CASE("gpu: 30 steps of SCAPE as one NCCL rank match the one-GPU simulator at W = 1 within 1e-3") {
+  scape::testing::TempDir dir;
+  const auto config = run_config(1, dir.path);
+  const fs::path nccl = dir / "nccl.h5", simulated = dir / "sim.h5";
+  const tr::RunOutcome ran = scape::runtime::run_nccl_single_process(config, options_for(nccl));
+  INFO(ran.error);
+  REQUIRE(ran.status == tr::RunStatus::completed);
+  REQUIRE(scape::sim::run_simulated(config, options_for(simulated)).status == tr::RunStatus::completed);
+  for (const char* dataset : {"/metrics/train_loss", "/eval/val_loss"}) {
+    CAPTURE(dataset);
+    const auto got = read(nccl, dataset), want = read(simulated, dataset);
+    REQUIRE(got.size() == want.size());
+    REQUIRE(!want.empty());
+    for (std::size_t i = 0; i < want.size(); ++i) {
+      CAPTURE(i);
+      CHECK(std::abs(got[i] - want[i]) <= 1e-3 * std::abs(want[i]));
+    }
+  }
+  const auto f = ex::File::open(nccl, ex::Access::read);
+  CHECK(f.has_link("/metrics/compute_wall_time"));
+  CHECK(f.has_link("/metrics/mask_wait_exposed"));
+  const auto loss = read(nccl, "/metrics/train_loss");
+  CHECK(loss.back() < loss.front() - 0.1);  // it trained
+}
+
+// Without a device and without a test filter, only the refusals run, and the program then
+// exits 77 so that the device check reports the GPU case as skipped.
+int main(int argc, char** argv) {
+  doctest::Context context;
+  context.applyCommandLine(argc, argv);
+  bool filtered = false;
+  for (int i = 1; i < argc; ++i) filtered = filtered || std::strncmp(argv[i], "-tc=", 4) == 0;
+  if (scape::kernels::cuda_device_count() == 0 && !filtered) {
+    std::puts("no CUDA device visible: the GPU run of the NCCL single-process check skipped (the refusals run)");
+    std::fflush(stdout);
+    context.addFilter("test-case", "errors*");
+    const int result = context.run();
+    return result != 0 ? result : 77;
+  }
+  return context.run();
+}
