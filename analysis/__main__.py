@@ -29,6 +29,10 @@ Analysis of scape run files (HDF5, docs/run-files.md).
                                            so every reference seed reaches it)
         --target-margin M                  default 0.05 (nats)
         --band ci|minmax                   the band drawn over seeds (default ci: 95% interval)
+      Runs of the MPI or NCCL runtime (measured columns) add a section with the measured step
+      broken into forward/backward, the optimizer's own kernels, each blocking collective and
+      the wait for the lagged mask all-gather (means over the steady steps; analysis/breakdown.py),
+      OUTDIR/breakdown.csv and breakdown.png.
       --no-figures writes summary.md and the CSV files only.
 
 Exit status: 0 when at least one run file was read, 1 when none was (nothing usable),

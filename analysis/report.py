@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from . import seeds
+from . import breakdown, seeds
 from .runs import SPARSE_TYPES, effective_config, finite_mean, load_runs
 
 MAX_GROUP_ROWS = 8
@@ -396,9 +396,17 @@ def write_report(inputs, out_dir, reference=seeds.DEFAULT_REFERENCE, target_loss
         figures = []
     pareto_figures, pareto_lines = (pareto_section(report, out_dir, draw, reference, target_loss, target_margin)
                                     if report.rows else ([], []))
+    measured = breakdown.breakdowns(report)
+    if measured:
+        breakdown.write_csv(measured, out_dir / "breakdown.csv")
+        if draw:
+            breakdown.draw(measured, out_dir / "breakdown.png")
+            pareto_figures.append(("breakdown.png", "measured step time by part (MPI and NCCL runs)"))
     text = markdown_summary(report, inputs, figures + pareto_figures)
     if pareto_lines:
         text += "\n" + "\n".join(pareto_lines)
+    if measured:
+        text += "\n" + "\n".join(breakdown.markdown_section(measured)) + "\n"
     if report.problems_over_seeds:
         seeds.write_seeds_csv(report.problems_over_seeds, out_dir / "seeds.csv")
     (out_dir / "summary.md").write_text(text + "\n", encoding="utf-8")

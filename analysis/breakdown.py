@@ -1,0 +1,173 @@
+"""Measured step time of runs made by the MPI or NCCL runtime, broken into its parts.
+
+A measured run (docs/run-files.md: `compute_wall_time`, `optimizer_wall_time`,
+`comm_time_measured_<purpose>` and `mask_wait_exposed`, which the simulator does not write)
+spends each step in forward/backward and then in the optimizer phase; the optimizer phase holds
+the blocking collectives, the wait for the lagged mask all-gather, and the optimizer's own
+kernels (what is left). Per run, the mean over the steady steps of each part, so the parts add
+up to the mean measured step: compute + optimizer kernels + each blocking collective + the
+exposed wait. The lagged all-gather itself (`comm_time_measured_async_all_gather`) runs beside
+compute; it is listed apart, and only what the step waited for it counts in the step.
+
+Steady steps: from step 4 (the first steps pay one-off allocations and, under lag 1, have no
+mask to wait for) to the last but one (the last step waits for every rank to finish). The times
+are the slowest rank's (the run file records the maximum over ranks of each column).
+"""
+
+import csv
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+MEASURED_PREFIX = "comm_time_measured_"
+LAGGED = "async_all_gather"
+FIRST_STEADY_STEP = 4
+
+
+@dataclass
+class Breakdown:
+    """The mean parts of one measured run's step, in seconds."""
+
+    label: str
+    file: str
+    workers: int
+    optimizer: str
+    steps_used: int
+    compute: float
+    optimizer_kernels: float
+    mask_wait: float
+    collectives: dict = field(default_factory=dict)  # blocking purpose -> mean seconds
+    lagged_all_gather: float = math.nan               # beside compute, not part of the step
+
+    @property
+    def step(self):
+        """The mean measured step: forward/backward plus the whole optimizer phase."""
+        return self.compute + self.optimizer_kernels + self.mask_wait + sum(self.collectives.values())
+
+    @property
+    def exposed_comm(self):
+        """Communication the step waited for: the blocking collectives and the lagged all-gather's wait."""
+        return self.mask_wait + sum(self.collectives.values())
+
+
+def is_measured(run):
+    """Whether the run file holds the measured columns of the MPI/NCCL runtime."""
+    return "compute_wall_time" in run.metrics and "optimizer_wall_time" in run.metrics and any(
+        name.startswith(MEASURED_PREFIX) for name in run.metrics)
+
+
+def steady_rows(run):
+    """Indices of the steady steps (step 4 to the last but one) with finite wall times."""
+    steps = run.steps
+    if len(steps) == 0:
+        return np.zeros(0, dtype=np.int64)
+    keep = (steps >= FIRST_STEADY_STEP) & (steps < steps.max())
+    keep &= np.isfinite(run.metric("compute_wall_time")) & np.isfinite(run.metric("optimizer_wall_time"))
+    return np.nonzero(keep)[0]
+
+
+def breakdown(run, label):
+    """The Breakdown of a measured run, or None when it is not measured or has no steady step."""
+    if not is_measured(run):
+        return None
+    rows = steady_rows(run)
+    if rows.size == 0:
+        return None
+    zero_nan = lambda name: np.nan_to_num(run.metric(name)[rows], nan=0.0)  # noqa: E731  absent part: 0 s
+    collectives = {}
+    for name in sorted(run.metrics):
+        if name.startswith(MEASURED_PREFIX) and name != MEASURED_PREFIX + LAGGED:
+            collectives[name[len(MEASURED_PREFIX):]] = zero_nan(name)
+    wait = zero_nan("mask_wait_exposed")
+    optimizer_phase = run.metric("optimizer_wall_time")[rows]
+    kernels = optimizer_phase - wait - sum(collectives.values(), np.zeros(rows.size))
+    lagged = run.metric(MEASURED_PREFIX + LAGGED)[rows] if MEASURED_PREFIX + LAGGED in run.metrics else None
+    return Breakdown(label=label, file=run.path.name, workers=int(run.config.get("workers", 0)),
+                     optimizer=run.optimizer_type, steps_used=int(rows.size),
+                     compute=float(np.mean(run.metric("compute_wall_time")[rows])),
+                     optimizer_kernels=float(np.mean(kernels)), mask_wait=float(np.mean(wait)),
+                     collectives={p: float(np.mean(v)) for p, v in collectives.items() if np.any(v > 0)},
+                     lagged_all_gather=float(np.mean(lagged)) if lagged is not None and np.any(lagged > 0)
+                     else math.nan)
+
+
+def breakdowns(report):
+    """The Breakdown of every measured run of a Report, in table order."""
+    out = []
+    for row in report.rows:
+        b = breakdown(row.run, row.label if len(report.groups) == 1 else f"{row.group}: {row.label}")
+        if b is not None:
+            out.append(b)
+    return out
+
+
+def _ms(seconds):
+    return "" if not math.isfinite(seconds) else f"{1e3 * seconds:.3f}"
+
+
+def markdown_section(items):
+    """The summary.md section: one row per measured run, times in milliseconds."""
+    purposes = sorted({p for b in items for p in b.collectives})
+    head = ["run", "W", "optimizer", "steps", "step", "forward/backward", "optimizer kernels"] + purposes + [
+        "lagged all-gather wait", "exposed comm (share of step)", "lagged all-gather (beside compute)"]
+    lines = ["## Measured step time (MPI and NCCL runs)", "",
+             "Mean over the steady steps (step 4 to the last but one) of the slowest rank's times, in ms; the",
+             "parts add up to the step: forward/backward, the optimizer's own kernels, each blocking collective",
+             "and the wait for the lagged mask all-gather. The lagged all-gather itself runs beside compute.", "",
+             "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for b in items:
+        share = b.exposed_comm / b.step if b.step > 0 else math.nan
+        cells = [b.label, str(b.workers), b.optimizer, str(b.steps_used), _ms(b.step), _ms(b.compute),
+                 _ms(b.optimizer_kernels)] + [_ms(b.collectives.get(p, 0.0)) for p in purposes] + [
+                 _ms(b.mask_wait), f"{_ms(b.exposed_comm)} ({100 * share:.1f}%)", _ms(b.lagged_all_gather)]
+        lines.append("| " + " | ".join(cells) + " |")
+    return lines
+
+
+def write_csv(items, path):
+    """breakdown.csv: every part in seconds, one row per measured run."""
+    purposes = sorted({p for b in items for p in b.collectives})
+    with open(path, "w", newline="", encoding="utf-8") as f:
+        w = csv.writer(f)
+        w.writerow(["file", "label", "workers", "optimizer", "steps_used", "step_s", "compute_s",
+                    "optimizer_kernels_s", "mask_wait_s"] + [f"{p}_s" for p in purposes] + ["lagged_all_gather_s"])
+        for b in items:
+            w.writerow([b.file, b.label, b.workers, b.optimizer, b.steps_used, b.step, b.compute,
+                        b.optimizer_kernels, b.mask_wait] + [b.collectives.get(p, 0.0) for p in purposes]
+                       + [b.lagged_all_gather])
+
+
+def draw(items, path):
+    """breakdown.png: one stacked horizontal bar per run (ms), the lagged all-gather as a thin bar under it."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    purposes = sorted({p for b in items for p in b.collectives})
+    parts = [("forward/backward", lambda b: b.compute), ("optimizer kernels", lambda b: b.optimizer_kernels)]
+    parts += [(p, lambda b, p=p: b.collectives.get(p, 0.0)) for p in purposes]
+    parts += [("lagged all-gather wait", lambda b: b.mask_wait)]
+    colours = plt.get_cmap("tab10")
+    fig, ax = plt.subplots(figsize=(10, 1.2 + 0.55 * len(items)))
+    lagged_labelled = False
+    for i, b in enumerate(items):
+        left = 0.0
+        for j, (name, value) in enumerate(parts):
+            width = 1e3 * max(value(b), 0.0)
+            ax.barh(i, width, left=left, height=0.55, color=colours(j % 10), label=name if i == 0 else None)
+            left += width
+        if math.isfinite(b.lagged_all_gather):
+            ax.barh(i + 0.36, 1e3 * b.lagged_all_gather, height=0.12, color="black",
+                    label=None if lagged_labelled else "lagged all-gather (beside compute)")
+            lagged_labelled = True
+    ax.set_yticks(range(len(items)))
+    ax.set_yticklabels([f"{b.label} (W={b.workers})" for b in items], fontsize=8)
+    ax.invert_yaxis()
+    ax.set_xlabel("mean measured step time (ms), slowest rank")
+    ax.set_title("Measured step time by part (MPI and NCCL runs)")
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, frameon=False)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)

@@ -1,0 +1,129 @@
+"""The measured step-time breakdown (analysis/breakdown.py) of a real MPI run at W = 2.
+
+The parts are checked against means computed here with plain h5py over the same steady steps,
+and on a copy whose measured columns are overwritten with known values, against the hand-derived
+breakdown. A simulated run has no measured columns and gets no breakdown.
+"""
+
+import csv
+import json
+import os
+import shutil
+import subprocess
+
+import h5py
+import numpy as np
+import pytest
+
+from conftest import TINY_GPT, run_scape
+
+MPI_ENV = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
+           "OMPI_MCA_rmaps_base_oversubscribe": "1", "OMP_NUM_THREADS": "1"}
+STEPS = 12
+
+
+@pytest.fixture(scope="module")
+def mpi_run(scape, tmp_path_factory):
+    """A 12-step SCAPE GPT run under mpirun -np 2 --backend mpi, or skip."""
+    mpirun = shutil.which("mpirun")
+    if not mpirun:
+        pytest.skip("mpirun not on PATH (openmpi-bin)")
+    folder = tmp_path_factory.mktemp("measured")
+    config = dict(TINY_GPT, workers=2, steps=STEPS, optimizer={"type": "scape", "sparsity": 0.9, "lr": 3e-3})
+    cfg = folder / "mpi.json"
+    cfg.write_text(json.dumps(config))
+    out = folder / "mpi.h5"
+    proc = subprocess.run([mpirun, "-np", "2", scape, "run", str(cfg), "--backend", "mpi", "--out", str(out), "--quiet"],
+                          capture_output=True, text=True, timeout=300, env={**os.environ, **MPI_ENV})
+    if proc.returncode == 2 and "built without MPI" in proc.stderr:
+        pytest.skip("this scape was built without MPI")
+    assert proc.returncode == 0, f"exit {proc.returncode}\n{proc.stdout}\n{proc.stderr}"
+    cfg.unlink()
+    return out
+
+
+def steady_means(path):
+    """{column: mean over steps 4 .. STEPS-1} of the measured columns, read with h5py alone."""
+    with h5py.File(path, "r", swmr=True) as f:
+        steps = f["metrics/step"][()]
+        rows = (steps >= 4) & (steps < steps.max())
+        return {name: float(np.mean(np.nan_to_num(f["metrics"][name][()][rows], nan=0.0)))
+                for name in f["metrics"] if "wall_time" in name or name.startswith("comm_time_measured_")
+                or name == "mask_wait_exposed"}, int(rows.sum())
+
+
+def test_breakdown_of_a_real_mpi_run_adds_up(mpi_run):
+    from analysis import load_run
+    from analysis.breakdown import breakdown, is_measured
+
+    run = load_run(mpi_run)
+    assert is_measured(run)
+    b = breakdown(run, "scape")
+    means, used = steady_means(mpi_run)
+    assert b.steps_used == used == STEPS - 4
+    assert b.workers == 2 and b.optimizer == "scape"
+    assert b.compute == pytest.approx(means["compute_wall_time"], rel=1e-12)
+    # The parts add up to forward/backward plus the whole optimizer phase.
+    assert b.step == pytest.approx(means["compute_wall_time"] + means["optimizer_wall_time"], rel=1e-9)
+    blocking = {k[len("comm_time_measured_"):]: v for k, v in means.items()
+                if k.startswith("comm_time_measured_") and k != "comm_time_measured_async_all_gather" and v > 0}
+    assert b.collectives == pytest.approx(blocking, rel=1e-12)
+    assert "grad_reduce_scatter" in b.collectives  # SCAPE's sparse reduce-scatter blocks
+    assert b.mask_wait == pytest.approx(means["mask_wait_exposed"], abs=1e-15)
+    assert b.lagged_all_gather == pytest.approx(means["comm_time_measured_async_all_gather"], rel=1e-12)
+    assert b.compute > 0 and b.optimizer_kernels > 0
+
+
+def test_known_columns_give_the_hand_derived_breakdown(mpi_run, tmp_path):
+    from analysis import load_run
+    from analysis.breakdown import breakdown
+
+    path = tmp_path / "known.h5"
+    shutil.copy(mpi_run, path)
+    with h5py.File(path, "r+") as f:
+        m = f["metrics"]
+        n = m["step"].shape[0]
+        for name in m:
+            if name.startswith("comm_time_measured_") or name == "mask_wait_exposed":
+                m[name][...] = np.zeros(n)
+        m["compute_wall_time"][...] = np.full(n, 0.010)
+        m["optimizer_wall_time"][...] = np.full(n, 0.005)
+        m["comm_time_measured_grad_reduce_scatter"][...] = np.full(n, 0.002)
+        m["mask_wait_exposed"][...] = np.full(n, 0.001)
+        m["comm_time_measured_async_all_gather"][...] = np.full(n, 0.004)
+        m["compute_wall_time"][0] = 9.0  # step 1, outside the steady steps: must not count
+    b = breakdown(load_run(path), "known")
+    assert b.compute == pytest.approx(0.010)
+    assert b.collectives == pytest.approx({"grad_reduce_scatter": 0.002})
+    assert b.mask_wait == pytest.approx(0.001)
+    assert b.optimizer_kernels == pytest.approx(0.005 - 0.002 - 0.001)
+    assert b.step == pytest.approx(0.015)
+    assert b.exposed_comm == pytest.approx(0.003)
+    assert b.lagged_all_gather == pytest.approx(0.004)
+
+
+def test_report_writes_the_section_csv_and_figure_for_measured_runs_only(scape, mpi_run, tmp_path):
+    from analysis.report import write_report
+
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    shutil.copy(mpi_run, runs / "mpi.h5")
+    run_scape(scape, dict(TINY_GPT, steps=STEPS), runs / "sim.h5")
+    _, text = write_report([runs], tmp_path / "report")
+    assert "## Measured step time (MPI and NCCL runs)" in text
+    with open(tmp_path / "report" / "breakdown.csv", newline="", encoding="utf-8") as f:
+        rows = list(csv.DictReader(f))
+    assert [r["file"] for r in rows] == ["mpi.h5"]  # the simulated run has no measured columns
+    r = rows[0]
+    parts = float(r["compute_s"]) + float(r["optimizer_kernels_s"]) + float(r["mask_wait_s"]) + sum(
+        float(v) for k, v in r.items() if k not in ("lagged_all_gather_s",) and k.endswith("_s")
+        and k not in ("step_s", "compute_s", "optimizer_kernels_s", "mask_wait_s"))
+    assert parts == pytest.approx(float(r["step_s"]), rel=1e-9)
+    assert (tmp_path / "report" / "breakdown.png").stat().st_size > 0
+
+    sim_only = tmp_path / "sim-only"
+    sim_only.mkdir()
+    shutil.copy(runs / "sim.h5", sim_only / "sim.h5")
+    _, text = write_report([sim_only], tmp_path / "report-sim", figures=False)
+    assert "Measured step time" not in text
+    assert not (tmp_path / "report-sim" / "breakdown.csv").exists()
