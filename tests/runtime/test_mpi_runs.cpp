@@ -68,6 +68,9 @@ TEST_CASE("deterministic mode: mpirun -np 4 is bit-identical to the simulator wi
       {"SCAPE 0.99, whole-gradient metrics every 2 steps", "--set log.gradient_metrics_interval=2"},
       {"SCAPE 0.99 auto-coded mask (sizes exchanged)", "--set optimizer.mask_encoding=auto"},
       {"shared-seed random-k EF 0.9", "--set optimizer.type=randk_ef --set optimizer.sparsity=0.9 --set optimizer.sharded=false"},
+      {"top-k EF 0.9, residual_decay 0.9, residual_clip 1",
+       "--set optimizer.type=topk_ef --set optimizer.sparsity=0.9 --set optimizer.sharded=false "
+       "--set optimizer.residual_decay=0.9 --set optimizer.residual_clip=1"},
       {"1-bit Adam, freeze 3, chunk 256",
        "--set optimizer.type=onebit_adam --set optimizer.freeze_step=3 --set optimizer.sign_chunk=256 --set optimizer.sharded=false"},
       {"PowerSGD rank 2", "--set optimizer.type=powersgd --set optimizer.powersgd_rank=2 --set optimizer.sharded=false"},
@@ -110,8 +113,10 @@ TEST_CASE("deterministic mode: mpirun -np 4 is bit-identical to the simulator wi
     // 1-bit Adam all-reduces gradients for its 3 warm-up steps, then exchanges compressed momentum.
     const bool onebit = set.find("onebit_adam") != std::string::npos;
     const bool demo = set.find("type=demo") != std::string::npos;
+    const bool topk = set.find("type=topk_ef") != std::string::npos;
     const auto measured = metric(dir.path / "mpi.h5", onebit       ? "comm_time_measured_momentum_all_to_all"
                                                       : demo       ? "comm_time_measured_demo_all_gather"
+                                                      : topk       ? "comm_time_measured_topk_all_gather"
                                                       : replicated ? "comm_time_measured_grad_all_reduce"
                                                                    : "comm_time_measured_grad_reduce_scatter");
     for (std::size_t i = onebit ? 3 : 0; i < measured.size(); ++i) CHECK(measured[i] > 0);
