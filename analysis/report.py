@@ -397,12 +397,13 @@ def write_report(inputs, out_dir, reference=seeds.DEFAULT_REFERENCE, target_loss
     pareto_figures, pareto_lines = (pareto_section(report, out_dir, draw, reference, target_loss, target_margin)
                                     if report.rows else ([], []))
     measured = breakdown.breakdowns(report)
+    breakdown_figures = []
     if measured:
         breakdown.write_csv(measured, out_dir / "breakdown.csv")
         if draw:
             breakdown.draw(measured, out_dir / "breakdown.png")
-            pareto_figures.append(("breakdown.png", "measured step time by part (MPI and NCCL runs)"))
-    text = markdown_summary(report, inputs, figures + pareto_figures)
+            breakdown_figures.append(("breakdown.png", "measured step time by part (MPI and NCCL runs)"))
+    text = markdown_summary(report, inputs, figures + pareto_figures + breakdown_figures)
     if pareto_lines:
         text += "\n" + "\n".join(pareto_lines)
     if measured:

@@ -22,10 +22,13 @@
 #include "experiments/hdf5.hpp"
 #include "kernels/backend.hpp"
 #include "sim/sim_run.hpp"
+#include "tests/run_file_losses.hpp"
 #include "tests/test_support.hpp"
 
 namespace ex = scape::experiments;
 namespace fs = std::filesystem;
+using scape::testing::losses_within;
+using scape::testing::read_series;
 
 namespace {
 
@@ -43,10 +46,6 @@ nlohmann::json run_config(const char* model_type, const char* optimizer_type) {
           {"log", {{"flush_interval", 10}}}};
 }
 
-std::vector<double> read(const fs::path& file, const std::string& dataset) {
-  return ex::File::open(file, ex::Access::read).open_dataset(dataset).read_all<double>();
-}
-
 // Runs `json` on `device` at `precision` into dir/<device>-<precision>.h5 and returns the file.
 fs::path train_on(nlohmann::json json, const char* device, const fs::path& dir, const char* precision = "fp32") {
   json["device"] = device;
@@ -62,24 +61,6 @@ fs::path train_on(nlohmann::json json, const char* device, const fs::path& dir, 
   return options.out;
 }
 
-// Every training and validation loss of `got` within `relative` of `want`'s; returns whether
-// any of them differs at all.
-bool losses_within(const fs::path& got_file, const fs::path& want_file, double relative) {
-  bool differs = false;
-  for (const char* dataset : {"/metrics/train_loss", "/eval/val_loss"}) {
-    CAPTURE(dataset);
-    const auto want = read(want_file, dataset), got = read(got_file, dataset);
-    REQUIRE(got.size() == want.size());
-    REQUIRE(!want.empty());
-    for (std::size_t i = 0; i < want.size(); ++i) {
-      CAPTURE(i);
-      CHECK(std::abs(got[i] - want[i]) <= relative * std::abs(want[i]));
-      differs = differs || got[i] != want[i];
-    }
-  }
-  return differs;
-}
-
 void compare(const char* model_type, const char* optimizer_type) {
   CAPTURE(model_type);
   CAPTURE(optimizer_type);
@@ -88,7 +69,7 @@ void compare(const char* model_type, const char* optimizer_type) {
   const fs::path cpu = train_on(json, "cpu", dir.path), gpu = train_on(json, "cuda", dir.path);
   losses_within(gpu, cpu, 1e-3);
   // Training moved the loss: the comparison is not between two untrained models.
-  const auto loss = read(cpu, "/metrics/train_loss");
+  const auto loss = read_series(cpu, "/metrics/train_loss");
   CHECK(loss.back() < loss.front() - 0.1);
 }
 

@@ -13,6 +13,7 @@
 #include <functional>
 #include <memory>
 #include <stdexcept>
+#include <utility>
 #include <vector>
 
 #include <omp.h>
@@ -209,6 +210,24 @@ void take_from_bucket(const float* values, const Chunking& chunks, const std::ui
   });
 }
 
+// The k-th largest of `keys` (1 <= k <= keys.size()) and how many of the k largest equal it
+// (the ties that must be taken at the threshold), by an introselect on the keys, which it takes
+// by value: after nth_element everything before the k-th is >= it and everything after <= it.
+struct KthKey {
+  std::uint32_t key = 0;
+  std::uint64_t ties = 0;
+};
+
+KthKey kth_largest_key(std::vector<std::uint32_t> keys, std::uint64_t k) {
+  const auto kth = keys.begin() + static_cast<std::ptrdiff_t>(k - 1);
+  std::nth_element(keys.begin(), kth, keys.end(), std::greater<>());
+  const std::uint32_t key = *kth;
+  const auto above = static_cast<std::uint64_t>(std::count_if(keys.begin(), kth, [&](std::uint32_t x) {
+    return x > key;
+  }));
+  return {key, k - above};
+}
+
 // Below this many candidates in the threshold bucket, an introselect on their low bits costs
 // less than clearing and scanning the 2^16-bucket low histogram of every chunk.
 constexpr std::uint64_t kFewCandidates = kLowBuckets / 8;
@@ -226,12 +245,9 @@ void take_from_few(const float* values, const Chunking& chunks, const std::uint6
     });
     chunk_end[c] = keys.size();
   }
-  std::vector<std::uint32_t> ranked(keys);
-  const auto kth = ranked.begin() + static_cast<std::ptrdiff_t>(take - 1);
-  std::nth_element(ranked.begin(), kth, ranked.end(), std::greater<>());
-  const std::uint32_t low = *kth;
-  std::uint64_t needed =
-      take - static_cast<std::uint64_t>(std::count_if(ranked.begin(), kth, [&](std::uint32_t key) { return key > low; }));
+  const KthKey threshold = kth_largest_key(keys, take);
+  const std::uint32_t low = threshold.key;
+  std::uint64_t needed = threshold.ties;
   std::vector<std::uint64_t> ties_taken(chunks.count, 0);
   for (std::size_t c = 0; c < chunks.count; ++c) {
     const auto first = keys.begin() + static_cast<std::ptrdiff_t>(c == 0 ? 0 : chunk_end[c - 1]);
@@ -311,13 +327,9 @@ bool select_sampled(const float* values, std::size_t n, std::uint64_t k, std::ui
       keys.push_back(magnitude_key(values[64 * w + static_cast<std::size_t>(std::countr_zero(bits))]));
     }
   }
-  std::vector<std::uint32_t> ranked(keys);
-  const auto kth = ranked.begin() + static_cast<std::ptrdiff_t>(k - 1);
-  std::nth_element(ranked.begin(), kth, ranked.end(), std::greater<>());
-  const std::uint32_t threshold = *kth;
-  std::uint64_t ties = k - static_cast<std::uint64_t>(std::count_if(ranked.begin(), kth, [&](std::uint32_t key) {
-                                 return key > threshold;
-                               }));
+  const KthKey kth = kth_largest_key(keys, k);
+  const std::uint32_t threshold = kth.key;
+  std::uint64_t ties = kth.ties;
   std::size_t next = 0;
   for (std::size_t w = 0; w < nw; ++w) {
     std::uint64_t taken = 0;
@@ -338,15 +350,9 @@ void select_small(const float* values, const Chunking& chunks, std::uint64_t k, 
                   std::uint64_t* inside) {
   std::vector<std::uint32_t> keys(chunks.n);
   std::transform(values, values + chunks.n, keys.begin(), magnitude_key);
-  const auto kth = keys.begin() + static_cast<std::ptrdiff_t>(k - 1);
-  std::nth_element(keys.begin(), kth, keys.end(), std::greater<>());
-  const std::uint32_t threshold = *kth;
-  // After nth_element everything before kth is >= threshold and everything after is <= it.
-  const auto above = static_cast<std::uint64_t>(std::count_if(keys.begin(), kth, [&](std::uint32_t key) {
-    return key > threshold;
-  }));
-  split_at_bucket(values, chunks, threshold >> kLowBits, words, inside);
-  take_from_bucket(values, chunks, inside, threshold & kLowMask, {k - above}, words);
+  const KthKey threshold = kth_largest_key(std::move(keys), k);
+  split_at_bucket(values, chunks, threshold.key >> kLowBits, words, inside);
+  take_from_bucket(values, chunks, inside, threshold.key & kLowMask, {threshold.ties}, words);
 }
 
 void set_first_bits(std::span<std::uint64_t> words, std::size_t n) {

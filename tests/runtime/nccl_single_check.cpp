@@ -19,6 +19,7 @@
 #include "kernels/backend.hpp"
 #include "runtime/nccl_single.hpp"
 #include "sim/sim_run.hpp"
+#include "tests/run_file_losses.hpp"
 #include "tests/test_support.hpp"
 
 namespace ex = scape::experiments;
@@ -50,10 +51,6 @@ tr::RunOptions options_for(const fs::path& out) {
   return o;
 }
 
-std::vector<double> read(const fs::path& file, const std::string& dataset) {
-  return ex::File::open(file, ex::Access::read).open_dataset(dataset).read_all<double>();
-}
-
 }  // namespace
 
 TEST_CASE("errors: workers other than 1, or no visible GPU, exit before anything is written") {
@@ -78,20 +75,11 @@ TEST_CASE("gpu: 30 steps of SCAPE as one NCCL rank match the one-GPU simulator a
   INFO(ran.error);
   REQUIRE(ran.status == tr::RunStatus::completed);
   REQUIRE(scape::sim::run_simulated(config, options_for(simulated)).status == tr::RunStatus::completed);
-  for (const char* dataset : {"/metrics/train_loss", "/eval/val_loss"}) {
-    CAPTURE(dataset);
-    const auto got = read(nccl, dataset), want = read(simulated, dataset);
-    REQUIRE(got.size() == want.size());
-    REQUIRE(!want.empty());
-    for (std::size_t i = 0; i < want.size(); ++i) {
-      CAPTURE(i);
-      CHECK(std::abs(got[i] - want[i]) <= 1e-3 * std::abs(want[i]));
-    }
-  }
+  scape::testing::losses_within(nccl, simulated, 1e-3);
   const auto f = ex::File::open(nccl, ex::Access::read);
   CHECK(f.has_link("/metrics/compute_wall_time"));
   CHECK(f.has_link("/metrics/mask_wait_exposed"));
-  const auto loss = read(nccl, "/metrics/train_loss");
+  const auto loss = scape::testing::read_series(nccl, "/metrics/train_loss");
   CHECK(loss.back() < loss.front() - 0.1);  // it trained
 }
 
