@@ -398,6 +398,9 @@ int cmd_repair(const std::vector<std::string>& files) {
                   r.was_open_for_writing ? "cleared the flags of a writer that never closed" : "was closed cleanly",
                   r.status_after.c_str(), r.status_after != r.status_before ? (" (was " + r.status_before + ")").c_str() : "",
                   r.steps_completed);
+      if (r.steps_completed < r.steps_completed_before)
+        std::printf("; steps_completed lowered from %ld: a table held fewer rows (a kill in mid-flush)",
+                    r.steps_completed_before);
       if (!r.trimmed.empty()) std::printf("; dropped the rows of an interrupted flush from %zu tables", r.trimmed.size());
       std::printf("\n");
     } catch (const std::exception& e) {

@@ -326,12 +326,6 @@ struct RunRecorder::State {
       for (std::size_t m = 0; m < metrics.size(); ++m) metrics[m].write_rows<double>(rows, pending_metrics[m]);
       for (std::size_t k = 0; k < tensors.size(); ++k) tensors[k].write_rows<double>(rows, pending_tensors[k]);
       step.write_rows<std::int64_t>(rows, pending_steps);
-      file.write_int_attribute("steps_completed", pending_steps.back());
-      rows += pending_steps.size();
-      flushed_step = pending_steps.back();
-      pending_steps.clear();
-      for (auto& column : pending_metrics) column.clear();
-      for (auto& column : pending_tensors) column.clear();
     }
     if (!pending_eval_steps.empty()) {
       eval_loss.write_rows<double>(eval_rows, pending_eval_loss);
@@ -339,6 +333,18 @@ struct RunRecorder::State {
       eval_rows += pending_eval_steps.size();
       pending_eval_steps.clear();
       pending_eval_loss.clear();
+    }
+    if (!pending_steps.empty()) {
+      // HDF5's metadata cache writes the tables' extents and the attribute in no set order, so
+      // a kill inside one flush could leave steps_completed ahead of a table's rows. Flushing the
+      // rows before the attribute is written keeps steps_completed a promise that they are on disk.
+      file.flush();
+      file.write_int_attribute("steps_completed", pending_steps.back());
+      rows += pending_steps.size();
+      flushed_step = pending_steps.back();
+      pending_steps.clear();
+      for (auto& column : pending_metrics) column.clear();
+      for (auto& column : pending_tensors) column.clear();
     }
   }
 

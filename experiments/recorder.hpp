@@ -18,8 +18,11 @@
 // flush, set_status, close and the destructor). The file is created in the latest format and
 // switched to SWMR-write mode once every object exists, so the file on disk is consistent at
 // every point, and a SIGKILLed run keeps every flushed step. steps_completed is the last
-// flushed step. Within a flush /metrics/step is written last, so after a kill in mid-flush its
-// length is the number of complete rows.
+// flushed step: a flush writes every table's rows and flushes them to the file before it
+// rewrites steps_completed, because HDF5's metadata cache writes the tables' extents in no set
+// order. Rows past steps_completed (a flush a kill interrupted) are dropped by --resume and by
+// scape repair. Files written before this ordering (2026-12-01) can hold a table shorter than
+// steps_completed after a kill; scape repair lowers steps_completed to the rows every table holds.
 //
 // Reading a run file: a live or killed writer leaves the superblock marked "open for writing",
 // so plain readers are refused; open it in SWMR-read mode (h5py: File(path, "r", swmr=True),
@@ -119,7 +122,8 @@ RunFileSummary read_run_summary(const std::filesystem::path& path);
 struct RepairReport {
   bool was_open_for_writing = false;  // the superblock flags of a writer that never closed were set
   std::string status_before, status_after;
-  long steps_completed = 0;
+  long steps_completed = 0;            // after the repair
+  long steps_completed_before = 0;     // larger when a table held fewer rows than it claimed
   std::vector<std::string> trimmed;  // datasets cut back to the rows of steps_completed
 };
 

@@ -27,6 +27,18 @@ hsize_t kept_rows(const Dataset& steps, long limit) {
   return rows_up_to(read_steps(steps), limit, steps);
 }
 
+// The fewest rows any table of `group` (but `keep`) holds, capped at `rows`.
+hsize_t rows_in_every_table(const File& file, const std::string& group, hsize_t rows, const std::string& keep) {
+  if (!file.has_link(group)) return rows;
+  for (const std::string& name : file.child_names(group)) {
+    if (name == keep) continue;
+    const std::vector<hsize_t> dims = file.open_dataset(group + "/" + name).dims();
+    if (dims.empty()) throw_invalid_file(file.file_path(), in_quotes(group + "/" + name) + " has no rows");
+    rows = std::min(rows, dims[0]);
+  }
+  return rows;
+}
+
 // Cuts every table of `group` (but `keep`) back to `rows` rows and reads it whole, which checks
 // that every chunk the flushed steps need is on disk.
 void trim_group(const File& file, const std::string& group, hsize_t rows, const std::string& keep,
@@ -36,8 +48,6 @@ void trim_group(const File& file, const std::string& group, hsize_t rows, const 
     if (name == keep) continue;
     const Dataset d = file.open_dataset(group + "/" + name);
     std::vector<hsize_t> dims = d.dims();
-    if (dims.empty() || dims[0] < rows)
-      throw_invalid_file(file.file_path(), in_quotes(d.name()) + " has fewer rows than the steps it records");
     std::error_code ec;
     const auto file_bytes = std::filesystem::file_size(file.file_path(), ec);
     dims[0] = std::min(dims[0], rows);
@@ -61,22 +71,35 @@ RepairReport repair_run_file(const std::filesystem::path& path) {
   const RunFileSummary summary = read_run_summary(path);  // also refuses files that are not run files
   report.was_open_for_writing = !opens_plainly(path);
   report.status_before = summary.status;
-  report.steps_completed = summary.steps_completed;
+  report.steps_completed = report.steps_completed_before = summary.steps_completed;
   File file = File::open(path, Access::recover);
   // Rows past steps_completed belong to a flush the kill interrupted: they are dropped, as
   // --resume drops them.
-  const hsize_t rows = kept_rows(file.open_dataset("metrics/step"), summary.steps_completed);
+  const Dataset step_table = file.open_dataset("metrics/step");
+  const hsize_t claimed = kept_rows(step_table, summary.steps_completed);
+  // A writer older than the flush ordering of recorder.cpp could be killed with a table shorter
+  // than steps_completed claims: the steps every table holds are kept, and the rest is reported.
+  const hsize_t rows =
+      rows_in_every_table(file, "tensors", rows_in_every_table(file, "metrics", claimed, "step"), "names");
+  if (rows < claimed) {
+    report.steps_completed = rows == 0 ? 0 : static_cast<long>(read_steps(step_table)[rows - 1]);
+    file.write_int_attribute("steps_completed", report.steps_completed);
+  }
   trim_group(file, "metrics", rows, "", report.trimmed);
   trim_group(file, "tensors", rows, "names", report.trimmed);
-  if (file.has_link("eval/step"))
-    trim_group(file, "eval", kept_rows(file.open_dataset("eval/step"), summary.steps_completed), "",
-               report.trimmed);
+  if (file.has_link("eval/step")) {
+    const hsize_t evals = kept_rows(file.open_dataset("eval/step"), report.steps_completed);
+    trim_group(file, "eval", rows_in_every_table(file, "eval", evals, "step"), "", report.trimmed);
+  }
   report.status_after = summary.status;
   if (summary.status == "running") {
     report.status_after = "killed";
     file.write_string_attribute("status", "killed");
-    file.write_string_attribute("error", "the run stopped after step " + std::to_string(summary.steps_completed) +
-                                             " without closing its file (killed or crashed); repaired by scape repair");
+    std::string error = "the run stopped after step " + std::to_string(summary.steps_completed) +
+                        " without closing its file (killed or crashed); repaired by scape repair";
+    if (report.steps_completed < summary.steps_completed)
+      error += "; its tables held the steps up to " + std::to_string(report.steps_completed) + " only";
+    file.write_string_attribute("error", error);
   }
   file.flush();
   file.close();

@@ -341,6 +341,56 @@ TEST_CASE("a killed run's file opens plainly after scape repair, marked killed, 
   CHECK(nlohmann::json::parse(ex::read_run_summary(killed).config_json).at("steps") == before.steps_completed + 7);
 }
 
+TEST_CASE("scape repair: a table shorter than steps_completed claims (a kill in mid-flush) lowers it, nothing else") {
+  // HDF5 wrote the extents of one flush in no set order, so a writer killed inside a flush
+  // could leave steps_completed (and /metrics/step) ahead of another table (CI, 2026-12-01).
+  TempDir dir;
+  const fs::path p = dir / "short.h5";
+  ex::RunFileSpec spec;
+  spec.metric_names = {"a", "b"};
+  spec.flush_interval = 1;
+  {
+    auto recorder = ex::RunRecorder::create(p, spec);
+    for (long step = 1; step <= 5; ++step) {
+      const double row[2] = {static_cast<double>(step), 10.0 * step};
+      recorder.append_step(step, row);
+    }
+    recorder.append_eval(2, 0.5);
+    recorder.append_eval(4, 0.25);
+    recorder.close();
+  }
+  {
+    const ex::File f = ex::File::open(p, ex::Access::read_write);
+    f.open_dataset("metrics/b").set_extent({3});  // the flushes of steps 4 and 5 never reached 'b'
+    f.write_string_attribute("status", "running");
+  }
+  CHECK_THROWS_WITH_AS(ex::RunRecorder::open_for_resume(p, spec, 5),
+                       doctest::Contains("'/metrics/b' has fewer rows than '/metrics/step'"), ex::H5Error);
+
+  const auto r = run_scape("repair " + p.string());
+  CAPTURE(r.output);
+  CHECK(r.code == 0);
+  CHECK(r.output.find("status killed (was running); 3 steps kept; steps_completed lowered from 5") != std::string::npos);
+  const auto after = ex::read_run_summary(p);
+  CHECK(after.steps_completed == 3);
+  CHECK(after.error.find("after step 5") != std::string::npos);
+  CHECK(after.error.find("held the steps up to 3 only") != std::string::npos);
+  CHECK(read_metric(p, "a") == std::vector<double>{1, 2, 3});
+  CHECK(read_metric(p, "b") == std::vector<double>{10, 20, 30});
+  CHECK(read_metric(p, "step") == std::vector<double>{1, 2, 3});
+  {
+    const ex::File f = ex::File::open(p, ex::Access::read);
+    CHECK(f.open_dataset("eval/step").read_all<std::int64_t>() == std::vector<std::int64_t>{2});
+    CHECK(f.open_dataset("eval/val_loss").read_all<double>() == std::vector<double>{0.5});
+  }
+  // The repaired file resumes from the steps it holds.
+  auto resumed = ex::RunRecorder::open_for_resume(p, spec, 3);
+  const double row[2] = {4.0, 40.0};
+  resumed.append_step(4, row);
+  resumed.close();
+  CHECK(read_metric(p, "b") == std::vector<double>{10, 20, 30, 40});
+}
+
 TEST_CASE("--out: a missing folder is created; another config's file or a non-run file needs --force") {
   TempDir dir;
   write_file(dir / "q.json", kQuadratic);
