@@ -1,13 +1,15 @@
 """Measured step time of runs made by the MPI or NCCL runtime, broken into its parts.
 
 A measured run (docs/run-files.md: `compute_wall_time`, `optimizer_wall_time`,
-`comm_time_measured_<purpose>` and `mask_wait_exposed`, which the simulator does not write)
-spends each step in forward/backward and then in the optimizer phase; the optimizer phase holds
-the blocking collectives, the wait for the lagged mask all-gather, and the optimizer's own
-kernels (what is left). Per run, the mean over the steady steps of each part, so the parts add
-up to the mean measured step: compute + optimizer kernels + each blocking collective + the
-exposed wait. The lagged all-gather itself (`comm_time_measured_async_all_gather`) runs beside
-compute; it is listed apart, and only what the step waited for it counts in the step.
+`comm_time_measured_<purpose>`, `mask_wait_exposed` and, for a dense baseline with
+`optimizer.overlap_grad_reduce`, `grad_wait_exposed`, which the simulator does not write) spends
+each step in forward/backward and then in the optimizer phase; the optimizer phase holds the
+blocking collectives, the waits for the asynchronous ones (the lagged mask all-gather, the
+gradient buckets), and the optimizer's own kernels (what is left). Per run, the mean over the
+steady steps of each part, so the parts add up to the mean measured step: compute + optimizer
+kernels + each blocking collective + the exposed waits. The asynchronous collectives themselves
+(`comm_time_measured_async_all_gather`, `comm_time_measured_async_reduce_scatter`) run beside
+compute; they are listed apart, and only what the step waited for them counts in the step.
 
 Steady steps: from step 4 (the first steps pay one-off allocations and, under lag 1, have no
 mask to wait for) to the last but one (the last step waits for every rank to finish). The times
@@ -22,6 +24,7 @@ import numpy as np
 
 MEASURED_PREFIX = "comm_time_measured_"
 LAGGED = "async_all_gather"
+BUCKETS = "async_reduce_scatter"
 FIRST_STEADY_STEP = 4
 
 
@@ -37,18 +40,20 @@ class Breakdown:
     compute: float
     optimizer_kernels: float
     mask_wait: float
+    grad_wait: float = 0.0                            # the wait for the gradient buckets
     collectives: dict = field(default_factory=dict)  # blocking purpose -> mean seconds
     lagged_all_gather: float = math.nan               # beside compute, not part of the step
+    gradient_buckets: float = math.nan                # beside the backward pass, not part of the step
 
     @property
     def step(self):
         """The mean measured step: forward/backward plus the whole optimizer phase."""
-        return self.compute + self.optimizer_kernels + self.mask_wait + sum(self.collectives.values())
+        return self.compute + self.optimizer_kernels + self.exposed_comm
 
     @property
     def exposed_comm(self):
-        """Communication the step waited for: the blocking collectives and the lagged all-gather's wait."""
-        return self.mask_wait + sum(self.collectives.values())
+        """Communication the step waited for: the blocking collectives and the asynchronous ones' waits."""
+        return self.mask_wait + self.grad_wait + sum(self.collectives.values())
 
 
 def is_measured(run):
@@ -77,19 +82,25 @@ def breakdown(run, label):
     zero_nan = lambda name: np.nan_to_num(run.metric(name)[rows], nan=0.0)  # noqa: E731  absent part: 0 s
     collectives = {}
     for name in sorted(run.metrics):
-        if name.startswith(MEASURED_PREFIX) and name != MEASURED_PREFIX + LAGGED:
+        if name.startswith(MEASURED_PREFIX) and name[len(MEASURED_PREFIX):] not in (LAGGED, BUCKETS):
             collectives[name[len(MEASURED_PREFIX):]] = zero_nan(name)
     wait = zero_nan("mask_wait_exposed")
+    grad_wait = zero_nan("grad_wait_exposed") if "grad_wait_exposed" in run.metrics else np.zeros(rows.size)
     optimizer_phase = run.metric("optimizer_wall_time")[rows]
-    kernels = optimizer_phase - wait - sum(collectives.values(), np.zeros(rows.size))
-    lagged = run.metric(MEASURED_PREFIX + LAGGED)[rows] if MEASURED_PREFIX + LAGGED in run.metrics else None
+    kernels = optimizer_phase - wait - grad_wait - sum(collectives.values(), np.zeros(rows.size))
+
+    def beside(purpose):
+        name = MEASURED_PREFIX + purpose
+        values = run.metric(name)[rows] if name in run.metrics else None
+        return float(np.mean(values)) if values is not None and np.any(values > 0) else math.nan
+
     return Breakdown(label=label, file=run.path.name, workers=int(run.config.get("workers", 0)),
                      optimizer=run.optimizer_type, steps_used=int(rows.size),
                      compute=float(np.mean(run.metric("compute_wall_time")[rows])),
                      optimizer_kernels=float(np.mean(kernels)), mask_wait=float(np.mean(wait)),
+                     grad_wait=float(np.mean(grad_wait)),
                      collectives={p: float(np.mean(v)) for p, v in collectives.items() if np.any(v > 0)},
-                     lagged_all_gather=float(np.mean(lagged)) if lagged is not None and np.any(lagged > 0)
-                     else math.nan)
+                     lagged_all_gather=beside(LAGGED), gradient_buckets=beside(BUCKETS))
 
 
 def breakdowns(report):
@@ -110,17 +121,20 @@ def markdown_section(items):
     """The summary.md section: one row per measured run, times in milliseconds."""
     purposes = sorted({p for b in items for p in b.collectives})
     head = ["run", "W", "optimizer", "steps", "step", "forward/backward", "optimizer kernels"] + purposes + [
-        "lagged all-gather wait", "exposed comm (share of step)", "lagged all-gather (beside compute)"]
+        "lagged all-gather wait", "gradient bucket wait", "exposed comm (share of step)",
+        "lagged all-gather (beside compute)", "gradient buckets (beside backward)"]
     lines = ["## Measured step time (MPI and NCCL runs)", "",
              "Mean over the steady steps (step 4 to the last but one) of the slowest rank's times, in ms; the",
              "parts add up to the step: forward/backward, the optimizer's own kernels, each blocking collective",
-             "and the wait for the lagged mask all-gather. The lagged all-gather itself runs beside compute.", "",
+             "and the waits for the lagged mask all-gather and the gradient buckets (a dense baseline with",
+             "`optimizer.overlap_grad_reduce`). Those two collectives themselves run beside compute.", "",
              "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for b in items:
         share = b.exposed_comm / b.step if b.step > 0 else math.nan
         cells = [b.label, str(b.workers), b.optimizer, str(b.steps_used), _ms(b.step), _ms(b.compute),
                  _ms(b.optimizer_kernels)] + [_ms(b.collectives.get(p, 0.0)) for p in purposes] + [
-                 _ms(b.mask_wait), f"{_ms(b.exposed_comm)} ({100 * share:.1f}%)", _ms(b.lagged_all_gather)]
+                 _ms(b.mask_wait), _ms(b.grad_wait), f"{_ms(b.exposed_comm)} ({100 * share:.1f}%)",
+                 _ms(b.lagged_all_gather), _ms(b.gradient_buckets)]
         lines.append("| " + " | ".join(cells) + " |")
     return lines
 
@@ -131,15 +145,17 @@ def write_csv(items, path):
     with open(path, "w", newline="", encoding="utf-8") as f:
         w = csv.writer(f)
         w.writerow(["file", "label", "workers", "optimizer", "steps_used", "step_s", "compute_s",
-                    "optimizer_kernels_s", "mask_wait_s"] + [f"{p}_s" for p in purposes] + ["lagged_all_gather_s"])
+                    "optimizer_kernels_s", "mask_wait_s", "grad_wait_s"] + [f"{p}_s" for p in purposes]
+                   + ["lagged_all_gather_s", "gradient_buckets_s"])
         for b in items:
             w.writerow([b.file, b.label, b.workers, b.optimizer, b.steps_used, b.step, b.compute,
-                        b.optimizer_kernels, b.mask_wait] + [b.collectives.get(p, 0.0) for p in purposes]
-                       + [b.lagged_all_gather])
+                        b.optimizer_kernels, b.mask_wait, b.grad_wait] + [b.collectives.get(p, 0.0) for p in purposes]
+                       + [b.lagged_all_gather, b.gradient_buckets])
 
 
 def draw(items, path):
-    """breakdown.png: one stacked horizontal bar per run (ms), the lagged all-gather as a thin bar under it."""
+    """breakdown.png: one stacked horizontal bar per run (ms), the lagged all-gather or the gradient
+    buckets as a thin bar under it."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -148,7 +164,7 @@ def draw(items, path):
     purposes = sorted({p for b in items for p in b.collectives})
     parts = [("forward/backward", lambda b: b.compute), ("optimizer kernels", lambda b: b.optimizer_kernels)]
     parts += [(p, lambda b, p=p: b.collectives.get(p, 0.0)) for p in purposes]
-    parts += [("lagged all-gather wait", lambda b: b.mask_wait)]
+    parts += [("lagged all-gather wait", lambda b: b.mask_wait), ("gradient bucket wait", lambda b: b.grad_wait)]
     colours = plt.get_cmap("tab10")
     fig, ax = plt.subplots(figsize=(10, 1.2 + 0.55 * len(items)))
     lagged_labelled = False
@@ -158,9 +174,10 @@ def draw(items, path):
             width = 1e3 * max(value(b), 0.0)
             ax.barh(i, width, left=left, height=0.55, color=colours(j % 10), label=name if i == 0 else None)
             left += width
-        if math.isfinite(b.lagged_all_gather):
-            ax.barh(i + 0.36, 1e3 * b.lagged_all_gather, height=0.12, color="black",
-                    label=None if lagged_labelled else "lagged all-gather (beside compute)")
+        beside = b.lagged_all_gather if math.isfinite(b.lagged_all_gather) else b.gradient_buckets
+        if math.isfinite(beside):
+            ax.barh(i + 0.36, 1e3 * beside, height=0.12, color="black",
+                    label=None if lagged_labelled else "asynchronous collective (beside compute)")
             lagged_labelled = True
     ax.set_yticks(range(len(items)))
     ax.set_yticklabels([f"{b.label} (W={b.workers})" for b in items], fontsize=8)

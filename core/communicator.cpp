@@ -24,7 +24,7 @@ WireType parse_wire_type(std::string_view value, std::string_view parameter) {
   return find_by_name(kWireTypes, value, parameter).value;
 }
 
-void PendingAllGather::wait() {
+void PendingCollective::wait() {
   if (!request_) return;
   // Release the handle even when wait throws, so a failed collective is not waited twice.
   std::unique_ptr<AsyncRequest> r = std::move(request_);
@@ -101,21 +101,42 @@ void Communicator::all_reduce_mean(std::span<float> data, WireType wire, std::st
   if (wire == WireType::bf16) to_wire(data, data, WireType::bf16);
 }
 
-void Communicator::reduce_scatter_mean(std::span<const float> send, std::span<float> recv,
-                                       std::span<const std::size_t> counts, WireType wire,
-                                       std::string_view purpose) {
+void Communicator::check_scatter(std::size_t send, std::size_t recv, std::span<const std::size_t> counts,
+                                 std::string_view purpose) const {
   if (counts.size() != static_cast<std::size_t>(size_)) {
     size_error(purpose, "counts has " + std::to_string(counts.size()) + " entries for " + std::to_string(size_) +
                             " ranks");
   }
-  if (send.size() != total(counts)) {
-    size_error(purpose, "send buffer holds " + std::to_string(send.size()) + " elements, counts sum to " +
+  if (send != total(counts)) {
+    size_error(purpose, "send buffer holds " + std::to_string(send) + " elements, counts sum to " +
                             std::to_string(total(counts)));
   }
-  if (recv.size() != counts[static_cast<std::size_t>(rank_)]) {
-    size_error(purpose, "rank " + std::to_string(rank_) + " receive buffer holds " + std::to_string(recv.size()) +
+  if (recv != counts[static_cast<std::size_t>(rank_)]) {
+    size_error(purpose, "rank " + std::to_string(rank_) + " receive buffer holds " + std::to_string(recv) +
                             " elements but counts says " + std::to_string(counts[static_cast<std::size_t>(rank_)]));
   }
+}
+
+std::unique_ptr<AsyncRequest> Communicator::do_reduce_scatter_mean_async(std::span<const float> send,
+                                                                         std::span<float> recv,
+                                                                         std::span<const std::size_t> counts) {
+  std::vector<std::size_t> own_counts(counts.begin(), counts.end());
+  return std::make_unique<DeferredCollective>(
+      [this, send, recv, own_counts] { do_reduce_scatter_mean(send, recv, own_counts); });
+}
+
+PendingCollective Communicator::reduce_scatter_mean_async(std::span<const float> send, std::span<float> recv,
+                                                          std::span<const std::size_t> counts,
+                                                          std::string_view purpose) {
+  check_scatter(send.size(), recv.size(), counts, purpose);
+  ledger_.record_backward_bucket(CollectiveKind::reduce_scatter, purpose, send.size() * sizeof(float));
+  return PendingCollective(do_reduce_scatter_mean_async(send, recv, counts));
+}
+
+void Communicator::reduce_scatter_mean(std::span<const float> send, std::span<float> recv,
+                                       std::span<const std::size_t> counts, WireType wire,
+                                       std::string_view purpose) {
+  check_scatter(send.size(), recv.size(), counts, purpose);
   ledger_.record(CollectiveKind::reduce_scatter, purpose, send.size() * wire_bytes(wire), false);
   if (wire == WireType::bf16) {
     const std::span<float> scratch = wire_scratch(send.size());
@@ -160,7 +181,7 @@ void Communicator::all_gather_words(std::span<const std::uint64_t> send, std::sp
   }
 }
 
-PendingAllGather Communicator::all_gather_words_async(std::span<const std::uint64_t> send,
+PendingCollective Communicator::all_gather_words_async(std::span<const std::uint64_t> send,
                                                       std::span<std::uint64_t> recv,
                                                       std::span<const std::size_t> counts,
                                                       std::string_view purpose) {
@@ -168,7 +189,7 @@ PendingAllGather Communicator::all_gather_words_async(std::span<const std::uint6
   ledger_.record(CollectiveKind::all_gather, purpose, recv.size() * sizeof(std::uint64_t), true);
   std::vector<std::size_t> bytes(counts.size());
   for (std::size_t r = 0; r < counts.size(); ++r) bytes[r] = counts[r] * sizeof(std::uint64_t);
-  return PendingAllGather(do_all_gather_bytes_async(std::as_bytes(send), std::as_writable_bytes(recv), bytes));
+  return PendingCollective(do_all_gather_bytes_async(std::as_bytes(send), std::as_writable_bytes(recv), bytes));
 }
 
 void Communicator::all_gather_bytes(std::span<const std::byte> send, std::span<std::byte> recv,
@@ -181,12 +202,12 @@ void Communicator::all_gather_bytes(std::span<const std::byte> send, std::span<s
   }
 }
 
-PendingAllGather Communicator::all_gather_bytes_async(std::span<const std::byte> send, std::span<std::byte> recv,
+PendingCollective Communicator::all_gather_bytes_async(std::span<const std::byte> send, std::span<std::byte> recv,
                                                       std::span<const std::size_t> counts,
                                                       std::string_view purpose) {
   check_gather(send.size(), recv.size(), counts, purpose);
   ledger_.record(CollectiveKind::all_gather, purpose, recv.size(), true);
-  return PendingAllGather(do_all_gather_bytes_async(send, recv, counts));
+  return PendingCollective(do_all_gather_bytes_async(send, recv, counts));
 }
 
 void Communicator::all_to_all_bytes(std::span<const std::byte> send, std::span<std::byte> recv,
@@ -216,9 +237,9 @@ void Communicator::add_measured_time(std::string_view purpose, double seconds) {
   measured_[std::string(purpose)] += seconds;
 }
 
-void Communicator::add_exposed_wait(double seconds) {
+void Communicator::add_exposed_wait(CollectiveKind kind, double seconds) {
   std::lock_guard lock(measured_mutex_);
-  exposed_wait_ += seconds;
+  exposed_wait_[static_cast<std::size_t>(kind)] += seconds;
 }
 
 std::map<std::string, double> Communicator::take_measured_times() {
@@ -228,10 +249,10 @@ std::map<std::string, double> Communicator::take_measured_times() {
   return out;
 }
 
-double Communicator::take_exposed_wait() {
+double Communicator::take_exposed_wait(CollectiveKind kind) {
   std::lock_guard lock(measured_mutex_);
-  const double w = exposed_wait_;
-  exposed_wait_ = 0;
+  const double w = exposed_wait_[static_cast<std::size_t>(kind)];
+  exposed_wait_[static_cast<std::size_t>(kind)] = 0;
   return w;
 }
 

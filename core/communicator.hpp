@@ -1,11 +1,14 @@
 // Communicator interface seen by the optimizer core: all_reduce (average), reduce_scatter,
-// all_gather, an asynchronous all_gather waited on later, barrier, rank and size. Backends
+// all_gather, an asynchronous all_gather and reduce_scatter waited on later, barrier, rank and
+// size. Backends
 // (EmulatedComm in sim/, MpiComm and NcclComm in runtime/) only move bytes and sum floats;
 // the wire rounding, size checks and the byte ledger live here, once.
 #pragma once
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -28,19 +31,31 @@ WireType parse_wire_type(std::string_view value, std::string_view parameter);
 // "fp32", "bf16": the names parse_wire_type accepts.
 std::vector<std::string> wire_type_names();
 
-// Backend side of an asynchronous all-gather.
+// Backend side of an asynchronous collective.
 class AsyncRequest {
  public:
   virtual ~AsyncRequest() = default;
   virtual void wait() = 0;
 };
 
-// Handle of an asynchronous all-gather: the receive buffer is valid only after wait(), and
-// the send buffer must stay alive and unchanged until then (MPI semantics).
-class PendingAllGather {
+// A collective that runs when it is waited for: where every rank of an SPMD program reaches
+// the same point of its collective sequence (threads-as-ranks). Reading the receive buffer
+// before wait() sees stale data, as it would with MPI.
+class DeferredCollective final : public AsyncRequest {
  public:
-  PendingAllGather() = default;
-  explicit PendingAllGather(std::unique_ptr<AsyncRequest> request) : request_(std::move(request)) {}
+  explicit DeferredCollective(std::function<void()> run) : run_(std::move(run)) {}
+  void wait() override { run_(); }
+
+ private:
+  std::function<void()> run_;
+};
+
+// Handle of an asynchronous collective: the receive buffer is valid only after wait(), and
+// the send buffer must stay alive and unchanged until then (MPI semantics).
+class PendingCollective {
+ public:
+  PendingCollective() = default;
+  explicit PendingCollective(std::unique_ptr<AsyncRequest> request) : request_(std::move(request)) {}
   bool pending() const { return request_ != nullptr; }
   void wait();
 
@@ -71,12 +86,23 @@ class Communicator {
                   WireType wire, std::string_view purpose);
   void all_gather_words(std::span<const std::uint64_t> send, std::span<std::uint64_t> recv,
                         std::span<const std::size_t> counts, std::string_view purpose);
-  PendingAllGather all_gather_words_async(std::span<const std::uint64_t> send, std::span<std::uint64_t> recv,
+  // reduce_scatter_mean at fp32 width that returns at once: a bucket of the gradient reduced
+  // while the backward pass goes on (optimizer.overlap_grad_reduce), recorded as a backward
+  // bucket in the ledger. Asynchronous reduce-scatters are waited for in the order they were
+  // started, on every rank alike.
+  PendingCollective reduce_scatter_mean_async(std::span<const float> send, std::span<float> recv,
+                                              std::span<const std::size_t> counts, std::string_view purpose);
+  // Whether an asynchronous collective started now reads its send buffer only after the kernels
+  // queued so far on the caller's compute stream have finished (the default deferred collective:
+  // it runs at wait(); NCCL: stream order). When false (MPI's communication thread reads host
+  // memory at once) the caller synchronizes first.
+  virtual bool waits_for_queued_kernels() const { return true; }
+  PendingCollective all_gather_words_async(std::span<const std::uint64_t> send, std::span<std::uint64_t> recv,
                                           std::span<const std::size_t> counts, std::string_view purpose);
   // Raw bytes (index/value pairs); counts in bytes.
   void all_gather_bytes(std::span<const std::byte> send, std::span<std::byte> recv,
                         std::span<const std::size_t> counts, std::string_view purpose);
-  PendingAllGather all_gather_bytes_async(std::span<const std::byte> send, std::span<std::byte> recv,
+  PendingCollective all_gather_bytes_async(std::span<const std::byte> send, std::span<std::byte> recv,
                                           std::span<const std::size_t> counts, std::string_view purpose);
   // The exchange of a reduce-scatter without the reduction (MPI_Alltoallv with segments that
   // depend only on the receiver): send holds sum(counts) bytes, segment r for rank r; recv
@@ -93,15 +119,23 @@ class Communicator {
   virtual void abort() noexcept {}
 
   // Wall seconds spent in each collective (by purpose) since the last call, and the time the
-  // caller was blocked waiting for asynchronous all-gathers. Real backends make these
-  // meaningful; for threads-as-ranks they only measure synchronisation.
+  // caller was blocked waiting for asynchronous collectives of one kind (all_gather: the lagged
+  // mask; reduce_scatter: the gradient buckets). Real backends make these meaningful; for
+  // threads-as-ranks they only measure synchronisation.
   std::map<std::string, double> take_measured_times();
-  double take_exposed_wait();
+  double take_exposed_wait(CollectiveKind kind);
 
  protected:
   // Backends report the duration of an asynchronous collective and the caller's wait for it.
   void add_measured_time(std::string_view purpose, double seconds);
-  void add_exposed_wait(double seconds);
+  void add_exposed_wait(CollectiveKind kind, double seconds);
+
+  // The asynchronous reduce-scatter. Default: deferred, run as do_reduce_scatter_mean when it is
+  // waited for (threads-as-ranks, where every rank waits in the same order); MPI and NCCL run it
+  // beside the caller. The send and receive buffers stay valid until the wait.
+  virtual std::unique_ptr<AsyncRequest> do_reduce_scatter_mean_async(std::span<const float> send,
+                                                                     std::span<float> recv,
+                                                                     std::span<const std::size_t> counts);
 
   // Backend hooks. Sizes are already checked; values already rounded to the wire type.
   virtual void do_all_reduce_mean(std::span<float> data) = 0;
@@ -129,6 +163,8 @@ class Communicator {
  private:
   void check_gather(std::size_t send, std::size_t recv, std::span<const std::size_t> counts,
                     std::string_view purpose) const;
+  void check_scatter(std::size_t send, std::size_t recv, std::span<const std::size_t> counts,
+                     std::string_view purpose) const;
 
   int rank_;
   int size_;
@@ -137,7 +173,7 @@ class Communicator {
   std::vector<std::size_t> byte_counts_;
   std::mutex measured_mutex_;
   std::map<std::string, double> measured_;
-  double exposed_wait_ = 0;
+  std::array<double, kCollectiveKindCount> exposed_wait_{};
 };
 
 // The overrides of the six backend hooks above, for a backend class to write in its protected

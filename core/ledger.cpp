@@ -1,6 +1,7 @@
 // Byte ledger and alpha-beta model (docs/algorithms.md, "Communication volume").
 #include "core/ledger.hpp"
 
+#include <algorithm>
 #include <stdexcept>
 
 #include "util/name_table.hpp"
@@ -59,6 +60,11 @@ void ByteLedger::record(CollectiveKind kind, std::string_view purpose, std::uint
   pending_.push_back(std::move(r));
 }
 
+void ByteLedger::record_backward_bucket(CollectiveKind kind, std::string_view purpose, std::uint64_t payload_bytes) {
+  record(kind, purpose, payload_bytes, false);
+  pending_.back().in_backward = true;
+}
+
 std::vector<CommRecord> ByteLedger::drain() {
   std::vector<CommRecord> out;
   out.swap(pending_);
@@ -70,9 +76,37 @@ CommSummary summarize(const std::vector<CommRecord>& records) {
   for (const auto& r : records) {
     s.bytes_sent_per_worker += r.bytes_sent_per_worker;
     s.modelled_time_s += r.modelled_time_s;
-    (r.overlapped ? s.overlapped_time_s : s.exposed_time_s) += r.modelled_time_s;
+    if (r.in_backward) {
+      s.backward_bucket_time_s += r.modelled_time_s;
+    } else {
+      (r.overlapped ? s.overlapped_time_s : s.exposed_time_s) += r.modelled_time_s;
+    }
   }
   return s;
+}
+
+double backward_buckets_exposed(const std::vector<CommRecord>& records, double backward_s) {
+  double payload = 0;
+  for (const auto& r : records) {
+    if (r.in_backward) payload += static_cast<double>(r.payload_bytes);
+  }
+  if (!(payload > 0)) return 0.0;
+  double covered = 0, link_free = 0;
+  for (const auto& r : records) {
+    if (!r.in_backward) continue;
+    covered += static_cast<double>(r.payload_bytes);
+    const double ready = backward_s * covered / payload;
+    link_free = std::max(link_free, ready) + r.modelled_time_s;
+  }
+  return std::max(0.0, link_free - backward_s);
+}
+
+double modelled_step_time(const std::vector<CommRecord>& records, double compute_s) {
+  const CommSummary s = summarize(records);
+  const double bucket_exposed = backward_buckets_exposed(records, compute_s * 2.0 / 3.0);
+  const double link_busy = s.backward_bucket_time_s - bucket_exposed;
+  return compute_s + s.exposed_time_s + bucket_exposed +
+         std::max(0.0, s.overlapped_time_s - std::max(0.0, compute_s - link_busy));
 }
 
 }  // namespace scape

@@ -39,6 +39,7 @@ struct CommRecord {
   int latency_steps = 0;
   double modelled_time_s = 0;
   bool overlapped = false;       // started asynchronously to hide behind compute
+  bool in_backward = false;      // a bucket of the gradient reduction issued during the backward pass
 };
 
 struct CommTotals {
@@ -53,6 +54,9 @@ class ByteLedger {
   ByteLedger(int workers, NetworkModel net);
 
   void record(CollectiveKind kind, std::string_view purpose, std::uint64_t payload_bytes, bool overlapped);
+  // A bucket of the gradient reduction, issued as soon as the backward pass has finished its
+  // part of the gradient (optimizer.overlap_grad_reduce); buckets are recorded in issue order.
+  void record_backward_bucket(CollectiveKind kind, std::string_view purpose, std::uint64_t payload_bytes);
 
   // Records since the last drain (an optimizer step drains them into its metrics).
   std::vector<CommRecord> drain();
@@ -69,13 +73,28 @@ class ByteLedger {
 };
 
 // Sum of a step's records: bytes sent per worker and modelled time, split into what is
-// exposed and what overlaps compute (the lagged mask all-gather).
+// exposed, what overlaps compute (the lagged mask all-gather) and the buckets issued during
+// the backward pass.
 struct CommSummary {
   double bytes_sent_per_worker = 0;
   double modelled_time_s = 0;
   double exposed_time_s = 0;
   double overlapped_time_s = 0;
+  double backward_bucket_time_s = 0;
 };
 CommSummary summarize(const std::vector<CommRecord>& records);
+
+// Exposed seconds of the backward-pass buckets among `records` (docs/algorithms.md, "Modelled
+// step time"): bucket i is ready once the backward pass, of `backward_s` seconds, has covered
+// the buckets' payload up to and including i (backward time taken as proportional to the
+// parameters it produces), starts when it is ready and the link has finished bucket i-1, and
+// whatever ends after the backward pass is exposed. For B equal buckets of total time T this is
+// max(T / B, T - backward_s (B - 1) / B).
+double backward_buckets_exposed(const std::vector<CommRecord>& records, double backward_s);
+
+// The modelled step: compute + exposed + the backward buckets' exposed part + what of the
+// overlapped collectives (the lagged mask all-gather) exceeds the compute the buckets leave the
+// link. The backward pass is taken as 2/3 of the compute (forward : backward = 1 : 2 FLOPs).
+double modelled_step_time(const std::vector<CommRecord>& records, double compute_s);
 
 }  // namespace scape

@@ -56,7 +56,7 @@ class MaskExchange {
   std::vector<std::size_t> shard_k_;                         // set bits per shard (per list)
   kernels::Buffer<std::uint64_t> list_bits_{k_};             // local_union: own list as a mask
   bool union_ = false;                                       // in flight: index lists
-  PendingAllGather pending_;
+  PendingCollective pending_;
   bool in_flight_ = false;
   double codec_s_ = 0;
 };

@@ -157,6 +157,20 @@ void OptimizerConfig::validate() const {
                                 " runs optimizer types scape, adamw and adams only; " + to_string(type) +
                                 " runs on the cpu");
   }
+  if (overlap_grad_reduce) {
+    if (type != OptimizerType::adamw && type != OptimizerType::adams) {
+      throw std::invalid_argument(std::string("optimizer.overlap_grad_reduce: only the dense optimizers (adamw, "
+                                              "adams) reduce their gradient in buckets, not ") + to_string(type));
+    }
+    if (!sharded) {
+      throw std::invalid_argument("optimizer.overlap_grad_reduce: buckets are reduce-scattered; set "
+                                  "optimizer.sharded = true");
+    }
+    if (wire_dtype != WireType::fp32) {
+      throw std::invalid_argument("optimizer.overlap_grad_reduce: the buckets go at fp32; set "
+                                  "optimizer.wire_dtype = fp32");
+    }
+  }
   if (type != OptimizerType::scape && residual_offload) {
     throw std::invalid_argument(std::string("optimizer.residual_offload: only optimizer type scape keeps an "
                                             "offloadable residual, not ") + to_string(type));

@@ -80,6 +80,9 @@ struct OptimizerConfig {
   bool bias_correction = true;
   double sparsity = 0.99;  // density rho = 1 - sparsity (SCAPE and top-k only)
   bool sharded = true;     // distributed optimizer; topk_ef and randk_ef require false
+  // Dense sharded AdamW / AdamS: reduce-scatter the gradient bucket by bucket while the backward
+  // pass goes on (Megatron's --overlap-grad-reduce) instead of once after it; fp32 wire only.
+  bool overlap_grad_reduce = false;
   WireType wire_dtype = WireType::fp32;   // gradient-like payloads
   WireType param_dtype = WireType::fp32;  // parameter payloads
   InnerRule inner = InnerRule::adams;     // SCAPE, topk_ef, randk_ef and powersgd
@@ -155,6 +158,12 @@ class Optimizer {
   // One step of this worker. Collective: every rank calls it with its own replica of the
   // parameters and its own local gradient, both of layout size N.
   virtual StepMetrics step(std::span<float> params, std::span<const float> grads) = 0;
+  // Whether the optimizer takes the gradient bucket by bucket during the backward pass
+  // (overlap_grad_reduce): gradient_ready is then called, in backward order, for ranges that
+  // tile [0, N) once their gradient is final, before step() with the same grads. A step without
+  // any gradient_ready call reduces the whole gradient in step().
+  virtual bool reduces_in_backward() const { return false; }
+  virtual void gradient_ready(std::span<const float> /*grads*/, std::size_t /*begin*/, std::size_t /*end*/) {}
   // Waits for outstanding asynchronous collectives (call before destroying the communicator).
   virtual void finish() {}
   // The global mask used by the last step (empty for dense optimizers; this worker's local

@@ -87,7 +87,7 @@ class ScapeOptimizer final : public OptimizerBase {
   kernels::Buffer<std::uint32_t> local_indices_{k_};       // local_union: own top-K (send buffer)
   kernels::Buffer<std::uint32_t> gathered_indices_{k_};    // local_union: everyone's top-K
   std::vector<std::size_t> gathered_counts_;
-  PendingAllGather pending_;
+  PendingCollective pending_;
   MaskExchange exchange_;    // coded(): the mask all-gather and its coding
   double selected_rho_ = 0;  // the density select_local drew the send buffer at
 

@@ -74,6 +74,7 @@ OptimizerConfig parse_optimizer(const json& j, std::uint64_t seed, kernels::Devi
   OptimizerConfig as_scape = c;
   as_scape.type = OptimizerType::scape;
   as_scape.mask_partition = MaskPartition::partitioned;  // no cross-key rule of local_union applies
+  as_scape.overlap_grad_reduce = false;  // a dense switch, checked above
   config_error([&] { as_scape.validate(); });
   return c;
 }

@@ -67,6 +67,7 @@ void assign(kernels::DeviceKind& out, const json& v) {
 
 const std::vector<std::string> kSparse = {"scape", "topk_ef", "randk_ef"};
 const std::vector<std::string> kScape = {"scape"};
+const std::vector<std::string> kDense = {"adamw", "adams"};
 const std::vector<std::string> kOnebit = {"onebit_adam"};
 const std::vector<std::string> kInnerRule = {"scape", "topk_ef", "randk_ef", "powersgd"};
 const std::vector<std::string> kPowersgd = {"powersgd"};
@@ -210,6 +211,11 @@ const KeyTable<OptimizerConfig>& optimizer_keys() {
        SCAPE_MEMBER(C, sparsity)},
       {{"sharded", Kind::boolean, "distributed optimizer state (default true; false for topk_ef, randk_ef, onebit_adam, powersgd and demo)"},
        SCAPE_MEMBER(C, sharded), Default::derived},
+      {{"overlap_grad_reduce", Kind::boolean,
+        "reduce-scatter the gradient in buckets during the backward pass, one per model block (default false; "
+        "recorded only when true)", {}, {}, kDense},
+       [](const C& c) -> json { return c.overlap_grad_reduce ? json(true) : json(json::value_t::discarded); },
+       [](C& c, const json& v) { assign(c.overlap_grad_reduce, v); }},
       {{"wire_dtype", Kind::string, "precision of gradient payloads", {}, kWireTypes}, SCAPE_MEMBER(C, wire_dtype)},
       {{"param_dtype", Kind::string, "precision of parameter payloads", {}, kWireTypes}, SCAPE_MEMBER(C, param_dtype)},
       {{"inner", Kind::string, "update rule of the sparse optimizers and powersgd", {}, optimizer_switch_names("inner"),

@@ -33,7 +33,10 @@ struct KeyTable {
   explicit KeyTable(std::vector<Key<Config>> k) : keys(std::move(k)) {
     const Config defaults{};
     for (auto& key : keys) {
-      if (key.default_from == Default::member && key.read != nullptr) key.field.default_value = key.read(defaults);
+      if (key.default_from == Default::member && key.read != nullptr) {
+        key.field.default_value = key.read(defaults);
+        if (key.field.default_value.is_discarded()) key.field.default_value = false;  // a switch recorded when on
+      }
       fields.push_back(key.field);
     }
   }
@@ -64,12 +67,16 @@ void write_given(const Section& s, const KeyTable<Config>& table, Config& c) {
   }
 }
 
-// The resolved section: every key that applies to `type`, as recorded.
+// The resolved section: every key that applies to `type`, as recorded. A read that returns a
+// discarded value leaves its key out (a switch recorded only when on, so that adding it left
+// the run ids of older configs unchanged).
 template <typename Config>
 nlohmann::json read_applicable(const KeyTable<Config>& table, const Config& c, const std::string& type = "") {
   nlohmann::json j = nlohmann::json::object();
   for (const auto& k : table.keys) {
-    if (k.read != nullptr && applies(k.field, type)) j[k.field.key] = k.read(c);
+    if (k.read == nullptr || !applies(k.field, type)) continue;
+    nlohmann::json value = k.read(c);
+    if (!value.is_discarded()) j[k.field.key] = std::move(value);
   }
   return j;
 }

@@ -190,7 +190,7 @@ R BasicGpt<R>::forward(const R* p, const std::int32_t* inputs, const std::int32_
 }
 
 template <class R>
-void BasicGpt<R>::backward(const R* p, int batch, int seq, R* g) {
+void BasicGpt<R>::backward(const R* p, int batch, int seq, R* g, const GradientReady& ready) {
   Workspace& w = *ws_;
   auto& ops = model_ops<R>(*backend_);
   const int B = batch, T = seq, N = B * T, C = cfg_.n_embd, V = cfg_.vocab_size;
@@ -207,6 +207,7 @@ void BasicGpt<R>::backward(const R* p, int batch, int seq, R* g) {
   backend_->zero_bytes(dres.data(), dres.size_bytes());
   ops.layernorm_backward(dres, G(f), G(f + 1), dln, w.block_input(w.L), P(f), w.single(kLnfMean), w.single(kLnfRstd),
                          N, C);
+  if (ready) ready(slots[f].offset, layout_.size());  // the final LayerNorm
   for (Index l = w.L - 1; l >= 0; --l) {
     const std::size_t s = kFirstBlock + static_cast<std::size_t>(l) * kBlockSlots;
     auto a = [&](int act) { return w.layer(act, l); };
@@ -223,20 +224,23 @@ void BasicGpt<R>::backward(const R* p, int batch, int seq, R* g) {
                                       3 * C);
     ops.layernorm_backward(dres, G(s + kLn1W), G(s + kLn1B), dln, w.block_input(l), P(s + kLn1W), a(kLn1Mean),
                            a(kLn1Rstd), N, C);
+    if (ready) ready(slots[s].offset, slots[s + kBlockSlots].offset);
   }
   ops.embedding_backward(G(kWte), G(kWpe).first(static_cast<std::size_t>(T) * C), dres,
                          w.inputs(), B, T, C);
+  if (ready) ready(0, slots[kFirstBlock].offset);  // the token (and tied head) and position embeddings
 }
 
 template <class R>
 R BasicGpt<R>::forward_backward(std::span<const R> params, std::span<const std::int32_t> inputs,
-                                std::span<const std::int32_t> targets, int B, int T, std::span<R> grads) {
+                                std::span<const std::int32_t> targets, int B, int T, std::span<R> grads,
+                                const GradientReady& ready) {
   check_call(params, inputs, targets, B, T);
   require(grads.size() == layout_.size(), "Gpt::forward_backward: grads has " + std::to_string(grads.size()) +
                                               " elements, layout needs " + std::to_string(layout_.size()));
   backend_->zero_bytes(grads.data(), grads.size_bytes());
   const R mean_loss = forward(params.data(), inputs.data(), targets.data(), B, T, true);
-  backward(params.data(), B, T, grads.data());
+  backward(params.data(), B, T, grads.data(), ready);
   return mean_loss;
 }
 

@@ -10,6 +10,7 @@
 
 #include "core/layout.hpp"
 #include "kernels/backend.hpp"
+#include "model/gradient_ready.hpp"
 #include "model/precision.hpp"
 
 namespace scape::model {
@@ -71,9 +72,11 @@ class BasicGpt {
   void init_params(std::span<Real> params, std::uint64_t seed) const;
 
   // Zeroes grads, runs forward and backward on B sequences of T <= block_size tokens (row-major
-  // [B, T]) and returns the cross-entropy averaged over the B*T targets.
+  // [B, T]) and returns the cross-entropy averaged over the B*T targets. `ready`, when set, hears
+  // of each gradient range as the backward pass finishes it (model/gradient_ready.hpp).
   Real forward_backward(std::span<const Real> params, std::span<const std::int32_t> inputs,
-                        std::span<const std::int32_t> targets, int B, int T, std::span<Real> grads);
+                        std::span<const std::int32_t> targets, int B, int T, std::span<Real> grads,
+                        const GradientReady& ready = {});
 
   // Forward only (evaluation); same mean loss as forward_backward.
   Real loss(std::span<const Real> params, std::span<const std::int32_t> inputs,
@@ -85,7 +88,7 @@ class BasicGpt {
                   std::span<const std::int32_t> targets, int B, int T) const;
   Real forward(const Real* params, const std::int32_t* inputs, const std::int32_t* targets, int B, int T,
                bool keep_probs);
-  void backward(const Real* params, int B, int T, Real* grads);
+  void backward(const Real* params, int B, int T, Real* grads, const GradientReady& ready);
 
   GptConfig cfg_;
   ParamLayout layout_;

@@ -13,8 +13,9 @@ class Adapter final : public LanguageModel {
   const ParamLayout& layout() const override { return model_.layout(); }
   void init_params(std::span<float> params, std::uint64_t seed) const override { model_.init_params(params, seed); }
   double forward_backward(std::span<const float> params, std::span<const std::int32_t> inputs,
-                          std::span<const std::int32_t> targets, int B, int T, std::span<float> grads) override {
-    return model_.forward_backward(params, inputs, targets, B, T, grads);
+                          std::span<const std::int32_t> targets, int B, int T, std::span<float> grads,
+                          const GradientReady& ready) override {
+    return model_.forward_backward(params, inputs, targets, B, T, grads, ready);
   }
   double loss(std::span<const float> params, std::span<const std::int32_t> inputs,
               std::span<const std::int32_t> targets, int B, int T) override {

@@ -20,9 +20,10 @@ class LanguageModel {
   virtual const ParamLayout& layout() const = 0;
   virtual void init_params(std::span<float> params, std::uint64_t seed) const = 0;
   // As BasicGpt / BasicLlama: mean cross-entropy over B*T targets; forward_backward
-  // overwrites grads.
+  // overwrites grads and tells `ready` of each range as the backward pass finishes it.
   virtual double forward_backward(std::span<const float> params, std::span<const std::int32_t> inputs,
-                                  std::span<const std::int32_t> targets, int B, int T, std::span<float> grads) = 0;
+                                  std::span<const std::int32_t> targets, int B, int T, std::span<float> grads,
+                                  const GradientReady& ready = {}) = 0;
   virtual double loss(std::span<const float> params, std::span<const std::int32_t> inputs,
                       std::span<const std::int32_t> targets, int B, int T) = 0;
 };

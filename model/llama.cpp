@@ -198,7 +198,7 @@ R BasicLlama<R>::forward(const R* p, const std::int32_t* inputs, const std::int3
 }
 
 template <class R>
-void BasicLlama<R>::backward(const R* p, int batch, int seq, R* g) {
+void BasicLlama<R>::backward(const R* p, int batch, int seq, R* g, const GradientReady& ready) {
   Workspace& w = *ws_;
   auto& ops = model_ops<R>(*backend_);
   const Dims d(cfg_, batch, seq);
@@ -214,6 +214,8 @@ void BasicLlama<R>::backward(const R* p, int batch, int seq, R* g) {
   linear_backward<R>(ops, cfg_.precision, dn, G(f + 1), {}, w.single(kLogits), w.single(kNormOut), P(f + 1), N, C, V);
   backend_->zero_bytes(dres.data(), dres.size_bytes());
   ops.rmsnorm_backward(dres, G(f), dn, w.block_input(w.L), P(f), w.single(kNormRrms), N, C);
+  const auto& slots = layout_.slots();
+  if (ready) ready(slots[f].offset, layout_.size());  // the final norm and the head
   for (std::ptrdiff_t l = w.L - 1; l >= 0; --l) {
     const std::size_t s = kFirstBlock + static_cast<std::size_t>(l) * kBlockSlots;
     auto a = [&](int act) { return w.layer(act, l); };
@@ -226,19 +228,22 @@ void BasicLlama<R>::backward(const R* p, int batch, int seq, R* g) {
     ops.rope_backward(dqkv, N, T, S, rotated, shape.hs, cfg_.rope_base);
     linear_backward<R>(ops, cfg_.precision, dn, G(s + kQkvW), {}, dqkv, a(kH), P(s + kQkvW), N, C, S);
     ops.rmsnorm_backward(dres, G(s + kAttnNorm), dn, w.block_input(l), P(s + kAttnNorm), a(kRrms1), N, C);
+    if (ready) ready(slots[s].offset, slots[s + kBlockSlots].offset);
   }
   ops.embedding_backward(G(kWte), {}, dres, w.inputs(), B, T, C);
+  if (ready) ready(0, slots[kFirstBlock].offset);
 }
 
 template <class R>
 R BasicLlama<R>::forward_backward(std::span<const R> params, std::span<const std::int32_t> inputs,
-                                  std::span<const std::int32_t> targets, int B, int T, std::span<R> grads) {
+                                  std::span<const std::int32_t> targets, int B, int T, std::span<R> grads,
+                                  const GradientReady& ready) {
   check_batch("Llama", params.size(), layout_.size(), inputs, targets, B, T, cfg_.block_size, cfg_.vocab_size);
   require(grads.size() == layout_.size(), "Llama::forward_backward: grads has " + std::to_string(grads.size()) +
                                               " elements, layout needs " + std::to_string(layout_.size()));
   backend_->zero_bytes(grads.data(), grads.size_bytes());
   const R mean_loss = forward(params.data(), inputs.data(), targets.data(), B, T, true);
-  backward(params.data(), B, T, grads.data());
+  backward(params.data(), B, T, grads.data(), ready);
   return mean_loss;
 }
 

@@ -12,6 +12,7 @@
 
 #include "core/layout.hpp"
 #include "kernels/backend.hpp"
+#include "model/gradient_ready.hpp"
 #include "model/precision.hpp"
 
 namespace scape::model {
@@ -75,14 +76,15 @@ class BasicLlama {
 
   void init_params(std::span<Real> params, std::uint64_t seed) const;
   Real forward_backward(std::span<const Real> params, std::span<const std::int32_t> inputs,
-                        std::span<const std::int32_t> targets, int B, int T, std::span<Real> grads);
+                        std::span<const std::int32_t> targets, int B, int T, std::span<Real> grads,
+                        const GradientReady& ready = {});
   Real loss(std::span<const Real> params, std::span<const std::int32_t> inputs, std::span<const std::int32_t> targets,
             int B, int T);
 
  private:
   struct Workspace;
   Real forward(const Real* params, const std::int32_t* inputs, const std::int32_t* targets, int B, int T, bool grad);
-  void backward(const Real* params, int B, int T, Real* grads);
+  void backward(const Real* params, int B, int T, Real* grads, const GradientReady& ready);
   // The view of tensor `slot` inside a flat parameter or gradient buffer.
   template <class T>
   std::span<T> tensor(T* base, std::size_t slot) const {

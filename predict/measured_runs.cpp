@@ -206,6 +206,12 @@ RunMeasurement read_run_measurement(const std::filesystem::path& file) {
   if (config.model.type != "gpt") {
     bad_file(file, "model.type " + config.model.type + ": calibration fits compute per FLOP and needs a gpt run");
   }
+  if (config.optimizer.overlap_grad_reduce) {
+    // Its buckets run beside the backward pass: their measured time mixes link time with waits
+    // for the gradient, so it cannot fit the link.
+    bad_file(file, "optimizer.overlap_grad_reduce: its reduce-scatter runs in buckets beside the backward pass; "
+                   "calibrate on runs without it");
+  }
   RunMeasurement r;
   r.file = file;
   r.optimizer = config.optimizer;

@@ -84,22 +84,27 @@ void MpiComm::enqueue(std::function<void()> task) {
   queue_cv_.notify_one();
 }
 
-void MpiComm::mean_by_alltoall(std::span<const float> send, std::span<float> recv, std::span<const std::size_t> counts) {
-  // Rank r receives every rank's segment r, then sums them in rank order like EmulatedComm.
+void MpiComm::reduce_scatter_on(MPI_Comm comm, std::span<const float> send, std::span<float> recv,
+                                std::span<const std::size_t> counts, std::vector<float>& gathered) const {
   const int w = size();
+  if (!options_.deterministic) {
+    const auto c = int_counts(counts, "reduce_scatter");
+    SCAPE_MPI_CHECK(MPI_Reduce_scatter(send.data(), recv.data(), c.data(), MPI_FLOAT, MPI_SUM, comm));
+    const float wf = static_cast<float>(w);
+    for (float& x : recv) x /= wf;
+    return;
+  }
+  // Rank r receives every rank's segment r, then sums them in rank order like EmulatedComm.
   const std::size_t mine = counts[static_cast<std::size_t>(rank())];
-  gathered_.resize(mine * static_cast<std::size_t>(w));
+  gathered.resize(mine * static_cast<std::size_t>(w));
   const auto send_counts = int_counts(counts, "reduce_scatter");
   const auto send_displs = displacements(send_counts);
   std::vector<int> recv_counts(static_cast<std::size_t>(w), to_mpi_count(mine, "reduce_scatter"));
   const auto recv_displs = displacements(recv_counts);
-  {
-    const BlockedClock::Scope blocked(blocked_);
-    SCAPE_MPI_CHECK(MPI_Alltoallv(send.data(), send_counts.data(), send_displs.data(), MPI_FLOAT, gathered_.data(),
-                                  recv_counts.data(), recv_displs.data(), MPI_FLOAT, world_));
-  }
+  SCAPE_MPI_CHECK(MPI_Alltoallv(send.data(), send_counts.data(), send_displs.data(), MPI_FLOAT, gathered.data(),
+                                recv_counts.data(), recv_displs.data(), MPI_FLOAT, comm));
   std::vector<const float*> inputs(static_cast<std::size_t>(w));
-  for (int q = 0; q < w; ++q) inputs[static_cast<std::size_t>(q)] = gathered_.data() + static_cast<std::size_t>(q) * mine;
+  for (int q = 0; q < w; ++q) inputs[static_cast<std::size_t>(q)] = gathered.data() + static_cast<std::size_t>(q) * mine;
   mean_in_rank_order(inputs, recv);
 }
 
@@ -123,27 +128,18 @@ void MpiComm::do_all_reduce_mean(std::span<float> data) {
                                           n * static_cast<std::size_t>(q) / static_cast<std::size_t>(w);
   }
   std::vector<float> chunk(counts[static_cast<std::size_t>(rank())]);
-  mean_by_alltoall(data, chunk, counts);
   const auto c = int_counts(counts, "all_reduce");
   const auto d = displacements(c);
   const BlockedClock::Scope blocked(blocked_);
+  reduce_scatter_on(world_, data, chunk, counts, gathered_);
   SCAPE_MPI_CHECK(MPI_Allgatherv(chunk.data(), c[static_cast<std::size_t>(rank())], MPI_FLOAT, data.data(), c.data(),
                                  d.data(), MPI_FLOAT, world_));
 }
 
 void MpiComm::do_reduce_scatter_mean(std::span<const float> send, std::span<float> recv,
                                      std::span<const std::size_t> counts) {
-  if (options_.deterministic) {
-    mean_by_alltoall(send, recv, counts);
-    return;
-  }
-  const auto c = int_counts(counts, "reduce_scatter");
-  {
-    const BlockedClock::Scope blocked(blocked_);
-    SCAPE_MPI_CHECK(MPI_Reduce_scatter(send.data(), recv.data(), c.data(), MPI_FLOAT, MPI_SUM, world_));
-  }
-  const float wf = static_cast<float>(size());
-  for (float& x : recv) x /= wf;
+  const BlockedClock::Scope blocked(blocked_);
+  reduce_scatter_on(world_, send, recv, counts, gathered_);
 }
 
 void MpiComm::do_all_gather_bytes(std::span<const std::byte> send, std::span<std::byte> recv,
@@ -167,46 +163,67 @@ void MpiComm::do_all_to_all_bytes(std::span<const std::byte> send, std::span<std
                                 recv_counts.data(), recv_displs.data(), MPI_BYTE, world_));
 }
 
-// Runs on the communication thread; wait() blocks the caller only for what is left of it.
-class MpiComm::AsyncGather final : public AsyncRequest {
+// A collective run on the communication thread; wait() blocks the caller only for what is left
+// of it and records that wait as exposed, and the collective's own duration under `measured`.
+class MpiComm::AsyncCollective final : public AsyncRequest {
  public:
-  AsyncGather(MpiComm& comm, std::future<double> done) : comm_(comm), done_(std::move(done)) {}
+  AsyncCollective(MpiComm& comm, CollectiveKind kind, std::string measured, std::future<double> done)
+      : comm_(comm), kind_(kind), measured_(std::move(measured)), done_(std::move(done)) {}
   void wait() override {
     const auto start = std::chrono::steady_clock::now();
     double duration = 0;
     {
       const BlockedClock::Scope blocked(comm_.blocked_);
-      duration = done_.get();  // rethrows the gather's error
+      duration = done_.get();  // rethrows the collective's error
     }
-    comm_.add_exposed_wait(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
-    comm_.add_measured_time("async_all_gather", duration);
+    comm_.add_exposed_wait(kind_, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+    comm_.add_measured_time(measured_, duration);
   }
 
  private:
   MpiComm& comm_;
+  CollectiveKind kind_;
+  std::string measured_;
   std::future<double> done_;
 };
+
+std::unique_ptr<AsyncRequest> MpiComm::run_async(CollectiveKind kind, std::string measured,
+                                                 std::function<void()> collective) {
+  auto promise = std::make_shared<std::promise<double>>();
+  std::future<double> done = promise->get_future();
+  enqueue([collective = std::move(collective), promise] {
+    // An error must not escape the communication thread: wait() rethrows it on the caller's.
+    try {
+      const auto start = std::chrono::steady_clock::now();
+      collective();
+      promise->set_value(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+    } catch (...) {
+      promise->set_exception(std::current_exception());
+    }
+  });
+  return std::make_unique<AsyncCollective>(*this, kind, std::move(measured), std::move(done));
+}
 
 std::unique_ptr<AsyncRequest> MpiComm::do_all_gather_bytes_async(std::span<const std::byte> send,
                                                                  std::span<std::byte> recv,
                                                                  std::span<const std::size_t> counts) {
   auto c = int_counts(counts, "all_gather");
   auto d = displacements(c);
-  auto promise = std::make_shared<std::promise<double>>();
-  std::future<double> done = promise->get_future();
   const int mine = c[static_cast<std::size_t>(rank())];
-  enqueue([this, send, recv, c = std::move(c), d = std::move(d), mine, promise] {
-    // An error must not escape the communication thread: wait() rethrows it on the caller's.
-    try {
-      const auto start = std::chrono::steady_clock::now();
-      SCAPE_MPI_CHECK(
-          MPI_Allgatherv(send.data(), mine, MPI_BYTE, recv.data(), c.data(), d.data(), MPI_BYTE, async_comm_));
-      promise->set_value(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
-    } catch (...) {
-      promise->set_exception(std::current_exception());
-    }
+  return run_async(CollectiveKind::all_gather, "async_all_gather",
+                   [this, send, recv, c = std::move(c), d = std::move(d), mine] {
+                     SCAPE_MPI_CHECK(MPI_Allgatherv(send.data(), mine, MPI_BYTE, recv.data(), c.data(), d.data(),
+                                                    MPI_BYTE, async_comm_));
+                   });
+}
+
+std::unique_ptr<AsyncRequest> MpiComm::do_reduce_scatter_mean_async(std::span<const float> send,
+                                                                    std::span<float> recv,
+                                                                    std::span<const std::size_t> counts) {
+  std::vector<std::size_t> own_counts(counts.begin(), counts.end());
+  return run_async(CollectiveKind::reduce_scatter, "async_reduce_scatter", [this, send, recv, own_counts] {
+    reduce_scatter_on(async_comm_, send, recv, own_counts, async_gathered_);
   });
-  return std::make_unique<AsyncGather>(*this, std::move(done));
 }
 
 void MpiComm::do_barrier() {

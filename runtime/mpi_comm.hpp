@@ -1,9 +1,10 @@
 // MpiComm: the Communicator over MPI, one process per rank. Reductions use MPI's own
 // collectives (MPI_Allreduce, MPI_Reduce_scatter) or, in deterministic mode, an all-to-all
 // followed by the same rank-order mean as the simulator, so a run is bit-identical to
-// EmulatedComm with the same W. The asynchronous all-gather runs on a dedicated
-// communication thread over a duplicated communicator, so it progresses while the compute
-// thread runs forward/backward without calling MPI (needs MPI_THREAD_MULTIPLE).
+// EmulatedComm with the same W. The asynchronous collectives (the lagged all-gather, the
+// gradient buckets of overlap_grad_reduce) run in order on a dedicated communication thread
+// over a duplicated communicator, so they progress while the compute thread runs
+// forward/backward without calling MPI (needs MPI_THREAD_MULTIPLE).
 #pragma once
 
 #include <mpi.h>
@@ -34,16 +35,25 @@ class MpiComm final : public Communicator {
   // watchdog reads it from another thread.
   double blocked_for() const { return blocked_.blocked_for(); }
   MPI_Comm world() const { return world_; }
+  bool waits_for_queued_kernels() const override { return false; }
 
  protected:
   SCAPE_COMMUNICATOR_BACKEND_HOOKS;  // Communicator's backend hooks (core/communicator.hpp)
+  std::unique_ptr<AsyncRequest> do_reduce_scatter_mean_async(std::span<const float> send, std::span<float> recv,
+                                                             std::span<const std::size_t> counts) override;
 
  private:
-  class AsyncGather;
-  friend class AsyncGather;
+  class AsyncCollective;
+  friend class AsyncCollective;
   void comm_thread_main();
   void enqueue(std::function<void()> task);
-  void mean_by_alltoall(std::span<const float> send, std::span<float> recv, std::span<const std::size_t> counts);
+  // Runs `collective` on the communication thread; its wait is exposed time of `kind` and its
+  // duration is measured as `measured`.
+  std::unique_ptr<AsyncRequest> run_async(CollectiveKind kind, std::string measured, std::function<void()> collective);
+  // recv = the mean over the ranks of `comm` of this rank's segment of send: MPI_Reduce_scatter,
+  // or in deterministic mode an all-to-all and the simulator's rank-order mean.
+  void reduce_scatter_on(MPI_Comm comm, std::span<const float> send, std::span<float> recv,
+                         std::span<const std::size_t> counts, std::vector<float>& gathered) const;
 
   MPI_Comm world_;
   MPI_Comm async_comm_ = MPI_COMM_NULL;
@@ -54,7 +64,8 @@ class MpiComm final : public Communicator {
   std::deque<std::function<void()>> queue_;
   bool stopping_ = false;
   BlockedClock blocked_;
-  std::vector<float> gathered_;
+  std::vector<float> gathered_;        // the compute thread's all-to-all buffer
+  std::vector<float> async_gathered_;  // the communication thread's
 };
 
 // MPI counts are int: throws naming the collective when a count does not fit.

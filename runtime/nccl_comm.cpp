@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <functional>
 #include <numeric>
 #include <stdexcept>
 #include <string>
@@ -200,33 +201,37 @@ void NcclComm::do_all_reduce_mean(std::span<float> data) {
   finish();
 }
 
+void NcclComm::queue_reduce_scatter(const float* send, float* recv, std::span<const std::size_t> counts) {
+  // NCCL checks the receive pointer of every reduce it roots; this rank roots none when it
+  // receives nothing, but never hand NCCL a null pointer.
+  auto* r_or_dummy = recv != nullptr ? recv : static_cast<float*>(barrier_.ensure(sizeof(float), stream_));
+  if (!always_grouped_ && all_equal(counts)) {
+    SCAPE_NCCL_CHECK(ncclReduceScatter(send, recv, counts[0], ncclFloat, ncclAvg, comm_, stream_));
+    return;
+  }
+  // Unequal segments: one reduce per root, grouped so NCCL runs them as one operation.
+  SCAPE_NCCL_CHECK(ncclGroupStart());
+  std::size_t offset = 0;
+  ncclResult_t status = ncclSuccess;
+  for (std::size_t root = 0; root < counts.size() && status == ncclSuccess; ++root) {
+    if (counts[root] > 0) {
+      status = ncclReduce(send + offset, r_or_dummy, counts[root], ncclFloat, ncclAvg, static_cast<int>(root), comm_,
+                          stream_);
+    }
+    offset += counts[root];
+  }
+  const ncclResult_t end = ncclGroupEnd();
+  if (status != ncclSuccess) throw_nccl_error(status, "ncclReduce", __FILE__, __LINE__);
+  if (end != ncclSuccess) throw_nccl_error(end, "ncclGroupEnd", __FILE__, __LINE__);
+}
+
 void NcclComm::do_reduce_scatter_mean(std::span<const float> send, std::span<float> recv,
                                       std::span<const std::size_t> counts) {
   if (sum(counts) == 0) return;
   begin();
   const auto* s = static_cast<const float*>(readable(send.data(), send.size_bytes(), stage_in_));
   auto* r = static_cast<float*>(writable(recv.data(), recv.size_bytes(), stage_out_, false));
-  // NCCL checks the receive pointer of every reduce it roots; this rank roots none when it
-  // receives nothing, but never hand NCCL a null pointer.
-  auto* r_or_dummy = r != nullptr ? r : static_cast<float*>(barrier_.ensure(sizeof(float), stream_));
-  if (!always_grouped_ && all_equal(counts)) {
-    SCAPE_NCCL_CHECK(ncclReduceScatter(s, r, counts[0], ncclFloat, ncclAvg, comm_, stream_));
-  } else {
-    // Unequal segments: one reduce per root, grouped so NCCL runs them as one operation.
-    SCAPE_NCCL_CHECK(ncclGroupStart());
-    std::size_t offset = 0;
-    ncclResult_t status = ncclSuccess;
-    for (std::size_t root = 0; root < counts.size() && status == ncclSuccess; ++root) {
-      if (counts[root] > 0) {
-        status = ncclReduce(s + offset, r_or_dummy, counts[root], ncclFloat, ncclAvg, static_cast<int>(root), comm_,
-                            stream_);
-      }
-      offset += counts[root];
-    }
-    const ncclResult_t end = ncclGroupEnd();
-    if (status != ncclSuccess) throw_nccl_error(status, "ncclReduce", __FILE__, __LINE__);
-    if (end != ncclSuccess) throw_nccl_error(end, "ncclGroupEnd", __FILE__, __LINE__);
-  }
+  queue_reduce_scatter(s, r, counts);
   copy_back(recv.data(), r, recv.size_bytes());
   finish();
 }
@@ -292,11 +297,13 @@ void NcclComm::do_all_to_all_bytes(std::span<const std::byte> send, std::span<st
   finish();
 }
 
-// The all-gather queued on the communication stream between two timing events; wait() blocks
-// the host on the second and, when recv is host memory, copies the staged result into it.
-class NcclComm::AsyncGather final : public AsyncRequest {
+// A collective queued on the communication stream between two timing events; wait() blocks
+// the host on the second and, when recv is host memory, copies the staged result into it. The
+// wait is exposed time of `kind`, the time between the events is measured as `measured`.
+class NcclComm::AsyncCollective final : public AsyncRequest {
  public:
-  explicit AsyncGather(NcclComm& comm) : comm_(comm) {
+  AsyncCollective(NcclComm& comm, CollectiveKind kind, const char* measured)
+      : comm_(comm), kind_(kind), measured_(measured) {
     SCAPE_CUDA_CHECK(cudaEventCreate(&start_));
     const cudaError_t e = cudaEventCreate(&done_);
     if (e != cudaSuccess) {
@@ -304,18 +311,20 @@ class NcclComm::AsyncGather final : public AsyncRequest {
       kernels::cuda::throw_cuda_error(e, "cudaEventCreate(&done_)", __FILE__, __LINE__);
     }
   }
-  ~AsyncGather() override {
+  ~AsyncCollective() override {
     // Events still pending are released by CUDA once they complete; the staging buffers are
-    // freed in stream order, after the gather.
+    // freed in stream order, after the collective.
     (void)cudaEventDestroy(start_);
     (void)cudaEventDestroy(done_);
     stage_in_.release(comm_.stream_);
     stage_out_.release(comm_.stream_);
   }
-  AsyncGather(const AsyncGather&) = delete;
-  AsyncGather& operator=(const AsyncGather&) = delete;
+  AsyncCollective(const AsyncCollective&) = delete;
+  AsyncCollective& operator=(const AsyncCollective&) = delete;
 
-  void issue(std::span<const std::byte> send, std::span<std::byte> recv, std::span<const std::size_t> counts) {
+  // Queues `collective` (device send and receive pointers) after the caller's compute stream.
+  void issue(std::span<const std::byte> send, std::span<std::byte> recv,
+             const std::function<void(const void*, void*)>& collective) {
     const void* s = comm_.readable(send.data(), send.size(), stage_in_);
     void* r = comm_.writable(recv.data(), recv.size(), stage_out_, false);
     if (r != recv.data()) {
@@ -323,7 +332,7 @@ class NcclComm::AsyncGather final : public AsyncRequest {
       staged_ = r;
     }
     SCAPE_CUDA_CHECK(cudaEventRecord(start_, comm_.stream_));
-    comm_.queue_gather(s, r, counts);
+    collective(s, r);
     SCAPE_CUDA_CHECK(cudaEventRecord(done_, comm_.stream_));
   }
 
@@ -336,15 +345,17 @@ class NcclComm::AsyncGather final : public AsyncRequest {
           cudaMemcpyAsync(host_recv_.data(), staged_, host_recv_.size(), cudaMemcpyDeviceToHost, comm_.stream_));
       SCAPE_CUDA_CHECK(cudaStreamSynchronize(comm_.stream_));
     }
-    comm_.add_exposed_wait(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+    comm_.add_exposed_wait(kind_, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
     float ms = 0;
     SCAPE_CUDA_CHECK(cudaEventElapsedTime(&ms, start_, done_));
-    comm_.add_measured_time("async_all_gather", ms / 1e3);
+    comm_.add_measured_time(measured_, ms / 1e3);
     comm_.check_async_error();
   }
 
  private:
   NcclComm& comm_;
+  CollectiveKind kind_;
+  const char* measured_;
   cudaEvent_t start_ = nullptr;
   cudaEvent_t done_ = nullptr;
   nccl_detail::DeviceScratch stage_in_, stage_out_;
@@ -356,8 +367,21 @@ std::unique_ptr<AsyncRequest> NcclComm::do_all_gather_bytes_async(std::span<cons
                                                                   std::span<std::byte> recv,
                                                                   std::span<const std::size_t> counts) {
   begin();
-  auto request = std::make_unique<AsyncGather>(*this);
-  request->issue(send, recv, counts);
+  auto request = std::make_unique<AsyncCollective>(*this, CollectiveKind::all_gather, "async_all_gather");
+  request->issue(send, recv, [&](const void* s, void* r) { queue_gather(s, r, counts); });
+  return request;
+}
+
+std::unique_ptr<AsyncRequest> NcclComm::do_reduce_scatter_mean_async(std::span<const float> send,
+                                                                    std::span<float> recv,
+                                                                    std::span<const std::size_t> counts) {
+  // begin() orders the bucket after the backward kernels queued so far on the compute stream,
+  // which go on with the rest of the backward pass while NCCL reduces this bucket.
+  begin();
+  auto request = std::make_unique<AsyncCollective>(*this, CollectiveKind::reduce_scatter, "async_reduce_scatter");
+  request->issue(std::as_bytes(send), std::as_writable_bytes(recv), [&](const void* s, void* r) {
+    if (sum(counts) > 0) queue_reduce_scatter(static_cast<const float*>(s), static_cast<float*>(r), counts);
+  });
   return request;
 }
 

@@ -3,8 +3,9 @@
 // one dedicated non-blocking communication stream, ordered after the caller's compute stream
 // (kernels::cuda::current_stream()) with a CUDA event, so the optimizer's queued kernels are
 // complete before NCCL reads their output. Synchronous collectives return with the result
-// ready for the host and every stream; the asynchronous all-gather returns at once and its
-// wait() blocks the host on a CUDA event.
+// ready for the host and every stream; the asynchronous ones (the lagged all-gather, the
+// gradient buckets of overlap_grad_reduce) return at once and their wait() blocks the host on
+// a CUDA event.
 //
 // Memory: buffers may be device or managed memory (used in place) or plain host memory
 // (staged through device buffers, correct but slower). Means use NCCL's ncclAvg (for floats:
@@ -73,10 +74,12 @@ class NcclComm final : public Communicator {
   SCAPE_COMMUNICATOR_BACKEND_HOOKS;  // Communicator's backend hooks (core/communicator.hpp)
   void to_wire(std::span<const float> in, std::span<float> out, WireType wire) override;
   std::span<float> wire_scratch(std::size_t n) override;
+  std::unique_ptr<AsyncRequest> do_reduce_scatter_mean_async(std::span<const float> send, std::span<float> recv,
+                                                             std::span<const std::size_t> counts) override;
 
  private:
-  class AsyncGather;
-  friend class AsyncGather;
+  class AsyncCollective;
+  friend class AsyncCollective;
   // Makes this rank's device current and queues a wait for the caller's compute stream.
   void begin();
   // Host waits for the communication stream (watchdog-visible), then checks NCCL's state.
@@ -91,6 +94,8 @@ class NcclComm final : public Communicator {
   void copy_back(void* p, const void* staged, std::size_t bytes);
   // recv = concatenation of every rank's counts[r] bytes, queued on the stream.
   void queue_gather(const void* send, void* recv, std::span<const std::size_t> counts);
+  // recv = the mean over ranks of this rank's counts[rank] floats of send, queued on the stream.
+  void queue_reduce_scatter(const float* send, float* recv, std::span<const std::size_t> counts);
   void check_async_error();
   void release() noexcept;
 

@@ -136,27 +136,11 @@ void EmulatedComm::do_all_to_all_bytes(std::span<const std::byte> send, std::spa
   group_.arrive_and_wait();
 }
 
-namespace {
-
-// Deferred all-gather: the data moves when every rank waits, which is where an SPMD program
-// reaches the same point in its collective sequence. Reading the receive buffer before
-// wait() therefore sees stale data, as it would with MPI.
-class DeferredAllGather final : public AsyncRequest {
- public:
-  explicit DeferredAllGather(std::function<void()> run) : run_(std::move(run)) {}
-  void wait() override { run_(); }
-
- private:
-  std::function<void()> run_;
-};
-
-}  // namespace
-
 std::unique_ptr<AsyncRequest> EmulatedComm::do_all_gather_bytes_async(std::span<const std::byte> send,
                                                                       std::span<std::byte> recv,
                                                                       std::span<const std::size_t> counts) {
   std::vector<std::size_t> own_counts(counts.begin(), counts.end());
-  return std::make_unique<DeferredAllGather>([this, send, recv, own_counts] {
+  return std::make_unique<DeferredCollective>([this, send, recv, own_counts] {
     do_all_gather_bytes(send, recv, own_counts);
   });
 }

@@ -115,9 +115,34 @@ TEST_CASE("the resolved optimizer section keeps exactly the keys its type reads"
     for (const auto& [key, spec] : keys.items()) {
       const auto& types = spec.at("x-applies-to");
       CAPTURE(key);
-      CHECK(resolved.contains(key) == (std::find(types.begin(), types.end(), type) != types.end()));
+      // overlap_grad_reduce is recorded only when true, so that older dense run ids stay valid.
+      const bool recorded_when_on = key == "overlap_grad_reduce";
+      CHECK(resolved.contains(key) ==
+            (!recorded_when_on && std::find(types.begin(), types.end(), type) != types.end()));
     }
   }
+  // Switched on, it is recorded (and so changes the run id) for the dense types only.
+  for (const char* type : {"adamw", "adams"}) {
+    CAPTURE(type);
+    const json config = {{"optimizer", {{"type", type}, {"overlap_grad_reduce", true}}}};
+    const json resolved = ex::parse_experiment(config, ".").to_json();
+    CHECK(resolved["optimizer"]["overlap_grad_reduce"] == true);
+    const json off = ex::parse_experiment({{"optimizer", {{"type", type}}}}, ".").to_json();
+    CHECK(ex::run_id(resolved) != ex::run_id(off));
+    CHECK(ex::parse_experiment(resolved, ".").to_json() == resolved);  // the recorded config parses back
+  }
+  CHECK_THROWS_WITH_AS(
+      ex::parse_experiment({{"optimizer", {{"type", "scape"}, {"overlap_grad_reduce", true}}}}, "."),
+      doctest::Contains("overlap_grad_reduce"), ex::ConfigError);
+  CHECK_THROWS_WITH_AS(
+      ex::parse_experiment({{"optimizer", {{"type", "adamw"}, {"overlap_grad_reduce", true}, {"sharded", false}}}}, "."),
+      doctest::Contains("optimizer.overlap_grad_reduce: buckets are reduce-scattered"), ex::ConfigError);
+  CHECK_THROWS_WITH_AS(
+      ex::parse_experiment({{"optimizer", {{"type", "adams"}, {"overlap_grad_reduce", true}, {"wire_dtype", "bf16"}}}},
+                           "."),
+      doctest::Contains("optimizer.overlap_grad_reduce: the buckets go at fp32"), ex::ConfigError);
+  CHECK_THROWS_WITH_AS(ex::parse_experiment({{"optimizer", {{"type", "adams"}, {"overlap_grad_reduce", 1}}}}, "."),
+                       doctest::Contains("optimizer.overlap_grad_reduce"), ex::ConfigError);
 }
 
 TEST_CASE("the prediction schema shares the optimizer keys and states the fixed defaults") {

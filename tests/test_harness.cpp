@@ -153,6 +153,58 @@ TEST_CASE("scape run on a GPT: validation, final parameters and dense metrics as
   CHECK(std::isnan(read_metric(dir.path / "d.h5", "residual_norm")[2]));
 }
 
+TEST_CASE("overlap_grad_reduce: bit-identical training, the same bytes in L + 2 buckets, the backward hides them") {
+  TempDir dir;
+  write_file(dir.path / "g.json", kTinyGpt);
+  // A link and a (FLOP-modelled, MFU 1e-7) compute of about a millisecond each, so that the
+  // buckets both hide in part and leave a tail; 1 layer: three buckets (final LayerNorm,
+  // block 0, embeddings).
+  const std::string common = " --quiet --set network.alpha_us=1 --set network.bandwidth_GBps=0.01"
+                             " --set compute.type=flops --set compute.mfu=1e-7";
+  for (const char* type : {"adamw", "adams"}) {
+    CAPTURE(type);
+    const fs::path off = dir.path / (std::string(type) + "-off.h5"), on = dir.path / (std::string(type) + "-on.h5");
+    const std::string set = " --set optimizer.type=" + std::string(type);
+    REQUIRE(run_scape("run " + (dir.path / "g.json").string() + " --out " + off.string() + common + set).code == 0);
+    const auto r = run_scape("run " + (dir.path / "g.json").string() + " --out " + on.string() + common + set +
+                             " --set optimizer.overlap_grad_reduce=true");
+    CAPTURE(r.output);
+    REQUIRE(r.code == 0);
+    auto final_params = [](const fs::path& p) {
+      return ex::File::open(p, ex::Access::read).open_dataset("/final/params").read_all<float>();
+    };
+    const auto a = final_params(off), b = final_params(on);
+    REQUIRE(a.size() == b.size());
+    CHECK(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0);
+    CHECK(read_metric(off, "train_loss") == read_metric(on, "train_loss"));
+    const auto bytes_off = read_metric(off, "bytes_sent_grad_reduce_scatter");
+    const auto bytes_on = read_metric(on, "bytes_sent_grad_reduce_scatter");
+    const auto model_off = read_metric(off, "comm_time_model"), model_on = read_metric(on, "comm_time_model");
+    const auto exposed_off = read_metric(off, "comm_time_exposed"), exposed_on = read_metric(on, "comm_time_exposed");
+    const auto step_off = read_metric(off, "step_time_model"), step_on = read_metric(on, "step_time_model");
+    const auto compute = read_metric(on, "compute_time_model");
+    REQUIRE(bytes_on.size() == 6);
+    // Ring closed forms at W = 2 (alpha 1 us, 1e7 B/s): a reduce-scatter of N fp32 values takes
+    // alpha + (N / 2) 4 / 1e7 s; the last bucket, the embeddings (32 + 16 rows of 16), alpha +
+    // (768 / 2) 4 / 1e7 s.
+    const double alpha = 1e-6, n = static_cast<double>(a.size());
+    const double reduce_scatter = alpha + n / 2 * 4 / 1e7, last_bucket = alpha + 768.0 / 2 * 4 / 1e7;
+    for (std::size_t i = 0; i < bytes_on.size(); ++i) {
+      CAPTURE(i);
+      CHECK(bytes_on[i] == doctest::Approx(bytes_off[i]).epsilon(1e-12));
+      // Three reduce-scatters of W - 1 = 1 latency step each instead of one: two more alphas.
+      CHECK(model_on[i] == doctest::Approx(model_off[i] + 2 * alpha).epsilon(1e-12));
+      // Off, everything blocks; on, only the parameter all-gather does, and the buckets' tail
+      // goes into the step: at least the last bucket, less than all of them.
+      CHECK(exposed_off[i] == doctest::Approx(model_off[i]).epsilon(1e-12));
+      CHECK(exposed_on[i] == doctest::Approx(model_off[i] - reduce_scatter).epsilon(1e-9));
+      CHECK(step_off[i] == doctest::Approx(compute[i] + model_off[i]).epsilon(1e-12));
+      CHECK(step_on[i] >= compute[i] + exposed_on[i] + last_bucket * (1 - 1e-12));
+      CHECK(step_on[i] < step_off[i]);
+    }
+  }
+}
+
 TEST_CASE("scape --version names the commit it was built from, the one checked out") {
   const auto head = scape::testing::run_command("git -C " + std::string(SCAPE_SOURCE_DIR) + " rev-parse --short=12 HEAD");
   if (head.code != 0 || head.output.size() < 12) {

@@ -364,3 +364,40 @@ TEST_CASE("density warm-up: k follows rho^min(1,(t-1)/tau)") {
   }
   CHECK(run.steps[0][0].metrics.mask_density == 1.0);
 }
+
+TEST_CASE("backward buckets: the pipeline's exposed time and the modelled step, by hand") {
+  const auto record = [](std::uint64_t bytes, double seconds, bool in_backward, bool overlapped) {
+    CommRecord r;
+    r.payload_bytes = bytes;
+    r.modelled_time_s = seconds;
+    r.in_backward = in_backward;
+    r.overlapped = overlapped;
+    return r;
+  };
+  // Buckets of 1 and 3 bytes behind a 2 s backward pass: ready at 0.5 s and 2 s. The first runs
+  // 0.5..1.0, the second 2.0..2.1: 0.1 s exposed.
+  const std::vector<CommRecord> small = {record(1, 0.5, true, false), record(3, 0.1, true, false)};
+  CHECK(backward_buckets_exposed(small, 2.0) == doctest::Approx(0.1));
+  // 3 and 1 bytes of 2 s and 0.2 s behind 1 s: ready at 0.75 and 1; the link is busy until 2.75,
+  // the second ends at 2.95: 1.95 s exposed.
+  const std::vector<CommRecord> slow = {record(3, 2.0, true, false), record(1, 0.2, true, false)};
+  CHECK(backward_buckets_exposed(slow, 1.0) == doctest::Approx(1.95));
+  // Other records are not buckets; no buckets, nothing exposed.
+  CHECK(backward_buckets_exposed({record(8, 5.0, false, false), record(8, 5.0, false, true)}, 1.0) == 0.0);
+
+  // The step: compute 3 s (backward 2 s), the small buckets (0.6 s, 0.1 s exposed, so 0.5 s of
+  // link time inside the compute), a blocking all-gather of 0.3 s and a lagged all-gather of
+  // 2.8 s that has 3 - 0.5 = 2.5 s of free link to hide in: 3 + 0.3 + 0.1 + 0.3.
+  std::vector<CommRecord> step = small;
+  step.push_back(record(64, 0.3, false, false));
+  step.push_back(record(64, 2.8, false, true));
+  CHECK(modelled_step_time(step, 3.0) == doctest::Approx(3.7));
+  const CommSummary s = summarize(step);
+  CHECK(s.backward_bucket_time_s == doctest::Approx(0.6));
+  CHECK(s.exposed_time_s == doctest::Approx(0.3));
+  CHECK(s.overlapped_time_s == doctest::Approx(2.8));
+  CHECK(s.modelled_time_s == doctest::Approx(3.7));
+  // Without buckets the step is compute + exposed + max(0, overlapped - compute), as before.
+  CHECK(modelled_step_time({record(64, 0.3, false, false), record(64, 4.0, false, true)}, 3.0) ==
+        doctest::Approx(3.0 + 0.3 + 1.0));
+}

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "model/gpt.hpp"
+#include "model/language_model.hpp"
 #include "core/rng.hpp"
 
 using namespace scape::model;
@@ -218,5 +219,50 @@ TEST_CASE("W single-threaded instances in W std::threads match the same work don
     CHECK(eigen_threads[i] == 1);  // Eigen follows the calling thread's OpenMP setting
     CHECK(threaded[i].loss == serial[i].loss);
     CHECK(bit_identical(threaded[i].grads, serial[i].grads));
+  }
+}
+
+TEST_CASE("backward: each gradient range is reported once final, the ranges tile [0, N) in backward order") {
+  // overlap_grad_reduce reduces a range as soon as the hook reports it, so a range reported
+  // before its last write would send a partial gradient.
+  LanguageModelSpec gpt;
+  gpt.gpt = kSmall;
+  LanguageModelSpec llama;
+  llama.type = "llama";
+  llama.llama = LlamaConfig{.n_layer = 3, .n_head = 4, .n_kv_head = 2, .n_embd = 32, .block_size = 16, .vocab_size = 50};
+  for (const LanguageModelSpec& spec : {gpt, llama}) {
+    CAPTURE(spec.type);
+    const auto model = spec.make();
+    const scape::ParamLayout& layout = model->layout();
+    const std::size_t n = layout.size();
+    std::vector<float> params(n), plain(n), hooked(n);
+    model->init_params(params, 5);
+    const int B = 2, T = spec.block_size();
+    const auto in = random_tokens(static_cast<std::size_t>(B) * T, spec.vocab_size(), 11);
+    const auto tg = random_tokens(in.size(), spec.vocab_size(), 12);
+    const double loss = model->forward_backward(params, in, tg, B, T, plain);
+    std::vector<std::pair<std::size_t, std::size_t>> ranges;
+    std::vector<std::vector<float>> at_report;
+    const double hooked_loss = model->forward_backward(params, in, tg, B, T, hooked, [&](std::size_t b, std::size_t e) {
+      ranges.emplace_back(b, e);
+      at_report.emplace_back(hooked.begin() + static_cast<std::ptrdiff_t>(b), hooked.begin() + static_cast<std::ptrdiff_t>(e));
+    });
+    CHECK(hooked_loss == loss);
+    CHECK(bit_identical(hooked, plain));
+    const int layers = spec.type == "llama" ? spec.llama.n_layer : spec.gpt.n_layer;
+    REQUIRE(ranges.size() == static_cast<std::size_t>(layers) + 2);
+    // The final norm (and a Llama's head) first, then the blocks from last to first, each range
+    // ending where the one before began; the embeddings last, from index 0.
+    CHECK(ranges.front().second == n);
+    for (std::size_t i = 1; i < ranges.size(); ++i) CHECK(ranges[i].second == ranges[i - 1].first);
+    CHECK(ranges.back().first == 0);
+    const std::size_t first_block = spec.type == "llama" ? 1 : 2;  // after wte (and a GPT's wpe)
+    CHECK(ranges.back().second == layout.slots()[first_block].offset);
+    for (std::size_t i = 0; i < ranges.size(); ++i) {
+      CAPTURE(i);
+      const std::vector<float> final_values(plain.begin() + static_cast<std::ptrdiff_t>(ranges[i].first),
+                                            plain.begin() + static_cast<std::ptrdiff_t>(ranges[i].second));
+      CHECK(bit_identical(at_report[i], final_values));
+    }
   }
 }

@@ -274,4 +274,10 @@ TEST_CASE("bad measurement files: ConfigError naming the file and what is missin
   CHECK(error_of(dir.path / "absent.h5").find("absent.h5") != std::string::npos);
   std::ofstream(dir.path / "text.h5") << "not hdf5";
   CHECK(error_of(dir.path / "text.h5").find("text.h5: cannot be read") != std::string::npos);
+  // A run whose reduce-scatter ran in buckets beside the backward pass measured no link alone.
+  json bucketed = gpt_run_config("adams", 2, 0);
+  bucketed["optimizer"]["overlap_grad_reduce"] = true;
+  const fs::path overlapped = write_measured_run(dir.path, "bucketed", ex::parse_experiment(bucketed, ".").to_json(), t);
+  CHECK(error_of(overlapped).find("bucketed.h5: optimizer.overlap_grad_reduce: its reduce-scatter runs in buckets") !=
+        std::string::npos);
 }

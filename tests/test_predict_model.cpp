@@ -203,6 +203,20 @@ TEST_CASE("bucketed overlap: the last bucket is always exposed") {
   CHECK(bucketed_exposed(1.0, 10, 100.0) == doctest::Approx(0.1));         // link faster than compute
   CHECK(bucketed_exposed(10.0, 10, 5.0) == doctest::Approx(10 - 5 * 0.9));  // link slower than compute
   CHECK(bucketed_exposed(2.0, 4, 0.0) == 2.0);
+  // The predictor's closed form for equal buckets is the simulator's pipeline
+  // (core/ledger.hpp, backward_buckets_exposed) with B equal buckets.
+  for (int b : {1, 2, 3, 8, 25}) {
+    for (double total : {0.3, 1.0, 7.0}) {
+      CAPTURE(b);
+      CAPTURE(total);
+      CommRecord bucket;
+      bucket.payload_bytes = 4096;
+      bucket.modelled_time_s = total / b;
+      bucket.in_backward = true;
+      const std::vector<CommRecord> buckets(static_cast<std::size_t>(b), bucket);
+      CHECK(backward_buckets_exposed(buckets, 2.0) == doctest::Approx(bucketed_exposed(total, b, 2.0)).epsilon(1e-12));
+    }
+  }
 }
 
 TEST_CASE("overlap switches decide what is exposed") {

@@ -96,10 +96,11 @@ class LanguageModelSource final : public GradientSource {
         inputs_(static_cast<std::size_t>(batch_) * static_cast<std::size_t>(T_)),
         targets_(inputs_.size()) {}
 
-  double gradient(std::span<const float> params, int step, std::span<float> grads) override {
+  double gradient(std::span<const float> params, int step, std::span<float> grads,
+                  const model::GradientReady& ready) override {
     train_.worker_batch(static_cast<std::uint64_t>(step), batch_ * workers_, workers_, rank_, inputs_, targets_);
     const auto lock = hold_model();
-    const double loss = model().forward_backward(params, inputs_, targets_, batch_, T_, grads);
+    const double loss = model().forward_backward(params, inputs_, targets_, batch_, T_, grads, ready);
     backend_.synchronize();  // the backward may still be queued after the loss came back
     return loss;
   }
@@ -170,7 +171,7 @@ class ReplayData final : public SourceData {
 class ReplaySource final : public GradientSource {
  public:
   ReplaySource(const ReplayData& data, int rank) : data_(data), rank_(rank) {}
-  double gradient(std::span<const float>, int step, std::span<float> grads) override {
+  double gradient(std::span<const float>, int step, std::span<float> grads, const model::GradientReady&) override {
     data_.trace().read_grad(step, rank_, grads);
     return kNaN;
   }
@@ -206,7 +207,7 @@ class QuadraticData final : public SourceData {
 class QuadraticSource final : public GradientSource {
  public:
   QuadraticSource(const QuadraticData& data, int rank) : data_(data), rank_(rank) {}
-  double gradient(std::span<const float> params, int step, std::span<float> grads) override {
+  double gradient(std::span<const float> params, int step, std::span<float> grads, const model::GradientReady&) override {
     data_.problem().gradient(params, step, rank_, grads);
     return data_.problem().loss(params);
   }

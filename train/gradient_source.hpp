@@ -27,8 +27,12 @@ class GradientSource {
  public:
   virtual ~GradientSource() = default;
   // This worker's gradient at step t (1-based), complete on return; returns its training loss
-  // (NaN when unknown). params and grads are memory of the source's backend.
-  virtual double gradient(std::span<const float> params, int step, std::span<float> grads) = 0;
+  // (NaN when unknown). params and grads are memory of the source's backend. A language model
+  // tells `ready` of each gradient range as its backward pass finishes it
+  // (model/gradient_ready.hpp); the quadratic and replay sources produce the gradient at once
+  // and never call it.
+  virtual double gradient(std::span<const float> params, int step, std::span<float> grads,
+                          const model::GradientReady& ready = {}) = 0;
   // Validation loss over `batches` batches (NaN when the source has none).
   virtual double validation_loss(std::span<const float> params, int batches) = 0;
 };

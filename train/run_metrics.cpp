@@ -57,7 +57,8 @@ const RunMetric kRunMetrics[] = {
      .doc = "alpha-beta time of the step's collectives"},
     {.name = "comm_time_exposed", .columns = Columns::one, .combine = Combine::worker0, .unit = "s",
      .computed = [](Report r, Purpose) { return summarize(r.metrics.comm).exposed_time_s; },
-     .doc = "alpha-beta time of the collectives that do not overlap compute"},
+     .doc = "alpha-beta time of the collectives that do not overlap compute (the buckets of "
+            "`optimizer.overlap_grad_reduce` excluded: their exposed part is in `step_time_model`)"},
     {.name = "compute_time", .columns = Columns::one, .combine = Combine::mean, .unit = "s",
      .report_field = &WorkerReport::compute_s,
      .doc = "thread CPU seconds of forward/backward"},
@@ -68,7 +69,9 @@ const RunMetric kRunMetrics[] = {
     {.name = "step_time_model", .columns = Columns::one, .combine = Combine::rank0, .unit = "s",
      .rank0_field = &RankZeroValues::step_time_model,
      .doc = "`compute + exposed + max(0, overlapped − compute)`, compute = `compute_time_model`: the lagged "
-            "mask all-gather hides behind the next forward/backward up to its length"},
+            "mask all-gather hides behind the next forward/backward up to its length; with "
+            "`optimizer.overlap_grad_reduce` the gradient buckets run behind the backward pass (2/3 of compute) "
+            "and only what ends after it is added (docs/algorithms.md, \"Modelled step time\")"},
     {.name = "target_density", .columns = Columns::one, .combine = Combine::worker0, .unit = "1",
      .sparse_only = true, .metrics_field = &StepMetrics::target_density,
      .doc = "density `ρ_t` the schedule asks for"},
@@ -157,10 +160,15 @@ const RunMetric kRunMetrics[] = {
     {.name = "comm_time_measured_", .columns = Columns::per_measured_collective, .combine = Combine::max,
      .unit = "s", .measured_only = true, .computed = measured_seconds, .set_computed = set_measured_seconds,
      .doc = "wall seconds of the collectives of one purpose; `async_all_gather`: the lagged mask all-gather "
-            "on the communication thread"},
+            "on the communication thread (MPI) or stream (NCCL); `async_reduce_scatter` (with "
+            "`optimizer.overlap_grad_reduce`): the gradient buckets there, beside the backward pass"},
     {.name = "mask_wait_exposed", .columns = Columns::one, .combine = Combine::max, .unit = "s",
      .measured_only = true, .report_field = &WorkerReport::exposed_wait_s,
      .doc = "wall seconds the compute thread waited for the lagged mask all-gather"},
+    {.name = "grad_wait_exposed", .columns = Columns::one, .combine = Combine::max, .unit = "s",
+     .measured_only = true, .bucketed_only = true, .report_field = &WorkerReport::grad_wait_exposed_s,
+     .doc = "wall seconds the optimizer waited, after the backward pass, for the gradient buckets of "
+            "`optimizer.overlap_grad_reduce`: their exposed communication"},
 };
 
 const TensorMetric kTensorMetrics[] = {
@@ -259,9 +267,11 @@ std::vector<MetricColumn> metric_columns(const OptimizerConfig& c, bool measured
   std::vector<std::string> collectives = collective_purposes(c);
   std::vector<std::string> measured_collectives = collectives;
   measured_collectives.push_back("async_all_gather");
+  if (c.overlap_grad_reduce) measured_collectives.push_back("async_reduce_scatter");
   std::vector<MetricColumn> columns;
   for (const RunMetric& m : kRunMetrics) {
     if (m.measured_only && !measured) continue;
+    if (m.bucketed_only && !c.overlap_grad_reduce) continue;
     if (m.columns == Columns::one) {
       columns.push_back({m.name, &m, ""});
       continue;
@@ -315,12 +325,11 @@ RankZeroValues StepCombiner::rank0_values(std::span<const WorkerReport* const> r
                                           std::span<const std::uint64_t> mask) {
   RankZeroValues z{};
   const StepMetrics& m0 = reports[0]->metrics;
-  const CommSummary comm = summarize(m0.comm);
   static const RunMetric& compute_time = metric_named("compute_time");
   const double measured = combine_workers(compute_time, "", reports);
   const double compute = std::isnan(modelled_compute_s_) ? measured : modelled_compute_s_;
   z.compute_time_model = compute;
-  z.step_time_model = compute + comm.exposed_time_s + std::max(0.0, comm.overlapped_time_s - compute);
+  z.step_time_model = modelled_step_time(m0.comm, compute);
   // The gradient of the global batch: the mean over workers in rank order.
   z.grad_norm = kNaN;  // a step that does not take the gradient metrics sends no gradients
   if (!reports[0]->grads.empty()) {

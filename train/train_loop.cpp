@@ -79,12 +79,21 @@ void train_rank(const experiments::ExperimentConfig& config, const SourceData& d
   // communicator before any of them is freed (Communicator::abort).
   const AbortOnFailure abort_on_failure(comm);
   const bool want_oracle = config.log.oracle && has_sparse_metrics(config.optimizer);
+  // overlap_grad_reduce: each gradient range goes to the optimizer as the backward pass finishes
+  // it. A collective that reads host memory at once needs the range's queued kernels done.
+  model::GradientReady gradient_ready;
+  if (opt->reduces_in_backward()) {
+    gradient_ready = [&, sync = !comm.waits_for_queued_kernels()](std::size_t begin, std::size_t end) {
+      if (sync) backend.synchronize();
+      opt->gradient_ready(grads.span(), begin, end);
+    };
+  }
   for (int t = first; t <= config.steps; ++t) {
     if (options.before_step) options.before_step(rank, t);
     WorkerReport report;
     const double w0 = wall_seconds();
     const double c0 = thread_cpu_seconds();
-    report.loss = source->gradient(params, t, grads);
+    report.loss = source->gradient(params, t, grads, gradient_ready);
     report.compute_s = thread_cpu_seconds() - c0;
     report.compute_wall_s = wall_seconds() - w0;
     // Every worker's whole gradient (and a_i, m_prev) goes to rank 0 only at the steps that
@@ -108,7 +117,8 @@ void train_rank(const experiments::ExperimentConfig& config, const SourceData& d
     report.optimizer_wall_s = wall_seconds() - w1;
     if (gradient_metrics) report.grads = grads.span();
     report.measured = comm.take_measured_times();
-    report.exposed_wait_s = comm.take_exposed_wait();
+    report.exposed_wait_s = comm.take_exposed_wait(CollectiveKind::all_gather);
+    report.grad_wait_exposed_s = comm.take_exposed_wait(CollectiveKind::reduce_scatter);
     const bool stop = exchange.exchange(rank, report, [&](std::span<const WorkerReport* const> reports) {
       return log->record_step(t, reports, opt->mask(), *source, params);
     });

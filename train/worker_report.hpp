@@ -27,6 +27,7 @@ struct WorkerReport {
   std::span<const float> first_moment; // m_prev over this worker's shard S_w (SCAPE with the oracle)
   std::map<std::string, double> measured;  // wall seconds per collective purpose (real backends)
   double exposed_wait_s = 0;               // time blocked waiting for asynchronous all-gathers
+  double grad_wait_exposed_s = 0;          // time blocked waiting for the gradient buckets (overlap_grad_reduce)
 };
 
 // Moves reports to rank 0 and rank 0's decision back. The simulator implements it with

@@ -22,14 +22,12 @@ MPI_ENV = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
 STEPS = 12
 
 
-@pytest.fixture(scope="module")
-def mpi_run(scape, tmp_path_factory):
-    """A 12-step SCAPE GPT run under mpirun -np 2 --backend mpi, or skip."""
+def measured_run(scape, folder, optimizer):
+    """A 12-step GPT run under mpirun -np 2 --backend mpi with `optimizer`, or skip."""
     mpirun = shutil.which("mpirun")
     if not mpirun:
         pytest.skip("mpirun not on PATH (openmpi-bin)")
-    folder = tmp_path_factory.mktemp("measured")
-    config = dict(TINY_GPT, workers=2, steps=STEPS, optimizer={"type": "scape", "sparsity": 0.9, "lr": 3e-3})
+    config = dict(TINY_GPT, workers=2, steps=STEPS, optimizer=optimizer)
     cfg = folder / "mpi.json"
     cfg.write_text(json.dumps(config))
     out = folder / "mpi.h5"
@@ -42,6 +40,19 @@ def mpi_run(scape, tmp_path_factory):
     return out
 
 
+@pytest.fixture(scope="module")
+def mpi_run(scape, tmp_path_factory):
+    """A SCAPE 90% run: a blocking sparse reduce-scatter and the lagged mask all-gather."""
+    return measured_run(scape, tmp_path_factory.mktemp("measured"), {"type": "scape", "sparsity": 0.9, "lr": 3e-3})
+
+
+@pytest.fixture(scope="module")
+def bucketed_run(scape, tmp_path_factory):
+    """Dense AdamS reducing its gradient in buckets during the backward pass."""
+    return measured_run(scape, tmp_path_factory.mktemp("bucketed"),
+                        {"type": "adams", "lr": 3e-3, "overlap_grad_reduce": True})
+
+
 def steady_means(path):
     """{column: mean over steps 4 .. STEPS-1} of the measured columns, read with h5py alone."""
     with h5py.File(path, "r", swmr=True) as f:
@@ -49,7 +60,7 @@ def steady_means(path):
         rows = (steps >= 4) & (steps < steps.max())
         return {name: float(np.mean(np.nan_to_num(f["metrics"][name][()][rows], nan=0.0)))
                 for name in f["metrics"] if "wall_time" in name or name.startswith("comm_time_measured_")
-                or name == "mask_wait_exposed"}, int(rows.sum())
+                or name in ("mask_wait_exposed", "grad_wait_exposed")}, int(rows.sum())
 
 
 def test_breakdown_of_a_real_mpi_run_adds_up(mpi_run):
@@ -72,6 +83,24 @@ def test_breakdown_of_a_real_mpi_run_adds_up(mpi_run):
     assert b.mask_wait == pytest.approx(means["mask_wait_exposed"], abs=1e-15)
     assert b.lagged_all_gather == pytest.approx(means["comm_time_measured_async_all_gather"], rel=1e-12)
     assert b.compute > 0 and b.optimizer_kernels > 0
+
+
+def test_a_bucketed_dense_run_waits_for_its_buckets_and_lists_them_beside_compute(bucketed_run):
+    from analysis import load_run
+    from analysis.breakdown import breakdown
+
+    b = breakdown(load_run(bucketed_run), "adams bucketed")
+    means, _ = steady_means(bucketed_run)
+    assert b.optimizer == "adams"
+    assert b.step == pytest.approx(means["compute_wall_time"] + means["optimizer_wall_time"], rel=1e-9)
+    # The buckets ran on the communication thread: not a blocking collective of the step.
+    assert "grad_reduce_scatter" not in b.collectives and "async_reduce_scatter" not in b.collectives
+    assert "param_all_gather" in b.collectives
+    assert b.gradient_buckets == pytest.approx(means["comm_time_measured_async_reduce_scatter"], rel=1e-12)
+    assert b.gradient_buckets > 0
+    assert b.grad_wait == pytest.approx(means["grad_wait_exposed"], abs=1e-15)
+    assert b.exposed_comm == pytest.approx(b.grad_wait + b.collectives["param_all_gather"], rel=1e-12)
+    assert b.mask_wait == 0 and not np.isfinite(b.lagged_all_gather)
 
 
 def test_known_columns_give_the_hand_derived_breakdown(mpi_run, tmp_path):
@@ -115,9 +144,10 @@ def test_report_writes_the_section_csv_and_figure_for_measured_runs_only(scape, 
         rows = list(csv.DictReader(f))
     assert [r["file"] for r in rows] == ["mpi.h5"]  # the simulated run has no measured columns
     r = rows[0]
-    parts = float(r["compute_s"]) + float(r["optimizer_kernels_s"]) + float(r["mask_wait_s"]) + sum(
-        float(v) for k, v in r.items() if k not in ("lagged_all_gather_s",) and k.endswith("_s")
-        and k not in ("step_s", "compute_s", "optimizer_kernels_s", "mask_wait_s"))
+    parts = float(r["compute_s"]) + float(r["optimizer_kernels_s"]) + float(r["mask_wait_s"]) + float(
+        r["grad_wait_s"]) + sum(float(v) for k, v in r.items() if k.endswith("_s") and k not in (
+            "lagged_all_gather_s", "gradient_buckets_s", "step_s", "compute_s", "optimizer_kernels_s", "mask_wait_s",
+            "grad_wait_s"))
     assert parts == pytest.approx(float(r["step_s"]), rel=1e-9)
     assert (tmp_path / "report" / "breakdown.png").stat().st_size > 0
 

@@ -26,6 +26,9 @@ constexpr CommCase kCases[] = {
     {Collective::reduce_scatter_mean, Counts::equal, WireType::fp32},
     {Collective::reduce_scatter_mean, Counts::uneven, WireType::bf16},
     {Collective::reduce_scatter_mean, Counts::equal, WireType::bf16},
+    {Collective::reduce_scatter_mean_async, Counts::uneven, WireType::fp32},
+    {Collective::reduce_scatter_mean_async, Counts::equal, WireType::fp32},
+    {Collective::reduce_scatter_mean_async, Counts::with_zero, WireType::fp32},
     {Collective::all_gather, Counts::uneven, WireType::fp32},
     {Collective::all_gather, Counts::equal, WireType::fp32},
     {Collective::all_gather, Counts::with_zero, WireType::fp32},
@@ -52,6 +55,7 @@ const char* name_of(Collective c) {
   switch (c) {
     case Collective::all_reduce_mean: return "all_reduce_mean";
     case Collective::reduce_scatter_mean: return "reduce_scatter_mean";
+    case Collective::reduce_scatter_mean_async: return "reduce_scatter_mean_async";
     case Collective::all_gather: return "all_gather";
     case Collective::all_gather_in_place: return "all_gather_in_place";
     case Collective::all_gather_words: return "all_gather_words";
@@ -127,11 +131,8 @@ void check_means(std::span<const float> got, std::size_t first, int workers, Wir
 // all-reduce sends 2(W-1)/W of its payload per worker in 2(W-1) steps, a reduce-scatter, an
 // all-gather or an all-to-all (W-1)/W in W-1 steps; modelled time = steps * alpha + sent / bandwidth.
 // Written with the ledger's operations in its order, so equal to the last bit.
-void check_record(Communicator& comm, const std::string& purpose, CollectiveKind kind, std::uint64_t payload,
-                  bool overlapped) {
-  const auto records = comm.ledger().drain();
-  REQUIRE(records.size() == 1);
-  const CommRecord& r = records[0];
+void check_one_record(const CommRecord& r, const Communicator& comm, const std::string& purpose, CollectiveKind kind,
+                      std::uint64_t payload, bool overlapped) {
   const bool all_reduce = kind == CollectiveKind::all_reduce;
   const double w = comm.size();
   const double share = (w - 1.0) / w;
@@ -144,6 +145,14 @@ void check_record(Communicator& comm, const std::string& purpose, CollectiveKind
   CHECK(r.latency_steps == steps);
   CHECK(r.modelled_time_s == steps * kNetwork.alpha_s + (sent > 0 ? sent / kNetwork.bandwidth_Bps : 0.0));
   CHECK(r.overlapped == overlapped);
+}
+
+void check_record(Communicator& comm, const std::string& purpose, CollectiveKind kind, std::uint64_t payload,
+                  bool overlapped) {
+  const auto records = comm.ledger().drain();
+  REQUIRE(records.size() == 1);
+  check_one_record(records[0], comm, purpose, kind, payload, overlapped);
+  CHECK_FALSE(records[0].in_backward);
 }
 
 void all_reduce_case(Communicator& comm, const CommCase& c, MeanMatch match, Memory& memory, MeanStats& stats) {
@@ -164,6 +173,41 @@ void reduce_scatter_case(Communicator& comm, const CommCase& c, MeanMatch match,
   comm.reduce_scatter_mean(send, recv, counts, c.wire, name_of(c));
   check_means(recv, offset_of(counts, comm.rank()), comm.size(), c.wire, match, stats);
   check_record(comm, name_of(c), CollectiveKind::reduce_scatter, total * wire_bytes(c.wire), false);
+}
+
+// The reduce-scatter of the same values as two buckets, [0, h) and [h, total), the way
+// overlap_grad_reduce starts them: each rank receives the part of a bucket inside its segment.
+void reduce_scatter_async_case(Communicator& comm, const CommCase& c, MeanMatch match, Memory& memory,
+                               MeanStats& stats) {
+  const auto counts = counts_of(c.counts, comm.size());
+  const std::size_t total = sum_of(counts), h = total / 2 + 1;
+  const std::size_t mine = static_cast<std::size_t>(comm.rank());
+  const std::size_t first = offset_of(counts, comm.rank());
+  const auto send = take<float>(memory, total);
+  const auto recv = take<float>(memory, counts[mine]);
+  for (std::size_t j = 0; j < total; ++j) send[j] = value(comm.rank(), j);
+  std::vector<PendingCollective> pending;
+  std::size_t recv_offset = 0;
+  for (const auto& [lo, hi] : {std::pair<std::size_t, std::size_t>{0, h}, {h, total}}) {
+    std::vector<std::size_t> part(counts.size());
+    for (std::size_t q = 0; q < counts.size(); ++q) {
+      const std::size_t a = std::max(lo, offset_of(counts, static_cast<int>(q)));
+      const std::size_t b = std::min(hi, offset_of(counts, static_cast<int>(q)) + counts[q]);
+      part[q] = b > a ? b - a : 0;
+    }
+    pending.push_back(comm.reduce_scatter_mean_async(send.subspan(lo, hi - lo), recv.subspan(recv_offset, part[mine]),
+                                                     part, name_of(c)));
+    recv_offset += part[mine];
+  }
+  for (auto& p : pending) p.wait();
+  REQUIRE(recv_offset == counts[mine]);
+  check_means(recv, first, comm.size(), c.wire, match, stats);
+  const auto records = comm.ledger().drain();
+  REQUIRE(records.size() == 2);
+  check_one_record(records[0], comm, name_of(c), CollectiveKind::reduce_scatter, h * sizeof(float), false);
+  check_one_record(records[1], comm, name_of(c), CollectiveKind::reduce_scatter, (total - h) * sizeof(float), false);
+  CHECK(records[0].in_backward);
+  CHECK(records[1].in_backward);
 }
 
 void all_gather_case(Communicator& comm, const CommCase& c, Memory& memory) {
@@ -262,6 +306,7 @@ std::span<const CommCase> cases() { return kCases; }
 std::string name_of(const CommCase& c) {
   std::string name = std::string(name_of(c.collective)) + " " + name_of(c.counts);
   const bool floats = c.collective == Collective::all_reduce_mean || c.collective == Collective::reduce_scatter_mean ||
+                      c.collective == Collective::reduce_scatter_mean_async ||
                       c.collective == Collective::all_gather || c.collective == Collective::all_gather_in_place;
   return floats ? name + " " + to_string(c.wire) : name;
 }
@@ -280,6 +325,7 @@ MeanStats run_cases(Communicator& comm, MeanMatch match, Memory& memory) {
     switch (c.collective) {
       case Collective::all_reduce_mean: all_reduce_case(comm, c, match, memory, stats); break;
       case Collective::reduce_scatter_mean: reduce_scatter_case(comm, c, match, memory, stats); break;
+      case Collective::reduce_scatter_mean_async: reduce_scatter_async_case(comm, c, match, memory, stats); break;
       case Collective::all_gather:
       case Collective::all_gather_in_place: all_gather_case(comm, c, memory); break;
       case Collective::all_gather_words:

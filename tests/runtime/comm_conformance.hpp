@@ -33,6 +33,7 @@ float reference_mean(int workers, std::size_t i, WireType wire);
 enum class Collective {
   all_reduce_mean,
   reduce_scatter_mean,
+  reduce_scatter_mean_async,  // in two buckets, both started before either is waited for
   all_gather,
   all_gather_in_place,  // the send span is this rank's segment of the receive buffer
   all_gather_words,

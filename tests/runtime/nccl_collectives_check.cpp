@@ -21,6 +21,7 @@
 #endif
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <vector>
@@ -86,10 +87,10 @@ TEST_CASE("NcclComm: every conformance case, managed and host memory, fast and g
   }
   g_comm->set_always_grouped(false);
   (void)g_comm->take_measured_times();
-  (void)g_comm->take_exposed_wait();
+  (void)g_comm->take_exposed_wait(scape::CollectiveKind::all_gather);
 }
 
-TEST_CASE("NcclComm orders its work after the compute stream and times the asynchronous all-gather") {
+TEST_CASE("NcclComm orders its work after the compute stream and times the asynchronous collectives") {
   // The compute stream is still busy with a chain of large copies when each collective is
   // called; only after them does it write the values to send. The collectives gather into
   // separate buffers, so one that ran early would leave zeros there, whenever the host looks.
@@ -133,7 +134,26 @@ TEST_CASE("NcclComm orders its work after the compute stream and times the async
   REQUIRE(measured.count("async_all_gather") == 1);
   CHECK(measured.at("async_all_gather") > 0);
   CHECK(measured.count("ordered") == 1);
-  CHECK(g_comm->take_exposed_wait() > 0);
+  CHECK(g_comm->take_exposed_wait(scape::CollectiveKind::all_gather) > 0);
+
+  // A gradient bucket (overlap_grad_reduce) is reduced after the backward kernels queued before
+  // it: here the copy of the values, behind the busy chain. Every rank sends j + 1 at index j of
+  // its W n values, so the mean of this rank's segment is its indices + 1.
+  const auto bucket = conformance::take<float>(managed, n * w), reduced = conformance::take<float>(managed, n);
+  keep_busy();
+  for (std::size_t q = 0; q < w; ++q) {
+    SCAPE_CUDA_CHECK(cudaMemcpyAsync(bucket.data() + q * n, src, n * sizeof(float), cudaMemcpyHostToDevice, compute));
+  }
+  auto pending_bucket = g_comm->reduce_scatter_mean_async(bucket, reduced, counts, "bucket");
+  pending_bucket.wait();
+  bad = 0;
+  // ncclAvg scales before it sums: exact for W <= 2, within rounding beyond (nccl_comm.hpp).
+  for (std::size_t j = 0; j < n; ++j) bad += std::fabs(reduced[j] - static_cast<float>(j + 1)) > 1e-6f * (j + 1);
+  CHECK(bad == 0);
+  const auto bucket_times = g_comm->take_measured_times();
+  REQUIRE(bucket_times.count("async_reduce_scatter") == 1);
+  CHECK(bucket_times.at("async_reduce_scatter") > 0);
+  CHECK(g_comm->take_exposed_wait(scape::CollectiveKind::reduce_scatter) > 0);
   SCAPE_CUDA_CHECK(cudaStreamSynchronize(compute));
   SCAPE_CUDA_CHECK(cudaFree(a));
   SCAPE_CUDA_CHECK(cudaFree(b));
