@@ -3,7 +3,6 @@
 
 #include <algorithm>
 #include <chrono>
-#include <functional>
 #include <numeric>
 #include <stdexcept>
 #include <string>
@@ -41,17 +40,6 @@ Communicator::Communicator(int rank, int size, NetworkModel net) : rank_(rank), 
 
 namespace {
 
-// Adds the wall time of its scope to the communicator's measured time for `purpose`.
-class ScopedTimer {
- public:
-  explicit ScopedTimer(std::function<void(double)> done) : done_(std::move(done)) {}
-  ~ScopedTimer() { done_(std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count()); }
-
- private:
-  std::function<void(double)> done_;
-  std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
-};
-
 std::size_t total(std::span<const std::size_t> counts) {
   return std::accumulate(counts.begin(), counts.end(), std::size_t{0});
 }
@@ -61,6 +49,26 @@ std::size_t total(std::span<const std::size_t> counts) {
 }
 
 }  // namespace
+
+// Measures one synchronous collective for take_measured_times: the device's own time when the
+// backend has one, else the host's wall time around the call.
+class Communicator::MeasuredCall {
+ public:
+  MeasuredCall(Communicator& comm, std::string_view purpose) : comm_(comm), purpose_(purpose) {
+    (void)comm_.take_device_seconds();  // a value left by an untimed call (to_wire, a barrier)
+  }
+  ~MeasuredCall() {
+    const double host = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+    comm_.add_measured_time(purpose_, comm_.take_device_seconds().value_or(host));
+  }
+  MeasuredCall(const MeasuredCall&) = delete;
+  MeasuredCall& operator=(const MeasuredCall&) = delete;
+
+ private:
+  Communicator& comm_;
+  std::string_view purpose_;
+  std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
+};
 
 void Communicator::to_wire(std::span<const float> in, std::span<float> out, WireType wire) {
   if (wire == WireType::bf16) {
@@ -95,7 +103,7 @@ void Communicator::all_reduce_mean(std::span<float> data, WireType wire, std::st
   if (wire == WireType::bf16) to_wire(data, data, WireType::bf16);
   ledger_.record(CollectiveKind::all_reduce, purpose, data.size() * wire_bytes(wire), false);
   {
-    const ScopedTimer timer([&](double t) { add_measured_time(purpose, t); });
+    const MeasuredCall timer(*this, purpose);
     do_all_reduce_mean(data);
   }
   if (wire == WireType::bf16) to_wire(data, data, WireType::bf16);
@@ -142,13 +150,13 @@ void Communicator::reduce_scatter_mean(std::span<const float> send, std::span<fl
     const std::span<float> scratch = wire_scratch(send.size());
     to_wire(send, scratch, WireType::bf16);
     {
-      const ScopedTimer timer([&](double t) { add_measured_time(purpose, t); });
+      const MeasuredCall timer(*this, purpose);
       do_reduce_scatter_mean(scratch, recv, counts);
     }
     to_wire(recv, recv, WireType::bf16);
   } else {
     {
-      const ScopedTimer timer([&](double t) { add_measured_time(purpose, t); });
+      const MeasuredCall timer(*this, purpose);
       do_reduce_scatter_mean(send, recv, counts);
     }
   }
@@ -164,7 +172,7 @@ void Communicator::all_gather(std::span<const float> send, std::span<float> recv
   byte_counts_.resize(counts.size());
   for (std::size_t r = 0; r < counts.size(); ++r) byte_counts_[r] = counts[r] * sizeof(float);
   {
-    const ScopedTimer timer([&](double t) { add_measured_time(purpose, t); });
+    const MeasuredCall timer(*this, purpose);
     do_all_gather_bytes(std::as_bytes(std::span<const float>(scratch)), std::as_writable_bytes(recv), byte_counts_);
   }
 }
@@ -176,7 +184,7 @@ void Communicator::all_gather_words(std::span<const std::uint64_t> send, std::sp
   byte_counts_.resize(counts.size());
   for (std::size_t r = 0; r < counts.size(); ++r) byte_counts_[r] = counts[r] * sizeof(std::uint64_t);
   {
-    const ScopedTimer timer([&](double t) { add_measured_time(purpose, t); });
+    const MeasuredCall timer(*this, purpose);
     do_all_gather_bytes(std::as_bytes(send), std::as_writable_bytes(recv), byte_counts_);
   }
 }
@@ -197,7 +205,7 @@ void Communicator::all_gather_bytes(std::span<const std::byte> send, std::span<s
   check_gather(send.size(), recv.size(), counts, purpose);
   ledger_.record(CollectiveKind::all_gather, purpose, recv.size(), false);
   {
-    const ScopedTimer timer([&](double t) { add_measured_time(purpose, t); });
+    const MeasuredCall timer(*this, purpose);
     do_all_gather_bytes(send, recv, counts);
   }
 }
@@ -226,11 +234,12 @@ void Communicator::all_to_all_bytes(std::span<const std::byte> send, std::span<s
                             " bytes but W counts[rank] is " + std::to_string(mine));
   }
   ledger_.record(CollectiveKind::all_to_all, purpose, send.size(), false);
-  const ScopedTimer timer([&](double t) { add_measured_time(purpose, t); });
+  const MeasuredCall timer(*this, purpose);
   do_all_to_all_bytes(send, recv, counts);
 }
 
 void Communicator::barrier() { do_barrier(); }
+
 
 void Communicator::add_measured_time(std::string_view purpose, double seconds) {
   std::lock_guard lock(measured_mutex_);

@@ -12,6 +12,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <span>
 #include <string_view>
@@ -128,6 +129,10 @@ class Communicator {
  protected:
   // Backends report the duration of an asynchronous collective and the caller's wait for it.
   void add_measured_time(std::string_view purpose, double seconds);
+  // The device's own duration of the synchronous collective that just returned, when the backend
+  // times it there (NCCL: CUDA events around its work on the communication stream); taken once.
+  // Without one the measured time is the host's wall time around the call.
+  virtual std::optional<double> take_device_seconds() { return std::nullopt; }
   void add_exposed_wait(CollectiveKind kind, double seconds);
 
   // The asynchronous reduce-scatter. Default: deferred, run as do_reduce_scatter_mean when it is
@@ -165,6 +170,7 @@ class Communicator {
                     std::string_view purpose) const;
   void check_scatter(std::size_t send, std::size_t recv, std::span<const std::size_t> counts,
                      std::string_view purpose) const;
+  class MeasuredCall;
 
   int rank_;
   int size_;

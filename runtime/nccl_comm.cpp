@@ -66,6 +66,8 @@ NcclComm::NcclComm(int rank, int size, const ncclUniqueId& id, int device, Netwo
     SCAPE_CUDA_CHECK(cudaSetDevice(device_));
     SCAPE_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
     SCAPE_CUDA_CHECK(cudaEventCreateWithFlags(&compute_done_, cudaEventDisableTiming));
+    SCAPE_CUDA_CHECK(cudaEventCreate(&sync_start_));
+    SCAPE_CUDA_CHECK(cudaEventCreate(&sync_done_));
     SCAPE_NCCL_CHECK(ncclCommInitRank(&comm_, size, id, rank));
     SCAPE_CUDA_CHECK(cudaMemsetAsync(barrier_.ensure(sizeof(float), stream_), 0, sizeof(float), stream_));
     SCAPE_CUDA_CHECK(cudaStreamSynchronize(stream_));
@@ -119,15 +121,26 @@ void NcclComm::release() noexcept {
     if (healthy) (void)cudaStreamSynchronize(stream_);
   }
   if (compute_done_ != nullptr) (void)cudaEventDestroy(compute_done_);
+  if (sync_start_ != nullptr) (void)cudaEventDestroy(sync_start_);
+  if (sync_done_ != nullptr) (void)cudaEventDestroy(sync_done_);
+  sync_start_ = sync_done_ = nullptr;
   if (stream_ != nullptr) (void)cudaStreamDestroy(stream_);
   compute_done_ = nullptr;
   stream_ = nullptr;
 }
 
 void NcclComm::begin() {
+  device_seconds_.reset();
   SCAPE_CUDA_CHECK(cudaSetDevice(device_));
   SCAPE_CUDA_CHECK(cudaEventRecord(compute_done_, kernels::cuda::current_stream()));
   SCAPE_CUDA_CHECK(cudaStreamWaitEvent(stream_, compute_done_, 0));
+  SCAPE_CUDA_CHECK(cudaEventRecord(sync_start_, stream_));
+}
+
+std::optional<double> NcclComm::take_device_seconds() {
+  std::optional<double> s = device_seconds_;
+  device_seconds_.reset();
+  return s;
 }
 
 void NcclComm::check_async_error() {
@@ -137,11 +150,15 @@ void NcclComm::check_async_error() {
 }
 
 void NcclComm::finish() {
+  SCAPE_CUDA_CHECK(cudaEventRecord(sync_done_, stream_));
   {
     const BlockedClock::Scope blocked(blocked_);
     SCAPE_CUDA_CHECK(cudaStreamSynchronize(stream_));
   }
   check_async_error();
+  float ms = 0;
+  SCAPE_CUDA_CHECK(cudaEventElapsedTime(&ms, sync_start_, sync_done_));
+  device_seconds_ = ms / 1e3;
 }
 
 void NcclComm::wait_event(cudaEvent_t event) {

@@ -5,7 +5,8 @@
 // complete before NCCL reads their output. Synchronous collectives return with the result
 // ready for the host and every stream; the asynchronous ones (the lagged all-gather, the
 // gradient buckets of overlap_grad_reduce) return at once and their wait() blocks the host on
-// a CUDA event.
+// a CUDA event. Every collective's measured time is the stream's own, from CUDA events around its
+// work after the wait for the compute stream.
 //
 // Memory: buffers may be device or managed memory (used in place) or plain host memory
 // (staged through device buffers, correct but slower). Means use NCCL's ncclAvg (for floats:
@@ -25,6 +26,7 @@
 #include <atomic>
 #include <cstddef>
 #include <memory>
+#include <optional>
 #include <span>
 
 #include "core/communicator.hpp"
@@ -73,6 +75,7 @@ class NcclComm final : public Communicator {
  protected:
   SCAPE_COMMUNICATOR_BACKEND_HOOKS;  // Communicator's backend hooks (core/communicator.hpp)
   void to_wire(std::span<const float> in, std::span<float> out, WireType wire) override;
+  std::optional<double> take_device_seconds() override;
   std::span<float> wire_scratch(std::size_t n) override;
   std::unique_ptr<AsyncRequest> do_reduce_scatter_mean_async(std::span<const float> send, std::span<float> recv,
                                                              std::span<const std::size_t> counts) override;
@@ -104,6 +107,9 @@ class NcclComm final : public Communicator {
   ncclComm_t comm_ = nullptr;
   std::atomic<bool> aborted_{false};
   cudaEvent_t compute_done_ = nullptr;
+  // Around the work of each synchronous collective on the stream, after its wait for compute.
+  cudaEvent_t sync_start_ = nullptr, sync_done_ = nullptr;
+  std::optional<double> device_seconds_;
   nccl_detail::DeviceScratch stage_in_, stage_out_, scratch_, barrier_;
   BlockedClock blocked_;
   bool always_grouped_ = false;
