@@ -1,5 +1,6 @@
 // Backend selection: the CPU backend always, the CUDA backend when this build has it.
 #include "kernels/backend.hpp"
+#include "kernels/device_span.hpp"
 
 #include <stdexcept>
 #include <string>
@@ -60,6 +61,16 @@ bool cuda_tf32() {
   return cuda::tf32_gemm();
 #else
   return false;
+#endif
+}
+
+std::unique_ptr<DeviceSpan> make_device_span(KernelBackend& backend) {
+  if (backend.kind() == DeviceKind::cpu) return nullptr;
+#ifdef SCAPE_HAVE_CUDA
+  return cuda::make_device_span(backend);
+#else
+  throw std::logic_error("make_device_span: a " + std::string(to_string(backend.kind())) +
+                         " backend in a build without CUDA");
 #endif
 }
 

@@ -167,7 +167,8 @@ TEST_CASE("the run file keeps every column analysis/ reads; measured columns onl
     CAPTURE(name);
     CHECK(names.count(name) == 1);
   }
-  std::vector<std::string> measured = {"comm_time_measured_async_all_gather", "mask_wait_exposed"};
+  std::vector<std::string> measured = {"comm_time_measured_async_all_gather", "mask_wait_exposed",
+                                       "compute_device_time"};
   for (const auto& p : purposes) measured.push_back("comm_time_measured_" + p);
   std::set<std::string> with_measured;
   for (const auto& c : tr::metric_columns(scape_config, true)) with_measured.insert(c.name);
@@ -177,6 +178,24 @@ TEST_CASE("the run file keeps every column analysis/ reads; measured columns onl
     CHECK(names.count(name) == 0);
     CHECK(with_measured.count(name) == 1);
   }
+  // The gradient buckets' columns exist only for a measured dense run with overlap_grad_reduce.
+  scape::OptimizerConfig dense;
+  dense.type = scape::OptimizerType::adams;
+  const auto columns_of = [](const scape::OptimizerConfig& c, bool m) {
+    std::set<std::string> out;
+    for (const auto& col : tr::metric_columns(c, m)) out.insert(col.name);
+    return out;
+  };
+  const auto plain = columns_of(dense, true);
+  dense.overlap_grad_reduce = true;
+  const auto bucketed = columns_of(dense, true);
+  for (const char* name : {"grad_wait_exposed", "comm_time_measured_async_reduce_scatter"}) {
+    CAPTURE(std::string(name));
+    CHECK(plain.count(name) == 0);
+    CHECK(bucketed.count(name) == 1);
+    CHECK(columns_of(dense, false).count(name) == 0);
+  }
+  CHECK(bucketed.size() == plain.size() + 2);
 }
 
 TEST_CASE("the combining rules: means and sums in rank order, maxima, worker 0's values, NaN for dense") {

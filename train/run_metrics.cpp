@@ -140,6 +140,10 @@ const RunMetric kRunMetrics[] = {
      .report_field = &WorkerReport::compute_wall_s,
      .doc = "wall seconds of forward/backward, the slowest worker (`scape predict --calibrate` fits compute "
             "from it)"},
+    {.name = "compute_device_time", .columns = Columns::one, .combine = Combine::max, .unit = "s",
+     .measured_only = true, .report_field = &WorkerReport::compute_device_s,
+     .doc = "seconds the model's GPU stream took for forward/backward, between two CUDA events around it, the "
+            "slowest worker; NaN when the model runs on the CPU (there `compute_wall_time` is that time)"},
     {.name = "optimizer_wall_time", .columns = Columns::one, .combine = Combine::max, .unit = "s",
      .report_field = &WorkerReport::optimizer_wall_s,
      .doc = "wall seconds of the optimizer step with its blocking collectives and its wait for the lagged "
@@ -199,11 +203,18 @@ void set_worker_value(const RunMetric& m, WorkerReport& r, Purpose purpose, doub
 // The values of one column combined over the workers (every rule but rank0).
 double combine_workers(const RunMetric& m, const std::string& purpose, std::span<const WorkerReport* const> reports) {
   if (m.combine == Combine::worker0) return worker_value(m, *reports[0], purpose);
-  double x = 0;
-  for (const WorkerReport* r : reports) {
-    const double v = worker_value(m, *r, purpose);
-    x = m.combine == Combine::max ? std::max(x, v) : x + v;
+  if (m.combine == Combine::max) {
+    // The slowest of the workers that have the value; NaN when none has (a collective that did
+    // not run this step, a GPU time on the CPU), never a 0 that was not measured.
+    double x = kNaN;
+    for (const WorkerReport* r : reports) {
+      const double v = worker_value(m, *r, purpose);
+      if (!std::isnan(v)) x = std::isnan(x) ? v : std::max(x, v);
+    }
+    return x;
   }
+  double x = 0;
+  for (const WorkerReport* r : reports) x += worker_value(m, *r, purpose);
   return m.combine == Combine::mean ? x / static_cast<double>(reports.size()) : x;
 }
 

@@ -9,6 +9,7 @@
 #include <ctime>
 #include <vector>
 
+#include "kernels/device_span.hpp"
 #include "train/device_memory.hpp"
 #include "train/run_metrics.hpp"
 
@@ -78,6 +79,11 @@ void train_rank(const experiments::ExperimentConfig& config, const SourceData& d
   // Declared after every buffer of this rank, so a failure unwinding out of the loop aborts the
   // communicator before any of them is freed (Communicator::abort).
   const AbortOnFailure abort_on_failure(comm);
+  // On a GPU forward/backward is also timed on the model's stream with CUDA events. Not for the
+  // simulator's shared model: its workers queue their passes on one stream in turn, so a span
+  // started outside the model's lock would hold the others' passes too.
+  const std::unique_ptr<kernels::DeviceSpan> compute_span =
+      shared == nullptr ? kernels::make_device_span(backend) : nullptr;
   const bool want_oracle = config.log.oracle && has_sparse_metrics(config.optimizer);
   // overlap_grad_reduce: each gradient range goes to the optimizer as the backward pass finishes
   // it. A collective that reads host memory at once needs the range's queued kernels done.
@@ -93,9 +99,11 @@ void train_rank(const experiments::ExperimentConfig& config, const SourceData& d
     WorkerReport report;
     const double w0 = wall_seconds();
     const double c0 = thread_cpu_seconds();
+    if (compute_span) compute_span->start();
     report.loss = source->gradient(params, t, grads, gradient_ready);
     report.compute_s = thread_cpu_seconds() - c0;
     report.compute_wall_s = wall_seconds() - w0;
+    if (compute_span) report.compute_device_s = compute_span->stop_seconds();
     // Every worker's whole gradient (and a_i, m_prev) goes to rank 0 only at the steps that
     // take the metrics needing them; the others save the copies and, across processes, the
     // W N floats gathered to rank 0.

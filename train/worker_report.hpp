@@ -3,6 +3,7 @@
 #pragma once
 
 #include <functional>
+#include <limits>
 #include <map>
 #include <span>
 #include <string>
@@ -21,6 +22,8 @@ struct WorkerReport {
   double optimizer_s = 0;          // thread CPU seconds of the optimizer step and its collectives
   double compute_wall_s = 0;       // wall seconds of forward/backward
   double optimizer_wall_s = 0;     // wall seconds of the optimizer step, its collectives included
+  // Seconds the model's GPU stream spent on forward/backward (CUDA events); NaN on the CPU.
+  double compute_device_s = std::numeric_limits<double>::quiet_NaN();
   StepMetrics metrics;
   std::span<const float> grads;        // g_i
   std::span<const float> accumulated;  // a_i = e_i + g_i (empty without the oracle)

@@ -229,13 +229,59 @@ class CudaBackend final : public KernelBackend {
 #include "kernels/kernel_list.inc"
 #undef SCAPE_KERNEL
 
+  int device() const { return device_; }
+  cudaStream_t stream() const { return stream_; }
+
  private:
   int device_ = 0;
   cudaStream_t stream_ = nullptr;
   bool prefetch_ = false;
 };
 
+class CudaDeviceSpan final : public DeviceSpan {
+ public:
+  explicit CudaDeviceSpan(const CudaBackend& backend) : device_(backend.device()), stream_(backend.stream()) {
+    SCAPE_CUDA_CHECK(cudaSetDevice(device_));
+    SCAPE_CUDA_CHECK(cudaEventCreate(&start_));
+    const cudaError_t e = cudaEventCreate(&stop_);
+    if (e != cudaSuccess) {
+      (void)cudaEventDestroy(start_);
+      throw_cuda_error(e, "cudaEventCreate(&stop_)", __FILE__, __LINE__);
+    }
+  }
+  ~CudaDeviceSpan() override {
+    (void)cudaEventDestroy(start_);
+    (void)cudaEventDestroy(stop_);
+  }
+  CudaDeviceSpan(const CudaDeviceSpan&) = delete;
+  CudaDeviceSpan& operator=(const CudaDeviceSpan&) = delete;
+
+  void start() override {
+    SCAPE_CUDA_CHECK(cudaSetDevice(device_));
+    SCAPE_CUDA_CHECK(cudaEventRecord(start_, stream_));
+  }
+  double stop_seconds() override {
+    SCAPE_CUDA_CHECK(cudaSetDevice(device_));
+    SCAPE_CUDA_CHECK(cudaEventRecord(stop_, stream_));
+    SCAPE_CUDA_CHECK(cudaEventSynchronize(stop_));
+    float ms = 0;
+    SCAPE_CUDA_CHECK(cudaEventElapsedTime(&ms, start_, stop_));
+    return ms / 1e3;
+  }
+
+ private:
+  int device_;
+  cudaStream_t stream_;
+  cudaEvent_t start_ = nullptr, stop_ = nullptr;
+};
+
 }  // namespace
+
+std::unique_ptr<DeviceSpan> make_device_span(KernelBackend& backend) {
+  const auto* cuda_backend = dynamic_cast<const CudaBackend*>(&backend);
+  if (cuda_backend == nullptr) throw std::invalid_argument("make_device_span: not a CUDA backend");
+  return std::make_unique<CudaDeviceSpan>(*cuda_backend);
+}
 
 bool device_accessible(const void* p) {
   cudaPointerAttributes attributes{};

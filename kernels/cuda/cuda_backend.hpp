@@ -8,6 +8,7 @@
 #include <memory>
 
 #include "kernels/backend.hpp"
+#include "kernels/device_span.hpp"
 
 namespace scape::kernels::cuda {
 
@@ -17,6 +18,9 @@ std::unique_ptr<KernelBackend> make_cuda_backend();
 int visible_device_count();
 // Free memory of the current device (cudaMemGetInfo); 0 when it cannot be read.
 std::size_t current_device_free_bytes();
+// The DeviceSpan (kernels/device_span.hpp) of a CUDA backend: two CUDA events on its stream.
+// Throws std::invalid_argument when `backend` is not one.
+std::unique_ptr<DeviceSpan> make_device_span(KernelBackend& backend);
 // Whether CUDA kernels (and NCCL) can address p: device or managed memory. Host memory,
 // pageable or pinned (which a kernel could reach only across the bus), is not.
 bool device_accessible(const void* p);

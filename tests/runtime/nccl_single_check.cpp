@@ -79,6 +79,16 @@ TEST_CASE("gpu: 30 steps of SCAPE as one NCCL rank match the one-GPU simulator a
   const auto f = ex::File::open(nccl, ex::Access::read);
   CHECK(f.has_link("/metrics/compute_wall_time"));
   CHECK(f.has_link("/metrics/mask_wait_exposed"));
+  // Forward/backward timed on the model's stream: positive, and within the host's wall time
+  // around the same pass (which also holds the launches before the first kernel).
+  const auto device = scape::testing::read_series(nccl, "/metrics/compute_device_time");
+  const auto wall = scape::testing::read_series(nccl, "/metrics/compute_wall_time");
+  REQUIRE(device.size() == wall.size());
+  for (std::size_t i = 0; i < device.size(); ++i) {
+    CAPTURE(i);
+    CHECK(device[i] > 0);
+    CHECK(device[i] <= wall[i] * 1.001 + 1e-5);
+  }
   const auto loss = scape::testing::read_series(nccl, "/metrics/train_loss");
   CHECK(loss.back() < loss.front() - 0.1);  // it trained
 }
