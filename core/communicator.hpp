@@ -93,10 +93,11 @@ class Communicator {
   // started, on every rank alike.
   PendingCollective reduce_scatter_mean_async(std::span<const float> send, std::span<float> recv,
                                               std::span<const std::size_t> counts, std::string_view purpose);
-  // Whether an asynchronous collective started now reads its send buffer only after the kernels
-  // queued so far on the caller's compute stream have finished (the default deferred collective:
-  // it runs at wait(); NCCL: stream order). When false (MPI's communication thread reads host
-  // memory at once) the caller synchronizes first.
+  // Whether an asynchronous collective started now reads its send buffer only after every kernel
+  // queued so far has finished, on any stream (the default deferred collective: it runs at
+  // wait(), after the step synchronized). When false the caller synchronizes the kernels that
+  // write the buffer first: MPI's communication thread reads memory at once, and NCCL orders
+  // itself only after the calling thread's current stream, not after a backend's own stream.
   virtual bool waits_for_queued_kernels() const { return true; }
   PendingCollective all_gather_words_async(std::span<const std::uint64_t> send, std::span<std::uint64_t> recv,
                                           std::span<const std::size_t> counts, std::string_view purpose);

@@ -337,7 +337,8 @@ struct RunRecorder::State {
     if (!pending_steps.empty()) {
       // HDF5's metadata cache writes the tables' extents and the attribute in no set order, so
       // a kill inside one flush could leave steps_completed ahead of a table's rows. Flushing the
-      // rows before the attribute is written keeps steps_completed a promise that they are on disk.
+      // rows before the attribute is written keeps steps_completed a promise that they are in the
+      // file (in the OS's cache: a killed process cannot lose them; H5Fflush does not fsync).
       file.flush();
       file.write_int_attribute("steps_completed", pending_steps.back());
       rows += pending_steps.size();

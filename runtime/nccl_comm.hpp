@@ -69,6 +69,8 @@ class NcclComm final : public Communicator {
   // Tests on one GPU: use the per-root grouped calls (ncclReduce, ncclBroadcast) even when
   // every rank's count is equal, so W = 1 exercises the path that unequal counts take.
   void set_always_grouped(bool on) { always_grouped_ = on; }
+  // The model's kernels run on its backend's own stream, which begin() does not wait for.
+  bool waits_for_queued_kernels() const override { return false; }
   // ncclCommAbort, once, from any thread; release() then skips every wait on the stream.
   void abort() noexcept override;
 

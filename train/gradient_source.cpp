@@ -97,9 +97,10 @@ class LanguageModelSource final : public GradientSource {
         targets_(inputs_.size()) {}
 
   double gradient(std::span<const float> params, int step, std::span<float> grads,
-                  const model::GradientReady& ready) override {
+                  const model::GradientReady& ready, kernels::DeviceSpan* span) override {
     train_.worker_batch(static_cast<std::uint64_t>(step), batch_ * workers_, workers_, rank_, inputs_, targets_);
     const auto lock = hold_model();
+    if (span != nullptr) span->start();
     const double loss = model().forward_backward(params, inputs_, targets_, batch_, T_, grads, ready);
     backend_.synchronize();  // the backward may still be queued after the loss came back
     return loss;
@@ -171,7 +172,7 @@ class ReplayData final : public SourceData {
 class ReplaySource final : public GradientSource {
  public:
   ReplaySource(const ReplayData& data, int rank) : data_(data), rank_(rank) {}
-  double gradient(std::span<const float>, int step, std::span<float> grads, const model::GradientReady&) override {
+  double gradient(std::span<const float>, int step, std::span<float> grads, const model::GradientReady&, kernels::DeviceSpan*) override {
     data_.trace().read_grad(step, rank_, grads);
     return kNaN;
   }
@@ -207,7 +208,7 @@ class QuadraticData final : public SourceData {
 class QuadraticSource final : public GradientSource {
  public:
   QuadraticSource(const QuadraticData& data, int rank) : data_(data), rank_(rank) {}
-  double gradient(std::span<const float> params, int step, std::span<float> grads, const model::GradientReady&) override {
+  double gradient(std::span<const float> params, int step, std::span<float> grads, const model::GradientReady&, kernels::DeviceSpan*) override {
     data_.problem().gradient(params, step, rank_, grads);
     return data_.problem().loss(params);
   }

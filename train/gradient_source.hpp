@@ -11,6 +11,7 @@
 #include "core/layout.hpp"
 #include "experiments/config.hpp"
 #include "kernels/backend.hpp"
+#include "kernels/device_span.hpp"
 #include "model/language_model.hpp"
 
 namespace scape::train {
@@ -29,10 +30,11 @@ class GradientSource {
   // This worker's gradient at step t (1-based), complete on return; returns its training loss
   // (NaN when unknown). params and grads are memory of the source's backend. A language model
   // tells `ready` of each gradient range as its backward pass finishes it
-  // (model/gradient_ready.hpp); the quadratic and replay sources produce the gradient at once
-  // and never call it.
+  // (model/gradient_ready.hpp), and starts `span` (when given) just before the pass's first
+  // kernel, after the host has assembled the batch; the caller stops it. The quadratic and replay
+  // sources produce the gradient at once on the host and use neither.
   virtual double gradient(std::span<const float> params, int step, std::span<float> grads,
-                          const model::GradientReady& ready = {}) = 0;
+                          const model::GradientReady& ready = {}, kernels::DeviceSpan* span = nullptr) = 0;
   // Validation loss over `batches` batches (NaN when the source has none).
   virtual double validation_loss(std::span<const float> params, int batches) = 0;
 };

@@ -70,8 +70,9 @@ const RunMetric kRunMetrics[] = {
      .rank0_field = &RankZeroValues::step_time_model,
      .doc = "`compute + exposed + max(0, overlapped − compute)`, compute = `compute_time_model`: the lagged "
             "mask all-gather hides behind the next forward/backward up to its length; with "
-            "`optimizer.overlap_grad_reduce` the gradient buckets run behind the backward pass (2/3 of compute) "
-            "and only what ends after it is added (docs/algorithms.md, \"Modelled step time\")"},
+            "`optimizer.overlap_grad_reduce` the gradient buckets run behind the backward pass (2/3 of compute), "
+            "only what ends after it is added, and the all-gather hides in what compute they leave "
+            "(docs/algorithms.md, \"Communication volume and time\")"},
     {.name = "target_density", .columns = Columns::one, .combine = Combine::worker0, .unit = "1",
      .sparse_only = true, .metrics_field = &StepMetrics::target_density,
      .doc = "density `ρ_t` the schedule asks for"},
@@ -142,8 +143,9 @@ const RunMetric kRunMetrics[] = {
             "from it)"},
     {.name = "compute_device_time", .columns = Columns::one, .combine = Combine::max, .unit = "s",
      .measured_only = true, .report_field = &WorkerReport::compute_device_s,
-     .doc = "seconds the model's GPU stream took for forward/backward, between two CUDA events around it, the "
-            "slowest worker; NaN when the model runs on the CPU (there `compute_wall_time` is that time)"},
+     .doc = "seconds the model's GPU stream took for forward/backward, between a CUDA event just before its first "
+            "kernel and one after its last, the slowest worker; NaN when the model runs on the CPU (there "
+            "`compute_wall_time` is that time)"},
     {.name = "optimizer_wall_time", .columns = Columns::one, .combine = Combine::max, .unit = "s",
      .report_field = &WorkerReport::optimizer_wall_s,
      .doc = "wall seconds of the optimizer step with its blocking collectives and its wait for the lagged "

@@ -22,18 +22,30 @@ double wall_seconds() {
   return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
 }
 
-// Aborts the communicator when destroyed by an exception's unwinding.
+// When destroyed by an exception's unwinding: aborts the communicator, then settles the
+// optimizer's asynchronous collectives (the lagged all-gather, the gradient buckets), which may
+// still read the gradient or write the optimizer's buffers on MPI's communication thread, before
+// any of those buffers is freed. After an abort (NCCL) the waits return at once; on MPI the
+// peers take part in the collectives this rank started, and a dead peer leaves the wait to the
+// watchdog. A second failure while settling is dropped: the first one is the run's error.
 class AbortOnFailure {
  public:
-  explicit AbortOnFailure(Communicator& comm) : comm_(comm), exceptions_(std::uncaught_exceptions()) {}
+  AbortOnFailure(Communicator& comm, Optimizer& opt)
+      : comm_(comm), opt_(opt), exceptions_(std::uncaught_exceptions()) {}
   ~AbortOnFailure() {
-    if (std::uncaught_exceptions() > exceptions_) comm_.abort();
+    if (std::uncaught_exceptions() <= exceptions_) return;
+    comm_.abort();
+    try {
+      opt_.finish();
+    } catch (...) {
+    }
   }
   AbortOnFailure(const AbortOnFailure&) = delete;
   AbortOnFailure& operator=(const AbortOnFailure&) = delete;
 
  private:
   Communicator& comm_;
+  Optimizer& opt_;
   int exceptions_;
 };
 
@@ -78,10 +90,10 @@ void train_rank(const experiments::ExperimentConfig& config, const SourceData& d
   }
   // Declared after every buffer of this rank, so a failure unwinding out of the loop aborts the
   // communicator before any of them is freed (Communicator::abort).
-  const AbortOnFailure abort_on_failure(comm);
-  // On a GPU forward/backward is also timed on the model's stream with CUDA events. Not for the
-  // simulator's shared model: its workers queue their passes on one stream in turn, so a span
-  // started outside the model's lock would hold the others' passes too.
+  const AbortOnFailure abort_on_failure(comm, *opt);
+  // On a GPU forward/backward is also timed on the model's stream with CUDA events: the source
+  // starts the span just before the pass's first kernel. Not for the simulator's shared model:
+  // its workers queue their passes on one stream in turn, so the span would hold the others'.
   const std::unique_ptr<kernels::DeviceSpan> compute_span =
       shared == nullptr ? kernels::make_device_span(backend) : nullptr;
   const bool want_oracle = config.log.oracle && has_sparse_metrics(config.optimizer);
@@ -99,8 +111,7 @@ void train_rank(const experiments::ExperimentConfig& config, const SourceData& d
     WorkerReport report;
     const double w0 = wall_seconds();
     const double c0 = thread_cpu_seconds();
-    if (compute_span) compute_span->start();
-    report.loss = source->gradient(params, t, grads, gradient_ready);
+    report.loss = source->gradient(params, t, grads, gradient_ready, compute_span.get());
     report.compute_s = thread_cpu_seconds() - c0;
     report.compute_wall_s = wall_seconds() - w0;
     if (compute_span) report.compute_device_s = compute_span->stop_seconds();
