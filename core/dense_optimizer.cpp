@@ -40,10 +40,8 @@ void DenseOptimizer::gradient_ready(std::span<const float> grads, std::size_t be
 }
 
 void DenseOptimizer::wait_for_buckets() {
-  for (auto& bucket : buckets_) bucket.wait();
-  buckets_.clear();
   auto ranges = std::move(bucket_ranges_);
-  bucket_ranges_.clear();
+  finish();  // every bucket, in the order they started
   std::sort(ranges.begin(), ranges.end());
   std::size_t covered = 0;
   for (const auto& [begin, end] : ranges) {

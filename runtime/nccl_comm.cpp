@@ -30,6 +30,23 @@ std::size_t sum(std::span<const std::size_t> counts) {
   return std::accumulate(counts.begin(), counts.end(), std::size_t{0});
 }
 
+// Runs call(root, offset) for every root with a non-zero count (offset: the counts before it)
+// inside one ncclGroupStart/End, so NCCL runs them as one operation; stops at the first failing
+// call and throws naming `what`.
+void per_root_group(std::span<const std::size_t> counts, const char* what,
+                    const std::function<ncclResult_t(int root, std::size_t offset)>& call) {
+  SCAPE_NCCL_CHECK(ncclGroupStart());
+  std::size_t offset = 0;
+  ncclResult_t status = ncclSuccess;
+  for (std::size_t root = 0; root < counts.size() && status == ncclSuccess; ++root) {
+    if (counts[root] > 0) status = call(static_cast<int>(root), offset);
+    offset += counts[root];
+  }
+  const ncclResult_t end = ncclGroupEnd();
+  if (status != ncclSuccess) throw_nccl_error(status, what, __FILE__, __LINE__);
+  if (end != ncclSuccess) throw_nccl_error(end, "ncclGroupEnd", __FILE__, __LINE__);
+}
+
 }  // namespace
 
 namespace nccl_detail {
@@ -226,20 +243,11 @@ void NcclComm::queue_reduce_scatter(const float* send, float* recv, std::span<co
     SCAPE_NCCL_CHECK(ncclReduceScatter(send, recv, counts[0], ncclFloat, ncclAvg, comm_, stream_));
     return;
   }
-  // Unequal segments: one reduce per root, grouped so NCCL runs them as one operation.
-  SCAPE_NCCL_CHECK(ncclGroupStart());
-  std::size_t offset = 0;
-  ncclResult_t status = ncclSuccess;
-  for (std::size_t root = 0; root < counts.size() && status == ncclSuccess; ++root) {
-    if (counts[root] > 0) {
-      status = ncclReduce(send + offset, r_or_dummy, counts[root], ncclFloat, ncclAvg, static_cast<int>(root), comm_,
-                          stream_);
-    }
-    offset += counts[root];
-  }
-  const ncclResult_t end = ncclGroupEnd();
-  if (status != ncclSuccess) throw_nccl_error(status, "ncclReduce", __FILE__, __LINE__);
-  if (end != ncclSuccess) throw_nccl_error(end, "ncclGroupEnd", __FILE__, __LINE__);
+  // Unequal segments: one reduce per root, grouped.
+  per_root_group(counts, "ncclReduce", [&](int root, std::size_t offset) {
+    return ncclReduce(send + offset, r_or_dummy, counts[static_cast<std::size_t>(root)], ncclFloat, ncclAvg, root,
+                      comm_, stream_);
+  });
 }
 
 void NcclComm::do_reduce_scatter_mean(std::span<const float> send, std::span<float> recv,
@@ -261,21 +269,12 @@ void NcclComm::queue_gather(const void* send, void* recv, std::span<const std::s
     return;
   }
   // Unequal segments: one broadcast per root into its place in recv, grouped.
-  SCAPE_NCCL_CHECK(ncclGroupStart());
-  std::size_t offset = 0;
-  ncclResult_t status = ncclSuccess;
-  for (std::size_t root = 0; root < counts.size() && status == ncclSuccess; ++root) {
-    if (counts[root] > 0) {
-      void* dst = static_cast<std::byte*>(recv) + offset;
-      // The send buffer is read only on the root; elsewhere any valid pointer will do.
-      const void* src = static_cast<int>(root) == rank() ? send : dst;
-      status = ncclBroadcast(src, dst, counts[root], ncclUint8, static_cast<int>(root), comm_, stream_);
-    }
-    offset += counts[root];
-  }
-  const ncclResult_t end = ncclGroupEnd();
-  if (status != ncclSuccess) throw_nccl_error(status, "ncclBroadcast", __FILE__, __LINE__);
-  if (end != ncclSuccess) throw_nccl_error(end, "ncclGroupEnd", __FILE__, __LINE__);
+  per_root_group(counts, "ncclBroadcast", [&](int root, std::size_t offset) {
+    void* dst = static_cast<std::byte*>(recv) + offset;
+    // The send buffer is read only on the root; elsewhere any valid pointer will do.
+    const void* src = root == rank() ? send : dst;
+    return ncclBroadcast(src, dst, counts[static_cast<std::size_t>(root)], ncclUint8, root, comm_, stream_);
+  });
 }
 
 void NcclComm::do_all_gather_bytes(std::span<const std::byte> send, std::span<std::byte> recv,
