@@ -31,7 +31,7 @@ void EmulatedGroup::arrive_and_wait() {
   if (generation_ == gen) throw CommAborted();
 }
 
-void EmulatedGroup::abort() {
+void EmulatedGroup::abort() noexcept {
   std::lock_guard lock(mutex_);
   aborted_ = true;
   cv_.notify_all();
@@ -146,6 +146,8 @@ std::unique_ptr<AsyncRequest> EmulatedComm::do_all_gather_bytes_async(std::span<
 }
 
 void EmulatedComm::do_barrier() { group_.arrive_and_wait(); }
+
+void EmulatedComm::abort() noexcept { group_.abort(); }
 
 void run_ranks(int workers, const NetworkModel& net, const std::function<void(Communicator&)>& fn) {
   EmulatedGroup group(workers);

@@ -28,7 +28,7 @@ class EmulatedGroup {
 
   // Blocks until every rank has arrived; throws CommAborted once the group is aborted.
   void arrive_and_wait();
-  void abort();
+  void abort() noexcept;
 
   // Per-rank published pointers, valid between the barriers of one collective.
   struct Slot {
@@ -52,6 +52,11 @@ class EmulatedGroup {
 class EmulatedComm final : public Communicator {
  public:
   EmulatedComm(EmulatedGroup& group, int rank, NetworkModel net = {});
+  // Aborts the whole group. A failing rank must call it before it settles its own pending
+  // collectives: the group's barriers do not tell one collective from another, so a deferred
+  // collective run by the failing rank alone would be matched with a peer's unrelated barrier,
+  // and the peer would then read buffers the failing rank frees.
+  void abort() noexcept override;
 
  protected:
   SCAPE_COMMUNICATOR_BACKEND_HOOKS;  // Communicator's backend hooks (core/communicator.hpp)

@@ -68,6 +68,34 @@ TEST_CASE("a rank that throws aborts the others instead of hanging, and its erro
   CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(5));
 }
 
+// The train loop's failure path: a failing rank aborts its communicator, then settles its
+// pending collectives so no in-flight collective reads freed buffers. The deferred all-gather it
+// waits for must then fail at once; run as a collective of its own, it would be matched with
+// the peer's unrelated barrier (a use-after-free that ASan caught in a simulated run).
+TEST_CASE("a failing rank's pending all-gather, after abort, is not matched with a peer's barrier") {
+  std::atomic<int> barrier_matched{0}, wait_aborted{0};
+  CHECK_THROWS_WITH_AS(sim::run_ranks(2, NetworkModel{}, [&](Communicator& comm) {
+                         const std::vector<std::size_t> counts{1, 1};
+                         std::vector<std::uint64_t> send{1}, recv(2);
+                         auto pending = comm.all_gather_words_async(send, recv, counts, "lagged");
+                         if (comm.rank() == 0) {
+                           comm.abort();
+                           try {
+                             pending.wait();
+                           } catch (const sim::CommAborted&) {
+                             ++wait_aborted;
+                           }
+                           throw std::runtime_error("rank 0: cannot write the run file");
+                         }
+                         comm.barrier();
+                         ++barrier_matched;  // only reached when the bug is present
+                         comm.barrier();     // releases rank 0's all-gather so the test ends
+                       }),
+                       "rank 0: cannot write the run file", std::runtime_error);
+  CHECK(wait_aborted == 1);
+  CHECK(barrier_matched == 0);
+}
+
 TEST_CASE("the ledger counts bytes at the wire width") {
   sim::run_ranks(4, NetworkModel{1e-6, 1e9}, [](Communicator& comm) {
     std::vector<float> x(1000, 1.0f);
