@@ -240,7 +240,6 @@ void Communicator::all_to_all_bytes(std::span<const std::byte> send, std::span<s
 
 void Communicator::barrier() { do_barrier(); }
 
-
 void Communicator::add_measured_time(std::string_view purpose, double seconds) {
   std::lock_guard lock(measured_mutex_);
   measured_[std::string(purpose)] += seconds;

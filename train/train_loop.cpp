@@ -25,7 +25,8 @@ double wall_seconds() {
 // When destroyed by an exception's unwinding: aborts the communicator, then settles the
 // optimizer's asynchronous collectives (the lagged all-gather, the gradient buckets), which may
 // still read the gradient or write the optimizer's buffers on MPI's communication thread, before
-// any of those buffers is freed. After an abort (NCCL) the waits return at once; on MPI the
+// any of those buffers is freed. After an abort (NCCL, the simulator's thread group) the waits
+// return or fail at once rather than run a collective the peers never join; on MPI the
 // peers take part in the collectives this rank started, and a dead peer leaves the wait to the
 // watchdog. A second failure while settling is dropped: the first one is the run's error.
 class AbortOnFailure {

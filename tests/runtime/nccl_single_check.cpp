@@ -53,6 +53,17 @@ tr::RunOptions options_for(const fs::path& out) {
   return o;
 }
 
+// Runs `on_gpu` as one NCCL rank into `nccl` and `reference` in the simulator into `simulated`;
+// both must complete with losses within 1e-3.
+void nccl_matches_simulator(const ex::ExperimentConfig& on_gpu, const ex::ExperimentConfig& reference,
+                            const fs::path& nccl, const fs::path& simulated) {
+  const tr::RunOutcome ran = scape::runtime::run_nccl_single_process(on_gpu, options_for(nccl));
+  INFO(ran.error);
+  REQUIRE(ran.status == tr::RunStatus::completed);
+  REQUIRE(scape::sim::run_simulated(reference, options_for(simulated)).status == tr::RunStatus::completed);
+  scape::testing::losses_within(nccl, simulated, 1e-3);
+}
+
 }  // namespace
 
 TEST_CASE("errors: workers other than 1, or no visible GPU, exit before anything is written") {
@@ -73,11 +84,7 @@ TEST_CASE("gpu: 30 steps of SCAPE as one NCCL rank match the one-GPU simulator a
   scape::testing::TempDir dir;
   const auto config = run_config(1, dir.path);
   const fs::path nccl = dir / "nccl.h5", simulated = dir / "sim.h5";
-  const tr::RunOutcome ran = scape::runtime::run_nccl_single_process(config, options_for(nccl));
-  INFO(ran.error);
-  REQUIRE(ran.status == tr::RunStatus::completed);
-  REQUIRE(scape::sim::run_simulated(config, options_for(simulated)).status == tr::RunStatus::completed);
-  scape::testing::losses_within(nccl, simulated, 1e-3);
+  nccl_matches_simulator(config, config, nccl, simulated);
   const auto f = ex::File::open(nccl, ex::Access::read);
   CHECK(f.has_link("/metrics/compute_wall_time"));
   CHECK(f.has_link("/metrics/mask_wait_exposed"));
@@ -100,14 +107,10 @@ TEST_CASE("gpu: dense AdamS reducing its gradient in buckets during the backward
   // backward pass; a bucket started before its range was written would send stale values and
   // part from the simulator (which reduces the whole gradient at once) within a few steps.
   scape::testing::TempDir dir;
-  auto bucketed = run_config(1, dir.path, "optimizer={\"type\": \"adams\", \"lr\": 1e-3, \"overlap_grad_reduce\": true}");
-  auto whole = run_config(1, dir.path, "optimizer={\"type\": \"adams\", \"lr\": 1e-3}");
+  const auto bucketed = run_config(1, dir.path, "optimizer={\"type\": \"adams\", \"lr\": 1e-3, \"overlap_grad_reduce\": true}");
+  const auto whole = run_config(1, dir.path, "optimizer={\"type\": \"adams\", \"lr\": 1e-3}");
   const fs::path nccl = dir / "bucketed.h5", simulated = dir / "whole.h5";
-  const tr::RunOutcome ran = scape::runtime::run_nccl_single_process(bucketed, options_for(nccl));
-  INFO(ran.error);
-  REQUIRE(ran.status == tr::RunStatus::completed);
-  REQUIRE(scape::sim::run_simulated(whole, options_for(simulated)).status == tr::RunStatus::completed);
-  scape::testing::losses_within(nccl, simulated, 1e-3);
+  nccl_matches_simulator(bucketed, whole, nccl, simulated);
   for (const double wait : scape::testing::read_series(nccl, "/metrics/grad_wait_exposed")) CHECK(wait >= 0);
   for (const double t : scape::testing::read_series(nccl, "/metrics/comm_time_measured_async_reduce_scatter")) {
     CHECK(t > 0);
