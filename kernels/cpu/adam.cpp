@@ -28,7 +28,7 @@ void adamw_step(std::span<float> theta, std::span<float> m, std::span<float> v, 
   float* __restrict vv = v.data();
   const float* __restrict gg = g.data();
   const Index n = static_cast<Index>(theta.size());
-#pragma omp parallel for simd schedule(static) firstprivate(h) if (n > 32768)
+#pragma omp parallel for simd schedule(static) firstprivate(h) if (parallel : n > 32768)
   for (Index j = 0; j < n; ++j) {
     const float gj = gg[j];
     const float mj = h.beta1 * mm[j] + h.one_minus_b1 * gj;
@@ -47,7 +47,7 @@ void adams_step(std::span<float> theta, std::span<float> m, std::span<const floa
   float* __restrict mm = m.data();
   const float* __restrict gg = g.data();
   const Index n = static_cast<Index>(theta.size());
-#pragma omp parallel for simd schedule(static) firstprivate(h) if (n > 32768)
+#pragma omp parallel for simd schedule(static) firstprivate(h) if (parallel : n > 32768)
   for (Index j = 0; j < n; ++j) {
     const float gj = gg[j];
     const float mhat_prev = mm[j] * inv_bc1;
@@ -100,7 +100,7 @@ void scale(std::span<float> x, float factor) {
   if (factor == 1.0f) return;
   float* __restrict p = x.data();
   const Index n = static_cast<Index>(x.size());
-#pragma omp parallel for simd schedule(static) if (n > 65536)
+#pragma omp parallel for simd schedule(static) if (parallel : n > 65536)
   for (Index j = 0; j < n; ++j) p[j] *= factor;
 }
 
@@ -108,7 +108,7 @@ void divide(std::span<float> x, float d) {
   float* __restrict p = x.data();
   const Index n = static_cast<Index>(x.size());
   // Without -ffast-math the compiler keeps the division (divps): IEEE-rounded like CUDA's.
-#pragma omp parallel for simd schedule(static) if (n > 65536)
+#pragma omp parallel for simd schedule(static) if (parallel : n > 65536)
   for (Index j = 0; j < n; ++j) p[j] = p[j] / d;
 }
 
@@ -118,7 +118,7 @@ std::size_t accumulate(std::span<float> acc, std::span<const float> g) {
   const float* __restrict gg = g.data();
   const Index n = static_cast<Index>(acc.size());
   std::size_t nonfinite = 0;
-#pragma omp parallel for simd schedule(static) reduction(+ : nonfinite) if (n > 65536)
+#pragma omp parallel for simd schedule(static) reduction(+ : nonfinite) if (parallel : n > 65536)
   for (Index j = 0; j < n; ++j) {
     const float gj = gg[j];
     nonfinite += std::isfinite(gj) ? 0u : 1u;

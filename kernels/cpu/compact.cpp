@@ -19,7 +19,7 @@ constexpr std::int64_t kParallelIndices = std::int64_t{1} << 15;
 void require_in_bounds(std::span<const std::uint32_t> idx, std::size_t dense_size, const char* what) {
   const auto nk = static_cast<std::int64_t>(idx.size());
   std::uint32_t highest = 0;
-#pragma omp parallel for simd schedule(static) reduction(max : highest) if (nk > kParallelIndices)
+#pragma omp parallel for simd schedule(static) reduction(max : highest) if (parallel : nk > kParallelIndices)
   for (std::int64_t i = 0; i < nk; ++i) highest = std::max(highest, idx[static_cast<std::size_t>(i)]);
   if (!idx.empty() && highest >= dense_size) {
     throw std::invalid_argument(std::string(what) + ": index " + std::to_string(highest) +

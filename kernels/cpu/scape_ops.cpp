@@ -20,7 +20,7 @@ void first_moment_statistic(std::span<const float> m, std::span<const float> a, 
   const float* __restrict aa = a.data();
   float* __restrict s = out.data();
   const Index n = static_cast<Index>(out.size());
-#pragma omp parallel for simd schedule(static) if (n > 65536)
+#pragma omp parallel for simd schedule(static) if (parallel : n > 65536)
   for (Index j = 0; j < n; ++j) s[j] = b1 * mm[j] + omb1 * aa[j];
 }
 
