@@ -10,6 +10,7 @@
 
 #include "kernels/bit_ranges.hpp"
 #include "kernels/cpu/kernels.hpp"
+#include "kernels/sum_squares.hpp"
 #include "kernels/update_stats.hpp"
 
 namespace scape::metrics {
@@ -38,21 +39,10 @@ double blocked_sum(std::size_t n, BlockFn block_fn) {
 }  // namespace
 
 double l2_norm(std::span<const float> x) {
-  // Eight running sums per block, element j into lane j % 8, added in lane order: a fixed order
-  // (deterministic) that the compiler can vectorize, where one running sum is a serial chain.
-  constexpr std::size_t kLanes = 8;
-  const double ss = blocked_sum(x.size(), [&](std::size_t lo, std::size_t hi) {
-    double lane[kLanes] = {};
-    std::size_t j = lo;
-    for (; j + kLanes <= hi; j += kLanes) {
-      for (std::size_t l = 0; l < kLanes; ++l) lane[l] += static_cast<double>(x[j + l]) * x[j + l];
-    }
-    double s = 0;
-    for (const double v : lane) s += v;
-    for (; j < hi; ++j) s += static_cast<double>(x[j]) * x[j];
-    return s;
-  });
-  return std::sqrt(ss);
+  // Each block in the fixed lane order of kernels/sum_squares.hpp, as block_sum_squares.
+  return std::sqrt(blocked_sum(x.size(), [&](std::size_t lo, std::size_t hi) {
+    return kernels::block_sum_of_squares(x.data(), lo, hi);
+  }));
 }
 
 double device_l2_norm(kernels::KernelBackend& k, kernels::Buffer<double>& partial, std::span<const float> x) {

@@ -30,6 +30,31 @@ TEST_CASE("block_sum_squares sums each fixed block of squares") {
   CHECK_THROWS_AS(kernels::block_sum_squares(x, 0, partial), std::invalid_argument);
 }
 
+TEST_CASE("block_sum_squares and update_statistics sum each block in lane order") {
+  // 24 elements: 2^27 (square 2^54) then 23 ones. In index order every +1 is lost to rounding
+  // (the spacing of doubles at 2^54 is 4): 2^54. In lane order lane 0 holds 2^54 (its two ones
+  // lost), lanes 1..7 hold 3 each; adding the lanes in order, each +3 rounds to +4: 2^54 + 28.
+  std::vector<float> x(24, 1.0f);
+  x[0] = 0x1p27f;
+  std::vector<double> partial(1);
+  kernels::block_sum_squares(x, 24, partial);
+  CHECK(partial[0] == 0x1p54 + 28);
+  // A tail of len mod 8 elements is added after the lanes, in index order: 2^54 + 28 + 1 + 1
+  // loses both ones (2^54 + 29 rounds to 2^54 + 28, and again).
+  x.push_back(1.0f);
+  x.push_back(1.0f);
+  kernels::block_sum_squares(x, 26, partial);
+  CHECK(partial[0] == 0x1p54 + 28);
+  // update_statistics sums theta^2 and d^2 in the same order: with before = 0, d = theta.
+  const std::vector<float> before(x.size(), 0.0f);
+  std::vector<std::int8_t> sign(x.size(), 0);
+  std::vector<double> stats(kernels::kUpdateStats);
+  kernels::update_statistics(x, before, {}, false, sign, x.size(), stats);
+  CHECK(stats[0] == 0x1p54 + 28);
+  CHECK(stats[1] == 0x1p54 + 28);
+  CHECK(stats[2] == 0x1p27);
+}
+
 TEST_CASE("max_magnitude: the largest |x|, NaN when any entry is NaN") {
   CHECK(kernels::max_magnitude(std::vector<float>{1, -7.5f, 3}) == 7.5f);
   CHECK(kernels::max_magnitude(std::vector<float>{}) == 0.0f);

@@ -7,6 +7,7 @@
 
 #include "kernels/cpu/kernels.hpp"
 #include "kernels/size_checks.hpp"
+#include "kernels/sum_squares.hpp"
 #include "kernels/update_stats.hpp"
 
 namespace scape::kernels {
@@ -17,10 +18,7 @@ void block_sum_squares(std::span<const float> x, std::size_t block, std::span<do
 #pragma omp parallel for schedule(static) if (blocks > 8)
   for (std::int64_t b = 0; b < blocks; ++b) {
     const std::size_t lo = static_cast<std::size_t>(b) * block;
-    const std::size_t hi = std::min(x.size(), lo + block);
-    double s = 0;
-    for (std::size_t j = lo; j < hi; ++j) s += static_cast<double>(x[j]) * x[j];
-    partial[static_cast<std::size_t>(b)] = s;
+    partial[static_cast<std::size_t>(b)] = block_sum_of_squares(x.data(), lo, std::min(x.size(), lo + block));
   }
 }
 

@@ -1,6 +1,6 @@
 // Deterministic block reductions on the GPU (kernels/kernel_list.inc, "Reductions"): one thread per block of
-// the CPU's blocking sums its block in index order in double, so every partial sum is
-// bit-identical to the CPU's (--fmad=false keeps x*x and the add separately rounded). The
+// the CPU's blocking sums its block in the order of kernels/sum_squares.hpp, in double, so every
+// partial sum is bit-identical to the CPU's (--fmad=false keeps x*x and the add separately rounded). The
 // maximum is exact in any order; NaN is carried as a flag.
 #include <cstring>
 #include <limits>
@@ -8,6 +8,7 @@
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/kernels.hpp"
 #include "kernels/size_checks.hpp"
+#include "kernels/sum_squares.hpp"
 #include "kernels/update_stats.hpp"
 
 namespace scape::kernels::cuda {
@@ -17,10 +18,7 @@ __global__ void block_sum_squares_kernel(const float* __restrict__ x, std::size_
                                          double* __restrict__ partial, std::size_t blocks) {
   for (std::size_t b = global_thread(); b < blocks; b += grid_threads()) {
     const std::size_t lo = b * block;
-    const std::size_t hi = lo + block < n ? lo + block : n;
-    double s = 0;
-    for (std::size_t j = lo; j < hi; ++j) s += static_cast<double>(x[j]) * static_cast<double>(x[j]);
-    partial[b] = s;
+    partial[b] = block_sum_of_squares(x, lo, lo + block < n ? lo + block : n);
   }
 }
 
@@ -56,7 +54,7 @@ __global__ void count_nonfinite_kernel(const float* __restrict__ x, std::size_t 
   if ((threadIdx.x & 31u) == 0 && c != 0) atomicAdd(count, c);
 }
 
-// One thread per block of coordinates, walking it in index order as the CPU does.
+// One thread per block of coordinates, walking it in the order of kernels/update_stats.hpp as the CPU does.
 __global__ void update_statistics_kernel(const float* __restrict__ theta, const float* __restrict__ before,
                                          const std::uint64_t* __restrict__ stepped, bool have_previous,
                                          std::int8_t* __restrict__ sign, std::size_t n, std::size_t block,

@@ -1,0 +1,54 @@
+// Sums of squares over one block, written once for the CPU (kernels/cpu/reduce.cpp, the
+// host-side metrics::l2_norm) and the GPU (kernels/cuda/reduce.cu), shared by block_sum_squares
+// and update_statistics, so their double results are bit-identical on both (the CUDA library's
+// --fmad=false keeps x*x and the add separately rounded, as -ffp-contract=off does on the CPU).
+//
+// The order is fixed (the "lane order" of docs/algorithms.md): eight running sums, element
+// lo + 8q + l into lane l for every full group of eight, the lanes added in lane order, then the
+// last (hi - lo) mod 8 elements in index order. One running sum would be a serial chain of
+// dependent adds (about four cycles each); eight independent lanes let the compiler vectorize.
+#pragma once
+
+#include <cstddef>
+
+#ifdef __CUDACC__
+#define SCAPE_SUM_SQUARES_HOST_DEVICE __host__ __device__
+#else
+#define SCAPE_SUM_SQUARES_HOST_DEVICE
+#endif
+
+namespace scape::kernels {
+
+constexpr std::size_t kSumSquaresLanes = 8;
+
+// The sum of square(j) over [lo, hi) in lane order; square(j) returns a double.
+template <typename Square>
+SCAPE_SUM_SQUARES_HOST_DEVICE inline double lane_order_sum(std::size_t lo, std::size_t hi, Square square) {
+  double lane[kSumSquaresLanes] = {0, 0, 0, 0, 0, 0, 0, 0};
+  // Counted groups: GCC 12 vectorizes this form, not a `j + 8 <= hi` loop.
+  const std::size_t groups = (hi - lo) / kSumSquaresLanes;
+  std::size_t j = lo;
+  for (std::size_t g = 0; g < groups; ++g, j += kSumSquaresLanes) {
+    for (std::size_t l = 0; l < kSumSquaresLanes; ++l) lane[l] += square(j + l);
+  }
+  double s = 0;
+  for (std::size_t l = 0; l < kSumSquaresLanes; ++l) s += lane[l];
+  for (; j < hi; ++j) s += square(j);
+  return s;
+}
+
+// Sum of (double) x[j] * (double) x[j] over [lo, hi).
+SCAPE_SUM_SQUARES_HOST_DEVICE inline double block_sum_of_squares(const float* x, std::size_t lo, std::size_t hi) {
+  return lane_order_sum(lo, hi, [x](std::size_t j) { return static_cast<double>(x[j]) * static_cast<double>(x[j]); });
+}
+
+// Sum of (double) d * (double) d with d = x[j] - y[j] in float, over [lo, hi).
+SCAPE_SUM_SQUARES_HOST_DEVICE inline double block_sum_of_squared_differences(const float* x, const float* y,
+                                                                             std::size_t lo, std::size_t hi) {
+  return lane_order_sum(lo, hi, [x, y](std::size_t j) {
+    const float d = x[j] - y[j];
+    return static_cast<double>(d) * static_cast<double>(d);
+  });
+}
+
+}  // namespace scape::kernels
