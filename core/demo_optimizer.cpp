@@ -88,9 +88,7 @@ void DemoOptimizer::exchange() {
   for (std::size_t r = 0; r < workers; ++r) {
     const std::byte* from = recv_.data() + r * message;
     std::memcpy(code_.data(), from, code_bytes);
-    k_.zero_bytes(positions_.data(), positions_.bytes());
-    k_.ef_decode(code_.span(), n_, entries_, positions_.span());
-    k_.bits_to_indices(positions_.span(), 0, recv_idx_.span().subspan(r * entries_, entries_));
+    k_.ef_decode_indices(code_.span(), n_, entries_, recv_idx_.span().subspan(r * entries_, entries_));
     for (std::size_t i = 0; i < entries_; ++i) {
       recv_values_.data()[r * entries_ + i] = read_wire_value(from + code_bytes + i * value_bytes, config_.wire_dtype);
     }

@@ -76,9 +76,7 @@ void TopkEfOptimizer::exchange_coded() {
   for (std::size_t r = 0; r < workers; ++r) {
     const std::byte* from = recv_.data() + r * message;
     std::memcpy(code_.data(), from, code_bytes);
-    k_.zero_bytes(union_mask_.data(), union_mask_.bytes());  // scratch here; average_delivered rebuilds it
-    k_.ef_decode(code_.span(), n_, k, union_mask_.span());
-    k_.bits_to_indices(union_mask_.span(), 0, recv_idx_.span().subspan(r * k, k));
+    k_.ef_decode_indices(code_.span(), n_, k, recv_idx_.span().subspan(r * k, k));
     for (std::size_t i = 0; i < k; ++i) {
       recv_values_.data()[r * k + i] = read_wire_value(from + code_bytes + i * value_bytes, config_.wire_dtype);
     }

@@ -224,4 +224,15 @@ inline void ef_sizes(std::size_t words, std::size_t n_bits, std::size_t k, std::
   require_size(code, ef_words(n_bits, k), what);
 }
 
+// ef_decode_indices: the code of k positions among n_bits, written as k uint32 indices.
+inline void ef_indices_sizes(std::size_t indices, std::size_t n_bits, std::size_t k, std::size_t code,
+                             const char* what) {
+  if (n_bits > (std::size_t{1} << 32)) {
+    throw std::invalid_argument(std::string(what) + ": n = " + std::to_string(n_bits) +
+                                " positions do not fit uint32 indices");
+  }
+  ef_sizes(words_for(n_bits), n_bits, k, code, what);
+  require_size(indices, k, what);
+}
+
 }  // namespace scape::kernels::checks

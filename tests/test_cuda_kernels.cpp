@@ -50,7 +50,7 @@ constexpr std::string_view kComparedKernels[] = {
     "adamw_step", "adams_step", "adamw_step_masked", "adams_step_masked", "scale", "divide", "accumulate",
     "topk_abs_mask", "topk_abs_indices",
     "pack_bits", "unpack_bits", "popcount", "popcount_and", "popcount_or", "mask_range_counts", "bits_to_indices", "indices_to_bits",
-    "and_not_bits", "extract_bits", "deposit_bits", "ef_encode", "ef_decode",
+    "and_not_bits", "extract_bits", "deposit_bits", "ef_encode", "ef_decode", "ef_decode_indices",
     "compact", "expand", "zero_at", "scatter_add",
     "first_moment_statistic", "random_statistic", "pack_payload", "rebase_indices", "add_momentum",
     "reconstruct_gradient", "round_to_bf16", "fill",
@@ -823,6 +823,11 @@ TEST_CASE("mask coding (and_not, extract, deposit, Elias-Fano) matches the CPU")
       sk::Buffer<std::uint64_t> ddecoded(gpu(), cur.size());
       gpu().ef_decode(dcode, n, k, ddecoded);
       check_equal(cur, to_host(ddecoded), "ef_decode " + what);
+      std::vector<std::uint32_t> indices(k);
+      sk::ef_decode_indices(code, n, k, indices);
+      sk::Buffer<std::uint32_t> dindices(gpu(), k);
+      gpu().ef_decode_indices(dcode, n, k, dindices);
+      check_equal(indices, to_host(dindices), "ef_decode_indices " + what);
     }
   }
   // The shared size checks.
@@ -830,6 +835,8 @@ TEST_CASE("mask coding (and_not, extract, deposit, Elias-Fano) matches the CPU")
   CHECK_THROWS_AS(gpu().and_not_bits(two, one, two), std::invalid_argument);
   CHECK_THROWS_AS(gpu().ef_encode(two, 128, 3, two), std::invalid_argument);
   CHECK_THROWS_AS(gpu().ef_decode(one, 128, 200, two), std::invalid_argument);
+  sk::Buffer<std::uint32_t> three(gpu(), 3);
+  CHECK_THROWS_AS(gpu().ef_decode_indices(one, 128, 2, three), std::invalid_argument);
 }
 
 TEST_CASE("compact, expand, zero_at and scatter_add match the CPU") {

@@ -47,6 +47,14 @@ void check_round_trip(const Words& mask, std::size_t n, const std::string& what)
   Words decoded(mask.size());
   sk::ef_decode(code, n, k, decoded);
   CHECK(decoded == mask);
+  // The same positions as an ascending index list, against a naive walk over the mask.
+  std::vector<std::uint32_t> want;
+  for (std::size_t p = 0; p < n; ++p) {
+    if ((mask[p / 64] >> (p % 64)) & 1u) want.push_back(static_cast<std::uint32_t>(p));
+  }
+  std::vector<std::uint32_t> indices(k, 0xdeadbeefu);
+  sk::ef_decode_indices(code, n, k, indices);
+  CHECK(indices == want);
   // Padding bits past ef_bits stay clear (the message is a function of the mask alone).
   const std::size_t bits = sk::ef_bits(n, k);
   if (bits % 64 != 0) CHECK((code.back() >> (bits % 64)) == 0);
@@ -86,6 +94,9 @@ TEST_CASE("Elias-Fano encodes a hand-worked mask bit for bit") {
   Words decoded(1);
   sk::ef_decode(code, 16, 4, decoded);
   CHECK(decoded == mask);
+  std::vector<std::uint32_t> indices(4);
+  sk::ef_decode_indices(code, 16, 4, indices);
+  CHECK(indices == std::vector<std::uint32_t>{1, 5, 6, 15});
 }
 
 TEST_CASE("Elias-Fano round trips empty, full, single, last-position and adversarial masks") {
@@ -169,6 +180,17 @@ TEST_CASE("Elias-Fano checks its arguments and its input") {
   Words out(2);
   CHECK_THROWS_WITH_AS(sk::ef_decode(empty_code, 128, 2, out), "ef_decode: the code holds 0 positions, k = 2",
                        std::invalid_argument);
+  std::vector<std::uint32_t> two(2, 7), three(3);
+  CHECK_THROWS_WITH_AS(sk::ef_decode_indices(empty_code, 128, 2, two),
+                       "ef_decode_indices: the code holds 0 positions, k = 2", std::invalid_argument);
+  CHECK_THROWS_AS(sk::ef_decode_indices(code, 128, 2, three), std::invalid_argument);  // k entries, not 3
+  // A position past n: the code of {3, 70} among 128 read as a code among 64 (same size).
+  REQUIRE(sk::ef_words(64, 2) == code.size());
+  sk::ef_encode(mask, 128, 2, code);
+  CHECK_THROWS_WITH_AS(sk::ef_decode_indices(code, 64, 2, two), "ef_decode_indices: position 67 of entry 0 is at or past n = 64",
+                       std::invalid_argument);
+  CHECK_THROWS_WITH_AS(sk::ef_decode_indices(Words{}, (std::size_t{1} << 32) + 1, 0, std::span<std::uint32_t>{}),
+                       "ef_decode_indices: n = 4294967297 positions do not fit uint32 indices", std::invalid_argument);
 }
 
 TEST_CASE("and_not, extract and deposit bits against a naive reference") {

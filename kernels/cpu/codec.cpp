@@ -100,8 +100,13 @@ void ef_encode(std::span<const std::uint64_t> words, std::size_t n_bits, std::si
   });
 }
 
-void ef_decode(std::span<const std::uint64_t> code, std::size_t n_bits, std::size_t k, std::span<std::uint64_t> words) {
-  checks::ef_sizes(words.size(), n_bits, k, code.size(), "ef_decode");
+namespace {
+
+// Calls visit(i, p_i) for the k positions coded in `code`, ascending. Throws, before visiting
+// the offending entry, on a position at or past n_bits or when fewer than k are coded.
+template <typename Visit>
+void for_each_coded_position(std::span<const std::uint64_t> code, std::size_t n_bits, std::size_t k, const char* what,
+                             Visit visit) {
   if (k == 0) return;
   const unsigned low = ef_low_bits(n_bits, k);
   const std::size_t high_start = k * low;
@@ -115,17 +120,31 @@ void ef_decode(std::span<const std::uint64_t> code, std::size_t n_bits, std::siz
       if (bit >= high_end) break;
       const std::size_t p = ((bit - high_start - i) << low) | get_field(code, i * low, low);
       if (p >= n_bits) {
-        throw std::invalid_argument("ef_decode: position " + std::to_string(p) + " of entry " + std::to_string(i) +
-                                    " is at or past n = " + std::to_string(n_bits));
+        throw std::invalid_argument(std::string(what) + ": position " + std::to_string(p) + " of entry " +
+                                    std::to_string(i) + " is at or past n = " + std::to_string(n_bits));
       }
-      set_bit(words, p);
+      visit(i, p);
       ++i;
     }
   }
   if (i < k) {
-    throw std::invalid_argument("ef_decode: the code holds " + std::to_string(i) +
+    throw std::invalid_argument(std::string(what) + ": the code holds " + std::to_string(i) +
                                 " positions, k = " + std::to_string(k));
   }
+}
+
+}  // namespace
+
+void ef_decode(std::span<const std::uint64_t> code, std::size_t n_bits, std::size_t k, std::span<std::uint64_t> words) {
+  checks::ef_sizes(words.size(), n_bits, k, code.size(), "ef_decode");
+  for_each_coded_position(code, n_bits, k, "ef_decode", [&](std::size_t, std::size_t p) { set_bit(words, p); });
+}
+
+void ef_decode_indices(std::span<const std::uint64_t> code, std::size_t n_bits, std::size_t k,
+                       std::span<std::uint32_t> indices) {
+  checks::ef_indices_sizes(indices.size(), n_bits, k, code.size(), "ef_decode_indices");
+  for_each_coded_position(code, n_bits, k, "ef_decode_indices",
+                          [&](std::size_t i, std::size_t p) { indices[i] = static_cast<std::uint32_t>(p); });
 }
 
 }  // namespace scape::kernels

@@ -132,21 +132,39 @@ __global__ void ef_encode_kernel(const std::uint64_t* __restrict__ words, std::s
   }
 }
 
+// Writes position i either as a bit of `words` or as entry i of `indices` (the other is null).
 __global__ void ef_decode_kernel(const std::uint64_t* __restrict__ code, std::size_t nw,
                                  const std::uint64_t* __restrict__ offsets, EfShape shape,
-                                 unsigned long long* __restrict__ words) {
+                                 unsigned long long* __restrict__ words, std::uint32_t* __restrict__ indices) {
   for (std::size_t w = global_thread(); w < nw; w += grid_threads()) {
     std::size_t i = offsets[w];
     std::uint64_t word = word_in_range(code, w, shape.high_start, shape.high_end);
     for (; word != 0 && i < shape.k; word &= word - 1, ++i) {
       const std::size_t bit = 64 * w + static_cast<std::size_t>(__ffsll(static_cast<long long>(word)) - 1);
       const std::size_t p = ((bit - shape.high_start - i) << shape.low) | field_at(code, i * shape.low, shape.low);
-      if (p < shape.n_bits) or_bit(words, p);
+      if (p >= shape.n_bits) continue;
+      if (words != nullptr) {
+        or_bit(words, p);
+      } else {
+        indices[i] = static_cast<std::uint32_t>(p);
+      }
     }
   }
 }
 
 unsigned long long* as_atomic(std::uint64_t* p) { return reinterpret_cast<unsigned long long*>(p); }
+
+// ef_decode and ef_decode_indices after their size checks: one of words and indices is null.
+void decode_positions(std::span<const std::uint64_t> code, std::size_t n_bits, std::size_t k,
+                      unsigned long long* words, std::uint32_t* indices) {
+  if (k == 0) return;
+  const cudaStream_t stream = current_stream();
+  const EfShape shape = ef_shape(n_bits, k);
+  const std::size_t nw = code.size();
+  Scratch<std::uint64_t> offsets(nw + 1, stream);
+  rank_offsets(code.data(), nw, shape.high_start, shape.high_end, offsets.get(), stream);
+  launch(ef_decode_kernel, nw, code.data(), nw, offsets.get(), shape, words, indices);
+}
 
 }  // namespace
 
@@ -194,13 +212,13 @@ void ef_encode(std::span<const std::uint64_t> words, std::size_t n_bits, std::si
 
 void ef_decode(std::span<const std::uint64_t> code, std::size_t n_bits, std::size_t k, std::span<std::uint64_t> words) {
   checks::ef_sizes(words.size(), n_bits, k, code.size(), "ef_decode");
-  if (k == 0) return;
-  const cudaStream_t stream = current_stream();
-  const EfShape shape = ef_shape(n_bits, k);
-  const std::size_t nw = code.size();
-  Scratch<std::uint64_t> offsets(nw + 1, stream);
-  rank_offsets(code.data(), nw, shape.high_start, shape.high_end, offsets.get(), stream);
-  launch(ef_decode_kernel, nw, code.data(), nw, offsets.get(), shape, as_atomic(words.data()));
+  decode_positions(code, n_bits, k, as_atomic(words.data()), nullptr);
+}
+
+void ef_decode_indices(std::span<const std::uint64_t> code, std::size_t n_bits, std::size_t k,
+                       std::span<std::uint32_t> indices) {
+  checks::ef_indices_sizes(indices.size(), n_bits, k, code.size(), "ef_decode_indices");
+  decode_positions(code, n_bits, k, nullptr, indices.data());
 }
 
 }  // namespace scape::kernels::cuda
