@@ -72,11 +72,17 @@ void ErrorFeedback::record_mask(const ParamLayout& layout, const kernels::Buffer
   have_previous_mask_ = true;
 }
 
-void ErrorFeedback::fill_metrics(const ParamLayout& layout, double theta_norm, int t, StepMetrics& out) {
+void ErrorFeedback::measure_residual(const ParamLayout& layout, int t, StepMetrics& out) {
   // An offloaded residual is read where it lives, in host memory.
   kernels::KernelBackend& where = e_.offloaded() ? kernels::cpu_backend() : k_;
   auto& partial = e_.offloaded() ? host_partial_ : partial_;
-  metrics::fill_residual_metrics(where, partial, layout, e_.host_view(), theta_norm, out);
+  metrics::fill_residual_metrics(where, partial, layout, e_.host_view(), out);
+  measured_step_ = t;
+}
+
+void ErrorFeedback::fill_metrics(const ParamLayout& layout, double theta_norm, int t, StepMetrics& out) {
+  if (measured_step_ != t) measure_residual(layout, t, out);
+  out.residual_to_param = metrics::residual_to_param(out.residual_norm, theta_norm);
   staleness_.fill(t, out);
 }
 

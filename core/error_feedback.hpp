@@ -38,6 +38,11 @@ class ErrorFeedback {
   // Mask metrics of this step's mask against the previous step's, then remembers it.
   void record_mask(const ParamLayout& layout, const kernels::Buffer<std::uint64_t>& mask, std::size_t k_total,
                    StepMetrics& out);
+  // The residual metrics of step t into out, taken now: a policy calls this as soon as its
+  // residual is final for the step, while the residual is still in cache (after the step's
+  // collectives it is not, on cores shared by many ranks). Optional: fill_metrics takes them
+  // itself when this was not called at step t.
+  void measure_residual(const ParamLayout& layout, int t, StepMetrics& out);
   // Residual and staleness metrics at the end of step t, given ||theta||_2 after it.
   void fill_metrics(const ParamLayout& layout, double theta_norm, int t, StepMetrics& out);
   // Entries "residual", "previous_mask", "have_previous_mask" and "staleness.*".
@@ -53,6 +58,7 @@ class ErrorFeedback {
   kernels::Buffer<std::uint64_t> previous_mask_{k_};
   std::unique_ptr<metrics::RangeCounter> tensor_counts_;  // the mask metrics' counts (built on first use)
   bool have_previous_mask_ = false;
+  int measured_step_ = -1;  // the step whose residual metrics measure_residual took
   kernels::Buffer<double> partial_{k_};                           // block sums of the residual metrics
   kernels::Buffer<double> host_partial_{kernels::cpu_backend()};  // the same for an offloaded residual
   metrics::StalenessTracker staleness_;

@@ -143,7 +143,7 @@ void tensor_sum_squares(kernels::KernelBackend& k, kernels::Buffer<double>& part
 }
 
 void fill_residual_metrics(kernels::KernelBackend& k, kernels::Buffer<double>& partial, const ParamLayout& layout,
-                           std::span<const float> residual, double theta_norm, StepMetrics& out) {
+                           std::span<const float> residual, StepMetrics& out) {
   std::vector<double> sums;
   tensor_sum_squares(k, partial, layout, residual, sums);
   const float max = k.max_magnitude(residual);
@@ -155,7 +155,10 @@ void fill_residual_metrics(kernels::KernelBackend& k, kernels::Buffer<double>& p
   }
   out.residual_norm = std::sqrt(total);
   out.residual_max = std::isnan(max) ? kNaN : static_cast<double>(max);
-  out.residual_to_param = theta_norm > 0 ? out.residual_norm / theta_norm : kNaN;
+}
+
+double residual_to_param(double residual_norm, double theta_norm) {
+  return theta_norm > 0 ? residual_norm / theta_norm : kNaN;
 }
 
 void mark_sparse_metrics_not_applicable(StepMetrics& out) {

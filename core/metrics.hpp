@@ -55,16 +55,18 @@ std::vector<std::pair<std::size_t, std::size_t>> shard_ranges(const Sharding& sh
 void fill_mask_metrics(const RangeCounter& counted, const ParamLayout& layout, bool have_previous,
                        std::size_t k_total, StepMetrics& out);
 // sums[s] = sum of (double) x[j]^2 over tensor s, in fixed blocks from the tensor's start,
-// each block summed in index order and the blocks added in order (docs/algorithms.md,
+// each block summed in lane order and the blocks added in order (docs/algorithms.md,
 // "Metrics"); the reduction runs on backend k, where x lives, and k is synchronized on return.
 // `partial` is k's scratch, grown as needed.
 void tensor_sum_squares(kernels::KernelBackend& k, kernels::Buffer<double>& partial, const ParamLayout& layout,
                         std::span<const float> x, std::vector<double>& sums);
-// Fills residual_norm, residual_max, residual_to_param (given ||theta||_2) and per-tensor
-// residual norms. The reductions run on backend k where the residual lives (only the partial
-// sums reach the host); `partial` is k's scratch, grown as needed.
+// Fills residual_norm, residual_max and per-tensor residual norms. The reductions run on
+// backend k where the residual lives (only the partial sums reach the host); `partial` is k's
+// scratch, grown as needed.
 void fill_residual_metrics(kernels::KernelBackend& k, kernels::Buffer<double>& partial, const ParamLayout& layout,
-                           std::span<const float> residual, double theta_norm, StepMetrics& out);
+                           std::span<const float> residual, StepMetrics& out);
+// residual_norm / ||theta||_2 (NaN when theta_norm is not positive).
+double residual_to_param(double residual_norm, double theta_norm);
 // Sets every mask, residual and staleness metric to NaN (dense optimizers).
 void mark_sparse_metrics_not_applicable(StepMetrics& out);
 

@@ -46,6 +46,7 @@ void RandkEfOptimizer::update(std::span<float> params, std::span<const float> gr
   values_.resize(k);
   k_.compact(e, idx_.span(), values_.span());
   feedback_.keep_off_mask(e, idx_.span());
+  feedback_.measure_residual(layout_, t, out);  // final for this step, and still in cache
   k_.synchronize();
   feedback_.deliver(idx_.span(), t);
   comm_.all_reduce_mean(values_.span(), config_.wire_dtype, "grad_all_reduce");

@@ -334,6 +334,7 @@ void ScapeOptimizer::update(std::span<float> params, std::span<const float> grad
     index_mask();
     residual_pass(grads, false, false, true);
   }
+  feedback_.measure_residual(layout_, t, out);  // final for this step, and still in cache
   // Step 8's statistic is taken from m_prev and a_i as they were before this step's update;
   // its all-gather starts at the end of the step.
   if (lagged_next) {

@@ -137,6 +137,7 @@ void TopkEfOptimizer::update(std::span<float> params, std::span<const float> gra
   out.target_density = rho;
   out.residual_clipped_norm = feedback_.clip(layout_, grads);
   out.nonfinite_grads = select(grads, k);
+  feedback_.measure_residual(layout_, t, out);  // final for this step, and still in cache
   k_.synchronize();
   feedback_.deliver(idx_.span(), t);
   codec_s_ = 0;

@@ -187,6 +187,36 @@ TEST_CASE("metrics: staleness, Jaccard, residual and update statistics mean what
   CHECK(dense.steps[0][1].metrics.update_norm > 0);
 }
 
+TEST_CASE("residual metrics describe the residual each error-feedback policy leaves after the step") {
+  // The policies take these metrics right after their residual pass, before the collectives:
+  // they must equal the residual the step ends with (the next step's residual before).
+  const ParamLayout layout = mixed_layout(4);
+  for (const OptimizerType type : {OptimizerType::scape, OptimizerType::topk_ef, OptimizerType::randk_ef}) {
+    OptimizerConfig c;
+    c.type = type;
+    c.sharded = type == OptimizerType::scape;
+    c.sparsity = 0.9;
+    c.lr = 1e-2;
+    const auto run = run_quadratic(c, layout, 3, 5);
+    for (const auto& steps : run.steps) {
+      for (std::size_t t = 0; t + 1 < steps.size(); ++t) {
+        CAPTURE(static_cast<int>(type));
+        CAPTURE(t);
+        const std::vector<float>& after = steps[t + 1].residual_before;
+        const StepMetrics& m = steps[t].metrics;
+        float max = 0;
+        for (float e : after) max = std::max(max, std::fabs(e));
+        CHECK(m.residual_max == static_cast<double>(max));
+        // Per-tensor blocks against whole-buffer blocks: the same sum, grouped differently.
+        CHECK(m.residual_norm == doctest::Approx(metrics::l2_norm(after)).epsilon(1e-12));
+        CHECK(m.residual_norm > 0);
+        CHECK(m.residual_to_param ==
+              doctest::Approx(m.residual_norm / metrics::l2_norm(steps[t].params_after)).epsilon(1e-12));
+      }
+    }
+  }
+}
+
 TEST_CASE("SCAPE trains the noisy quadratic about as well as dense AdamS") {
   const ParamLayout layout = mixed_layout(8);
   sim::QuadraticSpec spec;
