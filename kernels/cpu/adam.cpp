@@ -4,6 +4,7 @@
 #include <cstdint>
 
 #include "kernels/cpu/kernels.hpp"
+#include "kernels/cpu/parallel.hpp"
 #include "kernels/size_checks.hpp"
 
 namespace scape::kernels {
@@ -11,9 +12,45 @@ namespace {
 
 using Index = std::int64_t;
 
-// Each kernel keeps its AdamFloats in a local, taken firstprivate by the loops: read through
-// a reference, the compiler must assume the stores to theta/m/v may change the scalars, so it
-// reloads them every element and will not vectorize.
+// The loops over [lo, hi), for for_shares (kernels/cpu/parallel.hpp). The scalars come by value:
+// read through a reference, the compiler must assume the stores to theta/m/v may change them,
+// so it reloads them every element and will not vectorize.
+void adamw_range(float* __restrict th, float* __restrict mm, float* __restrict vv, const float* __restrict gg,
+                 const AdamFloats h, Index lo, Index hi) {
+#pragma omp simd
+  for (Index j = lo; j < hi; ++j) {
+    const float gj = gg[j];
+    const float mj = h.beta1 * mm[j] + h.one_minus_b1 * gj;
+    const float vj = h.beta2 * vv[j] + h.one_minus_b2 * gj * gj;
+    mm[j] = mj;
+    vv[j] = vj;
+    th[j] = th[j] * h.decay - h.step_size * mj / (std::sqrt(vj) * h.inv_sqrt_bc2 + h.eps);
+  }
+}
+
+void adams_range(float* __restrict th, float* __restrict mm, const float* __restrict gg, const AdamFloats h, Index lo,
+                 Index hi) {
+#pragma omp simd
+  for (Index j = lo; j < hi; ++j) {
+    const float gj = gg[j];
+    const float mhat_prev = mm[j] * h.inv_bc1;
+    const float d = std::sqrt(h.beta2 * mhat_prev * mhat_prev + h.one_minus_b2 * gj * gj) + h.eps;
+    const float mj = h.beta1 * mm[j] + h.one_minus_b1 * gj;
+    mm[j] = mj;
+    th[j] = th[j] * h.decay - h.lr * (mj * h.inv_bc1) / d;
+  }
+}
+
+std::size_t accumulate_range(float* __restrict a, const float* __restrict gg, Index lo, Index hi) {
+  std::size_t nonfinite = 0;
+#pragma omp simd reduction(+ : nonfinite)
+  for (Index j = lo; j < hi; ++j) {
+    const float gj = gg[j];
+    nonfinite += std::isfinite(gj) ? 0u : 1u;
+    a[j] += gj;
+  }
+  return nonfinite;
+}
 
 }  // namespace
 
@@ -21,41 +58,17 @@ void adamw_step(std::span<float> theta, std::span<float> m, std::span<float> v, 
                 const AdamScalars& s) {
   checks::adamw_step_sizes(theta.size(), m.size(), v.size(), g.size());
   const AdamFloats h(s);
-  const float step_size = h.step_size;
-  const float inv_sqrt_bc2 = h.inv_sqrt_bc2;
-  float* __restrict th = theta.data();
-  float* __restrict mm = m.data();
-  float* __restrict vv = v.data();
-  const float* __restrict gg = g.data();
-  const Index n = static_cast<Index>(theta.size());
-#pragma omp parallel for simd schedule(static) firstprivate(h) if (parallel : n > 32768)
-  for (Index j = 0; j < n; ++j) {
-    const float gj = gg[j];
-    const float mj = h.beta1 * mm[j] + h.one_minus_b1 * gj;
-    const float vj = h.beta2 * vv[j] + h.one_minus_b2 * gj * gj;
-    mm[j] = mj;
-    vv[j] = vj;
-    th[j] = th[j] * h.decay - step_size * mj / (std::sqrt(vj) * inv_sqrt_bc2 + h.eps);
-  }
+  for_shares(static_cast<Index>(theta.size()), 32768, [&](Index lo, Index hi) {
+    adamw_range(theta.data(), m.data(), v.data(), g.data(), h, lo, hi);
+  });
 }
 
 void adams_step(std::span<float> theta, std::span<float> m, std::span<const float> g, const AdamScalars& s) {
   checks::adams_step_sizes(theta.size(), m.size(), g.size());
   const AdamFloats h(s);
-  const float inv_bc1 = h.inv_bc1;
-  float* __restrict th = theta.data();
-  float* __restrict mm = m.data();
-  const float* __restrict gg = g.data();
-  const Index n = static_cast<Index>(theta.size());
-#pragma omp parallel for simd schedule(static) firstprivate(h) if (parallel : n > 32768)
-  for (Index j = 0; j < n; ++j) {
-    const float gj = gg[j];
-    const float mhat_prev = mm[j] * inv_bc1;
-    const float d = std::sqrt(h.beta2 * mhat_prev * mhat_prev + h.one_minus_b2 * gj * gj) + h.eps;
-    const float mj = h.beta1 * mm[j] + h.one_minus_b1 * gj;
-    mm[j] = mj;
-    th[j] = th[j] * h.decay - h.lr * (mj * inv_bc1) / d;
-  }
+  for_shares(static_cast<Index>(theta.size()), 32768, [&](Index lo, Index hi) {
+    adams_range(theta.data(), m.data(), g.data(), h, lo, hi);
+  });
 }
 
 void adamw_step_masked(std::span<float> theta, std::span<float> m, std::span<float> v,
@@ -114,17 +127,9 @@ void divide(std::span<float> x, float d) {
 
 std::size_t accumulate(std::span<float> acc, std::span<const float> g) {
   checks::require_same(acc.size(), g.size(), "accumulate: acc/g");
-  float* __restrict a = acc.data();
-  const float* __restrict gg = g.data();
-  const Index n = static_cast<Index>(acc.size());
-  std::size_t nonfinite = 0;
-#pragma omp parallel for simd schedule(static) reduction(+ : nonfinite) if (parallel : n > 65536)
-  for (Index j = 0; j < n; ++j) {
-    const float gj = gg[j];
-    nonfinite += std::isfinite(gj) ? 0u : 1u;
-    a[j] += gj;
-  }
-  return nonfinite;
+  return sum_over_shares(static_cast<Index>(acc.size()), 65536, [&](Index lo, Index hi) {
+    return accumulate_range(acc.data(), g.data(), lo, hi);
+  });
 }
 
 }  // namespace scape::kernels

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "kernels/cpu/kernels.hpp"
+#include "kernels/cpu/parallel.hpp"
 #include "kernels/size_checks.hpp"
 
 namespace scape::kernels {
@@ -16,11 +17,16 @@ using checks::require_compacted;
 constexpr std::int64_t kParallelIndices = std::int64_t{1} << 15;
 
 // One read of idx (a small fraction of the traffic of the gather or scatter that follows).
-void require_in_bounds(std::span<const std::uint32_t> idx, std::size_t dense_size, const char* what) {
-  const auto nk = static_cast<std::int64_t>(idx.size());
+std::uint32_t highest_in(const std::uint32_t* __restrict idx, std::int64_t lo, std::int64_t hi) {
   std::uint32_t highest = 0;
-#pragma omp parallel for simd schedule(static) reduction(max : highest) if (parallel : nk > kParallelIndices)
-  for (std::int64_t i = 0; i < nk; ++i) highest = std::max(highest, idx[static_cast<std::size_t>(i)]);
+#pragma omp simd reduction(max : highest)
+  for (std::int64_t i = lo; i < hi; ++i) highest = std::max(highest, idx[i]);
+  return highest;
+}
+
+void require_in_bounds(std::span<const std::uint32_t> idx, std::size_t dense_size, const char* what) {
+  const std::uint32_t highest = max_over_shares(static_cast<std::int64_t>(idx.size()), kParallelIndices,
+                                                [&](std::int64_t lo, std::int64_t hi) { return highest_in(idx.data(), lo, hi); });
   if (!idx.empty() && highest >= dense_size) {
     throw std::invalid_argument(std::string(what) + ": index " + std::to_string(highest) +
                                 " out of range for a dense buffer of " + std::to_string(dense_size));
@@ -32,9 +38,9 @@ void require_in_bounds(std::span<const std::uint32_t> idx, std::size_t dense_siz
 // distinct: parallel writers never share an element.
 template <typename Body>
 void for_each_position(std::size_t count, Body body) {
-  const auto nk = static_cast<std::int64_t>(count);
-#pragma omp parallel for schedule(static) if (nk > kParallelIndices)
-  for (std::int64_t i = 0; i < nk; ++i) body(static_cast<std::size_t>(i));
+  for_shares(static_cast<std::int64_t>(count), kParallelIndices, [&](std::int64_t lo, std::int64_t hi) {
+    for (std::int64_t i = lo; i < hi; ++i) body(static_cast<std::size_t>(i));
+  });
 }
 
 }  // namespace

@@ -6,6 +6,7 @@
 #include <limits>
 
 #include "kernels/cpu/kernels.hpp"
+#include "kernels/cpu/parallel.hpp"
 #include "kernels/size_checks.hpp"
 #include "kernels/sum_squares.hpp"
 #include "kernels/update_stats.hpp"
@@ -14,12 +15,11 @@ namespace scape::kernels {
 
 void block_sum_squares(std::span<const float> x, std::size_t block, std::span<double> partial) {
   checks::block_sum_squares_sizes(x.size(), block, partial.size());
-  const auto blocks = static_cast<std::int64_t>(partial.size());
-#pragma omp parallel for schedule(static) if (blocks > 8)
-  for (std::int64_t b = 0; b < blocks; ++b) {
-    const std::size_t lo = static_cast<std::size_t>(b) * block;
-    partial[static_cast<std::size_t>(b)] = block_sum_of_squares(x.data(), lo, std::min(x.size(), lo + block));
-  }
+  for_shares(static_cast<std::int64_t>(partial.size()), 8, [&](std::int64_t first, std::int64_t last) {
+    for (auto b = static_cast<std::size_t>(first); b < static_cast<std::size_t>(last); ++b) {
+      partial[b] = block_sum_of_squares(x.data(), b * block, std::min(x.size(), (b + 1) * block));
+    }
+  });
 }
 
 // On the bit patterns with the sign cleared: for non-NaN floats the unsigned order is the order
@@ -48,14 +48,13 @@ void update_statistics(std::span<const float> theta, std::span<const float> befo
                        std::span<const std::uint64_t> stepped, bool have_previous, std::span<std::int8_t> sign,
                        std::size_t block, std::span<double> stats) {
   checks::update_statistics_sizes(theta.size(), before.size(), stepped.size(), sign.size(), block, stats.size());
-  const auto blocks = static_cast<std::int64_t>(stats.size() / kUpdateStats);
   const std::size_t n = theta.size();
-#pragma omp parallel for schedule(static) if (blocks > 8)
-  for (std::int64_t b = 0; b < blocks; ++b) {
-    const std::size_t lo = static_cast<std::size_t>(b) * block;
-    update_statistics_block(theta.data(), before.data(), stepped.empty() ? nullptr : stepped.data(), have_previous,
-                            sign.data(), lo, std::min(n, lo + block), stats.data() + kUpdateStats * b);
-  }
+  for_shares(static_cast<std::int64_t>(stats.size() / kUpdateStats), 8, [&](std::int64_t first, std::int64_t last) {
+    for (auto b = static_cast<std::size_t>(first); b < static_cast<std::size_t>(last); ++b) {
+      update_statistics_block(theta.data(), before.data(), stepped.empty() ? nullptr : stepped.data(), have_previous,
+                              sign.data(), b * block, std::min(n, (b + 1) * block), stats.data() + kUpdateStats * b);
+    }
+  });
 }
 
 }  // namespace scape::kernels
