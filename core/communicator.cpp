@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdint>
 #include <numeric>
 #include <stdexcept>
 #include <string>
@@ -265,12 +266,25 @@ double Communicator::take_exposed_wait(CollectiveKind kind) {
 }
 
 void mean_in_rank_order(std::span<const float* const> inputs, std::span<float> out) {
+  // Rank by rank over the whole buffer, so each pass is one vectorizable loop; every element
+  // still sees ((x_0 + x_1) + x_2) + ... and then / W, the order of the contract.
   const float w = static_cast<float>(inputs.size());
-  for (std::size_t j = 0; j < out.size(); ++j) {
-    float acc = inputs[0][j];
-    for (std::size_t r = 1; r < inputs.size(); ++r) acc += inputs[r][j];
-    out[j] = acc / w;
+  float* __restrict acc = out.data();
+  const std::size_t n = out.size();
+  const auto out_begin = reinterpret_cast<std::uintptr_t>(acc), out_end = out_begin + n * sizeof(float);
+  for (const float* x : inputs) {
+    const auto in_begin = reinterpret_cast<std::uintptr_t>(x), in_end = in_begin + n * sizeof(float);
+    if (n > 0 && in_begin < out_end && out_begin < in_end) {
+      throw std::invalid_argument("mean_in_rank_order: the output overlaps an input");
+    }
   }
+  const float* __restrict first = inputs[0];
+  for (std::size_t j = 0; j < n; ++j) acc[j] = first[j];
+  for (std::size_t r = 1; r < inputs.size(); ++r) {
+    const float* __restrict x = inputs[r];
+    for (std::size_t j = 0; j < n; ++j) acc[j] += x[j];
+  }
+  for (std::size_t j = 0; j < n; ++j) acc[j] /= w;
 }
 
 }  // namespace scape

@@ -199,6 +199,7 @@ class Communicator {
 
 // The reduction every backend must use so that results are bit-identical across backends:
 // out[j] = (in[0][j] + in[1][j] + ... + in[W-1][j]) / W, summed left to right in rank order.
+// out must not overlap an input (std::invalid_argument): it is written rank by rank.
 void mean_in_rank_order(std::span<const float* const> inputs, std::span<float> out);
 
 }  // namespace scape

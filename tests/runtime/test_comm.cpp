@@ -96,6 +96,20 @@ TEST_CASE("a failing rank's pending all-gather, after abort, is not matched with
   CHECK(barrier_matched == 0);
 }
 
+TEST_CASE("mean_in_rank_order adds in rank order and refuses an output that overlaps an input") {
+  // 2^24 + 1 + 1: left to right each +1 is lost (ties to even); 1 + 1 first would keep 2.
+  const std::vector<float> a = {0x1p24f, 3.0f}, b = {1.0f, 6.0f}, c = {1.0f, -3.0f};
+  const std::vector<const float*> inputs = {a.data(), b.data(), c.data()};
+  std::vector<float> out(2);
+  mean_in_rank_order(inputs, out);
+  CHECK(out[0] == 0x1p24f / 3.0f);
+  CHECK(out[1] == 2.0f);
+  std::vector<float> in_place = a;
+  const std::vector<const float*> overlapping = {b.data(), in_place.data()};
+  CHECK_THROWS_WITH_AS(mean_in_rank_order(overlapping, std::span<float>(in_place).first(1)),
+                       "mean_in_rank_order: the output overlaps an input", std::invalid_argument);
+}
+
 TEST_CASE("the ledger counts bytes at the wire width") {
   sim::run_ranks(4, NetworkModel{1e-6, 1e9}, [](Communicator& comm) {
     std::vector<float> x(1000, 1.0f);
