@@ -75,8 +75,7 @@ def main(argv=None):
             stream.reconfigure(errors="replace")
     from .report import write_report  # heavy imports after argument parsing (fast --help)
     from .runs import ScapeBinaryError
-
-    from .seeds import parse_reference
+    from .stats import parse_reference
 
     try:
         parse_reference(args.reference)

@@ -1,4 +1,4 @@
-"""PNG figures of a Report (analysis/report.py), drawn with matplotlib's Agg backend.
+"""PNG figures of a Report (analysis/tables.py), drawn with matplotlib's Agg backend.
 
 Every per-step figure has one row of panels per group (the runs that solve the same problem)
 and one colour per run label, the same colour in every row and figure, with one legend outside
@@ -13,8 +13,8 @@ import matplotlib.pyplot as plt  # noqa: E402  (the backend must be chosen first
 import numpy as np  # noqa: E402
 
 from .runs import SPARSE_TYPES  # noqa: E402
-
-from .report import MAX_GROUP_ROWS  # noqa: E402  (the summary says when groups were left out)
+from .stats import CONFIDENCE, t_critical, tokens_per_step  # noqa: E402
+from .tables import MAX_GROUP_ROWS  # noqa: E402  (the summary says when groups were left out)
 
 PANEL_W, PANEL_H = 4.6, 3.0
 
@@ -255,8 +255,6 @@ def _fill_in_figure(report, path):
 def _seed_curves(runs, smooth_train):
     """(x, [seeds x points] y, x label) of the runs' validation losses at their common evaluation
     steps (x in training tokens for gpt), or of their smoothed train losses without validation."""
-    from .seeds import tokens_per_step
-
     runs = [r for r in runs if r.status == "completed"]
     if not runs:
         return None, None, ""
@@ -274,8 +272,6 @@ def _seed_curves(runs, smooth_train):
 
 def _band(ys, band):
     """(mean, low, high) over the seeds (rows): the 95% Student-t interval ("ci") or min-max."""
-    from .seeds import CONFIDENCE, t_critical
-
     mean = ys.mean(axis=0)
     if band == "minmax":
         return mean, ys.min(axis=0), ys.max(axis=0)

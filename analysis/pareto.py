@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .runs import effective_config
-from .seeds import DEFAULT_REFERENCE, DEFAULT_TARGET_MARGIN, parse_reference
+from .stats import DEFAULT_REFERENCE, DEFAULT_TARGET_MARGIN, parse_reference
 
 
 @dataclass
