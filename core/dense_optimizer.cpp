@@ -74,6 +74,7 @@ void DenseOptimizer::update(std::span<float> params, std::span<const float> grad
     } else {
       comm_.reduce_scatter_mean(grads, g_bar_.span(), counts, config_.wire_dtype, "grad_reduce_scatter");
     }
+    detail::clip_gradient(k_, clip_partial_, comm_, g_bar_.span(), config_.clip_grad, true);
     detail::dense_inner_step(k_, rule_, layout_, params, state_begin_, state_end_, m_.span(), v_.span(), g_bar_.span(),
                              config_, out.lr, t_);
     k_.synchronize();
@@ -84,6 +85,7 @@ void DenseOptimizer::update(std::span<float> params, std::span<const float> grad
   k_.copy_bytes(grads.data(), g_bar_.data(), grads.size_bytes());
   k_.synchronize();
   comm_.all_reduce_mean(g_bar_.span(), config_.wire_dtype, "grad_all_reduce");
+  detail::clip_gradient(k_, clip_partial_, comm_, g_bar_.span(), config_.clip_grad, false);
   detail::dense_inner_step(k_, rule_, layout_, params, 0, n_, m_.span(), v_.span(), g_bar_.span(), config_, out.lr, t_);
 }
 

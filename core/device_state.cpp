@@ -3,6 +3,10 @@
 #include "core/device_state.hpp"
 
 #include <algorithm>
+
+#include "core/mask_ownership.hpp"
+
+#include <algorithm>
 #include <stdexcept>
 #include <string>
 
@@ -20,18 +24,20 @@ std::size_t norm_blocks(std::size_t n) { return (n + kMetricBlock - 1) / kMetric
 
 // SCAPE's buffers beyond m (and v): statistic, masks, residual, index and payload buffers and
 // the coded mask messages, for partitioned masks.
-std::size_t scape_bytes(const OptimizerConfig& c, std::size_t n, int workers) {
+std::size_t scape_bytes(const OptimizerConfig& c, const ParamLayout& layout, int workers) {
+  const std::size_t n = layout.size();
   const Sharding shards(n, workers);
   const std::size_t own = c.sharded ? shards.size(0) : n;
   // The densest mask of the run: all of N while a density warm-up runs.
   const double rho = c.density_warmup > 0 ? 1.0 : c.density();
+  const MaskOwnership owners(layout, workers, c);
   std::size_t k_total = 0, coded = 0;
   for (int w = 0; w < workers; ++w) {
-    const std::size_t size = shards.size(w), k = k_for(rho, size);
+    const std::size_t k = owners.k(w, rho);
     k_total += k;
-    coded += c.mask_encoding == MaskEncoding::bitmap ? shards.words(w) : kernels::ef_words(size, k);
+    coded += c.mask_encoding == MaskEncoding::bitmap ? owners.word_count(w) : kernels::ef_words(owners.segment_bits(w), k);
   }
-  const std::size_t k_own = k_for(rho, shards.size(0));
+  const std::size_t k_own = owners.k(0, rho);
   const std::size_t updated = c.sharded ? k_own : k_total;
   std::size_t bytes = 0;
   bytes += kFloat * own;                                    // stat_: the mask statistic of the own shard
@@ -49,6 +55,19 @@ std::size_t scape_bytes(const OptimizerConfig& c, std::size_t n, int workers) {
   bytes += kFloat * k_total;                                // all_values_
   if (c.update == UpdateMode::dense) bytes += kFloat * own; // dense_g_
   bytes += kWord * (coded + coded / static_cast<std::size_t>(workers) + 2 + static_cast<std::size_t>(workers));
+  // mask_scope = tensor: the selected positions of worker 0, its largest piece's top-k, and
+  // its dense tensors' positions (core/scape_formulation.cpp, select_pieces).
+  if (c.mask_scope == MaskScope::tensor && c.mask_partition == MaskPartition::partitioned) {
+    std::size_t largest = 0, dense = 0;
+    for (const auto& p : owners.pieces(0)) {
+      if (p.dense) dense += p.end - p.begin;
+      else largest = std::max(largest, k_tensor_piece(rho, p.end - p.begin));
+    }
+    bytes += kIndex * (owners.k(0, rho) + largest + dense);
+  }
+  // Sharded momentum units: the owner's carried momentum over its shard.
+  const bool carries = c.formulation != Formulation::frozen_momentum && c.sharded && c.residual && c.residual_decay > 0;
+  if (carries) bytes += kFloat * own;
   return bytes;
 }
 
@@ -58,7 +77,8 @@ std::size_t update_tracker_device_bytes(std::size_t n) {
   return kFloat * n + sizeof(std::int8_t) * n + sizeof(double) * kernels::kUpdateStats * norm_blocks(n);
 }
 
-std::size_t optimizer_device_bytes(const OptimizerConfig& config, std::size_t n, int workers) {
+std::size_t optimizer_device_bytes(const OptimizerConfig& config, const ParamLayout& layout, int workers) {
+  const std::size_t n = layout.size();
   if (!runs_on_cuda(config.type)) {
     throw std::invalid_argument(std::string("optimizer_device_bytes: ") + to_string(config.type) +
                                 " has no CUDA path");
@@ -71,7 +91,7 @@ std::size_t optimizer_device_bytes(const OptimizerConfig& config, std::size_t n,
   // Block sums of ||theta|| (UpdateTracker::norm_only; worker 0's after() uses its own, counted
   // in update_tracker_device_bytes).
   bytes += sizeof(double) * norm_blocks(n);
-  if (config.type == OptimizerType::scape) return bytes + scape_bytes(config, n, workers);
+  if (config.type == OptimizerType::scape) return bytes + scape_bytes(config, layout, workers);
   return bytes + kFloat * own;  // DenseOptimizer::g_bar_ (the state range)
 }
 

@@ -13,7 +13,7 @@ namespace scape {
 
 // Bytes on worker 0 (the largest shard) of W workers. Throws std::invalid_argument for the
 // types without a CUDA path (runs_on_cuda).
-std::size_t optimizer_device_bytes(const OptimizerConfig& config, std::size_t n, int workers);
+std::size_t optimizer_device_bytes(const OptimizerConfig& config, const ParamLayout& layout, int workers);
 
 // Worker 0's update statistics (metrics::UpdateTracker): the copy of theta, the signs and the
 // per-block sums; the other workers keep only their norm's block sums (in the above).

@@ -2,6 +2,8 @@
 #include "core/mask_exchange.hpp"
 
 #include <chrono>
+#include <stdexcept>
+#include <string>
 
 #include "core/schedule.hpp"
 
@@ -14,21 +16,27 @@ double seconds_since(std::chrono::steady_clock::time_point start) {
 
 }  // namespace
 
-MaskExchange::MaskExchange(kernels::KernelBackend& k, Communicator& comm, const Sharding& sharding,
+MaskExchange::MaskExchange(kernels::KernelBackend& k, Communicator& comm, const MaskOwnership& owners,
                            MaskEncoding encoding)
-    : k_(k), comm_(comm), sharding_(sharding), encoding_(encoding), coder_(k) {
-  const auto workers = static_cast<std::size_t>(sharding.workers());
+    : k_(k), comm_(comm), owners_(owners), encoding_(encoding), coder_(k) {
+  if (!owners.aligned() && !mask_sizes_known(encoding)) {
+    throw std::invalid_argument(std::string("optimizer.mask_encoding: ") + to_string(encoding) +
+                                " codes each owner's bits against its previous ones, which needs word-aligned owners; "
+                                "replicated mask_scope = tensor owners are whole tensors (use bitmap or elias_fano, "
+                                "or optimizer.mask_scope = shard)");
+  }
+  const auto workers = static_cast<std::size_t>(owners.workers());
   counts_.assign(workers, 0);
   shard_k_.assign(workers, 0);
 }
 
 std::span<const std::uint64_t> MaskExchange::shard_words(std::span<const std::uint64_t> mask, int w) const {
-  // Shard boundaries are multiples of 64 (Sharding::kAlign), so shards own whole words.
-  return mask.subspan(sharding_.begin(w) / 64, sharding_.words(w));
+  // Aligned owners own whole words; the others share a boundary word with a neighbour.
+  return mask.subspan(owners_.word_begin(w), owners_.word_count(w));
 }
 
 void MaskExchange::exchange_sizes() {
-  const auto workers = static_cast<std::size_t>(sharding_.workers());
+  const auto workers = static_cast<std::size_t>(owners_.workers());
   own_size_.resize(1);
   sizes_.resize(workers);
   k_.synchronize();
@@ -39,19 +47,19 @@ void MaskExchange::exchange_sizes() {
   for (std::size_t w = 0; w < workers; ++w) counts_[w] = static_cast<std::size_t>(sizes_.data()[w]);
 }
 
-void MaskExchange::start(std::span<const std::uint64_t> local, std::span<const std::uint64_t> previous, double rho,
-                         bool overlapped) {
+void MaskExchange::start(std::span<const std::uint64_t> local, std::span<const std::uint64_t> previous,
+                         const std::vector<std::size_t>& owner_k, bool overlapped) {
   const auto clock = std::chrono::steady_clock::now();
   const int me = comm_.rank();
-  for (int w = 0; w < sharding_.workers(); ++w) shard_k_[static_cast<std::size_t>(w)] = k_for(rho, sharding_.size(w));
-  coder_.encode(encoding_, local, sharding_.size(me), shard_k_[static_cast<std::size_t>(me)], shard_words(previous, me),
-                own_);
+  shard_k_ = owner_k;
+  coder_.encode(encoding_, local, owners_.segment_bits(me), shard_k_[static_cast<std::size_t>(me)],
+                shard_words(previous, me), own_);
   k_.synchronize();
   codec_s_ += seconds_since(clock);
   if (mask_sizes_known(encoding_)) {
-    for (int w = 0; w < sharding_.workers(); ++w) {
+    for (int w = 0; w < owners_.workers(); ++w) {
       const auto i = static_cast<std::size_t>(w);
-      counts_[i] = fixed_message_words(encoding_, sharding_.size(w), shard_k_[i]);
+      counts_[i] = fixed_message_words(encoding_, owners_.segment_bits(w), shard_k_[i]);
     }
   } else {
     exchange_sizes();
@@ -62,7 +70,7 @@ void MaskExchange::start(std::span<const std::uint64_t> local, std::span<const s
 
 void MaskExchange::start_indices(std::span<const std::uint32_t> local, bool overlapped) {
   const auto clock = std::chrono::steady_clock::now();
-  const std::size_t n = sharding_.n();
+  const std::size_t n = owners_.n();
   list_bits_.assign_zero(kernels::words_for(n));
   k_.indices_to_bits(local, 0, list_bits_.span());
   own_.resize(kernels::ef_words(n, local.size()));
@@ -97,18 +105,27 @@ void MaskExchange::complete(std::span<const std::uint64_t> previous, std::span<s
     // ef_decode ORs each list's positions into the mask: the union.
     k_.zero_bytes(out.data(), out.size_bytes());
     for (std::size_t w = 0; w < counts_.size(); ++w) {
-      k_.ef_decode(received_.span().subspan(offset, counts_[w]), sharding_.n(), shard_k_[w], out);
+      k_.ef_decode(received_.span().subspan(offset, counts_[w]), owners_.n(), shard_k_[w], out);
       offset += counts_[w];
     }
     k_.synchronize();
     codec_s_ += seconds_since(clock);
     return;
   }
-  for (int w = 0; w < sharding_.workers(); ++w) {
+  // Unaligned owners share boundary words: each segment is ORed into the cleared mask
+  // (ef_decode sets bits without clearing), the bitmap's words by or_bits.
+  if (!owners_.aligned()) k_.zero_bytes(out.data(), out.size_bytes());
+  for (int w = 0; w < owners_.workers(); ++w) {
     const auto i = static_cast<std::size_t>(w);
     const auto message = received_.span().subspan(offset, counts_[i]);
-    const auto target = out.subspan(sharding_.begin(w) / 64, sharding_.words(w));
-    coder_.decode(encoding_, message, sharding_.size(w), shard_k_[i], shard_words(previous, w), target, w);
+    const auto target = out.subspan(owners_.word_begin(w), owners_.word_count(w));
+    if (owners_.aligned()) {
+      coder_.decode(encoding_, message, owners_.segment_bits(w), shard_k_[i], shard_words(previous, w), target, w);
+    } else if (encoding_ == MaskEncoding::bitmap) {
+      k_.or_bits(message, target);
+    } else {
+      k_.ef_decode(message, owners_.segment_bits(w), shard_k_[i], target);
+    }
     offset += counts_[i];
   }
   k_.synchronize();

@@ -17,19 +17,22 @@
 #include "core/communicator.hpp"
 #include "core/layout.hpp"
 #include "core/mask_codec.hpp"
+#include "core/mask_ownership.hpp"
 #include "kernels/backend.hpp"
 
 namespace scape {
 
 class MaskExchange {
  public:
-  MaskExchange(kernels::KernelBackend& k, Communicator& comm, const Sharding& sharding, MaskEncoding encoding);
+  // Owners whose ranges are not word-aligned (MaskOwnership::aligned) take the bitmap and
+  // elias_fano encodings only: the others code against the previous segment, which neighbours share.
+  MaskExchange(kernels::KernelBackend& k, Communicator& comm, const MaskOwnership& owners, MaskEncoding encoding);
 
-  // Codes `local` (this worker's shard words of the new mask, drawn at density rho, so shard w
-  // has k_for(rho, |S_w|) bits) against `previous` (the full mask every rank holds; unchanged
-  // until complete()) and starts the all-gather, asynchronous when `overlapped`.
-  void start(std::span<const std::uint64_t> local, std::span<const std::uint64_t> previous, double rho,
-             bool overlapped);
+  // Codes `local` (this worker's segment words of the new mask, owner w setting owner_k[w]
+  // bits) against `previous` (the full mask every rank holds; unchanged until complete()) and
+  // starts the all-gather, asynchronous when `overlapped`.
+  void start(std::span<const std::uint64_t> local, std::span<const std::uint64_t> previous,
+             const std::vector<std::size_t>& owner_k, bool overlapped);
   // local_union: codes this worker's ascending index list (the same length on every worker)
   // and starts the all-gather of the lists ("index_all_gather").
   void start_indices(std::span<const std::uint32_t> local, bool overlapped);
@@ -47,7 +50,7 @@ class MaskExchange {
 
   kernels::KernelBackend& k_;
   Communicator& comm_;
-  const Sharding& sharding_;
+  const MaskOwnership& owners_;
   const MaskEncoding encoding_;
   ShardCoder coder_;
   kernels::Buffer<std::uint64_t> own_{k_}, received_{k_};

@@ -45,13 +45,17 @@ double l2_norm(std::span<const float> x) {
   }));
 }
 
-double device_l2_norm(kernels::KernelBackend& k, kernels::Buffer<double>& partial, std::span<const float> x) {
+double device_sum_squares(kernels::KernelBackend& k, kernels::Buffer<double>& partial, std::span<const float> x) {
   partial.resize((x.size() + kBlock - 1) / kBlock);
   k.block_sum_squares(x, kBlock, partial.span());
   k.synchronize();
   double total = 0;
   for (const double p : partial.span()) total += p;
-  return std::sqrt(total);
+  return total;
+}
+
+double device_l2_norm(kernels::KernelBackend& k, kernels::Buffer<double>& partial, std::span<const float> x) {
+  return std::sqrt(device_sum_squares(k, partial, x));
 }
 
 std::size_t popcount_and_range(std::span<const std::uint64_t> a, std::span<const std::uint64_t> b, std::size_t begin,

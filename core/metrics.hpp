@@ -21,6 +21,8 @@ double l2_norm(std::span<const float> x);
 // ||x||_2 of memory backend k can read, from its block_sum_squares over fixed blocks added in
 // block order (deterministic on any device); `partial` is k's scratch, grown as needed.
 double device_l2_norm(kernels::KernelBackend& k, kernels::Buffer<double>& partial, std::span<const float> x);
+// The same sum of squares before the square root.
+double device_sum_squares(kernels::KernelBackend& k, kernels::Buffer<double>& partial, std::span<const float> x);
 
 // Set bits of a & b in the bit range [begin, end) (host memory).
 std::size_t popcount_and_range(std::span<const std::uint64_t> a, std::span<const std::uint64_t> b,

@@ -5,6 +5,7 @@
 #include <cstddef>
 #include <span>
 
+#include "core/communicator.hpp"
 #include "core/layout.hpp"
 #include "core/optimizer.hpp"
 #include "kernels/backend.hpp"
@@ -37,5 +38,16 @@ void apply_weight_decay(kernels::KernelBackend& k, const ParamLayout& layout, st
 void dense_inner_step(kernels::KernelBackend& k, InnerRule rule, const ParamLayout& layout, std::span<float> theta, std::size_t begin,
                       std::size_t end, std::span<float> m, std::span<float> v, std::span<const float> g,
                       const OptimizerConfig& c, double eta, int t);
+
+// Global-norm clipping (docs/algorithms.md, clip_grad): the factor kappa / (nu + 1e-6) by which
+// the synchronized gradient is scaled when it is below 1, else 1 (and 1 when clip_grad = 0).
+// `part` is this worker's part of it; when `parts_split` (each owner holds its own part) the
+// parts' sums of squares are all-gathered ("clip_norm_all_gather", 8 bytes a worker) and added
+// in rank order, else `part` is the whole gradient.
+double clip_factor(kernels::KernelBackend& k, kernels::Buffer<double>& partial, Communicator& comm,
+                   std::span<const float> part, double clip_grad, bool parts_split);
+// Scales g by clip_factor in place; returns the factor.
+double clip_gradient(kernels::KernelBackend& k, kernels::Buffer<double>& partial, Communicator& comm,
+                     std::span<float> g, double clip_grad, bool parts_split);
 
 }  // namespace scape::detail

@@ -10,6 +10,7 @@
 #include "core/demo_optimizer.hpp"
 #include "core/dense_optimizer.hpp"
 #include "core/mask_codec.hpp"
+#include "core/metrics.hpp"
 #include "core/onebit_adam_optimizer.hpp"
 #include "core/optim_common.hpp"
 #include "core/powersgd_optimizer.hpp"
@@ -44,6 +45,14 @@ constexpr EnumName<MaskEncoding> kEncoding[] = {{"bitmap", MaskEncoding::bitmap}
                                                 {"delta", MaskEncoding::delta},
                                                 {"auto", MaskEncoding::auto_select}};
 
+constexpr EnumName<Formulation> kFormulation[] = {{"paper", Formulation::paper},
+                                                  {"artifact", Formulation::artifact},
+                                                  {"frozen_momentum", Formulation::frozen_momentum}};
+constexpr EnumName<MaskScope> kScope[] = {{"tensor", MaskScope::tensor}, {"shard", MaskScope::shard}};
+// "automatic" is what an absent adams_form resolves from; a config names one of the other two.
+constexpr EnumName<AdamsForm> kAdamsForm[] = {{"artifact", AdamsForm::artifact},
+                                              {"momentum_corrected", AdamsForm::momentum_corrected}};
+
 constexpr double kInf = std::numeric_limits<double>::infinity();
 
 // min_lr (at most lr) and the betas (a pair) keep their own checks in validate().
@@ -54,6 +63,10 @@ constexpr OptimizerKeyRange kRanges[] = {
     {"weight_decay", 0, kInf, false, true, "must be >= 0"},
     {"sparsity", 0, 1, false, true, "must be in [0, 1): the density 1 - sparsity must lie in (0, 1]"},
     {"density_warmup", 0, kInf, false, true, "must be >= 0"},
+    {"density_start", 0, 1, true, false, "must be in (0, 1]"},
+    {"density_cooldown", 0, kInf, false, true, "must be >= 0 (0 = off)"},
+    {"density_cooldown_start", 0, kInf, false, true, "must be >= 0"},
+    {"clip_grad", 0, kInf, false, true, "must be finite and >= 0 (0 = off)"},
     {"residual_decay", 0, 1, false, false, "must be in [0, 1]"},
     {"residual_clip", 0, kInf, false, true, "must be finite and >= 0 (0 = off)"},
     {"mask_lag", 0, 1, false, false, "must be 0 or 1"},
@@ -106,6 +119,14 @@ SecondMoment parse_second_moment(std::string_view v) {
 MaskEncoding parse_mask_encoding(std::string_view v) {
   return find_by_name(kEncoding, v, "optimizer.mask_encoding").value;
 }
+Formulation parse_formulation(std::string_view v) {
+  return find_by_name(kFormulation, v, "optimizer.formulation").value;
+}
+MaskScope parse_mask_scope(std::string_view v) { return find_by_name(kScope, v, "optimizer.mask_scope").value; }
+AdamsForm parse_adams_form(std::string_view v) { return find_by_name(kAdamsForm, v, "optimizer.adams_form").value; }
+const char* to_string(Formulation v) { return name_of(kFormulation, v); }
+const char* to_string(MaskScope v) { return name_of(kScope, v); }
+const char* to_string(AdamsForm v) { return v == AdamsForm::automatic ? "automatic" : name_of(kAdamsForm, v); }
 const char* to_string(OptimizerType v) { return name_of(kTypes, v); }
 const char* to_string(InnerRule v) { return name_of(kInner, v); }
 const char* to_string(UpdateMode v) { return name_of(kUpdate, v); }
@@ -122,8 +143,67 @@ std::vector<std::string> optimizer_switch_names(std::string_view key) {
   if (key == "mask_partition") return names_of(kPartition);
   if (key == "second_moment") return names_of(kSecond);
   if (key == "mask_encoding") return names_of(kEncoding);
+  if (key == "formulation") return names_of(kFormulation);
+  if (key == "mask_scope") return names_of(kScope);
+  if (key == "adams_form") return names_of(kAdamsForm);
   throw std::invalid_argument("optimizer_switch_names: '" + std::string(key) + "' is not an enum switch");
 }
+
+AdamsForm OptimizerConfig::resolved_adams_form() const {
+  if (adams_form != AdamsForm::automatic) return adams_form;
+  return type == OptimizerType::scape && formulation == Formulation::frozen_momentum ? AdamsForm::momentum_corrected
+                                                                                    : AdamsForm::artifact;
+}
+
+bool OptimizerConfig::dense_tensor(std::string_view name) const {
+  for (const auto& part : dense_tensors) {
+    if (!part.empty() && name.find(part) != std::string_view::npos) return true;
+  }
+  return false;
+}
+
+namespace {
+
+[[noreturn]] void reject(const std::string& key, const std::string& why) {
+  throw std::invalid_argument("optimizer." + key + ": " + why);
+}
+
+// The switches that have no meaning under SCAPE's paper and artifact formulations, whose
+// residual is in momentum units and whose m is zero off the mask (docs/algorithms.md, "Switches").
+void check_formulation(const OptimizerConfig& c) {
+  const std::string f = to_string(c.formulation);
+  if (c.formulation != Formulation::frozen_momentum) {
+    if (c.update == UpdateMode::dense) {
+      reject("update", "dense steps m off the mask, which formulation = " + f +
+                           " sets to zero; use update = masked or formulation = frozen_momentum");
+    }
+    if (c.mask_statistic == MaskStatistic::gradient) {
+      reject("mask_statistic", "gradient ranks the raw accumulated gradient e + g, which formulation = " + f +
+                                   " does not keep (its residual is in momentum units); use formulation = frozen_momentum");
+    }
+    if (c.second_moment == SecondMoment::two_collectives) {
+      reject("second_moment", "two_collectives reduces e + g apart from the momentum, which formulation = " + f +
+                                  " does not keep; use formulation = frozen_momentum");
+    }
+  }
+  if (c.formulation != Formulation::frozen_momentum && c.sharded && c.residual_clip > 0) {
+    reject("residual_clip", "under formulation = " + f + " with optimizer.sharded = true the owner keeps each "
+                            "residual's momentum part apart, which a per-worker clip cannot see; set sharded = false");
+  }
+  if (c.formulation == Formulation::artifact) {
+    if (!c.residual || c.residual_decay != 1.0 || c.residual_clip != 0.0) {
+      reject(!c.residual ? "residual" : (c.residual_decay != 1.0 ? "residual_decay" : "residual_clip"),
+             "formulation = artifact reproduces the artifact's code, which keeps the whole residual; use "
+             "formulation = paper");
+    }
+  }
+  if (c.mask_scope == MaskScope::shard && !c.dense_tensors.empty()) {
+    reject("dense_tensors", "mask_scope = shard counts k over whole shards, dense tensors included; set "
+                            "optimizer.dense_tensors = [] or optimizer.mask_scope = tensor");
+  }
+}
+
+}  // namespace
 
 void OptimizerConfig::validate() const {
   check_range("lr", lr);
@@ -141,9 +221,22 @@ void OptimizerConfig::validate() const {
     check_range("density_warmup", density_warmup);
     check_range("residual_decay", residual_decay);
     check_range("residual_clip", residual_clip);
+    check_range("density_start", density_start);
+    check_range("density_cooldown", density_cooldown);
+    check_range("density_cooldown_start", density_cooldown_start);
+    if (density_cooldown > 0 && density_warmup > 0) {
+      reject("density_cooldown", "the cool-down replaces the density warm-up (as in the artifact); set "
+                                 "optimizer.density_warmup = 0 or density_cooldown = 0");
+    }
+  }
+  check_range("clip_grad", clip_grad);
+  if (clip_grad > 0 && (type == OptimizerType::onebit_adam || type == OptimizerType::demo)) {
+    reject("clip_grad", std::string(to_string(type)) + " never forms the synchronized gradient that clip_grad "
+                                                        "clips (it sends compressed momentum); set clip_grad = 0");
   }
   if (type == OptimizerType::scape) {
     check_range("mask_lag", mask_lag);
+    check_formulation(*this);
     if (mask_partition == MaskPartition::local_union && sharded) {
       throw std::invalid_argument(
           "optimizer.mask_partition: local_union needs the momentum on every worker; set optimizer.sharded = false");
@@ -211,6 +304,7 @@ kernels::AdamScalars adam_scalars(const OptimizerConfig& c, double eta, int t, b
   s.decay = decayed ? 1.0 - eta * c.weight_decay : 1.0;
   s.bc1 = c.bias_correction ? 1.0 - std::pow(c.beta1, t) : 1.0;
   s.bc2 = c.bias_correction ? 1.0 - std::pow(c.beta2, t) : 1.0;
+  s.adams_artifact_form = c.resolved_adams_form() == AdamsForm::artifact;
   return s;
 }
 
@@ -237,12 +331,37 @@ void dense_inner_step(kernels::KernelBackend& k, InnerRule rule, const ParamLayo
   });
 }
 
+double clip_factor(kernels::KernelBackend& k, kernels::Buffer<double>& partial, Communicator& comm,
+                   std::span<const float> part, double clip_grad, bool parts_split) {
+  if (clip_grad <= 0) return 1.0;
+  double total = metrics::device_sum_squares(k, partial, part);
+  if (parts_split && comm.size() > 1) {
+    const auto workers = static_cast<std::size_t>(comm.size());
+    std::vector<double> sums(workers);
+    const std::vector<std::size_t> counts(workers, sizeof(double));
+    comm.all_gather_bytes(std::as_bytes(std::span<const double>(&total, 1)), std::as_writable_bytes(std::span(sums)),
+                          counts, "clip_norm_all_gather");
+    total = 0;
+    for (const double s : sums) total += s;
+  }
+  const double factor = clip_grad / (std::sqrt(total) + 1e-6);
+  return factor < 1.0 ? factor : 1.0;
+}
+
+double clip_gradient(kernels::KernelBackend& k, kernels::Buffer<double>& partial, Communicator& comm,
+                     std::span<float> g, double clip_grad, bool parts_split) {
+  const double factor = clip_factor(k, partial, comm, g, clip_grad, parts_split);
+  if (factor < 1.0) k.scale(g, static_cast<float>(factor));
+  return factor;
+}
+
 }  // namespace detail
 
 std::vector<std::string> collective_purposes(const OptimizerConfig& c) {
   switch (c.type) {
     case OptimizerType::adamw:
     case OptimizerType::adams:
+      if (c.sharded && c.clip_grad > 0) return {"grad_reduce_scatter", "clip_norm_all_gather", "param_all_gather"};
       if (c.sharded) return {"grad_reduce_scatter", "param_all_gather"};
       return {"grad_all_reduce"};
     case OptimizerType::topk_ef:
@@ -267,6 +386,7 @@ std::vector<std::string> collective_purposes(const OptimizerConfig& c) {
   if (c.sharded) {
     out.push_back("grad_reduce_scatter");
     if (two) out.push_back("accum_reduce_scatter");
+    if (c.clip_grad > 0) out.push_back("clip_norm_all_gather");
     out.push_back("param_all_gather");
   } else {
     out.push_back("grad_all_reduce");

@@ -31,6 +31,16 @@ enum class SecondMoment { single_buffer, two_collectives };
 // How SCAPE's partitioned mask crosses the wire (docs/algorithms.md, "Mask coding"); "auto"
 // picks per step and shard the smallest of the other three.
 enum class MaskEncoding { bitmap, elias_fano, delta, auto_select };
+// SCAPE's algorithm (docs/algorithms.md, "SCAPE"): the authors' as their artifact computes it
+// (paper), the artifact's code with its two quirks (artifact), or this project's earlier
+// specification with the residual in gradient units and m frozen off the mask (frozen_momentum).
+enum class Formulation { paper, artifact, frozen_momentum };
+// Where SCAPE counts k: per parameter tensor (or its fragment in a shard), or per whole shard.
+enum class MaskScope { tensor, shard };
+// Where AdamS's bias corrections sit: on v and m as the artifact's AdamS.py (artifact), or on
+// m_prev inside the root (momentum_corrected); automatic resolves per optimizer
+// (OptimizerConfig::resolved_adams_form).
+enum class AdamsForm { automatic, artifact, momentum_corrected };
 
 // Parsers for switch values; an unknown value throws std::invalid_argument naming the
 // parameter, the value and the accepted values.
@@ -41,6 +51,9 @@ MaskStatistic parse_mask_statistic(std::string_view v);
 MaskPartition parse_mask_partition(std::string_view v);
 SecondMoment parse_second_moment(std::string_view v);
 MaskEncoding parse_mask_encoding(std::string_view v);
+Formulation parse_formulation(std::string_view v);
+MaskScope parse_mask_scope(std::string_view v);
+AdamsForm parse_adams_form(std::string_view v);  // "automatic" is not a name users give
 const char* to_string(OptimizerType v);
 const char* to_string(InnerRule v);
 const char* to_string(UpdateMode v);
@@ -48,8 +61,11 @@ const char* to_string(MaskStatistic v);
 const char* to_string(MaskPartition v);
 const char* to_string(SecondMoment v);
 const char* to_string(MaskEncoding v);
+const char* to_string(Formulation v);
+const char* to_string(MaskScope v);
+const char* to_string(AdamsForm v);
 // The accepted names of an enum switch ("type", "inner", "update", "mask_statistic",
-// "mask_partition", "second_moment", "mask_encoding"), in the order errors list them; the config
+// "mask_partition", "second_moment", "mask_encoding", "formulation", "mask_scope", "adams_form"), in the order errors list them; the config
 // key table reads them from here so each name is written once. Throws std::invalid_argument for
 // another key.
 std::vector<std::string> optimizer_switch_names(std::string_view key);
@@ -99,6 +115,19 @@ struct OptimizerConfig {
   double residual_decay = 1.0;
   double residual_clip = 0.0;
   int density_warmup = 0;
+  // The density schedule's start density s and the geometric cool-down back to 1 over
+  // density_cooldown steps from step density_cooldown_start (0 steps = off).
+  double density_start = 1.0;
+  int density_cooldown = 0;
+  int density_cooldown_start = 0;
+  // SCAPE's formulation, where it counts k, and the tensors always on its mask (by name
+  // substring; absent from a config: {"norm", "bias"} under mask_scope = tensor, {} under shard).
+  Formulation formulation = Formulation::paper;
+  MaskScope mask_scope = MaskScope::tensor;
+  std::vector<std::string> dense_tensors = {"norm", "bias"};
+  AdamsForm adams_form = AdamsForm::automatic;
+  // Global-norm clipping of the synchronized (SCAPE: reconstructed) gradient at this norm; 0 = off.
+  double clip_grad = 0.0;
   std::uint64_t seed = 0;  // the random mask statistic and randk_ef's shared mask
   // Where the optimizer's kernels and state live (SCAPE only for cuda; docs/algorithms.md,
   // "Devices and residual offload").
@@ -119,6 +148,14 @@ struct OptimizerConfig {
 
   double density() const { return 1.0 - sparsity; }
   double resolved_min_lr() const { return min_lr < 0 ? lr / 10.0 : min_lr; }
+  // adams_form, with automatic resolved: momentum_corrected for SCAPE's frozen_momentum, the
+  // artifact's form for everything else.
+  AdamsForm resolved_adams_form() const;
+  DensitySchedule density_schedule() const {
+    return {density(), density_start, density_warmup, density_cooldown, density_cooldown_start};
+  }
+  // Whether a tensor of this name is always on SCAPE's mask.
+  bool dense_tensor(std::string_view name) const;
   // Throws std::invalid_argument naming the first offending parameter and its value.
   void validate() const;
 };

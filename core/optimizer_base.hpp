@@ -62,6 +62,7 @@ class OptimizerBase : public Optimizer {
   std::unique_ptr<kernels::KernelBackend> backend_;
   kernels::KernelBackend& k_;
   kernels::Buffer<float> m_{k_}, v_{k_};  // moments over [state_begin_, state_end_); v for AdamW only
+  kernels::Buffer<double> clip_partial_{k_};  // block sums of clip_grad's norm
   metrics::UpdateTracker updates_;
 
  private:

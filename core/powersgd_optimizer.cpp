@@ -102,6 +102,7 @@ void PowersgdOptimizer::update(std::span<float> params, std::span<const float> g
     }
   }
   if (!plan_.vectors.empty()) reduce_vectors(grads);
+  detail::clip_gradient(k_, clip_partial_, comm_, g_bar_.span(), config_.clip_grad, false);
   detail::dense_inner_step(k_, rule_, layout_, params, 0, n_, m_.span(), v_.span(), g_bar_.span(), config_, out.lr, t_);
 }
 

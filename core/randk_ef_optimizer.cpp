@@ -36,7 +36,7 @@ void RandkEfOptimizer::draw_mask(int t, std::size_t k) {
 
 void RandkEfOptimizer::update(std::span<float> params, std::span<const float> grads, StepMetrics& out) {
   const int t = t_;
-  const double rho = density_at(config_.density(), config_.density_warmup, t);
+  const double rho = density_at(config_.density_schedule(), t);
   const std::size_t k = k_for(rho, n_);
   out.target_density = rho;
   out.residual_clipped_norm = feedback_.clip(layout_, grads);
@@ -52,6 +52,7 @@ void RandkEfOptimizer::update(std::span<float> params, std::span<const float> gr
   comm_.all_reduce_mean(values_.span(), config_.wire_dtype, "grad_all_reduce");
   k_.fill(g_bar_.span(), 0.0f);
   k_.expand(values_.span(), idx_.span(), g_bar_.span());
+  detail::clip_gradient(k_, clip_partial_, comm_, g_bar_.span(), config_.clip_grad, false);
   detail::dense_inner_step(k_, rule_, layout_, params, 0, n_, m_.span(), v_.span(), g_bar_.span(), config_, out.lr, t);
   // Every worker's mask is the global mask, so fill-in |M_t| / K is 1.
   feedback_.record_mask(layout_, mask_, k, out);

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <numeric>
+#include <stdexcept>
 #include <string>
 
 #include "core/optim_common.hpp"
@@ -41,13 +42,23 @@ std::string human_bytes(std::size_t bytes) {
 ScapeOptimizer::ScapeOptimizer(const OptimizerConfig& config, const ParamLayout& layout, Communicator& comm,
                                int total_steps)
     : OptimizerBase(config, layout, comm, total_steps),
-      own_begin_(sharding_.begin(rank_)),
-      own_end_(sharding_.end(rank_)),
+      owners_(layout, comm.size(), config),
+      own_begin_(owners_.begin(rank_)),
+      own_end_(owners_.end(rank_)),
       feedback_(k_, n_, config),
-      exchange_(k_, comm, sharding_, config.mask_encoding) {
+      exchange_(k_, comm, owners_, config.mask_encoding) {
   mask_.assign_zero(kernels::words_for(n_));
   next_mask_.assign_zero(kernels::words_for(n_));
-  local_bits_.assign_zero(sharding_.words(rank_));
+  local_bits_.assign_zero(owners_.word_count(rank_));
+  if (carries_momentum()) carried_m_.assign_zero(state_end_ - state_begin_);
+  // The dense tensors' positions in the own segment (bit 0 = element 64 word_begin), once.
+  std::vector<std::uint32_t> dense;
+  const std::size_t base = 64 * owners_.word_begin(rank_);
+  for (const auto& piece : owners_.pieces(rank_)) {
+    for (std::size_t j = piece.begin; piece.dense && j < piece.end; ++j) dense.push_back(static_cast<std::uint32_t>(j - base));
+  }
+  dense_idx_.resize(dense.size());
+  if (!dense.empty()) k_.copy_bytes(dense.data(), dense_idx_.data(), dense.size() * sizeof(std::uint32_t));
   k_.synchronize();
 }
 
@@ -66,9 +77,7 @@ std::string ScapeOptimizer::device_summary() const {
 
 std::size_t ScapeOptimizer::k_total(double rho) const {
   if (!partitioned()) return k_for(rho, n_);
-  std::size_t k = 0;
-  for (int w = 0; w < sharding_.workers(); ++w) k += k_for(rho, sharding_.size(w));
-  return k;
+  return owners_.k_total(rho);
 }
 
 bool ScapeOptimizer::statistic_reads_residual() const {
@@ -80,9 +89,16 @@ std::size_t ScapeOptimizer::residual_pass(std::span<const float> grads, bool acc
   // deliver_part finds each chunk's mask positions in idx_ on the host.
   k_.synchronize();
   std::size_t nonfinite = 0;
+  const float b1 = static_cast<float>(config_.beta1);
   feedback_.residual().for_each_chunk(accumulate || deliver, [&](std::size_t begin, std::span<float> a) {
-    // Step 1: a_i = e_i + g_i, held in the residual until step 3 writes it back.
-    if (accumulate) nonfinite += k_.accumulate(a, grads.subspan(begin, a.size()));
+    // Step 1, held in the residual until step 3 writes it back: a_i = e_i + g_i (frozen_momentum),
+    // or the candidate momentum c_i = (b1 m_prev + (1-b1) g_i) + e_i, whose b1 m_prev a sharded
+    // worker leaves to the owner.
+    if (accumulate && !momentum_units()) nonfinite += k_.accumulate(a, grads.subspan(begin, a.size()));
+    if (accumulate && momentum_units()) {
+      const auto m = config_.sharded ? std::span<const float>{} : std::span<const float>(m_.span().subspan(begin, a.size()));
+      nonfinite += k_.candidate_momentum(a, m, grads.subspan(begin, a.size()), b1, static_cast<float>(1.0 - config_.beta1));
+    }
     if (statistic) {
       const std::size_t lo = std::max(begin, statistic_begin());
       const std::size_t hi = std::min(begin + a.size(), statistic_end());
@@ -97,8 +113,18 @@ void ScapeOptimizer::statistic_part(std::span<const float> a, std::size_t first)
   // Step 8: the owner's view of this step's first moment, m~ = b1 m_prev + (1-b1) a, before
   // masking; the gradient statistic ranks |a| instead.
   float* s = stat_.data() + (first - statistic_begin());
-  if (config_.mask_statistic == MaskStatistic::gradient) {
+  // The paper formulation ranks |c_i|: the residual already holds it, but for the owner's b1 m_prev
+  // and its carried momentum in sharded mode, which are added here in that order.
+  const bool copy = config_.mask_statistic == MaskStatistic::gradient || (momentum_units() && !config_.sharded);
+  if (copy) {
     k_.copy_bytes(a.data(), s, a.size_bytes());
+    return;
+  }
+  if (momentum_units()) {
+    const auto m = m_.span().subspan(first - state_begin_, a.size());
+    const std::span<float> out(s, a.size());
+    k_.first_moment_statistic(m, a, static_cast<float>(config_.beta1), 1.0f, out);
+    if (carries_momentum()) k_.candidate_momentum(out, carried_m_.span().subspan(first - state_begin_, a.size()), {}, 1.0f, 0.0f);
     return;
   }
   const auto m = m_.span().subspan(first - state_begin_, a.size());
@@ -124,11 +150,13 @@ void ScapeOptimizer::deliver_part(std::size_t begin, std::span<float> a) {
       k_.rebase_indices(ids, static_cast<std::uint32_t>(begin), rebased);
       ids = rebased;
     }
-    const bool with_momentum = !config_.sharded;  // replicated state: m covers [0, N)
+    // Momentum units: the residual holds the payload itself (c_i, or its gradient part when sharded).
+    const bool with_momentum = !config_.sharded && !momentum_units();  // replicated state: m covers [0, N)
     const auto m = with_momentum ? std::span<const float>(m_.span().subspan(begin, a.size())) : std::span<const float>{};
     const auto a_out = two_collectives() ? a_packed_.span().subspan(i0, count) : std::span<float>{};
-    k_.pack_payload(a, m, 0, ids, static_cast<float>(config_.beta1), static_cast<float>(1.0 - config_.beta1),
-                    with_momentum, b_.span().subspan(i0, count), a_out);
+    const float omb1 = momentum_units() ? 1.0f : static_cast<float>(1.0 - config_.beta1);
+    k_.pack_payload(a, m, 0, ids, static_cast<float>(config_.beta1), omb1, with_momentum, b_.span().subspan(i0, count),
+                    a_out);
   }
   feedback_.keep_off_mask(a, ids);
 }
@@ -150,7 +178,9 @@ void ScapeOptimizer::prepare_statistic(int use_step) {
 
 void ScapeOptimizer::select_local(double rho) {
   selected_rho_ = rho;
-  if (partitioned()) {
+  if (partitioned() && config_.mask_scope == MaskScope::tensor) {
+    select_pieces(rho);
+  } else if (partitioned()) {
     k_.topk_abs_mask(stat_.span(), k_for(rho, own_end_ - own_begin_), local_bits_.span());
   } else {
     local_indices_.resize(k_for(rho, n_));
@@ -159,8 +189,8 @@ void ScapeOptimizer::select_local(double rho) {
 }
 
 std::vector<std::size_t> ScapeOptimizer::mask_word_counts() const {
-  std::vector<std::size_t> counts(static_cast<std::size_t>(sharding_.workers()));
-  for (int w = 0; w < sharding_.workers(); ++w) counts[static_cast<std::size_t>(w)] = sharding_.words(w);
+  std::vector<std::size_t> counts(static_cast<std::size_t>(owners_.workers()));
+  for (int w = 0; w < owners_.workers(); ++w) counts[static_cast<std::size_t>(w)] = owners_.word_count(w);
   return counts;
 }
 
@@ -169,7 +199,7 @@ void ScapeOptimizer::gather_mask_now() {
   if (coded()) {
     // Coded against the mask every rank holds (the previous step's, zero at step 1).
     if (partitioned()) {
-      exchange_.start(local_bits_.span(), mask_.span(), selected_rho_, false);
+      exchange_.start(local_bits_.span(), mask_.span(), owners_.k_per_owner(selected_rho_), false);
     } else {
       exchange_.start_indices(local_indices_.span(), false);
     }
@@ -193,7 +223,7 @@ void ScapeOptimizer::start_mask_gather() {
   k_.synchronize();
   if (coded()) {
     if (partitioned()) {
-      exchange_.start(local_bits_.span(), mask_.span(), selected_rho_, true);
+      exchange_.start(local_bits_.span(), mask_.span(), owners_.k_per_owner(selected_rho_), true);
     } else {
       exchange_.start_indices(local_indices_.span(), true);
     }
@@ -245,16 +275,30 @@ void ScapeOptimizer::synchronize() {
   if (config_.sharded) {
     const std::size_t own = counts_[static_cast<std::size_t>(rank_)];
     update_offset_ = std::accumulate(counts_.begin(), counts_.begin() + rank_, std::size_t{0});
+    update_idx_.resize(own);
+    k_.rebase_indices(idx_.span().subspan(update_offset_, own), static_cast<std::uint32_t>(state_begin_),
+                      update_idx_.span());
+    const bool artifact = config_.formulation == Formulation::artifact;
+    if (artifact) {
+      // The artifact's sharded quirk: each rank fills only its own part of a zero buffer, with
+      // its whole candidate (a_i + b1 m_prev) + q, so the mean holds the owner's c over W.
+      const auto mine = b_.span().subspan(update_offset_, own);
+      k_.fill(b_.span().first(update_offset_), 0.0f);
+      k_.fill(b_.span().subspan(update_offset_ + own), 0.0f);
+      k_.add_momentum(mine, m_.span(), update_idx_.span(), b1);
+      if (carries_momentum()) k_.add_momentum(mine, carried_m_.span(), update_idx_.span(), 1.0f);
+      k_.synchronize();
+    }
     b_bar_.resize(own);
     comm_.reduce_scatter_mean(b_.span(), b_bar_.span(), counts_, config_.wire_dtype, "grad_reduce_scatter");
     if (two_collectives()) {
       a_bar_.resize(own);
       comm_.reduce_scatter_mean(a_packed_.span(), a_bar_.span(), counts_, config_.wire_dtype, "accum_reduce_scatter");
     }
-    update_idx_.resize(own);
-    k_.rebase_indices(idx_.span().subspan(update_offset_, own), static_cast<std::uint32_t>(state_begin_),
-                      update_idx_.span());
+    if (artifact) return;
+    // The owner adds b1 m_prev (and, in momentum units, the momentum it carries for every worker).
     k_.add_momentum(b_bar_.span(), m_.span(), update_idx_.span(), b1);
+    if (carries_momentum()) k_.add_momentum(b_bar_.span(), carried_m_.span(), update_idx_.span(), 1.0f);
     return;
   }
   update_offset_ = 0;
@@ -288,6 +332,7 @@ void ScapeOptimizer::update_masked(std::span<float> params, double eta, int t) {
   } else {
     k_.adams_step_masked(theta, m_.span(), update_idx_.span(), b_bar_.span(), g_bar_.span(), s);
   }
+  if (momentum_units()) zero_momentum_off_mask();
   if (!config_.sharded) return;
   own_values_.resize(update_idx_.size());
   k_.compact(theta, update_idx_.span(), own_values_.span());
@@ -312,7 +357,7 @@ void ScapeOptimizer::update_dense(std::span<float> params, double eta, int t) {
 
 void ScapeOptimizer::update(std::span<float> params, std::span<const float> grads, StepMetrics& out) {
   const int t = t_;
-  const double rho = density_at(config_.density(), config_.density_warmup, t);
+  const double rho = density_at(config_.density_schedule(), t);
   out.target_density = rho;
 
   // The mask M_t: received (lag 1 after the first step) or computed from this step's a_i.
@@ -334,18 +379,22 @@ void ScapeOptimizer::update(std::span<float> params, std::span<const float> grad
     index_mask();
     residual_pass(grads, false, false, true);
   }
+  if (config_.formulation == Formulation::artifact && !config_.sharded) double_count_residual(grads);
+  if (config_.formulation == Formulation::artifact && config_.sharded) drop_unowned_residual();
   feedback_.measure_residual(layout_, t, out);  // final for this step, and still in cache
   // Step 8's statistic is taken from m_prev and a_i as they were before this step's update;
   // its all-gather starts at the end of the step.
   if (lagged_next) {
     prepare_statistic(t + 1);
-    select_local(density_at(config_.density(), config_.density_warmup, t + 1));
+    select_local(density_at(config_.density_schedule(), t + 1));
   }
   k_.synchronize();
   feedback_.deliver(idx_.span(), t);
 
   synchronize();
   reconstruct_gradient();
+  clip_reconstructed();
+  if (carries_momentum()) carry_momentum();
   if (config_.update == UpdateMode::dense) {
     update_dense(params, out.lr, t);
   } else {
@@ -368,6 +417,7 @@ void ScapeOptimizer::save_policy_state(StateMap& state) const {
   put_state(state, "mask", mask_.span());
   put_state(state, "next_mask", next_mask_.span());
   put_state(state, "gathered_indices", gathered_indices_.span());
+  if (carries_momentum()) put_state(state, "carried_momentum", carried_m_.span());
 }
 
 void ScapeOptimizer::load_policy_state(const StateMap& state) {
@@ -375,6 +425,7 @@ void ScapeOptimizer::load_policy_state(const StateMap& state) {
   get_state_exact(state, "mask", mask_.span());
   get_state_exact(state, "next_mask", next_mask_.span());
   get_state(state, "gathered_indices", gathered_indices_);
+  if (carries_momentum()) get_state_exact(state, "carried_momentum", carried_m_.span());
 }
 
 }  // namespace scape

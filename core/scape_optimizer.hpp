@@ -11,6 +11,7 @@
 
 #include "core/error_feedback.hpp"
 #include "core/mask_exchange.hpp"
+#include "core/mask_ownership.hpp"
 #include "core/optimizer_base.hpp"
 
 namespace scape {
@@ -23,13 +24,19 @@ class ScapeOptimizer final : public OptimizerBase {
   void finish() override;
   std::span<const std::uint64_t> mask() const override { return mask_.span(); }
   std::span<const float> residual() const override { return feedback_.residual().host_view(); }
+  // Over the shard S_w (the oracle's view), whoever owns its mask bits.
   std::span<const float> own_first_moment() const override {
-    return m_.span().subspan(own_begin_ - state_begin_, own_end_ - own_begin_);
+    return m_.span().subspan(sharding_.begin(rank_) - state_begin_, sharding_.size(rank_));
   }
   std::string device_summary() const override;
   // Bits this worker computed at the end of the last step for the next mask (its own shard,
   // partitioned masks under lag 1): invariant 6 compares them with the next step's mask.
   std::span<const std::uint64_t> next_mask_local_bits() const { return local_bits_.span(); }
+  // Sharded paper and artifact formulations: the undelivered momentum b1 m_prev of every
+  // worker's residual, kept once by the owner over its shard (the residual() of each worker
+  // then holds the rest, so its e_i is residual() + this on the shard); empty otherwise.
+  std::span<const float> carried_momentum() const { return carried_m_.span(); }
+  const MaskOwnership& owners() const { return owners_; }
   // Device memory the residual occupies (N floats resident, two chunks offloaded).
   std::size_t residual_device_bytes() const { return feedback_.residual().device_bytes(); }
 
@@ -44,6 +51,11 @@ class ScapeOptimizer final : public OptimizerBase {
   void load_policy_state(const StateMap& state) override;
 
   bool partitioned() const { return config_.mask_partition == MaskPartition::partitioned; }
+  // The paper and artifact formulations: the residual in momentum units, m zero off the mask.
+  bool momentum_units() const { return config_.formulation != Formulation::frozen_momentum; }
+  bool keeps_residual() const { return config_.residual && config_.residual_decay > 0; }
+  // Sharded momentum-unit residuals: the owner keeps the momentum part (carried_m_).
+  bool carries_momentum() const { return momentum_units() && config_.sharded && keeps_residual(); }
   // The mask (partitioned) or the index lists (local_union) cross the wire coded.
   bool coded() const { return config_.mask_encoding != MaskEncoding::bitmap; }
   bool two_collectives() const { return config_.second_moment == SecondMoment::two_collectives; }
@@ -64,6 +76,14 @@ class ScapeOptimizer final : public OptimizerBase {
   void prepare_statistic(int use_step);
   // Selects this worker's part of the mask for density rho from stat_ into its send buffer.
   void select_local(double rho);
+  // mask_scope = tensor: top-k of every tensor piece separately, and every bit of a dense one.
+  void select_pieces(double rho);
+  // The paper and artifact formulations' passes beside the shared ones (scape_formulation.cpp).
+  void carry_momentum();
+  void double_count_residual(std::span<const float> grads);
+  void drop_unowned_residual();
+  void clip_reconstructed();
+  void zero_momentum_off_mask();
   // Mask words per shard, in rank order (the counts of the partitioned mask all-gather).
   std::vector<std::size_t> mask_word_counts() const;
   void gather_mask_now();
@@ -77,13 +97,17 @@ class ScapeOptimizer final : public OptimizerBase {
   void update_dense(std::span<float> params, double eta, int t);
   std::vector<std::size_t> mask_counts_per_shard();
 
-  std::size_t own_begin_, own_end_;  // this worker's shard (it computes its mask bits)
+  const MaskOwnership owners_;       // who selects which mask bits
+  std::size_t own_begin_, own_end_;  // this worker's range (it computes its mask bits)
 
   ErrorFeedback feedback_;  // residual e_i (holds a_i = e_i + g_i during a step), staleness, previous mask
   kernels::Buffer<float> stat_{k_};
   kernels::Buffer<std::uint64_t> mask_{k_}, next_mask_{k_};
   metrics::RangeCounter shard_counts_{k_, metrics::shard_ranges(sharding_)};  // mask bits per shard, on the device
-  kernels::Buffer<std::uint64_t> local_bits_{k_};          // partitioned: own shard words (send buffer)
+  kernels::Buffer<std::uint64_t> local_bits_{k_};          // partitioned: own segment words (send buffer)
+  kernels::Buffer<std::uint32_t> piece_idx_{k_}, piece_top_{k_};  // mask_scope = tensor: selected positions
+  kernels::Buffer<std::uint32_t> dense_idx_{k_};           // positions of dense tensors in the own segment
+  kernels::Buffer<float> carried_m_{k_};                   // carries_momentum(): q over the own shard
   kernels::Buffer<std::uint32_t> local_indices_{k_};       // local_union: own top-K (send buffer)
   kernels::Buffer<std::uint32_t> gathered_indices_{k_};    // local_union: everyone's top-K
   std::vector<std::size_t> gathered_counts_;

@@ -18,6 +18,19 @@ double learning_rate(const LrSchedule& s, int t) {
   return s.min_lr + 0.5 * (s.lr - s.min_lr) * (1.0 + std::cos(std::numbers::pi * progress));
 }
 
+double density_at(const DensitySchedule& s, int t) {
+  const int tau = t - 1;
+  if (s.cooldown > 0) {  // the cool-down replaces the warm-up (the artifact's _scheduled_density)
+    if (tau < s.cooldown_start) return s.rho;
+    const double progress = std::min(1.0, static_cast<double>(tau - s.cooldown_start) / static_cast<double>(s.cooldown));
+    return std::min(1.0, s.rho * std::pow(1.0 / s.rho, progress));
+  }
+  if (s.warmup > 0 && tau < s.warmup) {
+    return std::min(1.0, s.start * std::pow(s.rho / s.start, static_cast<double>(tau) / static_cast<double>(s.warmup)));
+  }
+  return s.rho;
+}
+
 double density_at(double rho, int density_warmup, int t) {
   if (density_warmup <= 0) return rho;
   const double exponent = std::min(1.0, static_cast<double>(t - 1) / static_cast<double>(density_warmup));

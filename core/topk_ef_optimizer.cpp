@@ -132,7 +132,7 @@ std::size_t TopkEfOptimizer::average_delivered(std::size_t k) {
 
 void TopkEfOptimizer::update(std::span<float> params, std::span<const float> grads, StepMetrics& out) {
   const int t = t_;
-  const double rho = density_at(config_.density(), config_.density_warmup, t);
+  const double rho = density_at(config_.density_schedule(), t);
   const std::size_t k = k_for(rho, n_);
   out.target_density = rho;
   out.residual_clipped_norm = feedback_.clip(layout_, grads);
@@ -144,6 +144,7 @@ void TopkEfOptimizer::update(std::span<float> params, std::span<const float> gra
   exchange_pairs();
   out.mask_codec_s = codec_s_;
   const std::size_t delivered = average_delivered(k);
+  detail::clip_gradient(k_, clip_partial_, comm_, g_bar_.span(), config_.clip_grad, false);
   detail::dense_inner_step(k_, rule_, layout_, params, 0, n_, m_.span(), v_.span(), g_bar_.span(), config_, out.lr, t);
   k_.zero_at(g_bar_.span(), union_idx_.span());  // +0 everywhere again for the next step
 

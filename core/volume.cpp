@@ -86,7 +86,7 @@ std::size_t union_mask_size(std::size_t k, std::size_t n, int workers, std::opti
 
 void record_scape(ByteLedger& ledger, const OptimizerConfig& c, std::size_t n, int workers, int t, int total,
                   std::optional<std::size_t> union_size, double kept_fraction) {
-  const auto rho_at = [&](int step) { return step < 1 ? 0.0 : density_at(c.density(), c.density_warmup, step); };
+  const auto rho_at = [&](int step) { return step < 1 ? 0.0 : density_at(c.density_schedule(), step); };
   const double rho = rho_at(t);
   // Step 2: the mask of step t is gathered now (lag 0, and step 1 under lag 1), coded against
   // the previous step's mask.
@@ -112,7 +112,7 @@ void record_scape(ByteLedger& ledger, const OptimizerConfig& c, std::size_t n, i
 }
 
 void record_topk(ByteLedger& ledger, const OptimizerConfig& c, std::size_t n, int workers, int t) {
-  const std::uint64_t k = k_for(density_at(c.density(), c.density_warmup, t), n);
+  const std::uint64_t k = k_for(density_at(c.density_schedule(), t), n);
   // Per worker k (index, value) records, or the Elias-Fano code of the k indices then k values.
   const std::uint64_t message = c.mask_encoding == MaskEncoding::bitmap
                                     ? k * (kIndexBytes + wire_bytes(c.wire_dtype))
@@ -122,7 +122,7 @@ void record_topk(ByteLedger& ledger, const OptimizerConfig& c, std::size_t n, in
 
 // The shared mask needs no index: one all-reduce of the K values.
 void record_randk(ByteLedger& ledger, const OptimizerConfig& c, std::size_t n, int t) {
-  const std::uint64_t k = k_for(density_at(c.density(), c.density_warmup, t), n);
+  const std::uint64_t k = k_for(density_at(c.density_schedule(), t), n);
   ledger.record(CollectiveKind::all_reduce, "grad_all_reduce", k * wire_bytes(c.wire_dtype), false);
 }
 

@@ -67,6 +67,8 @@ OptimizerConfig parse_optimizer(const json& j, std::uint64_t seed, kernels::Devi
     fail("device", "\"cuda\" runs the optimizer types scape, adamw and adams; " + type + " runs on the cpu only");
   }
   if (!s.has("sharded")) c.sharded = !replicated_only(c.type);  // the EF baselines keep replicated state
+  // Whole shards count k over every element, so the default keeps no tensor dense there.
+  if (!s.has("dense_tensors") && c.mask_scope == MaskScope::shard) c.dense_tensors.clear();
   c.seed = seed;
   config_error([&] { c.validate(); });
   // Switches this type does not read are left out of the resolved config, but a value out of

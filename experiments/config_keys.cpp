@@ -30,6 +30,9 @@ json recorded(MaskStatistic v) { return to_string(v); }
 json recorded(MaskPartition v) { return to_string(v); }
 json recorded(SecondMoment v) { return to_string(v); }
 json recorded(MaskEncoding v) { return to_string(v); }
+json recorded(Formulation v) { return to_string(v); }
+json recorded(MaskScope v) { return to_string(v); }
+json recorded(const std::vector<std::string>& v) { return v; }
 json recorded(WireType v) { return to_string(v); }
 json recorded(kernels::DeviceKind v) { return kernels::to_string(v); }
 
@@ -56,6 +59,9 @@ void assign(MaskStatistic& out, const json& v) { out = parse_mask_statistic(v.ge
 void assign(MaskPartition& out, const json& v) { out = parse_mask_partition(v.get<std::string>()); }
 void assign(SecondMoment& out, const json& v) { out = parse_second_moment(v.get<std::string>()); }
 void assign(MaskEncoding& out, const json& v) { out = parse_mask_encoding(v.get<std::string>()); }
+void assign(Formulation& out, const json& v) { out = parse_formulation(v.get<std::string>()); }
+void assign(MaskScope& out, const json& v) { out = parse_mask_scope(v.get<std::string>()); }
+void assign(std::vector<std::string>& out, const json& v) { out = v.get<std::vector<std::string>>(); }
 void assign(WireType& out, const json& v) { out = parse_wire_type(v.get<std::string>(), "wire type"); }
 void assign(kernels::DeviceKind& out, const json& v) {
   out = kernels::parse_device_kind(v.get<std::string>(), "optimizer.device");
@@ -73,6 +79,9 @@ const std::vector<std::string> kInnerRule = {"scape", "topk_ef", "randk_ef", "po
 const std::vector<std::string> kPowersgd = {"powersgd"};
 const std::vector<std::string> kDemo = {"demo"};
 const std::vector<std::string> kWireTypes = wire_type_names();
+// The optimizers whose update rule can be AdamS, and those that form a synchronized gradient to clip.
+const std::vector<std::string> kAdamsRule = {"adams", "scape", "topk_ef", "randk_ef", "powersgd"};
+const std::vector<std::string> kClipped = {"adamw", "adams", "scape", "topk_ef", "randk_ef", "powersgd"};
 
 std::vector<std::string> gpu_preset_names() {
   std::vector<std::string> names;
@@ -82,6 +91,8 @@ std::vector<std::string> gpu_preset_names() {
 
 json record_min_lr(const OptimizerConfig& c) { return c.resolved_min_lr(); }
 void assign_min_lr(OptimizerConfig& c, const json& v) { c.min_lr = v.get<double>(); }
+json record_adams_form(const OptimizerConfig& c) { return to_string(c.resolved_adams_form()); }
+void assign_adams_form(OptimizerConfig& c, const json& v) { c.adams_form = parse_adams_form(v.get<std::string>()); }
 json record_betas(const OptimizerConfig& c) { return {c.beta1, c.beta2}; }
 void assign_betas(OptimizerConfig& c, const json& v) {
   c.beta1 = v[0].get<double>();
@@ -248,6 +259,37 @@ const KeyTable<OptimizerConfig>& optimizer_keys() {
       {{"density_warmup", Kind::integer, "steps of exponential density decay from 1 (0 = off)",
         core_range("density_warmup"), {}, kSparse},
        SCAPE_MEMBER(C, density_warmup)},
+      {{"density_start", Kind::number, "density s at step 1 of the warm-up, decaying geometrically to 1 - sparsity",
+        core_range("density_start"), {}, kSparse},
+       SCAPE_MEMBER(C, density_start)},
+      {{"density_cooldown", Kind::integer, "steps of geometric density rise back to 1 (0 = off)",
+        core_range("density_cooldown"), {}, kSparse},
+       SCAPE_MEMBER(C, density_cooldown)},
+      {{"density_cooldown_start", Kind::integer, "0-based step at which the density cool-down starts",
+        core_range("density_cooldown_start"), {}, kSparse},
+       SCAPE_MEMBER(C, density_cooldown_start)},
+      {{"formulation", Kind::string,
+        "SCAPE's algorithm: paper (the authors' artifact, residual in momentum units, m zero off the mask), "
+        "artifact (its code with its quirks), frozen_momentum (the earlier formulation)",
+        {}, optimizer_switch_names("formulation"), kScape},
+       SCAPE_MEMBER(C, formulation)},
+      {{"mask_scope", Kind::string, "where k is counted: per tensor (or its fragment in a shard) or per whole shard",
+        {}, optimizer_switch_names("mask_scope"), kScape},
+       SCAPE_MEMBER(C, mask_scope)},
+      {{"dense_tensors", Kind::string_list,
+        "name substrings of the tensors always on the mask (default [\"norm\", \"bias\"] under mask_scope = tensor, "
+        "[] under shard)",
+        {}, {}, kScape},
+       SCAPE_MEMBER(C, dense_tensors), Default::derived},
+      {{"adams_form", Kind::string,
+        "where AdamS's bias corrections sit: artifact (on v and m, the artifact's AdamS.py) or momentum_corrected "
+        "(on m_prev inside the root); default momentum_corrected for formulation = frozen_momentum, else artifact",
+        {}, optimizer_switch_names("adams_form"), kAdamsRule},
+       record_adams_form, assign_adams_form, Default::derived},
+      {{"clip_grad", Kind::number,
+        "global-norm clipping of the synchronized gradient (SCAPE: the reconstructed one) at this norm (0 = off)",
+        core_range("clip_grad"), {}, kClipped},
+       SCAPE_MEMBER(C, clip_grad)},
       {{"device", Kind::string,
         "where the optimizer's kernels and state live (default: the top-level device; cuda needs a CUDA build and GPU)",
         {},

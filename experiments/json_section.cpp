@@ -35,6 +35,15 @@ void check_integer_list(const std::string& p, const Field& f, const json& v) {
   for (std::size_t i = 0; i < v.size(); ++i) check_integer(p + "[" + std::to_string(i) + "]", f, v[i]);
 }
 
+void check_string_list(const std::string& p, const json& v) {
+  if (!v.is_array()) fail(p, "expected an array of strings, got " + type_name(v) + " " + v.dump());
+  for (std::size_t i = 0; i < v.size(); ++i) {
+    if (!v[i].is_string() || v[i].get<std::string>().empty()) {
+      fail(p + "[" + std::to_string(i) + "]", "expected a non-empty string, got " + type_name(v[i]) + " " + v[i].dump());
+    }
+  }
+}
+
 void check_string(const std::string& p, const Field& f, const json& v) {
   if (!v.is_string()) fail(p, "expected a string, got " + type_name(v) + " " + v.dump());
   const auto& c = f.choices;
@@ -53,6 +62,7 @@ json type_schema(const Field& f) {
     case Kind::number_pair:
       return {{"type", "array"}, {"items", {{"type", "number"}}}, {"minItems", 2}, {"maxItems", 2}};
     case Kind::integer_list: return {{"type", "array"}, {"items", {{"type", "integer"}}}, {"minItems", 1}};
+    case Kind::string_list: return {{"type", "array"}, {"items", {{"type", "string"}, {"minLength", 1}}}};
   }
   return json::object();
 }
@@ -179,6 +189,7 @@ void Section::check(const Field& f, const json& v) const {
       }
       break;
     case Kind::integer_list: check_integer_list(p, f, v); break;
+    case Kind::string_list: check_string_list(p, v); break;
     case Kind::object:
       if (!v.is_object()) fail(p, "expected an object, got " + type_name(v));
       break;

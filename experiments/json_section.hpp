@@ -20,8 +20,9 @@ class ConfigError : public std::runtime_error {
 };
 
 // number_pair: two numbers, whose doc line names them ("[beta1, beta2]"). integer_list: a
-// non-empty array of integers, each in the range.
-enum class Kind { integer, number, boolean, string, number_pair, integer_list, object };
+// non-empty array of integers, each in the range. string_list: an array of non-empty strings
+// (possibly empty).
+enum class Kind { integer, number, boolean, string, number_pair, integer_list, string_list, object };
 
 struct Range {
   double minimum = -std::numeric_limits<double>::infinity();

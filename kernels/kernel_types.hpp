@@ -48,7 +48,10 @@ struct AdamScalars {
   double eps = 1e-8;
   double decay = 1.0;  // theta multiplier (1 - eta*lambda) for decayed tensors, 1 otherwise
   double bc1 = 1.0;    // c1 = 1 - beta1^t with bias correction, 1 without
-  double bc2 = 1.0;    // c2 = 1 - beta2^t with bias correction, 1 without (AdamW only)
+  double bc2 = 1.0;    // c2 = 1 - beta2^t with bias correction, 1 without
+  // AdamS's bias corrections on v and m, as the artifact's AdamS.py: d = sqrt(v) / sqrt(c2) + eps
+  // with v = b2 m_prev^2 + (1-b2) g^2. False: on m_prev inside the root (the earlier form).
+  bool adams_artifact_form = false;
 };
 
 // The scalars as the kernels use them, each rounded from double to fp32 once on the host. The
@@ -64,11 +67,13 @@ struct AdamFloats {
         one_minus_b2(static_cast<float>(1.0 - s.beta2)),
         step_size(static_cast<float>(s.lr / s.bc1)),
         inv_sqrt_bc2(static_cast<float>(1.0 / std::sqrt(s.bc2))),
-        inv_bc1(static_cast<float>(1.0 / s.bc1)) {}
+        inv_bc1(static_cast<float>(1.0 / s.bc1)),
+        adams_artifact_form(s.adams_artifact_form) {}
   float lr, beta1, beta2, eps, decay, one_minus_b1, one_minus_b2;
   float step_size;     // lr / c1 (AdamW)
-  float inv_sqrt_bc2;  // 1 / sqrt(c2) (AdamW)
+  float inv_sqrt_bc2;  // 1 / sqrt(c2) (AdamW, AdamS in the artifact's form)
   float inv_bc1;       // 1 / c1 (AdamS)
+  bool adams_artifact_form;
 };
 
 // The element type of the model ops (kernels/model_kernel_list.inc) on the backends.

@@ -121,6 +121,17 @@ inline void pack_payload_sizes(std::size_t idx, std::size_t b, std::size_t a_out
   if (a_out != 0) require_size(a_out, idx, "pack_payload: a_out");
 }
 
+inline void candidate_momentum_sizes(std::size_t e, std::size_t m, std::size_t g) {
+  if (m == 0 && g == 0 && e != 0) throw std::invalid_argument("candidate_momentum: m and g are both empty");
+  if (m != 0) require_size(m, e, "candidate_momentum: m");
+  if (g != 0) require_size(g, e, "candidate_momentum: g");
+}
+
+inline void momentum_from_gradient_sizes(std::size_t idx, std::size_t g_bar, std::size_t out) {
+  require_size(g_bar, idx, "momentum_from_gradient: g_bar");
+  require_size(out, idx, "momentum_from_gradient: out");
+}
+
 inline void reconstruct_gradient_sizes(std::size_t b_bar, std::size_t idx, std::size_t g_bar) {
   require_size(b_bar, idx, "reconstruct_gradient: b_bar");
   require_size(g_bar, idx, "reconstruct_gradient: g_bar");
@@ -206,6 +217,8 @@ inline void and_not_bits_sizes(std::size_t a, std::size_t b, std::size_t out) {
   require_same_words(a, b, "and_not_bits: a/b");
   require_same_words(a, out, "and_not_bits: a/out");
 }
+
+inline void or_bits_sizes(std::size_t src, std::size_t dst) { require_same_words(src, dst, "or_bits: src/dst"); }
 
 // `packed` is the packed side (out of extract_bits, the input of deposit_bits) and must hold
 // one bit per set bit of positions.

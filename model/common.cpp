@@ -14,7 +14,7 @@ namespace {
 enum class InitRule { kNormal, kResidual, kOnes, kZeros };
 
 InitRule init_rule(std::string_view name) {
-  const bool is_bias = name.ends_with(".b");
+  const bool is_bias = name.ends_with(".b") || name.ends_with(".bias");
   const bool is_norm = name.starts_with("ln") || name.find(".ln") != std::string_view::npos ||
                        name.find("norm") != std::string_view::npos;
   if (is_bias) return InitRule::kZeros;

@@ -43,7 +43,7 @@ void linear_backward(Ops& ops, Precision p, std::span<R> dx, std::span<R> dw, st
 
 // GPT-2 init over any of our layouts: N(0, 0.02) for embeddings and matrices, residual
 // projections (names ending attn.proj.w, mlp.proj.w or mlp.down.w) scaled by 1/sqrt(2 n_layer),
-// biases (".b") 0, norm gains (names starting "ln" or containing ".ln" or "norm") 1. Each
+// biases (".b" or ".bias") 0, norm gains (names starting "ln" or containing ".ln" or "norm") 1. Each
 // element is a pure function of (seed, tensor index, element index), drawn in double and
 // rounded to R.
 template <class R>

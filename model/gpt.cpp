@@ -58,21 +58,21 @@ ParamLayout gpt_layout(const GptConfig& cfg) {
   layout.add("wpe", {T, C}, false);
   for (int l = 0; l < cfg.n_layer; ++l) {
     const std::string p = "h." + std::to_string(l) + ".";
-    layout.add(p + "ln1.w", {C}, false);
-    layout.add(p + "ln1.b", {C}, false);
+    layout.add(p + "attn_norm.w", {C}, false);
+    layout.add(p + "attn_norm.bias", {C}, false);
     layout.add(p + "attn.qkv.w", {3 * C, C}, true);
-    layout.add(p + "attn.qkv.b", {3 * C}, false);
+    layout.add(p + "attn.qkv.bias", {3 * C}, false);
     layout.add(p + "attn.proj.w", {C, C}, true);
-    layout.add(p + "attn.proj.b", {C}, false);
-    layout.add(p + "ln2.w", {C}, false);
-    layout.add(p + "ln2.b", {C}, false);
+    layout.add(p + "attn.proj.bias", {C}, false);
+    layout.add(p + "mlp_norm.w", {C}, false);
+    layout.add(p + "mlp_norm.bias", {C}, false);
     layout.add(p + "mlp.fc.w", {4 * C, C}, true);
-    layout.add(p + "mlp.fc.b", {4 * C}, false);
+    layout.add(p + "mlp.fc.bias", {4 * C}, false);
     layout.add(p + "mlp.proj.w", {C, 4 * C}, true);
-    layout.add(p + "mlp.proj.b", {C}, false);
+    layout.add(p + "mlp.proj.bias", {C}, false);
   }
-  layout.add("lnf.w", {C}, false);
-  layout.add("lnf.b", {C}, false);
+  layout.add("norm.w", {C}, false);
+  layout.add("norm.bias", {C}, false);
   return layout;
 }
 

@@ -27,9 +27,10 @@ struct GptConfig {
   void validate() const;
 };
 
-// The parameter layout of a config: wte, wpe, per block h.<i>.{ln1.w, ln1.b, attn.qkv.w,
-// attn.qkv.b, attn.proj.w, attn.proj.b, ln2.w, ln2.b, mlp.fc.w, mlp.fc.b, mlp.proj.w,
-// mlp.proj.b}, lnf.w, lnf.b. Linear weights are [out, in]. Only the matrices inside the blocks
+// The parameter layout of a config: wte, wpe, per block h.<i>.{attn_norm.w, attn_norm.bias,
+// attn.qkv.w, attn.qkv.bias, attn.proj.w, attn.proj.bias, mlp_norm.w, mlp_norm.bias, mlp.fc.w,
+// mlp.fc.bias, mlp.proj.w, mlp.proj.bias}, norm.w, norm.bias (norm and bias in the names, as
+// SCAPE's dense_tensors default matches them). Linear weights are [out, in]. Only the matrices inside the blocks
 // carry weight decay (embeddings, biases and LayerNorm do not).
 ParamLayout gpt_layout(const GptConfig& cfg);
 

@@ -254,7 +254,7 @@ double mask_codec_seconds(const OptimizerConfig& c, std::uint64_t n, int workers
   }
   // Decode: clear the mask (N/8) and set K positions (8 bytes each); encode of the own shard:
   // count, scan (read and write) and code passes over its words and their 8-byte offsets.
-  const double rho = density_at(c.density(), c.density_warmup, steady_state_step(c));
+  const double rho = density_at(c.density_schedule(), steady_state_step(c));
   const auto k = static_cast<double>(mask_k(c, n, workers, rho));
   const double bytes = coordinates / 8 + 8 * k + 0.75 * coordinates / workers;
   return bytes / gpu.memory_Bps();
@@ -275,7 +275,7 @@ StepPrediction predict_step(const StepInputs& in, int workers, double tokens_per
 
   const OptimizerConfig& c = in.optimizer;
   const int t = steady_state_step(c);
-  const std::size_t k = mask_k(c, in.n_params, workers, density_at(c.density(), c.density_warmup, t));
+  const std::size_t k = mask_k(c, in.n_params, workers, density_at(c.density_schedule(), t));
   const auto m = union_size(c, in.n_params, workers, in.fill_in, k);
   for (const auto& r : step_collectives(c, in.n_params, workers, t, t + 1, in.topology.inter, m)) {
     s.collectives.push_back(cost(r, window_for(r, c, in.overlap), in, workers));

@@ -11,6 +11,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "tests/earlier_formulation.hpp"
 #include "core/powersgd_optimizer.hpp"
 #include "core/schedule.hpp"
 #include "quadratic_run.hpp"
@@ -23,7 +24,7 @@ using scape::testing::run_quadratic;
 namespace {
 
 OptimizerConfig randk_config(double density, std::uint64_t seed = 5) {
-  OptimizerConfig c;
+  OptimizerConfig c = scape::testing::earlier_formulation();
   c.type = OptimizerType::randk_ef;
   c.sharded = false;
   c.sparsity = 1.0 - density;
@@ -124,7 +125,7 @@ TEST_CASE("random-k at density 1 is dense replicated AdamS (AdamW with inner = a
 namespace {
 
 OptimizerConfig onebit_config(int freeze_step, std::size_t chunk) {
-  OptimizerConfig c;
+  OptimizerConfig c = scape::testing::earlier_formulation();
   c.type = OptimizerType::onebit_adam;
   c.sharded = false;
   c.lr = 1e-2;
@@ -292,7 +293,7 @@ std::vector<float> state_of(const StateMap& state, const std::string& name) {
 }
 
 OptimizerConfig powersgd_config(int rank, InnerRule inner = InnerRule::adams) {
-  OptimizerConfig c;
+  OptimizerConfig c = scape::testing::earlier_formulation();
   c.type = OptimizerType::powersgd;
   c.sharded = false;
   c.powersgd_rank = rank;
@@ -408,7 +409,7 @@ TEST_CASE("PowerSGD with rank >= min(rows, cols) is dense replicated AdamS / Ada
 namespace {
 
 OptimizerConfig demo_config(std::size_t chunk, std::size_t k) {
-  OptimizerConfig c;
+  OptimizerConfig c = scape::testing::earlier_formulation();
   c.type = OptimizerType::demo;
   c.sharded = false;
   c.demo_chunk = chunk;

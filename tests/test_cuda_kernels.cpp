@@ -50,9 +50,9 @@ constexpr std::string_view kComparedKernels[] = {
     "adamw_step", "adams_step", "adamw_step_masked", "adams_step_masked", "scale", "divide", "accumulate",
     "topk_abs_mask", "topk_abs_indices",
     "pack_bits", "unpack_bits", "popcount", "popcount_and", "popcount_or", "mask_range_counts", "bits_to_indices", "indices_to_bits",
-    "and_not_bits", "extract_bits", "deposit_bits", "ef_encode", "ef_decode", "ef_decode_indices",
+    "and_not_bits", "or_bits", "extract_bits", "deposit_bits", "ef_encode", "ef_decode", "ef_decode_indices",
     "compact", "expand", "zero_at", "scatter_add",
-    "first_moment_statistic", "random_statistic", "pack_payload", "rebase_indices", "add_momentum",
+    "first_moment_statistic", "candidate_momentum", "momentum_from_gradient", "random_statistic", "pack_payload", "rebase_indices", "add_momentum",
     "reconstruct_gradient", "round_to_bf16", "fill",
     "block_sum_squares", "max_magnitude", "count_nonfinite", "update_statistics",
     "sign_compress", "sign_expand_add",
@@ -348,10 +348,11 @@ AdamState adam_state(std::size_t n, Family g_family, std::uint32_t seed) {
   return s;
 }
 
-void check_dense_adam(std::size_t n, Family family, std::uint32_t seed) {
-  const std::string what = case_name(family, n);
+void check_dense_adam(std::size_t n, Family family, std::uint32_t seed, bool artifact_form) {
+  const std::string what = case_name(family, n) + (artifact_form ? " (AdamS artifact form)" : "");
   const AdamState start = adam_state(n, family, seed);
-  const sk::AdamScalars s = step_scalars(7);
+  sk::AdamScalars s = step_scalars(7);
+  s.adams_artifact_form = artifact_form;
   {
     AdamState cpu = start;
     sk::adamw_step(cpu.theta, cpu.m, cpu.v, cpu.g, s);
@@ -373,13 +374,14 @@ void check_dense_adam(std::size_t n, Family family, std::uint32_t seed) {
   }
 }
 
-void check_masked_adam(std::size_t n, std::uint32_t seed) {
-  const std::string what = "n=" + std::to_string(n);
+void check_masked_adam(std::size_t n, std::uint32_t seed, bool artifact_form) {
+  const std::string what = "n=" + std::to_string(n) + (artifact_form ? " (AdamS artifact form)" : "");
   const AdamState start = adam_state(n, Family::normal, seed);
   const std::vector<std::uint32_t> idx = random_indices(n, 0.3, seed + 10);
   const std::vector<float> m_new = make_values(Family::normal, idx.size(), seed + 11);
   const std::vector<float> g_bar = make_values(Family::special, idx.size(), seed + 12);
-  const sk::AdamScalars s = step_scalars(3);
+  sk::AdamScalars s = step_scalars(3);
+  s.adams_artifact_form = artifact_form;
   const sk::Buffer<std::uint32_t> d_idx = to_gpu(idx);
   const sk::Buffer<float> d_m_new = to_gpu(m_new), d_g_bar = to_gpu(g_bar);
   {
@@ -405,15 +407,19 @@ void check_masked_adam(std::size_t n, std::uint32_t seed) {
 
 TEST_CASE("dense AdamW and AdamS steps are bit-identical to the CPU") {
   std::uint32_t seed = 400;
-  for_each_small_case([&](Family family, std::size_t n) { check_dense_adam(n, family, seed += 10); });
-  check_dense_adam(kLarge, Family::normal, 490);
-  check_dense_adam(kLarge, Family::special, 495);
+  for (const bool artifact_form : {false, true}) {
+    for_each_small_case([&](Family family, std::size_t n) { check_dense_adam(n, family, seed += 10, artifact_form); });
+    check_dense_adam(kLarge, Family::normal, 490, artifact_form);
+    check_dense_adam(kLarge, Family::special, 495, artifact_form);
+  }
 }
 
 TEST_CASE("masked AdamW and AdamS steps are bit-identical to the CPU") {
   std::uint32_t seed = 500;
-  for (const std::size_t n : kSmallSizes) check_masked_adam(n, seed += 20);
-  check_masked_adam(kLarge, 590);
+  for (const bool artifact_form : {false, true}) {
+    for (const std::size_t n : kSmallSizes) check_masked_adam(n, seed += 20, artifact_form);
+    check_masked_adam(kLarge, 590, artifact_form);
+  }
 }
 
 TEST_CASE("scale, divide, accumulate, fill and round_to_bf16 match the CPU") {
@@ -564,6 +570,20 @@ TEST_CASE("first_moment_statistic and random_statistic match the CPU") {
     gpu().first_moment_statistic(dm, da, b1, omb1, out);
     check_equal(cpu, to_host(out), "first_moment_statistic " + what);
 
+    // candidate_momentum in its three modes (m and g, g only, m only), with its non-finite count.
+    const std::vector<float> e = make_values(Family::normal, n, ++seed);
+    for (int mode = 0; mode < 3; ++mode) {
+      std::vector<float> cpu_e = e;
+      const std::span<const float> mm = mode == 1 ? std::span<const float>{} : std::span<const float>(m);
+      const std::span<const float> gg = mode == 2 ? std::span<const float>{} : std::span<const float>(a);
+      const std::size_t cpu_bad = sk::candidate_momentum(cpu_e, mm, gg, b1, omb1);
+      sk::Buffer<float> de = to_gpu(e);
+      const std::size_t gpu_bad = gpu().candidate_momentum(de, mode == 1 ? std::span<const float>{} : std::span<const float>(dm),
+                                                           mode == 2 ? std::span<const float>{} : std::span<const float>(da), b1, omb1);
+      check_equal(cpu_e, to_host(de), "candidate_momentum mode " + std::to_string(mode) + " " + what);
+      CHECK(cpu_bad == gpu_bad);
+    }
+
     const std::uint64_t key = 0x0123456789abcdefull + n;
     const std::uint64_t first = (std::uint64_t{1} << 40) + 17;
     sk::random_statistic(key, first, cpu);
@@ -707,6 +727,13 @@ TEST_CASE("pack_payload, rebase_indices, add_momentum and reconstruct_gradient m
     sk::Buffer<float> dg(gpu(), k);
     gpu().reconstruct_gradient(dbb, dm, drebased, b1, omb1, dg);
     check_equal(g_bar, to_host(dg), "reconstruct_gradient " + what);
+
+    std::vector<float> m_clip(k);
+    sk::momentum_from_gradient(m, rebased, g_bar, b1, omb1, m_clip);
+    const sk::Buffer<float> dgb = to_gpu(g_bar);
+    sk::Buffer<float> dmc(gpu(), k);
+    gpu().momentum_from_gradient(dm, drebased, dgb, b1, omb1, dmc);
+    check_equal(m_clip, to_host(dmc), "momentum_from_gradient " + what);
   }
 }
 
@@ -800,6 +827,12 @@ TEST_CASE("mask coding (and_not, extract, deposit, Elias-Fano) matches the CPU")
       sk::Buffer<std::uint64_t> dfresh(gpu(), cur.size());
       gpu().and_not_bits(dcur, dprev, dfresh);
       check_equal(fresh, to_host(dfresh), "and_not_bits " + what);
+
+      std::vector<std::uint64_t> either = prev;
+      sk::or_bits(cur, either);
+      sk::Buffer<std::uint64_t> deither = to_gpu(prev);
+      gpu().or_bits(dcur, deither);
+      check_equal(either, to_host(deither), "or_bits " + what);
 
       const std::size_t kept_count = sk::popcount(prev);
       std::vector<std::uint64_t> kept(sk::words_for(kept_count));

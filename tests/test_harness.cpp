@@ -15,6 +15,7 @@
 #include <string>
 #include <thread>
 
+#include "core/mask_ownership.hpp"
 #include "core/schedule.hpp"
 #include "experiments/hdf5.hpp"
 #include "experiments/recorder.hpp"
@@ -71,9 +72,10 @@ TEST_CASE("scape run: the run file's bytes equal the closed forms; densities and
   CHECK(summary.status == "completed");
   CHECK(summary.steps_completed == 12);
   const std::size_t n = 5000, w = 4;
-  // Shards of 64 ceil(5000 / 256) = 1280; k_w = ceil(0.01 |S_w|).
+  // Shards of 64 ceil(5000 / 256) = 1280; the quadratic's one tensor has one fragment in each,
+  // of k = max(1, floor(0.01 |S_w|)) bits (mask_scope = tensor).
   std::size_t k = 0;
-  for (std::size_t s : {1280u, 1280u, 1280u, 1160u}) k += scape::k_for(1.0 - 0.99, s);
+  for (std::size_t s : {1280u, 1280u, 1280u, 1160u}) k += scape::k_tensor_piece(1.0 - 0.99, s);
   const double fraction = (w - 1.0) / w;
   const auto rs = read_metric(dir.path / "q.h5", "bytes_sent_grad_reduce_scatter");
   const auto ag = read_metric(dir.path / "q.h5", "bytes_sent_param_all_gather");

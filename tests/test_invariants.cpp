@@ -7,6 +7,7 @@
 #include <cstring>
 #include <functional>
 
+#include "tests/earlier_formulation.hpp"
 #include "core/ledger.hpp"
 #include "core/schedule.hpp"
 #include "quadratic_run.hpp"
@@ -30,7 +31,7 @@ constexpr double kLr = 1e-2;
 constexpr double kRoundingPerStep = 1e-3 * kLr;
 
 OptimizerConfig scape_config(double density) {
-  OptimizerConfig c;
+  OptimizerConfig c = scape::testing::earlier_formulation();
   c.type = OptimizerType::scape;
   c.sparsity = 1.0 - density;
   c.lr = kLr;
@@ -112,7 +113,7 @@ TEST_CASE("invariant 1 also holds for raw-gradient top-k and shared-seed random-
     for (int w : {1, 4, 7}) {
       CAPTURE(to_string(type));
       CAPTURE(w);
-      OptimizerConfig c;
+      OptimizerConfig c = scape::testing::earlier_formulation();
       c.type = type;
       c.sharded = false;
       c.sparsity = 0.9;
@@ -273,7 +274,7 @@ TEST_CASE("invariant 6 has teeth: lag 0 uses a different mask sequence than lag 
 namespace {
 
 OptimizerConfig topk_config() {
-  OptimizerConfig c;
+  OptimizerConfig c = scape::testing::earlier_formulation();
   c.type = OptimizerType::topk_ef;
   c.sharded = false;
   c.sparsity = 0.9;

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <map>
 
+#include "tests/earlier_formulation.hpp"
 #include "core/ledger.hpp"
 #include "core/schedule.hpp"
 #include "core/volume.hpp"
@@ -87,7 +88,7 @@ TEST_CASE("closed forms: dense optimizers") {
   for (int w : {1, 2, 4, 7}) {
     for (WireType wire : {WireType::fp32, WireType::bf16}) {
       CAPTURE(w);
-      OptimizerConfig c;
+      OptimizerConfig c = scape::testing::earlier_formulation();
       c.type = OptimizerType::adams;
       c.wire_dtype = wire;
       c.sharded = false;
@@ -117,7 +118,7 @@ TEST_CASE("closed forms: SCAPE in every mode") {
       CAPTURE(w);
       CAPTURE(rho);
       const std::uint64_t k = k_partitioned(rho, n, w);
-      OptimizerConfig c;
+      OptimizerConfig c = scape::testing::earlier_formulation();
       c.type = OptimizerType::scape;
       c.sparsity = 1.0 - rho;
 
@@ -174,7 +175,7 @@ TEST_CASE("closed forms: SCAPE in every mode") {
       for (const ShardedCase& sc : sharded_cases) {
         CAPTURE(to_string(sc.update));
         CAPTURE(to_string(sc.second_moment));
-        c = OptimizerConfig{};
+        c = scape::testing::earlier_formulation();
         c.sparsity = 1.0 - rho;
         c.mask_encoding = MaskEncoding::bitmap;
         c.update = sc.update;
@@ -186,7 +187,7 @@ TEST_CASE("closed forms: SCAPE in every mode") {
 
       // local_union: W K 4 bytes of indices (bitmap encoding) or W Elias-Fano lists of K among
       // N (the default), then |M| values all-reduced.
-      c = OptimizerConfig{};
+      c = scape::testing::earlier_formulation();
       c.sparsity = 1.0 - rho;
       c.sharded = false;
       c.mask_partition = MaskPartition::local_union;
@@ -217,7 +218,7 @@ TEST_CASE("closed forms: raw-gradient top-k sends W K (4 + p_wire), or W (EF(N, 
   for (int w : {1, 2, 4, 7}) {
     for (WireType wire : {WireType::fp32, WireType::bf16}) {
       for (const MaskEncoding e : {MaskEncoding::bitmap, MaskEncoding::elias_fano}) {
-        OptimizerConfig c;
+        OptimizerConfig c = scape::testing::earlier_formulation();
         c.type = OptimizerType::topk_ef;
         c.sharded = false;
         c.sparsity = 0.9;
@@ -243,7 +244,7 @@ TEST_CASE("closed forms: shared-seed random-k all-reduces K p_wire, no index") {
   const std::uint64_t k = k_for(0.1, n);
   for (int w : {1, 2, 4, 7}) {
     for (WireType wire : {WireType::fp32, WireType::bf16}) {
-      OptimizerConfig c;
+      OptimizerConfig c = scape::testing::earlier_formulation();
       c.type = OptimizerType::randk_ef;
       c.sharded = false;
       c.sparsity = 0.9;
@@ -265,7 +266,7 @@ TEST_CASE("closed forms: 1-bit Adam all-reduces N p_wire until freeze_step, then
     for (std::size_t chunk : {std::size_t{64}, std::size_t{100}}) {
       CAPTURE(w);
       CAPTURE(chunk);
-      OptimizerConfig c;
+      OptimizerConfig c = scape::testing::earlier_formulation();
       c.type = OptimizerType::onebit_adam;
       c.sharded = false;
       c.freeze_step = 3;
@@ -296,7 +297,7 @@ TEST_CASE("closed forms: PowerSGD all-reduces sum r'(n + m) factor entries in tw
     for (int r : {1, 4, 20}) {
       CAPTURE(w);
       CAPTURE(r);
-      OptimizerConfig c;
+      OptimizerConfig c = scape::testing::earlier_formulation();
       c.type = OptimizerType::powersgd;
       c.sharded = false;
       c.powersgd_rank = r;
@@ -328,7 +329,7 @@ TEST_CASE("closed forms: DeMo all-gathers W (Elias-Fano of K positions among N +
       for (std::uint64_t k : {std::uint64_t{4}, std::uint64_t{64}}) {
         CAPTURE(w);
         CAPTURE(k);
-        OptimizerConfig c;
+        OptimizerConfig c = scape::testing::earlier_formulation();
         c.type = OptimizerType::demo;
         c.sharded = false;
         c.demo_chunk = 64;
@@ -351,7 +352,7 @@ TEST_CASE("closed forms: DeMo all-gathers W (Elias-Fano of K positions among N +
 
 TEST_CASE("density warm-up: k follows rho^min(1,(t-1)/tau)") {
   const ParamLayout layout = mixed_layout(4);
-  OptimizerConfig c;
+  OptimizerConfig c = scape::testing::earlier_formulation();
   c.sparsity = 0.99;
   c.density_warmup = 4;
   c.mask_lag = 0;

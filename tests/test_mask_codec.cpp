@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "tests/earlier_formulation.hpp"
 #include "core/mask_codec.hpp"
 #include "core/volume.hpp"
 #include "kernels/cpu/kernels.hpp"
@@ -135,7 +136,7 @@ TEST_CASE("SCAPE trains bit-identically with every mask encoding, and the ledger
   constexpr int kSteps = 5;
   for (const int lag : {0, 1}) {
     for (const int workers : {1, 3, 4}) {
-      OptimizerConfig config;
+      OptimizerConfig config = scape::testing::earlier_formulation();
       config.lr = 0.01;
       config.mask_lag = lag;
       config.density_warmup = 2;  // k changes between steps: delta codes against a smaller mask
@@ -195,7 +196,7 @@ TEST_CASE("local_union: Elias-Fano coded index lists train bit-identically to ra
     for (const int workers : {1, 3, 4}) {
       CAPTURE(lag);
       CAPTURE(workers);
-      OptimizerConfig config;
+      OptimizerConfig config = scape::testing::earlier_formulation();
       config.lr = 0.01;
       config.sharded = false;
       config.mask_partition = MaskPartition::local_union;
@@ -222,7 +223,7 @@ TEST_CASE("raw-gradient top-k: Elias-Fano coded indices train bit-identically to
   for (const int workers : {1, 3, 4}) {
     for (const WireType wire : {WireType::fp32, WireType::bf16}) {
       CAPTURE(workers);
-      OptimizerConfig config;
+      OptimizerConfig config = scape::testing::earlier_formulation();
       config.type = OptimizerType::topk_ef;
       config.sharded = false;
       config.lr = 0.01;

@@ -9,6 +9,7 @@
 #include <map>
 #include <vector>
 
+#include "tests/earlier_formulation.hpp"
 #include "core/metrics.hpp"
 #include "experiments/config.hpp"
 #include "experiments/hdf5.hpp"
@@ -62,7 +63,7 @@ metrics::MaskOracle oracle_of(metrics::OracleStatistic statistic, std::span<cons
 
 // k_w = ceil(rho 64) = 2 per shard and K = 4 over the whole buffer at rho = 1/32.
 OptimizerConfig scape_config(int lag) {
-  OptimizerConfig c;
+  OptimizerConfig c = scape::testing::earlier_formulation();
   c.type = OptimizerType::scape;
   c.sparsity = 1.0 - 1.0 / 32;
   c.beta1 = 0.5;
@@ -219,7 +220,7 @@ TEST_CASE("whole runs: the owner's view is the average at W = 1, and the sign fl
     const auto config = ex::parse_experiment(nlohmann::json::parse(R"({
       "name": ")" + name + R"(", "workers": )" + std::to_string(workers) + R"(, "steps": 8,
       "model": {"type": "quadratic", "size": 3000},
-      "optimizer": {"type": "scape", "sparsity": 0.9, "lr": 0.01, "mask_statistic": ")" + statistic +
+      "optimizer": {"type": "scape", "formulation": "frozen_momentum", "mask_scope": "shard", "sparsity": 0.9, "lr": 0.01, "mask_statistic": ")" + statistic +
                                                                     R"(", "update": ")" + update + R"(",
                     "density_warmup": 3},
       "log": {"flush_interval": 4}})"), dir.path);

@@ -67,8 +67,8 @@ TEST_CASE("layout: GPT-2 tensors in order, nanoGPT weight-decay flags, parameter
   REQUIRE(s.size() == 2 + 12 * L + 2);
   CHECK(s.front().name == "wte");
   CHECK(s[1].name == "wpe");
-  CHECK(s[2].name == "h.0.ln1.w");
-  CHECK(s.back().name == "lnf.b");
+  CHECK(s[2].name == "h.0.attn_norm.w");
+  CHECK(s.back().name == "norm.bias");
   CHECK(layout.slot("h.1.attn.qkv.w").shape == std::vector<std::size_t>{3 * C, C});
   CHECK(layout.slot("h.1.mlp.proj.w").shape == std::vector<std::size_t>{C, 4 * C});
   for (const auto& slot : s) {
@@ -118,7 +118,7 @@ TEST_CASE("GPT-2 init: N(0, 0.02), residual projections scaled, LayerNorm 1, bia
   for (const auto& slot : model.layout().slots()) {
     const float* p = a.data() + slot.offset;
     INFO(slot.name);
-    if (slot.name.ends_with(".b")) {
+    if (slot.name.ends_with(".bias")) {
       for (std::size_t i = 0; i < slot.numel(); ++i) CHECK(p[i] == 0.0f);
     } else if (slot.shape.size() == 1) {
       for (std::size_t i = 0; i < slot.numel(); ++i) CHECK(p[i] == 1.0f);

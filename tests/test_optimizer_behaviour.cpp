@@ -7,6 +7,7 @@
 #include <limits>
 #include <set>
 
+#include "tests/earlier_formulation.hpp"
 #include "core/metrics.hpp"
 #include "quadratic_run.hpp"
 
@@ -24,26 +25,26 @@ void expect_invalid(const OptimizerConfig& c, const char* needle) {
 }  // namespace
 
 TEST_CASE("bad configurations name the parameter and the value") {
-  OptimizerConfig c;
+  OptimizerConfig c = scape::testing::earlier_formulation();
   c.sparsity = 1.5;
   expect_invalid(c, "optimizer.sparsity: 1.5");
   c.sparsity = 1.0;  // density 0
   expect_invalid(c, "optimizer.sparsity: 1");
   c.sparsity = -0.1;  // density 1.1
   expect_invalid(c, "optimizer.sparsity: -0.1");
-  c = OptimizerConfig{};
+  c = scape::testing::earlier_formulation();
   c.lr = -1;
   expect_invalid(c, "optimizer.lr: -1");
-  c = OptimizerConfig{};
+  c = scape::testing::earlier_formulation();
   c.beta2 = 1.0;
   expect_invalid(c, "optimizer.betas[1]: 1");
-  c = OptimizerConfig{};
+  c = scape::testing::earlier_formulation();
   c.mask_lag = 2;
   expect_invalid(c, "optimizer.mask_lag: 2");
-  c = OptimizerConfig{};
+  c = scape::testing::earlier_formulation();
   c.mask_partition = MaskPartition::local_union;
   expect_invalid(c, "set optimizer.sharded = false");
-  c = OptimizerConfig{};
+  c = scape::testing::earlier_formulation();
   c.type = OptimizerType::topk_ef;
   expect_invalid(c, "optimizer.sharded");
   c.type = OptimizerType::randk_ef;
@@ -92,7 +93,7 @@ TEST_CASE("mismatched buffers and zero workers are rejected") {
   for (OptimizerType type : {OptimizerType::adams, OptimizerType::scape, OptimizerType::topk_ef, OptimizerType::randk_ef,
                              OptimizerType::onebit_adam, OptimizerType::powersgd, OptimizerType::demo}) {
     sim::run_ranks(1, NetworkModel{}, [&](Communicator& comm) {
-      OptimizerConfig c;
+      OptimizerConfig c = scape::testing::earlier_formulation();
       c.type = type;
       c.sharded = !replicated_only(type);
       auto opt = make_optimizer(c, layout, comm, 10);
@@ -106,7 +107,7 @@ TEST_CASE("mismatched buffers and zero workers are rejected") {
 TEST_CASE("non-finite gradients are counted and reported, and stay visible in the residual") {
   const ParamLayout layout = mixed_layout();
   sim::run_ranks(2, NetworkModel{}, [&](Communicator& comm) {
-    OptimizerConfig c;
+    OptimizerConfig c = scape::testing::earlier_formulation();
     c.sparsity = 0.99;
     auto opt = make_optimizer(c, layout, comm, 5);
     std::vector<float> theta(layout.size(), 0.0f), g(layout.size(), 0.01f);
@@ -132,7 +133,7 @@ TEST_CASE("determinism: the same configuration and seed give bit-identical param
   for (OptimizerType type : {OptimizerType::adamw, OptimizerType::scape, OptimizerType::topk_ef,
                              OptimizerType::randk_ef, OptimizerType::onebit_adam, OptimizerType::powersgd,
                              OptimizerType::demo}) {
-    OptimizerConfig c;
+    OptimizerConfig c = scape::testing::earlier_formulation();
     c.type = type;
     c.sharded = !replicated_only(type);
     c.freeze_step = 3;
@@ -150,7 +151,7 @@ TEST_CASE("determinism: the same configuration and seed give bit-identical param
 
 TEST_CASE("metrics: staleness, Jaccard, residual and update statistics mean what they say") {
   const ParamLayout layout = mixed_layout(4);
-  OptimizerConfig c;
+  OptimizerConfig c = scape::testing::earlier_formulation();
   c.sparsity = 0.99;
   c.lr = 1e-2;
   const auto run = run_quadratic(c, layout, 2, 10);
@@ -179,7 +180,7 @@ TEST_CASE("metrics: staleness, Jaccard, residual and update statistics mean what
   const auto off = run_quadratic(c, layout, 2, 4);
   for (const auto& s : off.steps[0]) CHECK(s.metrics.residual_norm == 0.0);
   // Dense optimizers report sparse metrics as not applicable.
-  c = OptimizerConfig{};
+  c = scape::testing::earlier_formulation();
   c.type = OptimizerType::adams;
   const auto dense = run_quadratic(c, layout, 2, 2);
   CHECK(std::isnan(dense.steps[0][1].metrics.mask_density));
@@ -192,7 +193,7 @@ TEST_CASE("residual metrics describe the residual each error-feedback policy lea
   // they must equal the residual the step ends with (the next step's residual before).
   const ParamLayout layout = mixed_layout(4);
   for (const OptimizerType type : {OptimizerType::scape, OptimizerType::topk_ef, OptimizerType::randk_ef}) {
-    OptimizerConfig c;
+    OptimizerConfig c = scape::testing::earlier_formulation();
     c.type = type;
     c.sharded = type == OptimizerType::scape;
     c.sparsity = 0.9;
@@ -225,7 +226,7 @@ TEST_CASE("SCAPE trains the noisy quadratic about as well as dense AdamS") {
   const sim::NoisyQuadratic problem(layout.size(), spec);
   std::vector<float> zero(layout.size(), 0.0f);
   const double initial = problem.loss(zero);
-  OptimizerConfig dense;
+  OptimizerConfig dense = scape::testing::earlier_formulation();
   dense.type = OptimizerType::adams;
   dense.lr = 5e-2;
   dense.weight_decay = 0;
@@ -307,14 +308,14 @@ TEST_CASE("save_state / load_state resume every optimizer bit for bit") {
   }
   StateMap broken;
   sim::run_ranks(1, NetworkModel{}, [&](Communicator& comm) {
-    auto opt = make_optimizer(OptimizerConfig{}, layout, comm, 4);
+    auto opt = make_optimizer(scape::testing::earlier_formulation(), layout, comm, 4);
     CHECK_THROWS_WITH_AS(opt->load_state(broken), doctest::Contains("missing optimizer state"), std::runtime_error);
   });
 }
 
 TEST_CASE("collective_purposes lists exactly what each configuration records") {
   const ParamLayout layout = mixed_layout();
-  std::vector<OptimizerConfig> configs(10);
+  std::vector<OptimizerConfig> configs(10, scape::testing::earlier_formulation());
   configs[0].type = OptimizerType::adams;
   configs[1].type = OptimizerType::adamw;
   configs[1].sharded = false;

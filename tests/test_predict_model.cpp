@@ -8,6 +8,7 @@
 #include <limits>
 #include <vector>
 
+#include "tests/earlier_formulation.hpp"
 #include "core/ledger.hpp"
 #include "predict/models.hpp"
 #include "predict/prediction.hpp"
@@ -33,7 +34,7 @@ Topology two_level(int gpus, int nics) {
 }
 
 OptimizerConfig optimizer(OptimizerType type, bool sharded, double sparsity = 0.99) {
-  OptimizerConfig c;
+  OptimizerConfig c = scape::testing::earlier_formulation();
   c.type = type;
   c.sharded = sharded;
   c.sparsity = sparsity;
@@ -338,7 +339,7 @@ TEST_CASE("mask coding time: a measured throughput, else the CUDA kernels' bytes
   c.mask_partition = MaskPartition::local_union;
   c.sharded = false;
   CHECK(mask_codec_seconds(c, n, w, gpu) == 0.0);
-  c = OptimizerConfig{};
+  c = scape::testing::earlier_formulation();
   c.type = OptimizerType::adams;
   CHECK(mask_codec_seconds(c, n, w, gpu) == 0.0);
 }

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "tests/earlier_formulation.hpp"
 #include "core/volume.hpp"
 #include "predict/step_model.hpp"
 #include "quadratic_run.hpp"
@@ -22,11 +23,11 @@ constexpr int kSteps = 4;
 
 struct Case {
   const char* name;
-  OptimizerConfig config;
+  OptimizerConfig config = scape::testing::earlier_formulation();
 };
 
 OptimizerConfig make(OptimizerType type, bool sharded) {
-  OptimizerConfig c;
+  OptimizerConfig c = scape::testing::earlier_formulation();
   c.type = type;
   c.sharded = sharded;
   c.lr = 0.01;
@@ -146,7 +147,7 @@ TEST_CASE("step_collectives reports the simulator's bytes per collective, step f
 }
 
 TEST_CASE("step_collectives: lag 1 gathers two masks at step 1 and none at the last step") {
-  OptimizerConfig c;
+  OptimizerConfig c = scape::testing::earlier_formulation();
   c.sparsity = 0.99;
   c.mask_encoding = MaskEncoding::bitmap;
   const auto first = step_collectives(c, 10000, 4, 1, 3, NetworkModel{});
@@ -185,13 +186,13 @@ TEST_CASE("step_collectives: lag 1 gathers two masks at step 1 and none at the l
 }
 
 TEST_CASE("step_collectives rejects what the optimizer would reject") {
-  OptimizerConfig c;
+  OptimizerConfig c = scape::testing::earlier_formulation();
   CHECK_THROWS_AS(step_collectives(c, 0, 4, 1, 3, NetworkModel{}), std::invalid_argument);
   CHECK_THROWS_AS(step_collectives(c, 1000, 0, 1, 3, NetworkModel{}), std::invalid_argument);
   CHECK_THROWS_AS(step_collectives(c, 1000, 4, 4, 3, NetworkModel{}), std::invalid_argument);
   c.sparsity = 1.5;
   CHECK_THROWS_AS(step_collectives(c, 1000, 4, 1, 3, NetworkModel{}), std::invalid_argument);
-  OptimizerConfig local;
+  OptimizerConfig local = scape::testing::earlier_formulation();
   local.sharded = false;
   local.mask_partition = MaskPartition::local_union;
   local.sparsity = 0.9;  // K = 100 of 1000 on 4 workers: |M| in [100, 400]
@@ -199,7 +200,7 @@ TEST_CASE("step_collectives rejects what the optimizer would reject") {
   CHECK_THROWS_AS(step_collectives(local, 1000, 4, 2, 3, NetworkModel{}, 401), std::invalid_argument);
   CHECK_THROWS_AS(step_collectives(local, 1000, 4, 2, 3, NetworkModel{}, 99), std::invalid_argument);
   // PowerSGD's factors depend on the tensor shapes, which N alone does not give.
-  OptimizerConfig powersgd;
+  OptimizerConfig powersgd = scape::testing::earlier_formulation();
   powersgd.type = OptimizerType::powersgd;
   powersgd.sharded = false;
   CHECK_THROWS_WITH_AS(step_collectives(powersgd, 1000, 4, 1, 3, NetworkModel{}), doctest::Contains("tensor shapes"),

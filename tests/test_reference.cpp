@@ -10,6 +10,7 @@
 #include <numbers>
 #include <numeric>
 
+#include "tests/earlier_formulation.hpp"
 #include "core/layout.hpp"
 #include "core/schedule.hpp"
 #include "core/rng.hpp"
@@ -56,7 +57,7 @@ float ref_mean(const std::vector<float>& xs, WireType w) {
 }
 
 struct Reference {
-  const OptimizerConfig c;
+  const OptimizerConfig c = scape::testing::earlier_formulation();
   const ParamLayout& layout;
   const int W, T;
   const std::size_t N;
@@ -347,7 +348,7 @@ void compare_with_reference(const OptimizerConfig& c, int W, int T) {
 }
 
 OptimizerConfig base() {
-  OptimizerConfig c;
+  OptimizerConfig c = scape::testing::earlier_formulation();
   c.lr = 1e-2;
   c.min_lr = 1e-3;
   c.warmup_steps = 3;
@@ -465,7 +466,7 @@ namespace {
 std::vector<float> dense_trajectory(OptimizerType type, double beta2, bool bias_correction) {
   ParamLayout layout;
   layout.add("w", {70}, true);  // 70 equal coordinates exercise the vector and tail paths
-  OptimizerConfig c;
+  OptimizerConfig c = scape::testing::earlier_formulation();
   c.type = type;
   c.sharded = false;
   c.lr = 0.1;

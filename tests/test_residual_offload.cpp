@@ -7,6 +7,7 @@
 #include <numeric>
 #include <vector>
 
+#include "tests/earlier_formulation.hpp"
 #include "core/residual_store.hpp"
 #include "kernels/backend.hpp"
 #include "tests/quadratic_run.hpp"
@@ -57,7 +58,7 @@ TEST_CASE("ResidualStore visits chunks in order, covering [0, N), and keeps only
 namespace {
 
 OptimizerConfig scape_config() {
-  OptimizerConfig c;
+  OptimizerConfig c = scape::testing::earlier_formulation();
   c.type = OptimizerType::scape;
   c.lr = 0.05;
   c.sparsity = 0.9;

@@ -41,6 +41,20 @@ void adams_range(float* __restrict th, float* __restrict mm, const float* __rest
   }
 }
 
+// AdamS in the artifact's form: v = b2 m_prev^2 + (1-b2) g^2, d = sqrt(v) / sqrt(c2) + eps.
+void adams_artifact_range(float* __restrict th, float* __restrict mm, const float* __restrict gg, const AdamFloats h,
+                          Index lo, Index hi) {
+#pragma omp simd
+  for (Index j = lo; j < hi; ++j) {
+    const float gj = gg[j];
+    const float mp = mm[j];
+    const float vj = h.beta2 * mp * mp + h.one_minus_b2 * gj * gj;
+    const float mj = h.beta1 * mp + h.one_minus_b1 * gj;
+    mm[j] = mj;
+    th[j] = th[j] * h.decay - h.lr * (mj * h.inv_bc1) / (std::sqrt(vj) * h.inv_sqrt_bc2 + h.eps);
+  }
+}
+
 std::size_t accumulate_range(float* __restrict a, const float* __restrict gg, Index lo, Index hi) {
   std::size_t nonfinite = 0;
 #pragma omp simd reduction(+ : nonfinite)
@@ -67,7 +81,11 @@ void adams_step(std::span<float> theta, std::span<float> m, std::span<const floa
   checks::adams_step_sizes(theta.size(), m.size(), g.size());
   const AdamFloats h(s);
   for_shares(static_cast<Index>(theta.size()), 32768, [&](Index lo, Index hi) {
-    adams_range(theta.data(), m.data(), g.data(), h, lo, hi);
+    if (h.adams_artifact_form) {
+      adams_artifact_range(theta.data(), m.data(), g.data(), h, lo, hi);
+    } else {
+      adams_range(theta.data(), m.data(), g.data(), h, lo, hi);
+    }
   });
 }
 
@@ -97,6 +115,19 @@ void adams_step_masked(std::span<float> theta, std::span<float> m, std::span<con
   const AdamFloats h(s);
   const float inv_bc1 = h.inv_bc1;
   const Index k = static_cast<Index>(idx.size());
+  if (h.adams_artifact_form) {
+#pragma omp parallel for schedule(static) firstprivate(h) if (k > 16384)
+    for (Index i = 0; i < k; ++i) {
+      const std::uint32_t j = idx[static_cast<std::size_t>(i)];
+      const float gj = g_bar[static_cast<std::size_t>(i)];
+      const float mp = m[j];
+      const float vj = h.beta2 * mp * mp + h.one_minus_b2 * gj * gj;
+      const float mj = m_new[static_cast<std::size_t>(i)];
+      m[j] = mj;
+      theta[j] -= h.lr * (mj * inv_bc1) / (std::sqrt(vj) * h.inv_sqrt_bc2 + h.eps);
+    }
+    return;
+  }
 #pragma omp parallel for schedule(static) firstprivate(h) if (k > 16384)
   for (Index i = 0; i < k; ++i) {
     const std::uint32_t j = idx[static_cast<std::size_t>(i)];

@@ -71,6 +71,11 @@ void and_not_bits(std::span<const std::uint64_t> a, std::span<const std::uint64_
   }
 }
 
+void or_bits(std::span<const std::uint64_t> src, std::span<std::uint64_t> dst) {
+  checks::or_bits_sizes(src.size(), dst.size());
+  for (std::size_t i = 0; i < src.size(); ++i) dst[i] |= src[i];
+}
+
 void extract_bits(std::span<const std::uint64_t> source, std::span<const std::uint64_t> positions,
                   std::span<std::uint64_t> out) {
   checks::packed_bits_sizes(source.size(), positions.size(), out.size(), popcount(positions), "extract_bits");

@@ -1,4 +1,6 @@
 // SCAPE elementwise passes on the CPU (docs/algorithms.md, "SCAPE").
+#include <cmath>
+
 #include "core/rng.hpp"
 #include "kernels/cpu/bf16.hpp"
 #include "kernels/cpu/kernels.hpp"
@@ -22,6 +24,39 @@ void first_moment_statistic(std::span<const float> m, std::span<const float> a, 
   const Index n = static_cast<Index>(out.size());
 #pragma omp parallel for simd schedule(static) if (parallel : n > 65536)
   for (Index j = 0; j < n; ++j) s[j] = b1 * mm[j] + omb1 * aa[j];
+}
+
+std::size_t candidate_momentum(std::span<float> e, std::span<const float> m, std::span<const float> g, float b1,
+                               float omb1) {
+  checks::candidate_momentum_sizes(e.size(), m.size(), g.size());
+  float* __restrict ee = e.data();
+  const float* __restrict mm = m.data();
+  const float* __restrict gg = g.data();
+  const Index n = static_cast<Index>(e.size());
+  std::size_t nonfinite = 0;
+  if (!m.empty() && !g.empty()) {
+#pragma omp parallel for simd schedule(static) reduction(+ : nonfinite) if (parallel : n > 65536)
+    for (Index j = 0; j < n; ++j) {
+      nonfinite += std::isfinite(gg[j]) ? 0u : 1u;
+      ee[j] = (b1 * mm[j] + omb1 * gg[j]) + ee[j];
+    }
+  } else if (m.empty()) {
+#pragma omp parallel for simd schedule(static) reduction(+ : nonfinite) if (parallel : n > 65536)
+    for (Index j = 0; j < n; ++j) {
+      nonfinite += std::isfinite(gg[j]) ? 0u : 1u;
+      ee[j] = omb1 * gg[j] + ee[j];
+    }
+  } else {
+#pragma omp parallel for simd schedule(static) if (parallel : n > 65536)
+    for (Index j = 0; j < n; ++j) ee[j] = b1 * mm[j] + ee[j];
+  }
+  return nonfinite;
+}
+
+void momentum_from_gradient(std::span<const float> m, std::span<const std::uint32_t> idx, std::span<const float> g_bar,
+                            float b1, float omb1, std::span<float> out) {
+  checks::momentum_from_gradient_sizes(idx.size(), g_bar.size(), out.size());
+  for (std::size_t i = 0; i < idx.size(); ++i) out[i] = b1 * m[idx[i]] + omb1 * g_bar[i];
 }
 
 void random_statistic(std::uint64_t key, std::uint64_t first_counter, std::span<float> out) {

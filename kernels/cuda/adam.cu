@@ -25,6 +25,14 @@ __global__ void adams_kernel(float* __restrict__ th, float* __restrict__ mm, con
                              std::size_t n, AdamFloats h, float inv_bc1) {
   for (std::size_t j = global_thread(); j < n; j += grid_threads()) {
     const float gj = gg[j];
+    if (h.adams_artifact_form) {
+      const float mp = mm[j];
+      const float vj = h.beta2 * mp * mp + h.one_minus_b2 * gj * gj;
+      const float mj = h.beta1 * mp + h.one_minus_b1 * gj;
+      mm[j] = mj;
+      th[j] = th[j] * h.decay - h.lr * (mj * inv_bc1) / (sqrtf(vj) * h.inv_sqrt_bc2 + h.eps);
+      continue;
+    }
     const float mhat_prev = mm[j] * inv_bc1;
     const float d = sqrtf(h.beta2 * mhat_prev * mhat_prev + h.one_minus_b2 * gj * gj) + h.eps;
     const float mj = h.beta1 * mm[j] + h.one_minus_b1 * gj;
@@ -56,9 +64,16 @@ __global__ void adams_masked_kernel(float* __restrict__ theta, float* __restrict
     const std::uint32_t j = idx[i];
     if (j >= n) continue;
     const float gj = g_bar[i];
+    const float mj = m_new[i];
+    if (h.adams_artifact_form) {
+      const float mp = m[j];
+      const float vj = h.beta2 * mp * mp + h.one_minus_b2 * gj * gj;
+      m[j] = mj;
+      theta[j] -= h.lr * (mj * inv_bc1) / (sqrtf(vj) * h.inv_sqrt_bc2 + h.eps);
+      continue;
+    }
     const float mhat_prev = m[j] * inv_bc1;
     const float d = sqrtf(h.beta2 * mhat_prev * mhat_prev + h.one_minus_b2 * gj * gj) + h.eps;
-    const float mj = m_new[i];
     m[j] = mj;
     theta[j] -= h.lr * (mj * inv_bc1) / d;
   }

@@ -78,6 +78,10 @@ __global__ void and_not_kernel(const std::uint64_t* __restrict__ a, const std::u
   for (std::size_t w = global_thread(); w < nw; w += grid_threads()) out[w] = a[w] & ~b[w];
 }
 
+__global__ void or_kernel(const std::uint64_t* __restrict__ src, std::uint64_t* __restrict__ dst, std::size_t nw) {
+  for (std::size_t w = global_thread(); w < nw; w += grid_threads()) dst[w] |= src[w];
+}
+
 __global__ void extract_kernel(const std::uint64_t* __restrict__ source, const std::uint64_t* __restrict__ positions,
                                std::size_t nw, const std::uint64_t* __restrict__ offsets,
                                unsigned long long* __restrict__ out) {
@@ -172,6 +176,12 @@ void and_not_bits(std::span<const std::uint64_t> a, std::span<const std::uint64_
   checks::and_not_bits_sizes(a.size(), b.size(), out.size());
   if (a.empty()) return;
   launch(and_not_kernel, a.size(), a.data(), b.data(), out.data(), a.size());
+}
+
+void or_bits(std::span<const std::uint64_t> src, std::span<std::uint64_t> dst) {
+  checks::or_bits_sizes(src.size(), dst.size());
+  if (src.empty()) return;
+  launch(or_kernel, src.size(), src.data(), dst.data(), src.size());
 }
 
 void extract_bits(std::span<const std::uint64_t> source, std::span<const std::uint64_t> positions,

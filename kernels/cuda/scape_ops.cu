@@ -16,6 +16,34 @@ __global__ void first_moment_kernel(const float* __restrict__ mm, const float* _
   for (std::size_t j = global_thread(); j < n; j += grid_threads()) s[j] = b1 * mm[j] + omb1 * aa[j];
 }
 
+// mode 0: m and g; 1: g only; 2: m only (kernel_list.inc, candidate_momentum).
+__global__ void candidate_momentum_kernel(float* __restrict__ e, const float* __restrict__ mm,
+                                          const float* __restrict__ gg, float b1, float omb1, int mode, std::size_t n,
+                                          unsigned long long* __restrict__ nonfinite) {
+  unsigned long long count = 0;
+  for (std::size_t j = global_thread(); j < n; j += grid_threads()) {
+    if (mode == 2) {
+      e[j] = b1 * mm[j] + e[j];
+      continue;
+    }
+    const float gj = gg[j];
+    count += (__float_as_uint(gj) & 0x7f800000u) == 0x7f800000u ? 1u : 0u;
+    e[j] = mode == 0 ? (b1 * mm[j] + omb1 * gj) + e[j] : omb1 * gj + e[j];
+  }
+  for (int offset = 16; offset > 0; offset /= 2) count += __shfl_down_sync(0xffffffffu, count, offset);
+  if ((threadIdx.x & 31u) == 0 && count != 0) atomicAdd(nonfinite, count);
+}
+
+__global__ void momentum_from_gradient_kernel(const float* __restrict__ m, std::size_t nm,
+                                              const std::uint32_t* __restrict__ idx, const float* __restrict__ g_bar,
+                                              float b1, float omb1, float* __restrict__ out, std::size_t k) {
+  for (std::size_t i = global_thread(); i < k; i += grid_threads()) {
+    const std::uint32_t j = idx[i];
+    if (j >= nm) continue;
+    out[i] = b1 * m[j] + omb1 * g_bar[i];
+  }
+}
+
 __global__ void random_statistic_kernel(std::uint64_t key, std::uint64_t first_counter, float* __restrict__ out,
                                         std::size_t n) {
   for (std::size_t j = global_thread(); j < n; j += grid_threads()) {
@@ -88,6 +116,26 @@ void first_moment_statistic(std::span<const float> m, std::span<const float> a, 
   checks::first_moment_statistic_sizes(m.size(), a.size(), out.size());
   if (out.empty()) return;
   launch(first_moment_kernel, out.size(), m.data(), a.data(), b1, omb1, out.data(), out.size());
+}
+
+std::size_t candidate_momentum(std::span<float> e, std::span<const float> m, std::span<const float> g, float b1,
+                               float omb1) {
+  checks::candidate_momentum_sizes(e.size(), m.size(), g.size());
+  if (e.empty()) return 0;
+  const int mode = !m.empty() && !g.empty() ? 0 : (m.empty() ? 1 : 2);
+  const cudaStream_t stream = current_stream();
+  Scratch<unsigned long long> count(1, stream);
+  SCAPE_CUDA_CHECK(cudaMemsetAsync(count.get(), 0, sizeof(unsigned long long), stream));
+  launch(candidate_momentum_kernel, e.size(), e.data(), m.data(), g.data(), b1, omb1, mode, e.size(), count.get());
+  return static_cast<std::size_t>(read_back(count.get(), stream));
+}
+
+void momentum_from_gradient(std::span<const float> m, std::span<const std::uint32_t> idx, std::span<const float> g_bar,
+                            float b1, float omb1, std::span<float> out) {
+  checks::momentum_from_gradient_sizes(idx.size(), g_bar.size(), out.size());
+  if (idx.empty()) return;
+  launch(momentum_from_gradient_kernel, idx.size(), m.data(), m.size(), idx.data(), g_bar.data(), b1, omb1, out.data(),
+         idx.size());
 }
 
 void random_statistic(std::uint64_t key, std::uint64_t first_counter, std::span<float> out) {
