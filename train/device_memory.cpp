@@ -24,7 +24,7 @@ DeviceMemory device_memory_estimate(const experiments::ExperimentConfig& config,
   m.params = m.grads = n * sizeof(float);
   m.activations = spec.workspace_bytes(static_cast<std::size_t>(config.data.batch_size),
                                        static_cast<std::size_t>(spec.block_size()));
-  m.optimizer = optimizer_device_bytes(config.optimizer, n, config.workers);
+  m.optimizer = optimizer_device_bytes(config.optimizer, spec.layout(), config.workers);
   m.update_tracker = update_tracker_device_bytes(n);
   return m;
 }

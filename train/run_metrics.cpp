@@ -388,7 +388,7 @@ void StepCombiner::build_oracle(std::span<const WorkerReport* const> reports, in
                                 metrics::MaskOracle& out) {
   const std::size_t n = layout_.size();
   const int workers = static_cast<int>(reports.size());
-  const double rho = density_at(optimizer_.density(), optimizer_.density_warmup, use_step);
+  const double rho = density_at(optimizer_.density_schedule(), use_step);
   std::vector<metrics::RankRange> ranges;
   const bool partitioned =
       optimizer_.type == OptimizerType::scape && optimizer_.mask_partition == MaskPartition::partitioned;
