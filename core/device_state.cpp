@@ -66,8 +66,7 @@ std::size_t scape_bytes(const OptimizerConfig& c, const ParamLayout& layout, int
     bytes += kIndex * (owners.k(0, rho) + largest + dense);
   }
   // Sharded momentum units: the owner's carried momentum over its shard.
-  const bool carries = c.formulation != Formulation::frozen_momentum && c.sharded && c.residual && c.residual_decay > 0;
-  if (carries) bytes += kFloat * own;
+  if (c.carries_owner_momentum()) bytes += kFloat * own;
   return bytes;
 }
 

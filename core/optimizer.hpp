@@ -154,6 +154,12 @@ struct OptimizerConfig {
   DensitySchedule density_schedule() const {
     return {density(), density_start, density_warmup, density_cooldown, density_cooldown_start};
   }
+  // SCAPE with a momentum-unit residual (paper, artifact) and sharded state: the owner keeps
+  // every worker's undelivered b1 m_prev over its shard (docs/algorithms.md, "SCAPE").
+  bool carries_owner_momentum() const {
+    return type == OptimizerType::scape && formulation != Formulation::frozen_momentum && sharded && residual &&
+           residual_decay > 0;
+  }
   // Whether a tensor of this name is always on SCAPE's mask.
   bool dense_tensor(std::string_view name) const;
   // Throws std::invalid_argument naming the first offending parameter and its value.

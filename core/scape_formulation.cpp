@@ -16,7 +16,7 @@ void ScapeOptimizer::select_pieces(double rho) {
   for (const auto& piece : owners_.pieces(rank_)) {
     if (!piece.dense) largest = std::max(largest, k_tensor_piece(rho, piece.end - piece.begin));
   }
-  piece_top_.resize(largest);  // before the loop: queued kernels read it
+  piece_top_.resize(largest);  // once: a resize would free memory that queued kernels still read
   piece_idx_.resize(owners_.k(rank_, rho));
   std::size_t pos = 0;
   for (const auto& piece : owners_.pieces(rank_)) {
@@ -24,8 +24,8 @@ void ScapeOptimizer::select_pieces(double rho) {
     const std::size_t n = piece.end - piece.begin, k = k_tensor_piece(rho, n);
     k_.topk_abs_indices(stat_.span().subspan(piece.begin - own_begin_, n), k, piece_top_.span());
     const auto shift = static_cast<std::uint32_t>(0u - static_cast<std::uint32_t>(piece.begin - base));
+    // The next piece's selection rewrites piece_top_ after this rebase, in stream order.
     k_.rebase_indices(piece_top_.span().first(k), shift, piece_idx_.span().subspan(pos, k));
-    k_.synchronize();  // piece_top_ is rewritten by the next piece's selection
     pos += k;
   }
   if (!dense_idx_.empty()) k_.copy_bytes(dense_idx_.data(), piece_idx_.data() + pos, dense_idx_.bytes());

@@ -55,7 +55,8 @@ ScapeOptimizer::ScapeOptimizer(const OptimizerConfig& config, const ParamLayout&
   std::vector<std::uint32_t> dense;
   const std::size_t base = 64 * owners_.word_begin(rank_);
   for (const auto& piece : owners_.pieces(rank_)) {
-    for (std::size_t j = piece.begin; piece.dense && j < piece.end; ++j) dense.push_back(static_cast<std::uint32_t>(j - base));
+    if (!piece.dense) continue;
+    for (std::size_t j = piece.begin; j < piece.end; ++j) dense.push_back(static_cast<std::uint32_t>(j - base));
   }
   dense_idx_.resize(dense.size());
   if (!dense.empty()) k_.copy_bytes(dense.data(), dense_idx_.data(), dense.size() * sizeof(std::uint32_t));

@@ -53,9 +53,8 @@ class ScapeOptimizer final : public OptimizerBase {
   bool partitioned() const { return config_.mask_partition == MaskPartition::partitioned; }
   // The paper and artifact formulations: the residual in momentum units, m zero off the mask.
   bool momentum_units() const { return config_.formulation != Formulation::frozen_momentum; }
-  bool keeps_residual() const { return config_.residual && config_.residual_decay > 0; }
   // Sharded momentum-unit residuals: the owner keeps the momentum part (carried_m_).
-  bool carries_momentum() const { return momentum_units() && config_.sharded && keeps_residual(); }
+  bool carries_momentum() const { return config_.carries_owner_momentum(); }
   // The mask (partitioned) or the index lists (local_union) cross the wire coded.
   bool coded() const { return config_.mask_encoding != MaskEncoding::bitmap; }
   bool two_collectives() const { return config_.second_moment == SecondMoment::two_collectives; }

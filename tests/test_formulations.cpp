@@ -178,43 +178,19 @@ TEST_CASE("density 1: SCAPE in the paper formulation is dense AdamS in the artif
     dense.type = OptimizerType::adams;
     const auto a = run(sparse, layout, 3, 10);
     // Dense AdamS's parameters, step by step, from a run with the same gradients.
-    std::vector<std::vector<float>> dense_theta;
-    sim::QuadraticSpec spec;
-    spec.seed = 11;
-    spec.noise = 0.5;
-    const sim::NoisyQuadratic problem(layout.size(), spec);
-    sim::run_ranks(3, NetworkModel{}, [&](Communicator& comm) {
-      auto opt = make_optimizer(dense, layout, comm, 10);
-      std::vector<float> theta(layout.size()), g(layout.size());
-      problem.initial_params(theta);
-      for (int t = 1; t <= 10; ++t) {
-        problem.gradient(theta, t, comm.rank(), g);
-        opt->step(theta, g);
-        if (comm.rank() == 0) dense_theta.push_back(theta);
-      }
-    });
+    const auto d = run(dense, layout, 3, 10);
     double worst = 0;
     for (std::size_t t = 0; t < a.size(); ++t) {
       for (std::size_t j = 0; j < layout.size(); ++j) {
-        worst = std::max(worst, std::abs(double(a[t].theta[j]) - dense_theta[t][j]) / (std::abs(dense_theta[t][j]) + 1e-3));
+        worst = std::max(worst, std::abs(double(a[t].theta[j]) - d[t].theta[j]) / (std::abs(d[t].theta[j]) + 1e-3));
       }
     }
     CHECK(worst < 1e-5);
     // And not the earlier form: momentum_corrected AdamS differs visibly by step 10.
     dense.adams_form = AdamsForm::momentum_corrected;
-    std::vector<float> other;
-    sim::run_ranks(3, NetworkModel{}, [&](Communicator& comm) {
-      auto opt = make_optimizer(dense, layout, comm, 10);
-      std::vector<float> theta(layout.size()), g(layout.size());
-      problem.initial_params(theta);
-      for (int t = 1; t <= 10; ++t) {
-        problem.gradient(theta, t, comm.rank(), g);
-        opt->step(theta, g);
-      }
-      if (comm.rank() == 0) other = theta;
-    });
+    const std::vector<float> other = run(dense, layout, 3, 10).back().theta;
     double gap = 0;
-    for (std::size_t j = 0; j < layout.size(); ++j) gap = std::max(gap, std::abs(double(other[j]) - dense_theta.back()[j]));
+    for (std::size_t j = 0; j < layout.size(); ++j) gap = std::max(gap, std::abs(double(other[j]) - d.back().theta[j]));
     CHECK(gap > 1e-4);
   }
 }
