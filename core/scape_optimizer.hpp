@@ -32,9 +32,10 @@ class ScapeOptimizer final : public OptimizerBase {
   // Bits this worker computed at the end of the last step for the next mask (its own shard,
   // partitioned masks under lag 1): invariant 6 compares them with the next step's mask.
   std::span<const std::uint64_t> next_mask_local_bits() const { return local_bits_.span(); }
-  // Sharded paper and artifact formulations: the undelivered momentum b1 m_prev of every
-  // worker's residual, kept once by the owner over its shard (the residual() of each worker
-  // then holds the rest, so its e_i is residual() + this on the shard); empty otherwise.
+  // Sharded paper and artifact formulations: the undelivered momentum b1 m_prev, kept once by
+  // the owner over its shard; empty otherwise. Under paper it is part of every worker's e_i
+  // (residual() + this on the shard); under artifact, whose sharded ranks keep no residual
+  // outside their own shard, of the owner's alone.
   std::span<const float> carried_momentum() const { return carried_m_.span(); }
   const MaskOwnership& owners() const { return owners_; }
   // Device memory the residual occupies (N floats resident, two chunks offloaded).

@@ -62,6 +62,8 @@ def resolve_options(optimizer):
             raise ValueError(f"unknown optimizer key {key!r}")
     if opt["adams_form"] is None:
         opt["adams_form"] = "momentum_corrected" if opt["formulation"] == "frozen_momentum" else "artifact"
+    if "dense_tensors" not in optimizer and opt["mask_scope"] == "shard":
+        opt["dense_tensors"] = []  # the documented default under mask_scope = shard
     for key, allowed in CHOICES.items():
         if opt[key] not in allowed:
             raise ValueError(f"optimizer.{key} = {opt[key]!r}: expected one of {allowed}")
@@ -101,10 +103,10 @@ def density_at(t, opt):
     """rho_t of step t (1-based), in double.
 
     Warm-up: rho_t = s * (rho/s)^(tau/T_w) for tau = t-1 < T_w, then rho.
-    Reading (cool-down, which the page only names "geometric back to 1, as the artifact's"): with
-    T_c = density_cooldown > 0 and c0 = max(0, density_cooldown_start), at tau = t-1 >= c0 the
-    density is rho * (1/rho)^((tau-c0)/T_c), from the target rho (not from a warm-up value still
-    in progress) up to exactly 1 from tau = c0 + T_c on; before c0 the warm-up rule applies.
+    Cool-down (the page says only "geometric back to 1, as the artifact's"; the artifact's
+    _scheduled_density decides it): with T_c = density_cooldown > 0 the warm-up is not used at
+    all; before c0 = density_cooldown_start the density is rho, from c0 on
+    rho * (1/rho)^min(1, (tau-c0)/T_c).
     """
     o = _with_defaults(opt)
     rho = 1.0 - float(o["sparsity"])
@@ -114,6 +116,7 @@ def density_at(t, opt):
     tc = int(o["density_cooldown"])
     if tc > 0:
         c0 = max(0, int(o["density_cooldown_start"]))
+        value = rho
         if tau >= c0:
             done = tau - c0
             value = 1.0 if (rho >= 1.0 or done >= tc) else rho * (1.0 / rho) ** (done / tc)
@@ -151,13 +154,14 @@ def shard_ranges(N, W):
 def tensor_owners(layout, W):
     """Owner of each tensor in replicated mode (mask_scope = tensor).
 
-    Reading, exactly: tensors are dealt in layout order, starting with owner w = 0. After tensor j
-    (0-based, of T) is given to owner w, let C be the running element count of tensors 0..j (all
-    owners together). Owner w advances to w+1 iff w < W-1, C >= (w+1)*N/W (compared exactly as
-    C*W >= (w+1)*N), and the tensors still to deal, T-j-1, are at least the later owners' number,
-    W-1-w ("enough tensors remain for the later owners": one each). The owner never advances
-    otherwise (no forced advance); several thresholds crossed by one large tensor are consumed one
-    tensor at a time. Owners past the last advance receive no tensor.
+    The page's "balanced by element count ... while enough tensors remain for the later owners"
+    leaves the exact rule open; the authors' artifact decides it (mz687/SCAPE_SC26,
+    megatron/core/distributed/fp8_topk_adams_reducer.py, commit 1a39ade, the reducer's
+    constructor), and this is its rule, stated here from docs/algorithms.md: tensors are dealt in
+    layout order from owner w = 0, each owner counting only its own elements C_w. After tensor j
+    (0-based, of T) goes to w, w advances (and its count restarts) iff w < W-1, at least one tensor
+    remains, and either C_w * W >= N or the remaining tensors T-j-1 are no more than the later
+    owners W-1-w (so that each of them gets one).
     """
     sizes = [int(entry["size"]) for entry in layout]
     total, count = sum(sizes), len(sizes)
@@ -166,8 +170,9 @@ def tensor_owners(layout, W):
         owners.append(w)
         running += n
         later, remaining = W - 1 - w, count - j - 1
-        if later > 0 and running * W >= (w + 1) * total and remaining >= later:
+        if later > 0 and remaining > 0 and (running * W >= total or remaining <= later):
             w += 1
+            running = 0
     return owners
 
 
@@ -325,7 +330,7 @@ def _exchange(opt, c, idx, shard_owner, t, wire):
     return reduced, vals - F32(W) * delivered
 
 
-def _new_residual(opt, sc, c, p, e, g, idx, left):
+def _new_residual(opt, sc, c, p, e, g, idx, left, shard_owner):
     if not opt["residual"]:
         return np.zeros_like(e)
     if opt["formulation"] == "frozen_momentum":
@@ -338,6 +343,10 @@ def _new_residual(opt, sc, c, p, e, g, idx, left):
     else:
         new = c.copy()
         new[:, idx] = left
+    if opt["formulation"] == "artifact" and opt["sharded"]:
+        # The artifact's sharded path forms c only on each rank's own shard (its reducer, commit
+        # 1a39ade): other ranks' gradients there reach no residual.
+        new[np.arange(new.shape[0])[:, None] != shard_owner[None, :]] = 0
     return new
 
 
@@ -402,7 +411,7 @@ def run_reference(optimizer, layout, theta0, grads, total_steps):
         mask = select_mask(c, rho, dense, units) if pending is None else pending
         idx = np.flatnonzero(mask)
         b_bar, left = _exchange(opt, c, idx, shard_owner, t, wire)
-        e_new = _new_residual(opt, sc, c, p, e, g, idx, left)
+        e_new = _new_residual(opt, sc, c, p, e, g, idx, left, shard_owner)
         m_new, g_hat, m_mask = _moments(opt, sc, m, idx, b_bar)
         u = _inner_step(opt, sc, m[idx], m_mask, g_hat)
         theta = np.where(decay, theta * sc["decay"], theta)  # decay -> moments -> step

@@ -174,7 +174,7 @@ def test_k_per_fragment_sharded():
 def test_k_per_shard(sharded):
     # non-dense elements per shard: 232, 256, 175 -> ceil(23.2), ceil(25.6), ceil(17.5)
     theta0, grads = trace(4, 3, seed=3)
-    for step in run_reference(base_opt(sharded=sharded, mask_scope="shard"), LAYOUT, theta0, grads, 4):
+    for step in run_reference(base_opt(sharded=sharded, mask_scope="shard", dense_tensors=["norm", "bias"]), LAYOUT, theta0, grads, 4):
         mask = step["mask"]
         assert (bits(mask, 0, 256) - 24, bits(mask, 256, 512), bits(mask, 512, 704) - 17) == (24, 26, 18)
         assert all(mask[a:b].all() for a, b in DENSE_RANGES)
@@ -230,17 +230,20 @@ def sized(*sizes):
 
 
 def test_tensor_owners_by_hand():
-    # N/W = 100/3: cumulative 10, 40 (>= 33.3: advance), 60, 80 (>= 66.7: advance), 100
+    # The artifact's rule: each owner counts its own elements; it hands on once its count reaches
+    # N/W, or when only as many tensors remain as later owners.
+    # N/W = 100/3: owner 0 has 10, then 40 (>= 33.3: hand on); owner 1 has 20, then 40; owner 2 20
     assert tensor_owners(sized(10, 30, 20, 20, 20), 3) == [0, 0, 1, 1, 2]
-    # LAYOUT, W = 3: cumulative 200, 224, 557 (>= 234.7), 574 (>= 469.3), 704
+    # LAYOUT (200, 24, 333, 17, 130), W = 3: owner 0 reaches 557 >= 234.7; owner 1 has 17 but only
+    # one tensor remains for one later owner
     assert tensor_owners(LAYOUT, 3) == [0, 0, 0, 1, 2]
-    assert tensor_owners(sized(50, 50), 2) == [0, 1]  # reaching N/W exactly advances
-    assert tensor_owners(sized(49, 51), 2) == [0, 0]
+    assert tensor_owners(sized(50, 50), 2) == [0, 1]  # reaching N/W exactly hands on
+    assert tensor_owners(sized(49, 51), 2) == [0, 1]  # one tensor left for one later owner
     assert tensor_owners(sized(30, 30, 30, 10), 4) == [0, 1, 2, 3]
-    # one large tensor crosses two thresholds; they are consumed one tensor at a time
-    assert tensor_owners(sized(60, 10, 10, 10, 10), 3) == [0, 1, 2, 2, 2]
-    # not enough tensors left for the later owners (one each): no advance
-    assert tensor_owners(sized(80, 10, 10), 4) == [0, 0, 0]
+    # the overshoot of a large tensor is not carried: owner 1 counts from 0 again
+    assert tensor_owners(sized(60, 10, 10, 10, 10), 3) == [0, 1, 1, 1, 2]
+    # fewer tensors than owners: one each, the last owner empty
+    assert tensor_owners(sized(80, 10, 10), 4) == [0, 1, 2]
     assert tensor_owners(sized(10, 20, 30), 1) == [0, 0, 0]
 
 
