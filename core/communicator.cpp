@@ -13,9 +13,17 @@
 
 namespace scape {
 
-std::size_t wire_bytes(WireType w) { return w == WireType::bf16 ? 2 : 4; }
+std::size_t wire_bytes(WireType w) {
+  switch (w) {
+    case WireType::bf16: return 2;
+    case WireType::fp8_e5m2: return 1;
+    case WireType::fp32: break;
+  }
+  return 4;
+}
 
-constexpr EnumName<WireType> kWireTypes[] = {{"fp32", WireType::fp32}, {"bf16", WireType::bf16}};
+constexpr EnumName<WireType> kWireTypes[] = {
+    {"fp32", WireType::fp32}, {"bf16", WireType::bf16}, {"fp8_e5m2", WireType::fp8_e5m2}};
 
 const char* to_string(WireType w) { return name_of(kWireTypes, w); }
 std::vector<std::string> wire_type_names() { return names_of(kWireTypes); }

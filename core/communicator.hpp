@@ -24,7 +24,10 @@ namespace scape {
 
 // Width at which a payload crosses the wire. Values really are rounded to bf16 before they
 // are reduced; in memory they stay fp32.
-enum class WireType { fp32, bf16 };
+// fp8_e5m2: SCAPE's payload only, which the optimizer quantizes itself (a shared power-of-two
+// scale, the error into the residual) before the collective; the collective carries those
+// values exactly in fp32 lanes, sums in fp32, and counts 1 byte per value.
+enum class WireType { fp32, bf16, fp8_e5m2 };
 std::size_t wire_bytes(WireType w);
 const char* to_string(WireType w);
 // Throws std::invalid_argument naming `parameter` and the value when it is not fp32/bf16.

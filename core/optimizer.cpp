@@ -203,6 +203,25 @@ void check_formulation(const OptimizerConfig& c) {
   }
 }
 
+// fp8_e5m2 is SCAPE's payload, quantized by the optimizer with a shared scale and its error
+// kept in the residual (docs/algorithms.md, "FP8 payload").
+void check_fp8(const OptimizerConfig& c) {
+  if (c.param_dtype == WireType::fp8_e5m2) {
+    reject("param_dtype", "fp8_e5m2 is SCAPE's gradient payload only; parameters go at fp32 or bf16");
+  }
+  if (c.type != OptimizerType::scape) {
+    reject("wire_dtype", std::string("fp8_e5m2 is SCAPE's payload (a shared power-of-two scale, the error kept in the "
+                                     "residual); ") + to_string(c.type) + " takes fp32 or bf16");
+  }
+  if (c.sharded) reject("wire_dtype", "fp8_e5m2 is implemented for replicated state; set optimizer.sharded = false");
+  if (c.residual_offload) {
+    reject("wire_dtype", "fp8_e5m2 writes its rounding error into a resident residual; set optimizer.residual_offload = false");
+  }
+  if (c.second_moment == SecondMoment::two_collectives) {
+    reject("wire_dtype", "fp8_e5m2 quantizes the one synchronized buffer; set optimizer.second_moment = single_buffer");
+  }
+}
+
 }  // namespace
 
 void OptimizerConfig::validate() const {
@@ -229,6 +248,7 @@ void OptimizerConfig::validate() const {
                                  "optimizer.density_warmup = 0 or density_cooldown = 0");
     }
   }
+  if (wire_dtype == WireType::fp8_e5m2 || param_dtype == WireType::fp8_e5m2) check_fp8(*this);
   check_range("clip_grad", clip_grad);
   if (clip_grad > 0 && (type == OptimizerType::onebit_adam || type == OptimizerType::demo)) {
     reject("clip_grad", std::string(to_string(type)) + " never forms the synchronized gradient that clip_grad "
@@ -379,6 +399,7 @@ std::vector<std::string> collective_purposes(const OptimizerConfig& c) {
   }
   const bool two = c.second_moment == SecondMoment::two_collectives;
   std::vector<std::string> out;
+  if (c.wire_dtype == WireType::fp8_e5m2) out.push_back("fp8_scale_all_gather");
   out.push_back(c.mask_partition == MaskPartition::partitioned ? "mask_all_gather" : "index_all_gather");
   if (c.mask_partition == MaskPartition::partitioned && !mask_sizes_known(c.mask_encoding)) {
     out.push_back("mask_size_all_gather");

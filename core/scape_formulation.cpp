@@ -2,6 +2,10 @@
 // shares (core/scape_optimizer.cpp), and the per-tensor mask selection of mask_scope = tensor
 // (docs/algorithms.md, "SCAPE": mask scope, steps 3, 4 and 6, and `formulation = artifact`).
 #include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "kernels/fp8.hpp"
 
 #include "core/optim_common.hpp"
 #include "core/scape_optimizer.hpp"
@@ -71,6 +75,32 @@ void ScapeOptimizer::clip_reconstructed() {
   k_.scale(g_bar_.span(), static_cast<float>(factor));
   k_.momentum_from_gradient(m_.span(), update_idx_.span(), g_bar_.span(), static_cast<float>(config_.beta1),
                             static_cast<float>(1.0 - config_.beta1), b_bar_.span());
+}
+
+void ScapeOptimizer::quantize_payload(int t) {
+  // FP8 payload: the shared exponent s = floor(log2 max |c|) over every worker's payload, taken
+  // at step 1, every 100 steps and when a value would overflow; each value goes as
+  // e5m2(c / W 2^-s), and what it failed to deliver stays in the residual at its position
+  // (in gradient units, divided by 1 - b1, under frozen_momentum).
+  const auto workers = static_cast<std::size_t>(sharding_.workers());
+  const float w = static_cast<float>(workers);
+  k_.synchronize();
+  const std::vector<float> mine{k_.max_magnitude(b_.span())};
+  std::vector<float> peaks(workers);
+  comm_.all_gather(mine, peaks, std::vector<std::size_t>(workers, 1), WireType::fp32, "fp8_scale_all_gather");
+  const float peak = *std::max_element(peaks.begin(), peaks.end());
+  const bool overflow = fp8_scaled_ && (peak / w) * std::ldexp(1.0f, -fp8_exponent_) > kernels::kE5m2Max;
+  if (!fp8_scaled_ || (t - 1) % 100 == 0 || overflow) {
+    fp8_exponent_ = peak > 0 ? std::ilogb(peak) : 0;
+    fp8_scaled_ = true;
+  }
+  fp8_q_.resize(b_.size());
+  fp8_error_.resize(b_.size());
+  k_.quantize_e5m2(b_.span(), w, fp8_exponent_, fp8_q_.span(), fp8_error_.span());
+  std::swap(b_, fp8_q_);
+  if (!config_.residual) return;
+  if (!momentum_units()) k_.divide(fp8_error_.span(), static_cast<float>(1.0 - config_.beta1));
+  k_.expand(fp8_error_.span(), idx_.span(), feedback_.residual().resident());
 }
 
 void ScapeOptimizer::zero_momentum_off_mask() {

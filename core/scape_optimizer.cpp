@@ -4,6 +4,7 @@
 #include "core/scape_optimizer.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <numeric>
 #include <stdexcept>
@@ -307,6 +308,10 @@ void ScapeOptimizer::synchronize() {
   if (two_collectives()) copy_buffer(k_, a_packed_, a_bar_);
   k_.synchronize();
   comm_.all_reduce_mean(b_bar_.span(), config_.wire_dtype, "grad_all_reduce");
+  if (fp8()) {  // the mean of the e5m2 values, back to the payload's units: times W 2^exponent
+    k_.scale(b_bar_.span(), static_cast<float>(sharding_.workers()));
+    k_.scale(b_bar_.span(), std::ldexp(1.0f, fp8_exponent_));
+  }
   if (two_collectives()) comm_.all_reduce_mean(a_bar_.span(), config_.wire_dtype, "accum_all_reduce");
   copy_buffer(k_, idx_, update_idx_);
 }
@@ -382,6 +387,7 @@ void ScapeOptimizer::update(std::span<float> params, std::span<const float> grad
   }
   if (config_.formulation == Formulation::artifact && !config_.sharded) double_count_residual(grads);
   if (config_.formulation == Formulation::artifact && config_.sharded) drop_unowned_residual();
+  if (fp8()) quantize_payload(t);
   feedback_.measure_residual(layout_, t, out);  // final for this step, and still in cache
   // Step 8's statistic is taken from m_prev and a_i as they were before this step's update;
   // its all-gather starts at the end of the step.
@@ -419,6 +425,10 @@ void ScapeOptimizer::save_policy_state(StateMap& state) const {
   put_state(state, "next_mask", next_mask_.span());
   put_state(state, "gathered_indices", gathered_indices_.span());
   if (carries_momentum()) put_state(state, "carried_momentum", carried_m_.span());
+  if (fp8()) {
+    put_state_value(state, "fp8_exponent", fp8_exponent_);
+    put_state_value(state, "fp8_scaled", fp8_scaled_ ? 1 : 0);
+  }
 }
 
 void ScapeOptimizer::load_policy_state(const StateMap& state) {
@@ -427,6 +437,10 @@ void ScapeOptimizer::load_policy_state(const StateMap& state) {
   get_state_exact(state, "next_mask", next_mask_.span());
   get_state(state, "gathered_indices", gathered_indices_);
   if (carries_momentum()) get_state_exact(state, "carried_momentum", carried_m_.span());
+  if (fp8()) {
+    fp8_exponent_ = get_state_value<int>(state, "fp8_exponent");
+    fp8_scaled_ = get_state_value<int>(state, "fp8_scaled") != 0;
+  }
 }
 
 }  // namespace scape

@@ -83,6 +83,8 @@ class ScapeOptimizer final : public OptimizerBase {
   void double_count_residual(std::span<const float> grads);
   void drop_unowned_residual();
   void clip_reconstructed();
+  bool fp8() const { return config_.wire_dtype == WireType::fp8_e5m2; }
+  void quantize_payload(int t);
   void zero_momentum_off_mask();
   // Mask words per shard, in rank order (the counts of the partitioned mask all-gather).
   std::vector<std::size_t> mask_word_counts() const;
@@ -108,6 +110,9 @@ class ScapeOptimizer final : public OptimizerBase {
   kernels::Buffer<std::uint32_t> piece_idx_{k_}, piece_top_{k_};  // mask_scope = tensor: selected positions
   kernels::Buffer<std::uint32_t> dense_idx_{k_};           // positions of dense tensors in the own segment
   kernels::Buffer<float> carried_m_{k_};                   // carries_momentum(): q over the own shard
+  kernels::Buffer<float> fp8_q_{k_}, fp8_error_{k_};       // fp8(): the quantized payload and its error
+  int fp8_exponent_ = 0;                                   // fp8(): the shared scale 2^exponent
+  bool fp8_scaled_ = false;                                // fp8(): the exponent has been taken
   kernels::Buffer<std::uint32_t> local_indices_{k_};       // local_union: own top-K (send buffer)
   kernels::Buffer<std::uint32_t> gathered_indices_{k_};    // local_union: everyone's top-K
   std::vector<std::size_t> gathered_counts_;

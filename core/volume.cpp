@@ -10,6 +10,7 @@
 #include <string>
 
 #include "core/mask_codec.hpp"
+#include "core/mask_ownership.hpp"
 #include "core/powersgd_optimizer.hpp"
 #include "core/schedule.hpp"
 #include "kernels/kernel_types.hpp"
@@ -21,6 +22,13 @@ constexpr std::uint64_t kIndexBytes = sizeof(std::uint32_t);  // indices on the 
 
 bool partitioned(const OptimizerConfig& c) { return c.mask_partition == MaskPartition::partitioned; }
 
+// What the closed forms assume when they know N alone: one tensor of N elements.
+ParamLayout single_tensor(std::size_t n) {
+  ParamLayout layout;
+  layout.add("params", {n}, true);
+  return layout;
+}
+
 // One shard's coded message in words (core/mask_codec.hpp) when `kept` of its k_prev previous
 // positions stay and k - kept are new.
 std::size_t shard_message_words(MaskEncoding e, std::size_t n, std::size_t k, std::size_t k_prev, std::size_t kept) {
@@ -30,23 +38,24 @@ std::size_t shard_message_words(MaskEncoding e, std::size_t n, std::size_t k, st
   return tagged_message_words(f, n, k, k_prev, k_new);
 }
 
-// The mask all-gather of SCAPE. Partitioned: every shard's message at the encoding (bitmap: the
-// shard words, which sum to the words of N because shard boundaries are multiples of 64),
-// preceded by an all-gather of one size word per worker for delta and auto; the previous mask
-// had density rho_prev (0: none yet) and keeps the fraction `kept_fraction` of its positions.
-// local_union: every worker's K(rho) local indices, 4 bytes each (bitmap) or Elias-Fano coded
-// among N (any other encoding).
-void record_mask_gather(ByteLedger& ledger, const OptimizerConfig& c, std::size_t n, int workers, double rho,
+// The mask all-gather of SCAPE. Partitioned: every owner's message at the encoding (bitmap: the
+// words that cover its range, which sum to the words of N when the ranges are shards, whose
+// boundaries are multiples of 64), preceded by an all-gather of one size word per worker for
+// delta and auto; the previous mask had density rho_prev (0: none yet) and keeps the fraction
+// `kept_fraction` of its positions. local_union: every worker's K(rho) local indices, 4 bytes
+// each (bitmap) or Elias-Fano coded among N (any other encoding).
+void record_mask_gather(ByteLedger& ledger, const OptimizerConfig& c, const MaskOwnership& owners, double rho,
                         double rho_prev, double kept_fraction, bool overlapped) {
+  const std::size_t n = owners.n();
+  const int workers = owners.workers();
   if (partitioned(c)) {
-    const Sharding sharding(n, workers);
     std::uint64_t words = 0;
     for (int w = 0; w < workers; ++w) {
-      const std::size_t size = sharding.size(w);
-      const std::size_t k = k_for(rho, size);
-      const std::size_t k_prev = rho_prev > 0 ? k_for(rho_prev, size) : 0;
+      const std::size_t bits = owners.segment_bits(w);
+      const std::size_t k = owners.k(w, rho);
+      const std::size_t k_prev = rho_prev > 0 ? owners.k(w, rho_prev) : 0;
       const auto kept = std::min(k, static_cast<std::size_t>(kept_fraction * static_cast<double>(k_prev)));
-      words += shard_message_words(c.mask_encoding, size, k, k_prev, kept);
+      words += shard_message_words(c.mask_encoding, bits, k, k_prev, kept);
     }
     if (!mask_sizes_known(c.mask_encoding)) {
       ledger.record(CollectiveKind::all_gather, "mask_size_all_gather",
@@ -63,9 +72,18 @@ void record_mask_gather(ByteLedger& ledger, const OptimizerConfig& c, std::size_
                 overlapped);
 }
 
-void record_dense(ByteLedger& ledger, const OptimizerConfig& c, std::size_t n) {
+// clip_grad with sharded state: each owner's sum of squares, one double a worker.
+void record_clip_norm(ByteLedger& ledger, const OptimizerConfig& c, int workers) {
+  if (c.clip_grad > 0 && c.sharded && workers > 1) {
+    ledger.record(CollectiveKind::all_gather, "clip_norm_all_gather", static_cast<std::uint64_t>(workers) * sizeof(double),
+                  false);
+  }
+}
+
+void record_dense(ByteLedger& ledger, const OptimizerConfig& c, std::size_t n, int workers) {
   if (c.sharded) {
     ledger.record(CollectiveKind::reduce_scatter, "grad_reduce_scatter", n * wire_bytes(c.wire_dtype), false);
+    record_clip_norm(ledger, c, workers);
     ledger.record(CollectiveKind::all_gather, "param_all_gather", n * wire_bytes(c.param_dtype), false);
   } else {
     ledger.record(CollectiveKind::all_reduce, "grad_all_reduce", n * wire_bytes(c.wire_dtype), false);
@@ -84,20 +102,28 @@ std::size_t union_mask_size(std::size_t k, std::size_t n, int workers, std::opti
   return *given;
 }
 
-void record_scape(ByteLedger& ledger, const OptimizerConfig& c, std::size_t n, int workers, int t, int total,
+void record_scape(ByteLedger& ledger, const OptimizerConfig& c, const ParamLayout& layout, int workers, int t, int total,
                   std::optional<std::size_t> union_size, double kept_fraction) {
+  const std::size_t n = layout.size();
+  const MaskOwnership owners(layout, workers, c);
   const auto rho_at = [&](int step) { return step < 1 ? 0.0 : density_at(c.density_schedule(), step); };
   const double rho = rho_at(t);
   // Step 2: the mask of step t is gathered now (lag 0, and step 1 under lag 1), coded against
   // the previous step's mask.
-  if (c.mask_lag == 0 || t == 1) record_mask_gather(ledger, c, n, workers, rho, rho_at(t - 1), kept_fraction, false);
-  const std::size_t k = mask_k(c, n, workers, rho);
+  if (c.mask_lag == 0 || t == 1) record_mask_gather(ledger, c, owners, rho, rho_at(t - 1), kept_fraction, false);
+  const std::size_t k = partitioned(c) ? owners.k_total(rho) : k_for(rho, n);
   const std::size_t m = partitioned(c) ? k : union_mask_size(k, n, workers, union_size);
   const std::uint64_t values = m * wire_bytes(c.wire_dtype);
   const bool two = c.second_moment == SecondMoment::two_collectives;
+  // The fp8 payload's shared scale: one float a worker.
+  if (c.wire_dtype == WireType::fp8_e5m2) {
+    ledger.record(CollectiveKind::all_gather, "fp8_scale_all_gather", static_cast<std::uint64_t>(workers) * sizeof(float),
+                  false);
+  }
   if (c.sharded) {
     ledger.record(CollectiveKind::reduce_scatter, "grad_reduce_scatter", values, false);
     if (two) ledger.record(CollectiveKind::reduce_scatter, "accum_reduce_scatter", values, false);
+    record_clip_norm(ledger, c, workers);
     const std::size_t synced = c.update == UpdateMode::dense ? n : m;
     ledger.record(CollectiveKind::all_gather, "param_all_gather", synced * wire_bytes(c.param_dtype), false);
   } else {
@@ -107,7 +133,7 @@ void record_scape(ByteLedger& ledger, const OptimizerConfig& c, std::size_t n, i
   // Step 9: the next mask, at the next step's density, starts asynchronously; the last step
   // starts none.
   if (c.mask_lag == 1 && t < total) {
-    record_mask_gather(ledger, c, n, workers, rho_at(t + 1), rho, kept_fraction, true);
+    record_mask_gather(ledger, c, owners, rho_at(t + 1), rho, kept_fraction, true);
   }
 }
 
@@ -181,16 +207,17 @@ std::size_t mask_k(const OptimizerConfig& config, std::size_t n_params, int work
       break;
   }
   if (!partitioned(config)) return k_for(rho, n_params);
-  const Sharding sharding(n_params, workers);
-  std::size_t k = 0;
-  for (int w = 0; w < workers; ++w) k += k_for(rho, sharding.size(w));
-  return k;
+  return MaskOwnership(single_tensor(n_params), workers, config).k_total(rho);
 }
 
-std::vector<CommRecord> step_collectives(const OptimizerConfig& config, std::size_t n_params, int workers, int step,
-                                         int total_steps, const NetworkModel& net,
-                                         std::optional<std::size_t> union_size, double mask_kept_fraction) {
+namespace {
+
+// Both overloads: the layout decides SCAPE's owners and k (the N-only one passes one tensor).
+std::vector<CommRecord> collectives(const OptimizerConfig& config, const ParamLayout& layout, int workers, int step,
+                                    int total_steps, const NetworkModel& net, std::optional<std::size_t> union_size,
+                                    double mask_kept_fraction) {
   config.validate();
+  const std::size_t n_params = layout.size();
   if (!(mask_kept_fraction >= 0 && mask_kept_fraction <= 1)) {
     throw std::invalid_argument("step_collectives: mask kept fraction " + std::to_string(mask_kept_fraction) +
                                 " is outside [0, 1]");
@@ -204,10 +231,10 @@ std::vector<CommRecord> step_collectives(const OptimizerConfig& config, std::siz
   switch (config.type) {
     case OptimizerType::adamw:
     case OptimizerType::adams:
-      record_dense(ledger, config, n_params);
+      record_dense(ledger, config, n_params, workers);
       break;
     case OptimizerType::scape:
-      record_scape(ledger, config, n_params, workers, step, total_steps, union_size, mask_kept_fraction);
+      record_scape(ledger, config, layout, workers, step, total_steps, union_size, mask_kept_fraction);
       break;
     case OptimizerType::topk_ef:
       record_topk(ledger, config, n_params, workers, step);
@@ -219,8 +246,8 @@ std::vector<CommRecord> step_collectives(const OptimizerConfig& config, std::siz
       record_onebit(ledger, config, n_params, workers, step);
       break;
     case OptimizerType::powersgd:
-      throw std::invalid_argument(
-          "step_collectives: powersgd's bytes depend on the tensor shapes; pass the parameter layout");
+      record_powersgd(ledger, config, layout);
+      break;
     case OptimizerType::demo:
       ledger.record(CollectiveKind::all_gather, "demo_all_gather",
                     static_cast<std::uint64_t>(workers) *
@@ -231,20 +258,23 @@ std::vector<CommRecord> step_collectives(const OptimizerConfig& config, std::siz
   return ledger.drain();
 }
 
+}  // namespace
+
+std::vector<CommRecord> step_collectives(const OptimizerConfig& config, std::size_t n_params, int workers, int step,
+                                         int total_steps, const NetworkModel& net,
+                                         std::optional<std::size_t> union_size, double mask_kept_fraction) {
+  if (config.type == OptimizerType::powersgd) {
+    throw std::invalid_argument(
+        "step_collectives: powersgd's bytes depend on the tensor shapes; pass the parameter layout");
+  }
+  if (n_params == 0) throw std::invalid_argument("step_collectives: n_params must be > 0");
+  return collectives(config, single_tensor(n_params), workers, step, total_steps, net, union_size, mask_kept_fraction);
+}
+
 std::vector<CommRecord> step_collectives(const OptimizerConfig& config, const ParamLayout& layout, int workers,
                                          int step, int total_steps, const NetworkModel& net) {
-  if (config.type != OptimizerType::powersgd) {
-    return step_collectives(config, layout.size(), workers, step, total_steps, net);
-  }
-  config.validate();
   if (layout.size() == 0) throw std::invalid_argument("step_collectives: the parameter layout is empty");
-  if (total_steps < 1 || step < 1 || step > total_steps) {
-    throw std::invalid_argument("step_collectives: step " + std::to_string(step) + " is outside [1, " +
-                                std::to_string(total_steps) + "]");
-  }
-  ByteLedger ledger(workers, net);
-  record_powersgd(ledger, config, layout);
-  return ledger.drain();
+  return collectives(config, layout, workers, step, total_steps, net, std::nullopt, 0.0);
 }
 
 }  // namespace scape

@@ -15,8 +15,9 @@
 
 namespace scape {
 
-// The global mask size K of SCAPE or top-k at density rho: the sum of the per-shard k_w
-// (partitioned) or k(rho, N) (local_union, topk_ef, randk_ef). Zero for dense optimizers.
+// The global mask size K of SCAPE or top-k at density rho: the sum of the owners' k
+// (partitioned; core/mask_ownership.hpp, for a model of one tensor of N elements) or k(rho, N)
+// (local_union, topk_ef, randk_ef). Zero for dense optimizers.
 std::size_t mask_k(const OptimizerConfig& config, std::size_t n_params, int workers, double rho);
 
 // 1-bit Adam's compressed payload: per shard S_w its sign words and one fp32 scale per chunk,
@@ -42,7 +43,9 @@ std::vector<CommRecord> step_collectives(const OptimizerConfig& config, std::siz
                                          double mask_kept_fraction = 0.0);
 // The same from the parameter layout, which every optimizer type accepts: PowerSGD all-reduces
 // sum r'(rows) and sum r'(cols) factor entries and the vectors' entries (core/
-// powersgd_optimizer.hpp, PowersgdPlan); the others depend on N = layout.size() only.
+// powersgd_optimizer.hpp, PowersgdPlan); SCAPE's owners and per-tensor k follow the layout's
+// tensors (the N-only overload takes the model as one tensor of N elements); the others depend
+// on N alone.
 std::vector<CommRecord> step_collectives(const OptimizerConfig& config, const ParamLayout& layout, int workers,
                                          int step, int total_steps, const NetworkModel& net);
 

@@ -121,6 +121,11 @@ inline void pack_payload_sizes(std::size_t idx, std::size_t b, std::size_t a_out
   if (a_out != 0) require_size(a_out, idx, "pack_payload: a_out");
 }
 
+inline void quantize_e5m2_sizes(std::size_t v, std::size_t q, std::size_t error) {
+  require_size(q, v, "quantize_e5m2: q");
+  require_size(error, v, "quantize_e5m2: error");
+}
+
 inline void candidate_momentum_sizes(std::size_t e, std::size_t m, std::size_t g) {
   if (m == 0 && g == 0 && e != 0) throw std::invalid_argument("candidate_momentum: m and g are both empty");
   if (m != 0) require_size(m, e, "candidate_momentum: m");

@@ -52,7 +52,7 @@ constexpr std::string_view kComparedKernels[] = {
     "pack_bits", "unpack_bits", "popcount", "popcount_and", "popcount_or", "mask_range_counts", "bits_to_indices", "indices_to_bits",
     "and_not_bits", "or_bits", "extract_bits", "deposit_bits", "ef_encode", "ef_decode", "ef_decode_indices",
     "compact", "expand", "zero_at", "scatter_add",
-    "first_moment_statistic", "candidate_momentum", "momentum_from_gradient", "random_statistic", "pack_payload", "rebase_indices", "add_momentum",
+    "first_moment_statistic", "candidate_momentum", "quantize_e5m2", "momentum_from_gradient", "random_statistic", "pack_payload", "rebase_indices", "add_momentum",
     "reconstruct_gradient", "round_to_bf16", "fill",
     "block_sum_squares", "max_magnitude", "count_nonfinite", "update_statistics",
     "sign_compress", "sign_expand_add",
@@ -582,6 +582,17 @@ TEST_CASE("first_moment_statistic and random_statistic match the CPU") {
                                                            mode == 2 ? std::span<const float>{} : std::span<const float>(da), b1, omb1);
       check_equal(cpu_e, to_host(de), "candidate_momentum mode " + std::to_string(mode) + " " + what);
       CHECK(cpu_bad == gpu_bad);
+    }
+
+    // quantize_e5m2 at exponents that put the values in the normal range, at the top of it, and
+    // among the subnormals.
+    for (const int exponent : {-12, 0, 3, 16}) {
+      std::vector<float> q(n), err(n);
+      sk::quantize_e5m2(m, 3.0f, exponent, q, err);
+      sk::Buffer<float> dq(gpu(), n), derr(gpu(), n);
+      gpu().quantize_e5m2(dm, 3.0f, exponent, dq, derr);
+      check_equal(q, to_host(dq), "quantize_e5m2 q exponent " + std::to_string(exponent) + " " + what);
+      check_equal(err, to_host(derr), "quantize_e5m2 error exponent " + std::to_string(exponent) + " " + what);
     }
 
     const std::uint64_t key = 0x0123456789abcdefull + n;

@@ -155,6 +155,16 @@ TEST_CASE("paper formulation: every candidate momentum is delivered into m or ke
   }
 }
 
+TEST_CASE("fp8 payload: the rounding error each worker fails to deliver stays in its residual") {
+  const ParamLayout layout = layout_with_dense();
+  OptimizerConfig c = paper(0.9, false);
+  c.wire_dtype = WireType::fp8_e5m2;
+  CHECK(worst_conservation(run(c, layout, 3, 12), c, false) < 1e-5);
+  // Dropping the error (residual off) breaks the law by far more than rounding.
+  c.residual = false;
+  CHECK(worst_conservation(run(c, layout, 3, 12), c, false) > 1e-3);
+}
+
 TEST_CASE("artifact formulation: the replicated residual breaks conservation by exactly its double count") {
   const ParamLayout layout = layout_with_dense();
   OptimizerConfig c = paper(0.9, false);

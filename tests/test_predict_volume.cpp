@@ -65,6 +65,25 @@ std::vector<Case> cases() {
   auto local_warm = local;
   local_warm.density_warmup = 2;
   out.push_back({"scape local_union density warm-up", local_warm});
+  // The paper formulation's per-tensor owners (the layout overload), its fp8 payload and clip_grad.
+  for (const bool sharded : {true, false}) {
+    auto paper = make(OptimizerType::scape, sharded);
+    paper.formulation = Formulation::paper;
+    paper.mask_scope = MaskScope::tensor;
+    paper.dense_tensors = {"b1", "ln"};
+    paper.adams_form = AdamsForm::automatic;
+    out.push_back({sharded ? "scape paper, per tensor, sharded" : "scape paper, per tensor, replicated", paper});
+  }
+  auto fp8 = make(OptimizerType::scape, false);
+  fp8.formulation = Formulation::paper;
+  fp8.wire_dtype = WireType::fp8_e5m2;
+  out.push_back({"scape paper fp8, replicated", fp8});
+  auto clip = make(OptimizerType::scape, true);
+  clip.clip_grad = 1e-3;
+  out.push_back({"scape clip_grad sharded", clip});
+  auto dense_clip = make(OptimizerType::adams, true);
+  dense_clip.clip_grad = 1e-3;
+  out.push_back({"adams clip_grad sharded", dense_clip});
   auto topk = make(OptimizerType::topk_ef, false);
   topk.wire_dtype = WireType::bf16;
   out.push_back({"topk_ef", topk});
@@ -116,9 +135,10 @@ TEST_CASE("step_collectives reports the simulator's bytes per collective, step f
             // local_union's |M_t| depends on the data: the simulator's value goes in.
             const bool local = config.type == OptimizerType::scape &&
                                config.mask_partition == MaskPartition::local_union;
-            // PowerSGD's bytes need the tensor shapes: the layout overload.
+            // PowerSGD's bytes and SCAPE's per-tensor k need the tensor shapes: the layout overload.
+            const bool per_tensor = config.type == OptimizerType::scape && config.mask_scope == MaskScope::tensor;
             const auto predicted =
-                config.type == OptimizerType::powersgd
+                config.type == OptimizerType::powersgd || per_tensor
                     ? step_collectives(config, layout, w, t, kSteps, NetworkModel{})
                     : step_collectives(config, layout.size(), w, t, kSteps, NetworkModel{},
                                        local ? std::optional<std::size_t>(m.mask_size) : std::nullopt);

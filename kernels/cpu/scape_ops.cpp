@@ -4,6 +4,7 @@
 #include "core/rng.hpp"
 #include "kernels/cpu/bf16.hpp"
 #include "kernels/cpu/kernels.hpp"
+#include "kernels/fp8.hpp"
 #include "kernels/size_checks.hpp"
 
 namespace scape::kernels {
@@ -57,6 +58,16 @@ void momentum_from_gradient(std::span<const float> m, std::span<const std::uint3
                             float b1, float omb1, std::span<float> out) {
   checks::momentum_from_gradient_sizes(idx.size(), g_bar.size(), out.size());
   for (std::size_t i = 0; i < idx.size(); ++i) out[i] = b1 * m[idx[i]] + omb1 * g_bar[i];
+}
+
+void quantize_e5m2(std::span<const float> v, float w, int exponent, std::span<float> q, std::span<float> error) {
+  checks::quantize_e5m2_sizes(v.size(), q.size(), error.size());
+  const float down = std::ldexp(1.0f, -exponent), up = std::ldexp(1.0f, exponent);
+  for (std::size_t i = 0; i < v.size(); ++i) {
+    const float qi = round_to_e5m2((v[i] / w) * down);
+    q[i] = qi;
+    error[i] = v[i] - w * (qi * up);
+  }
 }
 
 void random_statistic(std::uint64_t key, std::uint64_t first_counter, std::span<float> out) {

@@ -4,6 +4,7 @@
 #include "core/rng.hpp"
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/kernels.hpp"
+#include "kernels/fp8.hpp"
 #include "kernels/size_checks.hpp"
 
 namespace scape::kernels::cuda {
@@ -41,6 +42,15 @@ __global__ void momentum_from_gradient_kernel(const float* __restrict__ m, std::
     const std::uint32_t j = idx[i];
     if (j >= nm) continue;
     out[i] = b1 * m[j] + omb1 * g_bar[i];
+  }
+}
+
+__global__ void quantize_e5m2_kernel(const float* __restrict__ v, float w, float down, float up, float* __restrict__ q,
+                                     float* __restrict__ error, std::size_t n) {
+  for (std::size_t i = global_thread(); i < n; i += grid_threads()) {
+    const float qi = round_to_e5m2((v[i] / w) * down);
+    q[i] = qi;
+    error[i] = v[i] - w * (qi * up);
   }
 }
 
@@ -136,6 +146,13 @@ void momentum_from_gradient(std::span<const float> m, std::span<const std::uint3
   if (idx.empty()) return;
   launch(momentum_from_gradient_kernel, idx.size(), m.data(), m.size(), idx.data(), g_bar.data(), b1, omb1, out.data(),
          idx.size());
+}
+
+void quantize_e5m2(std::span<const float> v, float w, int exponent, std::span<float> q, std::span<float> error) {
+  checks::quantize_e5m2_sizes(v.size(), q.size(), error.size());
+  if (v.empty()) return;
+  launch(quantize_e5m2_kernel, v.size(), v.data(), w, std::ldexp(1.0f, -exponent), std::ldexp(1.0f, exponent), q.data(),
+         error.data(), v.size());
 }
 
 void random_statistic(std::uint64_t key, std::uint64_t first_counter, std::span<float> out) {

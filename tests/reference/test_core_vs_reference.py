@@ -6,7 +6,8 @@ the initial parameters) to a folder, runs the core on it through the `core_steps
 `run_reference` on the same arrays, and requires, at every step, the masks to be identical and
 the parameters, the first moment and every worker's residual to agree within 1e-6 of the
 array's largest magnitude. The cases cover the three formulations, replicated and sharded state,
-W = 1, 3 and 8, both mask scopes, lag 0 and 1, clipping, and the density warm-up and cool-down.
+W = 1, 3 and 8, both mask scopes, lag 0 and 1, clipping, the density warm-up and cool-down, and
+the fp8 payload (replicated, over a refresh of its scale).
 """
 
 import json
@@ -36,18 +37,19 @@ STEPS = 12
 TOLERANCE = 1e-6
 
 
-def trace(workers, seed=5):
+def trace(workers, steps, seed=5):
     """Gradients [T, W, N] whose scale differs by tensor, and the initial parameters."""
     rng = np.random.default_rng(seed)
     n = sum(t["size"] for t in LAYOUT)
     scale = np.concatenate([np.full(t["size"], 10.0 ** -(i % 3)) for i, t in enumerate(LAYOUT)])
-    grads = (rng.standard_normal((STEPS, workers, n)) * scale + 0.3 * scale).astype(np.float32)
+    grads = (rng.standard_normal((steps, workers, n)) * scale + 0.3 * scale).astype(np.float32)
     theta0 = (0.02 * rng.standard_normal(n)).astype(np.float32)
     return theta0, grads
 
 
 def run_core(tmp_path, optimizer, workers, theta0, grads):
-    spec = {"workers": workers, "steps": STEPS, "optimizer": optimizer, "layout": LAYOUT}
+    steps = grads.shape[0]
+    spec = {"workers": workers, "steps": steps, "optimizer": optimizer, "layout": LAYOUT}
     (tmp_path / "spec.json").write_text(json.dumps(spec))
     theta0.tofile(tmp_path / "theta0.f32")
     grads.tofile(tmp_path / "grads.f32")
@@ -55,8 +57,8 @@ def run_core(tmp_path, optimizer, workers, theta0, grads):
     assert done.returncode == 0, done.stderr
     n = theta0.size
     read = lambda name, dtype, shape: np.fromfile(tmp_path / name, dtype=dtype).reshape(shape)
-    return (read("theta.f32", np.float32, (STEPS, n)), read("m.f32", np.float32, (STEPS, n)),
-            read("residual.f32", np.float32, (STEPS, workers, n)), read("mask.u8", np.uint8, (STEPS, n)))
+    return (read("theta.f32", np.float32, (steps, n)), read("m.f32", np.float32, (steps, n)),
+            read("residual.f32", np.float32, (steps, workers, n)), read("mask.u8", np.uint8, (steps, n)))
 
 
 def close(core, ref):
@@ -71,7 +73,7 @@ def cases():
         for sharded in (False, True):
             for workers in (1, 3, 8):
                 opt = dict(base, formulation=formulation, sharded=sharded)
-                out.append((f"{formulation}-{'sharded' if sharded else 'replicated'}-W{workers}", opt, workers))
+                out.append((f"{formulation}-{'sharded' if sharded else 'replicated'}-W{workers}", opt, workers, STEPS))
     extra = {
         "shard-scope": {"mask_scope": "shard"},
         "no-dense-tensors": {"dense_tensors": []},
@@ -86,15 +88,19 @@ def cases():
         for sharded in (False, True):
             for name, keys in extra.items():
                 opt = dict(base, formulation=formulation, sharded=sharded, **keys)
-                out.append((f"{formulation}-{'sharded' if sharded else 'replicated'}-{name}", opt, 3))
+                out.append((f"{formulation}-{'sharded' if sharded else 'replicated'}-{name}", opt, 3, STEPS))
+        # The fp8 payload (replicated state only), over a refresh of its scale at step 101.
+        fp8 = dict(base, formulation=formulation, sharded=False, wire_dtype="fp8_e5m2")
+        out.append((f"{formulation}-replicated-fp8", fp8, 3, STEPS))
+        out.append((f"{formulation}-replicated-fp8-W8-105-steps", fp8, 8, 105))
     return out
 
 
-@pytest.mark.parametrize("name,optimizer,workers", cases(), ids=[c[0] for c in cases()])
-def test_core_matches_reference(tmp_path, name, optimizer, workers):
-    theta0, grads = trace(workers)
+@pytest.mark.parametrize("name,optimizer,workers,steps", cases(), ids=[c[0] for c in cases()])
+def test_core_matches_reference(tmp_path, name, optimizer, workers, steps):
+    theta0, grads = trace(workers, steps)
     theta, m, residual, mask = run_core(tmp_path, optimizer, workers, theta0, grads)
-    steps = run_reference(optimizer, LAYOUT, theta0, grads, STEPS)
+    steps = run_reference(optimizer, LAYOUT, theta0, grads, steps)
     for t, ref in enumerate(steps):
         where = f"{name}, step {t + 1}"
         assert np.array_equal(mask[t].astype(bool), ref["mask"]), \
