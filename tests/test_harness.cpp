@@ -251,6 +251,21 @@ TEST_CASE("bad configurations exit 2 with a message naming the problem") {
       {"model.precision=fp16", "model.precision: unknown value \"fp16\""},
       {"device=cuda --set optimizer.device=cpu", "optimizer.device: \"cpu\" cannot step parameters that live on the GPU"},
       {"device=cuda --set optimizer.type=topk_ef", "device: \"cuda\" runs the optimizer types scape, adamw and adams"},
+      // The formulation's keys.
+      {"optimizer.formulation=paperr", "optimizer.formulation: unknown value \"paperr\""},
+      {"optimizer.mask_scope=layer", "optimizer.mask_scope: unknown value \"layer\""},
+      {"optimizer.adams_form=adam", "optimizer.adams_form: unknown value \"adam\""},
+      {"optimizer.clip_grad=-1", "optimizer.clip_grad: -1 is out of range"},
+      {"optimizer.density_start=0", "optimizer.density_start: 0 is out of range"},
+      {"optimizer.density_start=1.5", "optimizer.density_start: 1.5 is out of range"},
+      {"optimizer.dense_tensors=\\\"norm\\\"", "optimizer.dense_tensors: expected an array of strings"},
+      {"optimizer.dense_tensors=[1]", "optimizer.dense_tensors[0]: expected a non-empty string"},
+      {"optimizer.type=adams --set optimizer.wire_dtype=fp8_e5m2", "optimizer.wire_dtype: fp8_e5m2 is SCAPE's payload"},
+      {"optimizer.wire_dtype=fp8_e5m2", "optimizer.wire_dtype: fp8_e5m2 is implemented for replicated state"},
+      {"optimizer.update=dense", "optimizer.update: dense steps m off the mask"},
+      {"optimizer.mask_scope=shard --set optimizer.dense_tensors=[\\\"norm\\\"]", "optimizer.dense_tensors: mask_scope = shard"},
+      {"optimizer.density_warmup=5 --set optimizer.density_cooldown=5", "optimizer.density_cooldown: the cool-down replaces"},
+      {"optimizer.type=demo --set optimizer.sharded=false --set optimizer.clip_grad=1", "optimizer.clip_grad: demo never forms"},
   };
   write_file(dir.path / "g.json", kTinyGpt);
   for (const auto& c : cases) {
