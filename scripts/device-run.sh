@@ -291,7 +291,11 @@ run_test test_cuda_kernels test_cuda_kernels 150
 run_test test_device_optimizer test_device_optimizer 120
 run_test test_device_model test_device_model 60
 run_test test_device_train test_device_train 120
-run_training sim_scape_0.99 90 --set optimizer.type=scape --set optimizer.sparsity=0.99 --set optimizer.lr=0.01
+run_training sim_scape_paper_0.99 90 --set optimizer.type=scape --set optimizer.formulation=paper \
+  --set optimizer.sparsity=0.99 --set optimizer.lr=0.01
+run_training sim_scape_artifact_0.9_fp8 90 --set optimizer.type=scape --set optimizer.formulation=artifact \
+  --set optimizer.sharded=false --set optimizer.wire_dtype=fp8_e5m2 --set optimizer.sparsity=0.9 --set optimizer.lr=0.01 \
+  --set optimizer.clip_grad=1.0
 run_training sim_adams 90 --set optimizer.type=adams --set optimizer.lr=0.001
 run_test nccl_collectives_w1 nccl_collectives_check 90 needs-nccl
 run_test nccl_scape_w1 nccl_scape_check 90 needs-nccl

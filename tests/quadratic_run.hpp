@@ -115,8 +115,24 @@ inline const std::vector<ScapeVariant>& scape_variants() {
          c.residual_decay = 0.9;
          c.mask_lag = 0;
        }},
+      {"clip_grad", [](OptimizerConfig& c) { c.clip_grad = 0.05; }},
+      {"fp8 payload, replicated", [](OptimizerConfig& c) {
+         c.sharded = false;
+         c.wire_dtype = WireType::fp8_e5m2;
+       }},
   };
   return variants;
+}
+
+// Whether the optimizer accepts `c`: a variant that has no meaning under a formulation (or with
+// an offloaded residual) is skipped by the tests that loop over both.
+inline bool accepted(const OptimizerConfig& c) {
+  try {
+    c.validate();
+    return true;
+  } catch (const std::invalid_argument&) {
+    return false;
+  }
 }
 
 // Two runs of the same configuration on different backends or residual stores: every
