@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "tests/earlier_formulation.hpp"
 #include "experiments/config.hpp"
 #include "experiments/hdf5.hpp"
 #include "sim/sim_run.hpp"
@@ -48,7 +49,7 @@ bool same_bits(double a, double b) { return std::memcmp(&a, &b, sizeof a) == 0; 
 
 // Three workers whose every field differs, for a configuration with every kind of column.
 struct Fixture {
-  scape::OptimizerConfig optimizer;
+  scape::OptimizerConfig optimizer = scape::testing::earlier_formulation();  // the oracles' formulation
   scape::ParamLayout layout;
   std::vector<float> grads[3], acc[3];
   tr::WorkerReport reports[3];
@@ -338,7 +339,8 @@ TEST_CASE("gradient metrics every k steps: the every-step values at those steps,
       {"name", "interval"}, {"workers", 3}, {"steps", 8},
       {"model", {{"type", "gpt"}, {"n_layer", 1}, {"n_head", 2}, {"n_embd", 16}, {"block_size", 16}, {"vocab_size", 32}}},
       {"data", {{"type", "synthetic"}, {"batch_size", 2}, {"tokens", 20000}}},
-      {"optimizer", {{"type", "scape"}, {"sparsity", 0.9}, {"lr", 1e-2}}},
+      {"optimizer",
+       {{"type", "scape"}, {"formulation", "frozen_momentum"}, {"mask_scope", "shard"}, {"sparsity", 0.9}, {"lr", 1e-2}}},
       {"eval", {{"interval", 4}, {"batches", 1}}},
       {"log", {{"flush_interval", 4}, {"save_params", true}}}};
   scape::testing::TempDir dir;

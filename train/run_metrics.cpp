@@ -87,11 +87,12 @@ const RunMetric kRunMetrics[] = {
      .doc = "`size(M ∩ O) / K` when the mask was chosen, `O` the top-`k_w` per shard of the mask's own "
             "statistic on the worker average (`abs(β1 m_prev + (1−β1) mean_i a_i)` for SCAPE's default; "
             "docs/algorithms.md, \"Metrics\"), with `log.oracle` and at the steps `log.gradient_metrics_interval` "
-            "takes; NaN for random masks"},
+            "takes; NaN for random masks and for SCAPE's `paper` and `artifact` formulations (not defined for "
+            "them yet)"},
     {.name = "mask_energy_capture", .columns = Columns::one, .combine = Combine::rank0, .unit = "1",
      .sparse_only = true, .rank0_field = &RankZeroValues::mask_energy_capture,
      .doc = "`Σ_M ā² / Σ_O' ā²`, `ā = mean_i a_i` when the mask was chosen and `O'` the top-`k_w` of "
-            "`abs(ā)` per shard, with `log.oracle`"},
+            "`abs(ā)` per shard, with `log.oracle`; NaN for SCAPE's `paper` and `artifact` formulations"},
     {.name = "fill_in", .columns = Columns::one, .combine = Combine::worker0, .unit = "1",
      .sparse_only = true, .metrics_field = &StepMetrics::fill_in,
      .doc = "mask size over K (for `topk_ef` the union over workers)"},
@@ -364,6 +365,9 @@ void StepCombiner::oracle_values(std::span<const WorkerReport* const> reports, s
   // the one built at step t-1 still scores this step's mask.
   z.mask_oracle_overlap = z.mask_energy_capture = kNaN;
   if (!oracle_) return;
+  // The oracles rank the earlier formulation's statistic per shard; under paper and artifact
+  // (momentum-unit residuals, per-tensor k) they are not defined yet, and stay NaN.
+  if (optimizer_.type == OptimizerType::scape && optimizer_.formulation != Formulation::frozen_momentum) return;
   const bool have = !reports[0]->accumulated.empty();
   const int t = reports[0]->metrics.step;
   const bool lagged = optimizer_.type == OptimizerType::scape && optimizer_.mask_lag == 1;
