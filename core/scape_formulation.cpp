@@ -98,7 +98,7 @@ void ScapeOptimizer::quantize_payload(int t) {
   fp8_error_.resize(b_.size());
   k_.quantize_e5m2(b_.span(), w, fp8_exponent_, fp8_q_.span(), fp8_error_.span());
   std::swap(b_, fp8_q_);
-  if (!config_.residual) return;
+  if (!config_.residual || config_.residual_decay <= 0) return;  // no residual keeps it (gamma = 0 is residual off)
   if (!momentum_units()) k_.divide(fp8_error_.span(), static_cast<float>(1.0 - config_.beta1));
   k_.expand(fp8_error_.span(), idx_.span(), feedback_.residual().resident());
 }
