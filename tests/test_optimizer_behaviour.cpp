@@ -245,7 +245,7 @@ TEST_CASE("save_state / load_state resume every optimizer bit for bit") {
   sim::QuadraticSpec spec;
   spec.seed = 5;
   const sim::NoisyQuadratic problem(layout.size(), spec);
-  std::vector<OptimizerConfig> configs(9);
+  std::vector<OptimizerConfig> configs(12);
   configs[0].type = OptimizerType::adamw;
   configs[1].sparsity = 0.9;  // SCAPE, sharded, lag 1
   configs[2].sparsity = 0.9;
@@ -268,8 +268,17 @@ TEST_CASE("save_state / load_state resume every optimizer bit for bit") {
   configs[8].type = OptimizerType::demo;  // the momentum is the whole state
   configs[8].sharded = false;
   configs[8].demo_chunk = 50;
+  configs[9].sparsity = 0.9;  // the artifact's sharded path, with the momentum the owner carries
+  configs[9].formulation = Formulation::artifact;
+  configs[10].sparsity = 0.9;  // the fp8 payload's shared exponent resumes
+  configs[10].sharded = false;
+  configs[10].wire_dtype = WireType::fp8_e5m2;
+  configs[11] = scape::testing::earlier_formulation();
+  configs[11].sparsity = 0.9;
   for (const auto& c : configs) {
     CAPTURE(to_string(c.type));
+    CAPTURE(to_string(c.formulation));
+    CAPTURE(to_string(c.wire_dtype));
     const int steps = 8, split = 3, workers = 3;
     std::vector<std::vector<float>> straight(workers), resumed(workers);
     std::vector<StateMap> saved(workers);
