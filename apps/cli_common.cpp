@@ -1,0 +1,60 @@
+// The pieces the commands share (apps/cli_common.hpp).
+#include "apps/cli_common.hpp"
+
+#include <cmath>
+#include <cstdio>
+
+namespace scape::cli {
+
+using nlohmann::json;
+
+int exit_code(tr::RunStatus s) {
+  switch (s) {
+    case tr::RunStatus::completed: return kExitOk;
+    case tr::RunStatus::diverged: return kExitDiverged;
+    case tr::RunStatus::failed: return kExitFailure;
+  }
+  return kExitFailure;
+}
+
+ex::ExperimentConfig load_config(const std::string& file, const std::vector<std::string>& sets) {
+  json j = ex::read_json_file(file);
+  for (const auto& s : sets) ex::apply_override(j, s);
+  const auto base = std::filesystem::absolute(file).parent_path();
+  return ex::parse_experiment(j, base);
+}
+
+tr::RunOptions options_for(const std::filesystem::path& out, bool quiet) {
+  tr::RunOptions o;
+  o.out = out;
+  o.quiet = quiet;
+  o.scape_version = SCAPE_VERSION;
+  o.git_sha = scape_git_sha();
+  return o;
+}
+
+std::string cell(double x, const char* format) {
+  if (std::isnan(x)) return "n/a";
+  char buf[64];
+  std::snprintf(buf, sizeof buf, format, x);
+  return buf;
+}
+
+double dense_bytes(const tr::RunOutcome& r, int workers) {
+  // A dense step sends 2 (W-1)/W N fp32 values per worker, replicated or sharded alike.
+  return 2.0 * (workers - 1) / workers * static_cast<double>(r.n_params) * 4.0;
+}
+
+void print_outcome(const ex::ExperimentConfig& c, const tr::RunOutcome& r, const std::filesystem::path& out) {
+  std::fprintf(stderr, "%s: %s after %d/%d steps in %.1f s -> %s\n", c.name.c_str(), tr::to_string(r.status),
+               r.steps_completed, c.steps, r.wall_s, out.string().c_str());
+  if (!r.error.empty()) std::fprintf(stderr, "  %s\n", r.error.c_str());
+}
+
+std::string label_of(const ex::SweepPoint& p) {
+  std::string s;
+  for (const auto& [k, v] : p.assignment) s += (s.empty() ? "" : " ") + k + "=" + (v.is_string() ? v.get<std::string>() : v.dump());
+  return s.empty() ? "base" : s;
+}
+
+}  // namespace scape::cli

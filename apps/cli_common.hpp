@@ -1,0 +1,62 @@
+// What the commands of `scape` share (apps/command_*.cpp): the exit statuses, the command
+// record scape_main.cpp dispatches on, loading a config with its --set overrides, the run
+// options every run gets, and the lines a finished run prints.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+#include <filesystem>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "experiments/config.hpp"
+#include "train/run_log.hpp"
+
+#ifndef SCAPE_VERSION
+#define SCAPE_VERSION "0.0.0"
+#endif
+
+// The commit this binary was built from (a source generated at build time: apps/CMakeLists.txt).
+const char* scape_git_sha();
+
+namespace scape::cli {
+
+namespace ex = scape::experiments;
+namespace tr = scape::train;
+
+constexpr int kExitOk = 0;
+constexpr int kExitFailure = 1;
+constexpr int kExitInvalid = 2;
+constexpr int kExitDiverged = 3;
+
+// One verb of `scape`: its subcommand (options registered by its add_* function, which owns
+// their storage), what runs when it is the one parsed, and whether it runs under MPI as parsed
+// (scape_main.cpp initialises MPI first) with the backend name an MPI error names.
+struct Command {
+  CLI::App* sub = nullptr;
+  std::function<int()> run;
+  std::function<bool()> under_mpi = [] { return false; };
+  std::function<std::string()> mpi_backend = [] { return std::string(); };
+};
+
+int exit_code(tr::RunStatus s);
+ex::ExperimentConfig load_config(const std::string& file, const std::vector<std::string>& sets);
+tr::RunOptions options_for(const std::filesystem::path& out, bool quiet);
+// A table cell: the number, or n/a for a metric that does not apply (NaN).
+std::string cell(double x, const char* format);
+double dense_bytes(const tr::RunOutcome& r, int workers);
+void print_outcome(const ex::ExperimentConfig& c, const tr::RunOutcome& r, const std::filesystem::path& out);
+// A sweep point's assignment as "key=value ..." ("base" when it has none).
+std::string label_of(const ex::SweepPoint& p);
+
+// The verbs, in the order `scape --help` lists them (apps/command_<verb>.cpp).
+Command add_run_command(CLI::App& app);
+Command add_sweep_command(CLI::App& app);
+Command add_validate_command(CLI::App& app);
+Command add_repair_command(CLI::App& app);
+Command add_schema_command(CLI::App& app);
+Command add_predict_command(CLI::App& app);
+Command add_bench_comm_command(CLI::App& app);
+
+}  // namespace scape::cli

@@ -1,0 +1,91 @@
+// scape predict: step time, speedup and scaling on a cluster, from a prediction config, from the
+// runs of a folder, or a calibration fitted to measured runs.
+#include <cstdio>
+#include <iostream>
+
+#include "apps/cli_common.hpp"
+#include "predict/from_runs.hpp"
+#include "predict/measured_runs.hpp"
+#include "predict/predict_config.hpp"
+#include "predict/regime.hpp"
+#include "predict/report.hpp"
+
+namespace scape::cli {
+namespace {
+
+struct Calibrate {
+  std::vector<std::string> fit, held_out;
+  std::vector<double> sweep_GBps;  // --sweep: the link bandwidths of the regime sweep
+};
+
+int cmd_predict(const std::string& file, std::string out, const std::string& csv, const std::vector<std::string>& sets,
+                const std::string& from_runs, const Calibrate& calibrate) {
+  if (!calibrate.fit.empty()) {
+    if (!file.empty() || !csv.empty() || !from_runs.empty()) throw ex::ConfigError("--calibrate takes no config, --csv or --from-runs");
+    if (out.empty()) out = "calibrated-hardware.json";
+    scape::predict::calibrate_from_files({calibrate.fit.begin(), calibrate.fit.end()},
+                                         {calibrate.held_out.begin(), calibrate.held_out.end()}, out, std::cout);
+    std::fprintf(stderr, "calibrated from %zu file(s) -> %s\n", calibrate.fit.size(), out.c_str());
+    return kExitOk;
+  }
+  if (!calibrate.held_out.empty()) throw ex::ConfigError("--held-out goes with --calibrate");
+  if (file.empty()) throw ex::ConfigError("predict: a prediction config (or --calibrate RUN.h5 ...) is required");
+  if (!from_runs.empty()) {
+    if (!out.empty() || !csv.empty()) throw ex::ConfigError("--from-runs prints a table only: no --out or --csv");
+    const auto runs = scape::predict::read_completed_runs(from_runs);
+    scape::predict::print_at_scale(std::cout, scape::predict::predict_from_runs(file, sets, runs));
+    return kExitOk;
+  }
+  const auto config = scape::predict::load_predict_config(file, sets);
+  const auto prediction = scape::predict::run_prediction(config);
+  scape::predict::print_prediction(std::cout, prediction);
+  scape::predict::print_break_even(std::cout, config, scape::predict::break_even(config));
+  if (!calibrate.sweep_GBps.empty()) scape::predict::print_regime_sweep(std::cout, config, calibrate.sweep_GBps);
+  if (out.empty()) out = config.name + "-predict.h5";
+  scape::predict::write_prediction_hdf5(out, prediction);
+  if (!csv.empty()) scape::predict::write_prediction_csv(csv, prediction);
+  std::fprintf(stderr, "%s: predicted %zu worker counts -> %s%s\n", config.name.c_str(), prediction.rows.size(),
+               out.c_str(), csv.empty() ? "" : (" and " + csv).c_str());
+  return kExitOk;
+}
+
+struct PredictArgs {
+  std::string config_file, out, csv, from_runs;
+  std::vector<std::string> sets;
+  Calibrate calibrate;
+};
+
+}  // namespace
+
+Command add_predict_command(CLI::App& app) {
+  const auto a = std::make_shared<PredictArgs>();
+  auto* predict = app.add_subcommand(
+      "predict", "predict step time, speedup and scaling efficiency on a cluster (docs/PREDICTING.md)");
+  predict->add_option("config", a->config_file, "prediction JSON file (not with --calibrate)")->check(CLI::ExistingPath);
+  predict->add_option("--set", a->sets, "override a config value: key.path=value (JSON, else a string); repeatable");
+  predict->add_option("--out", a->out, "HDF5 prediction file (default: <name>-predict.h5 in the current directory); "
+                                       "with --calibrate the hardware description (default calibrated-hardware.json)");
+  predict->add_option("--csv", a->csv, "also write the table as CSV");
+  predict->add_option("--from-runs", a->from_runs,
+                      "instead: for each completed run in this folder of the config's optimizer type, predict at the "
+                      "largest worker count with the run's sparsity (with and without bucketed overlap) and print "
+                      "the run's val loss and bytes against its dense run beside it");
+  predict->add_option("--calibrate", a->calibrate.fit,
+                      "instead: fit compute, the optimizer step and alpha-beta per collective to these MPI/NCCL run "
+                      "files and bench-comm files, write the hardware description (--out) and print predicted "
+                      "against measured for each run (docs/PREDICTING.md, Calibration)")
+      ->expected(1, -1);
+  predict->add_option("--sweep", a->calibrate.sweep_GBps,
+                      "also print the regime sweep at the largest worker count: strong scaling at 1 to 16 sequences "
+                      "per GPU, overlap on and off, at these link bandwidths in GB/s (e.g. --sweep 12.5 25 50 100 200)")
+      ->expected(1, -1)
+      ->check(CLI::PositiveNumber);
+  predict->add_option("--held-out", a->calibrate.held_out,
+                      "with --calibrate: runs predicted with the fit but not fitted on (their error is printed)");
+  Command c;
+  c.sub = predict;
+  c.run = [a] { return cmd_predict(a->config_file, a->out, a->csv, a->sets, a->from_runs, a->calibrate); };
+  return c;
+}
+
+}  // namespace scape::cli

@@ -1,0 +1,47 @@
+// scape repair: a killed run's file made to open plainly.
+#include <cstdio>
+
+#include "apps/cli_common.hpp"
+#include "experiments/recorder.hpp"
+
+namespace scape::cli {
+namespace {
+
+int cmd_repair(const std::vector<std::string>& files) {
+  int code = kExitOk;
+  for (const auto& file : files) {
+    try {
+      const auto r = ex::repair_run_file(file);
+      std::printf("%s: %s; status %s%s; %ld steps kept", file.c_str(),
+                  r.was_open_for_writing ? "cleared the flags of a writer that never closed" : "was closed cleanly",
+                  r.status_after.c_str(), r.status_after != r.status_before ? (" (was " + r.status_before + ")").c_str() : "",
+                  r.steps_completed);
+      if (r.steps_completed < r.steps_completed_before)
+        std::printf("; steps_completed lowered from %ld: a table held fewer rows (a kill in mid-flush)",
+                    r.steps_completed_before);
+      if (!r.trimmed.empty()) std::printf("; dropped the rows of an interrupted flush from %zu tables", r.trimmed.size());
+      std::printf("\n");
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "error: %s\n", e.what());
+      code = kExitFailure;
+    }
+  }
+  return code;
+}
+
+}  // namespace
+
+Command add_repair_command(CLI::App& app) {
+  const auto files = std::make_shared<std::vector<std::string>>();
+  auto* repair = app.add_subcommand(
+      "repair", "make killed runs' files open plainly (h5py.File(p, 'r'), h5dump): clear the 'open for writing' "
+                "flags their writer left, drop rows of an interrupted flush, read every table back, mark status "
+                "killed. Never on a run that is still running");
+  repair->add_option("run_files", *files, "run files (RUN.h5)")->required()->check(CLI::ExistingFile);
+  Command c;
+  c.sub = repair;
+  c.run = [files] { return cmd_repair(*files); };
+  return c;
+}
+
+}  // namespace scape::cli

@@ -1,0 +1,138 @@
+// scape run: one experiment, in the simulator or as one process per rank over MPI or NCCL.
+#include <cstdio>
+
+#include "apps/cli_common.hpp"
+#include "experiments/hdf5.hpp"
+#include "experiments/recorder.hpp"
+#include "sim/sim_run.hpp"
+
+#ifdef SCAPE_HAVE_MPI
+#include "runtime/mpi_run.hpp"
+#endif
+#ifdef SCAPE_HAVE_NCCL
+#include "runtime/nccl_run.hpp"
+#endif
+#ifdef SCAPE_HAVE_NCCL_SINGLE
+#include "runtime/nccl_single.hpp"
+#endif
+
+namespace scape::cli {
+namespace {
+
+using nlohmann::json;
+
+struct Backend {
+  std::string name = "sim";
+  bool deterministic = false;
+  double collective_timeout_s = 300;
+};
+
+// --out: its folder is created; an existing file is overwritten only when it is a run of this
+// same config (a rerun), or with --force, so a typo cannot clobber another run's results.
+void prepare_out(const std::filesystem::path& out, const ex::ExperimentConfig& config, bool force, bool resume) {
+  std::error_code ec;
+  if (out.has_parent_path()) std::filesystem::create_directories(out.parent_path(), ec);
+  if (ec) throw std::runtime_error("--out " + out.string() + ": cannot create its folder (" + ec.message() + ")");
+  if (resume || force || !std::filesystem::exists(out)) return;
+  std::string found;
+  try {
+    const json stored = json::parse(ex::read_run_summary(out).config_json);
+    if (ex::run_id(stored) == ex::run_id(config.to_json())) return;
+    found = "the run file of another config (" + stored.value("name", std::string("unnamed")) + ", run id " +
+            ex::run_id(stored) + "; this config is " + ex::run_id(config.to_json()) + ")";
+  } catch (const std::exception&) {
+    found = "not a scape run file";
+  }
+  throw ex::ConfigError("--out " + out.string() + ": the file exists and is " + found +
+                        "; choose another --out, or add --force to overwrite it");
+}
+
+int cmd_run(const std::string& file, std::string out, const std::vector<std::string>& sets, bool quiet, int every,
+            bool resume, bool force, const Backend& backend) {
+  const auto config = load_config(file, sets);
+  if (out.empty()) out = config.name + ".h5";
+  prepare_out(out, config, force, resume);
+  auto options = options_for(out, quiet);
+  options.checkpoint_every = every;
+  options.resume = resume;
+  if (backend.name == "mpi") {
+#ifdef SCAPE_HAVE_MPI
+    scape::runtime::MpiOptions mpi;
+    mpi.deterministic = backend.deterministic;
+    mpi.collective_timeout_s = backend.collective_timeout_s;
+    return scape::runtime::run_mpi(config, options, mpi);
+#else
+    throw ex::ConfigError("--backend mpi: this scape was built without MPI (install libopenmpi-dev and rebuild)");
+#endif
+  }
+  if (backend.name == "nccl") {
+    if (backend.deterministic) {
+      throw ex::ConfigError("--deterministic applies to --backend mpi only (NCCL reduces in its own order)");
+    }
+#if defined(SCAPE_HAVE_NCCL)
+    scape::runtime::MpiOptions mpi;
+    mpi.collective_timeout_s = backend.collective_timeout_s;
+    return scape::runtime::run_nccl(config, options, mpi);
+#elif defined(SCAPE_HAVE_NCCL_SINGLE)
+    const auto outcome = scape::runtime::run_nccl_single_process(config, options);
+    print_outcome(config, outcome, out);
+    return exit_code(outcome.status);
+#else
+    throw ex::ConfigError(
+        "--backend nccl: this scape was built without the NCCL communicator (it needs nvcc and NCCL: libnccl-dev "
+        "or NCCL in the CUDA toolkit, and MPI for more than one rank; rebuild)");
+#endif
+  }
+  const auto outcome = scape::sim::run_simulated(config, options);
+  print_outcome(config, outcome, out);
+  return exit_code(outcome.status);
+}
+
+struct RunArgs {
+  std::string config_file, out;
+  std::vector<std::string> sets;
+  bool quiet = false, resume = false, force = false;
+  int every = 0;
+  Backend backend;
+};
+
+}  // namespace
+
+Command add_run_command(CLI::App& app) {
+  const auto a = std::make_shared<RunArgs>();
+  auto* run = app.add_subcommand("run", "run one experiment with W simulated workers and write an HDF5 run file");
+  run->add_option("config", a->config_file, "experiment JSON file")->required()->check(CLI::ExistingPath);
+  run->add_option("--out", a->out, "run file (default: <name>.h5 in the current directory)");
+  run->add_option("--set", a->sets, "override a config value: key.path=value (JSON, else a string); repeatable");
+  run->add_flag("--quiet", a->quiet, "no progress output");
+  run->add_option("--checkpoint-every", a->every, "write OUT.ckpt every N steps (0: never)")->check(CLI::NonNegativeNumber);
+  run->add_flag("--resume", a->resume,
+                "continue from OUT.ckpt; ends bit-identical to an uninterrupted run. Only steps and log.* may differ "
+                "from the checkpoint's config (exit 2 listing the keys otherwise)");
+  run->add_flag("--force", a->force,
+                "overwrite an existing --out that is not a run file of this config (refused with exit 2 otherwise)");
+  run->add_option("--backend", a->backend.name,
+                  "sim: W threads in this process; mpi: one process per rank under mpirun; nccl: as mpi, one GPU "
+                  "per rank, collectives over NCCL, optimizer on the GPU (a build without MPI runs workers = 1 "
+                  "in this process)")
+      ->check(CLI::IsMember({"sim", "mpi", "nccl"}))
+      ->capture_default_str();
+  run->add_flag("--deterministic", a->backend.deterministic,
+                "mpi: reduce in rank order, bit-identical to the simulator with the same W (not with nccl)");
+  run->add_option("--collective-timeout", a->backend.collective_timeout_s,
+                  "mpi, nccl: seconds a collective may block before the watchdog fails the run")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  Command c;
+  c.sub = run;
+  c.run = [a] { return cmd_run(a->config_file, a->out, a->sets, a->quiet, a->every, a->resume, a->force, a->backend); };
+#ifdef SCAPE_HAVE_NCCL
+  c.under_mpi = [a] { return a->backend.name == "mpi" || a->backend.name == "nccl"; };
+#else
+  c.under_mpi = [a] { return a->backend.name == "mpi"; };
+#endif
+  c.mpi_backend = [a] { return a->backend.name; };
+  return c;
+}
+
+}  // namespace scape::cli

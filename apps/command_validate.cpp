@@ -1,0 +1,65 @@
+// scape validate: a config with every default filled in (and its GPU memory estimate), or every
+// point of a sweep.
+#include <cstdio>
+#include <iostream>
+
+#include "apps/cli_common.hpp"
+#include "train/device_memory.hpp"
+
+namespace scape::cli {
+namespace {
+
+using nlohmann::json;
+
+int cmd_validate(const std::string& file, const std::vector<std::string>& sets) {
+  json j = ex::read_json_file(file);
+  if (j.is_object() && (j.contains("grid") || j.contains("points") || j.contains("repeat") || j.contains("lr_search"))) {
+    // A sweep: every point must be a valid experiment.
+    const auto base_dir = std::filesystem::absolute(file).parent_path();
+    auto points = ex::expand_sweep(j, base_dir);
+    int invalid = 0;
+    for (auto& p : points) {
+      try {
+        for (const auto& s : sets) ex::apply_override(p.config, s);
+        const auto config = ex::parse_experiment(p.config, base_dir);
+        std::printf("valid    %s  (run id %s)\n", label_of(p).c_str(), ex::run_id(config.to_json()).c_str());
+      } catch (const ex::ConfigError& e) {
+        ++invalid;
+        std::printf("invalid  %s: %s\n", label_of(p).c_str(), e.what());
+      }
+    }
+    std::fprintf(stderr, "%s: sweep of %zu points, %d invalid\n", file.c_str(), points.size(), invalid);
+    return invalid ? kExitInvalid : kExitOk;
+  }
+  const auto config = load_config(file, sets);
+  std::cout << config.to_json().dump(2) << "\n";
+  std::fprintf(stderr, "%s: valid (run id %s)\n", file.c_str(), ex::run_id(config.to_json()).c_str());
+  if (config.device == scape::kernels::DeviceKind::cuda) {
+    std::fprintf(stderr, "device memory estimate (simulator, one GPU): %s\n",
+                 scape::train::describe(scape::train::device_memory_estimate(config, config.workers, true)).c_str());
+  }
+  return kExitOk;
+}
+
+struct ValidateArgs {
+  std::string config_file;
+  std::vector<std::string> sets;
+};
+
+}  // namespace
+
+Command add_validate_command(CLI::App& app) {
+  const auto a = std::make_shared<ValidateArgs>();
+  auto* validate = app.add_subcommand(
+      "validate",
+      "check a config (print it with every default filled in; with device = cuda, its GPU memory estimate) or every "
+      "point of a sweep");
+  validate->add_option("config", a->config_file, "experiment or sweep JSON file")->required()->check(CLI::ExistingPath);
+  validate->add_option("--set", a->sets, "override a config value: key.path=value");
+  Command c;
+  c.sub = validate;
+  c.run = [a] { return cmd_validate(a->config_file, a->sets); };
+  return c;
+}
+
+}  // namespace scape::cli
