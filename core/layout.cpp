@@ -1,8 +1,6 @@
 // Flat parameter layout and shard rule (docs/algorithms.md, "Flat layout and shards").
 #include "core/layout.hpp"
 
-#include <cstdint>
-#include <limits>
 #include <stdexcept>
 
 namespace scape {
@@ -24,10 +22,10 @@ std::size_t ParamLayout::add(std::string name, std::vector<std::size_t> shape, b
   }
   TensorSlot slot{std::move(name), size_, std::move(shape), decay};
   const std::size_t numel = slot.numel();
-  // Masks and sparse payloads carry 32-bit indices (4 bytes each on the wire).
-  if (size_ + numel > std::numeric_limits<std::uint32_t>::max()) {
-    throw std::invalid_argument("ParamLayout::add: tensor '" + slot.name +
-                                "' makes the flat buffer exceed 2^32-1 elements");
+  if (numel > max_elements_ - size_) {
+    const std::string limit =
+        max_elements_ == kMaxIndexed ? "2^32-1 elements (32-bit indices)" : std::to_string(max_elements_) + " elements";
+    throw std::invalid_argument("ParamLayout::add: tensor '" + slot.name + "' makes the flat buffer exceed " + limit);
   }
   size_ += numel;
   slots_.push_back(std::move(slot));

@@ -23,8 +23,16 @@ struct TensorSlot {
 // Tensors packed back to back in insertion order; N = size().
 class ParamLayout {
  public:
+  // Masks and sparse payloads carry 32-bit indices, so a layout an optimizer steps holds at
+  // most 2^32 - 1 elements. The closed forms (core/volume.hpp) and the predictor index
+  // nothing: they may describe larger models (Llama 2 7B) with kUnbounded.
+  static constexpr std::size_t kMaxIndexed = 0xFFFFFFFFu;
+  static constexpr std::size_t kUnbounded = static_cast<std::size_t>(-1);
+
+  explicit ParamLayout(std::size_t max_elements = kMaxIndexed) : max_elements_(max_elements) {}
+
   // Appends a tensor and returns its slot index. Throws std::invalid_argument on an empty
-  // or duplicate name, a zero dimension, or a total size that no longer fits 32-bit indices.
+  // or duplicate name, a zero dimension, or a total size above max_elements.
   std::size_t add(std::string name, std::vector<std::size_t> shape, bool decay);
 
   std::size_t size() const { return size_; }
@@ -33,6 +41,7 @@ class ParamLayout {
   const TensorSlot& slot(std::string_view name) const;
 
  private:
+  std::size_t max_elements_;
   std::vector<TensorSlot> slots_;
   std::size_t size_ = 0;
 };

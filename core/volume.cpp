@@ -24,7 +24,7 @@ bool partitioned(const OptimizerConfig& c) { return c.mask_partition == MaskPart
 
 // What the closed forms assume when they know N alone: one tensor of N elements.
 ParamLayout single_tensor(std::size_t n) {
-  ParamLayout layout;
+  ParamLayout layout(ParamLayout::kUnbounded);
   layout.add("params", {n}, true);
   return layout;
 }
@@ -193,6 +193,12 @@ std::uint64_t onebit_payload_bytes(std::size_t n_params, int workers, std::size_
 }
 
 std::size_t mask_k(const OptimizerConfig& config, std::size_t n_params, int workers, double rho) {
+  if (n_params == 0) return 0;
+  return mask_k(config, single_tensor(n_params), workers, rho);
+}
+
+std::size_t mask_k(const OptimizerConfig& config, const ParamLayout& layout, int workers, double rho) {
+  const std::size_t n_params = layout.size();
   switch (config.type) {
     case OptimizerType::adamw:
     case OptimizerType::adams:
@@ -207,7 +213,7 @@ std::size_t mask_k(const OptimizerConfig& config, std::size_t n_params, int work
       break;
   }
   if (!partitioned(config)) return k_for(rho, n_params);
-  return MaskOwnership(single_tensor(n_params), workers, config).k_total(rho);
+  return MaskOwnership(layout, workers, config).k_total(rho);
 }
 
 namespace {
@@ -272,9 +278,10 @@ std::vector<CommRecord> step_collectives(const OptimizerConfig& config, std::siz
 }
 
 std::vector<CommRecord> step_collectives(const OptimizerConfig& config, const ParamLayout& layout, int workers,
-                                         int step, int total_steps, const NetworkModel& net) {
+                                         int step, int total_steps, const NetworkModel& net,
+                                         std::optional<std::size_t> union_size, double mask_kept_fraction) {
   if (layout.size() == 0) throw std::invalid_argument("step_collectives: the parameter layout is empty");
-  return collectives(config, layout, workers, step, total_steps, net, std::nullopt, 0.0);
+  return collectives(config, layout, workers, step, total_steps, net, union_size, mask_kept_fraction);
 }
 
 }  // namespace scape

@@ -19,6 +19,9 @@ namespace scape {
 // (partitioned; core/mask_ownership.hpp, for a model of one tensor of N elements) or k(rho, N)
 // (local_union, topk_ef, randk_ef). Zero for dense optimizers.
 std::size_t mask_k(const OptimizerConfig& config, std::size_t n_params, int workers, double rho);
+// The same over the layout's tensors: under mask_scope = tensor a sum of per-tensor floors
+// (per fragment of a shard when sharded), with the dense_tensors kept whole.
+std::size_t mask_k(const OptimizerConfig& config, const ParamLayout& layout, int workers, double rho);
 
 // 1-bit Adam's compressed payload: per shard S_w its sign words and one fp32 scale per chunk,
 // sum over w of 8 ceil(|S_w| / 64) + 4 ceil(|S_w| / chunk) = 8 ceil(N / 64) + 4 sum ceil(...).
@@ -47,6 +50,8 @@ std::vector<CommRecord> step_collectives(const OptimizerConfig& config, std::siz
 // tensors (the N-only overload takes the model as one tensor of N elements); the others depend
 // on N alone.
 std::vector<CommRecord> step_collectives(const OptimizerConfig& config, const ParamLayout& layout, int workers,
-                                         int step, int total_steps, const NetworkModel& net);
+                                         int step, int total_steps, const NetworkModel& net,
+                                         std::optional<std::size_t> union_size = std::nullopt,
+                                         double mask_kept_fraction = 0.0);
 
 }  // namespace scape

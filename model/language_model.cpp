@@ -1,4 +1,4 @@
-// LanguageModel over BasicGpt<float> and BasicLlama<float>.
+// LanguageModel over the float transformer of either family.
 #include "model/language_model.hpp"
 
 #include <stdexcept>
@@ -6,10 +6,9 @@
 namespace scape::model {
 namespace {
 
-template <class Model, class Config>
 class Adapter final : public LanguageModel {
  public:
-  Adapter(const Config& cfg, kernels::KernelBackend& backend) : model_(cfg, backend) {}
+  Adapter(const TransformerShape& shape, kernels::KernelBackend& backend) : model_(shape, backend) {}
   const ParamLayout& layout() const override { return model_.layout(); }
   void init_params(std::span<float> params, std::uint64_t seed) const override { model_.init_params(params, seed); }
   double forward_backward(std::span<const float> params, std::span<const std::int32_t> inputs,
@@ -23,7 +22,7 @@ class Adapter final : public LanguageModel {
   }
 
  private:
-  Model model_;
+  BasicTransformer<float> model_;
 };
 
 }  // namespace
@@ -38,19 +37,19 @@ void LanguageModelSpec::validate() const {
   }
 }
 
-ParamLayout LanguageModelSpec::layout() const {
+TransformerShape LanguageModelSpec::shape() const {
   validate();
-  return type == "llama" ? llama_layout(llama) : gpt_layout(gpt);
+  return type == "llama" ? llama_shape(llama) : gpt_shape(gpt);
 }
 
+ParamLayout LanguageModelSpec::layout() const { return transformer_layout(shape()); }
+
 std::size_t LanguageModelSpec::workspace_bytes(std::size_t B, std::size_t T) const {
-  return type == "llama" ? model::workspace_bytes(llama, B, T) : model::workspace_bytes(gpt, B, T);
+  return model::workspace_bytes(shape(), B, T);
 }
 
 std::unique_ptr<LanguageModel> LanguageModelSpec::make(kernels::KernelBackend& backend) const {
-  validate();
-  if (type == "llama") return std::make_unique<Adapter<Llama, LlamaConfig>>(llama, backend);
-  return std::make_unique<Adapter<Gpt, GptConfig>>(gpt, backend);
+  return std::make_unique<Adapter>(shape(), backend);
 }
 
 }  // namespace scape::model

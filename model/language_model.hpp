@@ -19,7 +19,7 @@ class LanguageModel {
   virtual ~LanguageModel() = default;
   virtual const ParamLayout& layout() const = 0;
   virtual void init_params(std::span<float> params, std::uint64_t seed) const = 0;
-  // As BasicGpt / BasicLlama: mean cross-entropy over B*T targets; forward_backward
+  // As BasicTransformer (model/transformer.hpp): mean cross-entropy over B*T targets; forward_backward
   // overwrites grads and tells `ready` of each range as the backward pass finishes it.
   virtual double forward_backward(std::span<const float> params, std::span<const std::int32_t> inputs,
                                   std::span<const std::int32_t> targets, int B, int T, std::span<float> grads,
@@ -39,6 +39,8 @@ struct LanguageModelSpec {
   int vocab_size() const { return type == "llama" ? llama.vocab_size : gpt.vocab_size; }
   // Throws std::invalid_argument naming the field (GptConfig / LlamaConfig validate()).
   void validate() const;
+  // The config's parts and sizes (gpt_shape or llama_shape).
+  TransformerShape shape() const;
   ParamLayout layout() const;
   // The activation workspace of B sequences of T tokens (workspace_bytes of the type).
   std::size_t workspace_bytes(std::size_t B, std::size_t T) const;

@@ -12,6 +12,7 @@
 #include "experiments/hdf5.hpp"
 #include "experiments/json_section.hpp"
 #include "train/compute_model.hpp"
+#include "train/gradient_source.hpp"
 #include "train/run_metrics.hpp"
 
 namespace scape::predict {
@@ -66,10 +67,10 @@ ex::ExperimentConfig run_config(const ex::File& f, const std::filesystem::path& 
 }
 
 // Collects the ledger's records of one steady-state step by purpose.
-std::vector<MeasuredCollective> ledger_collectives(const OptimizerConfig& c, std::uint64_t n, int workers,
+std::vector<MeasuredCollective> ledger_collectives(const OptimizerConfig& c, const ParamLayout& layout, int workers,
                                                    int step, std::optional<std::size_t> union_size) {
   std::vector<MeasuredCollective> out;
-  for (const auto& r : step_collectives(c, n, workers, step, step + 1, NetworkModel{}, union_size)) {
+  for (const auto& r : step_collectives(c, layout, workers, step, step + 1, NetworkModel{}, union_size)) {
     auto it = std::find_if(out.begin(), out.end(), [&](const auto& m) { return m.purpose == r.purpose; });
     if (it == out.end()) {
       out.push_back(MeasuredCollective{r.purpose, r.kind, r.overlapped, 0, 0, 0});
@@ -143,7 +144,8 @@ void print_runs(std::ostream& out, const Calibration& c, const std::vector<RunMe
   std::string collectives;
   for (std::size_t i = 0; i < runs.size(); ++i) {
     const RunMeasurement& r = runs[i];
-    const StepInputs in = calibrated_inputs(c, r.optimizer, r.n_params, r.flops_per_token, r.fill_in);
+    StepInputs in = calibrated_inputs(c, r.optimizer, r.n_params, r.flops_per_token, r.fill_in);
+    in.layout = r.layout;
     const StepPrediction p = predict_step(in, r.workers, r.tokens_per_gpu);
     const double harness_s = r.harness_metric_bytes / c.optimizer_Bps;
     const double pred_opt = p.optimizer_s + p.exposed_comm_s + harness_s;  // what optimizer_wall_time holds
@@ -217,7 +219,8 @@ RunMeasurement read_run_measurement(const std::filesystem::path& file) {
   r.optimizer = config.optimizer;
   r.workers = config.workers;
   const ModelSpec spec = train::model_spec(config.model);
-  r.n_params = parameter_count(spec);
+  r.layout = train::language_model_spec(config.model).layout();
+  r.n_params = r.layout.size();
   r.flops_per_token = training_flops_per_token(spec, config.model.block_size, AttentionFlops::causal);
   r.tokens_per_gpu = static_cast<double>(config.data.batch_size) * config.model.block_size;
 
@@ -242,10 +245,10 @@ RunMeasurement read_run_measurement(const std::filesystem::path& file) {
   if (config.optimizer.type == OptimizerType::scape && config.optimizer.mask_partition == MaskPartition::local_union) {
     r.fill_in = med("fill_in");
     const double k = static_cast<double>(
-        mask_k(config.optimizer, r.n_params, r.workers, density_at(config.optimizer.density(), 0, 1)));
+        mask_k(config.optimizer, r.layout, r.workers, density_at(config.optimizer.density(), 0, 1)));
     union_size = static_cast<std::size_t>(std::round(r.fill_in * k));
   }
-  r.collectives = ledger_collectives(config.optimizer, r.n_params, r.workers, t, union_size);
+  r.collectives = ledger_collectives(config.optimizer, r.layout, r.workers, t, union_size);
   std::vector<double> own = rows("optimizer_wall_time");
   const auto subtract = [&own](const std::vector<double>& x) {
     for (std::size_t i = 0; i < own.size() && i < x.size(); ++i) {
@@ -299,7 +302,8 @@ void calibrate_from_files(const std::vector<std::filesystem::path>& fit_files,
     compute.push_back(RateSample{r.flops_per_token * r.tokens_per_gpu, r.compute_s});
     Calibration unit;  // any positive figures: only the bytes of the step are read
     unit.achieved_flops = unit.optimizer_Bps = unit.combined.bandwidth_Bps = 1;
-    const StepInputs in = calibrated_inputs(unit, r.optimizer, r.n_params, r.flops_per_token, r.fill_in);
+    StepInputs in = calibrated_inputs(unit, r.optimizer, r.n_params, r.flops_per_token, r.fill_in);
+    in.layout = r.layout;
     optimizer.push_back(RateSample{predict_step(in, r.workers, r.tokens_per_gpu).optimizer_bytes +
                                        r.harness_metric_bytes,
                                    r.optimizer_kernels_s});

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "core/layout.hpp"
 #include "core/optimizer.hpp"
 #include "predict/calibration.hpp"
 
@@ -34,6 +35,7 @@ struct RunMeasurement {
   OptimizerConfig optimizer;
   int workers = 1;
   std::uint64_t n_params = 0;
+  ParamLayout layout;  // the run's model tensors (SCAPE's per-tensor k and owners)
   double flops_per_token = 0;
   double tokens_per_gpu = 0;
   double fill_in = 1;  // local_union: |M| / K as the run measured it

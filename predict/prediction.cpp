@@ -1,6 +1,8 @@
 // Prediction over worker counts, baseline and efficiencies (docs/PREDICTING.md, "Outputs").
 #include "predict/prediction.hpp"
 
+#include "predict/model_layout.hpp"
+
 namespace scape::predict {
 
 double scaling_efficiency(const StepPrediction& whole_step_on_one_gpu, const StepPrediction& at_w) {
@@ -10,7 +12,8 @@ double scaling_efficiency(const StepPrediction& whole_step_on_one_gpu, const Ste
 StepInputs step_inputs(const PredictConfig& c, const OptimizerConfig& optimizer) {
   StepInputs in;
   in.optimizer = optimizer;
-  in.n_params = parameter_count(c.model);
+  in.layout = tensor_layout(c.model);
+  in.n_params = in.layout.size();
   in.flops_per_token = training_flops_per_token(c.model, c.batch.seq_len, c.attention);
   in.fill_in = c.fill_in;
   in.gpu = c.gpu;

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "core/layout.hpp"
 #include "core/ledger.hpp"
 #include "core/optimizer.hpp"
 #include "predict/hardware.hpp"
@@ -41,6 +42,9 @@ struct CollectiveTime {
 struct StepInputs {
   OptimizerConfig optimizer;
   std::uint64_t n_params = 0;
+  // The model's tensors (predict/model_layout.hpp), whose per-tensor k, owners and dense_tensors
+  // decide SCAPE's K and mask bytes; empty: one tensor of n_params elements. Its size is n_params.
+  ParamLayout layout{ParamLayout::kUnbounded};
   double flops_per_token = 0;  // training FLOPs per token
   double fill_in = 1.0;        // local_union: |M| = fill_in K, clamped to [K, min(N, W K)]
   GpuSpec gpu;
@@ -99,6 +103,8 @@ double double_buffered_exposed(double copy_s, double kernel_s, double chunks);
 // without one the bytes the CUDA kernels move, N/8 + 8K + 3N/(4W), at the memory bandwidth;
 // 0 for the bitmap, local_union and the optimizers without a partitioned mask.
 double mask_codec_seconds(const OptimizerConfig& c, std::uint64_t n, int workers, const GpuSpec& gpu);
+// The same with K counted over `layout`'s tensors (n = layout.size()).
+double mask_codec_seconds(const OptimizerConfig& c, const ParamLayout& layout, int workers, const GpuSpec& gpu);
 
 // Exposed part of `time_s` of communication issued as `buckets` equal buckets that become
 // ready one by one over `window_s` of compute: max(time / B, time - window (B - 1) / B).

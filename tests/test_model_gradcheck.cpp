@@ -1,19 +1,20 @@
-// Gradient check of the hand-written GPT backward pass: central finite differences in double on
-// every coordinate of every tensor of a tiny model, then the fp32 model against the double one.
+// Gradient checks of the hand-written backward pass (tests/model_gradcheck.hpp): GPT-2, and two
+// families that exist only as new sets of parts (model/transformer.hpp) — a Llama with biases
+// and a tied head, and a GPT with rotary positions, no biases and an untied head — so that the
+// skeleton, not only the two shipped families, is checked. Llama's own check is in
+// test_model_llama.cpp.
 #include <doctest/doctest.h>
 
-#include <algorithm>
-#include <cmath>
-#include <cstdint>
 #include <string>
 #include <vector>
 
 #include "model/gpt.hpp"
-#include "core/rng.hpp"
+#include "model_gradcheck.hpp"
 
-using scape::model::Gpt;
-using scape::model::GptConfig;
-using scape::model::GptDouble;
+using namespace scape::model;
+using scape::testing::check_central_differences;
+using scape::testing::compare_float_to_double;
+using scape::testing::make_grad_case;
 
 namespace {
 
@@ -22,82 +23,95 @@ namespace {
 constexpr GptConfig kTiny{.n_layer = 2, .n_head = 2, .n_embd = 8, .block_size = 8, .vocab_size = 13};
 constexpr int kB = 2, kT = 6;
 
-struct Case {
-  std::vector<double> params;
-  std::vector<std::int32_t> inputs, targets;
-};
-
-// GPT-2 init plus N(0, 0.3) noise everywhere: biases and LayerNorm shifts become non-zero and the
-// attention far from uniform, so every gradient term carries weight.
-Case make_case(const GptDouble& model) {
-  Case c;
-  c.params.resize(model.num_params());
-  model.init_params(c.params, 7);
-  for (std::size_t i = 0; i < c.params.size(); ++i) c.params[i] += 0.3 * scape::rng::normal(1000, i);
-  for (std::uint64_t i = 0; i < kB * kT; ++i) {
-    c.inputs.push_back(static_cast<std::int32_t>(scape::rng::derive(3, i) % kTiny.vocab_size));
-    c.targets.push_back(static_cast<std::int32_t>(scape::rng::derive(4, i) % kTiny.vocab_size));
-  }
+scape::testing::GradCase gpt_case(const GptDouble& model) {
+  auto c = make_grad_case(model, kB, kT);
   c.targets[3] = c.inputs[3];  // a repeated token exercises the scatter-add into wte
   return c;
 }
 
+// A tiny shape with the given parts: 4 query heads sharing 2 key-value heads of width 4.
+TransformerShape mixed_shape(const BlockParts& parts, const char* family) {
+  TransformerShape s;
+  s.family = family;
+  s.parts = parts;
+  s.n_layer = 2;
+  s.n_head = 4;
+  s.n_kv_head = 2;
+  s.n_embd = 16;
+  s.block_size = 6;
+  s.vocab_size = 11;
+  s.ffn_hidden = 12;
+  s.rope_base = 50.0;
+  return s;
+}
+
+const BlockParts kLlamaWithBiases{.norm = NormKind::rmsnorm, .position = PositionKind::rotary,
+                                  .mlp = MlpKind::swiglu, .linear_bias = true, .tied_head = true};
+const BlockParts kGptWithRope{.norm = NormKind::layernorm, .position = PositionKind::rotary, .mlp = MlpKind::gelu,
+                              .linear_bias = false, .tied_head = false};
+
+std::vector<std::string> names(const scape::ParamLayout& layout) {
+  std::vector<std::string> out;
+  for (const auto& s : layout.slots()) out.push_back(s.name);
+  return out;
+}
+
 }  // namespace
 
-TEST_CASE("double backward matches central differences on every coordinate of every tensor") {
+TEST_CASE("GPT: double backward matches central differences on every coordinate of every tensor") {
   GptDouble model(kTiny);
-  Case c = make_case(model);
-  std::vector<double> grads(model.num_params());
-  model.forward_backward(c.params, c.inputs, c.targets, kB, kT, grads);
-
-  // h = 1e-5: truncation error ~h^2 |f'''| ~ 1e-10 and round-off ~eps |f| / h ~ 1e-10, so a
-  // correct gradient agrees to ~1e-9 absolute; an error in any backward term is orders larger.
-  const double h = 1e-5;
-  for (const auto& slot : model.layout().slots()) {
-    double max_err = 0, max_grad = 0;
-    for (std::size_t i = slot.offset; i < slot.end(); ++i) {
-      const double saved = c.params[i];
-      c.params[i] = saved + h;
-      const double up = model.loss(c.params, c.inputs, c.targets, kB, kT);
-      c.params[i] = saved - h;
-      const double down = model.loss(c.params, c.inputs, c.targets, kB, kT);
-      c.params[i] = saved;
-      const double numeric = (up - down) / (2 * h);
-      max_err = std::max(max_err, std::abs(numeric - grads[i]));
-      max_grad = std::max(max_grad, std::abs(numeric));
-    }
-    INFO("tensor ", slot.name, ": max |analytic - numeric| = ", max_err, ", max |grad| = ", max_grad);
-    CHECK(max_err < 1e-8);
-    CHECK(max_grad > 1e-4);  // the check is meaningful only if the tensor gets gradient
-  }
-
+  auto c = gpt_case(model);
+  const std::vector<double> grads = check_central_differences(model, c);
   // wpe rows t >= T never see a token: their gradient is exactly zero, not merely small.
   const auto& wpe = model.layout().slot("wpe");
   const std::size_t C = static_cast<std::size_t>(kTiny.n_embd);
   for (std::size_t i = wpe.offset + kT * C; i < wpe.end(); ++i) CHECK(grads[i] == 0.0);
 }
 
-TEST_CASE("fp32 model agrees with the double model") {
+TEST_CASE("GPT: fp32 model agrees with the double model") {
   GptDouble ref(kTiny);
   Gpt model(kTiny);
-  Case c = make_case(ref);
-  std::vector<double> gd(ref.num_params());
-  const double loss_d = ref.forward_backward(c.params, c.inputs, c.targets, kB, kT, gd);
+  compare_float_to_double(ref, model, gpt_case(ref), 1e-6, 1e-4);
+}
 
-  std::vector<float> pf(c.params.begin(), c.params.end()), gf(model.num_params());
-  const float loss_f = model.forward_backward(pf, c.inputs, c.targets, kB, kT, gf);
-  CHECK(loss_f == doctest::Approx(loss_d).epsilon(1e-6));
-  CHECK(model.loss(pf, c.inputs, c.targets, kB, kT) == loss_f);
+TEST_CASE("a new family is a new set of parts: their tensors follow the parts") {
+  const auto llama_bias = transformer_layout(mixed_shape(kLlamaWithBiases, "LlamaBias"));
+  CHECK(names(llama_bias) == std::vector<std::string>{
+                                 "wte", "h.0.attn_norm.w", "h.0.attn.qkv.w", "h.0.attn.qkv.bias", "h.0.attn.proj.w",
+                                 "h.0.attn.proj.bias", "h.0.mlp_norm.w", "h.0.mlp.gate_up.w", "h.0.mlp.gate_up.bias",
+                                 "h.0.mlp.down.w", "h.0.mlp.down.bias", "h.1.attn_norm.w", "h.1.attn.qkv.w",
+                                 "h.1.attn.qkv.bias", "h.1.attn.proj.w", "h.1.attn.proj.bias", "h.1.mlp_norm.w",
+                                 "h.1.mlp.gate_up.w", "h.1.mlp.gate_up.bias", "h.1.mlp.down.w", "h.1.mlp.down.bias",
+                                 "norm.w"});
+  CHECK(llama_bias.slot("h.0.attn.qkv.bias").shape == std::vector<std::size_t>{(4 + 2 * 2) * 4});
+  const auto gpt_rope = transformer_layout(mixed_shape(kGptWithRope, "GptRope"));
+  CHECK(gpt_rope.slots().front().name == "wte");
+  CHECK(gpt_rope.slots()[1].name == "h.0.attn_norm.w");  // no wpe under rotary positions
+  CHECK(gpt_rope.slot("h.1.mlp_norm.bias").shape == std::vector<std::size_t>{16});
+  CHECK(gpt_rope.slot("h.1.mlp.fc.w").shape == std::vector<std::size_t>{12, 16});
+  CHECK(gpt_rope.slots().back().name == "lm_head.w");
+  CHECK(gpt_rope.slots().back().decay);
+  // Rotary positions need an even head dimension, named with the family.
+  TransformerShape odd = mixed_shape(kGptWithRope, "GptRope");
+  odd.n_embd = 12;  // head dim 3
+  CHECK_THROWS_WITH_AS(transformer_layout(odd), doctest::Contains("GptRope.n_embd = 12: the head dimension"),
+                       std::invalid_argument);
+}
 
-  // fp32 rounding (eps 6e-8) through ~20 dependent layers of arithmetic leaves ~1e-6 relative
-  // error per tensor; 1e-4 leaves margin while any wrong formula in the float path is O(1).
-  for (const auto& slot : model.layout().slots()) {
-    double diff = 0, norm = 0;
-    for (std::size_t i = slot.offset; i < slot.end(); ++i) {
-      diff += (gf[i] - gd[i]) * (gf[i] - gd[i]);
-      norm += gd[i] * gd[i];
-    }
-    INFO("tensor ", slot.name, ": relative L2 error ", std::sqrt(diff / norm));
-    CHECK(std::sqrt(diff / norm) < 1e-4);
-  }
+TEST_CASE("a Llama with biases and a tied head: central differences and fp32 against double") {
+  BasicTransformer<double> model(mixed_shape(kLlamaWithBiases, "LlamaBias"));
+  auto c = make_grad_case(model, 2, 5);
+  c.inputs[3] = c.inputs[1];
+  check_central_differences(model, c);
+  BasicTransformer<float> fp32(mixed_shape(kLlamaWithBiases, "LlamaBias"));
+  compare_float_to_double(model, fp32, c, 1e-6, 1e-4);
+}
+
+TEST_CASE("a GPT with rotary positions, no biases and an untied head: central differences and fp32") {
+  BasicTransformer<double> model(mixed_shape(kGptWithRope, "GptRope"));
+  auto c = make_grad_case(model, 2, 5);
+  c.inputs[3] = c.inputs[1];
+  check_central_differences(model, c);
+  BasicTransformer<float> fp32(mixed_shape(kGptWithRope, "GptRope"));
+  compare_float_to_double(model, fp32, c, 1e-6, 1e-4);
 }

@@ -13,6 +13,7 @@
 
 #include "core/rng.hpp"
 #include "model/llama.hpp"
+#include "model_gradcheck.hpp"
 
 using namespace scape::model;
 
@@ -33,23 +34,10 @@ std::string message(const LlamaConfig& cfg) {
   return "no exception";
 }
 
-struct Case {
-  std::vector<double> params;
-  std::vector<std::int32_t> inputs, targets;
-};
-
-// Init plus N(0, 0.3) noise everywhere, so norm gains differ from 1 and attention is far from
-// uniform: every gradient term carries weight.
-Case make_case(const LlamaDouble& model) {
-  Case c;
-  c.params.resize(model.num_params());
-  model.init_params(c.params, 7);
-  for (std::size_t i = 0; i < c.params.size(); ++i) c.params[i] += 0.3 * scape::rng::normal(1000, i);
-  for (std::uint64_t i = 0; i < kB * kT; ++i) {
-    c.inputs.push_back(static_cast<std::int32_t>(scape::rng::derive(3, i) % kTiny.vocab_size));
-    c.targets.push_back(static_cast<std::int32_t>(scape::rng::derive(4, i) % kTiny.vocab_size));
-  }
-  c.inputs[3] = c.inputs[1];  // a repeated token exercises the scatter-add into wte
+// A repeated token exercises the scatter-add into wte.
+scape::testing::GradCase llama_case(const LlamaDouble& model) {
+  auto c = scape::testing::make_grad_case(model, kB, kT);
+  c.inputs[3] = c.inputs[1];
   return c;
 }
 
@@ -92,52 +80,17 @@ TEST_CASE("layout: tensors, sizes, the default SwiGLU width and the weight-decay
 
 TEST_CASE("double backward matches central differences on every coordinate of every tensor") {
   LlamaDouble model(kTiny);
-  Case c = make_case(model);
-  std::vector<double> grads(model.num_params());
-  model.forward_backward(c.params, c.inputs, c.targets, kB, kT, grads);
-  const double h = 1e-5;
-  for (const auto& slot : model.layout().slots()) {
-    double max_err = 0, max_grad = 0;
-    for (std::size_t i = slot.offset; i < slot.end(); ++i) {
-      const double saved = c.params[i];
-      c.params[i] = saved + h;
-      const double up = model.loss(c.params, c.inputs, c.targets, kB, kT);
-      c.params[i] = saved - h;
-      const double down = model.loss(c.params, c.inputs, c.targets, kB, kT);
-      c.params[i] = saved;
-      const double numeric = (up - down) / (2 * h);
-      max_err = std::max(max_err, std::abs(numeric - grads[i]));
-      max_grad = std::max(max_grad, std::abs(numeric));
-    }
-    INFO("tensor ", slot.name, ": max |analytic - numeric| = ", max_err, ", max |grad| = ", max_grad);
-    CHECK(max_err < 1e-8);
-    CHECK(max_grad > 1e-4);
-  }
+  auto c = llama_case(model);
+  scape::testing::check_central_differences(model, c);
 }
 
 namespace {
 
-// The float model of `cfg` against the double model (fp32 GEMMs) on one case: the loss within
-// loss_eps relative and every gradient tensor within grad_tol relative L2 error.
+// The float model of `cfg` against the double model (fp32 GEMMs) on one case.
 void compare_to_double(const LlamaConfig& cfg, double loss_eps, double grad_tol) {
   LlamaDouble ref(kTiny);
   Llama model(cfg);
-  Case c = make_case(ref);
-  std::vector<double> gd(ref.num_params());
-  const double loss_d = ref.forward_backward(c.params, c.inputs, c.targets, kB, kT, gd);
-  std::vector<float> pf(c.params.begin(), c.params.end()), gf(model.num_params());
-  const float loss_f = model.forward_backward(pf, c.inputs, c.targets, kB, kT, gf);
-  CHECK(loss_f == doctest::Approx(loss_d).epsilon(loss_eps));
-  CHECK(model.loss(pf, c.inputs, c.targets, kB, kT) == loss_f);
-  for (const auto& slot : model.layout().slots()) {
-    double diff = 0, norm = 0;
-    for (std::size_t i = slot.offset; i < slot.end(); ++i) {
-      diff += (gf[i] - gd[i]) * (gf[i] - gd[i]);
-      norm += gd[i] * gd[i];
-    }
-    INFO("tensor ", slot.name, ": relative L2 error ", std::sqrt(diff / norm));
-    CHECK(std::sqrt(diff / norm) < grad_tol);
-  }
+  scape::testing::compare_float_to_double(ref, model, llama_case(ref), loss_eps, grad_tol);
 }
 
 }  // namespace
@@ -152,7 +105,7 @@ TEST_CASE("bf16 model: within bf16 rounding of the double model, and not fp32") 
   compare_to_double(bf16, 5e-3, 0.05);
   LlamaDouble ref(kTiny);
   Llama fp32(kTiny), half(bf16);
-  Case c = make_case(ref);
+  const auto c = llama_case(ref);
   std::vector<float> pf(c.params.begin(), c.params.end());
   CHECK(half.loss(pf, c.inputs, c.targets, kB, kT) != fp32.loss(pf, c.inputs, c.targets, kB, kT));
 }

@@ -20,6 +20,7 @@
 #include "predict/predict_config.hpp"
 #include "test_support.hpp"
 #include "train/compute_model.hpp"
+#include "train/gradient_source.hpp"
 
 namespace fs = std::filesystem;
 namespace ex = scape::experiments;
@@ -96,7 +97,8 @@ fs::path write_measured_run(const fs::path& dir, const std::string& name, const 
   const auto c = ex::parse_experiment(config, ".");
   const ModelSpec spec = train::model_spec(c.model);
   const double fpt = training_flops_per_token(spec, c.model.block_size, AttentionFlops::causal);
-  const StepInputs in = calibrated_inputs(truth_calibration(t), c.optimizer, parameter_count(spec), fpt, 1.0);
+  StepInputs in = calibrated_inputs(truth_calibration(t), c.optimizer, parameter_count(spec), fpt, 1.0);
+  in.layout = scape::train::language_model_spec(c.model).layout();  // SCAPE's per-tensor k, as the reader counts
   const StepPrediction p = predict_step(in, c.workers, static_cast<double>(c.data.batch_size) * c.model.block_size);
   const std::size_t steps = static_cast<std::size_t>(c.steps);
   std::vector<std::pair<std::string, double>> columns = {

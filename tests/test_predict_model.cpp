@@ -10,6 +10,9 @@
 
 #include "tests/earlier_formulation.hpp"
 #include "core/ledger.hpp"
+#include "model/gpt.hpp"
+#include "model/llama.hpp"
+#include "predict/model_layout.hpp"
 #include "predict/models.hpp"
 #include "predict/prediction.hpp"
 #include "predict/step_model.hpp"
@@ -159,6 +162,32 @@ TEST_CASE("parameter counts of the presets equal the published counts") {
         2ull * 32000 * 2048 + 32ull * (4ull * 2048 * 2048 + 3ull * 2048 * 5632 + 2 * 2048) + 2048);
   CHECK_THROWS_WITH_AS(find_model_preset("gpt-9", "model.preset"), doctest::Contains("model.preset"),
                        std::invalid_argument);
+}
+
+TEST_CASE("the presets' tensors: as many elements as the count, and the model code's own layout") {
+  for (const auto& p : model_presets()) {
+    CAPTURE(p.name);
+    const ParamLayout layout = tensor_layout(p.spec);
+    CHECK(layout.size() == parameter_count(p.spec));  // llama2-7b: above 2^32, which kUnbounded allows
+  }
+  // GPT-2 small is a GptConfig the model code builds: the same tensors, shapes and decay flags.
+  const ParamLayout predicted = tensor_layout(find_model_preset("gpt2-124m", "").spec);
+  const ParamLayout built = model::gpt_layout(
+      model::GptConfig{.n_layer = 12, .n_head = 12, .n_embd = 768, .block_size = 1024, .vocab_size = 50257});
+  REQUIRE(predicted.slots().size() == built.slots().size());
+  for (std::size_t i = 0; i < built.slots().size(); ++i) {
+    CHECK(predicted.slots()[i].name == built.slots()[i].name);
+    CHECK(predicted.slots()[i].shape == built.slots()[i].shape);
+    CHECK(predicted.slots()[i].decay == built.slots()[i].decay);
+  }
+  // TinyLlama: grouped-query attention, 4 key-value heads of 64: qkv rows 2048 + 2 * 256.
+  const ParamLayout tiny = tensor_layout(find_model_preset("tinyllama-1.1b", "").spec);
+  CHECK(tiny.slot("h.0.attn.qkv.w").shape == std::vector<std::size_t>{2560, 2048});
+  CHECK(tiny.slot("lm_head.w").decay);
+  // A layout an optimizer steps keeps the 32-bit limit.
+  model::LlamaConfig seven{.n_layer = 32, .n_head = 32, .n_embd = 4096, .block_size = 4096, .vocab_size = 32000,
+                           .ffn_hidden = 11008};
+  CHECK_THROWS_WITH_AS(model::llama_layout(seven), doctest::Contains("2^32-1"), std::invalid_argument);
 }
 
 TEST_CASE("SwiGLU width, matmul parameters and FLOPs per token") {

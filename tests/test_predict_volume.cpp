@@ -4,12 +4,15 @@
 // optimizer family and switch that changes the collectives, at W in {1, 2, 4, 7}.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <map>
 #include <string>
 #include <vector>
 
 #include "tests/earlier_formulation.hpp"
 #include "core/volume.hpp"
+#include "predict/model_layout.hpp"
+#include "predict/models.hpp"
 #include "predict/step_model.hpp"
 #include "quadratic_run.hpp"
 
@@ -238,4 +241,53 @@ TEST_CASE("predict_step costs exactly the ledger's collectives") {
   const auto s = predict::predict_step(in, 7, 1000);
   REQUIRE(s.collectives.size() == expected.size());
   for (std::size_t i = 0; i < expected.size(); ++i) check_same(s.collectives[i].record, expected[i]);
+}
+
+namespace {
+
+// K by hand: over each owner's range (all of N replicated, the shard sharded), every tensor
+// piece keeps max(1, floor(rho n)) = max(1, n / 100) at rho = 0.01, or all n when its name holds
+// "norm" or "bias".
+std::size_t hand_k(const ParamLayout& layout, int workers, bool sharded) {
+  const Sharding shards(layout.size(), sharded ? workers : 1);
+  std::size_t k = 0;
+  for (int w = 0; w < shards.workers(); ++w) {
+    for (const auto& slot : layout.slots()) {
+      const std::size_t b = std::max(slot.offset, shards.begin(w)), e = std::min(slot.end(), shards.end(w));
+      if (b >= e) continue;
+      const bool dense = slot.name.find("norm") != std::string::npos || slot.name.find("bias") != std::string::npos;
+      k += dense ? e - b : std::max<std::size_t>(1, (e - b) / 100);
+    }
+  }
+  return k;
+}
+
+}  // namespace
+
+TEST_CASE("predict_step counts SCAPE's K over the model's tensors: per-tensor floors, norms and biases whole") {
+  const predict::ModelSpec spec = predict::find_model_preset("gpt2-124m", "").spec;
+  for (const bool sharded : {false, true}) {
+    CAPTURE(sharded);
+    predict::StepInputs in;
+    in.optimizer.type = OptimizerType::scape;  // the paper formulation, mask_scope tensor, norm and bias dense
+    in.optimizer.sparsity = 0.99;
+    in.optimizer.sharded = sharded;
+    in.layout = predict::tensor_layout(spec);
+    in.n_params = in.layout.size();
+    in.flops_per_token = 1e6;
+    const int workers = 8;
+    const std::size_t k = hand_k(in.layout, workers, sharded);
+    // The one-tensor approximation differs: the 0.12M norm and bias elements are not on its mask.
+    CHECK(k > mask_k(in.optimizer, in.n_params, workers, 0.01) + 100000);
+    CHECK(mask_k(in.optimizer, in.layout, workers, 0.01) == k);
+    const auto s = predict::predict_step(in, workers, 1000);
+    const char* payload = sharded ? "grad_reduce_scatter" : "grad_all_reduce";
+    int found = 0;
+    for (const auto& c : s.collectives) {
+      if (c.record.purpose != payload) continue;
+      ++found;
+      CHECK(c.record.payload_bytes == 4 * k);  // fp32 values
+    }
+    CHECK(found == 1);
+  }
 }

@@ -1,0 +1,29 @@
+// Tensors of a predictor model shape (predict/model_layout.hpp).
+#include "predict/model_layout.hpp"
+
+namespace scape::predict {
+
+model::TransformerShape transformer_shape(const ModelSpec& m) {
+  using model::BlockParts;
+  const bool gpt2 = m.family == Family::gpt2;
+  model::TransformerShape s;
+  s.family = "model";
+  s.parts = gpt2 ? BlockParts{.norm = model::NormKind::layernorm, .position = model::PositionKind::learned,
+                              .mlp = model::MlpKind::gelu, .linear_bias = true, .tied_head = m.tied_embeddings}
+                 : BlockParts{.norm = model::NormKind::rmsnorm, .position = model::PositionKind::rotary,
+                              .mlp = model::MlpKind::swiglu, .linear_bias = false, .tied_head = m.tied_embeddings};
+  s.n_layer = m.n_layer;
+  s.n_head = m.n_head;
+  s.n_kv_head = gpt2 ? m.n_head : m.n_kv_head;
+  s.n_embd = m.n_embd;
+  s.block_size = m.context;
+  s.vocab_size = static_cast<int>(m.vocab_size);
+  s.ffn_hidden = static_cast<int>(m.ffn_hidden);
+  return s;
+}
+
+ParamLayout tensor_layout(const ModelSpec& m) {
+  return model::transformer_layout(transformer_shape(m), ParamLayout::kUnbounded);
+}
+
+}  // namespace scape::predict
