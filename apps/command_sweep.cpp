@@ -55,13 +55,13 @@ tr::RunOutcome outcome_from_file(const std::filesystem::path& path) {
     g.n_embd = m.at("n_embd");
     g.block_size = m.at("block_size");
     g.vocab_size = m.at("vocab_size");
-    o.n_params = scape::model::gpt_layout(g).size();
+    o.n_params = scape::model::transformer_layout(scape::model::transformer_shape(g)).size();
   } else if (m.at("type") == "llama") {
     auto get = [&m](const char* key) { return m.at(key).get<int>(); };
     const scape::model::LlamaConfig l{.n_layer = get("n_layer"), .n_head = get("n_head"), .n_kv_head = get("n_kv_head"),
                                       .n_embd = get("n_embd"), .block_size = get("block_size"),
                                       .vocab_size = get("vocab_size"), .ffn_hidden = get("ffn_hidden")};
-    o.n_params = scape::model::llama_layout(l).size();
+    o.n_params = scape::model::transformer_layout(scape::model::transformer_shape(l)).size();
   } else if (f.has_link("/final/params")) {
     o.n_params = f.open_dataset("/final/params").dims().at(0);
   }

@@ -25,10 +25,11 @@ namespace {
 using scape::model::Gpt;
 using scape::model::GptConfig;
 
+// A benchmarked shape: its row name, the model and the sequences of one step.
 struct Size {
   const char* name;
   GptConfig cfg;
-  int batch;
+  int batch;  // sequences per step
 };
 
 // Byte-level vocabulary throughout; 10M is nanoGPT's shakespeare_char architecture.
@@ -137,7 +138,7 @@ void BM_ForwardBackward(benchmark::State& state) {
   const double peak = 0.5 * (peak_before + peak_rate(0.5));
 
   const double tokens = static_cast<double>(B) * T;
-  const double flops = tokens * scape::model::train_flops_per_token(z.cfg, T);
+  const double flops = tokens * scape::model::train_flops_per_token(scape::model::transformer_shape(z.cfg), T);
   const auto iters = static_cast<double>(state.iterations());
   Row& row = g_rows[{s, threads}];
   row.params = static_cast<double>(model.num_params());

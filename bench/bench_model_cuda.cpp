@@ -6,8 +6,8 @@
 // GEMMs (kernels::set_cuda_tf32, against references in cuBLAS's TF32 math), and with
 // model.precision = bf16 (gemm_bf16: operands converted to bf16, fp32 sums, against cuBLAS
 // GEMMs on bf16 operands with fp32 compute, which need no conversion). Parameters, gradients and
-// tokens live in the backend's Buffers. Model FLOPs: train_flops_per_token (model/gpt.hpp,
-// model/llama.hpp: 6 per matmul weight plus causal attention). Without a visible device it
+// tokens live in the backend's Buffers. Model FLOPs: train_flops_per_token (model/transformer.hpp:
+// 6 per matmul weight plus causal attention). Without a visible device it
 // prints "no CUDA device visible: CUDA benchmarks skipped" and exits 0.
 #include <benchmark/benchmark.h>
 #include <cublas_v2.h>
@@ -70,8 +70,7 @@ const Shape kShapes[] = {
 int embd(const LanguageModelSpec& spec) { return spec.type == "llama" ? spec.llama.n_embd : spec.gpt.n_embd; }
 
 double flops_per_token(const LanguageModelSpec& spec, int T) {
-  return spec.type == "llama" ? scape::model::train_flops_per_token(spec.llama, T)
-                              : scape::model::train_flops_per_token(spec.gpt, T);
+  return scape::model::train_flops_per_token(spec.shape(), T);
 }
 
 void check_cublas(cublasStatus_t status, const char* call) {

@@ -3,11 +3,13 @@
 // checkpoint entries both report from them.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <span>
 
 #include "core/error_feedback.hpp"
 #include "core/optimizer_base.hpp"
+#include "core/schedule.hpp"
 
 namespace scape {
 
@@ -23,11 +25,22 @@ class FeedbackOptimizer : public OptimizerBase {
     k_.synchronize();
   }
 
+  // The opening of a step: records rho_t, clips the gradient where residual_clip says (its
+  // metric), and returns the step's mask size k = k_for(rho_t, N).
+  std::size_t begin_step(std::span<const float> grads, StepMetrics& out) {
+    const double rho = density_at(config_.density_schedule(), t_);
+    out.target_density = rho;
+    out.residual_clipped_norm = feedback_.clip(layout_, grads);
+    return k_for(rho, n_);
+  }
+
   ErrorFeedback feedback_;
   kernels::Buffer<std::uint64_t> mask_{k_};  // this worker's mask of the last step
 
  private:
-  void fill_final_metrics(StepMetrics& out) override { feedback_.fill_metrics(layout_, updates_.theta_norm(), t_, out); }
+  void fill_final_metrics(StepMetrics& out) override {
+    feedback_.fill_metrics(layout_, updates_.theta_norm(), t_, out);
+  }
   void save_policy_state(StateMap& state) const override { feedback_.save(state); }
   void load_policy_state(const StateMap& state) override { feedback_.load(state); }
 };

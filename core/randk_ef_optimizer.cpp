@@ -36,10 +36,7 @@ void RandkEfOptimizer::draw_mask(int t, std::size_t k) {
 
 void RandkEfOptimizer::update(std::span<float> params, std::span<const float> grads, StepMetrics& out) {
   const int t = t_;
-  const double rho = density_at(config_.density_schedule(), t);
-  const std::size_t k = k_for(rho, n_);
-  out.target_density = rho;
-  out.residual_clipped_norm = feedback_.clip(layout_, grads);
+  const std::size_t k = begin_step(grads, out);
   const auto e = feedback_.residual().resident();
   out.nonfinite_grads = k_.accumulate(e, grads);
   draw_mask(t, k);

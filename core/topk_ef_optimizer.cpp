@@ -132,10 +132,7 @@ std::size_t TopkEfOptimizer::average_delivered(std::size_t k) {
 
 void TopkEfOptimizer::update(std::span<float> params, std::span<const float> grads, StepMetrics& out) {
   const int t = t_;
-  const double rho = density_at(config_.density_schedule(), t);
-  const std::size_t k = k_for(rho, n_);
-  out.target_density = rho;
-  out.residual_clipped_norm = feedback_.clip(layout_, grads);
+  const std::size_t k = begin_step(grads, out);
   out.nonfinite_grads = select(grads, k);
   feedback_.measure_residual(layout_, t, out);  // final for this step, and still in cache
   k_.synchronize();

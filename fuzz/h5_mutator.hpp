@@ -28,6 +28,14 @@ struct H5Vocabulary {
 // once, from LLVMFuzzerInitialize.
 void keep_hdf5_free_lists();
 
+// LLVMFuzzerInitialize of a target that mutates a template file: keep_hdf5_free_lists, then
+// build the template once (template_bytes caches it), before the first input is timed.
+inline int initialize_hdf5_target(const std::string& (*template_bytes)()) {
+  keep_hdf5_free_lists();
+  (void)template_bytes();
+  return 0;
+}
+
 // Applies the input's edits to `file` (which must exist and open read-write).
 void mutate_hdf5(const std::filesystem::path& file, FuzzedDataProvider& input, const H5Vocabulary& vocabulary);
 

@@ -55,11 +55,7 @@ const scape::fuzz::H5Vocabulary& vocabulary() {
 
 }  // namespace
 
-extern "C" int LLVMFuzzerInitialize(int*, char***) {
-  scape::fuzz::keep_hdf5_free_lists();
-  (void)template_bytes();
-  return 0;
-}
+extern "C" int LLVMFuzzerInitialize(int*, char***) { return scape::fuzz::initialize_hdf5_target(template_bytes); }
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   static const std::unique_ptr<tr::SourceData> source = tr::load_source_data(config());

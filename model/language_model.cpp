@@ -39,7 +39,7 @@ void LanguageModelSpec::validate() const {
 
 TransformerShape LanguageModelSpec::shape() const {
   validate();
-  return type == "llama" ? llama_shape(llama) : gpt_shape(gpt);
+  return type == "llama" ? transformer_shape(llama) : transformer_shape(gpt);
 }
 
 ParamLayout LanguageModelSpec::layout() const { return transformer_layout(shape()); }

@@ -39,10 +39,10 @@ struct LanguageModelSpec {
   int vocab_size() const { return type == "llama" ? llama.vocab_size : gpt.vocab_size; }
   // Throws std::invalid_argument naming the field (GptConfig / LlamaConfig validate()).
   void validate() const;
-  // The config's parts and sizes (gpt_shape or llama_shape).
+  // The config's parts and sizes (transformer_shape of its family).
   TransformerShape shape() const;
   ParamLayout layout() const;
-  // The activation workspace of B sequences of T tokens (workspace_bytes of the type).
+  // The activation workspace of B sequences of T tokens (workspace_bytes of its shape).
   std::size_t workspace_bytes(std::size_t B, std::size_t T) const;
   std::unique_ptr<LanguageModel> make(kernels::KernelBackend& backend = kernels::cpu_backend()) const;
 };

@@ -10,18 +10,9 @@ namespace scape::model {
 namespace {
 
 TransformerShape unchecked_shape(const LlamaConfig& cfg) {
-  TransformerShape s;
-  s.family = "Llama";
-  s.parts = BlockParts{.norm = NormKind::rmsnorm, .position = PositionKind::rotary, .mlp = MlpKind::swiglu,
-                       .linear_bias = false, .tied_head = false};
-  s.n_layer = cfg.n_layer;
-  s.n_head = cfg.n_head;
+  TransformerShape s = shape_with_common_sizes("Llama", kLlamaParts, cfg);
   s.n_kv_head = cfg.kv_heads();
-  s.n_embd = cfg.n_embd;
-  s.block_size = cfg.block_size;
-  s.vocab_size = cfg.vocab_size;
   s.ffn_hidden = cfg.hidden();
-  s.precision = cfg.precision;
   s.rope_base = cfg.rope_base;
   s.norm_eps = cfg.norm_eps;
   return s;
@@ -44,19 +35,9 @@ void LlamaConfig::validate() const {
   unchecked_shape(*this).validate("LlamaConfig");
 }
 
-TransformerShape llama_shape(const LlamaConfig& cfg) {
+TransformerShape transformer_shape(const LlamaConfig& cfg) {
   cfg.validate();
   return unchecked_shape(cfg);
-}
-
-ParamLayout llama_layout(const LlamaConfig& cfg, std::size_t max_elements) {
-  return transformer_layout(llama_shape(cfg), max_elements);
-}
-
-double train_flops_per_token(const LlamaConfig& cfg, int T) { return train_flops_per_token(llama_shape(cfg), T); }
-
-std::size_t workspace_bytes(const LlamaConfig& cfg, std::size_t B, std::size_t T) {
-  return workspace_bytes(llama_shape(cfg), B, T);
 }
 
 }  // namespace scape::model

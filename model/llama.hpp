@@ -3,10 +3,6 @@
 // pairs), a SwiGLU MLP, no biases, an untied output matrix, and optional grouped-query attention.
 #pragma once
 
-#include <cstddef>
-
-#include "core/layout.hpp"
-#include "kernels/backend.hpp"
 #include "model/precision.hpp"
 #include "model/transformer.hpp"
 
@@ -20,7 +16,7 @@ struct LlamaConfig {
   int block_size = 64;
   int vocab_size = 256;
   Precision precision = Precision::fp32;  // the linear layers' GEMMs (model/precision.hpp)
-  int ffn_hidden = 0;  // SwiGLU hidden size; 0 means 8/3 n_embd rounded up to a multiple of 64
+  int ffn_hidden = 0;                     // SwiGLU hidden size; 0 means 8/3 n_embd rounded up to a multiple of 64
   double rope_base = 10000.0;
   double norm_eps = 1e-5;
 
@@ -36,32 +32,16 @@ struct LlamaConfig {
 // The default SwiGLU hidden size: ceil(8 n_embd / 3) rounded up to a multiple of 64.
 int default_ffn_hidden(int n_embd);
 
-// Llama's parts: RMSNorm, rotary positions, a SwiGLU MLP of width hidden(), no biases, an
-// untied output matrix lm_head.w. Validates cfg.
-TransformerShape llama_shape(const LlamaConfig& cfg);
+// Llama's parts: RMSNorm, rotary positions, a SwiGLU MLP (of width hidden()), no biases, an
+// untied output matrix.
+inline constexpr BlockParts kLlamaParts{NormKind::rmsnorm, PositionKind::rotary, MlpKind::swiglu, /*linear_bias=*/false,
+                                        /*tied_head=*/false};
 
-// The parameter layout (model/transformer.hpp, transformer_layout): wte [V, C], per block
-// h.<i>.{attn_norm.w [C], attn.qkv.w [(H + 2 Hkv) hs, C], attn.proj.w [C, C], mlp_norm.w [C],
-// mlp.gate_up.w [2 F, C] (gate rows, then up rows), mlp.down.w [C, F]}, norm.w [C],
-// lm_head.w [V, C]. The block matrices and lm_head decay; embeddings and norm gains do not.
-ParamLayout llama_layout(const LlamaConfig& cfg, std::size_t max_elements = ParamLayout::kMaxIndexed);
-double train_flops_per_token(const LlamaConfig& cfg, int T);
-std::size_t workspace_bytes(const LlamaConfig& cfg, std::size_t B, std::size_t T);
-
-// The Llama language model (Touvron et al. 2023) on the shared skeleton; the contract of
-// BasicTransformer (model/transformer.hpp).
-template <class Real>
-class BasicLlama : public BasicTransformer<Real> {
- public:
-  explicit BasicLlama(const LlamaConfig& cfg, kernels::KernelBackend& backend = kernels::cpu_backend())
-      : BasicTransformer<Real>(llama_shape(cfg), backend), cfg_(cfg) {}
-  const LlamaConfig& config() const { return cfg_; }
-
- private:
-  LlamaConfig cfg_;
-};
-
-using Llama = BasicLlama<float>;
-using LlamaDouble = BasicLlama<double>;
+// Validates cfg; n_kv_head 0 means n_head, ffn_hidden 0 the default width. Tensors: those
+// transformer_layout gives these parts (wte, h.<i>.*, norm.w, lm_head.w). The model (Touvron et al.
+// 2023) is FamilyModel<LlamaConfig, R>.
+TransformerShape transformer_shape(const LlamaConfig& cfg);
+using Llama = FamilyModel<LlamaConfig, float>;
+using LlamaDouble = FamilyModel<LlamaConfig, double>;
 
 }  // namespace scape::model

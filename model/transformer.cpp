@@ -26,10 +26,39 @@ using Z = std::size_t;
 // Per-layer activations kept for the backward pass, and buffers used once per pass. A kind the
 // parts do not use has size 0 (the layernorm's second statistic under rmsnorm, the product
 // buffer kTmp when the bias op adds the residual, kDup when GELU's gradient is taken in place).
-enum LayerAct { kNorm1, kNorm1Stat, kNorm1Rstd, kQkv, kAtt, kAttOut, kRes2, kNorm2, kNorm2Stat, kNorm2Rstd, kUp, kAct,
-                kRes3, kLayerActs };
-enum SingleAct { kRes0, kNormF, kNormFStat, kNormFRstd, kLogits, kRowLoss, kTmp, kDres, kDnorm, kDqkv, kDattOut, kDup,
-                 kDact, kDatt, kSingles };
+enum LayerAct {
+  kNorm1,
+  kNorm1Stat,
+  kNorm1Rstd,
+  kQkv,
+  kAtt,
+  kAttOut,
+  kRes2,
+  kNorm2,
+  kNorm2Stat,
+  kNorm2Rstd,
+  kUp,
+  kAct,
+  kRes3,
+  kLayerActs
+};
+enum SingleAct {
+  kRes0,
+  kNormF,
+  kNormFStat,
+  kNormFRstd,
+  kLogits,
+  kRowLoss,
+  kTmp,
+  kDres,
+  kDnorm,
+  kDqkv,
+  kDattOut,
+  kDup,
+  kDact,
+  kDatt,
+  kSingles
+};
 
 ActivationSizes activation_sizes(const TransformerShape& s, Z B, Z T) {
   const Z C = s.n_embd, N = B * T, V = s.vocab_size, F = s.ffn_hidden, U = s.mlp_up_width(), S = s.qkv_width();
@@ -56,14 +85,32 @@ ActivationSizes activation_sizes(const TransformerShape& s, Z B, Z T) {
 // The sizes of one (B, T) call.
 struct Dims {
   Dims(const TransformerShape& s, int batch, int seq)
-      : B(batch), T(seq), N(batch * seq), C(s.n_embd), V(s.vocab_size), F(s.ffn_hidden), U(s.mlp_up_width()),
+      : B(batch),
+        T(seq),
+        N(batch * seq),
+        C(s.n_embd),
+        V(s.vocab_size),
+        F(s.ffn_hidden),
+        U(s.mlp_up_width()),
         shape{.B = batch, .T = seq, .H = s.n_head, .Hkv = s.n_kv_head, .hs = s.head_dim()},
-        S(shape.qkv_width()), rotated((shape.H + shape.Hkv) * shape.hs) {}
+        S(shape.qkv_width()),
+        rotated((shape.H + shape.Hkv) * shape.hs),
+        prec(s.precision),
+        rope(s.parts.position == PositionKind::rotary) {}
   int B, T, N, C, V, F, U;
   kernels::AttentionShape shape;
   int S;        // columns of the packed q|k|v rows
   int rotated;  // the q and k columns RoPE turns
+  Precision prec;
+  bool rope;  // rotary positions
 };
+
+// The view of tensor `slot` inside a flat parameter or gradient buffer; empty for kNoSlot.
+template <class T>
+std::span<T> tensor_view(const ParamLayout& layout, T* base, std::size_t slot) {
+  if (slot == kNoSlot) return {};
+  return {base + layout.slots()[slot].offset, layout.slots()[slot].numel()};
+}
 
 template <class R, class Ops>
 void norm_forward(Ops& ops, const TransformerShape& s, std::span<R> out, std::span<R> stat, std::span<R> rstd,
@@ -137,10 +184,9 @@ std::pair<Z, Z> add_norm(ParamLayout& layout, const std::string& name, Z C, Norm
 
 void TransformerShape::validate(const std::string& prefix) const {
   const auto field = [&](const char* name, int v) { return prefix + "." + name + " = " + std::to_string(v); };
-  const std::pair<const char*, int> sizes[] = {{"n_layer", n_layer},       {"n_head", n_head},
-                                               {"n_kv_head", n_kv_head},   {"n_embd", n_embd},
-                                               {"block_size", block_size}, {"vocab_size", vocab_size},
-                                               {"ffn_hidden", ffn_hidden}};
+  const std::pair<const char*, int> sizes[] = {
+      {"n_layer", n_layer},       {"n_head", n_head},         {"n_kv_head", n_kv_head},  {"n_embd", n_embd},
+      {"block_size", block_size}, {"vocab_size", vocab_size}, {"ffn_hidden", ffn_hidden}};
   for (const auto& [name, v] : sizes) {
     require(v >= 1, field(name, v) + ": must be >= 1");
   }
@@ -238,31 +284,27 @@ void BasicTransformer<R>::check_call(std::span<const R> params, std::span<const 
 }
 
 template <class R>
-R BasicTransformer<R>::forward(const R* p, const std::int32_t* inputs, const std::int32_t* targets, int batch,
-                               int seq, bool grad) {
+R BasicTransformer<R>::forward(const R* p, const std::int32_t* inputs, const std::int32_t* targets, int batch, int seq,
+                               bool grad) {
   Workspace& w = *ws_;
   w.ensure(shape_, static_cast<std::size_t>(batch), static_cast<std::size_t>(seq));
   w.set_tokens(inputs, targets);
   auto& ops = model_ops<R>(*backend_);
   const Dims d(shape_, batch, seq);
   const int B = d.B, T = d.T, N = d.N, C = d.C, V = d.V, F = d.F, U = d.U, S = d.S;
-  const Precision prec = shape_.precision;
-  const bool rotary = shape_.parts.position == PositionKind::rotary;
-  const auto& slots = layout_.slots();
-  auto P = [&](std::size_t slot) {
-    return slot == kNoSlot ? std::span<const R>{} : std::span<const R>(p + slots[slot].offset, slots[slot].numel());
-  };
+  const Precision prec = d.prec;
+  auto P = [&](std::size_t slot) { return tensor_view<const R>(layout_, p, slot); };
   const std::span<R> tmp = w.single(kTmp);
 
-  const auto positions = rotary ? std::span<const R>{} : P(slots_.wpe).first(static_cast<std::size_t>(T) * C);
+  const auto positions = d.rope ? std::span<const R>{} : P(slots_.wpe).first(static_cast<std::size_t>(T) * C);
   ops.embedding_forward(w.single(kRes0), P(slots_.wte), positions, w.inputs(), B, T, C);
   for (std::ptrdiff_t l = 0; l < w.L; ++l) {
     const TransformerBlockSlots& b = slots_.blocks[static_cast<std::size_t>(l)];
     auto a = [&](int act) { return w.layer(act, l); };
-    norm_forward<R>(ops, shape_, a(kNorm1), a(kNorm1Stat), a(kNorm1Rstd), w.block_input(l), P(b.norm1_w),
-                    P(b.norm1_b), N, C);
+    norm_forward<R>(ops, shape_, a(kNorm1), a(kNorm1Stat), a(kNorm1Rstd), w.block_input(l), P(b.norm1_w), P(b.norm1_b),
+                    N, C);
     linear_forward<R>(ops, prec, a(kQkv), {}, a(kNorm1), P(b.qkv_w), P(b.qkv_b), N, C, S);
-    if (rotary) ops.rope_forward(a(kQkv), N, T, S, d.rotated, d.shape.hs, shape_.rope_base);
+    if (d.rope) ops.rope_forward(a(kQkv), N, T, S, d.rotated, d.shape.hs, shape_.rope_base);
     ops.attention_forward(a(kAttOut), a(kAtt), a(kQkv), d.shape);
     linear_residual<R>(ops, prec, a(kRes2), w.block_input(l), a(kAttOut), P(b.proj_w), P(b.proj_b), N, C, C, tmp);
     norm_forward<R>(ops, shape_, a(kNorm2), a(kNorm2Stat), a(kNorm2Rstd), a(kRes2), P(b.norm2_w), P(b.norm2_b), N, C);
@@ -282,15 +324,10 @@ void BasicTransformer<R>::backward(const R* p, int batch, int seq, R* g, const G
   auto& ops = model_ops<R>(*backend_);
   const Dims d(shape_, batch, seq);
   const int B = d.B, T = d.T, N = d.N, C = d.C, V = d.V, F = d.F, U = d.U, S = d.S;
-  const Precision prec = shape_.precision;
-  const bool rotary = shape_.parts.position == PositionKind::rotary;
+  const Precision prec = d.prec;
   const auto& slots = layout_.slots();
-  auto P = [&](std::size_t slot) {
-    return slot == kNoSlot ? std::span<const R>{} : std::span<const R>(p + slots[slot].offset, slots[slot].numel());
-  };
-  auto G = [&](std::size_t slot) {
-    return slot == kNoSlot ? std::span<R>{} : std::span<R>(g + slots[slot].offset, slots[slot].numel());
-  };
+  auto P = [&](std::size_t slot) { return tensor_view<const R>(layout_, p, slot); };
+  auto G = [&](std::size_t slot) { return tensor_view<R>(layout_, g, slot); };
   const std::span<R> dres = w.single(kDres), dnorm = w.single(kDnorm), dqkv = w.single(kDqkv),
                      datt_out = w.single(kDattOut), dup = w.single(kDup), dact = w.single(kDact);
 
@@ -311,14 +348,14 @@ void BasicTransformer<R>::backward(const R* p, int batch, int seq, R* g, const G
                      a(kNorm2Rstd), N, C);
     linear_backward<R>(ops, prec, datt_out, G(b.proj_w), G(b.proj_b), dres, a(kAttOut), P(b.proj_w), N, C, C);
     ops.attention_backward(dqkv, w.single(kDatt), datt_out, a(kAtt), a(kQkv), d.shape);
-    if (rotary) ops.rope_backward(dqkv, N, T, S, d.rotated, d.shape.hs, shape_.rope_base);
+    if (d.rope) ops.rope_backward(dqkv, N, T, S, d.rotated, d.shape.hs, shape_.rope_base);
     linear_backward<R>(ops, prec, dnorm, G(b.qkv_w), G(b.qkv_b), dqkv, a(kNorm1), P(b.qkv_w), N, C, S);
     norm_backward<R>(ops, shape_, dres, G(b.norm1_w), G(b.norm1_b), dnorm, w.block_input(l), P(b.norm1_w),
                      a(kNorm1Stat), a(kNorm1Rstd), N, C);
     const std::size_t next = l + 1 < w.L ? slots_.blocks[static_cast<std::size_t>(l + 1)].norm1_w : slots_.norm_w;
     if (ready) ready(slots[b.norm1_w].offset, slots[next].offset);
   }
-  const auto positions = rotary ? std::span<R>{} : G(slots_.wpe).first(static_cast<std::size_t>(T) * C);
+  const auto positions = d.rope ? std::span<R>{} : G(slots_.wpe).first(static_cast<std::size_t>(T) * C);
   ops.embedding_backward(G(slots_.wte), positions, dres, w.inputs(), B, T, C);
   // The token embedding (and a tied head) and the position table.
   if (ready) ready(0, slots[slots_.blocks.front().norm1_w].offset);

@@ -134,8 +134,8 @@ class BasicTransformer {
                         const GradientReady& ready = {});
 
   // Forward only (evaluation); same mean loss as forward_backward.
-  Real loss(std::span<const Real> params, std::span<const std::int32_t> inputs,
-            std::span<const std::int32_t> targets, int B, int T);
+  Real loss(std::span<const Real> params, std::span<const std::int32_t> inputs, std::span<const std::int32_t> targets,
+            int B, int T);
 
  private:
   struct Workspace;
@@ -153,5 +153,34 @@ class BasicTransformer {
 
 extern template class BasicTransformer<float>;
 extern template class BasicTransformer<double>;
+
+// A family's model built from its config: the skeleton with transformer_shape(cfg) (the
+// family's overload, which validates cfg), and the config it was given.
+template <class Config, class Real>
+class FamilyModel : public BasicTransformer<Real> {
+ public:
+  explicit FamilyModel(const Config& cfg, kernels::KernelBackend& backend = kernels::cpu_backend())
+      : BasicTransformer<Real>(transformer_shape(cfg), backend), cfg_(cfg) {}
+  const Config& config() const { return cfg_; }
+
+ private:
+  Config cfg_;
+};
+
+// The sizes every family's config names alike (n_kv_head = n_head; the family sets the rest).
+template <class Config>
+TransformerShape shape_with_common_sizes(const char* family, const BlockParts& parts, const Config& cfg) {
+  TransformerShape s;
+  s.family = family;
+  s.parts = parts;
+  s.n_layer = cfg.n_layer;
+  s.n_head = cfg.n_head;
+  s.n_kv_head = cfg.n_head;
+  s.n_embd = cfg.n_embd;
+  s.block_size = cfg.block_size;
+  s.vocab_size = cfg.vocab_size;
+  s.precision = cfg.precision;
+  return s;
+}
 
 }  // namespace scape::model

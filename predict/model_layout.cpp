@@ -1,17 +1,17 @@
 // Tensors of a predictor model shape (predict/model_layout.hpp).
 #include "predict/model_layout.hpp"
 
+#include "model/gpt.hpp"
+#include "model/llama.hpp"
+
 namespace scape::predict {
 
 model::TransformerShape transformer_shape(const ModelSpec& m) {
-  using model::BlockParts;
   const bool gpt2 = m.family == Family::gpt2;
   model::TransformerShape s;
   s.family = "model";
-  s.parts = gpt2 ? BlockParts{.norm = model::NormKind::layernorm, .position = model::PositionKind::learned,
-                              .mlp = model::MlpKind::gelu, .linear_bias = true, .tied_head = m.tied_embeddings}
-                 : BlockParts{.norm = model::NormKind::rmsnorm, .position = model::PositionKind::rotary,
-                              .mlp = model::MlpKind::swiglu, .linear_bias = false, .tied_head = m.tied_embeddings};
+  s.parts = gpt2 ? model::kGpt2Parts : model::kLlamaParts;
+  s.parts.tied_head = m.tied_embeddings;
   s.n_layer = m.n_layer;
   s.n_head = m.n_head;
   s.n_kv_head = gpt2 ? m.n_head : m.n_kv_head;

@@ -18,4 +18,12 @@ inline OptimizerConfig earlier_formulation() {
   return c;
 }
 
+// The earlier formulation's `type` with replicated optimizer state.
+inline OptimizerConfig earlier_replicated(OptimizerType type) {
+  OptimizerConfig c = earlier_formulation();
+  c.type = type;
+  c.sharded = false;
+  return c;
+}
+
 }  // namespace scape::testing

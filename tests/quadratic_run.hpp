@@ -135,6 +135,25 @@ inline bool accepted(const OptimizerConfig& c) {
   }
 }
 
+// Runs `sparse` at W = each of `workers` under each inner rule, and beside it the dense optimizer
+// it must equal at density 1 (AdamS, or AdamW under inner = adamw), for `check` to compare.
+// (doctest must be included by the test file.)
+#ifdef DOCTEST_VERSION_STR
+inline void for_each_dense_twin(OptimizerConfig sparse, const ParamLayout& layout, std::vector<int> workers,
+                                int steps, const std::function<void(const RunRecord&, const RunRecord&)>& check) {
+  for (const int w : workers) {
+    for (const InnerRule inner : {InnerRule::adams, InnerRule::adamw}) {
+      CAPTURE(w);
+      CAPTURE(to_string(inner));
+      sparse.inner = inner;
+      OptimizerConfig dense = sparse;
+      dense.type = inner == InnerRule::adams ? OptimizerType::adams : OptimizerType::adamw;
+      check(run_quadratic(sparse, layout, w, steps), run_quadratic(dense, layout, w, steps));
+    }
+  }
+}
+#endif
+
 // Two runs of the same configuration on different backends or residual stores: every
 // parameter, residual and mask bit-identical on every worker and step, and the same bytes.
 // (doctest must be included by the test file.)

@@ -18,15 +18,15 @@
 
 using namespace scape;
 using scape::testing::bit;
+using scape::testing::for_each_dense_twin;
 using scape::testing::mixed_layout;
 using scape::testing::run_quadratic;
+using scape::testing::RunRecord;
 
 namespace {
 
 OptimizerConfig randk_config(double density, std::uint64_t seed = 5) {
-  OptimizerConfig c = scape::testing::earlier_formulation();
-  c.type = OptimizerType::randk_ef;
-  c.sharded = false;
+  OptimizerConfig c = scape::testing::earlier_replicated(OptimizerType::randk_ef);
   c.sparsity = 1.0 - density;
   c.lr = 1e-2;
   c.warmup_steps = 2;
@@ -99,25 +99,14 @@ TEST_CASE("random-k: each coordinate is picked with probability K / N") {
 }
 
 TEST_CASE("random-k at density 1 is dense replicated AdamS (AdamW with inner = adamw), bit for bit") {
-  const ParamLayout layout = mixed_layout(2);
-  for (int w : {1, 2, 4, 7}) {
-    for (InnerRule inner : {InnerRule::adams, InnerRule::adamw}) {
-      CAPTURE(w);
-      CAPTURE(to_string(inner));
-      OptimizerConfig sparse = randk_config(1.0);
-      sparse.inner = inner;
-      OptimizerConfig dense = sparse;
-      dense.type = inner == InnerRule::adams ? OptimizerType::adams : OptimizerType::adamw;
-      const auto a = run_quadratic(sparse, layout, w, 10);
-      const auto b = run_quadratic(dense, layout, w, 10);
-      for (std::size_t t = 0; t < 10; ++t) {
-        CHECK(same_bits(a.steps[0][t].params_after, b.steps[0][t].params_after));
-        CHECK(a.steps[0][t].metrics.residual_norm == 0.0);
-      }
-      // The same collective, of the same size: no index travels.
-      CHECK(a.ledger_totals.at("grad_all_reduce").payload_bytes == b.ledger_totals.at("grad_all_reduce").payload_bytes);
+  for_each_dense_twin(randk_config(1.0), mixed_layout(2), {1, 2, 4, 7}, 10, [](const RunRecord& a, const RunRecord& b) {
+    for (std::size_t t = 0; t < 10; ++t) {
+      CHECK(same_bits(a.steps[0][t].params_after, b.steps[0][t].params_after));
+      CHECK(a.steps[0][t].metrics.residual_norm == 0.0);
     }
-  }
+    // The same collective, of the same size: no index travels.
+    CHECK(a.ledger_totals.at("grad_all_reduce").payload_bytes == b.ledger_totals.at("grad_all_reduce").payload_bytes);
+  });
 }
 
 // ---- 1-bit Adam (docs/algorithms.md, "1-bit Adam").
@@ -125,9 +114,7 @@ TEST_CASE("random-k at density 1 is dense replicated AdamS (AdamW with inner = a
 namespace {
 
 OptimizerConfig onebit_config(int freeze_step, std::size_t chunk) {
-  OptimizerConfig c = scape::testing::earlier_formulation();
-  c.type = OptimizerType::onebit_adam;
-  c.sharded = false;
+  OptimizerConfig c = scape::testing::earlier_replicated(OptimizerType::onebit_adam);
   c.lr = 1e-2;
   c.freeze_step = freeze_step;
   c.sign_chunk = chunk;
@@ -293,9 +280,7 @@ std::vector<float> state_of(const StateMap& state, const std::string& name) {
 }
 
 OptimizerConfig powersgd_config(int rank, InnerRule inner = InnerRule::adams) {
-  OptimizerConfig c = scape::testing::earlier_formulation();
-  c.type = OptimizerType::powersgd;
-  c.sharded = false;
+  OptimizerConfig c = scape::testing::earlier_replicated(OptimizerType::powersgd);
   c.powersgd_rank = rank;
   c.inner = inner;
   c.lr = 1e-2;
@@ -409,9 +394,7 @@ TEST_CASE("PowerSGD with rank >= min(rows, cols) is dense replicated AdamS / Ada
 namespace {
 
 OptimizerConfig demo_config(std::size_t chunk, std::size_t k) {
-  OptimizerConfig c = scape::testing::earlier_formulation();
-  c.type = OptimizerType::demo;
-  c.sharded = false;
+  OptimizerConfig c = scape::testing::earlier_replicated(OptimizerType::demo);
   c.demo_chunk = chunk;
   c.demo_topk = k;
   c.lr = 1e-2;

@@ -57,7 +57,8 @@ TEST_CASE("the run's gpt shape has the parameters the model lays out") {
                            {{"n_layer", layers}, {"n_head", heads}, {"n_embd", width}, {"block_size", block},
                             {"vocab_size", vocab}}}});
     scape::model::GptConfig g{layers, heads, width, block, vocab};
-    CHECK(scape::predict::parameter_count(scape::train::model_spec(c.model)) == scape::model::gpt_layout(g).size());
+    CHECK(scape::predict::parameter_count(scape::train::model_spec(c.model)) ==
+          scape::model::transformer_layout(scape::model::transformer_shape(g)).size());
   }
 }
 

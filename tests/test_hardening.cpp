@@ -98,6 +98,14 @@ int with_file_size_limit(rlim_t bytes, F&& f) {
   return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 }
 
+// A run file of two metrics, a and b, flushed every `flush_interval` rows.
+ex::RunFileSpec two_metrics(int flush_interval) {
+  ex::RunFileSpec spec;
+  spec.metric_names = {"a", "b"};
+  spec.flush_interval = flush_interval;
+  return spec;
+}
+
 }  // namespace
 
 TEST_CASE("checkpoints: SCAPECK2 bytes by hand, a checksum that refuses any damaged byte, durable replacement") {
@@ -241,9 +249,7 @@ TEST_CASE("a run file that hits a file-size limit: exit 1 naming file and steps,
 TEST_CASE("a recorder stopped by a file-size limit keeps its flushed rows and refuses later writes") {
   TempDir dir;
   const fs::path path = dir / "rec.h5";
-  ex::RunFileSpec spec;
-  spec.metric_names = {"a", "b"};
-  spec.flush_interval = 4;
+  const ex::RunFileSpec spec = two_metrics(/*flush_interval=*/4);
   const int code = with_file_size_limit(150 * 1024, [&] {
     auto recorder = ex::RunRecorder::create(path, spec);
     long step = 1;
@@ -346,9 +352,7 @@ TEST_CASE("scape repair: a table shorter than steps_completed claims (a kill in 
   // could leave steps_completed (and /metrics/step) ahead of another table (CI, 2026-12-01).
   TempDir dir;
   const fs::path p = dir / "short.h5";
-  ex::RunFileSpec spec;
-  spec.metric_names = {"a", "b"};
-  spec.flush_interval = 1;
+  const ex::RunFileSpec spec = two_metrics(/*flush_interval=*/1);
   {
     auto recorder = ex::RunRecorder::create(p, spec);
     for (long step = 1; step <= 5; ++step) {

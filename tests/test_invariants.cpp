@@ -13,9 +13,7 @@
 #include "quadratic_run.hpp"
 
 using namespace scape;
-using scape::testing::bit;
-using scape::testing::mixed_layout;
-using scape::testing::run_quadratic;
+using namespace scape::testing;  // the quadratic harness: run_quadratic, mixed_layout, bit, ...
 
 namespace {
 
@@ -130,26 +128,15 @@ TEST_CASE("invariant 1 also holds for raw-gradient top-k and shared-seed random-
 }
 
 TEST_CASE("invariant 2: at density 1 SCAPE equals dense AdamS, and dense AdamW with inner=adamw") {
-  const ParamLayout layout = mixed_layout(2);
-  for (int w : kWorkers) {
-    for (InnerRule inner : {InnerRule::adams, InnerRule::adamw}) {
-      CAPTURE(w);
-      CAPTURE(to_string(inner));
-      OptimizerConfig sparse = scape_config(1.0);
-      sparse.inner = inner;
-      OptimizerConfig dense = sparse;
-      dense.type = inner == InnerRule::adams ? OptimizerType::adams : OptimizerType::adamw;
-      const auto a = run_quadratic(sparse, layout, w, kSteps);
-      const auto b = run_quadratic(dense, layout, w, kSteps);
-      for (int t = 0; t < kSteps; ++t) {
-        const auto& pa = a.steps[0][static_cast<std::size_t>(t)].params_after;
-        const auto& pb = b.steps[0][static_cast<std::size_t>(t)].params_after;
-        CHECK(max_abs_diff(pa, pb) <= kRoundingPerStep * (t + 1));
-        CHECK(a.steps[0][static_cast<std::size_t>(t)].metrics.mask_density == 1.0);
-        CHECK(a.steps[0][static_cast<std::size_t>(t)].metrics.residual_norm == 0.0);
-      }
+  const std::vector<int> workers(std::begin(kWorkers), std::end(kWorkers));
+  for_each_dense_twin(scape_config(1.0), mixed_layout(2), workers, kSteps, [](const RunRecord& a, const RunRecord& b) {
+    for (std::size_t t = 0; t < static_cast<std::size_t>(kSteps); ++t) {
+      CHECK(max_abs_diff(a.steps[0][t].params_after, b.steps[0][t].params_after) <=
+            kRoundingPerStep * static_cast<double>(t + 1));
+      CHECK(a.steps[0][t].metrics.mask_density == 1.0);
+      CHECK(a.steps[0][t].metrics.residual_norm == 0.0);
     }
-  }
+  });
 }
 
 TEST_CASE("invariant 3: single_buffer and two_collectives give the same parameters") {
@@ -274,9 +261,7 @@ TEST_CASE("invariant 6 has teeth: lag 0 uses a different mask sequence than lag 
 namespace {
 
 OptimizerConfig topk_config() {
-  OptimizerConfig c = scape::testing::earlier_formulation();
-  c.type = OptimizerType::topk_ef;
-  c.sharded = false;
+  OptimizerConfig c = scape::testing::earlier_replicated(OptimizerType::topk_ef);
   c.sparsity = 0.9;
   c.lr = kLr;
   return c;

@@ -15,6 +15,7 @@
 
 #include <omp.h>
 
+#include "core/rng.hpp"
 #include "kernels/cpu/kernels.hpp"
 
 namespace sk = scape::kernels;
@@ -85,11 +86,10 @@ void check_against_reference(const std::vector<float>& x, const std::vector<std:
   CHECK(out[k] == 0xdeadbeefu);  // nothing written past k
 }
 
+// N(0, 1) values, element i from the counter-based stream of `seed` (core/rng.hpp).
 std::vector<float> normal_values(std::size_t n, std::uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> dist(0.0f, 1.0f);
   std::vector<float> x(n);
-  for (float& v : x) v = dist(rng);
+  for (std::size_t i = 0; i < n; ++i) x[i] = static_cast<float>(scape::rng::normal(seed, i));
   return x;
 }
 

@@ -218,9 +218,7 @@ TEST_CASE("closed forms: raw-gradient top-k sends W K (4 + p_wire), or W (EF(N, 
   for (int w : {1, 2, 4, 7}) {
     for (WireType wire : {WireType::fp32, WireType::bf16}) {
       for (const MaskEncoding e : {MaskEncoding::bitmap, MaskEncoding::elias_fano}) {
-        OptimizerConfig c = scape::testing::earlier_formulation();
-        c.type = OptimizerType::topk_ef;
-        c.sharded = false;
+        OptimizerConfig c = scape::testing::earlier_replicated(OptimizerType::topk_ef);
         c.sparsity = 0.9;
         c.wire_dtype = wire;
         c.mask_encoding = e;
@@ -244,9 +242,7 @@ TEST_CASE("closed forms: shared-seed random-k all-reduces K p_wire, no index") {
   const std::uint64_t k = k_for(0.1, n);
   for (int w : {1, 2, 4, 7}) {
     for (WireType wire : {WireType::fp32, WireType::bf16}) {
-      OptimizerConfig c = scape::testing::earlier_formulation();
-      c.type = OptimizerType::randk_ef;
-      c.sharded = false;
+      OptimizerConfig c = scape::testing::earlier_replicated(OptimizerType::randk_ef);
       c.sparsity = 0.9;
       c.wire_dtype = wire;
       const auto run = run_quadratic(c, layout, w, kSteps);
@@ -266,9 +262,7 @@ TEST_CASE("closed forms: 1-bit Adam all-reduces N p_wire until freeze_step, then
     for (std::size_t chunk : {std::size_t{64}, std::size_t{100}}) {
       CAPTURE(w);
       CAPTURE(chunk);
-      OptimizerConfig c = scape::testing::earlier_formulation();
-      c.type = OptimizerType::onebit_adam;
-      c.sharded = false;
+      OptimizerConfig c = scape::testing::earlier_replicated(OptimizerType::onebit_adam);
       c.freeze_step = 3;
       c.sign_chunk = chunk;
       c.wire_dtype = WireType::bf16;
@@ -297,9 +291,7 @@ TEST_CASE("closed forms: PowerSGD all-reduces sum r'(n + m) factor entries in tw
     for (int r : {1, 4, 20}) {
       CAPTURE(w);
       CAPTURE(r);
-      OptimizerConfig c = scape::testing::earlier_formulation();
-      c.type = OptimizerType::powersgd;
-      c.sharded = false;
+      OptimizerConfig c = scape::testing::earlier_replicated(OptimizerType::powersgd);
       c.powersgd_rank = r;
       const std::uint64_t r2 = std::min(r, 14);
       const std::uint64_t p = 4 * (std::uint64_t(r) * 26 + r2 * 14), q = 4 * (std::uint64_t(r) * 31 + r2 * 50);
@@ -329,9 +321,7 @@ TEST_CASE("closed forms: DeMo all-gathers W (Elias-Fano of K positions among N +
       for (std::uint64_t k : {std::uint64_t{4}, std::uint64_t{64}}) {
         CAPTURE(w);
         CAPTURE(k);
-        OptimizerConfig c = scape::testing::earlier_formulation();
-        c.type = OptimizerType::demo;
-        c.sharded = false;
+        OptimizerConfig c = scape::testing::earlier_replicated(OptimizerType::demo);
         c.demo_chunk = 64;
         c.demo_topk = k;
         c.wire_dtype = wire;

@@ -223,9 +223,7 @@ TEST_CASE("raw-gradient top-k: Elias-Fano coded indices train bit-identically to
   for (const int workers : {1, 3, 4}) {
     for (const WireType wire : {WireType::fp32, WireType::bf16}) {
       CAPTURE(workers);
-      OptimizerConfig config = scape::testing::earlier_formulation();
-      config.type = OptimizerType::topk_ef;
-      config.sharded = false;
+      OptimizerConfig config = scape::testing::earlier_replicated(OptimizerType::topk_ef);
       config.lr = 0.01;
       config.wire_dtype = wire;
       config.mask_encoding = MaskEncoding::bitmap;

@@ -60,7 +60,7 @@ double stddev(const float* p, std::size_t n) {
 }  // namespace
 
 TEST_CASE("layout: GPT-2 tensors in order, nanoGPT weight-decay flags, parameter count") {
-  const scape::ParamLayout layout = gpt_layout(kSmall);
+  const scape::ParamLayout layout = transformer_layout(transformer_shape(kSmall));
   const std::size_t C = 32, V = 96, T = 32, L = 2;
   CHECK(layout.size() == V * C + T * C + L * (12 * C * C + 13 * C) + 2 * C);
   const auto& s = layout.slots();

@@ -67,7 +67,7 @@ TEST_CASE("layout: tensors, sizes, the default SwiGLU width and the weight-decay
   LlamaConfig d = kTiny;
   d.ffn_hidden = 0;
   CHECK(d.hidden() == 64);
-  const auto layout = llama_layout(kTiny);
+  const auto layout = transformer_layout(transformer_shape(kTiny));
   const std::size_t C = 16, V = 11, F = 12, S = (4 + 2 * 2) * 4, L = 2;
   CHECK(layout.size() == V * C + L * (C + S * C + C * C + C + 2 * F * C + C * F) + C + V * C);
   CHECK(layout.slot("h.1.attn.qkv.w").shape == std::vector<std::size_t>{S, C});

@@ -172,8 +172,8 @@ TEST_CASE("the presets' tensors: as many elements as the count, and the model co
   }
   // GPT-2 small is a GptConfig the model code builds: the same tensors, shapes and decay flags.
   const ParamLayout predicted = tensor_layout(find_model_preset("gpt2-124m", "").spec);
-  const ParamLayout built = model::gpt_layout(
-      model::GptConfig{.n_layer = 12, .n_head = 12, .n_embd = 768, .block_size = 1024, .vocab_size = 50257});
+  const ParamLayout built = model::transformer_layout(model::transformer_shape(
+      model::GptConfig{.n_layer = 12, .n_head = 12, .n_embd = 768, .block_size = 1024, .vocab_size = 50257}));
   REQUIRE(predicted.slots().size() == built.slots().size());
   for (std::size_t i = 0; i < built.slots().size(); ++i) {
     CHECK(predicted.slots()[i].name == built.slots()[i].name);
@@ -187,7 +187,8 @@ TEST_CASE("the presets' tensors: as many elements as the count, and the model co
   // A layout an optimizer steps keeps the 32-bit limit.
   model::LlamaConfig seven{.n_layer = 32, .n_head = 32, .n_embd = 4096, .block_size = 4096, .vocab_size = 32000,
                            .ffn_hidden = 11008};
-  CHECK_THROWS_WITH_AS(model::llama_layout(seven), doctest::Contains("2^32-1"), std::invalid_argument);
+  CHECK_THROWS_WITH_AS(model::transformer_layout(model::transformer_shape(seven)), doctest::Contains("2^32-1"),
+                       std::invalid_argument);
 }
 
 TEST_CASE("SwiGLU width, matmul parameters and FLOPs per token") {

@@ -223,9 +223,7 @@ TEST_CASE("step_collectives rejects what the optimizer would reject") {
   CHECK_THROWS_AS(step_collectives(local, 1000, 4, 2, 3, NetworkModel{}, 401), std::invalid_argument);
   CHECK_THROWS_AS(step_collectives(local, 1000, 4, 2, 3, NetworkModel{}, 99), std::invalid_argument);
   // PowerSGD's factors depend on the tensor shapes, which N alone does not give.
-  OptimizerConfig powersgd = scape::testing::earlier_formulation();
-  powersgd.type = OptimizerType::powersgd;
-  powersgd.sharded = false;
+  OptimizerConfig powersgd = scape::testing::earlier_replicated(OptimizerType::powersgd);
   CHECK_THROWS_WITH_AS(step_collectives(powersgd, 1000, 4, 1, 3, NetworkModel{}), doctest::Contains("tensor shapes"),
                        std::invalid_argument);
 }

@@ -11,7 +11,7 @@
 namespace scape::train {
 
 // The run's gpt shape as the predictor describes models: GPT-2 blocks, tied embeddings, a
-// position table of block_size rows (the same parameters as model::gpt_layout).
+// position table of block_size rows (the same parameters as the GPT layout, model/gpt.hpp).
 predict::ModelSpec model_spec(const experiments::ModelSection& m);
 
 // Seconds of forward + backward of one worker's micro-batch (data.batch_size sequences of

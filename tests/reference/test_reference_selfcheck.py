@@ -14,13 +14,9 @@ from tests.reference.scape_reference import (
 )
 
 # N = 704: a sparse matrix, a norm gain (dense), a decayed matrix, a bias (dense), a decayed head.
-LAYOUT = [
-    {"name": "wte.weight", "size": 200, "decay": False},
-    {"name": "h0.norm1.weight", "size": 24, "decay": False},
-    {"name": "h0.attn.weight", "size": 333, "decay": True},
-    {"name": "h0.attn.bias", "size": 17, "decay": False},
-    {"name": "lm_head.weight", "size": 130, "decay": True},
-]
+NAMES = ["wte.weight", "h0.norm1.weight", "h0.attn.weight", "h0.attn.bias", "lm_head.weight"]
+SIZES = [200, 24, 333, 17, 130]
+LAYOUT = [{"name": n, "size": s, "decay": n in ("h0.attn.weight", "lm_head.weight")} for n, s in zip(NAMES, SIZES)]
 N = 704
 DECAY = np.zeros(N, dtype=bool)
 DECAY[224:557] = True
