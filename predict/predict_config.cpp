@@ -253,6 +253,8 @@ OptimizerConfig default_baseline(const OptimizerConfig& c) {
   if (c.type == OptimizerType::adamw || c.type == OptimizerType::adams) return c;
   OptimizerConfig b = c;
   b.type = c.inner == InnerRule::adamw ? OptimizerType::adamw : OptimizerType::adams;
+  // fp8 is SCAPE's payload only (its error lives in the residual): the dense gradients go fp32.
+  if (b.wire_dtype == WireType::fp8_e5m2) b.wire_dtype = WireType::fp32;
   return b;
 }
 

@@ -13,7 +13,12 @@
 
 #include "experiments/config.hpp"
 #include "experiments/hdf5.hpp"
+#include "core/schedule.hpp"
+#include "core/volume.hpp"
+#include "predict/model_layout.hpp"
 #include "predict/predict_config.hpp"
+#include "predict/prediction.hpp"
+#include "predict/step_model.hpp"
 #include "test_support.hpp"
 
 namespace fs = std::filesystem;
@@ -171,6 +176,32 @@ TEST_CASE("parser: defaults, explicit models and the derived baseline") {
   CHECK(c.baseline.wire_dtype == scape::WireType::bf16);
   CHECK(c.overlap.grad_reduce);
   CHECK_FALSE(c.overlap.sparse_reduce);
+  // SCAPE's fp8 payload (replicated): one byte a value and the scale's all-gather; the derived
+  // dense baseline sends fp32.
+  {
+    auto fp8 = small_config();
+    fp8["optimizer"]["sharded"] = false;
+    fp8["optimizer"]["wire_dtype"] = "fp8_e5m2";
+    const auto p = parse_predict_config(fp8);
+    CHECK(p.baseline.wire_dtype == scape::WireType::fp32);
+    const scape::predict::Prediction r = scape::predict::run_prediction(p);
+    const auto& row = r.rows.back();
+    const double rho =
+        scape::density_at(p.optimizer.density_schedule(), scape::predict::steady_state_step(p.optimizer));
+    const auto k = scape::mask_k(p.optimizer, scape::predict::tensor_layout(p.model), row.workers, rho);
+    int seen = 0;
+    for (const auto& col : row.optimizer.collectives) {
+      if (col.record.purpose == "grad_all_reduce") {
+        CHECK(col.record.payload_bytes == k);
+        ++seen;
+      }
+      if (col.record.purpose == "fp8_scale_all_gather") {
+        CHECK(col.record.payload_bytes == 4u * static_cast<unsigned>(row.workers));
+        ++seen;
+      }
+    }
+    CHECK(seen == 2);
+  }
   // Weak scaling from a global batch at the largest worker count.
   auto j = small_config();
   j["batch"] = {{"scaling", "weak"}, {"global_sequences", 128}};
