@@ -1,13 +1,18 @@
 // scape predict: step time, speedup and scaling on a cluster, from a prediction config, from the
 // runs of a folder, or a calibration fitted to measured runs.
 #include <cstdio>
+#include <fstream>
 #include <iostream>
+
+#include <nlohmann/json.hpp>
 
 #include "apps/cli_common.hpp"
 #include "predict/from_runs.hpp"
 #include "predict/measured_runs.hpp"
 #include "predict/predict_config.hpp"
 #include "predict/regime.hpp"
+#include "predict/table_model.hpp"
+#include "predict/table_report.hpp"
 #include "predict/report.hpp"
 
 namespace scape::cli {
@@ -16,10 +21,53 @@ namespace {
 struct Calibrate {
   std::vector<std::string> fit, held_out;
   std::vector<double> sweep_GBps;  // --sweep: the link bandwidths of the regime sweep
+  std::string validate, calibrate_table, hardware;  // measured tables (docs/PREDICTING.md)
 };
+
+// The shipped calibration of the artifact's cluster, fitted to its Llama-500M table.
+std::string default_table_hardware() {
+  return std::string(SCAPE_SOURCE_DIR) + "/experiments/hardware/tacc-vista-measured.json";
+}
+
+int cmd_tables(const std::string& file, const std::string& out, const std::string& csv, const Calibrate& calibrate) {
+  if (!file.empty()) throw ex::ConfigError("--validate and --calibrate-table take no prediction config");
+  if (!calibrate.validate.empty() && !calibrate.calibrate_table.empty()) {
+    throw ex::ConfigError("--validate and --calibrate-table: give one");
+  }
+  if (!calibrate.calibrate_table.empty()) {
+    if (!csv.empty() || !calibrate.hardware.empty()) throw ex::ConfigError("--calibrate-table takes no --csv or --hardware");
+    const auto table = scape::predict::read_measured_table(calibrate.calibrate_table);
+    const std::string hw = out.empty() ? "calibrated-hardware.json" : out;
+    scape::predict::calibrate_table(table, hw, std::cout);
+    std::fprintf(stderr, "calibrated from %s -> %s\n", calibrate.calibrate_table.c_str(), hw.c_str());
+    return kExitOk;
+  }
+  if (!out.empty()) throw ex::ConfigError("--validate prints a table (and --csv): no --out");
+  const std::string hw = calibrate.hardware.empty() ? default_table_hardware() : calibrate.hardware;
+  std::ifstream in(hw);
+  if (!in) throw ex::ConfigError("--hardware: cannot open " + hw);
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(in);
+  } catch (const nlohmann::json::exception& e) {
+    throw ex::ConfigError("--hardware: " + hw + " is not JSON: " + e.what());
+  }
+  scape::predict::Calibration c;
+  try {
+    c = scape::predict::calibration_from_hardware(j, hw);
+  } catch (const std::invalid_argument& e) {
+    throw ex::ConfigError(std::string("--hardware: ") + e.what());
+  }
+  const auto table = scape::predict::read_measured_table(calibrate.validate);
+  std::cout << "hardware: " << hw << "\n\n";
+  scape::predict::print_table_check(std::cout, table, scape::predict::check_table(table, c), csv);
+  return kExitOk;
+}
 
 int cmd_predict(const std::string& file, std::string out, const std::string& csv, const std::vector<std::string>& sets,
                 const std::string& from_runs, const Calibrate& calibrate) {
+  if (!calibrate.validate.empty() || !calibrate.calibrate_table.empty()) return cmd_tables(file, out, csv, calibrate);
+  if (!calibrate.hardware.empty()) throw ex::ConfigError("--hardware goes with --validate");
   if (!calibrate.fit.empty()) {
     if (!file.empty() || !csv.empty() || !from_runs.empty()) throw ex::ConfigError("--calibrate takes no config, --csv or --from-runs");
     if (out.empty()) out = "calibrated-hardware.json";
@@ -80,6 +128,20 @@ Command add_predict_command(CLI::App& app) {
                       "per GPU, overlap on and off, at these link bandwidths in GB/s (e.g. --sweep 12.5 25 50 100 200)")
       ->expected(1, -1)
       ->check(CLI::PositiveNumber);
+  predict->add_option("--validate", a->calibrate.validate,
+                      "instead: predict every row of this measured table (CSV model,method,gpus,step_ms; "
+                      "experiments/measured/) with the artifact's setup of its model and print measured, predicted "
+                      "and error, then the mean and worst |error| (--csv writes them)")
+      ->check(CLI::ExistingFile);
+  predict->add_option("--hardware", a->calibrate.hardware,
+                      "with --validate: the hardware description to predict with (default: the shipped "
+                      "experiments/hardware/tacc-vista-measured.json)")
+      ->check(CLI::ExistingFile);
+  predict->add_option("--calibrate-table", a->calibrate.calibrate_table,
+                      "instead: fit achieved FLOP/s, the optimizer kernels' throughput and the link's alpha and beta "
+                      "to this step-time table, write the hardware description (--out, default "
+                      "calibrated-hardware.json) and print every row's error and the leave-one-GPU-count-out errors")
+      ->check(CLI::ExistingFile);
   predict->add_option("--held-out", a->calibrate.held_out,
                       "with --calibrate: runs predicted with the fit but not fitted on (their error is printed)");
   Command c;

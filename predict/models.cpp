@@ -66,11 +66,22 @@ const std::vector<ModelPreset>& model_presets() {
        "Shoeybi et al. 2019 (Megatron-LM) shape; no exact count published (the name says 345M)",
        gpt2(24, 1024, 16, 50304), 0},
       {"llama-500m",
-       "assumed Llama-style 0.5B: 20 layers, width 1280, 20 heads, SwiGLU 3584, vocab 32000, context 2048, untied",
-       "assumption: the SCAPE paper does not give its exact shape", llama(20, 1280, 20, 20, 3584, 2048), 0},
+       "the SCAPE artifact's Llama-500M: 16 layers, width 1536, 16 heads (8 key-value groups), SwiGLU 4096, vocab "
+       "32000, context 4096, untied",
+       "mz687/SCAPE_SC26 ebb256c, slurm_scripts/vista/scaling_efficiency/*/500M_micro_bs_8/*.sh; its logs print "
+       "513,590,784 parameters",
+       llama(16, 1536, 16, 8, 4096, 4096), 513590784},
+      {"llama-1.3b",
+       "assumed Llama-style 1.3B: 24 layers, width 2048, 16 heads (8 key-value groups), SwiGLU 5632, vocab 32000, "
+       "context 4096, untied",
+       "assumption: the SCAPE artifact's memory figure has a Llama-1.3B row whose launch script is not in the "
+       "repository", llama(24, 2048, 16, 8, 5632, 4096), 0},
       {"llama-1.8b",
-       "assumed Llama-style 1.8B: 32 layers, width 2048, 32 heads, SwiGLU 5632, vocab 32000, context 2048, untied",
-       "assumption: the SCAPE paper does not give its exact shape", llama(32, 2048, 32, 32, 5632, 2048), 0},
+       "the SCAPE artifact's Llama-1.8B: 24 layers, width 2560, 32 heads (8 key-value groups), SwiGLU 6912, vocab "
+       "32000, context 2048, untied",
+       "mz687/SCAPE_SC26 ebb256c, slurm_scripts/vista/scaling_efficiency/*/1.8B_micro_bs_8/*.sh (vocab: the Llama-2 "
+       "tokenizer's 32000; the scripts also pass --vocab-size 128256, which would make 2.3B)",
+       llama(24, 2560, 32, 8, 6912, 2048), 0},
       {"tinyllama-1.1b",
        "TinyLlama 1.1B: 22 layers, width 2048, 32 heads (4 key-value heads), SwiGLU 5632, vocab 32000, untied",
        "Zhang et al. 2024 (TinyLlama); count of the TinyLlama/TinyLlama_v1.1 checkpoint",

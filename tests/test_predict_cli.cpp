@@ -245,3 +245,24 @@ TEST_CASE("predict --calibrate: bad run files exit 2 naming the file and the mis
         std::string::npos);
   CHECK(!fs::exists(dir.path / "hw.json"));
 }
+
+TEST_CASE("--validate: a bad table exits 2 naming the file, row and column; the shipped table prints its errors") {
+  TempDir dir;
+  const fs::path bad = dir.path / "bad.csv";
+  std::ofstream(bad) << "model,method,gpus,step_ms\nllama-500m,adams,4,-1\n";
+  auto r = run_scape("predict --validate " + bad.string());
+  CAPTURE(r.output);
+  CHECK(r.code == 2);
+  CHECK(r.output.find(bad.string() + ": row 2, column step_ms: -1 must be > 0") != std::string::npos);
+  const fs::path csv = dir.path / "out.csv";
+  r = run_scape("predict --validate " + std::string(SCAPE_SOURCE_DIR) + "/experiments/measured/llama-500m-step-times.csv --csv " +
+                csv.string());
+  CHECK(r.code == 0);
+  CHECK(r.output.find("| llama-500m | scape_0.01 | 64 | 908.2 |") != std::string::npos);
+  CHECK(r.output.find("mean |error|") != std::string::npos);
+  std::ifstream in(csv);
+  std::string header;
+  std::getline(in, header);
+  CHECK(header == "model,method,gpus,measured_ms,predicted_ms,error");
+  CHECK(run_scape("predict --validate " + bad.string() + " --out x.h5").code == 2);
+}

@@ -155,11 +155,17 @@ TEST_CASE("parameter counts of the presets equal the published counts") {
   // Assumed shapes (docs/PREDICTING.md): their counts, computed by hand.
   // GPT-345M: GPT-2 medium with 47 more vocabulary rows of width 1024.
   CHECK(parameter_count(find_model_preset("gpt-345m", "").spec) == 354823168 + 47 * 1024);
-  // Llama: 2 V d + L (4 d^2 + 3 d f + 2 d) + d.
+  // Llama with grouped heads: 2 V d + L (2 d^2 + 2 d d_kv + 3 d f + 2 d) + d, d_kv = groups * head width.
+  // The artifact's Llama-500M (its logs print 513,590,784): d 1536, 16 heads of 96, 8 groups.
   CHECK(parameter_count(find_model_preset("llama-500m", "").spec) ==
-        2ull * 32000 * 1280 + 20ull * (4ull * 1280 * 1280 + 3ull * 1280 * 3584 + 2 * 1280) + 1280);
+        2ull * 32000 * 1536 + 16ull * (2ull * 1536 * 1536 + 2ull * 1536 * 768 + 3ull * 1536 * 4096 + 2 * 1536) + 1536);
+  CHECK(parameter_count(find_model_preset("llama-500m", "").spec) == 513590784);
+  // Llama-1.8B: d 2560, 32 heads of 80, 8 groups (d_kv 640), f 6912, vocab 32000.
   CHECK(parameter_count(find_model_preset("llama-1.8b", "").spec) ==
-        2ull * 32000 * 2048 + 32ull * (4ull * 2048 * 2048 + 3ull * 2048 * 5632 + 2 * 2048) + 2048);
+        2ull * 32000 * 2560 + 24ull * (2ull * 2560 * 2560 + 2ull * 2560 * 640 + 3ull * 2560 * 6912 + 2 * 2560) + 2560);
+  // The assumed Llama-1.3B: d 2048, 16 heads of 128, 8 groups (d_kv 1024), f 5632.
+  CHECK(parameter_count(find_model_preset("llama-1.3b", "").spec) ==
+        2ull * 32000 * 2048 + 24ull * (2ull * 2048 * 2048 + 2ull * 2048 * 1024 + 3ull * 2048 * 5632 + 2 * 2048) + 2048);
   CHECK_THROWS_WITH_AS(find_model_preset("gpt-9", "model.preset"), doctest::Contains("model.preset"),
                        std::invalid_argument);
 }

@@ -1,0 +1,228 @@
+// The artifact's table rows on the step model, and the fit to a measured table
+// (predict/table_model.hpp).
+#include "predict/table_model.hpp"
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <limits>
+#include <stdexcept>
+
+#include "predict/hardware.hpp"
+#include "predict/model_layout.hpp"
+
+namespace scape::predict {
+namespace {
+
+constexpr int kParams = 4;  // 1/FLOP/s, alpha, 1/beta, 1/optimizer throughput
+using Row = std::array<double, kParams>;
+
+// Solves the least-squares problem min |A x - 1|^2 over the columns in `use` (the others 0),
+// by the normal equations; false when they are singular.
+bool solve_subset(const std::vector<Row>& a, unsigned use, Row& x) {
+  std::array<std::array<double, kParams + 1>, kParams> m{};
+  std::array<int, kParams> cols{};
+  int n = 0;
+  for (int j = 0; j < kParams; ++j) {
+    if (use & (1u << j)) cols[static_cast<std::size_t>(n++)] = j;
+  }
+  for (int r = 0; r < n; ++r) {
+    for (int c = 0; c < n; ++c) {
+      for (const Row& row : a) m[r][c] += row[cols[r]] * row[cols[c]];
+    }
+    for (const Row& row : a) m[r][n] += row[cols[r]];
+  }
+  for (int p = 0; p < n; ++p) {  // Gauss-Jordan with partial pivoting
+    int best = p;
+    for (int r = p + 1; r < n; ++r) {
+      if (std::abs(m[r][p]) > std::abs(m[best][p])) best = r;
+    }
+    if (!(std::abs(m[best][p]) > 1e-300)) return false;
+    std::swap(m[p], m[best]);
+    for (int r = 0; r < n; ++r) {
+      if (r == p) continue;
+      const double f = m[r][p] / m[p][p];
+      for (int c = p; c <= n; ++c) m[r][c] -= f * m[p][c];
+    }
+  }
+  x.fill(0);
+  for (int r = 0; r < n; ++r) x[cols[r]] = m[r][n] / m[r][r];
+  return true;
+}
+
+// Non-negative least squares over four parameters: the best of the subsets whose solution is
+// positive (an empty or negative parameter means the data cannot support it).
+Row nonnegative_fit(const std::vector<Row>& a) {
+  Row best{};
+  double best_err = std::numeric_limits<double>::infinity();
+  for (unsigned use = 1; use < (1u << kParams); ++use) {
+    Row x;
+    if (!solve_subset(a, use, x)) continue;
+    bool ok = true;
+    for (int j = 0; j < kParams; ++j) ok = ok && ((use & (1u << j)) == 0 || x[j] > 0);
+    if (!ok) continue;
+    double err = 0;
+    for (const Row& row : a) {
+      double p = 0;
+      for (int j = 0; j < kParams; ++j) p += row[j] * x[j];
+      err += (p - 1) * (p - 1);
+    }
+    if (err < best_err) best_err = err, best = x;
+  }
+  if (!std::isfinite(best_err)) throw std::invalid_argument("fit_step_table: no positive solution");
+  return best;
+}
+
+// A calibration with every rate 1 and a link of alpha 0: predict_step then reports the
+// amounts each parameter multiplies.
+Calibration unit_calibration() {
+  Calibration c;
+  c.achieved_flops = c.optimizer_Bps = 1;
+  c.combined = LinkFit{0, 1, 0};
+  return c;
+}
+
+// The amounts of one row: FLOPs, ring latency steps and bytes of the blocking collectives,
+// optimizer bytes; and the exposed offload seconds under `current`, which the fit subtracts.
+Row amounts(const MeasuredRow& r, double& offload_s, const Calibration& current) {
+  const TimingSetup& s = timing_setup(r.model);
+  const OptimizerConfig opt = table_optimizer(r.method);
+  const StepInputs in = table_inputs(unit_calibration(), s, opt);
+  const double tokens = static_cast<double>(s.global_batch) * s.seq_len / r.gpus;
+  const StepPrediction p = predict_step(in, r.gpus, tokens);
+  Row x{in.flops_per_token * tokens, 0, 0, p.optimizer_bytes};
+  for (const auto& c : p.collectives) {
+    if (c.window != Window::none) continue;
+    x[1] += c.record.latency_steps;
+    x[2] += c.record.bytes_sent_per_worker;
+  }
+  offload_s = current.achieved_flops > 0 ? predict_table_row(current, r).offload_exposed_s : 0.0;
+  return x;
+}
+
+}  // namespace
+
+const TimingSetup& timing_setup(std::string_view model) {
+  static const std::vector<TimingSetup> setups = {
+      {"llama-500m", find_model_preset("llama-500m", "").spec, 4096, 8, 1024,
+       "mz687/SCAPE_SC26 slurm_scripts/vista (docs/PREDICTING.md, \"The artifact's setups\")"},
+      {"llama-1.3b", find_model_preset("llama-1.3b", "").spec, 4096, 8, 1024,
+       "mz687/SCAPE_SC26 slurm_scripts/vista (docs/PREDICTING.md, \"The artifact's setups\")"},
+      {"llama-1.8b", find_model_preset("llama-1.8b", "").spec, 2048, 8, 1024,
+       "mz687/SCAPE_SC26 slurm_scripts/vista (docs/PREDICTING.md, \"The artifact's setups\")"},
+  };
+  for (const auto& s : setups) {
+    if (s.model == model) return s;
+  }
+  throw std::invalid_argument("unknown timing setup '" + std::string(model) + "' (llama-500m, llama-1.3b, llama-1.8b)");
+}
+
+OptimizerConfig table_optimizer(std::string_view method) {
+  const std::string m(method);
+  const bool known_step = std::find(std::begin(kStepMethods), std::end(kStepMethods), m) != std::end(kStepMethods);
+  const bool known_memory =
+      std::find(std::begin(kMemoryMethods), std::end(kMemoryMethods), m) != std::end(kMemoryMethods);
+  if (!known_step && !known_memory) throw std::invalid_argument("unknown table method '" + m + "'");
+  OptimizerConfig c;
+  c.formulation = Formulation::artifact;
+  c.adams_form = AdamsForm::artifact;
+  c.wire_dtype = WireType::fp32;  // --accumulate-allreduce-grads-in-fp32
+  c.param_dtype = WireType::bf16;  // --bf16: the distributed optimizer gathers bf16 parameters
+  c.mask_encoding = MaskEncoding::bitmap;
+  const bool dense = m.rfind("adams", 0) == 0;
+  c.type = dense ? OptimizerType::adams : OptimizerType::scape;
+  c.sharded = m.find("_do") != std::string::npos;
+  if (!dense) {
+    const bool tenth = m.find("_0.1") != std::string::npos && m.find("_0.01") == std::string::npos;
+    c.sparsity = tenth ? 0.9 : 0.99;
+    // The scripts' offload flags: d = 0.1 offloads the residual in its plain and DO rows, and its
+    // "CPUOffload" row offloads the parameter replica only; d = 0.01 offloads both in its
+    // "CPUOffload" row and nothing otherwise. The memory rows say it in their names.
+    const bool offload_row = m.find("offload") != std::string::npos;
+    c.residual_offload = known_memory ? offload_row : (tenth ? !offload_row : offload_row);
+  }
+  c.validate();
+  return c;
+}
+
+bool replica_offload(std::string_view method) {
+  return method == "scape_0.1_do_offload" || method == "scape_0.01_do_offload" || method == "scape_do_offload";
+}
+
+StepInputs table_inputs(const Calibration& c, const TimingSetup& setup, const OptimizerConfig& optimizer) {
+  const ParamLayout layout = tensor_layout(setup.spec);
+  StepInputs in = calibrated_inputs(c, optimizer, layout.size(),
+                                    training_flops_per_token(setup.spec, setup.seq_len, AttentionFlops::causal), 1.0);
+  in.layout = layout;
+  in.gpu.host_link_GBps = find_gpu_preset("gh200", "").host_link_GBps;
+  return in;
+}
+
+StepPrediction predict_table_row(const Calibration& c, const MeasuredRow& row) {
+  const TimingSetup& s = timing_setup(row.model);
+  const double tokens = static_cast<double>(s.global_batch) * s.seq_len / row.gpus;
+  const StepInputs in = table_inputs(c, s, table_optimizer(row.method));
+  StepPrediction p = predict_step(in, row.gpus, tokens);
+  if (replica_offload(row.method)) {
+    // The fp32 replica of this GPU's shard goes to the host after the step and comes back
+    // before the next one, unhidden.
+    const double copy_s = 4.0 * static_cast<double>(Sharding(in.n_params, row.gpus).size(0)) / in.gpu.host_link_Bps();
+    p.offload_s += 2 * copy_s;
+    p.offload_exposed_s += 2 * copy_s;
+    p.optimizer_s += 2 * copy_s;
+    p.step_s += 2 * copy_s;
+  }
+  return p;
+}
+
+TableFit fit_step_table(const MeasuredTable& table, const std::vector<int>& leave_out) {
+  if (table.memory) throw std::invalid_argument(table.file.string() + ": a memory table has no step times to fit");
+  std::vector<const MeasuredRow*> rows;
+  for (const auto& r : table.rows) {
+    if (std::find(leave_out.begin(), leave_out.end(), r.gpus) == leave_out.end()) rows.push_back(&r);
+  }
+  if (rows.size() < kParams) throw std::invalid_argument(table.file.string() + ": fewer than four rows to fit");
+  TableFit fit;
+  Calibration current;  // the offload's exposure needs rates: none before the first pass
+  for (int pass = 0; pass < 3; ++pass) {
+    std::vector<Row> a;
+    for (const MeasuredRow* r : rows) {
+      double offload_s = 0;
+      Row x = amounts(*r, offload_s, current);
+      const double target = r->value / 1e3 - offload_s;  // seconds the four terms must explain
+      for (double& v : x) v /= target;
+      a.push_back(x);
+    }
+    const Row theta = nonnegative_fit(a);
+    current = Calibration{};
+    current.achieved_flops = theta[0] > 0 ? 1 / theta[0] : std::numeric_limits<double>::max();
+    current.combined = LinkFit{theta[1], theta[2] > 0 ? 1 / theta[2] : std::numeric_limits<double>::max(),
+                               static_cast<int>(rows.size())};
+    current.optimizer_Bps = theta[3] > 0 ? 1 / theta[3] : std::numeric_limits<double>::max();
+  }
+  current.compute_samples = current.optimizer_samples = static_cast<int>(rows.size());
+  current.sources.push_back(table.file.filename().string());
+  fit.calibration = current;
+  for (const MeasuredRow* r : rows) {
+    if (std::find(fit.fitted_models.begin(), fit.fitted_models.end(), r->model) == fit.fitted_models.end()) {
+      fit.fitted_models.push_back(r->model);
+    }
+  }
+  return fit;
+}
+
+Calibration calibration_from_hardware(const nlohmann::json& hw, const std::string& file) {
+  try {
+    Calibration c;
+    c.achieved_flops = hw.at("gpu").at("peak_TFLOPs").get<double>() * hw.at("gpu").value("mfu", 1.0) * 1e12;
+    c.optimizer_Bps = hw.at("gpu").at("memory_bandwidth_TBps").get<double>() * 1e12;
+    const auto& inter = hw.at("network").at("inter");
+    c.combined = LinkFit{inter.at("alpha_us").get<double>() * 1e-6, inter.at("bandwidth_GBps").get<double>() * 1e9, 0};
+    return c;
+  } catch (const nlohmann::json::exception& e) {
+    throw std::invalid_argument(file + ": not a hardware description with gpu.peak_TFLOPs, "
+                                       "gpu.memory_bandwidth_TBps and network.inter: " + e.what());
+  }
+}
+
+}  // namespace scape::predict

@@ -1,0 +1,63 @@
+// The artifact's timing setups and table methods modelled with the step model, and the fit of a
+// cluster's free parameters to a measured step-time table (`scape predict --calibrate-table`,
+// `--validate`; docs/PREDICTING.md, "Measured tables").
+#pragma once
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/optimizer.hpp"
+#include "predict/calibration.hpp"
+#include "predict/measured_table.hpp"
+#include "predict/models.hpp"
+#include "predict/step_model.hpp"
+
+namespace scape::predict {
+
+// One of the artifact's timing runs: the model shape, the sequence length, the micro-batch of
+// one forward/backward and the global batch of one optimizer step (gradient accumulation makes
+// up the difference), pure data parallel on one GH200 per node.
+struct TimingSetup {
+  std::string model;  // a kTableModels name
+  ModelSpec spec;
+  int seq_len = 0;
+  int micro_batch = 0;
+  int global_batch = 0;
+  const char* source = "";
+};
+// Throws std::invalid_argument naming the model for an unknown one.
+const TimingSetup& timing_setup(std::string_view model);
+
+// A table row's optimizer as the artifact runs it: dense AdamS in the artifact's form or SCAPE
+// in the artifact formulation at density d, replicated or with the distributed optimizer
+// (sharded state), the CPU offload of the residual; fp32 gradient values on the wire, bf16
+// parameters gathered; the offloads the artifact's launch scripts set for the row
+// (docs/PREDICTING.md). Memory methods (scape, scape_offload, ...) take d = 0.01. Throws
+// std::invalid_argument for an unknown method.
+OptimizerConfig table_optimizer(std::string_view method);
+// Whether the row also offloads the distributed optimizer's fp32 parameter replica
+// (--topk-adams-full-param-cpu-offload).
+bool replica_offload(std::string_view method);
+
+// The step model for one row under calibration `c`: one GPU per node on the calibrated link,
+// blocking collectives after the backward pass, the lagged mask all-gather behind compute, the
+// optimizer's kernels at the fitted throughput, the offload over the GH200's CPU-GPU link.
+StepInputs table_inputs(const Calibration& c, const TimingSetup& setup, const OptimizerConfig& optimizer);
+StepPrediction predict_table_row(const Calibration& c, const MeasuredRow& row);
+
+struct TableFit {
+  Calibration calibration;
+  std::vector<std::string> fitted_models;
+};
+
+// Fits achieved FLOP/s, the optimizer-kernel throughput and the link's alpha and beta to the
+// step-time rows of `table` whose gpus are not in `leave_out`, least squares in relative
+// error with every parameter kept >= 0. Throws std::invalid_argument for a memory table or
+// fewer than four rows.
+TableFit fit_step_table(const MeasuredTable& table, const std::vector<int>& leave_out = {});
+
+// The hardware description of a fitted calibration (hardware_json) and its inverse.
+Calibration calibration_from_hardware(const nlohmann::json& hardware, const std::string& file);
+
+}  // namespace scape::predict

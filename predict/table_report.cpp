@@ -1,0 +1,101 @@
+// Checks of measured tables against the step model, and their fit (predict/table_report.hpp).
+#include "predict/table_report.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <set>
+#include <string>
+
+#include "experiments/json_section.hpp"
+#include "predict/table_model.hpp"
+
+namespace scape::predict {
+namespace {
+
+std::string fixed(double v, int digits) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.*f", digits, v);
+  return buf;
+}
+
+std::string percent(double e) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%+.1f%%", 100 * e);
+  return buf;
+}
+
+}  // namespace
+
+TableCheck check_table(const MeasuredTable& table, const Calibration& c) {
+  TableCheck out;
+  if (table.memory) {
+    throw experiments::ConfigError(table.file.string() +
+                                   ": peak-memory tables cannot be predicted yet (the memory model is not built)");
+  }
+  for (const auto& r : table.rows) {
+    RowCheck rc{r, predict_table_row(c, r).step_s * 1e3, 0};
+    rc.error = rc.predicted / r.value - 1;
+    out.mean_abs_error += std::abs(rc.error);
+    out.worst_abs_error = std::max(out.worst_abs_error, std::abs(rc.error));
+    out.rows.push_back(rc);
+  }
+  out.mean_abs_error /= static_cast<double>(out.rows.size());
+  return out;
+}
+
+void print_table_check(std::ostream& out, const MeasuredTable& table, const TableCheck& check,
+                       const std::filesystem::path& csv) {
+  const char* unit = table.memory ? "MB" : "ms";
+  out << "| model | method | GPUs | measured " << unit << " | predicted " << unit << " | error |\n"
+      << "|---|---|---|---|---|---|\n";
+  for (const auto& r : check.rows) {
+    out << "| " << r.row.model << " | " << r.row.method << " | " << (table.memory ? "" : std::to_string(r.row.gpus))
+        << " | " << fixed(r.row.value, 1) << " | " << fixed(r.predicted, 1) << " | " << percent(r.error) << " |\n";
+  }
+  out << "\nmean |error| " << fixed(100 * check.mean_abs_error, 1) << "%, worst " << fixed(100 * check.worst_abs_error, 1)
+      << "% over " << check.rows.size() << " rows of " << table.file.filename().string() << "\n";
+  if (csv.empty()) return;
+  std::ofstream f(csv);
+  if (!f) throw experiments::ConfigError("--csv: cannot write " + csv.string());
+  f << "model,method,gpus,measured_" << unit << ",predicted_" << unit << ",error\n";
+  for (const auto& r : check.rows) {
+    f << r.row.model << ',' << r.row.method << ',' << (table.memory ? "" : std::to_string(r.row.gpus)) << ','
+      << fixed(r.row.value, 3) << ',' << fixed(r.predicted, 3) << ',' << fixed(r.error, 6) << '\n';
+  }
+}
+
+void calibrate_table(const MeasuredTable& table, const std::filesystem::path& hardware_out, std::ostream& out) {
+  const TableFit fit = fit_step_table(table);
+  const Calibration& c = fit.calibration;
+  out << "fit to " << table.rows.size() << " rows of " << table.file.filename().string() << ": achieved compute "
+      << fixed(c.achieved_flops / 1e12, 1) << " TFLOP/s, optimizer kernels " << fixed(c.optimizer_Bps / 1e9, 1)
+      << " GB/s over the bytes they touch, link alpha " << fixed(c.combined.alpha_s * 1e6, 1) << " us, beta "
+      << fixed(c.combined.bandwidth_Bps / 1e9, 3) << " GB/s\n\n";
+  print_table_check(out, table, check_table(table, c), {});
+  std::set<int> counts;
+  for (const auto& r : table.rows) counts.insert(r.gpus);
+  out << "\nleave one GPU count out (fit without it, predict its rows):\n\n| held out | mean |error| | worst |\n"
+         "|---|---|---|\n";
+  for (const int held : counts) {
+    const Calibration without = fit_step_table(table, {held}).calibration;
+    double mean = 0, worst = 0;
+    int n = 0;
+    for (const auto& r : table.rows) {
+      if (r.gpus != held) continue;
+      const double e = std::abs(predict_table_row(without, r).step_s * 1e3 / r.value - 1);
+      mean += e, worst = std::max(worst, e), ++n;
+    }
+    out << "| " << held << " GPUs | " << fixed(100 * mean / n, 1) << "% | " << fixed(100 * worst, 1) << "% |\n";
+  }
+  nlohmann::json hw = hardware_json(c);
+  hw["description"] = "fitted by scape predict --calibrate-table to " + table.file.filename().string() +
+                      ": peak_TFLOPs is the achieved compute (mfu 1), the throughputs the optimizer kernels' "
+                      "fitted one, the inter link the fitted alpha-beta of blocking collectives";
+  std::ofstream f(hardware_out);
+  if (!f) throw experiments::ConfigError("--out: cannot write " + hardware_out.string());
+  f << hw.dump(2) << "\n";
+}
+
+}  // namespace scape::predict
