@@ -129,9 +129,9 @@ Command add_predict_command(CLI::App& app) {
       ->expected(1, -1)
       ->check(CLI::PositiveNumber);
   predict->add_option("--validate", a->calibrate.validate,
-                      "instead: predict every row of this measured table (CSV model,method,gpus,step_ms; "
-                      "experiments/measured/) with the artifact's setup of its model and print measured, predicted "
-                      "and error, then the mean and worst |error| (--csv writes them)")
+                      "instead: predict every row of this measured table (CSV model,method,gpus,step_ms or "
+                      "model,method,peak_MB; experiments/measured/) with the artifact's setup of its model and print "
+                      "measured, predicted and error, then the mean and worst |error| (--csv writes them)")
       ->check(CLI::ExistingFile);
   predict->add_option("--hardware", a->calibrate.hardware,
                       "with --validate: the hardware description to predict with (default: the shipped "

@@ -106,7 +106,7 @@ const TimingSetup& timing_setup(std::string_view model) {
   static const std::vector<TimingSetup> setups = {
       {"llama-500m", find_model_preset("llama-500m", "").spec, 4096, 8, 1024,
        "mz687/SCAPE_SC26 slurm_scripts/vista (docs/PREDICTING.md, \"The artifact's setups\")"},
-      {"llama-1.3b", find_model_preset("llama-1.3b", "").spec, 4096, 8, 1024,
+      {"llama-1.3b", find_model_preset("llama-1.3b", "").spec, 2048, 8, 1024,
        "mz687/SCAPE_SC26 slurm_scripts/vista (docs/PREDICTING.md, \"The artifact's setups\")"},
       {"llama-1.8b", find_model_preset("llama-1.8b", "").spec, 2048, 8, 1024,
        "mz687/SCAPE_SC26 slurm_scripts/vista (docs/PREDICTING.md, \"The artifact's setups\")"},
@@ -173,6 +173,24 @@ StepPrediction predict_table_row(const Calibration& c, const MeasuredRow& row) {
     p.step_s += 2 * copy_s;
   }
   return p;
+}
+
+MemoryPrediction predict_memory(const MeasuredRow& row, int gpus) {
+  const TimingSetup& s = timing_setup(row.model);
+  const double n = static_cast<double>(parameter_count(s.spec));
+  const double sbh = static_cast<double>(s.seq_len) * s.micro_batch * s.spec.n_embd;
+  const bool scape = row.method.rfind("scape", 0) == 0;
+  const bool distributed = row.method.find("_do") != std::string::npos;
+  const bool offload = row.method.find("offload") != std::string::npos;
+  MemoryPrediction m;
+  m.weights = 2 * n;
+  m.grads = 4 * n;
+  m.state = 8 * n / (distributed ? gpus : 1);
+  m.residual = scape && !offload ? 4 * n : 0;
+  m.replica = scape && distributed ? 8 * n : 0;
+  m.activations = 34 * sbh * s.spec.n_layer;
+  m.logits = 6.0 * s.seq_len * s.micro_batch * static_cast<double>(s.spec.vocab_size);
+  return m;
 }
 
 TableFit fit_step_table(const MeasuredTable& table, const std::vector<int>& leave_out) {

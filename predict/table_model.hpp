@@ -57,6 +57,22 @@ struct TableFit {
 // fewer than four rows.
 TableFit fit_step_table(const MeasuredTable& table, const std::vector<int>& leave_out = {});
 
+// Peak GPU memory of a memory-table row (docs/PREDICTING.md, "Peak memory"): the buffers one
+// GPU holds, in bytes, for the model's timing setup at its micro-batch on `gpus` GPUs.
+struct MemoryPrediction {
+  double weights = 0;      // bf16 parameters
+  double grads = 0;        // fp32 gradient buffer (--accumulate-allreduce-grads-in-fp32)
+  double state = 0;        // fp32 master parameters and the first moment (sharded under DO)
+  double residual = 0;     // SCAPE's fp32 residual, unless offloaded
+  double replica = 0;      // SCAPE with DO: its own whole fp32 master copy and moment
+  double activations = 0;  // kept for the backward pass: 34 s b h per layer
+  double logits = 0;       // bf16 logits and their fp32 softmax: 6 s b V
+  double total_MB() const { return (weights + grads + state + residual + replica + activations + logits) / 1e6; }
+};
+// The GPU count assumed for the memory figure, whose scripts do not give it.
+inline constexpr int kMemoryGpus = 8;
+MemoryPrediction predict_memory(const MeasuredRow& row, int gpus = kMemoryGpus);
+
 // The hardware description of a fitted calibration (hardware_json) and its inverse.
 Calibration calibration_from_hardware(const nlohmann::json& hardware, const std::string& file);
 

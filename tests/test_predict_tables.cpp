@@ -121,3 +121,21 @@ TEST_CASE("the shipped Llama-500M table against the shipped calibration fitted t
   CHECK(refit.achieved_flops == doctest::Approx(c.achieved_flops).epsilon(1e-9));
   CHECK(refit.combined.bandwidth_Bps == doctest::Approx(c.combined.bandwidth_Bps).epsilon(1e-9));
 }
+
+TEST_CASE("peak memory: the buffers one GPU holds, by hand for Llama-500M") {
+  const double n = 513590784.0, sbh = 4096.0 * 8 * 1536;
+  const double activations = 34 * sbh * 16 + 6.0 * 4096 * 8 * 32000;
+  const auto mb = [](const char* method) { return predict_memory(MeasuredRow{"llama-500m", method, 0, 0, 0}).total_MB(); };
+  CHECK(mb("adams") == doctest::Approx((14 * n + activations) / 1e6));        // bf16 + fp32 grad, master, moment
+  CHECK(mb("adams_do") == doctest::Approx((6 * n + 8 * n / 8 + activations) / 1e6));  // state sharded over 8
+  CHECK(mb("scape") == doctest::Approx((18 * n + activations) / 1e6));        // + the fp32 residual
+  CHECK(mb("scape_offload") == doctest::Approx(mb("adams")));                 // the residual on the host
+  CHECK(mb("scape_do") == doctest::Approx((6 * n + n + 4 * n + 8 * n + activations) / 1e6));
+  CHECK(mb("scape_do_offload") == doctest::Approx(mb("scape_do") - 4 * n / 1e6));
+  const fs::path root = SCAPE_SOURCE_DIR;
+  const MeasuredTable table = read_measured_table(root / "experiments/measured/peak-memory.csv");
+  REQUIRE(table.memory);
+  const TableCheck check = check_table(table, Calibration{});
+  MESSAGE("peak memory: mean |error| ", check.mean_abs_error, ", worst ", check.worst_abs_error);
+  CHECK(check.mean_abs_error < 0.05);
+}
