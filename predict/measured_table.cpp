@@ -82,27 +82,30 @@ MeasuredTable read_measured_table(const std::filesystem::path& file) {
   if (header == memory) {
     t.memory = true;
   } else if (header != steps) {
-    throw ConfigError(file.string() + ": row 1: the header must be 'model,method,gpus,step_ms' or "
-                                      "'model,method,peak_MB'");
+    throw ConfigError(file.string() +
+                      ": row 1: the header must be 'model,method,gpus,step_ms' or "
+                      "'model,method,peak_MB'");
   }
   const std::vector<std::string>& columns = t.memory ? memory : steps;
   for (int number = 2; std::getline(in, line); ++number) {
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;  // a blank line
     const Cursor at{file, number};
     auto cells = split_csv(line);
-    if (cells.size() > columns.size()) at.fail(columns.back(), "more cells than the header's " + std::to_string(columns.size()));
+    if (cells.size() > columns.size())
+      at.fail(columns.back(), "more cells than the header's " + std::to_string(columns.size()));
     cells.resize(columns.size());
     MeasuredRow r;
     r.line = number;
     r.model = cells[0];
     r.method = cells[1];
     if (r.model.empty()) at.fail("model", "missing value");
-    if (!one_of(r.model, kTableModels)) at.fail("model", "unknown model '" + r.model + "' (" + listed(kTableModels) + ")");
+    if (!one_of(r.model, kTableModels))
+      at.fail("model", "unknown model '" + r.model + "' (" + listed(kTableModels) + ")");
     if (r.method.empty()) at.fail("method", "missing value");
     const bool known = t.memory ? one_of(r.method, kMemoryMethods) : one_of(r.method, kStepMethods);
     if (!known) {
-      at.fail("method", "unknown method '" + r.method + "' (" +
-                            (t.memory ? listed(kMemoryMethods) : listed(kStepMethods)) + ")");
+      at.fail("method",
+              "unknown method '" + r.method + "' (" + (t.memory ? listed(kMemoryMethods) : listed(kStepMethods)) + ")");
     }
     if (!t.memory) r.gpus = positive_integer(at, "gpus", cells[2]);
     r.value = positive_number(at, columns.back(), cells.back());

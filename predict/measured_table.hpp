@@ -12,17 +12,22 @@ namespace scape::predict {
 
 // The artifact's timing setups and the rows of its tables, in the tables' order.
 inline constexpr std::string_view kTableModels[] = {"llama-500m", "llama-1.3b", "llama-1.8b"};
-inline constexpr std::string_view kStepMethods[] = {"adams",          "adams_do",          "scape_0.1",
-                                                    "scape_0.1_do",   "scape_0.1_do_offload", "scape_0.01",
-                                                    "scape_0.01_do",  "scape_0.01_do_offload"};
-inline constexpr std::string_view kMemoryMethods[] = {"adams",    "adams_do",         "scape",
+inline constexpr std::string_view kStepMethods[] = {"adams",
+                                                    "adams_do",
+                                                    "scape_0.1",
+                                                    "scape_0.1_do",
+                                                    "scape_0.1_do_offload",
+                                                    "scape_0.01",
+                                                    "scape_0.01_do",
+                                                    "scape_0.01_do_offload"};
+inline constexpr std::string_view kMemoryMethods[] = {"adams",         "adams_do", "scape",
                                                       "scape_offload", "scape_do", "scape_do_offload"};
 
 struct MeasuredRow {
   std::string model, method;
-  int gpus = 0;        // 0 for a memory row
-  double value = 0;    // step_ms, or peak_MB
-  int line = 0;        // in the file, counting the header as line 1
+  int gpus = 0;      // 0 for a memory row
+  double value = 0;  // step_ms, or peak_MB
+  int line = 0;      // in the file, counting the header as line 1
 };
 
 struct MeasuredTable {

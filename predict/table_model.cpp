@@ -126,7 +126,7 @@ OptimizerConfig table_optimizer(std::string_view method) {
   OptimizerConfig c;
   c.formulation = Formulation::artifact;
   c.adams_form = AdamsForm::artifact;
-  c.wire_dtype = WireType::fp32;  // --accumulate-allreduce-grads-in-fp32
+  c.wire_dtype = WireType::fp32;   // --accumulate-allreduce-grads-in-fp32
   c.param_dtype = WireType::bf16;  // --bf16: the distributed optimizer gathers bf16 parameters
   c.mask_encoding = MaskEncoding::bitmap;
   const bool dense = m.rfind("adams", 0) == 0;
@@ -238,8 +238,10 @@ Calibration calibration_from_hardware(const nlohmann::json& hw, const std::strin
     c.combined = LinkFit{inter.at("alpha_us").get<double>() * 1e-6, inter.at("bandwidth_GBps").get<double>() * 1e9, 0};
     return c;
   } catch (const nlohmann::json::exception& e) {
-    throw std::invalid_argument(file + ": not a hardware description with gpu.peak_TFLOPs, "
-                                       "gpu.memory_bandwidth_TBps and network.inter: " + e.what());
+    throw std::invalid_argument(file +
+                                ": not a hardware description with gpu.peak_TFLOPs, "
+                                "gpu.memory_bandwidth_TBps and network.inter: " +
+                                e.what());
   }
 }
 

@@ -50,8 +50,9 @@ void print_table_check(std::ostream& out, const MeasuredTable& table, const Tabl
     out << "| " << r.row.model << " | " << r.row.method << " | " << (table.memory ? "" : std::to_string(r.row.gpus))
         << " | " << fixed(r.row.value, 1) << " | " << fixed(r.predicted, 1) << " | " << percent(r.error) << " |\n";
   }
-  out << "\nmean |error| " << fixed(100 * check.mean_abs_error, 1) << "%, worst " << fixed(100 * check.worst_abs_error, 1)
-      << "% over " << check.rows.size() << " rows of " << table.file.filename().string() << "\n";
+  out << "\nmean |error| " << fixed(100 * check.mean_abs_error, 1) << "%, worst "
+      << fixed(100 * check.worst_abs_error, 1) << "% over " << check.rows.size() << " rows of "
+      << table.file.filename().string() << "\n";
   if (csv.empty()) return;
   std::ofstream f(csv);
   if (!f) throw experiments::ConfigError("--csv: cannot write " + csv.string());

@@ -60,7 +60,8 @@ TEST_CASE("a bad cell exits naming the file, the row and the column") {
   check("llama-500m,sgd,8,100\n", "row 3, column method: unknown method 'sgd'");
   check("llama-500m,adams,4,100\n", "row 3, column method: repeats row 2");
   check("\nllama-500m,adams,8,1,2\n", "row 4, column step_ms: more cells");
-  CHECK(read_error(write(dir, "h.csv", "model,method,step_ms\n")).find("row 1: the header must be") != std::string::npos);
+  CHECK(read_error(write(dir, "h.csv", "model,method,step_ms\n")).find("row 1: the header must be") !=
+        std::string::npos);
   CHECK(read_error(dir.path / "absent.csv").find("cannot open") != std::string::npos);
   const fs::path memory = write(dir, "m.csv", "model,method,peak_MB\nllama-1.3b,scape_do,60486\nllama-1.3b,scape,-1\n");
   CHECK(read_error(memory).find("row 3, column peak_MB: -1 must be > 0") != std::string::npos);
@@ -125,11 +126,13 @@ TEST_CASE("the shipped Llama-500M table against the shipped calibration fitted t
 TEST_CASE("peak memory: the buffers one GPU holds, by hand for Llama-500M") {
   const double n = 513590784.0, sbh = 4096.0 * 8 * 1536;
   const double activations = 34 * sbh * 16 + 6.0 * 4096 * 8 * 32000;
-  const auto mb = [](const char* method) { return predict_memory(MeasuredRow{"llama-500m", method, 0, 0, 0}).total_MB(); };
-  CHECK(mb("adams") == doctest::Approx((14 * n + activations) / 1e6));        // bf16 + fp32 grad, master, moment
+  const auto mb = [](const char* method) {
+    return predict_memory(MeasuredRow{"llama-500m", method, 0, 0, 0}).total_MB();
+  };
+  CHECK(mb("adams") == doctest::Approx((14 * n + activations) / 1e6));  // bf16 + fp32 grad, master, moment
   CHECK(mb("adams_do") == doctest::Approx((6 * n + 8 * n / 8 + activations) / 1e6));  // state sharded over 8
-  CHECK(mb("scape") == doctest::Approx((18 * n + activations) / 1e6));        // + the fp32 residual
-  CHECK(mb("scape_offload") == doctest::Approx(mb("adams")));                 // the residual on the host
+  CHECK(mb("scape") == doctest::Approx((18 * n + activations) / 1e6));                // + the fp32 residual
+  CHECK(mb("scape_offload") == doctest::Approx(mb("adams")));                         // the residual on the host
   CHECK(mb("scape_do") == doctest::Approx((6 * n + n + 4 * n + 8 * n + activations) / 1e6));
   CHECK(mb("scape_do_offload") == doctest::Approx(mb("scape_do") - 4 * n / 1e6));
   const fs::path root = SCAPE_SOURCE_DIR;
