@@ -63,8 +63,9 @@ const std::vector<ModelPreset>& model_presets() {
        "Radford et al. 2019; count of openai-community/gpt2-xl", gpt2(48, 1600, 25, 50257), 1557611200},
       {"gpt-345m",
        "Megatron-LM GPT-345M: GPT-2 medium shape with the vocabulary padded to 50304 (a multiple of 128)",
-       "Shoeybi et al. 2019 (Megatron-LM) shape; no exact count published (the name says 345M)",
-       gpt2(24, 1024, 16, 50304), 0},
+       "Shoeybi et al. 2019 (Megatron-LM) shape; the SCAPE artifact's GPT-345M run logs print 354,871,296 "
+       "(mz687/SCAPE_SC26 3c5bff8, the gpt-345M logs beside its launch scripts)",
+       gpt2(24, 1024, 16, 50304), 354871296},
       {"llama-500m",
        "the SCAPE artifact's Llama-500M: 16 layers, width 1536, 16 heads (8 key-value groups), SwiGLU 4096, vocab "
        "32000, context 4096, untied",
