@@ -3,6 +3,7 @@
 #include <cstdio>
 #include <fstream>
 #include <iostream>
+#include <tuple>
 
 #include <nlohmann/json.hpp>
 
@@ -128,20 +129,22 @@ Command add_predict_command(CLI::App& app) {
                       "per GPU, overlap on and off, at these link bandwidths in GB/s (e.g. --sweep 12.5 25 50 100 200)")
       ->expected(1, -1)
       ->check(CLI::PositiveNumber);
-  predict->add_option("--validate", a->calibrate.validate,
-                      "instead: predict every row of this measured table (CSV model,method,gpus,step_ms or "
-                      "model,method,peak_MB; experiments/measured/) with the artifact's setup of its model and print "
-                      "measured, predicted and error, then the mean and worst |error| (--csv writes them)")
-      ->check(CLI::ExistingFile);
-  predict->add_option("--hardware", a->calibrate.hardware,
-                      "with --validate: the hardware description to predict with (default: the shipped "
-                      "experiments/hardware/tacc-vista-measured.json)")
-      ->check(CLI::ExistingFile);
-  predict->add_option("--calibrate-table", a->calibrate.calibrate_table,
-                      "instead: fit achieved FLOP/s, the optimizer kernels' throughput and the link's alpha and beta "
-                      "to this step-time table, write the hardware description (--out, default "
-                      "calibrated-hardware.json) and print every row's error and the leave-one-GPU-count-out errors")
-      ->check(CLI::ExistingFile);
+  // The measured-table options (docs/PREDICTING.md, "Measured tables"), each an existing file.
+  const std::tuple<const char*, std::string*, const char*> table_options[] = {
+      {"--validate", &a->calibrate.validate,
+       "instead: predict every row of this measured table (CSV model,method,gpus,step_ms or model,method,peak_MB; "
+       "experiments/measured/) with the artifact's setup of its model and print measured, predicted and error, then "
+       "the mean and worst |error| (--csv writes them)"},
+      {"--hardware", &a->calibrate.hardware,
+       "with --validate: the hardware description to predict with (default: the shipped "
+       "experiments/hardware/tacc-vista-measured.json)"},
+      {"--calibrate-table", &a->calibrate.calibrate_table,
+       "instead: fit achieved FLOP/s, the optimizer kernels' throughput and the link's alpha and beta to this "
+       "step-time table, write the hardware description (--out, default calibrated-hardware.json) and print every "
+       "row's error and the leave-one-GPU-count-out errors"}};
+  for (const auto& [name, target, help] : table_options) {
+    predict->add_option(name, *target, help)->check(CLI::ExistingFile);
+  }
   predict->add_option("--held-out", a->calibrate.held_out,
                       "with --calibrate: runs predicted with the fit but not fitted on (their error is printed)");
   Command c;

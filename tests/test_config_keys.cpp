@@ -225,3 +225,35 @@ TEST_CASE("model.precision: absent means fp32 (run ids unchanged); bf16 is recor
   json quadratic = {{"model", {{"type", "quadratic"}, {"precision", "bf16"}}}};
   CHECK_THROWS_WITH_AS(ex::parse_experiment(quadratic, "."), doctest::Contains("model.precision"), ex::ConfigError);
 }
+
+TEST_CASE("every shipped run and sweep config under experiments/configs parses, every sweep point included") {
+  namespace fs = std::filesystem;
+  const fs::path root = fs::path(SCAPE_SOURCE_DIR) / "experiments/configs";
+  int files = 0, points = 0, skipped = 0;
+  for (const auto& entry : fs::recursive_directory_iterator(root)) {
+    const fs::path& file = entry.path();
+    if (file.extension() != ".json" || file.parent_path().filename() == "predict") continue;
+    CAPTURE(file.string());
+    const json j = ex::read_json_file(file);
+    const bool sweep = j.contains("base") || j.contains("base_file");
+    std::vector<json> configs;
+    if (sweep) {
+      for (const auto& p : ex::expand_sweep(j, file.parent_path())) configs.push_back(p.config);
+    } else {
+      configs.push_back(j);
+    }
+    // A config on the shared test corpus parses only where ../shared/data is present.
+    const auto& first = configs.front();
+    if (first.contains("data") && first["data"].contains("path") &&
+        !fs::exists(file.parent_path() / first["data"]["path"].get<std::string>())) {
+      MESSAGE("skipped (its data file is absent here): " << file.string());
+      ++skipped;
+      continue;
+    }
+    for (const auto& c : configs) CHECK_NOTHROW(ex::parse_experiment(c, file.parent_path()));
+    ++files;
+    points += static_cast<int>(configs.size());
+  }
+  MESSAGE(files << " configs, " << points << " runs parsed, " << skipped << " skipped");
+  CHECK(files + skipped >= 14);  // the quickstart, its run, two calibration runs, the eleven paper sweeps
+}
