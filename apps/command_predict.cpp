@@ -1,7 +1,6 @@
 // scape predict: step time, speedup and scaling on a cluster, from a prediction config, from the
 // runs of a folder, or a calibration fitted to measured runs.
 #include <cstdio>
-#include <fstream>
 #include <iostream>
 #include <tuple>
 
@@ -45,14 +44,7 @@ int cmd_tables(const std::string& file, const std::string& out, const std::strin
   }
   if (!out.empty()) throw ex::ConfigError("--validate prints a table (and --csv): no --out");
   const std::string hw = calibrate.hardware.empty() ? default_table_hardware() : calibrate.hardware;
-  std::ifstream in(hw);
-  if (!in) throw ex::ConfigError("--hardware: cannot open " + hw);
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(in);
-  } catch (const nlohmann::json::exception& e) {
-    throw ex::ConfigError("--hardware: " + hw + " is not JSON: " + e.what());
-  }
+  const nlohmann::json j = ex::read_json_file(hw);
   scape::predict::Calibration c;
   try {
     c = scape::predict::calibration_from_hardware(j, hw);

@@ -5,7 +5,6 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
-#include <functional>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -248,9 +247,9 @@ double double_buffered_exposed(double copy_s, double kernel_s, double chunks) {
 
 namespace {
 
-// Coding time for a mask of k of n coordinates (mask_codec_seconds).
-double codec_seconds(const OptimizerConfig& c, std::uint64_t n, int workers, const GpuSpec& gpu,
-                     const std::function<std::size_t(double)>& k_at) {
+// Coding time of a mask of k among n coordinates (mask_codec_seconds); k is read only when the
+// time comes from the kernels' bytes.
+double codec_seconds(const OptimizerConfig& c, std::uint64_t n, int workers, const GpuSpec& gpu, std::size_t k) {
   if (c.type != OptimizerType::scape || c.mask_partition != MaskPartition::partitioned ||
       c.mask_encoding == MaskEncoding::bitmap) {
     return 0.0;
@@ -261,26 +260,20 @@ double codec_seconds(const OptimizerConfig& c, std::uint64_t n, int workers, con
   }
   // Decode: clear the mask (N/8) and set K positions (8 bytes each); encode of the own shard:
   // count, scan (read and write) and code passes over its words and their 8-byte offsets.
-  const double rho = density_at(c.density_schedule(), steady_state_step(c));
-  const auto k = static_cast<double>(k_at(rho));
-  const double bytes = coordinates / 8 + 8 * k + 0.75 * coordinates / workers;
+  const double bytes = coordinates / 8 + 8 * static_cast<double>(k) + 0.75 * coordinates / workers;
   return bytes / gpu.memory_Bps();
 }
 
-// SCAPE's K at the steady-state density over the model's tensors, or one tensor of N.
-std::size_t inputs_mask_k(const StepInputs& in, int workers, double rho) {
-  return in.layout.size() > 0 ? mask_k(in.optimizer, in.layout, workers, rho)
-                              : mask_k(in.optimizer, in.n_params, workers, rho);
-}
+double steady_density(const OptimizerConfig& c) { return density_at(c.density_schedule(), steady_state_step(c)); }
 
 }  // namespace
 
 double mask_codec_seconds(const OptimizerConfig& c, std::uint64_t n, int workers, const GpuSpec& gpu) {
-  return codec_seconds(c, n, workers, gpu, [&](double rho) { return mask_k(c, n, workers, rho); });
+  return codec_seconds(c, n, workers, gpu, mask_k(c, n, workers, steady_density(c)));
 }
 
 double mask_codec_seconds(const OptimizerConfig& c, const ParamLayout& layout, int workers, const GpuSpec& gpu) {
-  return codec_seconds(c, layout.size(), workers, gpu, [&](double rho) { return mask_k(c, layout, workers, rho); });
+  return codec_seconds(c, layout.size(), workers, gpu, mask_k(c, layout, workers, steady_density(c)));
 }
 
 double bucketed_exposed(double time_s, int buckets, double window_s) {
@@ -303,7 +296,9 @@ StepPrediction predict_step(const StepInputs& in, int workers, double tokens_per
     throw std::invalid_argument("predict_step: the layout has " + std::to_string(in.layout.size()) +
                                 " elements, n_params is " + std::to_string(in.n_params));
   }
-  const std::size_t k = inputs_mask_k(in, workers, density_at(c.density_schedule(), t));
+  // SCAPE's K over the model's tensors, or one tensor of N without them.
+  const double rho = density_at(c.density_schedule(), t);
+  const std::size_t k = tensors ? mask_k(c, in.layout, workers, rho) : mask_k(c, in.n_params, workers, rho);
   const auto m = union_size(c, in.n_params, workers, in.fill_in, k);
   const auto records = tensors ? step_collectives(c, in.layout, workers, t, t + 1, in.topology.inter, m)
                                : step_collectives(c, in.n_params, workers, t, t + 1, in.topology.inter, m);
@@ -322,8 +317,7 @@ StepPrediction predict_step(const StepInputs& in, int workers, double tokens_per
   s.pack_s = bytes.pack / in.gpu.pack_Bps();
   add_offload(s, in);
   s.optimizer_s = s.state_s + s.select_s + s.pack_s + s.offload_exposed_s;
-  s.mask_codec_s = tensors ? mask_codec_seconds(c, in.layout, workers, in.gpu)
-                           : mask_codec_seconds(c, in.n_params, workers, in.gpu);
+  s.mask_codec_s = codec_seconds(c, in.n_params, workers, in.gpu, k);
   s.step_s = s.compute_s() + s.optimizer_s + s.mask_codec_s + s.exposed_comm_s;
   return s;
 }

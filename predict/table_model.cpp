@@ -82,15 +82,12 @@ Calibration unit_calibration() {
   return c;
 }
 
-// The amounts of one row: FLOPs, ring latency steps and bytes of the blocking collectives,
-// optimizer bytes; and the exposed offload seconds under `current`, which the fit subtracts.
+// The amounts of one row: FLOPs (the compute seconds at 1 FLOP/s), ring latency steps and bytes
+// of the blocking collectives, optimizer bytes; and the exposed offload seconds under `current`,
+// which the fit subtracts.
 Row amounts(const MeasuredRow& r, double& offload_s, const Calibration& current) {
-  const TimingSetup& s = timing_setup(r.model);
-  const OptimizerConfig opt = table_optimizer(r.method);
-  const StepInputs in = table_inputs(unit_calibration(), s, opt);
-  const double tokens = static_cast<double>(s.global_batch) * s.seq_len / r.gpus;
-  const StepPrediction p = predict_step(in, r.gpus, tokens);
-  Row x{in.flops_per_token * tokens, 0, 0, p.optimizer_bytes};
+  const StepPrediction p = predict_table_row(unit_calibration(), r);
+  Row x{p.compute_s(), 0, 0, p.optimizer_bytes};
   for (const auto& c : p.collectives) {
     if (c.window != Window::none) continue;
     x[1] += c.record.latency_steps;
@@ -179,28 +176,26 @@ MemoryPrediction predict_memory(const MeasuredRow& row, int gpus) {
   const TimingSetup& s = timing_setup(row.model);
   const double n = static_cast<double>(parameter_count(s.spec));
   const double sbh = static_cast<double>(s.seq_len) * s.micro_batch * s.spec.n_embd;
-  const bool scape = row.method.rfind("scape", 0) == 0;
-  const bool distributed = row.method.find("_do") != std::string::npos;
-  const bool offload = row.method.find("offload") != std::string::npos;
+  const OptimizerConfig opt = table_optimizer(row.method);
+  const bool scape = opt.type == OptimizerType::scape;
   MemoryPrediction m;
   m.weights = 2 * n;
   m.grads = 4 * n;
-  m.state = 8 * n / (distributed ? gpus : 1);
-  m.residual = scape && !offload ? 4 * n : 0;
-  m.replica = scape && distributed ? 8 * n : 0;
+  m.state = 8 * n / (opt.sharded ? gpus : 1);
+  m.residual = scape && !opt.residual_offload ? 4 * n : 0;
+  m.replica = scape && opt.sharded ? 8 * n : 0;
   m.activations = 34 * sbh * s.spec.n_layer;
   m.logits = 6.0 * s.seq_len * s.micro_batch * static_cast<double>(s.spec.vocab_size);
   return m;
 }
 
-TableFit fit_step_table(const MeasuredTable& table, const std::vector<int>& leave_out) {
+Calibration fit_step_table(const MeasuredTable& table, const std::vector<int>& leave_out) {
   if (table.memory) throw std::invalid_argument(table.file.string() + ": a memory table has no step times to fit");
   std::vector<const MeasuredRow*> rows;
   for (const auto& r : table.rows) {
     if (std::find(leave_out.begin(), leave_out.end(), r.gpus) == leave_out.end()) rows.push_back(&r);
   }
   if (rows.size() < kParams) throw std::invalid_argument(table.file.string() + ": fewer than four rows to fit");
-  TableFit fit;
   Calibration current;  // the offload's exposure needs rates: none before the first pass
   for (int pass = 0; pass < 3; ++pass) {
     std::vector<Row> a;
@@ -220,13 +215,7 @@ TableFit fit_step_table(const MeasuredTable& table, const std::vector<int>& leav
   }
   current.compute_samples = current.optimizer_samples = static_cast<int>(rows.size());
   current.sources.push_back(table.file.filename().string());
-  fit.calibration = current;
-  for (const MeasuredRow* r : rows) {
-    if (std::find(fit.fitted_models.begin(), fit.fitted_models.end(), r->model) == fit.fitted_models.end()) {
-      fit.fitted_models.push_back(r->model);
-    }
-  }
-  return fit;
+  return current;
 }
 
 Calibration calibration_from_hardware(const nlohmann::json& hw, const std::string& file) {

@@ -46,16 +46,11 @@ bool replica_offload(std::string_view method);
 StepInputs table_inputs(const Calibration& c, const TimingSetup& setup, const OptimizerConfig& optimizer);
 StepPrediction predict_table_row(const Calibration& c, const MeasuredRow& row);
 
-struct TableFit {
-  Calibration calibration;
-  std::vector<std::string> fitted_models;
-};
-
 // Fits achieved FLOP/s, the optimizer-kernel throughput and the link's alpha and beta to the
 // step-time rows of `table` whose gpus are not in `leave_out`, least squares in relative
 // error with every parameter kept >= 0. Throws std::invalid_argument for a memory table or
 // fewer than four rows.
-TableFit fit_step_table(const MeasuredTable& table, const std::vector<int>& leave_out = {});
+Calibration fit_step_table(const MeasuredTable& table, const std::vector<int>& leave_out = {});
 
 // Peak GPU memory of a memory-table row (docs/PREDICTING.md, "Peak memory"): the buffers one
 // GPU holds, in bytes, for the model's timing setup at its micro-batch on `gpus` GPUs.

@@ -64,8 +64,7 @@ void print_table_check(std::ostream& out, const MeasuredTable& table, const Tabl
 }
 
 void calibrate_table(const MeasuredTable& table, const std::filesystem::path& hardware_out, std::ostream& out) {
-  const TableFit fit = fit_step_table(table);
-  const Calibration& c = fit.calibration;
+  const Calibration c = fit_step_table(table);
   out << "fit to " << table.rows.size() << " rows of " << table.file.filename().string() << ": achieved compute "
       << fixed(c.achieved_flops / 1e12, 1) << " TFLOP/s, optimizer kernels " << fixed(c.optimizer_Bps / 1e9, 1)
       << " GB/s over the bytes they touch, link alpha " << fixed(c.combined.alpha_s * 1e6, 1) << " us, beta "
@@ -76,7 +75,7 @@ void calibrate_table(const MeasuredTable& table, const std::filesystem::path& ha
   out << "\nleave one GPU count out (fit without it, predict its rows):\n\n| held out | mean |error| | worst |\n"
          "|---|---|---|\n";
   for (const int held : counts) {
-    const Calibration without = fit_step_table(table, {held}).calibration;
+    const Calibration without = fit_step_table(table, {held});
     double mean = 0, worst = 0;
     int n = 0;
     for (const auto& r : table.rows) {
