@@ -134,10 +134,13 @@ ExperimentConfig parse_experiment(const json& j, const std::filesystem::path& ba
   }
   if (c.has_data()) {
     c.data = parse_data(section_json(j, "data"), base_dir);
+  } else {
+    top.forbid("data", "model.type \"" + c.model.type + "\" takes no data section");
+  }
+  if (c.has_eval()) {
     const Section eval(section_json(j, "eval"), "eval", eval_keys().fields);
     write_given(eval, eval_keys(), c.eval);
   } else {
-    top.forbid("data", "model.type \"" + c.model.type + "\" takes no data section");
     top.forbid("eval", "model.type \"" + c.model.type + "\" has no validation loss; remove the eval section");
   }
   if (c.model.type == "replay") c.model.path = resolve_path(c.model.path.string(), base_dir);
@@ -155,10 +158,8 @@ json ExperimentConfig::to_json() const {
   if (device == kernels::DeviceKind::cpu) j.erase("device");
   j["model"] = read_applicable(model_keys(), model, model.type);
   if (model.precision == "fp32") j["model"].erase("precision");  // as device: earlier run ids hold
-  if (has_data()) {
-    j["data"] = read_applicable(data_keys(), data, data.type);
-    j["eval"] = read_applicable(eval_keys(), eval);
-  }
+  if (has_data()) j["data"] = read_applicable(data_keys(), data, data.type);
+  if (has_eval()) j["eval"] = read_applicable(eval_keys(), eval);
   // Switches the optimizer type never reads are left out (as model and data keys of other
   // types are), so configs that train identically share one run id: the dense point of a
   // sweep over sparsity runs once.

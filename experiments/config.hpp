@@ -20,7 +20,7 @@
 namespace scape::experiments {
 
 struct ModelSection {
-  std::string type = "gpt";  // gpt | llama | replay | quadratic
+  std::string type = "gpt";  // gpt | llama | replay | quadratic | external
   // gpt and llama
   int n_layer = 2;
   int n_head = 4;
@@ -99,6 +99,9 @@ struct ExperimentConfig {
   LogSection log;
 
   bool has_data() const { return model.type == "gpt" || model.type == "llama"; }
+  // The models with an eval section: the language models, and external gradients, whose caller
+  // may hand in a validation loss.
+  bool has_eval() const { return has_data() || model.type == "external"; }
   // Defaults filled in, paths absolute: the JSON a run records and hashes.
   nlohmann::json to_json() const;
 };

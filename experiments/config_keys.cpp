@@ -121,7 +121,7 @@ const KeyTable<ExperimentConfig>& top_keys() {
       {{"optimizer", Kind::object, "optimizer section"}},
       {{"network", Kind::object, "network model for modelled communication time"}},
       {{"compute", Kind::object, "what the modelled step time takes as compute: measured or from FLOPs"}},
-      {{"eval", Kind::object, "validation section (gpt and llama models only)"}},
+      {{"eval", Kind::object, "validation section (gpt, llama and external models)"}},
       {{"log", Kind::object, "logging section"}},
   });
   return t;
@@ -131,9 +131,10 @@ const KeyTable<ModelSection>& model_keys() {
   using C = ModelSection;
   static const KeyTable<C> t({
       {{"type", Kind::string,
-        "gpt, llama (RMSNorm, RoPE, SwiGLU, untied head), replay (gradients from a trace file) or quadratic "
-        "(noisy quadratic)",
-        {}, {"gpt", "llama", "replay", "quadratic"}},
+        "gpt, llama (RMSNorm, RoPE, SwiGLU, untied head), replay (gradients from a trace file), quadratic "
+        "(noisy quadratic) or external (gradients handed in by the caller: the Python package's scape.Simulator; "
+        "scape run cannot produce them)",
+        {}, {"gpt", "llama", "replay", "quadratic", "external"}},
        SCAPE_MEMBER(C, type)},
       {{"n_layer", Kind::integer, "transformer blocks", {1, 64}, {}, {"gpt", "llama"}}, SCAPE_MEMBER(C, n_layer)},
       {{"n_head", Kind::integer, "attention heads (must divide n_embd)", {1, 64}, {}, {"gpt", "llama"}},

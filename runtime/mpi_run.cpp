@@ -82,20 +82,11 @@ class MpiExchange final : public train::StepExchange {
     }
     int stop = 0;
     if (rank == 0) {
-      others_.assign(w, train::WorkerReport{});
-      std::vector<const train::WorkerReport*> all(w);
-      all[0] = &report;
-      for (std::size_t q = 1; q < w; ++q) {
-        packer_.unpack(std::span<const double>(scalars_.data() + q * width, width), report, others_[q]);
-        if (with_grads) others_[q].grads = std::span<const float>(grads_.data() + q * n_, n_);
-        if (with_acc) others_[q].accumulated = std::span<const float>(acc_.data() + q * n_, n_);
-        if (with_acc && with_moment_) {
-          others_[q].first_moment = std::span<const float>(moment_).subspan(shards_.begin(static_cast<int>(q)),
-                                                                            shards_.size(static_cast<int>(q)));
-        }
-        all[q] = &others_[q];
-      }
-      stop = decide(all) ? 1 : 0;
+      train::GatheredReports gathered{.scalars = scalars_, .width = width, .n = n_, .grads = {}, .accumulated = {}, .moment = {}};
+      if (with_grads) gathered.grads = grads_;
+      if (with_acc) gathered.accumulated = acc_;
+      if (with_acc && with_moment_) gathered.moment = moment_;
+      stop = decide(train::rebuild_reports(report, packer_, gathered, shards_, others_)) ? 1 : 0;
     }
     SCAPE_MPI_CHECK(MPI_Bcast(&stop, 1, MPI_INT, 0, world_));
     return stop != 0;

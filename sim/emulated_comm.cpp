@@ -151,6 +151,14 @@ void EmulatedComm::abort() noexcept { group_.abort(); }
 
 void run_ranks(int workers, const NetworkModel& net, const std::function<void(Communicator&)>& fn) {
   EmulatedGroup group(workers);
+  run_rank_threads(group, [&](int r) {
+    EmulatedComm comm(group, r, net);
+    fn(comm);
+  });
+}
+
+void run_rank_threads(EmulatedGroup& group, const std::function<void(int rank)>& fn) {
+  const int workers = group.workers();
   std::vector<std::exception_ptr> errors(static_cast<std::size_t>(workers));
   std::vector<char> aborted(static_cast<std::size_t>(workers), 0);  // not vector<bool>: written concurrently
   std::vector<std::thread> threads;
@@ -162,8 +170,7 @@ void run_ranks(int workers, const NetworkModel& net, const std::function<void(Co
     threads.emplace_back([&, r] {
       omp_set_num_threads(omp_threads);
       try {
-        EmulatedComm comm(group, r, net);
-        fn(comm);
+        fn(r);
       } catch (const CommAborted&) {
         aborted[static_cast<std::size_t>(r)] = 1;
       } catch (...) {

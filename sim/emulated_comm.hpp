@@ -72,5 +72,9 @@ class EmulatedComm final : public Communicator {
 // OpenMP threads (at least 1). After all threads end, rethrows the
 // first genuine error (lowest rank), never a CommAborted that it caused.
 void run_ranks(int workers, const NetworkModel& net, const std::function<void(Communicator&)>& fn);
+// The threads of run_ranks for a group whose communicators outlive them (one call per step of
+// sim/stepped_simulator.hpp): fn(rank) on group.workers() threads, the same OpenMP slices and
+// the same error rule. A throwing rank aborts the group.
+void run_rank_threads(EmulatedGroup& group, const std::function<void(int rank)>& fn);
 
 }  // namespace scape::sim

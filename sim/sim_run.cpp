@@ -10,44 +10,11 @@
 #include <vector>
 
 #include "sim/emulated_comm.hpp"
+#include "sim/sim_exchange.hpp"
 #include "train/checkpoint.hpp"
 #include "train/train_loop.hpp"
 
 namespace scape::sim {
-namespace {
-
-// Reports stay where the workers made them; rank 0 reads them between two barriers.
-class SimExchange final : public train::StepExchange {
- public:
-  SimExchange(int workers, Communicator* const* comms)
-      : slots_(static_cast<std::size_t>(workers)), states_(static_cast<std::size_t>(workers)), comms_(comms) {}
-  bool exchange(int rank, const train::WorkerReport& report,
-                const std::function<bool(std::span<const train::WorkerReport* const>)>& decide) override {
-    slots_[static_cast<std::size_t>(rank)] = &report;
-    comms_[rank]->barrier();
-    if (rank == 0) stop_ = decide(slots_);
-    comms_[rank]->barrier();
-    return stop_;
-  }
-  // Every rank writes only its own slot: the vector is sized once, in the constructor (a resize
-  // from several ranks at once was a data race that ASan caught). The caller's barrier after
-  // rank 0 writes the checkpoint keeps the next gather from overwriting slots rank 0 still reads.
-  std::vector<StateMap> gather_states(int rank, const StateMap& mine) override {
-    states_[static_cast<std::size_t>(rank)] = mine;
-    comms_[rank]->barrier();
-    return rank == 0 ? states_ : std::vector<StateMap>{};
-  }
-  void barrier(int rank) override { comms_[rank]->barrier(); }
-
- private:
-  std::vector<const train::WorkerReport*> slots_;
-  std::vector<StateMap> states_;
-  Communicator* const* comms_;
-  bool stop_ = false;
-};
-
-}  // namespace
-
 train::RunOutcome run_simulated(const experiments::ExperimentConfig& config, const train::RunOptions& options) {
   const auto wall_start = std::chrono::steady_clock::now();
   // On a GPU the workers take turns with one model and workspace (W copies of the activations

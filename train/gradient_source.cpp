@@ -106,6 +106,7 @@ class LanguageModelSource final : public GradientSource {
     return loss;
   }
 
+  bool has_validation() const override { return true; }
   double validation_loss(std::span<const float> params, int batches) override {
     // Evaluation batches are the validation split's steps 1..batches, whole global batches.
     const auto lock = hold_model();
@@ -219,7 +220,35 @@ class QuadraticSource final : public GradientSource {
   int rank_;
 };
 
+// The gradients come with each step (RankLoop::step's GivenGradient), never from here.
+class ExternalSource final : public GradientSource {
+ public:
+  explicit ExternalSource(const ExternalData& data) : data_(data) {}
+  double gradient(std::span<const float>, int step, std::span<float>, const model::GradientReady&,
+                  kernels::DeviceSpan*) override {
+    throw std::logic_error("model.type external: step " + std::to_string(step) +
+                           " was taken without the caller's gradient");
+  }
+  double validation_loss(std::span<const float> params, int) override {
+    return data_.validation() ? data_.validation()(params) : kNaN;
+  }
+  bool has_validation() const override { return static_cast<bool>(data_.validation()); }
+
+ private:
+  const ExternalData& data_;
+};
+
 }  // namespace
+
+ExternalData::ExternalData(ParamLayout layout, std::vector<float> init, Validation validation)
+    : layout_(std::move(layout)), init_(std::move(init)), validation_(std::move(validation)) {
+  if (init_.size() != layout_.size()) {
+    throw std::invalid_argument("initial parameters: " + std::to_string(init_.size()) + " values for a layout of " +
+                                std::to_string(layout_.size()));
+  }
+}
+
+void ExternalData::init_params(std::span<float> params) const { std::copy(init_.begin(), init_.end(), params.begin()); }
 
 model::LanguageModelSpec language_model_spec(const experiments::ModelSection& m) {
   model::LanguageModelSpec spec;
@@ -235,6 +264,11 @@ model::LanguageModelSpec language_model_spec(const experiments::ModelSection& m)
 std::unique_ptr<SourceData> load_source_data(const experiments::ExperimentConfig& config) {
   if (config.has_data()) return std::make_unique<LanguageModelData>(config);
   if (config.model.type == "replay") return std::make_unique<ReplayData>(config);
+  if (config.model.type == "external") {
+    throw experiments::ConfigError(
+        "model.type: \"external\" gradients are handed in by a caller (the Python package's scape.Simulator and "
+        "scape.torch); scape run has none to give: use gpt, llama, replay or quadratic");
+  }
   return std::make_unique<QuadraticData>(config);
 }
 
@@ -255,6 +289,7 @@ std::unique_ptr<GradientSource> make_gradient_source(const experiments::Experime
                                                  shared);
   }
   if (config.model.type == "replay") return std::make_unique<ReplaySource>(static_cast<const ReplayData&>(data), rank);
+  if (config.model.type == "external") return std::make_unique<ExternalSource>(static_cast<const ExternalData&>(data));
   return std::make_unique<QuadraticSource>(static_cast<const QuadraticData&>(data), rank);
 }
 

@@ -4,7 +4,9 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
+#include <vector>
 #include <mutex>
 #include <span>
 
@@ -37,12 +39,34 @@ class GradientSource {
                           const model::GradientReady& ready = {}, kernels::DeviceSpan* span = nullptr) = 0;
   // Validation loss over `batches` batches (NaN when the source has none).
   virtual double validation_loss(std::span<const float> params, int batches) = 0;
+  // Whether validation_loss gives a number: rank 0 evaluates at the eval interval only then.
+  virtual bool has_validation() const { return false; }
+};
+
+// model.type "external": the caller hands every step's gradients to RankLoop::step (the Python
+// package) and may evaluate the parameters itself. Not made by load_source_data, which has no
+// layout to give it: the caller builds it from its own.
+class ExternalData final : public SourceData {
+ public:
+  // The validation loss of the parameters (NaN: none this time); empty: no validation.
+  using Validation = std::function<double(std::span<const float> params)>;
+  // `init` holds layout.size() values; throws std::invalid_argument otherwise.
+  ExternalData(ParamLayout layout, std::vector<float> init, Validation validation = {});
+  const ParamLayout& layout() const override { return layout_; }
+  void init_params(std::span<float> params) const override;
+  const Validation& validation() const { return validation_; }
+
+ private:
+  ParamLayout layout_;
+  std::vector<float> init_;
+  Validation validation_;
 };
 
 // The GPT or Llama shape of a model section (gpt and llama types).
 model::LanguageModelSpec language_model_spec(const experiments::ModelSection& m);
 
-// Throws ConfigError naming the file or field for missing or corrupt input.
+// Throws ConfigError naming the file or field for missing or corrupt input, and for model.type
+// "external", whose data only its caller can build (ExternalData).
 std::unique_ptr<SourceData> load_source_data(const experiments::ExperimentConfig& config);
 // One language model, and so one activation workspace, that every worker of a simulated run
 // uses in turn, holding `mutex` for a forward/backward or an evaluation: the workspace is

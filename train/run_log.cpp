@@ -71,6 +71,7 @@ RunLog::RunLog(const experiments::ExperimentConfig& config, const ParamLayout& l
   spec.scape_version = options.scape_version;
   spec.git_sha = options.git_sha;
   describe_metrics(columns, spec);
+  for (const auto& c : columns) column_names_.push_back(c.name);
   for (const auto& s : layout.slots()) spec.tensor_names.push_back(s.name);
   spec.final_params_size = config.log.save_params ? layout.size() : 0;
   spec.flush_interval = config.log.flush_interval;
@@ -79,9 +80,10 @@ RunLog::RunLog(const experiments::ExperimentConfig& config, const ParamLayout& l
                      : experiments::RunRecorder::create(options.out, spec));
   outcome_.steps_completed = resume_step;
   outcome_.n_params = layout.size();
-  const double tokens = config.has_data() ? static_cast<double>(config.workers) * config.data.batch_size *
-                                                config.model.block_size
-                                          : 0.0;
+  const double tokens = options.tokens_per_step > 0 ? options.tokens_per_step
+                        : config.has_data()          ? static_cast<double>(config.workers) * config.data.batch_size *
+                                                  config.model.block_size
+                                                     : 0.0;
   progress_ = std::make_unique<detail::Progress>(config.steps, tokens, options.quiet);
   combiner_ = std::make_unique<StepCombiner>(config.optimizer, config.log.oracle, layout, std::move(columns));
   combiner_->set_modelled_compute(modelled_compute_seconds(config));
@@ -93,6 +95,7 @@ bool RunLog::record_step(int t, std::span<const WorkerReport* const> reports, st
                          GradientSource& source, std::span<const float> params) {
   std::lock_guard lock(mutex_);
   using Clock = std::chrono::steady_clock;
+  evaluated_last_ = false;
   const auto r0 = Clock::now();
   combiner_->combine(reports, mask);
   const auto r1 = Clock::now();
@@ -100,7 +103,9 @@ bool RunLog::record_step(int t, std::span<const WorkerReport* const> reports, st
   const auto r2 = Clock::now();
   combiner_->set_costs(std::chrono::duration<double>(r1 - r0).count(), std::chrono::duration<double>(r2 - r1).count());
   bool bad = !std::isfinite(reports[0]->metrics.update_norm);
-  for (const auto* r : reports) bad = bad || report_diverged(*r, config_.model.type != "replay");
+  // Replay traces carry no loss, and an external caller may give none (NaN).
+  const bool has_loss = config_.model.type != "replay" && !(config_.model.type == "external" && std::isnan(reports[0]->loss));
+  for (const auto* r : reports) bad = bad || report_diverged(*r, has_loss);
   const double loss = combiner_->value("train_loss");
   outcome_.steps_completed = t;
   last_loss_ = loss;
@@ -115,7 +120,8 @@ bool RunLog::record_step(int t, std::span<const WorkerReport* const> reports, st
     diverged_ = true;
     return true;
   }
-  if (config_.has_data() && (t % config_.eval.interval == 0 || t == config_.steps)) {
+  evaluated_last_ = source.has_validation() && (t % config_.eval.interval == 0 || t == config_.steps);
+  if (evaluated_last_) {
     last_val_ = source.validation_loss(params, config_.eval.batches);
     recorder_->append_eval(t, last_val_);
   }
@@ -160,5 +166,14 @@ RunOutcome RunLog::finish(const std::string& failure) {
 }
 
 int RunLog::steps_completed() const { return outcome_.steps_completed; }
+
+std::vector<std::pair<std::string, double>> RunLog::last_row() const {
+  std::vector<std::pair<std::string, double>> out;
+  if (rows_ == 0) return out;
+  const auto row = combiner_->row();
+  for (std::size_t c = 0; c < column_names_.size(); ++c) out.emplace_back(column_names_[c], row[c]);
+  if (evaluated_last_) out.emplace_back("val_loss", last_val_);
+  return out;
+}
 
 }  // namespace scape::train

@@ -10,6 +10,7 @@
 #include <mutex>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/layout.hpp"
@@ -32,6 +33,9 @@ struct RunOptions {
   bool share_model = false;
   // Called by every rank before each step (fault injection in tests); may throw.
   std::function<void(int rank, int step)> before_step;
+  // Tokens per step of the progress line's tok/s; 0: from the config's model and data (none
+  // without them). An external caller (the Python package) knows its own.
+  double tokens_per_step = 0;
   std::string scape_version;
   std::string git_sha;
 };
@@ -71,6 +75,9 @@ class RunLog {
   // Sets the final status (failed when `failure` is not empty) and returns the outcome.
   RunOutcome finish(const std::string& failure);
   int steps_completed() const;
+  // The last recorded row: each /metrics column by name, in the run file's order, then
+  // "val_loss" when that step evaluated. Empty before the first step.
+  std::vector<std::pair<std::string, double>> last_row() const;
 
  private:
   const experiments::ExperimentConfig& config_;
@@ -78,6 +85,8 @@ class RunLog {
   std::string config_json_;  // the resolved config, compact: what a checkpoint records
   std::unique_ptr<experiments::RunRecorder> recorder_;
   std::unique_ptr<StepCombiner> combiner_;
+  std::vector<std::string> column_names_;
+  bool evaluated_last_ = false;
   std::unique_ptr<detail::Progress> progress_;
   std::mutex mutex_;
   RunOutcome outcome_;

@@ -482,4 +482,23 @@ void ReportPacker::unpack(std::span<const double> values, const WorkerReport& wo
   }
 }
 
+std::vector<const WorkerReport*> rebuild_reports(const WorkerReport& own, const ReportPacker& packer,
+                                                 const GatheredReports& g, const Sharding& shards,
+                                                 std::vector<WorkerReport>& others) {
+  const auto w = static_cast<std::size_t>(shards.workers());
+  others.assign(w, WorkerReport{});
+  std::vector<const WorkerReport*> all(w);
+  all[0] = &own;
+  for (std::size_t q = 1; q < w; ++q) {
+    packer.unpack(g.scalars.subspan(q * g.width, g.width), own, others[q]);
+    if (!g.grads.empty()) others[q].grads = g.grads.subspan(q * g.n, g.n);
+    if (!g.accumulated.empty()) others[q].accumulated = g.accumulated.subspan(q * g.n, g.n);
+    if (!g.moment.empty()) {
+      others[q].first_moment = g.moment.subspan(shards.begin(static_cast<int>(q)), shards.size(static_cast<int>(q)));
+    }
+    all[q] = &others[q];
+  }
+  return all;
+}
+
 }  // namespace scape::train

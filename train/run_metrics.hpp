@@ -154,4 +154,19 @@ class ReportPacker {
   std::size_t tensors_;
 };
 
+// What an exchange between processes gathered onto rank 0, as the reports StepCombiner reads:
+// `scalars` holds every worker's packed values (ReportPacker, `width` each, rank order); `grads`
+// and `accumulated` W whole vectors of `n` values each, or nothing where they were not gathered;
+// `moment` every owner's m_prev over its shard back to back, or nothing. Worker 0's own report
+// stays in place; the others are rebuilt into `others`.
+struct GatheredReports {
+  std::span<const double> scalars;
+  std::size_t width = 0;
+  std::size_t n = 0;
+  std::span<const float> grads, accumulated, moment;
+};
+std::vector<const WorkerReport*> rebuild_reports(const WorkerReport& own, const ReportPacker& packer,
+                                                 const GatheredReports& gathered, const Sharding& shards,
+                                                 std::vector<WorkerReport>& others);
+
 }  // namespace scape::train
