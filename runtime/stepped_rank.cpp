@@ -179,7 +179,7 @@ void SteppedRank::fail(const std::string& failure) {
   outcome_.error = failure;
 }
 
-bool SteppedRank::step(std::span<const float> grads, double loss) {
+bool SteppedRank::step(std::span<const float> grads, double loss, double compute_s) {
   if (closed_) throw std::logic_error("step: the run is closed");
   if (stopped_) throw std::logic_error("step: the run stopped at step " + std::to_string(steps_done_));
   if (steps_done_ >= config_.steps) {
@@ -192,7 +192,7 @@ bool SteppedRank::step(std::span<const float> grads, double loss) {
   const int t = steps_done_ + 1;
   bool stop = false;
   try {
-    stop = loop_->step(t, train::GivenGradient{grads, loss});
+    stop = loop_->step(t, train::GivenGradient{grads, loss, compute_s});
   } catch (const std::exception& e) {
     fail("step " + std::to_string(t) + ": rank " + std::to_string(rank()) + ": " + e.what());
     throw std::runtime_error(outcome_.error);

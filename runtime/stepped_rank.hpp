@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstddef>
+#include <limits>
 #include <memory>
 #include <span>
 #include <string>
@@ -41,7 +42,9 @@ class SteppedRank {
   // rank 0 stopped the run (diverged). A failure here (this rank's, or a peer's seen as a
   // transport error) closes rank 0's run file as failed, naming the step, and is rethrown as
   // std::runtime_error.
-  bool step(std::span<const float> grads, double loss);
+  // compute_s: the seconds of this rank's forward and backward pass (NaN: unknown).
+  bool step(std::span<const float> grads, double loss,
+            double compute_s = std::numeric_limits<double>::quiet_NaN());
   std::span<const float> params() const { return loop_->params(); }
   std::span<const float> residual() const { return loop_->optimizer().residual(); }
   std::span<const std::uint64_t> mask() const { return loop_->optimizer().mask(); }

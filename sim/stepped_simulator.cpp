@@ -58,7 +58,8 @@ void SteppedSimulator::release_log() {
   log_.reset();
 }
 
-bool SteppedSimulator::step(std::span<const std::span<const float>> grads, std::span<const double> losses) {
+bool SteppedSimulator::step(std::span<const std::span<const float>> grads, std::span<const double> losses,
+                            std::span<const double> compute_s) {
   require_open("step");
   if (stopped_) throw std::logic_error("step: the run stopped at step " + std::to_string(steps_done_));
   if (steps_done_ >= config_.steps) {
@@ -73,6 +74,10 @@ bool SteppedSimulator::step(std::span<const std::span<const float>> grads, std::
     throw std::invalid_argument("losses: " + std::to_string(losses.size()) + " values for " + std::to_string(w) +
                                 " workers");
   }
+  if (!compute_s.empty() && compute_s.size() != w) {
+    throw std::invalid_argument("compute_seconds: " + std::to_string(compute_s.size()) + " values for " +
+                                std::to_string(w) + " workers");
+  }
   for (std::size_t r = 0; r < w; ++r) {
     if (grads[r].size() != size()) {
       throw std::invalid_argument("grads[" + std::to_string(r) + "]: " + std::to_string(grads[r].size()) +
@@ -84,7 +89,9 @@ bool SteppedSimulator::step(std::span<const std::span<const float>> grads, std::
   try {
     run_rank_threads(group_, [&](int r) {
       const auto i = static_cast<std::size_t>(r);
-      train::GivenGradient given{grads[i], losses.empty() ? std::numeric_limits<double>::quiet_NaN() : losses[i]};
+      constexpr double kNone = std::numeric_limits<double>::quiet_NaN();
+      const train::GivenGradient given{grads[i], losses.empty() ? kNone : losses[i],
+                                       compute_s.empty() ? kNone : compute_s[i]};
       try {
         stop[i] = loops_[i]->step(t, given) ? 1 : 0;
       } catch (...) {

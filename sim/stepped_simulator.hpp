@@ -46,7 +46,10 @@ class SteppedSimulator {
   // update): the run file says so and no further step is taken. Throws std::invalid_argument for
   // a wrong number or size of gradients and std::logic_error past total_steps() or after close;
   // a failure inside a rank closes the run as failed and is rethrown as std::runtime_error.
-  bool step(std::span<const std::span<const float>> grads, std::span<const double> losses);
+  // `compute_s[w]` (optional, empty or W values): the seconds of worker w's forward and backward
+  // pass, for compute_time and the modelled step time (else the near-zero handover is timed).
+  bool step(std::span<const std::span<const float>> grads, std::span<const double> losses,
+            std::span<const double> compute_s = {});
   // Rank 0's parameters after the last step (every replica holds the same values).
   std::span<const float> params() const;
   // Worker w's error-feedback residual and rank 0's global mask of the last step (empty for

@@ -2,6 +2,7 @@
 #include "train/rank_loop.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <ctime>
 
@@ -92,6 +93,7 @@ bool RankLoop::step(int t, const GivenGradient& given) {
   }
   report.compute_s = thread_cpu_seconds() - c0;
   report.compute_wall_s = wall_seconds() - w0;
+  if (!given.grads.empty() && !std::isnan(given.compute_s)) report.compute_s = report.compute_wall_s = given.compute_s;
   if (compute_span_ && given.grads.empty()) report.compute_device_s = compute_span_->stop_seconds();
   // Every worker's whole gradient (and a_i, m_prev) goes to rank 0 only at the steps that
   // take the metrics needing them; the others save the copies and, across processes, the

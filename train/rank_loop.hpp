@@ -3,6 +3,7 @@
 // supplies the gradients (sim/stepped_simulator.hpp, runtime/stepped_rank.hpp).
 #pragma once
 
+#include <limits>
 #include <memory>
 #include <span>
 #include <string>
@@ -22,10 +23,12 @@
 namespace scape::train {
 
 // The gradient of one step handed in by the caller instead of taken from the rank's source,
-// with its training loss (NaN when the caller has none).
+// with its training loss and the seconds the caller's forward and backward pass took (the
+// compute_time of the run file and the modelled step time); NaN when the caller has none.
 struct GivenGradient {
   std::span<const float> grads;
   double loss = std::numeric_limits<double>::quiet_NaN();
+  double compute_s = std::numeric_limits<double>::quiet_NaN();
 };
 
 // The failure a run records when its caller closes it: none after all `total` steps or once it

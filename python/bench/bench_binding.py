@@ -15,8 +15,8 @@ import numpy as np
 
 import scape
 
-STEPS = 5    # steps per timing
-REPEATS = 3  # timings of each, the best kept
+STEPS = 8    # steps per timing
+REPEATS = 5  # timings of each, the best kept
 
 
 def measure(n, workers, steps, repeats, optimizer, folder):

@@ -125,13 +125,18 @@ class Simulator:
         """Worker `worker`'s error-feedback residual (a read-only view; empty when dense)."""
         return self._sim.residual(worker)
 
-    def step(self, grads, losses: Optional[Sequence[float]] = None):
+    def step(self, grads, losses: Optional[Sequence[float]] = None, compute_seconds=None):
         """One optimizer step. `grads`: W flat float32 arrays (CPU tensors or numpy), or one
-        [W, N] array; `losses`: the W training losses (optional). Returns (params, metrics):
-        the parameter view and this step's row of the run file (`diverged` is True when the run
+        [W, N] array; `losses`: the W training losses (optional); `compute_seconds`: the seconds
+        of each worker's forward and backward pass (W values, or one for all; optional), which
+        the run file's compute_time and modelled step time take. Returns (params, metrics): the
+        parameter view and this step's row of the run file (`diverged` is True when the run
         stopped on a non-finite value)."""
         _check_grads(grads)
-        diverged = self._sim.step(grads, None if losses is None else [float(x) for x in losses])
+        if compute_seconds is not None and not isinstance(compute_seconds, (list, tuple)):
+            compute_seconds = [float(compute_seconds)] * self.workers
+        diverged = self._sim.step(grads, None if losses is None else [float(x) for x in losses],
+                                  None if compute_seconds is None else [float(x) for x in compute_seconds])
         metrics = self._sim.last_row()
         metrics["diverged"] = bool(diverged)
         return self._sim.params, metrics

@@ -67,7 +67,8 @@ def simulate(model: torch.nn.Module, loss_fn: Callable, batches, *, workers: int
     eval      a callable(model) -> float: the validation loss, every `eval_interval` steps and at
               the last step, with the model holding rank 0's parameters
     Returns the run's outcome (status, final losses, bytes per step, ...); the run file `log`
-    has every step's metrics. At the end the model holds the trained parameters.
+    has every step's metrics, compute_time being the vmap's wall time divided by `workers`. At
+    the end the model holds the trained parameters.
     """
     layout = Layout.from_module(model)
     next_batch = _batch_source(batches)
@@ -107,9 +108,12 @@ def simulate(model: torch.nn.Module, loss_fn: Callable, batches, *, workers: int
                 raise ValueError(f"batches: step {t}: a leading dimension of {x.shape[0]} and {y.shape[0]}, "
                                  f"expected workers = {workers}")
             params = flat_views(_tensor_view(sim.params), layout)
+            start = time.perf_counter()
             grads, losses = per_worker(params, x, y)
             flat = _stacked_flat(grads, layout, workers).to(torch.float32)
-            _, metrics = sim.step(flat, losses.tolist())
+            # One vmap computes every worker's pass: each is charged its share of the time.
+            compute = (time.perf_counter() - start) / workers
+            _, metrics = sim.step(flat, losses.tolist(), compute)
             if metrics["diverged"]:
                 break
     finally:
@@ -224,22 +228,30 @@ class DistributedOptimizer:
             for p, view in zip(self._params, flat_views(flat, self.layout).values()):
                 p.data = view
         self.metrics: dict = {}
+        self._pass_started = None
 
     def zero_grad(self, set_to_none: bool = True):
+        """Clears the gradients, and starts the clock of this step's forward and backward pass
+        (the run file's compute_time when step() is not told it)."""
+        self._pass_started = time.perf_counter()
         for p in self._params:
             if set_to_none:
                 p.grad = None
             elif p.grad is not None:
                 p.grad.zero_()
 
-    def step(self, loss: Optional[float] = None) -> bool:
+    def step(self, loss: Optional[float] = None, compute_seconds: Optional[float] = None) -> bool:
         """Collective: one optimizer step on this rank's local gradients (a missing .grad counts
-        as zeros). Returns True when the run diverged. Rank 0's row of the run file is in
-        self.metrics."""
+        as zeros). `compute_seconds` defaults to the time since zero_grad(). Returns True when
+        the run diverged. Rank 0's row of the run file is in self.metrics."""
+        if compute_seconds is None and self._pass_started is not None:
+            compute_seconds = time.perf_counter() - self._pass_started
+        self._pass_started = None
         parts = [p.grad.reshape(-1) if p.grad is not None else torch.zeros(p.numel()) for p in self._params]
         flat = torch.cat(parts).to(torch.float32).contiguous()
         value = float("nan") if loss is None else float(loss)
-        diverged = self._rank.step(flat.numpy(), value)
+        seconds = float("nan") if compute_seconds is None else float(compute_seconds)
+        diverged = self._rank.step(flat.numpy(), value, seconds)
         self.metrics = self._rank.last_row()
         return bool(diverged)
 

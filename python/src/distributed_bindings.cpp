@@ -139,12 +139,12 @@ void bind_distributed(nb::module_& m) {
           nb::arg("deterministic"), nb::arg("log"), nb::arg("quiet"), nb::arg("tokens_per_step"))
       .def(
           "step",
-          [](RankHandle& self, const nb::ndarray<>& grads, double loss) {
+          [](RankHandle& self, const nb::ndarray<>& grads, double loss, double compute_seconds) {
             const auto g = float_span(grads, "grads", self.rank->size());
             nb::gil_scoped_release release;
-            return self.rank->step(g, loss);
+            return self.rank->step(g, loss, compute_seconds);
           },
-          nb::arg("grads"), nb::arg("loss"))
+          nb::arg("grads"), nb::arg("loss"), nb::arg("compute_seconds"))
       .def_prop_ro("params", [](nb::handle self) {
         auto p = nb::cast<RankHandle&>(self).rank->params();
         // Writable: the model's parameters are views of it (scape.torch); only the optimizer writes.

@@ -45,7 +45,20 @@ std::vector<std::span<const float>> worker_gradients(const nb::object& grads, st
   return out;
 }
 
-// Keeps the arrays of a step alive across the GIL release (their memory is read by the ranks).
+// W floats (losses, seconds) or none.
+std::vector<double> per_worker_values(const nb::object& values, const char* argument, std::size_t workers) {
+  if (values.is_none()) return {};
+  std::vector<double> out;
+  if (!nb::try_cast(values, out)) throw nb::value_error((std::string(argument) + ": a list of floats").c_str());
+  if (out.size() != workers) {
+    throw nb::value_error((std::string(argument) + ": " + std::to_string(out.size()) + " values for " +
+                           std::to_string(workers) + " workers")
+                              .c_str());
+  }
+  return out;
+}
+
+// The Python object's C++ state.
 struct SimulatorHandle {
   std::unique_ptr<sim::SteppedSimulator> sim;
 };
@@ -76,22 +89,16 @@ void bind_simulator(nb::module_& m) {
           nb::arg("tokens_per_step"), nb::arg("validation").none())
       .def(
           "step",
-          [](SimulatorHandle& self, const nb::object& grads, const nb::object& losses) {
+          [](SimulatorHandle& self, const nb::object& grads, const nb::object& losses,
+             const nb::object& compute_seconds) {
             auto& sim = *self.sim;
             const auto spans = worker_gradients(grads, static_cast<std::size_t>(sim.workers()), sim.size());
-            std::vector<double> loss_values;
-            if (!losses.is_none()) {
-              loss_values = nb::cast<std::vector<double>>(losses);
-              if (loss_values.size() != spans.size()) {
-                throw nb::value_error(("losses: " + std::to_string(loss_values.size()) + " values for " +
-                                       std::to_string(spans.size()) + " workers")
-                                          .c_str());
-              }
-            }
+            const std::vector<double> loss_values = per_worker_values(losses, "losses", spans.size());
+            const std::vector<double> compute = per_worker_values(compute_seconds, "compute_seconds", spans.size());
             nb::gil_scoped_release release;
-            return sim.step(spans, loss_values);
+            return sim.step(spans, loss_values, compute);
           },
-          nb::arg("grads"), nb::arg("losses").none() = nb::none(),
+          nb::arg("grads"), nb::arg("losses").none() = nb::none(), nb::arg("compute_seconds").none() = nb::none(),
           "One step on the W workers' gradients; True when the run diverged.")
       .def(
           "step_repeated",

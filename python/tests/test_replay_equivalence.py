@@ -86,3 +86,19 @@ def test_a_list_of_per_worker_tensors_equals_one_matrix(trace, tmp_path):
                 sim.step(g)
             finals.append(np.array(sim.params))
     np.testing.assert_array_equal(finals[0], finals[1])
+
+
+def test_handed_in_compute_seconds_are_the_runs_compute_time(tmp_path):
+    layout = [("w", (256,), True)]
+    grads = np.ones((2, 256), np.float32) * 1e-3
+    with scape.Simulator(layout, 2, {"type": "adams"}, {"preset": "ib_ndr400"}, log=str(tmp_path / "c.h5"),
+                         steps=2) as sim:
+        _, first = sim.step(grads, compute_seconds=[0.25, 0.5])
+        _, second = sim.step(grads, compute_seconds=0.125)
+    assert first["compute_time"] == 0.375  # the mean over workers (docs/run-files.md)
+    assert first["step_time_model"] >= 0.25
+    assert second["compute_time"] == 0.125
+    with scape.Simulator(layout, 2, {"type": "adams"}, log=str(tmp_path / "d.h5"), steps=1) as sim:
+        with pytest.raises(ValueError, match=r"^compute_seconds: 3 values for 2 workers$"):
+            sim.step(grads, compute_seconds=[1.0, 2.0, 3.0])
+        sim.step(grads)
