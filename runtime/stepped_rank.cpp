@@ -202,6 +202,10 @@ bool SteppedRank::step(std::span<const float> grads, double loss, double compute
   return stop;
 }
 
+void SteppedRank::abort(const std::string& failure) {
+  if (!closed_) fail(failure);
+}
+
 std::vector<std::pair<std::string, double>> SteppedRank::last_row() const {
   return log_ ? log_->last_row() : last_row_;
 }
@@ -213,10 +217,11 @@ void SteppedRank::release_log() {
   log_.reset();
 }
 
-const train::RunOutcome& SteppedRank::close() {
+const train::RunOutcome& SteppedRank::close(const std::string& caller_failure) {
   if (closed_) return outcome_;
   closed_ = true;
-  std::string failure = train::early_close_failure(steps_done_, config_.steps, stopped_);
+  std::string failure =
+      caller_failure.empty() ? train::early_close_failure(steps_done_, config_.steps, stopped_) : caller_failure;
   try {
     loop_->finish();
   } catch (const std::exception& e) {

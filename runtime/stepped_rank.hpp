@@ -50,8 +50,12 @@ class SteppedRank {
   std::span<const std::uint64_t> mask() const { return loop_->optimizer().mask(); }
   // Rank 0's last row of the run file (empty on other ranks).
   std::vector<std::pair<std::string, double>> last_row() const;
-  // Collective: ends the run (final parameters, status; failed when closed before config.steps).
-  const train::RunOutcome& close();
+  // Collective: ends the run (final parameters, status; failed when closed before config.steps,
+  // or with `failure` when the caller gives one).
+  const train::RunOutcome& close(const std::string& failure = {});
+  // Not collective: ends this rank's part at once as failed (rank 0's run file says `failure`),
+  // e.g. when the job is being terminated and no peer would join a collective.
+  void abort(const std::string& failure);
 
  private:
   void fail(const std::string& failure);

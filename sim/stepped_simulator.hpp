@@ -59,8 +59,9 @@ class SteppedSimulator {
   // The last step's row of the run file (train::RunLog::last_row).
   std::vector<std::pair<std::string, double>> last_row() const;
   // Ends the run: the final parameters and the status (completed after total_steps(); failed,
-  // naming the step, when closed earlier). Idempotent: later calls return the same outcome.
-  const train::RunOutcome& close();
+  // naming the step, when closed earlier; failed with `failure` when the caller gives one, e.g.
+  // its own exception). Idempotent: later calls return the same outcome.
+  const train::RunOutcome& close(const std::string& failure = {});
   bool closed() const { return closed_; }
 
  private:

@@ -141,16 +141,22 @@ class Simulator:
         metrics["diverged"] = bool(diverged)
         return self._sim.params, metrics
 
-    def close(self) -> dict:
-        """Ends the run (final status into the run file) and returns its outcome."""
-        return self._sim.close()
+    def close(self, failure: str = "") -> dict:
+        """Ends the run (final status into the run file) and returns its outcome: completed
+        after all steps, else failed, with `failure` as its error when given."""
+        return self._sim.close(failure)
 
     def __enter__(self):
         return self
 
-    def __exit__(self, *exc):
-        self.close()
+    def __exit__(self, kind, error, traceback):
+        self.close(failure_text(self.steps_done, error) if error is not None else "")
         return False
+
+
+def failure_text(steps_done: int, error: BaseException) -> str:
+    """The run file's error for a caller's exception during step steps_done + 1."""
+    return f"step {steps_done + 1}: {type(error).__name__}: {error}"
 
 
 def synthetic_corpus(vocab_size: int = 64, successors: int = 3, concentration: float = 0.9, seed: int = 1,

@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import math
 import os
+import signal
 import sys
+import threading
 import time
 import warnings
 from typing import Any, Callable, Dict, Iterable, Mapping, Optional
@@ -16,7 +18,7 @@ import torch
 import torch.distributed as dist
 from torch.func import functional_call, grad, vmap
 
-from . import Layout, Simulator, _config_json, _core, run_config
+from . import Layout, Simulator, _config_json, _core, failure_text, run_config
 
 __all__ = ["simulate", "DistributedOptimizer", "TorchTransport", "flat_views"]
 
@@ -98,6 +100,7 @@ def simulate(model: torch.nn.Module, loss_fn: Callable, batches, *, workers: int
                     params=_flat_params(model, layout), eval=validation if eval is not None else None,
                     eval_interval=eval_interval if eval is not None else None, name=name,
                     quiet=quiet, tokens_per_step=tokens)
+    failure = ""
     try:
         batch = first
         for t in range(1, steps + 1):
@@ -116,8 +119,11 @@ def simulate(model: torch.nn.Module, loss_fn: Callable, batches, *, workers: int
             _, metrics = sim.step(flat, losses.tolist(), compute)
             if metrics["diverged"]:
                 break
+    except BaseException as error:  # the run file records the caller's error, then it propagates
+        failure = failure_text(sim.steps_done, error)
+        raise
     finally:
-        outcome = sim.close()
+        outcome = sim.close(failure)
     load_into_model(sim.params)
     return outcome
 
@@ -229,6 +235,21 @@ class DistributedOptimizer:
                 p.data = view
         self.metrics: dict = {}
         self._pass_started = None
+        # torchrun stops the other ranks with SIGTERM when one fails: record it in the run file
+        # (rank 0's says `failed`) instead of dying with the file open.
+        self._previous_sigterm = None
+        if threading.current_thread() is threading.main_thread():
+            self._previous_sigterm = signal.signal(signal.SIGTERM, self._on_sigterm)
+
+    def _on_sigterm(self, signum, frame):
+        self._rank.abort(f"step {self._rank.steps_done + 1}: terminated by signal {signum} "
+                         f"(a peer rank failed, or the job was stopped)")
+        raise SystemExit(128 + signum)
+
+    def _restore_sigterm(self):
+        if self._previous_sigterm is not None:
+            signal.signal(signal.SIGTERM, self._previous_sigterm)
+            self._previous_sigterm = None
 
     def zero_grad(self, set_to_none: bool = True):
         """Clears the gradients, and starts the clock of this step's forward and backward pass
@@ -255,6 +276,8 @@ class DistributedOptimizer:
         self.metrics = self._rank.last_row()
         return bool(diverged)
 
-    def close(self) -> dict:
-        """Collective: ends the run and returns its outcome (rank 0's run file gets the status)."""
-        return self._rank.close()
+    def close(self, failure: str = "") -> dict:
+        """Collective: ends the run and returns its outcome (rank 0's run file gets the status:
+        failed, with `failure` as its error, when given)."""
+        self._restore_sigterm()
+        return self._rank.close(failure)

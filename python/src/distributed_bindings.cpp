@@ -157,7 +157,11 @@ void bind_distributed(nb::module_& m) {
       .def_prop_ro("residual",
                    [](nb::handle self) { return float_view(nb::cast<RankHandle&>(self).rank->residual(), self); })
       .def("last_row", [](RankHandle& self) { return row_dict(self.rank->last_row()); })
-      .def("close", [](RankHandle& self) { return close_released(*self.rank); })
+      .def(
+          "close", [](RankHandle& self, const std::string& failure) { return close_released(*self.rank, failure); },
+          nb::arg("failure") = "")
+      .def("abort", [](RankHandle& self, const std::string& failure) { self.rank->abort(failure); },
+           nb::arg("failure"), "Ends this rank's part at once as failed; not collective.")
       .def_prop_ro("rank", [](RankHandle& self) { return self.rank->rank(); })
       .def_prop_ro("size", [](RankHandle& self) { return self.rank->size(); })
       .def_prop_ro("steps_done", [](RankHandle& self) { return self.rank->steps_done(); });

@@ -33,13 +33,13 @@ train::RunOptions run_options(const std::string& log, bool quiet, double tokens_
 // The row as a dict, and the outcome as a dict (status, error, steps, final losses, bytes).
 nb::dict row_dict(const std::vector<std::pair<std::string, double>>& row);
 nb::dict outcome_dict(const train::RunOutcome& outcome);
-// runner.close() with the GIL released (it joins the ranks and writes the file), as a dict.
+// runner.close(failure) with the GIL released (it joins the ranks and writes the file), as a dict.
 template <class Runner>
-nb::dict close_released(Runner& runner) {
+nb::dict close_released(Runner& runner, const std::string& failure) {
   train::RunOutcome outcome;
   {
     nb::gil_scoped_release release;
-    outcome = runner.close();
+    outcome = runner.close(failure);
   }
   return outcome_dict(outcome);
 }

@@ -125,7 +125,9 @@ void bind_simulator(nb::module_& m) {
         }
       })
       .def("last_row", [](SimulatorHandle& self) { return row_dict(self.sim->last_row()); })
-      .def("close", [](SimulatorHandle& self) { return close_released(*self.sim); })
+      .def(
+          "close", [](SimulatorHandle& self, const std::string& failure) { return close_released(*self.sim, failure); },
+          nb::arg("failure") = "")
       .def_prop_ro("closed", [](SimulatorHandle& self) { return self.sim->closed(); })
       .def_prop_ro("workers", [](SimulatorHandle& self) { return self.sim->workers(); })
       .def_prop_ro("size", [](SimulatorHandle& self) { return self.sim->size(); })

@@ -134,3 +134,31 @@ def test_a_failing_eval_closes_the_run_as_failed(tmp_path):
     with pytest.raises(RuntimeError, match=r"(?s)step 1: eval: .*no validation data"):
         sim.step(np.zeros((2, N), np.float32))
     assert status(tmp_path / "f.h5") == "failed"
+
+
+def test_a_callers_exception_is_the_runs_error(tmp_path):
+    from run_files import status
+    import h5py
+    with pytest.raises(KeyError):
+        with scape.Simulator(LAYOUT, 2, {"type": "adams"}, log=str(tmp_path / "k.h5"), steps=3) as sim:
+            sim.step(np.zeros((2, N), np.float32))
+            raise KeyError("batch 2 missing")
+    assert status(tmp_path / "k.h5") == "failed"
+    with h5py.File(tmp_path / "k.h5", "r") as f:
+        error = f.attrs["error"]
+        assert (error.decode() if isinstance(error, bytes) else error) == "step 2: KeyError: 'batch 2 missing'"
+
+
+def test_simulate_records_a_failing_loss_function(tmp_path):
+    torch = pytest.importorskip("torch")
+    import scape.torch as st
+    from run_files import status
+    model = torch.nn.Linear(4, 2)
+
+    def loss_fn(out, y):
+        raise ArithmeticError("loss exploded")
+
+    batches = lambda t: (torch.zeros(2, 3, 4), torch.zeros(2, 3, 2))  # noqa: E731
+    with pytest.raises(ArithmeticError):
+        st.simulate(model, loss_fn, batches, workers=2, steps=3, log=str(tmp_path / "l.h5"), quiet=True)
+    assert status(tmp_path / "l.h5") == "failed"
