@@ -3,6 +3,7 @@
 import argparse
 import math
 import sys
+from pathlib import Path
 
 _DESCRIPTION = """\
 Analysis of scape run files (HDF5, docs/run-files.md).
@@ -33,6 +34,10 @@ Analysis of scape run files (HDF5, docs/run-files.md).
       broken into forward/backward, the optimizer's own kernels, each blocking collective and
       the wait for the lagged mask all-gather (means over the steady steps; analysis/breakdown.py),
       OUTDIR/breakdown.csv and breakdown.png.
+      --cluster PREDICTION.json (repeatable): the time to the target on that cluster, relative to
+      the reference: each arm's measured tokens to target times `scape predict`'s step time for
+      its optimizer on the config's model and cluster at its largest worker count, paired by seed
+      (analysis/time_to_target.py); also OUTDIR/time_to_target.csv. Needs the scape binary.
       --no-figures writes summary.md and the CSV files only.
 
 Exit status: 0 when at least one run file was read, 1 when none was (nothing usable),
@@ -62,6 +67,9 @@ def _parser():
                         "(default: %(default)s nats)")
     r.add_argument("--band", choices=("ci", "minmax"), default="ci",
                    help="band over seeds in seeds.png: 95%% Student-t interval (ci, default) or min-max")
+    r.add_argument("--cluster", action="append", default=[], metavar="PREDICTION.json",
+                   help="a scape predict config (experiments/configs/predict/): add the predicted time to the "
+                        "target on its cluster, relative to the reference (repeatable)")
     r.add_argument("--no-figures", action="store_true",
                    help="write summary.md and the CSV files only (drawing takes seconds per figure)")
     return p
@@ -79,6 +87,9 @@ def main(argv=None):
 
     try:
         parse_reference(args.reference)
+        for cluster in args.cluster:
+            if not Path(cluster).is_file():
+                raise ValueError(f"--cluster {cluster}: no such file")
         for name, value in (("--target-loss", args.target_loss), ("--target-margin", args.target_margin)):
             if value is not None and not math.isfinite(value):
                 raise ValueError(f"{name} {value}: expected a finite number")
@@ -87,8 +98,8 @@ def main(argv=None):
         return 2
     try:
         report, text = write_report(args.inputs, args.out, args.reference, args.target_loss, args.target_margin,
-                                    args.band, figures=not args.no_figures)
-    except ScapeBinaryError as e:
+                                    args.band, figures=not args.no_figures, clusters=args.cluster)
+    except (ScapeBinaryError, ValueError) as e:
         print(f"analysis: {e}", file=sys.stderr)
         return 1
     if not report.runs:

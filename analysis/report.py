@@ -73,9 +73,10 @@ def seed_problems(report, reference=DEFAULT_REFERENCE, target_loss=None,
 
 
 def write_report(inputs, out_dir, reference=DEFAULT_REFERENCE, target_loss=None,
-                 target_margin=DEFAULT_TARGET_MARGIN, band="ci", figures=True):
+                 target_margin=DEFAULT_TARGET_MARGIN, band="ci", figures=True, clusters=()):
     """Builds the report of `inputs` into `out_dir` (figures unless figures=False, summary.md,
-    summary.csv and, with several seeds or lrs per arm, seeds.csv); returns (report, text)."""
+    summary.csv and, with several seeds or lrs per arm, seeds.csv; with `clusters`, prediction
+    configs, the time-to-target section and time_to_target.csv); returns (report, text)."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     from .pareto import pareto_section
@@ -106,6 +107,13 @@ def write_report(inputs, out_dir, reference=DEFAULT_REFERENCE, target_loss=None,
         text += "\n" + "\n".join(breakdown.markdown_section(measured)) + "\n"
     if report.problems_over_seeds:
         seeds.write_seeds_csv(report.problems_over_seeds, out_dir / "seeds.csv")
+    if clusters and report.problems_over_seeds:
+        from . import time_to_target
+        from .runs import scape_binary
+
+        lines, rows = time_to_target.cluster_section(report.problems_over_seeds, clusters, scape_binary())
+        text += "\n" + "\n".join(lines) + "\n"
+        time_to_target.write_csv(rows, out_dir / "time_to_target.csv")
     (out_dir / "summary.md").write_text(text + "\n", encoding="utf-8")
     write_csv(report, out_dir / "summary.csv")
     return report, text

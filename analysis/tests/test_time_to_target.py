@@ -1,0 +1,80 @@
+"""Time to target on a cluster (`report --cluster`): the paired ratio's arithmetic against runs and
+`scape predict` read independently, and the never-reached and one-seed cases."""
+import csv
+import json
+import math
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from analysis import time_to_target as ttt
+from analysis.stats import Arm
+from conftest import REPO, TINY_GPT, run_scape
+
+CLUSTER = REPO / "experiments/configs/predict/vista-llama-500m.json"
+
+
+def test_ratios_pair_seeds_and_report_never_reached():
+    ref = Arm(label="dense", config={}, tokens={1: 1000.0, 2: 2000.0, 3: math.nan})
+    arm = Arm(label="scape", config={}, tokens={1: 1500.0, 2: 3000.0, 3: 900.0})
+    ratios = ttt.time_ratios(arm, ref, 0.5)  # seed 3: the reference has no tokens, left out
+    assert ratios == {1: 0.75, 2: 0.75}
+    text, iv = ttt.ratio_text(ratios)
+    assert text == "0.750 (25.0% less time)"
+    assert iv == "[0.750, 0.750]"
+    never = Arm(label="slow", config={}, tokens={1: math.inf, 2: 3000.0})
+    assert ttt.ratio_text(ttt.time_ratios(never, ref, 0.5))[0] == "not reached by 1/2 seeds"
+    assert ttt.ratio_text({})[0] == "—"
+    slower = ttt.ratio_text(ttt.time_ratios(Arm(label="x", config={}, tokens={1: 3000.0}), ref, 1.0))
+    assert slower == ("3.000 (200.0% more time)", "—")
+
+
+def predicted(scape, dense, sets):
+    """The step seconds at the largest worker count, read from scape predict's CSV here."""
+    out = Path(pytest.importorskip("tempfile").mkdtemp())
+    cmd = [scape, "predict", str(CLUSTER), "--out", str(out / "p.h5"), "--csv", str(out / "p.csv")]
+    for s in sets:
+        cmd += ["--set", s]
+    subprocess.run(cmd, check=True, capture_output=True)
+    rows = [r for r in csv.DictReader(open(out / "p.csv")) if r["config"] == ("baseline" if dense else "optimizer")]
+    return float(max(rows, key=lambda r: int(r["workers"]))["step_s"])
+
+
+def test_report_cluster_section_matches_files_and_predict(scape, tmp_path):
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    for seed in (1, 2):
+        run_scape(scape, TINY_GPT, runs / f"adams-{seed}.h5", "optimizer.type=adams", f"seed={seed}")
+        run_scape(scape, TINY_GPT, runs / f"scape-{seed}.h5", "optimizer.type=scape", "optimizer.sparsity=0.9",
+                  f"seed={seed}")
+    target = 10.0  # every evaluation reaches it: tokens to target = the first evaluation's tokens
+    out = tmp_path / "report"
+    env_cmd = ["/usr/bin/python3", "-m", "analysis", "report", str(runs), "--out", str(out), "--quiet",
+               "--no-figures", "--target-loss", str(target), "--cluster", str(CLUSTER)]
+    done = subprocess.run(env_cmd, capture_output=True, text=True, cwd=REPO,
+                          env={"SCAPE_BINARY": scape, "PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO)})
+    assert done.returncode == 0, done.stderr
+    rows = list(csv.DictReader(open(out / "time_to_target.csv")))
+    by_arm = {r["arm"]: r for r in rows}
+    dense = next(r for r in rows if float(r["step_ratio"]) == 1.0)
+    other = next(r for r in rows if r is not dense)
+    want_ref = predicted(scape, True, [])
+    want_arm = predicted(scape, False, ['optimizer.type="scape"', "optimizer.sparsity=0.9"])
+    assert float(dense["step_s"]) == pytest.approx(want_ref, rel=1e-9)
+    assert float(other["step_s"]) == pytest.approx(want_arm, rel=1e-9)
+    # Same tokens per step and the first evaluation for both: the time ratio is the step ratio.
+    assert float(other["time_ratio_mean"]) == pytest.approx(want_arm / want_ref, rel=1e-9)
+    assert other["seeds_reached"] == "2"
+    summary = (out / "summary.md").read_text()
+    assert "## Time to target on a cluster" in summary and "vista-llama-500m.json" in summary
+    assert len(by_arm) == 2
+
+
+def test_a_missing_cluster_file_is_a_usage_error(tmp_path):
+    done = subprocess.run(["/usr/bin/python3", "-m", "analysis", "report", str(tmp_path), "--out", str(tmp_path / "o"),
+                           "--cluster", str(tmp_path / "none.json")], capture_output=True, text=True, cwd=REPO,
+                          env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO)})
+    assert done.returncode == 2
+    assert "--cluster" in done.stderr and "no such file" in done.stderr

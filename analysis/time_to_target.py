@@ -1,0 +1,123 @@
+"""The report's "Time to target on a cluster" section (`report --cluster PREDICTION.json`).
+
+The paper's end-to-end claim is wall-clock time to a loss. Here it is tested with laptop token
+efficiency: for each arm (at its best lr) the measured tokens to the problem's target validation
+loss, seed by seed (analysis/stats.py), times `scape predict`'s step time for the same optimizer
+on the prediction config's model and cluster, at the config's largest worker count. Both
+quantities are taken relative to the reference arm (dense), so the cluster's tokens per step
+cancel:
+
+    time ratio (seed s) = (tokens_arm[s] / tokens_ref[s]) · (step_arm / step_ref)
+
+reported as its mean and 95% Student-t interval over the seeds both reached the target with. An
+arm with a seed that never reaches the target is reported as such, not extrapolated. The
+reference is predicted as the config's dense baseline row; every other arm as the config's
+optimizer with the arm's optimizer.type, sparsity and formulation set on it.
+"""
+
+import csv
+import json
+import math
+import subprocess
+import tempfile
+from pathlib import Path
+
+from .stats import interval
+
+# The keys of an arm's optimizer that carry over to the cluster's prediction; the rest (wire
+# and parameter dtypes, sharding, offload) are the prediction config's: the cluster's setup.
+TRANSFERRED = ("optimizer.type", "optimizer.sparsity", "optimizer.formulation", "optimizer.inner")
+
+
+def predicted_step(binary, cluster, overrides, dense):
+    """(step seconds, workers) at the config's largest worker count: the baseline row when
+    `dense`, else the optimizer row with `overrides` ({dotted key: value}) set."""
+    with tempfile.TemporaryDirectory() as tmp:
+        command = [binary, "predict", str(cluster), "--out", str(Path(tmp) / "p.h5"), "--csv", str(Path(tmp) / "p.csv")]
+        for key, value in overrides.items():
+            command += ["--set", f"{key}={json.dumps(value)}"]
+        done = subprocess.run(command, capture_output=True, text=True, timeout=300)
+        if done.returncode != 0:
+            raise ValueError(f"{cluster}: scape predict exited {done.returncode}: {done.stderr.strip()[-500:]}")
+        with open(Path(tmp) / "p.csv", newline="", encoding="utf-8") as f:
+            rows = list(csv.DictReader(f))
+    wanted = "baseline" if dense else "optimizer"
+    rows = [r for r in rows if r["config"] == wanted]
+    if not rows:
+        raise ValueError(f"{cluster}: scape predict wrote no {wanted} row")
+    workers = max(int(r["workers"]) for r in rows)
+    step = next(float(r["step_s"]) for r in rows if int(r["workers"]) == workers)
+    return step, workers
+
+
+def arm_overrides(arm):
+    return {k: arm.config[k] for k in TRANSFERRED if k in arm.config}
+
+
+def time_ratios(arm, reference, step_ratio):
+    """Per seed both ran: the time ratio, or inf where the arm never reached the target."""
+    out = {}
+    for seed, tokens in arm.tokens.items():
+        ref = reference.tokens.get(seed, math.nan)
+        if math.isnan(tokens) or not math.isfinite(ref) or ref <= 0:
+            continue
+        out[seed] = math.inf if math.isinf(tokens) else tokens / ref * step_ratio
+    return out
+
+
+def ratio_text(ratios):
+    """'0.62 [0.55, 0.70] (38% less)' over the seeds, or who never reached the target."""
+    if not ratios:
+        return "—", ""
+    never = sum(1 for v in ratios.values() if math.isinf(v))
+    if never:
+        return f"not reached by {never}/{len(ratios)} seeds", ""
+    iv = interval(list(ratios.values()))
+    change = (1 - iv.mean) * 100
+    text = f"{iv.mean:.3f} ({abs(change):.1f}% {'less' if change >= 0 else 'more'} time)"
+    return text, (f"[{iv.lo:.3f}, {iv.hi:.3f}]" if iv.n > 1 else "—")
+
+
+def cluster_section(problems, clusters, binary):
+    """The section's Markdown lines and its CSV rows, for every cluster config and problem."""
+    lines = ["## Time to target on a cluster", "",
+             "Measured tokens to the target validation loss (each arm at its best lr) times `scape predict`'s",
+             "step time for the same optimizer on the prediction config's model and cluster at its largest",
+             "worker count, relative to the reference arm, paired by seed (mean, 95% Student-t interval over",
+             "seeds). The reference is the config's dense baseline; the other arms take the config's",
+             "optimizer with their type, sparsity and formulation. A seed that never reached the target is",
+             "reported, not extrapolated.", ""]
+    rows = []
+    for cluster in clusters:
+        lines += [f"### {Path(cluster).name}", ""]
+        for problem in problems:
+            ref = problem.reference
+            if ref is None or not math.isfinite(problem.target):
+                lines += [f"{problem.label}: no reference with a target validation loss; nothing to compare.", ""]
+                continue
+            ref_step, workers = predicted_step(binary, cluster, {}, dense=True)
+            lines += [f"{problem.label}: target {problem.target:.4f}; W = {workers}; reference {ref.label} "
+                      f"predicted at {ref_step * 1e3:.1f} ms a step.", "",
+                      "| arm | seeds reached | predicted step (ms) | step vs reference | time to target vs reference | 95% interval |",
+                      "|---|---|---|---|---|---|"]
+            for arm in problem.arms:
+                step = ref_step if arm is ref else predicted_step(binary, cluster, arm_overrides(arm), dense=False)[0]
+                ratios = time_ratios(arm, ref, step / ref_step)
+                text, iv = ("reference", "") if arm is ref else ratio_text(ratios)
+                reached = sum(1 for v in arm.tokens.values() if math.isfinite(v))
+                label = arm.label.replace("|", "\\|")
+                lines.append(f"| {label} | {reached}/{len(arm.tokens)} | {step * 1e3:.1f} | "
+                             f"{step / ref_step:.3f} | {text} | {iv} |")
+                finite = [v for v in ratios.values() if math.isfinite(v)]
+                rows.append([Path(cluster).name, problem.label, arm.label, workers, step, step / ref_step,
+                             len(ratios), len(finite), float(sum(finite) / len(finite)) if finite else math.nan])
+            lines.append("")
+    return lines, rows
+
+
+def write_csv(rows, path):
+    with open(path, "w", newline="", encoding="utf-8") as f:
+        w = csv.writer(f)
+        w.writerow(["cluster", "problem", "arm", "workers", "step_s", "step_ratio", "seeds", "seeds_reached",
+                    "time_ratio_mean"])
+        w.writerows(rows)
