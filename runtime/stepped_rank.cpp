@@ -220,8 +220,7 @@ void SteppedRank::release_log() {
 const train::RunOutcome& SteppedRank::close(const std::string& caller_failure) {
   if (closed_) return outcome_;
   closed_ = true;
-  std::string failure =
-      caller_failure.empty() ? train::early_close_failure(steps_done_, config_.steps, stopped_) : caller_failure;
+  std::string failure = train::closing_failure(caller_failure, steps_done_, config_.steps, stopped_);
   try {
     loop_->finish();
   } catch (const std::exception& e) {

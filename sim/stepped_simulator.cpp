@@ -127,8 +127,7 @@ std::vector<std::pair<std::string, double>> SteppedSimulator::last_row() const {
 const train::RunOutcome& SteppedSimulator::close(const std::string& caller_failure) {
   if (closed_) return outcome_;
   closed_ = true;
-  std::string failure =
-      caller_failure.empty() ? train::early_close_failure(steps_done_, config_.steps, stopped_) : caller_failure;
+  std::string failure = train::closing_failure(caller_failure, steps_done_, config_.steps, stopped_);
   try {
     run_rank_threads(group_, [&](int r) { loops_[static_cast<std::size_t>(r)]->finish(); });
   } catch (const std::exception& e) {

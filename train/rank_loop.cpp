@@ -26,7 +26,8 @@ double thread_cpu_seconds() {
 
 }  // namespace
 
-std::string early_close_failure(int steps_done, int total, bool stopped) {
+std::string closing_failure(const std::string& caller_failure, int steps_done, int total, bool stopped) {
+  if (!caller_failure.empty()) return caller_failure;
   if (stopped || steps_done >= total) return "";
   return "closed after step " + std::to_string(steps_done) + " of " + std::to_string(total);
 }

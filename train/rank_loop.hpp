@@ -31,9 +31,9 @@ struct GivenGradient {
   double compute_s = std::numeric_limits<double>::quiet_NaN();
 };
 
-// The failure a run records when its caller closes it: none after all `total` steps or once it
-// stopped (diverged), else "closed after step k of T".
-std::string early_close_failure(int steps_done, int total, bool stopped);
+// The failure a run records when its caller closes it: the caller's own when given; else none
+// after all `total` steps or once it stopped (diverged), else "closed after step k of T".
+std::string closing_failure(const std::string& caller_failure, int steps_done, int total, bool stopped);
 
 class RankLoop {
  public:
