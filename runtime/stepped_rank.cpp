@@ -2,8 +2,6 @@
 // and the steps.
 #include "runtime/stepped_rank.hpp"
 
-#include <cmath>
-#include <cstring>
 #include <numeric>
 #include <stdexcept>
 
@@ -86,6 +84,7 @@ class TransportExchange final : public train::StepExchange {
 
   void barrier(int) override { transport_.barrier(); }
 
+ private:
   // Rank 0's byte, on every rank.
   std::byte broadcast_byte(std::byte mine) {
     const auto w = static_cast<std::size_t>(transport_.size());
@@ -93,8 +92,6 @@ class TransportExchange final : public train::StepExchange {
     transport_.all_gather_bytes(std::span<const std::byte>(&mine, 1), all, std::vector<std::size_t>(w, 1));
     return all[0];
   }
-
- private:
   void gather(std::span<const std::byte> send, std::span<std::byte> recv, const std::vector<std::size_t>& counts) {
     gather_bytes(transport_, 0, send, recv, counts);
   }
@@ -180,11 +177,7 @@ void SteppedRank::fail(const std::string& failure) {
 }
 
 bool SteppedRank::step(std::span<const float> grads, double loss, double compute_s) {
-  if (closed_) throw std::logic_error("step: the run is closed");
-  if (stopped_) throw std::logic_error("step: the run stopped at step " + std::to_string(steps_done_));
-  if (steps_done_ >= config_.steps) {
-    throw std::logic_error("step: all " + std::to_string(config_.steps) + " steps of the run were taken");
-  }
+  train::require_next_step(closed_, "run", stopped_, steps_done_, config_.steps);
   if (grads.size() != size()) {
     throw std::invalid_argument("grads: " + std::to_string(grads.size()) + " values for a layout of " +
                                 std::to_string(size()));

@@ -1,7 +1,6 @@
 // TransportComm: the six backend hooks over a caller's transport.
 #include "runtime/transport_comm.hpp"
 
-#include <cstring>
 #include <numeric>
 
 namespace scape::runtime {

@@ -41,10 +41,6 @@ SteppedSimulator::~SteppedSimulator() {
   }
 }
 
-void SteppedSimulator::require_open(const char* what) const {
-  if (closed_) throw std::logic_error(std::string(what) + ": the simulator is closed");
-}
-
 void SteppedSimulator::fail(const std::string& failure) {
   stopped_ = true;
   closed_ = true;
@@ -60,11 +56,7 @@ void SteppedSimulator::release_log() {
 
 bool SteppedSimulator::step(std::span<const std::span<const float>> grads, std::span<const double> losses,
                             std::span<const double> compute_s) {
-  require_open("step");
-  if (stopped_) throw std::logic_error("step: the run stopped at step " + std::to_string(steps_done_));
-  if (steps_done_ >= config_.steps) {
-    throw std::logic_error("step: all " + std::to_string(config_.steps) + " steps of the run were taken");
-  }
+  train::require_next_step(closed_, "simulator", stopped_, steps_done_, config_.steps);
   const auto w = static_cast<std::size_t>(config_.workers);
   if (grads.size() != w) {
     throw std::invalid_argument("grads: " + std::to_string(grads.size()) + " gradients for " + std::to_string(w) +

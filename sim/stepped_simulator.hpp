@@ -65,7 +65,6 @@ class SteppedSimulator {
   bool closed() const { return closed_; }
 
  private:
-  void require_open(const char* what) const;
   void fail(const std::string& failure);
   void release_log();
 

@@ -178,6 +178,7 @@ class ReplaySource final : public GradientSource {
     return kNaN;
   }
   double validation_loss(std::span<const float>, int) override { return kNaN; }
+  bool loss_optional() const override { return true; }
 
  private:
   const ReplayData& data_;
@@ -233,6 +234,7 @@ class ExternalSource final : public GradientSource {
     return data_.validation() ? data_.validation()(params) : kNaN;
   }
   bool has_validation() const override { return static_cast<bool>(data_.validation()); }
+  bool loss_optional() const override { return true; }
 
  private:
   const ExternalData& data_;

@@ -41,6 +41,9 @@ class GradientSource {
   virtual double validation_loss(std::span<const float> params, int batches) = 0;
   // Whether validation_loss gives a number: rank 0 evaluates at the eval interval only then.
   virtual bool has_validation() const { return false; }
+  // Whether a NaN training loss means "no loss" rather than a diverged run: a trace carries
+  // none, and an external caller may give none.
+  virtual bool loss_optional() const { return false; }
 };
 
 // model.type "external": the caller hands every step's gradients to RankLoop::step (the Python

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <stdexcept>
 #include <cstdio>
 #include <ctime>
 
@@ -30,6 +31,12 @@ std::string closing_failure(const std::string& caller_failure, int steps_done, i
   if (!caller_failure.empty()) return caller_failure;
   if (stopped || steps_done >= total) return "";
   return "closed after step " + std::to_string(steps_done) + " of " + std::to_string(total);
+}
+
+void require_next_step(bool closed, const char* closed_what, bool stopped, int steps_done, int total) {
+  if (closed) throw std::logic_error(std::string("step: the ") + closed_what + " is closed");
+  if (stopped) throw std::logic_error("step: the run stopped at step " + std::to_string(steps_done));
+  if (steps_done >= total) throw std::logic_error("step: all " + std::to_string(total) + " steps of the run were taken");
 }
 
 RankLoop::RankLoop(const experiments::ExperimentConfig& config, const SourceData& data, const RunOptions& options,

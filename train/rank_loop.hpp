@@ -35,6 +35,10 @@ struct GivenGradient {
 // after all `total` steps or once it stopped (diverged), else "closed after step k of T".
 std::string closing_failure(const std::string& caller_failure, int steps_done, int total, bool stopped);
 
+// Throws std::logic_error when a stepped run cannot take another step: closed ("step: the
+// <closed_what> is closed"), stopped at a divergence, or all `total` steps taken.
+void require_next_step(bool closed, const char* closed_what, bool stopped, int steps_done, int total);
+
 class RankLoop {
  public:
   // As train_rank's arguments; `log` is rank 0's (nullptr elsewhere).

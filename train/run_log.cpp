@@ -48,7 +48,7 @@ namespace {
 
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 
-// Replay traces carry no loss (NaN by design); every other source diverges on a non-finite loss.
+// A non-finite gradient diverges a run, and so does a non-finite loss where the run has one.
 bool report_diverged(const WorkerReport& r, bool has_loss) {
   return r.metrics.nonfinite_grads > 0 || (has_loss && !std::isfinite(r.loss));
 }
@@ -103,8 +103,7 @@ bool RunLog::record_step(int t, std::span<const WorkerReport* const> reports, st
   const auto r2 = Clock::now();
   combiner_->set_costs(std::chrono::duration<double>(r1 - r0).count(), std::chrono::duration<double>(r2 - r1).count());
   bool bad = !std::isfinite(reports[0]->metrics.update_norm);
-  // Replay traces carry no loss, and an external caller may give none (NaN).
-  const bool has_loss = config_.model.type != "replay" && !(config_.model.type == "external" && std::isnan(reports[0]->loss));
+  const bool has_loss = !(source.loss_optional() && std::isnan(reports[0]->loss));
   for (const auto* r : reports) bad = bad || report_diverged(*r, has_loss);
   const double loss = combiner_->value("train_loss");
   outcome_.steps_completed = t;

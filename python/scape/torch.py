@@ -100,6 +100,8 @@ def simulate(model: torch.nn.Module, loss_fn: Callable, batches, *, workers: int
                     params=_flat_params(model, layout), eval=validation if eval is not None else None,
                     eval_interval=eval_interval if eval is not None else None, name=name,
                     quiet=quiet, tokens_per_step=tokens)
+    # Rank 0's parameters, updated in place by every step: viewed once, per tensor.
+    params = flat_views(_tensor_view(sim.params), layout)
     failure = ""
     try:
         batch = first
@@ -110,7 +112,6 @@ def simulate(model: torch.nn.Module, loss_fn: Callable, batches, *, workers: int
             if x.shape[0] != workers or y.shape[0] != workers:
                 raise ValueError(f"batches: step {t}: a leading dimension of {x.shape[0]} and {y.shape[0]}, "
                                  f"expected workers = {workers}")
-            params = flat_views(_tensor_view(sim.params), layout)
             start = time.perf_counter()
             grads, losses = per_worker(params, x, y)
             flat = _stacked_flat(grads, layout, workers).to(torch.float32)
@@ -230,6 +231,7 @@ class DistributedOptimizer:
         self._rank = _core.SteppedRank(_config_json(config), self.layout.specs(), init.numpy(), self.transport,
                                        deterministic, str(log), quiet, float(tokens_per_step))
         flat = torch.from_numpy(self._rank.params)
+        self._grad_flat = torch.empty(self.layout.size, dtype=torch.float32)  # step()'s gradient, reused
         with torch.no_grad():
             for p, view in zip(self._params, flat_views(flat, self.layout).values()):
                 p.data = view
@@ -269,7 +271,7 @@ class DistributedOptimizer:
             compute_seconds = time.perf_counter() - self._pass_started
         self._pass_started = None
         parts = [p.grad.reshape(-1) if p.grad is not None else torch.zeros(p.numel()) for p in self._params]
-        flat = torch.cat(parts).to(torch.float32).contiguous()
+        flat = torch.cat(parts, out=self._grad_flat)
         value = float("nan") if loss is None else float(loss)
         seconds = float("nan") if compute_seconds is None else float(compute_seconds)
         diverged = self._rank.step(flat.numpy(), value, seconds)
