@@ -5,11 +5,13 @@
 #include <cstdio>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <thread>
 
 #include "apps/cli_common.hpp"
 #include "experiments/hdf5.hpp"
 #include "experiments/recorder.hpp"
+#include "experiments/run_lock.hpp"
 #include "model/gpt.hpp"
 #include "model/llama.hpp"
 #include "sim/sim_run.hpp"
@@ -88,6 +90,35 @@ std::string step_time_header(const std::vector<SweepRow>& rows) {
   return "modelled step ms (" + shared + ")";
 }
 
+// "completed" or "diverged" when `path` holds a finished run (a diverged run is a result too:
+// the same config and seed diverge again, bit for bit); nothing when the point must run. A
+// killed or failed point (status running, killed or failed) and an unreadable leftover run
+// again, their file overwritten.
+std::optional<std::string> finished_status(const std::filesystem::path& path, bool say_why_it_runs) {
+  if (!std::filesystem::exists(path)) return std::nullopt;
+  try {
+    const auto summary = ex::read_run_summary(path);
+    if (summary.status == "completed" || summary.status == "diverged") return summary.status;
+    if (say_why_it_runs) {
+      std::fprintf(stderr, "%s: left %s after step %ld; running the point again\n", path.string().c_str(),
+                   summary.status.c_str(), summary.steps_completed);
+    }
+  } catch (const std::exception&) {
+  }
+  return std::nullopt;
+}
+
+void mark_skipped(SweepRow& row, const std::filesystem::path& path, const std::string& status, const std::string& by) {
+  row.status = "skipped (" + status + by + ")";
+  row.note = path.string();
+  row.outcome = outcome_from_file(path);
+  if (status == "diverged") row.outcome.status = tr::RunStatus::diverged;
+}
+
+bool is_skipped(const std::string& status, const char* what) {
+  return status.starts_with(std::string("skipped (") + what);
+}
+
 int cmd_sweep(const std::string& file, const std::string& out_dir, const std::vector<std::string>& sets, int jobs,
               bool quiet) {
   json sweep = ex::read_json_file(file);
@@ -109,24 +140,9 @@ int cmd_sweep(const std::string& file, const std::string& out_dir, const std::ve
       rows[i].workers = config.workers;
       rows[i].time_model = tr::describe_step_time_model(config);
       const auto path = std::filesystem::path(out_dir) / (config.name + "-" + ex::run_id(config.to_json()) + ".h5");
-      if (std::filesystem::exists(path)) {
-        try {
-          const auto summary = ex::read_run_summary(path);
-          // A diverged run is a result too: the same config and seed diverge again, bit for bit.
-          if (summary.status == "completed" || summary.status == "diverged") {
-            rows[i].status = "skipped (" + summary.status + ")";
-            rows[i].note = path.string();
-            rows[i].outcome = outcome_from_file(path);
-            if (summary.status == "diverged") rows[i].outcome.status = tr::RunStatus::diverged;
-            continue;
-          }
-          // A killed or failed point (status running, killed or failed) starts again; its file is
-          // overwritten.
-          std::fprintf(stderr, "%s: left %s after step %ld; running the point again\n", path.string().c_str(),
-                       summary.status.c_str(), summary.steps_completed);
-        } catch (const std::exception&) {
-          // Unreadable leftovers are rerun and overwritten.
-        }
+      if (const auto done = finished_status(path, true)) {
+        mark_skipped(rows[i], path, *done, "");
+        continue;
       }
       if (const auto it = planned.find(path); it != planned.end()) {
         same_as.emplace_back(i, it->second);
@@ -143,27 +159,56 @@ int cmd_sweep(const std::string& file, const std::string& out_dir, const std::ve
   std::fprintf(stderr, "sweep %s: %zu points, %zu to run, %zu the same run as another point, %zu skipped or invalid, "
                "%d job(s)\n", file.c_str(), points.size(), to_run.size(), same_as.size(),
                points.size() - to_run.size() - same_as.size(), jobs);
-  std::atomic<std::size_t> next{0};
+  // Each point is checked again under its run file's lock just before it starts: another sweep
+  // into the same folder may have finished it meanwhile, or may be running it now. A point held
+  // elsewhere waits until this sweep's other points are done, then for that lock.
   std::mutex mu;
-  auto worker = [&] {
-    for (std::size_t k = next++; k < to_run.size(); k = next++) {
-      const auto& [config, path] = to_run[k];
-      SweepRow& row = rows[run_rows[k]];
-      try {
+  std::vector<std::size_t> held;
+  auto run_point = [&](std::size_t k, bool wait) {
+    const auto& [config, path] = to_run[k];
+    SweepRow& row = rows[run_rows[k]];
+    try {
+      if (wait) {
+        std::lock_guard guard(mu);
+        std::fprintf(stderr, "[%zu/%zu] %s: waiting for another sweep's run of it\n", k + 1, to_run.size(),
+                     row.label.c_str());
+      }
+      auto lock = wait ? std::optional(ex::RunFileLock::acquire(path)) : ex::RunFileLock::try_acquire(path);
+      if (!lock) {
+        std::lock_guard guard(mu);
+        held.push_back(k);
+        std::fprintf(stderr, "[%zu/%zu] %s: another sweep is running it; waiting for it at the end\n", k + 1,
+                     to_run.size(), row.label.c_str());
+        return;
+      }
+      if (const auto done = finished_status(path, false)) {
+        mark_skipped(row, path, *done, " by another sweep");
+      } else {
         row.outcome = scape::sim::run_simulated(config, options_for(path, quiet || jobs > 1));
         row.status = tr::to_string(row.outcome.status);
         row.note = row.outcome.error.empty() ? path.string() : row.outcome.error;
-      } catch (const std::exception& e) {
-        row.status = "invalid";
-        row.note = e.what();
       }
-      std::lock_guard lock(mu);
-      std::fprintf(stderr, "[%zu/%zu] %s: %s\n", k + 1, to_run.size(), row.label.c_str(), row.status.c_str());
+    } catch (const std::exception& e) {
+      row.status = "invalid";
+      row.note = e.what();
     }
+    std::lock_guard guard(mu);
+    std::fprintf(stderr, "[%zu/%zu] %s: %s\n", k + 1, to_run.size(), row.label.c_str(), row.status.c_str());
   };
-  std::vector<std::thread> pool;
-  for (int j = 0; j < std::max(1, jobs); ++j) pool.emplace_back(worker);
-  for (auto& t : pool) t.join();
+  auto run_all = [&](const std::vector<std::size_t>& ks, bool wait) {
+    std::atomic<std::size_t> next{0};
+    auto worker = [&] {
+      for (std::size_t i = next++; i < ks.size(); i = next++) run_point(ks[i], wait);
+    };
+    std::vector<std::thread> pool;
+    for (int j = 0; j < std::max(1, jobs); ++j) pool.emplace_back(worker);
+    for (auto& t : pool) t.join();
+  };
+  std::vector<std::size_t> all(to_run.size());
+  for (std::size_t k = 0; k < all.size(); ++k) all[k] = k;
+  run_all(all, false);
+  const auto waiting = std::exchange(held, {});
+  run_all(waiting, true);
   for (const auto& [row, runner] : same_as) {
     rows[row].status = rows[runner].status;
     rows[row].outcome = rows[runner].outcome;
@@ -180,8 +225,8 @@ int cmd_sweep(const std::string& file, const std::string& out_dir, const std::ve
   int code = kExitOk;
   for (const auto& r : rows) {
     const auto& o = r.outcome;
-    const bool ran = r.status == "completed" || r.status == "diverged" || r.status == "skipped (completed)" ||
-                     r.status == "skipped (diverged)";
+    const bool ran = r.status == "completed" || r.status == "diverged" || is_skipped(r.status, "completed") ||
+                     is_skipped(r.status, "diverged");
     if (ran) {
       const double dense = dense_bytes(o, r.workers);
       std::printf("| %s | %s | %s | %s | %s | %s | %s |\n", r.label.c_str(), r.status.c_str(),
@@ -192,7 +237,7 @@ int cmd_sweep(const std::string& file, const std::string& out_dir, const std::ve
       std::printf("| %s | %s | | | | | |\n", r.label.c_str(), r.status.c_str());
     }
     if (r.status == "failed" || r.status == "invalid") code = kExitFailure;
-    if ((r.status == "diverged" || r.status == "skipped (diverged)") && code == kExitOk) code = kExitDiverged;
+    if ((r.status == "diverged" || is_skipped(r.status, "diverged")) && code == kExitOk) code = kExitDiverged;
   }
   for (const auto& r : rows) {
     if (r.status == "invalid" || r.status == "failed") std::fprintf(stderr, "%s: %s: %s\n", r.label.c_str(), r.status.c_str(), r.note.c_str());
@@ -211,7 +256,7 @@ struct SweepArgs {
 
 Command add_sweep_command(CLI::App& app) {
   const auto a = std::make_shared<SweepArgs>();
-  auto* sweep = app.add_subcommand("sweep", "run every point of a sweep (grid, points, lr_search, repeat: docs/configuration.md); completed and diverged points are skipped on a re-run, killed or failed ones run again");
+  auto* sweep = app.add_subcommand("sweep", "run every point of a sweep (grid, points, lr_search, repeat: docs/configuration.md); completed and diverged points are skipped on a re-run, killed or failed ones run again; each point is checked again just before it starts, and a point another sweep into the same folder is running is waited for, never run twice");
   sweep->add_option("sweep", a->config_file, "sweep JSON file")->required()->check(CLI::ExistingPath);
   sweep->add_option("--out", a->out_dir, "output folder for the run files")->required();
   sweep->add_option("--jobs", a->jobs, "points run in parallel (default 1)")->check(CLI::Range(1, 64));

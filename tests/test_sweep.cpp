@@ -1,14 +1,20 @@
 // Sweep expansion (experiments/sweep.cpp): repeat and lr_search give the points, in the order
 // and with the configs that an explicit grid over seed and optimizer.lr gives (so the run ids,
-// and the files a re-run skips, are the same), and bad values are errors naming the key.
+// and the files a re-run skips, are the same), and bad values are errors naming the key; the
+// run-file lock that keeps two sweeps into one folder from running a point twice.
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <filesystem>
+#include <thread>
 #include <set>
 #include <string>
 #include <vector>
 
 #include "experiments/config.hpp"
+#include "experiments/run_lock.hpp"
 #include "test_support.hpp"
 
 namespace ex = scape::experiments;
@@ -139,4 +145,35 @@ TEST_CASE("bad repeat and lr_search values are errors naming the key and the ent
   CHECK(error({{"repeats", 2}}).rfind("sweep.repeats: unknown key; valid keys: ", 0) == 0);
   // Without any of grid, points, repeat and lr_search there is nothing to sweep.
   CHECK(error(json::object()).rfind("sweep: give a grid", 0) == 0);
+}
+
+TEST_CASE("a run file's lock: one holder at a time, the lock file gone on release, a waiter let in after") {
+  scape::testing::TempDir dir;
+  const auto run_file = dir / "p-0123.h5";
+  auto first = ex::RunFileLock::try_acquire(run_file);
+  REQUIRE(first.has_value());
+  CHECK(first->lock_file() == dir / "p-0123.h5.lock");
+  CHECK(std::filesystem::exists(first->lock_file()));
+  // flock conflicts between open file descriptions, so a second lock in this process stands
+  // for another sweep's.
+  CHECK_FALSE(ex::RunFileLock::try_acquire(run_file).has_value());
+  CHECK(ex::RunFileLock::try_acquire(dir / "p-4567.h5").has_value());  // other files are free
+
+  std::atomic<bool> waiter_has_it{false};
+  std::thread waiter([&] {
+    auto lock = ex::RunFileLock::acquire(run_file);
+    waiter_has_it = true;
+    CHECK(std::filesystem::exists(lock.lock_file()));
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  CHECK_FALSE(waiter_has_it.load());
+  first.reset();  // unlinks, then unlocks: the waiter must re-open the name's new file
+  waiter.join();
+  CHECK(waiter_has_it.load());
+  CHECK_FALSE(std::filesystem::exists(dir / "p-0123.h5.lock"));
+  CHECK(ex::RunFileLock::try_acquire(run_file).has_value());
+
+  const auto missing = dir / "no-such-folder" / "p.h5";
+  const auto error = error_of([&] { (void)ex::RunFileLock::try_acquire(missing); });
+  CHECK(error.find("no-such-folder/p.h5.lock: cannot create the lock file") != std::string::npos);
 }
