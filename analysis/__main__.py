@@ -30,6 +30,10 @@ Analysis of scape run files (HDF5, docs/run-files.md).
                                            so every reference seed reaches it)
         --target-margin M                  default 0.05 (nats)
         --band ci|minmax                   the band drawn over seeds (default ci: 95% interval)
+      Arms at two or more horizons (runs that differ in steps and eval.interval only) add the
+      horizon section: per arm and horizon the updates per coordinate (steps x density), the
+      paired gap to the reference, the steps to the target, and within the longer runs the steps
+      to each shorter horizon's reference loss (analysis/horizon.py); also OUTDIR/horizon.png.
       Runs of the MPI or NCCL runtime (measured columns) add a section with the measured step
       broken into forward/backward, the optimizer's own kernels, each blocking collective and
       the wait for the lagged mask all-gather (means over the steady steps; analysis/breakdown.py),

@@ -2,14 +2,15 @@
 
 What it is made of comes from the modules below it: the run table (groups, labels, rows;
 analysis/tables.py), the statistics over seeds (analysis/stats.py) and their section
-(analysis/seeds.py), the equal-bytes comparison (analysis/pareto.py), the measured step
-breakdown (analysis/breakdown.py) and the figures (analysis/figures.py). The names of the run
+(analysis/seeds.py), the gap against the horizon (analysis/horizon.py), the equal-bytes
+comparison (analysis/pareto.py), the measured step breakdown (analysis/breakdown.py) and the
+figures (analysis/figures.py). The names of the run
 table stay importable from here.
 """
 
 from pathlib import Path
 
-from . import breakdown, seeds
+from . import breakdown, horizon, seeds
 from .stats import DEFAULT_REFERENCE, DEFAULT_TARGET_MARGIN, TRAIN_TAIL, build_problems
 from .stats import final_train_loss, first_train_loss  # noqa: F401  (re-exported)
 from .tables import (  # noqa: F401  (re-exported: code and tests import these from analysis.report)
@@ -100,7 +101,13 @@ def write_report(inputs, out_dir, reference=DEFAULT_REFERENCE, target_loss=None,
         if draw:
             breakdown.draw(measured, out_dir / "breakdown.png")
             breakdown_figures.append(("breakdown.png", "measured step time by part (MPI and NCCL runs)"))
-    text = markdown_summary(report, inputs, figures + pareto_figures + breakdown_figures)
+    horizon_lines = horizon.markdown_section(report.problems_over_seeds) if report.problems_over_seeds else []
+    horizon_figures = []
+    if horizon_lines and draw and horizon.draw(report.problems_over_seeds, out_dir / "horizon.png"):
+        horizon_figures.append(("horizon.png", "the gap to the reference against steps and updates per coordinate"))
+    text = markdown_summary(report, inputs, figures + pareto_figures + breakdown_figures + horizon_figures)
+    if horizon_lines:
+        text += "\n" + "\n".join(horizon_lines)
     if pareto_lines:
         text += "\n" + "\n".join(pareto_lines)
     if measured:
