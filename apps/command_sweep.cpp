@@ -90,29 +90,29 @@ std::string step_time_header(const std::vector<SweepRow>& rows) {
   return "modelled step ms (" + shared + ")";
 }
 
-// "completed" or "diverged" when `path` holds a finished run (a diverged run is a result too:
-// the same config and seed diverge again, bit for bit); nothing when the point must run. A
-// killed or failed point (status running, killed or failed) and an unreadable leftover run
-// again, their file overwritten.
-std::optional<std::string> finished_status(const std::filesystem::path& path, bool say_why_it_runs) {
-  if (!std::filesystem::exists(path)) return std::nullopt;
+// A finished run (completed, or diverged: the same config and seed diverge again, bit for bit)
+// is the point's result, read back from its file. Anything else there (status running, killed or
+// failed, or a file that cannot be read back) is no result: the point runs again and its file is
+// overwritten.
+bool skip_if_finished(SweepRow& row, const std::filesystem::path& path, const std::string& by, bool say_why_it_runs) {
+  if (!std::filesystem::exists(path)) return false;
   try {
     const auto summary = ex::read_run_summary(path);
-    if (summary.status == "completed" || summary.status == "diverged") return summary.status;
-    if (say_why_it_runs) {
-      std::fprintf(stderr, "%s: left %s after step %ld; running the point again\n", path.string().c_str(),
-                   summary.status.c_str(), summary.steps_completed);
+    if (summary.status == "completed" || summary.status == "diverged") {
+      row.outcome = outcome_from_file(path);
+      if (summary.status == "diverged") row.outcome.status = tr::RunStatus::diverged;
+      row.status = "skipped (" + summary.status + by + ")";
+      row.note = path.string();
+      return true;
     }
-  } catch (const std::exception&) {
+    if (say_why_it_runs) {
+      std::fprintf(stderr, "%s: left %s after step %ld; running the point again unless another sweep is running it\n",
+                   path.string().c_str(), summary.status.c_str(), summary.steps_completed);
+    }
+  } catch (const std::exception& e) {
+    if (say_why_it_runs) std::fprintf(stderr, "%s: %s; running the point again\n", path.string().c_str(), e.what());
   }
-  return std::nullopt;
-}
-
-void mark_skipped(SweepRow& row, const std::filesystem::path& path, const std::string& status, const std::string& by) {
-  row.status = "skipped (" + status + by + ")";
-  row.note = path.string();
-  row.outcome = outcome_from_file(path);
-  if (status == "diverged") row.outcome.status = tr::RunStatus::diverged;
+  return false;
 }
 
 bool is_skipped(const std::string& status, const char* what) {
@@ -140,10 +140,7 @@ int cmd_sweep(const std::string& file, const std::string& out_dir, const std::ve
       rows[i].workers = config.workers;
       rows[i].time_model = tr::describe_step_time_model(config);
       const auto path = std::filesystem::path(out_dir) / (config.name + "-" + ex::run_id(config.to_json()) + ".h5");
-      if (const auto done = finished_status(path, true)) {
-        mark_skipped(rows[i], path, *done, "");
-        continue;
-      }
+      if (skip_if_finished(rows[i], path, "", true)) continue;
       if (const auto it = planned.find(path); it != planned.end()) {
         same_as.emplace_back(i, it->second);
         continue;
@@ -164,6 +161,13 @@ int cmd_sweep(const std::string& file, const std::string& out_dir, const std::ve
   // elsewhere waits until this sweep's other points are done, then for that lock.
   std::mutex mu;
   std::vector<std::size_t> held;
+  std::once_flag unlocked_warning;
+  auto warn_unlocked_once = [&](const std::filesystem::path& path) {
+    std::call_once(unlocked_warning, [&] {
+      std::fprintf(stderr, "warning: %s: this filesystem does not support flock; points run unlocked, so a second "
+                   "sweep into %s at the same time may run them again\n", path.string().c_str(), out_dir.c_str());
+    });
+  };
   auto run_point = [&](std::size_t k, bool wait) {
     const auto& [config, path] = to_run[k];
     SweepRow& row = rows[run_rows[k]];
@@ -181,9 +185,8 @@ int cmd_sweep(const std::string& file, const std::string& out_dir, const std::ve
                      to_run.size(), row.label.c_str());
         return;
       }
-      if (const auto done = finished_status(path, false)) {
-        mark_skipped(row, path, *done, " by another sweep");
-      } else {
+      if (!lock->holds()) warn_unlocked_once(path);
+      if (!skip_if_finished(row, path, " by another sweep", false)) {
         row.outcome = scape::sim::run_simulated(config, options_for(path, quiet || jobs > 1));
         row.status = tr::to_string(row.outcome.status);
         row.note = row.outcome.error.empty() ? path.string() : row.outcome.error;

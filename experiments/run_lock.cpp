@@ -11,6 +11,16 @@
 
 namespace scape::experiments {
 
+namespace {
+
+bool names_this_file(const std::filesystem::path& name, int fd) {
+  struct stat held {}, named {};
+  return ::fstat(fd, &held) == 0 && ::stat(name.c_str(), &named) == 0 && held.st_ino == named.st_ino &&
+         held.st_dev == named.st_dev;
+}
+
+}  // namespace
+
 // The holder unlinks the lock file before it unlocks, so a waiter can end up holding a lock on
 // a file that no longer has the name: it then opens the name again. Only a lock on the inode
 // the name points at counts.
@@ -18,7 +28,8 @@ std::optional<RunFileLock> RunFileLock::take(const std::filesystem::path& run_fi
   std::filesystem::path lock_file = run_file;
   lock_file += ".lock";
   for (;;) {
-    const int fd = ::open(lock_file.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    // Read-only: flock needs no write access, so users sharing a folder can lock each other's files.
+    const int fd = ::open(lock_file.c_str(), O_RDONLY | O_CREAT | O_CLOEXEC, 0644);
     if (fd < 0) throw std::system_error(errno, std::generic_category(), lock_file.string() + ": cannot create the lock file");
     int rc;
     do {
@@ -28,13 +39,10 @@ std::optional<RunFileLock> RunFileLock::take(const std::filesystem::path& run_fi
       const int err = errno;
       ::close(fd);
       if (err == EWOULDBLOCK) return std::nullopt;
+      if (err == ENOLCK || err == EOPNOTSUPP || err == ENOSYS || err == EINVAL) return RunFileLock(lock_file, -1);
       throw std::system_error(err, std::generic_category(), lock_file.string() + ": cannot lock");
     }
-    struct stat held {}, named {};
-    if (::fstat(fd, &held) == 0 && ::stat(lock_file.c_str(), &named) == 0 && held.st_ino == named.st_ino &&
-        held.st_dev == named.st_dev) {
-      return RunFileLock(lock_file, fd);
-    }
+    if (names_this_file(lock_file, fd)) return RunFileLock(lock_file, fd);
     ::close(fd);  // the previous holder removed it meanwhile: lock the name's new file
   }
 }
@@ -61,7 +69,8 @@ RunFileLock::~RunFileLock() { release(); }
 
 void RunFileLock::release() noexcept {
   if (fd_ < 0) return;
-  ::unlink(lock_file_.c_str());
+  // A name removed by hand and made again by the next holder is not ours to remove.
+  if (names_this_file(lock_file_, fd_)) ::unlink(lock_file_.c_str());
   ::close(fd_);  // closing the last descriptor releases the flock
   fd_ = -1;
 }

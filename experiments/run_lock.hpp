@@ -12,7 +12,9 @@ namespace scape::experiments {
 class RunFileLock {
  public:
   // The lock of `run_file`, or nothing when another process (or another RunFileLock here)
-  // holds it. Throws std::system_error naming the lock file when it cannot be created.
+  // holds it. Throws std::system_error naming the lock file when it cannot be created. On a
+  // filesystem without flock (Lustre mounted without `flock`, some FUSE mounts) it returns a
+  // lock that holds nothing (holds() false), so that a sweep there still runs.
   static std::optional<RunFileLock> try_acquire(const std::filesystem::path& run_file);
   // Waits until the lock is free, then takes it.
   static RunFileLock acquire(const std::filesystem::path& run_file);
@@ -21,9 +23,10 @@ class RunFileLock {
   RunFileLock& operator=(RunFileLock&& other) noexcept;
   RunFileLock(const RunFileLock&) = delete;
   RunFileLock& operator=(const RunFileLock&) = delete;
-  ~RunFileLock();  // removes the lock file, then releases the lock
+  ~RunFileLock();  // removes the lock file (when its name is still this lock's), then releases the lock
 
   const std::filesystem::path& lock_file() const { return lock_file_; }
+  bool holds() const { return fd_ >= 0; }
 
  private:
   RunFileLock(std::filesystem::path lock_file, int fd) : lock_file_(std::move(lock_file)), fd_(fd) {}

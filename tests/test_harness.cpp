@@ -29,14 +29,9 @@ namespace {
 
 using scape::testing::TempDir;
 
-scape::testing::CommandResult run_scape(const std::string& args) {
-  return scape::testing::run_command(std::string(SCAPE_BINARY) + " " + args);
-}
+using scape::testing::run_scape;
 
-void write_file(const fs::path& p, const std::string& text) {
-  std::ofstream out(p);
-  out << text;
-}
+void write_file(const fs::path& p, const std::string& text) { scape::testing::write_text_file(p, text); }
 
 std::vector<double> read_metric(const fs::path& file, const std::string& name) {
   auto f = ex::File::open(file, ex::Access::read);
@@ -447,46 +442,6 @@ TEST_CASE("scape sweep runs every point, skips completed ones on a re-run, and s
   // Skipped points still report their figures, read back from their files.
   CHECK(r.output.find("skipped (completed) | n/a | ") != std::string::npos);
   CHECK(r.output.find("skipped (completed) | | ") == std::string::npos);
-}
-
-TEST_CASE("two sweeps into one folder run every point once, and both report every point") {
-  TempDir dir;
-  // Six points of a few tenths of a second each, so the second sweep starts while the first plans.
-  write_file(dir.path / "s.json", R"({
-    "base": {"name": "two", "workers": 4, "steps": 80, "model": {"type": "quadratic", "size": 100000},
-             "optimizer": {"type": "scape", "sparsity": 0.9}},
-    "lr_search": [0.001, 0.002, 0.003, 0.004, 0.005, 0.006]
-  })");
-  const std::string cmd = "sweep " + (dir.path / "s.json").string() + " --out " + (dir.path / "out").string() + " --jobs 2 --quiet";
-  scape::testing::CommandResult a, b;
-  std::thread first([&] { a = run_scape(cmd); });
-  std::thread second([&] { b = run_scape(cmd); });
-  first.join();
-  second.join();
-  CAPTURE(a.output);
-  CAPTURE(b.output);
-  CHECK(a.code == 0);
-  CHECK(b.code == 0);
-  auto count = [](const std::string& text, const std::string& what) {
-    std::size_t n = 0;
-    for (std::size_t pos = 0; (pos = text.find(what, pos)) != std::string::npos; ++pos) ++n;
-    return n;
-  };
-  // Each point's training ran in exactly one of the two processes...
-  CHECK(count(a.output, ": completed\n") + count(b.output, ": completed\n") == 6);
-  // ...and each table has a row with figures for every point.
-  for (const auto* out : {&a.output, &b.output}) {
-    CHECK(count(*out, "| completed | ") + count(*out, "| skipped (completed") == 6);
-  }
-  std::size_t files = 0;
-  for (const auto& e : fs::directory_iterator(dir.path / "out")) {
-    CHECK(e.path().extension() == ".h5");  // no lock file left behind
-    if (e.path().extension() == ".h5") {
-      ++files;
-      CHECK(ex::read_run_summary(e.path()).status == "completed");
-    }
-  }
-  CHECK(files == 6);
 }
 
 TEST_CASE("a sweep re-run keeps a diverged point as its result and still exits 3") {

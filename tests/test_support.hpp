@@ -13,6 +13,7 @@
 #include <cstdlib>
 #include <exception>
 #include <filesystem>
+#include <fstream>
 #include <stdexcept>
 #include <string>
 
@@ -55,6 +56,16 @@ inline CommandResult run_command(const std::string& command) {
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return r;
 }
+
+inline void write_text_file(const std::filesystem::path& path, const std::string& text) {
+  std::ofstream out(path);
+  out << text;
+}
+
+#ifdef SCAPE_BINARY
+// `scape ARGS` of this build (the end-to-end tests define SCAPE_BINARY).
+inline CommandResult run_scape(const std::string& args) { return run_command(std::string(SCAPE_BINARY) + " " + args); }
+#endif
 
 // What f throws, as its message; empty when it throws nothing.
 template <typename F>
