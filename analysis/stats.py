@@ -249,6 +249,9 @@ def choose_best_lr(arm, pinned=None):
     arm.best_lr = best
     if len(arm.lrs) > 1 and pinned is None and best in (arm.lrs[0], arm.lrs[-1]):
         arm.notes.append("best lr at the edge of the search")
+    most = max(iv.n for iv in arm.at_lr.values())
+    if arm.at_lr[best].n < most:  # a pruned grid: a rate tried on fewer seeds can win by luck
+        arm.notes.append(f"best lr rests on {arm.at_lr[best].n} seed(s), other rates on up to {most}")
     arm.final = arm.at_lr[best]
 
 

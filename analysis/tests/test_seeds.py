@@ -154,6 +154,8 @@ def test_missing_seed_is_left_unpaired(synthetic_dir, tmp_path):
     assert scape.best_lr == 1e-2 and scape.final.n == 2
     assert scape.delta_pairs == 2 and scape.delta.mean == pytest.approx((0.10 + 0.18) / 2)
     assert "seeds without a partner: 3" in scape.notes and "1 unfinished run(s) left out" in scape.notes
+    assert "best lr rests on 2 seed(s), other rates on up to 3" in scape.notes
+    assert not any("rests on" in n for n in arms_by_type(problem)["adams"].notes)
 
 
 def test_reference_is_selectable_and_its_lr_can_be_pinned(synthetic_dir):
