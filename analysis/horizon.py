@@ -26,7 +26,7 @@ from collections import defaultdict
 import numpy as np
 
 from .runs import SPARSE_TYPES
-from .stats import interval
+from .stats import first_step_at_or_below, interval
 
 HORIZON_KEYS = ("steps", "eval.interval")
 SCALED_KEYS = ("optimizer.warmup_steps", "optimizer.density_warmup")
@@ -51,14 +51,6 @@ def updates_per_coordinate(arm):
         finite = series[np.isfinite(series)]
         totals.append(float(finite.sum()) if finite.size == len(series) and finite.size else steps * density(arm.config))
     return float(np.mean(totals)) if totals else steps * density(arm.config)
-
-
-def first_step_at_or_below(run, target):
-    """The first evaluation step whose validation loss is <= target; inf when none is; NaN without evals."""
-    if not len(run.val_loss) or not math.isfinite(target):
-        return math.nan
-    hit = np.flatnonzero(np.isfinite(run.val_loss) & (run.val_loss <= target))
-    return float(run.eval_step[hit[0]]) if hit.size else math.inf
 
 
 def steps_to_loss(arm, target):
@@ -98,19 +90,20 @@ def _steps(problem):
     return problem.arms[0].config["steps"]
 
 
+def _shared_settings(problem):
+    """A problem's settings outside optimizer.* without the horizon: what its horizons share."""
+    return {k: v for k, v in problem.arms[0].config.items() if not k.startswith("optimizer.") and k not in HORIZON_KEYS}
+
+
 def _study_key(problem):
-    """What a problem's horizons share: its settings outside optimizer.* without the horizon."""
-    config = problem.arms[0].config
-    return tuple(sorted((k, repr(v)) for k, v in config.items()
-                        if not k.startswith("optimizer.") and k not in HORIZON_KEYS))
+    return tuple(sorted((k, repr(v)) for k, v in _shared_settings(problem).items()))
 
 
 def study_titles(found):
     """A heading per study: the settings in which the studies differ (none for a single study)."""
     if len(found) < 2:
         return [""] * len(found)
-    configs = [{k: v for k, v in st[0].arms[0].config.items() if not k.startswith("optimizer.") and k not in HORIZON_KEYS}
-               for st in found]
+    configs = [_shared_settings(st[0]) for st in found]
     keys = sorted({k for c in configs for k in c if len({repr(d.get(k)) for d in configs}) > 1})
     return [", ".join(f"{k}={c.get(k)}" for k in keys) for c in configs]
 
@@ -161,6 +154,7 @@ def curves(study):
 def rows_of(study):
     """One row per curve and horizon: a dict of the section's figures."""
     rows = []
+    ref_steps = {id(p): steps_to_loss(p.reference, p.target) if p.reference else {} for p in study}
     for label, chain in curves(study):
         for problem, arm in chain:
             ref = problem.reference
@@ -169,7 +163,7 @@ def rows_of(study):
                 "arm": label, "steps": _steps(problem), "updates": updates_per_coordinate(arm), "best_lr": arm.best_lr,
                 "final": arm.final, "delta": None if arm is ref else arm.delta, "reference": arm is ref,
                 "target": problem.target, "steps_to_target": mine,
-                "ratio": "reference" if arm is ref else ratio_text(mine, steps_to_loss(ref, problem.target) if ref else {}),
+                "ratio": "reference" if arm is ref else ratio_text(mine, ref_steps[id(problem)]),
             })
     return rows
 

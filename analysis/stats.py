@@ -146,14 +146,18 @@ def tokens_per_step(run):
                  cfg.get("model", {}).get("block_size", 0))
 
 
-def tokens_to_target(run, target):
-    """Tokens seen at the first evaluation whose validation loss is <= target; inf when none is; NaN without evals."""
+def first_step_at_or_below(run, target):
+    """The first evaluation step whose validation loss is <= target; inf when none is; NaN without evals."""
     if not len(run.val_loss) or not math.isfinite(target):
         return math.nan
     hit = np.flatnonzero(np.isfinite(run.val_loss) & (run.val_loss <= target))
-    if not hit.size:
-        return math.inf
-    return float(run.eval_step[hit[0]]) * tokens_per_step(run)
+    return float(run.eval_step[hit[0]]) if hit.size else math.inf
+
+
+def tokens_to_target(run, target):
+    """Tokens seen at the first evaluation whose validation loss is <= target; inf when none is; NaN without evals."""
+    steps = first_step_at_or_below(run, target)
+    return steps if math.isnan(steps) or math.isinf(steps) else steps * tokens_per_step(run)
 
 
 def parse_reference(spec):

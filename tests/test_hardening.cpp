@@ -36,11 +36,9 @@ using scape::testing::TempDir;
 
 namespace {
 
-scape::testing::CommandResult run_scape(const std::string& args) {
-  return scape::testing::run_command(std::string(SCAPE_BINARY) + " " + args);
-}
+using scape::testing::run_scape;
 
-void write_file(const fs::path& p, const std::string& text) { std::ofstream(p) << text; }
+void write_file(const fs::path& p, const std::string& text) { scape::testing::write_text_file(p, text); }
 
 std::string read_file(const fs::path& p) {
   std::ifstream in(p, std::ios::binary);
