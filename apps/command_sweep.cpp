@@ -115,6 +115,16 @@ bool skip_if_finished(SweepRow& row, const std::filesystem::path& path, const st
   return false;
 }
 
+// Each point's progress line names it. With parallel points a line every two seconds from each
+// would bury the sweep's own lines, so each point reports once a minute (and when it ends).
+tr::RunOptions point_options(const std::filesystem::path& path, bool quiet, int jobs, std::size_t k, std::size_t n,
+                             const std::string& label) {
+  auto options = options_for(path, quiet);
+  options.progress_label = "[" + std::to_string(k + 1) + "/" + std::to_string(n) + "] " + label;
+  if (jobs > 1) options.progress_every_seconds = 60;
+  return options;
+}
+
 bool is_skipped(const std::string& status, const char* what) {
   return status.starts_with(std::string("skipped (") + what);
 }
@@ -187,7 +197,7 @@ int cmd_sweep(const std::string& file, const std::string& out_dir, const std::ve
       }
       if (!lock->holds()) warn_unlocked_once(path);
       if (!skip_if_finished(row, path, " by another sweep", false)) {
-        row.outcome = scape::sim::run_simulated(config, options_for(path, quiet || jobs > 1));
+        row.outcome = scape::sim::run_simulated(config, point_options(path, quiet, jobs, k, to_run.size(), row.label));
         row.status = tr::to_string(row.outcome.status);
         row.note = row.outcome.error.empty() ? path.string() : row.outcome.error;
       }

@@ -1,6 +1,7 @@
 // Sweeps into one folder at the same time (apps/command_sweep.cpp, experiments/run_lock.hpp):
 // every point trains once, each sweep's table still reports every point, and a point another
-// sweep holds is waited for and then read back from the file that sweep wrote.
+// sweep holds is waited for and then read back from the file that sweep wrote; parallel points
+// print whole, labelled progress lines.
 #include <doctest/doctest.h>
 
 #include <chrono>
@@ -120,4 +121,27 @@ TEST_CASE("a point another sweep holds is waited for, then reported from the fil
   CHECK(count(r.output, ": completed\n") == 1);  // only the free point trained in this sweep
   CHECK(fs::last_write_time(held) == written);     // neither run again nor overwritten
   CHECK_FALSE(fs::exists(held.string() + ".lock"));
+}
+
+TEST_CASE("parallel points each print whole progress lines that name the point") {
+  TempDir dir;
+  write_text_file(dir.path / "s.json", R"({
+    "base": {"name": "progress", "workers": 2, "steps": 30, "model": {"type": "quadratic", "size": 3000},
+             "optimizer": {"type": "scape", "sparsity": 0.9}},
+    "lr_search": [0.001, 0.002]
+  })");
+  const auto r = run_scape("sweep " + (dir.path / "s.json").string() + " --out " + (dir.path / "out").string() + " --jobs 2");
+  CAPTURE(r.output);
+  REQUIRE(r.code == 0);
+  // Each point's last line starts a line of its own, whatever the other point printed meanwhile.
+  for (const char* point : {"[1/2] optimizer.lr=0.001", "[2/2] optimizer.lr=0.002"}) {
+    const std::string last = std::string("\n") + point + ": step 30/30  loss ";
+    CHECK(count(r.output, last) == 1);
+  }
+  // Once a minute with parallel points: the first step's line and the last, not one per 2 s.
+  CHECK(count(r.output, ": step ") == 4);
+  const auto quiet = run_scape("sweep " + (dir.path / "s.json").string() + " --out " + (dir.path / "q").string() +
+                               " --jobs 2 --quiet");
+  REQUIRE(quiet.code == 0);
+  CHECK(count(quiet.output, ": step ") == 0);
 }

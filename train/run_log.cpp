@@ -14,29 +14,45 @@
 namespace scape::train {
 namespace detail {
 
-// Progress line on stderr: at most every two seconds, and at the end.
+// Progress line on stderr: at most every `every_seconds`, and at the end. One fprintf per line,
+// so the lines of a sweep's parallel points never interleave mid-line.
 class Progress {
  public:
-  Progress(int total, double tokens_per_step, bool quiet) : total_(total), tokens_(tokens_per_step), quiet_(quiet) {}
+  Progress(int total, double tokens_per_step, bool quiet, std::string label, double every_seconds)
+      : total_(total), tokens_(tokens_per_step), quiet_(quiet), label_(std::move(label)), every_(every_seconds) {}
   void update(int step, double loss, double val_loss, bool force) {
     if (quiet_) return;
     const auto now = std::chrono::steady_clock::now();
-    if (!force && now - last_ < std::chrono::seconds(2)) return;
     if (steps_at_start_ < 0) steps_at_start_ = step - 1;
+    if (!force && now - last_ < std::chrono::duration<double>(every_)) return;
     last_ = now;
     const double elapsed = std::chrono::duration<double>(now - start_).count();
     const double rate = (step - steps_at_start_) / std::max(elapsed, 1e-9);
     const double eta = (total_ - step) / std::max(rate, 1e-9);
-    std::fprintf(stderr, "step %d/%d  loss %.4f", step, total_, loss);
-    if (!std::isnan(val_loss)) std::fprintf(stderr, "  val %.4f", val_loss);
-    if (tokens_ > 0) std::fprintf(stderr, "  %.0f tok/s", rate * tokens_);
-    std::fprintf(stderr, "  %.2f steps/s  ETA %dm%02ds\n", rate, static_cast<int>(eta) / 60, static_cast<int>(eta) % 60);
+    std::string line = label_.empty() ? "" : label_ + ": ";
+    char buf[160];
+    std::snprintf(buf, sizeof buf, "step %d/%d  loss %.4f", step, total_, loss);
+    line += buf;
+    if (!std::isnan(val_loss)) {
+      std::snprintf(buf, sizeof buf, "  val %.4f", val_loss);
+      line += buf;
+    }
+    if (tokens_ > 0) {
+      std::snprintf(buf, sizeof buf, "  %.0f tok/s", rate * tokens_);
+      line += buf;
+    }
+    std::snprintf(buf, sizeof buf, "  %.2f steps/s  ETA %dm%02ds\n", rate, static_cast<int>(eta) / 60,
+                  static_cast<int>(eta) % 60);
+    line += buf;
+    std::fputs(line.c_str(), stderr);
   }
 
  private:
   int total_;
   double tokens_;
   bool quiet_;
+  std::string label_;
+  double every_;
   int steps_at_start_ = -1;
   std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
   std::chrono::steady_clock::time_point last_{};
@@ -84,7 +100,8 @@ RunLog::RunLog(const experiments::ExperimentConfig& config, const ParamLayout& l
                         : config.has_data()          ? static_cast<double>(config.workers) * config.data.batch_size *
                                                   config.model.block_size
                                                      : 0.0;
-  progress_ = std::make_unique<detail::Progress>(config.steps, tokens, options.quiet);
+  progress_ = std::make_unique<detail::Progress>(config.steps, tokens, options.quiet, options.progress_label,
+                                                options.progress_every_seconds);
   combiner_ = std::make_unique<StepCombiner>(config.optimizer, config.log.oracle, layout, std::move(columns));
   combiner_->set_modelled_compute(modelled_compute_seconds(config));
 }

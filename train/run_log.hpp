@@ -25,6 +25,9 @@ namespace scape::train {
 struct RunOptions {
   std::filesystem::path out;      // run file; the checkpoint is out + ".ckpt"
   bool quiet = false;
+  // Progress line: a prefix naming the run (a sweep's point) and the least time between lines.
+  std::string progress_label;
+  double progress_every_seconds = 2;
   int checkpoint_every = 0;       // 0: no checkpoints
   bool resume = false;
   bool measured_comm = false;     // record comm_time_measured_<purpose> and mask_wait_exposed
