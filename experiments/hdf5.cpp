@@ -106,8 +106,10 @@ ScalarAttribute open_scalar_attribute(hid_t object, const std::string& attr, con
 
 std::recursive_mutex& hdf5_mutex() {
   static std::recursive_mutex mutex;
-  // Once per process: library failures become H5Error, not text on stderr.
-  static const bool silenced = [] {
+  // Library failures become H5Error, not text on stderr. Once per thread: the thread-safe HDF5
+  // of Debian keeps an error stack, and its printing switch, per thread (a sweep's parallel
+  // points open files on their own threads).
+  thread_local const bool silenced = [] {
     H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
     return true;
   }();

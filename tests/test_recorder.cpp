@@ -4,6 +4,7 @@
 #include <doctest/doctest.h>
 
 #include <sys/wait.h>
+#include <fcntl.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -13,8 +14,10 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <limits>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "experiments/hdf5.hpp"
@@ -316,6 +319,23 @@ TEST_CASE("read_run_summary names the file it cannot read") {
   CHECK(error.find("layout_version 2") != std::string::npos);
 }
 
+// What a failing HDF5 call prints on stderr while `body` runs on a thread of its own.
+std::string stderr_of_thread(const std::function<void()>& body) {
+  TempDir dir;
+  const fs::path log = dir / "stderr.txt";
+  std::fflush(stderr);
+  const int saved = ::dup(2);
+  const int sink = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  ::dup2(sink, 2);
+  std::thread(body).join();
+  std::fflush(stderr);
+  ::dup2(saved, 2);
+  ::close(sink);
+  ::close(saved);
+  std::ifstream in(log);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
 TEST_CASE("the recorder rejects malformed appends and unwritable paths") {
   TempDir dir;
   const fs::path path = dir / "run.h5";
@@ -363,6 +383,12 @@ TEST_CASE("a SIGKILLed run keeps every flushed step, and resumes") {
   const RunFileSummary summary = read_run_summary(path);
   CHECK(summary.status == "running");
   CHECK(summary.steps_completed == 20);
+  // The plain open that fails before the SWMR one is silent on every thread (a sweep's parallel
+  // points check their files on their own threads), not HDF5-DIAG text on stderr.
+  long steps_seen_by_thread = 0;
+  const std::string printed = stderr_of_thread([&] { steps_seen_by_thread = read_run_summary(path).steps_completed; });
+  CHECK(steps_seen_by_thread == 20);
+  CHECK(printed == "");
   {
     const RawFile file(path);
     REQUIRE(file.ok());
