@@ -14,7 +14,7 @@
 namespace scape::train {
 namespace detail {
 
-// Progress line on stderr: at most every `every_seconds`, and at the end. One fprintf per line,
+// Progress line on stderr: at most every `every_seconds`, and at the end. Each line is one fputs,
 // so the lines of a sweep's parallel points never interleave mid-line.
 class Progress {
  public:
