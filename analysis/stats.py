@@ -7,11 +7,12 @@ from an explicit grid: only the resolved configs are read.
 
 Per arm: the final loss of each completed run (the last validation loss, on the held-out split;
 models without validation use the mean train loss of the last `TRAIN_TAIL` steps), its
-mean over seeds at each learning rate, the *best lr* (lowest mean; an lr at which a seed diverged
-is never best), and at the best lr: mean, standard deviation (n−1) and the 95% Student-t
-interval over seeds; the *paired* difference from the problem's reference arm at its best lr
-(same seed, arm minus reference) with its own mean and interval; and the tokens each seed takes
-to reach a target validation loss.
+mean over seeds at each learning rate, the *best lr* (lowest mean over the seeds every lr ran, so
+a grid searched on one seed is judged seed against seed; an lr at which a seed diverged is never
+best), and at the best lr: mean, standard deviation (n−1) and the 95% Student-t interval over
+seeds; the *paired* difference from the problem's reference arm at its best lr (same seed, arm
+minus reference) with its own mean and interval; and the tokens each seed takes to reach a target
+validation loss.
 
 The report's tables (analysis/tables.py, analysis/seeds.py), figures and summary are built on
 this module; it imports only analysis/runs.py.
@@ -229,18 +230,20 @@ class Problem:
 
 
 def choose_best_lr(arm, pinned=None):
-    """Fills arm.at_lr and arm.best_lr: the lowest mean final loss among the lrs no seed diverged at."""
-    best = None
+    """Fills arm.at_lr and arm.best_lr: the lowest mean final loss among the lrs no seed diverged at,
+    compared on the seeds every such lr finished. A pruned grid (rates searched on seed 1, the best
+    one then run on every seed) is thus judged seed against seed, not one seed against a mean of three."""
     unfinished = sum(1 for runs in arm.runs.values() for r in runs.values() if r.status not in ("completed", "diverged"))
     if unfinished:
         arm.notes.append(f"{unfinished} unfinished run(s) left out")
+    finished = {}
     for lr in arm.lrs:
         losses = arm.losses(lr)
         arm.diverged[lr] = sorted(s for s, v in losses.items() if math.isinf(v))
-        arm.at_lr[lr] = interval([v for v in losses.values() if math.isfinite(v)])
-        eligible = not arm.diverged[lr] and arm.at_lr[lr].n > 0
-        if eligible and (best is None or arm.at_lr[lr].mean < arm.at_lr[best].mean):
-            best = lr
+        finished[lr] = {s: v for s, v in losses.items() if math.isfinite(v)}
+        arm.at_lr[lr] = interval(list(finished[lr].values()))
+    eligible = [lr for lr in arm.lrs if not arm.diverged[lr] and finished[lr]]
+    best = _lowest_on_common_seeds(arm, eligible, finished)
     if pinned is not None:
         match = [lr for lr in arm.lrs if _same(lr, pinned)]
         if not match:
@@ -257,6 +260,21 @@ def choose_best_lr(arm, pinned=None):
     if arm.at_lr[best].n < most:  # a pruned grid: a rate tried on fewer seeds can win by luck
         arm.notes.append(f"best lr rests on {arm.at_lr[best].n} seed(s), other rates on up to {most}")
     arm.final = arm.at_lr[best]
+
+
+def _lowest_on_common_seeds(arm, eligible, finished):
+    """The eligible lr of lowest mean over the seeds all eligible lrs share; with no seed in common,
+    the lowest mean over each lr's own seeds (noted)."""
+    if not eligible:
+        return None
+    common = set.intersection(*(set(finished[lr]) for lr in eligible))
+    if not common:
+        if len(eligible) > 1:
+            arm.notes.append("no seed common to every lr: best lr by each lr's own mean")
+        return min(eligible, key=lambda lr: arm.at_lr[lr].mean)
+    if any(len(finished[lr]) > len(common) for lr in eligible):
+        arm.notes.append(f"best lr chosen on the seeds every lr ran ({', '.join(map(str, sorted(common)))})")
+    return min(eligible, key=lambda lr: sum(finished[lr][s] for s in common) / len(common))
 
 
 def _best_losses(arm):

@@ -128,6 +128,42 @@ def test_a_seed_whose_loss_ends_above_its_start_counts_as_diverged(tmp_path):
     assert arm.final.mean == pytest.approx(2.1)
 
 
+def write_finals(folder, finals_by_lr, kind="scape"):
+    for lr, finals in finals_by_lr.items():
+        for seed, final in finals.items():
+            write_run_file(folder / f"{kind}-{lr:g}-{seed}.h5", gpt_config(kind, seed, lr),
+                           val_loss=[3.0, final], train_loss=[5.5] + [final] * 99)
+
+
+def test_a_pruned_grid_is_judged_on_the_seeds_every_rate_ran(tmp_path):
+    # Sweep 15's SCAPE 90% at 16000 steps: 1e-3 ran on seed 1 only, 3e-3 on seeds 1-3. By each
+    # rate's own mean 1e-3 wins (1.6063 < 1.6095); seed against seed 3e-3 does (1.6055 < 1.6063).
+    write_finals(tmp_path, {1e-3: {1: 1.6063}, 3e-3: {1: 1.6055, 2: 1.5907, 3: 1.6322}})
+    (problem,) = problems_of(tmp_path, reference="optimizer.type=scape")
+    (arm,) = problem.arms
+    assert arm.best_lr == 3e-3
+    assert arm.final.n == 3 and arm.final.mean == pytest.approx((1.6055 + 1.5907 + 1.6322) / 3)
+    assert "best lr chosen on the seeds every lr ran (1)" in arm.notes
+    assert not any("rests on" in n for n in arm.notes)
+
+
+def test_a_one_seed_rate_that_wins_seed_against_seed_is_flagged(tmp_path):
+    # 1e-3's three-seed mean (1.7) beats 3e-3's one seed (1.9), but on seed 1 3e-3 is better.
+    write_finals(tmp_path, {1e-3: {1: 2.0, 2: 1.5, 3: 1.6}, 3e-3: {1: 1.9}})
+    (problem,) = problems_of(tmp_path, reference="optimizer.type=scape")
+    (arm,) = problem.arms
+    assert arm.best_lr == 3e-3 and arm.final.n == 1 and arm.final.mean == pytest.approx(1.9)
+    assert "best lr rests on 1 seed(s), other rates on up to 3" in arm.notes
+
+
+def test_rates_without_a_common_seed_fall_back_to_their_own_means(tmp_path):
+    write_finals(tmp_path, {1e-3: {1: 2.0, 2: 1.6}, 3e-3: {3: 1.7}})
+    (problem,) = problems_of(tmp_path, reference="optimizer.type=scape")
+    (arm,) = problem.arms
+    assert arm.best_lr == 3e-3  # 1.7 < 1.8
+    assert "no seed common to every lr: best lr by each lr's own mean" in arm.notes
+
+
 def test_paired_difference_goes_by_seed(synthetic_dir):
     (problem,) = problems_of(synthetic_dir)
     scape = arms_by_type(problem)["scape"]
