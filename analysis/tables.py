@@ -150,7 +150,9 @@ def pick_baseline(run, candidates):
     """The dense run to compare `run` with: same inner optimizer, same sharding, most settings alike.
 
     A sparse run with inner AdamW is compared with dense AdamW and one with inner AdamS with
-    dense AdamS; a dense run is its own baseline. Returns None when the group has no dense run.
+    dense AdamS; a dense run is its own baseline. Between dense runs equally alike (say two learning
+    rates, neither the sparse run's), a completed one is preferred to one still running. Returns
+    None when the group has no dense run.
     """
     if not candidates:
         return None
@@ -163,7 +165,7 @@ def pick_baseline(run, candidates):
         theirs = effective_config(c)
         alike = sum(1 for k, v in theirs.items() if k.startswith("optimizer.") and mine.get(k, _MISSING) == v)
         return (c is run, c.optimizer_type == target,
-                c.config["optimizer"].get("sharded") == opt.get("sharded"), alike)
+                c.config["optimizer"].get("sharded") == opt.get("sharded"), alike, c.status == "completed")
 
     return max(candidates, key=score)
 

@@ -312,6 +312,29 @@ def test_paper_sweep_runs_two_steps(scape, path, tmp_path):
                 assert json.loads(h.attrs["config"])["data"]["type"] == "synthetic"
 
 
+def test_baseline_prefers_a_completed_dense_run_among_equally_alike_ones():
+    """A sparse run at lr 3e-3 in a group whose dense runs are at 1e-4 (still running, listed first)
+    and 3e-4 (completed): neither shares its lr, so the completed one is the baseline; a running
+    dense run at the sparse run's own lr is still preferred for being more alike."""
+    from pathlib import Path
+    from analysis.runs import Run
+    from analysis.tables import pick_baseline
+
+    def run(kind, lr, status):
+        optimizer = {"type": kind, "lr": lr}
+        if kind == "scape":
+            optimizer["sparsity"] = 0.99
+        return Run(path=Path(f"{kind}-{lr:g}.h5"), config={"name": "g", "optimizer": optimizer}, status=status,
+                   steps_completed=1, error="", scape_version="", git_sha="")
+
+    sparse = run("scape", 3e-3, "completed")
+    running, completed = run("adams", 1e-4, "running"), run("adams", 3e-4, "completed")
+    assert pick_baseline(sparse, [running, completed]) is completed
+    assert pick_baseline(sparse, [completed, running]) is completed
+    same_lr = run("adams", 3e-3, "running")
+    assert pick_baseline(sparse, [completed, same_lr]) is same_lr
+
+
 def test_effective_config_keeps_only_keys_that_apply():
     """Dense runs drop every SCAPE switch (device and offload too); top-k keeps its residual."""
     from pathlib import Path
