@@ -79,10 +79,10 @@ def lr_table(problem):
 def markdown_section(problems, reference):
     """The "Seeds and learning rates" section of summary.md."""
     out = ["## Seeds and learning rates", "",
-           "Runs equal but for `seed` and `optimizer.lr` form an arm. *best lr*: the lowest mean final loss over",
-           "the seeds every lr ran (final validation loss on the held-out split; the mean train loss of the last steps for models",
-           "without validation) among the lrs no seed diverged at (a NaN/Inf, or a loss that ended above its",
-           "first train loss; bold below). At the best lr: mean, standard",
+           "Runs equal but for `seed` and `optimizer.lr` form an arm. *best lr*: the lowest mean final loss",
+           "over the seeds every lr ran (final validation loss on the held-out split; the mean train loss of",
+           "the last steps for models without validation) among the lrs no seed diverged at (a NaN/Inf, or a",
+           "loss that ended above its first train loss; bold below). At the best lr: mean, standard",
            f"deviation (n−1) and {CONFIDENCE:.0%} Student-t interval over seeds; *Δ vs reference*: the paired",
            f"difference arm − reference (`{reference}`, at its best lr) over the seeds both ran, with its",
            "own interval; *tokens to target*: training tokens (workers × batch × block) at the first evaluation",

@@ -116,23 +116,21 @@ def test_best_lr_is_lowest_mean_without_a_diverged_seed(synthetic_dir):
     assert problem.reference is adams and adams.label == "AdamS" and scape.label == "SCAPE(adams) s=0.9"
 
 
-def test_a_seed_whose_loss_ends_above_its_start_counts_as_diverged(tmp_path):
-    # lr 1e-2 has the lower loss on seed 1 but seed 2 blew up to 1e6, finite, status completed.
-    for lr, finals in ((1e-2, {1: 1.0, 2: 1e6}), (3e-3, {1: 2.0, 2: 2.2})):
-        for seed, final in finals.items():
-            write_run_file(tmp_path / f"s-{lr:g}-{seed}.h5", gpt_config("scape", seed, lr),
-                           val_loss=[3.0, final], train_loss=[5.5] + [final] * 99)
-    (problem,) = problems_of(tmp_path, reference="optimizer.type=scape")
-    (arm,) = problem.arms
-    assert arm.best_lr == 3e-3 and arm.diverged[1e-2] == [2]
-    assert arm.final.mean == pytest.approx(2.1)
-
-
 def write_finals(folder, finals_by_lr, kind="scape"):
+    """One run file per lr and seed whose last validation loss is the given final loss."""
     for lr, finals in finals_by_lr.items():
         for seed, final in finals.items():
             write_run_file(folder / f"{kind}-{lr:g}-{seed}.h5", gpt_config(kind, seed, lr),
                            val_loss=[3.0, final], train_loss=[5.5] + [final] * 99)
+
+
+def test_a_seed_whose_loss_ends_above_its_start_counts_as_diverged(tmp_path):
+    # lr 1e-2 has the lower loss on seed 1 but seed 2 blew up to 1e6, finite, status completed.
+    write_finals(tmp_path, {1e-2: {1: 1.0, 2: 1e6}, 3e-3: {1: 2.0, 2: 2.2}})
+    (problem,) = problems_of(tmp_path, reference="optimizer.type=scape")
+    (arm,) = problem.arms
+    assert arm.best_lr == 3e-3 and arm.diverged[1e-2] == [2]
+    assert arm.final.mean == pytest.approx(2.1)
 
 
 def test_a_pruned_grid_is_judged_on_the_seeds_every_rate_ran(tmp_path):
