@@ -5,8 +5,8 @@ one *point*: the mean over their seeds of the final loss (the last validation lo
 loss of the last steps for models without validation) and of the mean bytes sent per worker per
 step, with the spread over seeds kept for error bars. Points that differ only in `optimizer.lr` are
 one *method*; each method is compared at its own best learning rate: the point with the lowest mean
-final loss among those whose every seed completed (a rate at which a seed diverged or failed is
-never chosen). A chosen point is on the *front* when no other chosen point has both fewer (or
+final loss, over the seeds every candidate rate ran, among those whose every seed completed (a rate
+at which a seed diverged or failed is never chosen; the seed tables use the same rule). A chosen point is on the *front* when no other chosen point has both fewer (or
 equal) bytes and a lower (or equal) loss, one of them strictly.
 
 A completed run whose final loss ends above the first train loss it recorded did not train (a
@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .runs import effective_config
-from .stats import DEFAULT_REFERENCE, DEFAULT_TARGET_MARGIN, parse_reference
+from .stats import DEFAULT_REFERENCE, DEFAULT_TARGET_MARGIN, lowest_on_common_seeds, parse_reference
 
 
 @dataclass
@@ -156,7 +156,8 @@ def _default_target(chosen, reference, margin):
 
 
 def _choose_best_lr(points, rates_tried):
-    """Marks each method's best learning rate (lowest mean loss among points with no failed seed).
+    """Marks each method's best learning rate: among points with no failed seed, the lowest mean
+    loss over the seeds all of them ran (`stats.lowest_on_common_seeds`, the seed tables' rule).
 
     rates_tried: method -> every rate run, those where no seed completed included.
     """
@@ -167,9 +168,15 @@ def _choose_best_lr(points, rates_tried):
         rates = sorted(r for r in rates_tried.get(method, ()) if math.isfinite(r))
         for p in members:
             p.lrs_tried = rates
-        eligible = [p for p in members if p.seeds_failed == 0 and math.isfinite(p.loss)]
+        eligible = sorted((p for p in members if p.seeds_failed == 0 and math.isfinite(p.loss)),
+                          key=lambda p: p.lr if math.isfinite(p.lr) else 0.0)
         if eligible:
-            min(eligible, key=lambda p: (p.loss, p.lr)).best_lr = True
+            best, _ = lowest_on_common_seeds({i: _loss_by_seed(p) for i, p in enumerate(eligible)})
+            eligible[best].best_lr = True
+
+
+def _loss_by_seed(point):
+    return {r.run.config.get("seed", i): _row_loss(r)[0] for i, r in enumerate(point.members)}
 
 
 def collect_points(rows, target=None, config_of=effective_config, reference=DEFAULT_REFERENCE,

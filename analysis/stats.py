@@ -262,19 +262,32 @@ def choose_best_lr(arm, pinned=None):
     arm.final = arm.at_lr[best]
 
 
+def lowest_on_common_seeds(losses_by_key):
+    """The key of lowest mean loss over the seeds every key shares, and those seeds.
+
+    losses_by_key: key -> {seed: finite final loss}. With no seed in common the mean over each key's
+    own seeds decides and the seeds returned are empty. Used for every "best learning rate" choice,
+    so that a rate run on seed 1 only is judged against the others' seed 1, not their mean.
+    """
+    if not losses_by_key:
+        return None, []
+    common = set.intersection(*(set(v) for v in losses_by_key.values()))
+    if not common:
+        return min(losses_by_key, key=lambda k: sum(losses_by_key[k].values()) / len(losses_by_key[k])), []
+    best = min(losses_by_key, key=lambda k: sum(losses_by_key[k][s] for s in common) / len(common))
+    return best, sorted(common)
+
+
 def _lowest_on_common_seeds(arm, eligible, finished):
-    """The eligible lr of lowest mean over the seeds all eligible lrs share; with no seed in common,
-    the lowest mean over each lr's own seeds (noted)."""
+    """The eligible lr of lowest mean over the seeds all eligible lrs share (noted when some lr ran more)."""
     if not eligible:
         return None
-    common = set.intersection(*(set(finished[lr]) for lr in eligible))
-    if not common:
-        if len(eligible) > 1:
-            arm.notes.append("no seed common to every lr: best lr by each lr's own mean")
-        return min(eligible, key=lambda lr: arm.at_lr[lr].mean)
-    if any(len(finished[lr]) > len(common) for lr in eligible):
-        arm.notes.append(f"best lr chosen on the seeds every lr ran ({', '.join(map(str, sorted(common)))})")
-    return min(eligible, key=lambda lr: sum(finished[lr][s] for s in common) / len(common))
+    best, common = lowest_on_common_seeds({lr: finished[lr] for lr in eligible})
+    if not common and len(eligible) > 1:
+        arm.notes.append("no seed common to every lr: best lr by each lr's own mean")
+    if common and any(len(finished[lr]) > len(common) for lr in eligible):
+        arm.notes.append(f"best lr chosen on the seeds every lr ran ({', '.join(map(str, common))})")
+    return best
 
 
 def _best_losses(arm):

@@ -209,3 +209,21 @@ def test_a_finite_blow_up_counts_as_a_failed_seed():
     blown = [p for p in points if p.optimizer_type == "onebit_adam" and p.lr == 0.003][0]
     assert blown.seeds_failed == 1 and blown.files == ["a1"]
     assert left_out == ["a2 (did not train: final loss 1e+15 above its first 5.5)"]
+
+
+def test_a_rate_searched_on_one_seed_is_judged_on_that_seed_as_in_the_seed_tables():
+    # A pruned grid: 0.003 ran on seeds 1-3 (2.00 / 2.60 / 2.60, mean 2.40); 0.01 on seed 1 only
+    # (2.10). Each rate's own mean would pick 0.01 (2.10 < 2.40); on seed 1, the seed both ran,
+    # 0.003 wins (2.00 < 2.10), as stats.choose_best_lr decides.
+    finals = {("a1", 0.003, 1): 2.0, ("a2", 0.003, 2): 2.6, ("a3", 0.003, 3): 2.6, ("b1", 0.01, 1): 2.1}
+    rows, lr_of = [], {}
+    for (name, lr, seed), loss in finals.items():
+        rows.append(fake_row(fake_run(name, "scape", seed, [3.0, loss], [5, 10]), 100.0))
+        lr_of[name] = lr
+
+    def config(run):
+        return {"seed": run.config["seed"], "optimizer.type": "scape", "optimizer.lr": lr_of[run.path.name]}
+
+    points, _, _ = collect_points(rows, config_of=config)
+    chosen = [p for p in points if p.best_lr]
+    assert len(chosen) == 1 and chosen[0].lr == 0.003 and chosen[0].loss == pytest.approx(2.4)

@@ -133,6 +133,16 @@ def test_a_seed_whose_loss_ends_above_its_start_counts_as_diverged(tmp_path):
     assert arm.final.mean == pytest.approx(2.1)
 
 
+def test_lowest_on_common_seeds_by_hand():
+    from analysis.stats import lowest_on_common_seeds
+
+    # Seeds 1 and 2 are common: a's mean there is 2.5, b's 2.25 (c ran seed 3 only, so no common
+    # seed includes it in the second call, which falls back to each key's own mean).
+    assert lowest_on_common_seeds({"a": {1: 2.0, 2: 3.0, 3: 1.0}, "b": {1: 2.5, 2: 2.0}}) == ("b", [1, 2])
+    assert lowest_on_common_seeds({"a": {1: 2.0, 2: 3.0}, "c": {3: 2.4}}) == ("c", [])
+    assert lowest_on_common_seeds({}) == (None, [])
+
+
 def test_a_pruned_grid_is_judged_on_the_seeds_every_rate_ran(tmp_path):
     # Sweep 15's SCAPE 90% at 16000 steps: 1e-3 ran on seed 1 only, 3e-3 on seeds 1-3. By each
     # rate's own mean 1e-3 wins (1.6063 < 1.6095); seed against seed 3e-3 does (1.6055 < 1.6063).
