@@ -13,7 +13,8 @@ Analysis of scape run files (HDF5, docs/run-files.md).
       settings that differ between them, writes PNG figures, OUTDIR/summary.md (also printed)
       and OUTDIR/summary.csv; with two or more settings also the equal-bytes comparison,
       OUTDIR/pareto.png and pareto.csv (loss against bytes per worker per step, seeds
-      averaged, Pareto front; analysis/pareto.py). Runs still in progress and diverged runs
+      averaged, each method at its best lr chosen as in the seed tables below, Pareto
+      front; analysis/pareto.py). Runs still in progress and diverged runs
       are drawn up to their last recorded step; failed runs are listed, not drawn; files that
       are not run files (not HDF5, another layout) are named with the reason.
 
