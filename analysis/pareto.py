@@ -305,7 +305,8 @@ def pareto_section(report, out_dir, draw=True, reference=DEFAULT_REFERENCE, targ
     write_csv(points, out_dir / "pareto.csv")
     lines = ["## Equal-bytes comparison (Pareto front)", "",
              f"{len({p.method for p in points})} methods, each at its best learning rate (lowest mean final loss "
-             "over seeds among the rates where every seed completed), fewest bytes first; "
+             "over the seeds every candidate rate ran, among the rates where every seed completed), fewest "
+             "bytes first; "
              "loss: mean over seeds [min, max]:", ""]
     lines += ["| setting | type | lr (tried) | bytes/worker/step | final loss | tokens to target | seeds | front |",
               "|---|---|---|---|---|---|---|---|"]
