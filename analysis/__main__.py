@@ -21,8 +21,8 @@ Analysis of scape run files (HDF5, docs/run-files.md).
       Seeds and learning rates: runs equal but for seed and optimizer.lr form an arm (whether
       the sweep used repeat/lr_search or an explicit grid). When an arm holds several runs, the
       summary adds per arm: the best lr (lowest mean final validation loss over the seeds every
-      lr ran), mean, std and 95% Student-t interval over seeds, the paired difference from the reference arm
-      (same seed) with its interval, and the tokens to reach a target validation loss; also
+      lr ran), mean, std and 95% Student-t interval over seeds, the paired difference from the
+      reference arm (same seed) with its interval, and the tokens to reach a target validation loss; also
       OUTDIR/seeds.csv and seeds.png (the band over seeds).
         --reference KEY=VALUE[,KEY=VALUE]  the reference arm (default optimizer.type=adams, at
                                            its best lr; add optimizer.lr=X to pin its lr)

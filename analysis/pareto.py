@@ -6,8 +6,9 @@ loss of the last steps for models without validation) and of the mean bytes sent
 step, with the spread over seeds kept for error bars. Points that differ only in `optimizer.lr` are
 one *method*; each method is compared at its own best learning rate: the point with the lowest mean
 final loss, over the seeds every candidate rate ran, among those whose every seed completed (a rate
-at which a seed diverged or failed is never chosen; the seed tables use the same rule). A chosen point is on the *front* when no other chosen point has both fewer (or
-equal) bytes and a lower (or equal) loss, one of them strictly.
+at which a seed diverged or failed is never chosen; the seed tables use the same rule). A chosen
+point is on the *front* when no other chosen point has both fewer (or equal) bytes and a lower (or
+equal) loss, one of them strictly.
 
 A completed run whose final loss ends above the first train loss it recorded did not train (a
 finite blow-up, which the run's NaN/Inf check does not catch); it counts as a failed seed like a
