@@ -1,23 +1,16 @@
-// The stepped runners of the Python package, in C++: the stepped simulator fed the noisy
+// The stepped runner of the Python package, in C++: the stepped simulator fed the noisy
 // quadratic's gradients equals `run_simulated` on model.type "quadratic" bit for bit (parameters,
-// every non-timing metric), and TransportComm over an in-process transport equals EmulatedComm.
+// every non-timing metric).
 #include <doctest/doctest.h>
 
-#include <barrier>
 #include <cmath>
-#include <cstring>
-#include <limits>
 #include <filesystem>
 #include <map>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "experiments/config.hpp"
 #include "experiments/hdf5.hpp"
-#include "runtime/stepped_rank.hpp"
-#include "runtime/transport_comm.hpp"
-#include "sim/emulated_comm.hpp"
 #include "sim/sim_run.hpp"
 #include "sim/stepped_simulator.hpp"
 #include "sim/synthetic_gradients.hpp"
@@ -165,122 +158,4 @@ TEST_CASE("external model type: scape run's loader refuses it, naming the key") 
   TempDir dir;
   const auto config = ex::parse_experiment({{"model", {{"type", "external"}}}}, dir.path);
   CHECK(scape::testing::error_of([&] { (void)tr::load_source_data(config); }).rfind("model.type: \"external\"", 0) == 0);
-}
-
-namespace {
-
-// A process group of threads: each collective publishes its buffers, meets at a barrier, copies
-// what it receives, and meets again.
-struct ThreadHub {
-  explicit ThreadHub(int w) : sync(w), send(static_cast<std::size_t>(w)), send_counts(static_cast<std::size_t>(w)) {}
-  std::barrier<> sync;
-  std::vector<const std::byte*> send;
-  std::vector<std::vector<std::size_t>> send_counts;
-};
-
-class ThreadTransport final : public scape::runtime::CollectiveTransport {
- public:
-  ThreadTransport(ThreadHub& hub, int rank) : hub_(hub), rank_(rank) {}
-  int rank() const override { return rank_; }
-  int size() const override { return static_cast<int>(hub_.send.size()); }
-  void all_gather_bytes(std::span<const std::byte> send, std::span<std::byte> recv,
-                        std::span<const std::size_t> counts) override {
-    hub_.send[static_cast<std::size_t>(rank_)] = send.data();
-    hub_.sync.arrive_and_wait();
-    std::size_t at = 0;
-    for (std::size_t q = 0; q < counts.size(); at += counts[q], ++q) {
-      if (counts[q] > 0) std::memcpy(recv.data() + at, hub_.send[q], counts[q]);
-    }
-    hub_.sync.arrive_and_wait();
-  }
-  void all_to_all_bytes(std::span<const std::byte> send, std::span<const std::size_t> send_counts,
-                        std::span<std::byte> recv, std::span<const std::size_t> recv_counts) override {
-    hub_.send[static_cast<std::size_t>(rank_)] = send.data();
-    hub_.send_counts[static_cast<std::size_t>(rank_)].assign(send_counts.begin(), send_counts.end());
-    hub_.sync.arrive_and_wait();
-    std::size_t at = 0;
-    for (std::size_t q = 0; q < recv_counts.size(); at += recv_counts[q], ++q) {
-      const auto& theirs = hub_.send_counts[q];
-      REQUIRE(theirs[static_cast<std::size_t>(rank_)] == recv_counts[q]);
-      std::size_t offset = 0;
-      for (int r = 0; r < rank_; ++r) offset += theirs[static_cast<std::size_t>(r)];
-      if (recv_counts[q] > 0) std::memcpy(recv.data() + at, hub_.send[q] + offset, recv_counts[q]);
-    }
-    hub_.sync.arrive_and_wait();
-  }
-  void all_reduce_sum(std::span<float> data) override {
-    hub_.send[static_cast<std::size_t>(rank_)] = reinterpret_cast<const std::byte*>(data.data());
-    hub_.sync.arrive_and_wait();
-    std::vector<float> sum(data.size(), 0.0f);
-    for (const std::byte* p : hub_.send) {
-      const float* f = reinterpret_cast<const float*>(p);
-      for (std::size_t j = 0; j < sum.size(); ++j) sum[j] += f[j];
-    }
-    hub_.sync.arrive_and_wait();
-    std::copy(sum.begin(), sum.end(), data.begin());
-  }
-  void barrier() override { hub_.sync.arrive_and_wait(); }
-
- private:
-  ThreadHub& hub_;
-  int rank_;
-};
-
-}  // namespace
-
-TEST_CASE("stepped ranks over a transport: the same parameters and run file as the stepped simulator") {
-  for (const nlohmann::json& optimizer :
-       {nlohmann::json{{"type", "scape"}, {"sparsity", 0.9}, {"lr", 0.01}},
-        nlohmann::json{{"type", "adamw"}, {"lr", 0.01}, {"sharded", true}}}) {
-    CAPTURE(optimizer.dump());
-    TempDir dir;
-    nlohmann::json j = quadratic_config(optimizer);
-    const ex::ExperimentConfig quadratic = ex::parse_experiment(j, dir.path);
-    const auto problem = problem_of(quadratic);
-    j["model"] = {{"type", "external"}};
-    const ex::ExperimentConfig config = ex::parse_experiment(j, dir.path);
-    scape::ParamLayout layout;
-    layout.add("theta", {static_cast<std::size_t>(kSize)}, true);
-    std::vector<float> init(static_cast<std::size_t>(kSize));
-    problem.initial_params(init);
-    tr::RunOptions options;
-    options.quiet = true;
-    options.out = dir.path / "sim.h5";
-    scape::sim::SteppedSimulator sim(config, std::make_unique<tr::ExternalData>(layout, init), options);
-    std::vector<std::vector<float>> grads(kWorkers, std::vector<float>(static_cast<std::size_t>(kSize)));
-    for (int t = 1; t <= kSteps; ++t) {
-      std::vector<std::span<const float>> spans;
-      for (int w = 0; w < kWorkers; ++w) {
-        problem.gradient(sim.params(), t, w, grads[static_cast<std::size_t>(w)]);
-        spans.emplace_back(grads[static_cast<std::size_t>(w)]);
-      }
-      REQUIRE_FALSE(sim.step(spans, {}));
-    }
-    sim.close();
-
-    ThreadHub hub(kWorkers);
-    tr::RunOptions rank_options = options;
-    rank_options.out = dir.path / "ranks.h5";
-    std::vector<std::vector<float>> params(kWorkers);
-    std::vector<std::thread> threads;
-    for (int r = 0; r < kWorkers; ++r) {
-      threads.emplace_back([&, r] {
-        ThreadTransport transport(hub, r);
-        scape::runtime::SteppedRank rank(config, std::make_unique<tr::ExternalData>(layout, init), rank_options,
-                                         transport, true);
-        std::vector<float> g(static_cast<std::size_t>(kSize));
-        for (int t = 1; t <= kSteps; ++t) {
-          problem.gradient(rank.params(), t, r, g);
-          (void)rank.step(g, std::numeric_limits<double>::quiet_NaN());
-        }
-        rank.close();
-        params[static_cast<std::size_t>(r)].assign(rank.params().begin(), rank.params().end());
-      });
-    }
-    for (auto& t : threads) t.join();
-    const auto want = final_params(dir.path / "sim.h5");
-    for (const auto& p : params) CHECK(p == want);
-    CHECK(final_params(dir.path / "ranks.h5") == want);
-    check_same_metrics(dir.path / "ranks.h5", dir.path / "sim.h5");
-  }
 }

@@ -1,6 +1,6 @@
 // One rank's training state across steps, advanced one step at a time: the body of
 // train_rank's loop (train/train_loop.hpp), and what the Python package drives when the caller
-// supplies the gradients (sim/stepped_simulator.hpp, runtime/stepped_rank.hpp).
+// supplies the gradients (sim/stepped_simulator.hpp).
 #pragma once
 
 #include <limits>

@@ -4,7 +4,6 @@ a PyTorch-friendly interface. Every number comes from the C++ core that `scape r
 Entry points (docs/python.md):
   scape.Simulator                   W emulated workers stepping on gradients you supply;
   scape.torch.simulate              trains a torch.nn.Module on W simulated workers;
-  scape.torch.DistributedOptimizer  one torchrun rank, communicating through torch.distributed.
 
 `import scape` needs only numpy; scape.torch needs torch.
 """

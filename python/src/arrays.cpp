@@ -88,19 +88,4 @@ nb::object word_view(std::span<const std::uint64_t> data, nb::handle owner) {
   return nb::cast(a, nb::rv_policy::reference);
 }
 
-nb::object byte_view(std::span<std::byte> data) {
-  static std::uint8_t empty = 0;
-  const std::size_t shape[1] = {data.size()};
-  nb::ndarray<nb::numpy, std::uint8_t, nb::ndim<1>> a(
-      data.empty() ? &empty : reinterpret_cast<std::uint8_t*>(data.data()), 1, shape, nb::handle());
-  return nb::cast(a, nb::rv_policy::reference);
-}
-
-nb::object float_view_for_call(std::span<float> data) {
-  static float empty = 0;
-  const std::size_t shape[1] = {data.size()};
-  nb::ndarray<nb::numpy, float, nb::ndim<1>> a(data.empty() ? &empty : data.data(), 1, shape, nb::handle());
-  return nb::cast(a, nb::rv_policy::reference);
-}
-
 }  // namespace scape::python

@@ -28,8 +28,5 @@ void check_float_matrix(const nb::ndarray<>& array, const std::string& argument,
 // A numpy array that views `data` (no copy) and keeps `owner` alive while it exists.
 nb::object float_view(std::span<const float> data, nb::handle owner);
 nb::object word_view(std::span<const std::uint64_t> data, nb::handle owner);
-// A writable numpy view of memory owned by C++ for the length of one Python call.
-nb::object byte_view(std::span<std::byte> data);
-nb::object float_view_for_call(std::span<float> data);
 
 }  // namespace scape::python

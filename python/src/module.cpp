@@ -1,4 +1,4 @@
-// The scape._core extension: the optimizer core's two stepped runners for Python. Every number
+// The scape._core extension: the optimizer core's stepped simulator for Python. Every number
 // comes from the C++ core; this layer only checks arrays and moves the GIL.
 #include <nanobind/nanobind.h>
 
@@ -9,13 +9,11 @@
 
 namespace scape::python {
 void bind_simulator(nanobind::module_& m);
-void bind_distributed(nanobind::module_& m);
 }  // namespace scape::python
 
 NB_MODULE(_core, m) {
-  m.doc() = "scape's optimizer core (C++): the stepped simulator and torch.distributed ranks";
+  m.doc() = "scape's optimizer core (C++): the stepped simulator";
   scape::python::bind_simulator(m);
-  scape::python::bind_distributed(m);
   m.def("cuda_built", &scape::kernels::cuda_built, "Whether this build has the CUDA path.");
   // The built-in Markov corpus of data.type "synthetic" (model/data.hpp), for Python training
   // loops that want the same tokens as `scape run`.

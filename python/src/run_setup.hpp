@@ -1,4 +1,4 @@
-// What both entry points build from Python's arguments: the experiment config (parsed and
+// What the simulator binding builds from Python's arguments: the experiment config (parsed and
 // validated by the same code as a run config file, so errors read the same) and the layout.
 #pragma once
 
