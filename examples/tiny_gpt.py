@@ -1,5 +1,6 @@
-"""A small GPT in plain PyTorch (pre-norm blocks, causal attention, GELU MLP, untied head) and
-batches from scape's synthetic corpus: the model of the simulate tests and the example."""
+"""A small GPT in plain PyTorch (pre-norm blocks, causal attention, GELU MLP, untied head),
+batches of a token corpus, and a synthetic Markov corpus made in torch alone: the model of the
+Python tests and of the example."""
 import math
 
 import torch
@@ -23,7 +24,7 @@ class Block(nn.Module):
         q, k, v = self.attn(self.ln_1(x)).split(c, dim=2)
         q, k, v = (z.view(b, t, self.n_head, c // self.n_head).transpose(1, 2) for z in (q, k, v))
         att = (q @ k.transpose(-2, -1)) / math.sqrt(k.shape[-1])
-        causal = torch.ones(t, t, dtype=torch.bool).tril()
+        causal = torch.ones(t, t, dtype=torch.bool, device=x.device).tril()
         att = att.masked_fill(~causal, float("-inf")).softmax(dim=-1)
         y = (att @ v).transpose(1, 2).reshape(b, t, c)
         x = x + self.proj(y)
@@ -45,7 +46,7 @@ class TinyGPT(nn.Module):
 
     def forward(self, idx):
         t = idx.shape[-1]
-        x = self.wte(idx) + self.wpe(torch.arange(t))
+        x = self.wte(idx) + self.wpe(torch.arange(t, device=idx.device))
         for b in self.blocks:
             x = b(x)
         return self.head(self.ln_f(x))
@@ -69,3 +70,20 @@ class CorpusBatches:
         windows = torch.stack([self.tokens[s:s + self.block + 1] for s in starts.tolist()])
         windows = windows.view(self.workers, self.batch, self.block + 1)
         return windows[..., :-1], windows[..., 1:]
+
+
+def markov_corpus(vocab=64, successors=3, concentration=0.9, seed=1, tokens=400_000):
+    """A token stream in which each token is followed by one of `successors` tokens of its own,
+    the first with probability `concentration`: learnable structure for a small model, made
+    without scape's extension (scape.synthetic_corpus is the C++ core's corpus)."""
+    g = torch.Generator().manual_seed(seed)
+    table = torch.stack([torch.randperm(vocab, generator=g)[:successors] for _ in range(vocab)])
+    weights = torch.full((successors,), (1 - concentration) / max(1, successors - 1))
+    weights[0] = concentration if successors > 1 else 1.0
+    choice = torch.multinomial(weights, tokens, replacement=True, generator=g).tolist()
+    rows = table.tolist()
+    out, current = [], 0
+    for c in choice:
+        out.append(current)
+        current = rows[current][c]
+    return torch.tensor(out, dtype=torch.int64).numpy()

@@ -15,6 +15,16 @@
 #                                     Eigen, HDF5, MPI or network; libnccl.so.2 comes from the
 #                                     pip wheel nvidia-nccl-cu13 or the system. Results go to
 #                                     $OUT (default ./device-out), a summary table to stdout.
+#   scripts/device-check.sh torch     On a GPU machine with python3, torch, h5py and pytest (the
+#                                     lent one has them; nothing to carry but the working tree):
+#                                     the torch-native optimizer's suite on CUDA
+#                                     (python/tests/test_torch_scape_device.py: the CUDA step
+#                                     against the CPU step on one trace, the loop checks; and
+#                                     test_torch_scape.py), its step time against
+#                                     AdamW(fused=True) at 100M and 500M parameters
+#                                     (python/bench/bench_torch_gpu.py), and a 2 × 600-step
+#                                     convergence run of examples/torch_nanogpt.py (width 384,
+#                                     6 blocks) under SCAPE 90% and AdamS. Results in $OUT.
 #   scripts/device-check.sh build     On a GPU machine that has the Debian packages (or can
 #                                     install them): configures and builds everything in
 #                                     build/device, runs the GPU tests, the benchmarks, then the
@@ -22,6 +32,8 @@
 #
 # With the device tool of this workplace, after `prepare` here:
 #   run(command="OUT=\"$OUT\" bash device-carry/run.sh", carry=["device-carry"], timeout_s=540)
+# and for the torch-native optimizer, with nothing prepared:
+#   run(command="OUT=\"$OUT\" scripts/device-check.sh torch", timeout_s=540)
 #
 # Compatibility: `prepare` links on Debian 12 (glibc 2.36); the executables load only where
 # glibc is 2.36 or newer (the lent machine's Ubuntu image is newer; run.sh reports a mismatch).
@@ -168,6 +180,32 @@ run() {
 }
 
 # ---------------------------------------------------------------------------------------------
+# torch: the torch-native optimizer on the GPU machine's own python3 (docs/python.md, "GPU").
+torch_checks() {
+  OUT="${OUT:-$PWD/device-out}"
+  mkdir -p "$OUT"
+  export PYTHONPATH="$PWD/python:$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1 MPLBACKEND=Agg
+  local failed=0
+  nvidia-smi >"$OUT/nvidia-smi.txt" 2>&1 || true
+  python3 -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda, torch.cuda.get_device_name())' |
+    tee "$OUT/torch-version.txt"
+  echo "== pytest (CUDA)"
+  # The example's report test needs the scape binary, which this check does not build.
+  timeout 200 python3 -m pytest -q -p no:cacheprovider -k "not go_through_the_report" \
+    python/tests/test_torch_scape_device.py python/tests/test_torch_scape.py 2>&1 | tee "$OUT/torch-pytest.log" ||
+    failed=1
+  echo "== step time"
+  timeout 90 python3 python/bench/bench_torch_gpu.py 2>&1 | tee "$OUT/torch-bench.log" || failed=1
+  echo "== convergence: examples/torch_nanogpt.py, width 384, 6 blocks, 600 steps (at most 100 s) each"
+  for opt in scape adams; do
+    timeout 100 python3 examples/torch_nanogpt.py --device cuda --optimizer "$opt" --width 384 --layers 6 \
+      --block 128 --batch 32 --steps 600 --lr 1e-3 --eval-interval 100 --out "$OUT/nanogpt" 2>&1 |
+      tee "$OUT/torch-nanogpt-$opt.log" || failed=1
+  done
+  return $failed
+}
+
+# ---------------------------------------------------------------------------------------------
 # build: configure and build everything on the GPU machine, then test and benchmark. Needs the
 # Debian packages of scripts/setup-deps (installed when cmake or ninja is missing, which needs
 # apt and a network). Everything goes to $OUT (default ./device-out):
@@ -299,9 +337,10 @@ case "$mode" in
   prepare) prepare "$@" ;;
   run) run "$@" ;;
   build) build "$@" ;;
+  torch) torch_checks "$@" ;;
   -h | --help | help) usage ;;
   *)
-    echo "device-check: say which stage: prepare, run or build" >&2
+    echo "device-check: say which stage: prepare, run, build or torch" >&2
     usage
     ;;
 esac

@@ -1,11 +1,14 @@
-"""scape for Python: the optimizer core of scape (SCAPE, AdamS, AdamW, top-k EF, ...) behind
-a PyTorch-friendly interface. Every number comes from the C++ core that `scape run` uses.
+"""scape for Python.
 
 Entry points (docs/python.md):
-  scape.Simulator                   W emulated workers stepping on gradients you supply;
-  scape.torch.simulate              trains a torch.nn.Module on W simulated workers;
+  scape.torch.SCAPE, scape.torch.AdamS  torch-native optimizers for real training loops, on
+                                    any device and torch.distributed group (torch only: no
+                                    extension module needed);
+  scape.Simulator                   W emulated workers of the C++ core stepping on gradients
+                                    you supply (the research engine; needs the extension);
+  scape.torch.simulate              trains a torch.nn.Module on W simulated workers (extension).
 
-`import scape` needs only numpy; scape.torch needs torch.
+`import scape` needs only numpy; the extension `scape._core` is loaded when first used.
 """
 from __future__ import annotations
 
@@ -14,12 +17,28 @@ from typing import Any, Callable, Iterable, Mapping, Optional, Sequence
 
 import numpy as np
 
-from . import _core
 from ._layout import Layout, TensorSpec, as_layout
 
 __all__ = ["Simulator", "Layout", "TensorSpec", "run_config", "synthetic_corpus", "cuda_built", "__version__"]
-__version__ = _core.version
-cuda_built = _core.cuda_built
+
+
+def _extension():
+    """The C++ extension, imported on first use so the torch-native optimizers run without it."""
+    try:
+        from . import _core
+    except ImportError as error:
+        raise ImportError("scape._core, the C++ engine behind scape.Simulator and scape.torch.simulate, is not "
+                          "built: `pip install ./python`, or build with -DSCAPE_PYTHON=ON and put <build>/python on "
+                          "PYTHONPATH (scape.torch.SCAPE and AdamS need none of it)") from error
+    return _core
+
+
+def __getattr__(name):
+    if name == "__version__":
+        return _extension().version
+    if name == "cuda_built":
+        return _extension().cuda_built
+    raise AttributeError(f"module 'scape' has no attribute {name!r}")
 
 
 def run_config(*, workers: int, steps: int, optimizer: Optional[Mapping[str, Any]] = None,
@@ -94,7 +113,7 @@ class Simulator:
         self.config = run_config(workers=workers, steps=steps, optimizer=optimizer, network=network, seed=seed,
                                  name=name, description=description, eval_interval=eval_interval,
                                  log=log_options)
-        self._sim = _core.Simulator(_config_json(self.config), self.layout.specs(), params, str(log), quiet,
+        self._sim = _extension().Simulator(_config_json(self.config), self.layout.specs(), params, str(log), quiet,
                                     float(tokens_per_step), eval)
         self.log = str(log)
 
@@ -162,4 +181,4 @@ def synthetic_corpus(vocab_size: int = 64, successors: int = 3, concentration: f
                      tokens: int = 400_000, val_fraction: float = 0.1):
     """The (train, val) uint16 tokens of scape's built-in synthetic Markov corpus (data.type
     "synthetic"); the defaults are the quickstart's."""
-    return _core.synthetic_corpus(vocab_size, successors, concentration, seed, tokens, val_fraction)
+    return _extension().synthetic_corpus(vocab_size, successors, concentration, seed, tokens, val_fraction)

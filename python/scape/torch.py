@@ -1,5 +1,10 @@
-"""scape for PyTorch training loops: `simulate` trains any torch.nn.Module on W simulated
-workers (per-worker gradients by torch.func, a vmap over workers). docs/python.md has examples."""
+"""scape for PyTorch training loops (docs/python.md).
+
+SCAPE and AdamS are torch-native optimizers (torch.optim.Optimizer subclasses in torch ops,
+python/scape/optim/): they run in a user's own training loop on any device, over any
+torch.distributed process group, and need no extension module. `simulate` trains any
+torch.nn.Module on W simulated workers of the C++ core (per-worker gradients by torch.func, a
+vmap over workers), the research engine that the optimizers are held to."""
 from __future__ import annotations
 
 import time
@@ -11,8 +16,11 @@ import torch
 from torch.func import functional_call, grad, vmap
 
 from . import Layout, Simulator, failure_text
+from .optim.adams import AdamS
+from .optim.ddp import local_gradients_hook
+from .optim.scape_optimizer import SCAPE, NonFiniteGradient
 
-__all__ = ["simulate", "flat_views"]
+__all__ = ["SCAPE", "AdamS", "NonFiniteGradient", "local_gradients_hook", "simulate", "flat_views"]
 
 
 def _tensor_view(array: np.ndarray) -> torch.Tensor:

@@ -1,0 +1,143 @@
+#!/usr/bin/env python3
+"""Speed of the torch-native scape.torch.SCAPE step, all in one run and as ratios:
+
+1. one rank, N parameters in 16 tensors: SCAPE.step against the C++ core's SCAPE step on the same
+   gradients (scape.Simulator, W = 1, timed inside C++), against torch.optim.AdamW(foreach=True),
+   and each against the machine's own yardstick measured here: one fused pass over the state
+   (torch.add of two N-float tensors into a third, 12 bytes a parameter);
+2. two gloo ranks (spawned here), a model's real backward pass with a sleep in each layer's
+   backward standing in for a GPU's time (the CPU free meanwhile): the exposed seconds of the
+   mask all-gather under mask lag 0 (inside the step) against lag 1 (behind the next forward and
+   backward pass), and of the payload's collective with overlap_backward off and on. Over
+   loopback both are small; a link of chosen bandwidth is scripts/netlab's (issue of the netlab).
+
+    PYTHONPATH=build/release/python ~/.cache/scape/venv/bin/python python/bench/bench_torch_scape.py
+"""
+import argparse
+import os
+import socket
+import statistics
+import tempfile
+import time
+
+import torch
+
+TENSORS = 16
+REPEATS = 5
+
+
+def best_of(fn, repeats=REPEATS, inner=3):
+    best = float("inf")
+    for _ in range(repeats):
+        start = time.perf_counter()
+        for _ in range(inner):
+            fn()
+        best = min(best, (time.perf_counter() - start) / inner)
+    return best
+
+
+def one_rank(n, sparsity):
+    import scape
+    import scape.torch as st
+    size = n // TENSORS
+    gen = torch.Generator().manual_seed(0)
+    params = [torch.nn.Parameter(torch.randn(size, generator=gen) * 0.02) for _ in range(TENSORS)]
+    grads = [torch.randn(size, generator=gen) * 1e-3 for _ in range(TENSORS)]
+    opt = st.SCAPE(params, lr=1e-3, sparsity=sparsity)
+    for p, g in zip(params, grads):
+        p.grad = g
+    opt.step()  # step 1 selects its own mask; the timed steps receive theirs
+    torch_scape = best_of(opt.step)
+    adamw = torch.optim.AdamW(params, lr=1e-3, foreach=True)
+    adamw.step()
+    torch_adamw = best_of(adamw.step)
+    layout = [(f"w{i}", (size,), True) for i in range(TENSORS)]
+    flat = torch.cat(grads).numpy()[None, :].copy()
+    with tempfile.TemporaryDirectory() as folder:
+        with scape.Simulator(layout, 1, {"type": "scape", "sparsity": sparsity, "lr": 1e-3, "sharded": False},
+                             log=os.path.join(folder, "core.h5"), steps=10_000,
+                             log_options={"oracle": False, "gradient_metrics_interval": 1000000}) as sim:
+            sim.step(flat)
+            core = min(sim._sim.step_repeated(flat, 3) / 3 for _ in range(REPEATS))
+    a, b = torch.randn(size * TENSORS), torch.randn(size * TENSORS)
+    out = torch.empty_like(a)
+    stream = best_of(lambda: torch.add(a, b, out=out))
+    return {"torch_scape": torch_scape, "core": core, "adamw": torch_adamw, "stream": stream,
+            "threads": torch.get_num_threads()}
+
+
+def rank_main(rank, world, port, n, sparsity, compute_ms, results):
+    import torch.distributed as dist
+    import scape.torch as st
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    width = int((n / 8) ** 0.5)
+    out = {}
+    for label, options in (("lag0", {"mask_lag": 0}), ("lag1", {"mask_lag": 1}),
+                           ("lag1+overlap", {"mask_lag": 1, "overlap_backward": True, "bucket_bytes": 200_000})):
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(*[torch.nn.Linear(width, width) for _ in range(8)])
+        for layer in model:  # a GPU's backward time, layer by layer, during which the CPU is free
+            layer.register_full_backward_hook(lambda *unused: time.sleep(compute_ms / 8e3))
+        opt = st.SCAPE(model.parameters(), lr=1e-3, sparsity=sparsity, **options)
+        x = torch.randn(16, width)
+        mask_wait, grad_wait, steps = [], [], []
+        for t in range(12):
+            began = time.perf_counter()
+            opt.zero_grad()
+            model(x).pow(2).mean().backward()
+            opt.step()
+            if t >= 2:
+                m = opt.last_metrics
+                mask_wait.append(m["mask_wait_exposed"])
+                grad_wait.append(m["grad_wait_exposed"])
+                steps.append(time.perf_counter() - began)
+        out[label] = (statistics.median(mask_wait), statistics.median(grad_wait), statistics.median(steps),
+                      m["bytes_sent_mask_all_gather"] if "bytes_sent_mask_all_gather" in m else 0)
+    if rank == 0:
+        results.update(out)
+        results["params"] = sum(p.numel() for p in model.parameters())
+    dist.destroy_process_group()
+
+
+def two_ranks(n, sparsity, compute_ms):
+    import torch.multiprocessing as mp
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    manager = mp.Manager()
+    results = manager.dict()
+    mp.spawn(rank_main, args=(2, port, n, sparsity, compute_ms, results), nprocs=2, join=True)
+    return dict(results)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--n", type=int, default=16 * 2 ** 20, help="parameters of part 1 (default %(default)s)")
+    parser.add_argument("--sparsity", type=float, default=0.99, help="SCAPE's sparsity (default %(default)s)")
+    parser.add_argument("--gloo-n", type=int, default=2 * 2 ** 20, help="parameters of part 2 (default %(default)s)")
+    parser.add_argument("--compute-ms", type=float, default=20.0,
+                        help="part 2: sleep spread over the layers' backward, standing in for a GPU's "
+                             "(default %(default)s)")
+    args = parser.parse_args()
+    r = one_rank(args.n, args.sparsity)
+    print(f"1. one rank, N = {args.n} in {TENSORS} tensors, sparsity {args.sparsity}, {r['threads']} threads; "
+          f"yardstick: one pass over 12 B a parameter = {r['stream'] * 1e3:.2f} ms")
+    print(f"   {'step':34} {'ms':>8} {'× yardstick':>12}")
+    for label, key in (("scape.torch.SCAPE", "torch_scape"), ("C++ core SCAPE (Simulator, W = 1)", "core"),
+                       ("torch.optim.AdamW(foreach=True)", "adamw")):
+        print(f"   {label:34} {r[key] * 1e3:8.2f} {r[key] / r['stream']:12.2f}")
+    print(f"   SCAPE.step / core step = {r['torch_scape'] / r['core']:.2f} (target <= 2); "
+          f"SCAPE.step / AdamW(foreach) = {r['torch_scape'] / r['adamw']:.2f}")
+    g = two_ranks(args.gloo_n, args.sparsity, args.compute_ms)
+    print(f"2. two gloo ranks, an 8-layer MLP of {g['params']} parameters, sparsity {args.sparsity}, "
+          f"{args.compute_ms:g} ms of sleep spread over each backward pass; medians over 10 steps of the time exposed in step()")
+    print(f"   {'setting':14} {'mask wait ms':>13} {'payload wait ms':>16} {'iteration ms':>13}")
+    for label in ("lag0", "lag1", "lag1+overlap"):
+        mask_wait, grad_wait, step, _ = g[label]
+        print(f"   {label:14} {mask_wait * 1e3:13.3f} {grad_wait * 1e3:16.3f} {step * 1e3:13.2f}")
+
+
+if __name__ == "__main__":
+    main()

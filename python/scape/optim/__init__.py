@@ -1,0 +1,1 @@
+"""The torch-native optimizers of scape (torch ops only; imported through scape.torch)."""

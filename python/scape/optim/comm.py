@@ -1,0 +1,138 @@
+"""The collectives of the torch-native optimizers over any torch.distributed process group
+(gloo, NCCL), with every rank relative to the group and every byte counted from the tensors
+handed to torch.distributed.
+
+Sums are taken in rank order: each owner receives the W contributions to its segment (one
+all_to_all_single), adds them as x_0 + x_1 + ... + x_{W-1} in fp32 and divides by W, which is
+the C++ core's mean_in_rank_order (core/communicator.cpp). The result is then bit-identical
+whatever the segmentation, bucketing or backend, and an all-reduce is that reduce-scatter plus
+an all-gather: 2(W-1)/W of the payload sent per rank, the ring all-reduce's volume.
+
+Counting: a rank "sends" what it hands the collective for the other ranks and "receives" what
+lands from them; its own segment moves no bytes."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Dict, List, Optional, Sequence
+
+import torch
+import torch.distributed as dist
+
+
+@dataclass
+class ByteCount:
+    sent: int = 0
+    received: int = 0
+    by_purpose: Dict[str, int] = field(default_factory=dict)
+
+    def add(self, purpose: str, sent: int, received: int) -> None:
+        self.sent += sent
+        self.received += received
+        self.by_purpose[purpose] = self.by_purpose.get(purpose, 0) + sent
+
+
+def _bytes(t: torch.Tensor) -> int:
+    return t.numel() * t.element_size()
+
+
+def _split(n: int, workers: int) -> List[int]:
+    """Near-equal contiguous segments of n elements for the rank-order all-reduce."""
+    base, extra = divmod(n, workers)
+    return [base + (1 if r < extra else 0) for r in range(workers)]
+
+
+class Group:
+    """A process group seen from this rank. `group=None` with torch.distributed uninitialized
+    is a group of one: every collective is a local copy and counts no bytes."""
+
+    def __init__(self, group=None):
+        self.group = group
+        self.distributed = dist.is_available() and dist.is_initialized()
+        if group is not None and not self.distributed:
+            raise ValueError("group: a process group was given but torch.distributed is not initialized")
+        self.rank = dist.get_rank(group) if self.distributed else 0
+        self.size = dist.get_world_size(group) if self.distributed else 1
+        self.backend = str(dist.get_backend(group)) if self.distributed else "none"
+        self.count = ByteCount()
+
+    def global_rank(self, group_rank: int) -> int:
+        if not self.distributed or self.group is None:
+            return group_rank
+        return dist.get_global_rank(self.group, group_rank)
+
+    def take_count(self) -> ByteCount:
+        out, self.count = self.count, ByteCount()
+        return out
+
+    def broadcast_from_first(self, t: torch.Tensor) -> None:
+        if self.size <= 1:
+            return
+        if self.backend == "gloo" and t.device.type != "cpu":
+            host = t.cpu()
+            dist.broadcast(host, src=self.global_rank(0), group=self.group)
+            t.copy_(host)
+            return
+        dist.broadcast(t, src=self.global_rank(0), group=self.group)
+
+    def all_to_all(self, send: torch.Tensor, send_splits: Sequence[int], recv_splits: Sequence[int],
+                   purpose: str, async_op: bool = False):
+        """all_to_all_single with uneven splits; returns (received, work or None)."""
+        recv = torch.empty(sum(recv_splits), dtype=send.dtype, device=send.device)
+        if self.size == 1:
+            recv.copy_(send)
+            return recv, None
+        item = send.element_size()
+        self.count.add(purpose, item * (sum(send_splits) - send_splits[self.rank]),
+                       item * (sum(recv_splits) - recv_splits[self.rank]))
+        if self.backend == "gloo" and send.device.type != "cpu":
+            # gloo moves host memory only: stage through it (one GPU shared by several ranks)
+            host = torch.empty(recv.numel(), dtype=recv.dtype)
+            dist.all_to_all_single(host, send.cpu(), output_split_sizes=list(recv_splits),
+                                   input_split_sizes=list(send_splits), group=self.group)
+            recv.copy_(host)
+            return recv, None
+        work = dist.all_to_all_single(recv, send, output_split_sizes=list(recv_splits),
+                                      input_split_sizes=list(send_splits), group=self.group, async_op=async_op)
+        return recv, work
+
+    def reduce_scatter_mean(self, payload: torch.Tensor, counts: Sequence[int], purpose: str,
+                            extra: Optional[torch.Tensor] = None):
+        """Owner r receives the rank-order mean of everyone's payload[seg_r] (counts[r] values
+        each, in order). `extra` (a few values every rank sends to every rank, such as the
+        non-finite flag) is returned as a [W, len(extra)] tensor beside it."""
+        w, me = self.size, self.rank
+        e = 0 if extra is None else extra.numel()
+        if e:
+            parts = torch.split(payload, list(counts))
+            send = torch.cat([torch.cat((p, extra)) for p in parts])
+        else:
+            send = payload
+        recv, _ = self.all_to_all(send, [c + e for c in counts], [counts[me] + e] * w, purpose)
+        rows = recv.view(w, counts[me] + e)
+        out = rows[0, :counts[me]].clone()
+        for r in range(1, w):
+            out.add_(rows[r, :counts[me]])
+        out.div_(float(w))
+        extras = rows[:, counts[me]:] if e else None
+        return out, extras
+
+    def all_gather_uneven(self, own: torch.Tensor, counts: Sequence[int], purpose: str,
+                          async_op: bool = False):
+        """Everyone's `own` (counts[r] elements from rank r), concatenated in rank order."""
+        send = own.repeat(self.size) if self.size > 1 else own
+        return self.all_to_all(send, [own.numel()] * self.size, list(counts), purpose, async_op)
+
+    def all_reduce_mean(self, payload: torch.Tensor, purpose: str, extra: Optional[torch.Tensor] = None):
+        """The rank-order mean of everyone's payload on every rank (a reduce-scatter over
+        near-equal segments, then an all-gather), and the [W, e] extras."""
+        counts = _split(payload.numel(), self.size)
+        mine, extras = self.reduce_scatter_mean(payload, counts, purpose, extra)
+        if self.size == 1:
+            return mine, extras
+        full, _ = self.all_gather_uneven(mine, counts, purpose)
+        return full, extras
+
+    def all_gather_scalars(self, value: torch.Tensor, purpose: str) -> torch.Tensor:
+        """One value from every rank, in rank order (the clip norm's partial sums)."""
+        out, _ = self.all_gather_uneven(value.reshape(1), [1] * self.size, purpose)
+        return out
