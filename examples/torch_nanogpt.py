@@ -148,6 +148,7 @@ def main():
             if args.checkpoint_every and t % args.checkpoint_every == 0:
                 torch.save({"model": model.state_dict(), "optimizer": opt.state_dict(), "step": t,
                             "scheduler": sched.state_dict(), "scaler": scaler.state_dict()}, checkpoint)
+        opt.finish()  # the lagged mask all-gather after the last step, before the group goes
         summary = log.close("completed", final_params=opt.flat_params().detach().cpu().numpy())
     if rank == 0:
         print(f"{name}: {summary['status']} after {summary['steps_completed']} steps in {time.time() - start:.1f} s; "

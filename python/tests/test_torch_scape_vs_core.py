@@ -26,6 +26,7 @@ LAYOUT = [("wte", 64 * 16, False), ("h0.attn_norm", 16, False), ("h0.attn.w", 16
 
 CASES = [
     {"name": "replicated-lag1-90", "sharded": False, "mask_lag": 1, "sparsity": 0.9},
+    {"name": "replicated-lag1-90-total", "sharded": False, "mask_lag": 1, "sparsity": 0.9, "total_steps": STEPS},
     {"name": "sharded-lag1-90", "sharded": True, "mask_lag": 1, "sparsity": 0.9},
     {"name": "replicated-lag0-99", "sharded": False, "mask_lag": 0, "sparsity": 0.99},
     {"name": "sharded-lag0-99", "sharded": True, "mask_lag": 0, "sparsity": 0.99},

@@ -41,6 +41,7 @@ def train(model, opt, batches, rank, steps, first=1, sched=None, scaler=None, po
             opt.step()
         if sched is not None:
             sched.step()
+    opt.finish()
     return torch.cat([p.detach().reshape(-1) for p in model.parameters()])
 
 

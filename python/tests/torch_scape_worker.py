@@ -65,7 +65,7 @@ def run_case(case, trace, rank, world, out_dir, device):
     else:
         opt = st.SCAPE(groups, lr=lr, sparsity=case["sparsity"], sharded=case["sharded"], mask_lag=case["mask_lag"],
                        clip_grad=case.get("clip_grad", 0.0), density_warmup=case.get("density_warmup", 0),
-                       overlap_backward=case.get("overlap_backward", False))
+                       overlap_backward=case.get("overlap_backward", False), total_steps=case.get("total_steps"))
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda k: core_lr(lr, k + 1, steps) / lr)
     masks = []
     for t in range(steps):
@@ -77,6 +77,7 @@ def run_case(case, trace, rank, world, out_dir, device):
         sched.step()
         if case["type"] != "adams":
             masks.append(np.packbits(opt.mask_bits().cpu().numpy(), bitorder="little"))
+    opt.finish()
     np.savez(os.path.join(out_dir, f"{case['name']}.rank{rank}.npz"), params=opt.flat_params().cpu().numpy(),
              masks=np.array(masks), model=torch.cat([p.detach().float().reshape(-1) for p in tensors]).cpu().numpy())
 

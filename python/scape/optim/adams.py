@@ -105,6 +105,9 @@ class AdamS(torch.optim.Optimizer):
         self._t = t
         return loss
 
+    def finish(self) -> None:
+        """Nothing is left in flight after a step (SCAPE's finish() waits for its mask)."""
+
     def config(self) -> Dict[str, Any]:
         """The optimizer section of a run config for this optimizer (see SCAPE.config)."""
         return {"type": "adams", "lr": float(self.defaults["lr"]), "weight_decay": float(self.defaults["weight_decay"]),

@@ -58,6 +58,8 @@ class SCAPE(torch.optim.Optimizer):
                     during backward (needs mask_lag 1; see overlap.py)
     bucket_bytes    payload per bucket of overlap_backward
     broadcast_params  start every rank from rank 0's parameters
+    total_steps     when given, the last step starts no lagged all-gather (no step would use it);
+                    otherwise call finish() before destroying the process group
     """
 
     _step_supports_amp_scaling = True  # GradScaler hands grad_scale and found_inf to step()
@@ -68,7 +70,7 @@ class SCAPE(torch.optim.Optimizer):
                  density_start: float = 1.0, density_cooldown: int = 0, density_cooldown_start: int = 0,
                  sharded: bool = False, dense_tensors: Sequence[str] = DEFAULT_DENSE_TENSORS,
                  bias_correction: bool = True, overlap_backward: bool = False, bucket_bytes: int = 25_000_000,
-                 broadcast_params: bool = True, group=None):
+                 broadcast_params: bool = True, total_steps: Optional[int] = None, group=None):
         _check_switch(formulation, "formulation", FORMULATIONS)
         _check_switch(mask_lag, "mask_lag", (0, 1))
         _check_switch(bool(residual), "residual", (True, False))
@@ -95,6 +97,9 @@ class SCAPE(torch.optim.Optimizer):
             raise ValueError("density_warmup, density_cooldown: a cool-down replaces the warm-up; set one")
         if overlap_backward and mask_lag != 1:
             raise ValueError("overlap_backward: needs mask_lag = 1 (the mask must be known before backward)")
+        if total_steps is not None and (isinstance(total_steps, bool) or not isinstance(total_steps, int)
+                                        or total_steps < 1):
+            raise ValueError(f"total_steps: a positive integer or None, got {total_steps!r}")
         if not isinstance(bucket_bytes, int) or bucket_bytes < 1:
             raise ValueError(f"bucket_bytes: must be a positive integer, got {bucket_bytes!r}")
         defaults = dict(lr=lr, weight_decay=weight_decay, sparsity=sparsity)
@@ -105,6 +110,7 @@ class SCAPE(torch.optim.Optimizer):
         self.mask_lag, self.residual, self.residual_decay = mask_lag, bool(residual), float(residual_decay)
         self.clip_grad, self.sharded, self.bias_correction = float(clip_grad), bool(sharded), bool(bias_correction)
         self.density = DensitySchedule(density_warmup, float(density_start), density_cooldown, density_cooldown_start)
+        self.total_steps = total_steps
         self.comm = Group(group)
         self._build_layout()
         self._allocate_state()
@@ -246,6 +252,13 @@ class SCAPE(torch.optim.Optimizer):
         self._mask = merge_segments(pending["recv"], pending["ranges"], self.layout.mask_byte_count)
         self._mask_rho = pending["rho"]
 
+    def finish(self) -> None:
+        """Waits for the lagged mask all-gather still in flight after the last step. Call it
+        before destroying the process group: a rank that tears the group down while a peer's
+        part of that collective is still on the wire makes the peer abort. (state_dict() waits
+        too; with total_steps the last step starts none.)"""
+        self._wait_next_mask()
+
     def _wait_next_mask(self) -> None:
         """Completes the lagged all-gather (the start of step t+1, or a checkpoint)."""
         if self._next is not None:
@@ -353,7 +366,8 @@ class SCAPE(torch.optim.Optimizer):
         lo, hi = self._state_range
         b1, omb1 = f32(self.beta1), f32(1.0 - self.beta1)
         kept = self._keep_untouched(self._frozen)
-        if self.mask_lag == 1:  # step 9, from m_prev and q before this step changes them
+        # Step 9, from m_prev and q before this step changes them (none after the last step).
+        if self.mask_lag == 1 and t != self.total_steps:
             if stat is None:
                 stat = self._statistic(c)
             rho_next = self._rho(t + 1)

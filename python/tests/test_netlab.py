@@ -1,0 +1,125 @@
+"""scripts/netlab, the emulated cluster network: two node namespaces at 100 Mbit/s come up, a
+socket between them measures the set rate within 20%, scape.torch.SCAPE trained across them
+equals the same run over loopback bit for bit, a killed node makes `run` exit non-zero naming
+it with no process left, and `down` leaves no namespace behind. Where this machine forbids
+network namespaces (not root, no CAP_NET_ADMIN, or a sandbox without them) every test skips,
+saying why."""
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from conftest import REPO, write_json
+
+NETLAB = REPO / "scripts" / "netlab"
+PREFIX = "snt"  # the tests' own names, apart from a user's netlab (default prefix snl)
+HERE = Path(__file__).resolve().parent
+
+LINK_SPEED = """
+import os, socket, sys, time
+rank, addr, size = int(os.environ["RANK"]), os.environ["MASTER_ADDR"], 4_000_000
+if rank == 0:
+    s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); s.bind((addr, 29601)); s.listen(1)
+    c, _ = s.accept(); got, start = 0, None
+    while got < size:
+        b = c.recv(1 << 20)
+        if not b: break
+        start = start or time.perf_counter(); got += len(b)
+    print(f"MBITS {got * 8 / (time.perf_counter() - start) / 1e6:.2f}", flush=True); c.sendall(b"x")
+else:
+    for _ in range(50):
+        try:
+            c = socket.create_connection((addr, 29601)); break
+        except OSError:
+            time.sleep(0.1)
+    chunk, sent = b"\\0" * (1 << 20), 0
+    while sent < size:
+        c.sendall(chunk[: min(len(chunk), size - sent)]); sent += min(len(chunk), size - sent)
+    c.recv(1)
+"""
+
+
+def netlab(*args, timeout=300, env=None):
+    return subprocess.run([str(NETLAB), *map(str, args), *(["--prefix", PREFIX] if args[0] in ("up", "down") else [])],
+                          capture_output=True, text=True, timeout=timeout, env=env)
+
+
+def run_on_nodes(*command, timeout=300):
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    return subprocess.run([str(NETLAB), "run", "--prefix", PREFIX, "--", *map(str, command)], capture_output=True,
+                          text=True, timeout=timeout, env=env)
+
+
+def our_namespaces():
+    out = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    return [line.split()[0] for line in out.splitlines() if line.startswith(f"{PREFIX}-")]
+
+
+@pytest.fixture(scope="module")
+def two_nodes():
+    up = netlab("up", "--nodes", 2, "--rate", "100mbit")
+    if up.returncode != 0:
+        netlab("down")
+        pytest.skip(f"network namespaces are not available here, so the netlab is not tested: {up.stderr.strip()}")
+    yield
+    down = netlab("down")
+    assert down.returncode == 0, down.stderr
+    assert our_namespaces() == []
+
+
+def test_the_link_runs_at_the_set_rate(two_nodes):
+    result = run_on_nodes(sys.executable, "-c", LINK_SPEED)
+    assert result.returncode == 0, result.stderr
+    line = [l for l in result.stdout.splitlines() if "MBITS" in l]
+    assert line and line[0].startswith("[node0] ")
+    assert 80 <= float(line[0].split()[-1]) <= 120
+
+
+def test_up_is_idempotent(two_nodes):
+    again = netlab("up", "--nodes", 2, "--rate", "100mbit")
+    assert again.returncode == 0 and "already up" in again.stdout
+    assert sorted(our_namespaces()) == [f"{PREFIX}-n0", f"{PREFIX}-n1", f"{PREFIX}-sw"]
+
+
+def test_scape_over_the_netlab_equals_loopback_bit_for_bit(two_nodes, tmp_path):
+    from test_torch_scape_vs_core import CASES, write_trace
+    cases = write_json(tmp_path / "cases.json", [c for c in CASES if c["name"] in
+                                                 ("replicated-lag1-90", "sharded-lag0-99", "replicated-bf16")])
+    write_trace(tmp_path / "trace.h5", 2)
+    worker = HERE / "torch_scape_worker.py"
+    args = ["--trace", tmp_path / "trace.h5", "--cases", cases]
+    (tmp_path / "lab").mkdir()
+    (tmp_path / "loop").mkdir()
+    lab = run_on_nodes(sys.executable, worker, *args, "--out", tmp_path / "lab")
+    assert lab.returncode == 0, lab.stdout[-2000:] + lab.stderr[-2000:]
+    loop = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nnodes", "1",
+                           "--nproc_per_node", "2", str(worker), *map(str, args), "--out", str(tmp_path / "loop")],
+                          capture_output=True, text=True, timeout=300, env=dict(os.environ, OMP_NUM_THREADS="1"))
+    assert loop.returncode == 0, loop.stderr[-2000:]
+    for name in ("replicated-lag1-90", "sharded-lag0-99", "replicated-bf16"):
+        for r in range(2):
+            a, b = np.load(tmp_path / "lab" / f"{name}.rank{r}.npz"), np.load(tmp_path / "loop" / f"{name}.rank{r}.npz")
+            np.testing.assert_array_equal(a["params"], b["params"])
+            np.testing.assert_array_equal(a["masks"], b["masks"])
+
+
+def test_a_killed_node_stops_the_run_naming_it(two_nodes):
+    marker = f"netlab-kill-test-{os.getpid()}"
+    code = (f"import os, signal, time; r = int(os.environ['RANK']); time.sleep(0.5)\n"
+            f"os.kill(os.getpid(), signal.SIGKILL) if r == 1 else time.sleep(60)  # {marker}")
+    result = run_on_nodes(sys.executable, "-c", code, timeout=60)
+    assert result.returncode == 137
+    assert "netlab: node 1 exited with status 137; stopping every node" in result.stderr
+    left = subprocess.run(["pgrep", "-f", marker], capture_output=True, text=True).stdout.split()
+    assert left == [], f"processes left over: {left}"
+
+
+def test_bad_arguments_exit_2_naming_them():
+    for args, message in ((("up", "--nodes", "0", "--rate", "1gbit"), "--nodes: a whole number"),
+                          (("up", "--nodes", "2", "--rate", "fast"), "--rate: a number and bit"),
+                          (("up", "--nodes", "2", "--rate", "1gbit", "--speed", "1"), "unknown option '--speed'")):
+        result = subprocess.run([str(NETLAB), *args], capture_output=True, text=True, timeout=60)
+        assert result.returncode == 2 and message in result.stderr
