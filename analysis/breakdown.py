@@ -11,6 +11,14 @@ kernels + each blocking collective + the exposed waits. The asynchronous collect
 (`comm_time_measured_async_all_gather`, `comm_time_measured_async_reduce_scatter`) run beside
 compute; they are listed apart, and only what the step waited for them counts in the step.
 
+Beside the parts, rank 0's `step_wall_time` (from the start of one step to the start of the next:
+the whole step, the diagnostics' gathers to rank 0, evaluation and the run file included) gives the
+median step a user waits for, and `diagnostics_time` / `bytes_sent_diagnostics` what the
+metrics that read every worker's gradient on rank 0 (`grad_norm`, the oracle metrics) cost:
+outside the parts, inside the step wall time. The speedup against the group's dense run is the
+ratio of the median step wall times, so it includes the diagnostics; a row whose diagnostics
+differ from its dense run's says so (docs/configuration.md, "Diagnostics on real ranks").
+
 Steady steps: from step 4 (the first steps pay one-off allocations and, under lag 1, have no
 mask to wait for) to the last but one (the last step waits for every rank to finish). The times
 are the slowest rank's (the run file records the maximum over ranks of each column).
@@ -44,6 +52,12 @@ class Breakdown:
     collectives: dict = field(default_factory=dict)  # blocking purpose -> mean seconds
     lagged_all_gather: float = math.nan               # beside compute, not part of the step
     gradient_buckets: float = math.nan                # beside the backward pass, not part of the step
+    step_wall: float = math.nan        # median step_wall_time (rank 0), diagnostics included; NaN in older files
+    diagnostics: float = math.nan      # mean diagnostics_time over the steady steps (outside the parts)
+    diagnostic_bytes: float = math.nan  # mean bytes_sent_diagnostics per step, over every step
+    diagnostics_taken: str = ""        # what the run's diagnostics were (diagnostics_text)
+    speedup: float = math.nan          # the dense run's median step wall / this run's
+    speedup_note: str = ""             # set when this run's diagnostics differ from that dense run's
 
     @property
     def step(self):
@@ -70,6 +84,37 @@ def steady_rows(run):
     keep = (steps >= FIRST_STEADY_STEP) & (steps < steps.max())
     keep &= np.isfinite(run.metric("compute_wall_time")) & np.isfinite(run.metric("optimizer_wall_time"))
     return np.nonzero(keep)[0]
+
+
+def diagnostics_text(run):
+    """What a run's rank-0 diagnostics took, from its recorded config: 'grad_norm every k steps', plus
+    the oracle where it sends a_i (a sparse optimizer with `log.oracle`)."""
+    log = run.config.get("log", {})
+    every = int(log.get("gradient_metrics_interval", 1))
+    text = "grad_norm every step" if every == 1 else f"grad_norm every {every} steps"
+    opt = run.config.get("optimizer", {})
+    # The oracle is defined (and a_i sent for it) for top-k/random-k EF and SCAPE's frozen_momentum.
+    scored = run.optimizer_type in ("topk_ef", "randk_ef") or (
+        run.optimizer_type == "scape" and opt.get("formulation") == "frozen_momentum")
+    if log.get("oracle", True) and scored:
+        text += " + oracle"
+    return text
+
+
+def _median_of(run, name, rows):
+    if name not in run.metrics:
+        return math.nan
+    values = run.metric(name)[rows]
+    values = values[np.isfinite(values)]
+    return float(np.median(values)) if values.size else math.nan
+
+
+def _mean_of(run, name, rows=None):
+    if name not in run.metrics:
+        return math.nan
+    values = run.metric(name) if rows is None else run.metric(name)[rows]
+    values = values[np.isfinite(values)]
+    return float(np.mean(values)) if values.size else math.nan
 
 
 def breakdown(run, label):
@@ -100,16 +145,30 @@ def breakdown(run, label):
                      optimizer_kernels=float(np.mean(kernels)), mask_wait=float(np.mean(wait)),
                      grad_wait=float(np.mean(grad_wait)),
                      collectives={p: float(np.mean(v)) for p, v in collectives.items() if np.any(v > 0)},
-                     lagged_all_gather=beside(LAGGED), gradient_buckets=beside(BUCKETS))
+                     lagged_all_gather=beside(LAGGED), gradient_buckets=beside(BUCKETS),
+                     step_wall=_median_of(run, "step_wall_time", rows),
+                     diagnostics=_mean_of(run, "diagnostics_time", rows),
+                     diagnostic_bytes=_mean_of(run, "bytes_sent_diagnostics"),
+                     diagnostics_taken=diagnostics_text(run))
 
 
 def breakdowns(report):
-    """The Breakdown of every measured run of a Report, in table order."""
-    out = []
+    """The Breakdown of every measured run of a Report, in table order, each with its speedup
+    against its row's dense run when that run is measured too."""
+    out, by_file, baseline_of = [], {}, {}
     for row in report.rows:
         b = breakdown(row.run, row.label if len(report.groups) == 1 else f"{row.group}: {row.label}")
         if b is not None:
             out.append(b)
+            by_file[row.run.path.name] = b
+            baseline_of[row.run.path.name] = row.baseline
+    for b in out:
+        dense = by_file.get(baseline_of.get(b.file) or "")
+        if dense is None or not (b.step_wall > 0 and math.isfinite(dense.step_wall)):
+            continue
+        b.speedup = dense.step_wall / b.step_wall
+        if dense.diagnostics_taken != b.diagnostics_taken:
+            b.speedup_note = f"diagnostics differ: {b.diagnostics_taken} against the dense run's {dense.diagnostics_taken}"
     return out
 
 
@@ -122,35 +181,51 @@ def markdown_section(items):
     purposes = sorted({p for b in items for p in b.collectives})
     head = ["run", "W", "optimizer", "steps", "step", "forward/backward", "optimizer kernels"] + purposes + [
         "lagged all-gather wait", "gradient bucket wait", "exposed comm (share of step)",
-        "lagged all-gather (beside compute)", "gradient buckets (beside backward)"]
+        "lagged all-gather (beside compute)", "gradient buckets (beside backward)",
+        "step wall, rank 0 (median; diagnostics included)", "diagnostics (not in the parts)", "diagnostics taken",
+        "speedup vs dense (step wall; diagnostics included)"]
     lines = ["## Measured step time (MPI and NCCL runs)", "",
              "Mean over the steady steps (step 4 to the last but one) of the slowest rank's times, in ms; the",
              "parts add up to the step: forward/backward, the optimizer's own kernels, each blocking collective",
              "and the waits for the lagged mask all-gather and the gradient buckets (a dense baseline with",
-             "`optimizer.overlap_grad_reduce`). Those two collectives themselves run beside compute.", "",
+             "`optimizer.overlap_grad_reduce`). Those two collectives themselves run beside compute.",
+             "*Step wall* is the median over the same steps of rank 0's `step_wall_time`, from the start of a",
+             "step to the start of the next: the whole step, with the gathers of the diagnostics (`grad_norm`,",
+             "the oracle metrics) to rank 0, whose mean time is *diagnostics*, and evaluation. *Speedup* is",
+             "the dense run's median step wall / this run's; † marks a pair whose diagnostics differ.", "",
              "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    notes = []
     for b in items:
         share = b.exposed_comm / b.step if b.step > 0 else math.nan
+        speedup = "" if not math.isfinite(b.speedup) else f"{b.speedup:.2f}×" + (" †" if b.speedup_note else "")
         cells = [b.label, str(b.workers), b.optimizer, str(b.steps_used), _ms(b.step), _ms(b.compute),
                  _ms(b.optimizer_kernels)] + [_ms(b.collectives.get(p, 0.0)) for p in purposes] + [
                  _ms(b.mask_wait), _ms(b.grad_wait), f"{_ms(b.exposed_comm)} ({100 * share:.1f}%)",
-                 _ms(b.lagged_all_gather), _ms(b.gradient_buckets)]
+                 _ms(b.lagged_all_gather), _ms(b.gradient_buckets), _ms(b.step_wall), _ms(b.diagnostics),
+                 b.diagnostics_taken, speedup]
         lines.append("| " + " | ".join(cells) + " |")
+        if b.speedup_note:
+            notes.append(f"- † {b.label}: {b.speedup_note}.")
+    if notes:
+        lines += [""] + notes
     return lines
 
 
 def write_csv(items, path):
-    """breakdown.csv: every part in seconds, one row per measured run."""
+    """breakdown.csv: every part in seconds, one row per measured run; the step wall time and the
+    diagnostics beside them (not parts of step_s)."""
     purposes = sorted({p for b in items for p in b.collectives})
     with open(path, "w", newline="", encoding="utf-8") as f:
         w = csv.writer(f)
         w.writerow(["file", "label", "workers", "optimizer", "steps_used", "step_s", "compute_s",
                     "optimizer_kernels_s", "mask_wait_s", "grad_wait_s"] + [f"{p}_s" for p in purposes]
-                   + ["lagged_all_gather_s", "gradient_buckets_s"])
+                   + ["lagged_all_gather_s", "gradient_buckets_s", "step_wall_median_s", "diagnostics_s",
+                      "diagnostic_bytes_per_step", "diagnostics_taken", "speedup_step_wall", "speedup_note"])
         for b in items:
             w.writerow([b.file, b.label, b.workers, b.optimizer, b.steps_used, b.step, b.compute,
                         b.optimizer_kernels, b.mask_wait, b.grad_wait] + [b.collectives.get(p, 0.0) for p in purposes]
-                       + [b.lagged_all_gather, b.gradient_buckets])
+                       + [b.lagged_all_gather, b.gradient_buckets, b.step_wall, b.diagnostics, b.diagnostic_bytes,
+                          b.diagnostics_taken, b.speedup, b.speedup_note])
 
 
 def draw(items, path):

@@ -48,7 +48,9 @@ def markdown_summary(report, inputs, figures):
             "*comm. reduction* = mean bytes sent per worker per step of that dense run / this run's; *exposed comm*",
             "the mean alpha-beta time of the collectives not hidden behind compute; *step time* the mean modelled",
             "step time (the group's compute, named under its title, plus that communication on its network)",
-            "and *speedup* the dense run's mean step time / this run's. Final values of diverged runs are left",
+            "and *speedup* the dense run's mean step time / this run's. Both are modelled from the optimizer's",
+            "collectives and never include the diagnostics a multi-process run sends to rank 0 (`grad_norm`, the",
+            "oracle metrics; the measured section's step wall time does). Final values of diverged runs are left",
             "out; their curves stop at the divergence (marked ×).", ""]
     if report.problems_over_seeds:
         out += [seeds.markdown_section(report.problems_over_seeds, report.reference), ""]

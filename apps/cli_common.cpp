@@ -17,9 +17,11 @@ int exit_code(tr::RunStatus s) {
   return kExitFailure;
 }
 
-ex::ExperimentConfig load_config(const std::string& file, const std::vector<std::string>& sets) {
+ex::ExperimentConfig load_config(const std::string& file, const std::vector<std::string>& sets,
+                                 std::string_view backend) {
   json j = ex::read_json_file(file);
   for (const auto& s : sets) ex::apply_override(j, s);
+  ex::apply_backend_defaults(j, backend);
   const auto base = std::filesystem::absolute(file).parent_path();
   return ex::parse_experiment(j, base);
 }

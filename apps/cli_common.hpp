@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <functional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "experiments/config.hpp"
@@ -41,7 +42,10 @@ struct Command {
 };
 
 int exit_code(tr::RunStatus s);
-ex::ExperimentConfig load_config(const std::string& file, const std::vector<std::string>& sets);
+// `backend` (scape run --backend) fills in the defaults that depend on it
+// (experiments::apply_backend_defaults) where the file and the --set overrides leave them out.
+ex::ExperimentConfig load_config(const std::string& file, const std::vector<std::string>& sets,
+                                 std::string_view backend = "sim");
 tr::RunOptions options_for(const std::filesystem::path& out, bool quiet);
 // A table cell: the number, or n/a for a metric that does not apply (NaN).
 std::string cell(double x, const char* format);

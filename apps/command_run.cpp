@@ -49,7 +49,7 @@ void prepare_out(const std::filesystem::path& out, const ex::ExperimentConfig& c
 
 int cmd_run(const std::string& file, std::string out, const std::vector<std::string>& sets, bool quiet, int every,
             bool resume, bool force, const Backend& backend) {
-  const auto config = load_config(file, sets);
+  const auto config = load_config(file, sets, backend.name);
   if (out.empty()) out = config.name + ".h5";
   prepare_out(out, config, force, resume);
   auto options = options_for(out, quiet);

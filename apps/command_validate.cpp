@@ -11,7 +11,7 @@ namespace {
 
 using nlohmann::json;
 
-int cmd_validate(const std::string& file, const std::vector<std::string>& sets) {
+int cmd_validate(const std::string& file, const std::vector<std::string>& sets, const std::string& backend) {
   json j = ex::read_json_file(file);
   if (j.is_object() && (j.contains("grid") || j.contains("points") || j.contains("repeat") || j.contains("lr_search"))) {
     // A sweep: every point must be a valid experiment.
@@ -21,6 +21,7 @@ int cmd_validate(const std::string& file, const std::vector<std::string>& sets) 
     for (auto& p : points) {
       try {
         for (const auto& s : sets) ex::apply_override(p.config, s);
+        ex::apply_backend_defaults(p.config, backend);
         const auto config = ex::parse_experiment(p.config, base_dir);
         std::printf("valid    %s  (run id %s)\n", label_of(p).c_str(), ex::run_id(config.to_json()).c_str());
       } catch (const ex::ConfigError& e) {
@@ -31,7 +32,7 @@ int cmd_validate(const std::string& file, const std::vector<std::string>& sets) 
     std::fprintf(stderr, "%s: sweep of %zu points, %d invalid\n", file.c_str(), points.size(), invalid);
     return invalid ? kExitInvalid : kExitOk;
   }
-  const auto config = load_config(file, sets);
+  const auto config = load_config(file, sets, backend);
   std::cout << config.to_json().dump(2) << "\n";
   std::fprintf(stderr, "%s: valid (run id %s)\n", file.c_str(), ex::run_id(config.to_json()).c_str());
   if (config.device == scape::kernels::DeviceKind::cuda) {
@@ -44,6 +45,7 @@ int cmd_validate(const std::string& file, const std::vector<std::string>& sets) 
 struct ValidateArgs {
   std::string config_file;
   std::vector<std::string> sets;
+  std::string backend = "sim";
 };
 
 }  // namespace
@@ -56,9 +58,16 @@ Command add_validate_command(CLI::App& app) {
       "point of a sweep");
   validate->add_option("config", a->config_file, "experiment or sweep JSON file")->required()->check(CLI::ExistingPath);
   validate->add_option("--set", a->sets, "override a config value: key.path=value");
+  // The defaults of log.oracle and log.gradient_metrics_interval depend on the backend
+  // (docs/configuration.md): the printed config is the one `scape run --backend B` records.
+  validate->add_option("--backend", a->backend,
+                       "resolve the defaults as scape run --backend does (mpi, nccl: log.oracle false, "
+                       "log.gradient_metrics_interval 100 unless given)")
+      ->check(CLI::IsMember({"sim", "mpi", "nccl"}))
+      ->capture_default_str();
   Command c;
   c.sub = validate;
-  c.run = [a] { return cmd_validate(a->config_file, a->sets); };
+  c.run = [a] { return cmd_validate(a->config_file, a->sets, a->backend); };
   return c;
 }
 

@@ -172,6 +172,17 @@ json ExperimentConfig::to_json() const {
   return j;
 }
 
+bool is_multi_process_backend(std::string_view backend) { return backend == "mpi" || backend == "nccl"; }
+
+void apply_backend_defaults(json& j, std::string_view backend) {
+  if (!is_multi_process_backend(backend) || !j.is_object()) return;
+  json& log = j["log"];
+  if (log.is_null()) log = json::object();
+  if (!log.is_object()) return;  // parse_experiment names the wrong type
+  if (!log.contains("oracle")) log["oracle"] = false;
+  if (!log.contains("gradient_metrics_interval")) log["gradient_metrics_interval"] = kMultiProcessGradientMetricsInterval;
+}
+
 std::string run_id(const json& resolved) {
   // FNV-1a over the canonical dump (nlohmann sorts object keys), then a final mix.
   std::uint64_t h = fnv1a_64(resolved.dump(), kRunIdOffset);

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -72,6 +73,10 @@ struct EvalSection {
   int batches = 4;    // batches of data.batch_size * workers sequences
 };
 
+// The defaults below are the simulator's, whose workers share one memory: there the metrics that
+// read every worker's whole gradient on rank 0 cost nothing on the wire. A multi-process run
+// (--backend mpi, nccl) sends W N floats to rank 0 for each of them, so there oracle is off and
+// gradient_metrics_interval sparse unless the config asks (apply_backend_defaults).
 struct LogSection {
   int flush_interval = 10;
   bool save_params = false;
@@ -80,6 +85,19 @@ struct LogSection {
   // the oracle metrics): they are taken at steps 1, 1 + k, 1 + 2k, ... and NaN elsewhere.
   int gradient_metrics_interval = 1;
 };
+
+// log.gradient_metrics_interval of a multi-process run that does not give it: grad_norm at steps
+// 1, 101, 201, ... (W N floats to rank 0 each), about 1% of the steps.
+inline constexpr int kMultiProcessGradientMetricsInterval = 100;
+// Whether `backend` ("sim", "mpi", "nccl": scape run --backend) runs each worker in its own
+// process, where a diagnostic that reads every worker's gradient sends it to rank 0.
+bool is_multi_process_backend(std::string_view backend);
+// The defaults that depend on the backend, written into the config JSON `j` (before
+// parse_experiment) where it leaves them out: on a multi-process backend log.oracle = false and
+// log.gradient_metrics_interval = kMultiProcessGradientMetricsInterval. The simulator's config is
+// left as it is, so its resolved configs and run ids do not change. The resolved config, which
+// the run file records, then holds what ran.
+void apply_backend_defaults(nlohmann::json& j, std::string_view backend);
 
 struct ExperimentConfig {
   std::string name = "run";

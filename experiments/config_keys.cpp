@@ -366,11 +366,14 @@ const KeyTable<LogSection>& log_keys() {
       {{"flush_interval", Kind::integer, "steps between flushes of the run file", {1, 1e9}},
        SCAPE_MEMBER(C, flush_interval)},
       {{"save_params", Kind::boolean, "write the final parameters to /final/params"}, SCAPE_MEMBER(C, save_params)},
-      {{"oracle", Kind::boolean, "compute mask_oracle_overlap and mask_energy_capture (a copy of a_i per worker per step)"},
+      {{"oracle", Kind::boolean,
+        "compute mask_oracle_overlap and mask_energy_capture (a copy of a_i per worker per step); the default is "
+        "false with --backend mpi or nccl, where a_i travels to rank 0"},
        SCAPE_MEMBER(C, oracle)},
       {{"gradient_metrics_interval", Kind::integer,
         "steps between the metrics that need every worker's whole gradient on rank 0 (grad_norm, the oracle "
-        "metrics): taken at steps 1, 1 + k, ...; in a multi-process run each costs W N floats sent to rank 0",
+        "metrics): taken at steps 1, 1 + k, ...; in a multi-process run each costs W N floats sent to rank 0, and "
+        "the default there is 100",
         {1, 1e9}},
        SCAPE_MEMBER(C, gradient_metrics_interval)},
   });

@@ -459,6 +459,22 @@ void RunRecorder::append_step(long step, std::span<const double> metrics, std::s
   if (s.pending_steps.size() >= static_cast<std::size_t>(s.spec.flush_interval)) s.flush();
 }
 
+void RunRecorder::amend_last_step(std::size_t metric, double value) {
+  State& s = live();
+  if (metric >= s.spec.metric_names.size()) bad_argument(s.path, "amend_last_step: no metric " + std::to_string(metric));
+  if (!s.pending_steps.empty()) {
+    s.pending_metrics[metric].back() = value;
+    return;
+  }
+  if (s.rows == 0 || s.last_step == kNoStep) bad_argument(s.path, "amend_last_step: no row was appended");
+  const auto lock = lock_hdf5();
+  if (s.write_failure) throw H5Error(*s.write_failure);
+  // The row is on disk: rewrite its one cell in place (the table does not grow).
+  const double cell[] = {value};
+  s.guarded_write("step " + std::to_string(s.last_step) + "'s " + in_quotes(s.spec.metric_names[metric]), 0,
+                  [&] { s.metrics[metric].write_rows<double>(s.rows - 1, std::span<const double>(cell)); });
+}
+
 void RunRecorder::append_eval(long step, double val_loss) {
   State& s = live();
   if (step <= s.last_eval_step)

@@ -89,6 +89,10 @@ class RunRecorder {
   // Steps are non-negative and increase. `metrics` is aligned with metric_names; `tensor_values` holds
   // tensor_metric_names.size() x tensor_names.size() values, metric-major.
   void append_step(long step, std::span<const double> metrics, std::span<const double> tensor_values = {});
+  // Sets metric `metric` (an index into metric_names) of the last appended row to `value`: in the
+  // buffer, or in the file when a flush has written the row already. For a value known only
+  // after the row (a step's wall time ends when the next step starts).
+  void amend_last_step(std::size_t metric, double value);
   // Eval steps are non-negative and increase.
   void append_eval(long step, double val_loss);
   // Writes /final/params now (size final_params_size) and flushes.

@@ -51,7 +51,8 @@ class MpiExchange final : public train::StepExchange {
   MpiExchange(MPI_Comm world, const experiments::ExperimentConfig& config, std::size_t n, std::size_t tensors)
       : world_(world), n_(n), packer_(config.optimizer, tensors) {
     SCAPE_MPI_CHECK(MPI_Comm_size(world, &size_));
-    with_moment_ = config.log.oracle && config.optimizer.type == OptimizerType::scape;
+    with_moment_ = config.log.oracle && config.optimizer.type == OptimizerType::scape &&
+                   train::has_oracle_metrics(config.optimizer);
     shards_ = Sharding(n, size_);
   }
 
@@ -66,6 +67,9 @@ class MpiExchange final : public train::StepExchange {
     }
     SCAPE_MPI_CHECK(MPI_Gather(mine.data(), to_mpi_count(width, "report"), MPI_DOUBLE, scalars_.data(),
                                to_mpi_count(width, "report"), MPI_DOUBLE, 0, world_));
+    // The diagnostics from here on: rank 0 has every report's scalars, so every rank has reached
+    // this point and the time below is the gathers' own (the run file's diagnostics_time).
+    const auto d0 = std::chrono::steady_clock::now();
     // Every rank takes the same steps' gradient metrics (log.gradient_metrics_interval).
     const bool with_grads = !report.grads.empty();
     if (with_grads) {
@@ -86,7 +90,13 @@ class MpiExchange final : public train::StepExchange {
       if (with_grads) gathered.grads = grads_;
       if (with_acc) gathered.accumulated = acc_;
       if (with_acc && with_moment_) gathered.moment = moment_;
-      stop = decide(train::rebuild_reports(report, packer_, gathered, shards_, others_)) ? 1 : 0;
+      // What the gathers above moved to rank 0, every rank's part counted (rank 0's own as
+      // MPI_Gather's receive buffer holds it): its own purpose, apart from the optimizer's bytes.
+      own_ = report;
+      own_.diagnostic_bytes = static_cast<double>(sizeof(float)) *
+                              static_cast<double>(gathered.grads.size() + gathered.accumulated.size() + gathered.moment.size());
+      own_.diagnostic_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - d0).count();
+      stop = decide(train::rebuild_reports(own_, packer_, gathered, shards_, others_)) ? 1 : 0;
     }
     SCAPE_MPI_CHECK(MPI_Bcast(&stop, 1, MPI_INT, 0, world_));
     return stop != 0;
@@ -141,6 +151,7 @@ class MpiExchange final : public train::StepExchange {
   bool with_moment_ = false;
   Sharding shards_{1, 1};
   std::vector<train::WorkerReport> others_;
+  train::WorkerReport own_;  // rank 0's report with what its diagnostics sent
 };
 
 // Watches for this rank's failure (or a collective blocked past the timeout) and, on rank 0,
@@ -267,6 +278,7 @@ int run_mpi(const experiments::ExperimentConfig& config, train::RunOptions optio
 
 int run_mpi(const experiments::ExperimentConfig& config, train::RunOptions options, const MpiOptions& mpi,
             const CommBackend& backend) {
+  const auto wall_start = std::chrono::steady_clock::now();
   MPI_Comm world = MPI_COMM_WORLD;
   int rank = 0, size = 0;
   SCAPE_MPI_CHECK(MPI_Comm_rank(world, &rank));
@@ -337,8 +349,12 @@ int run_mpi(const experiments::ExperimentConfig& config, train::RunOptions optio
     if (rank == 0) {
       const train::RunOutcome outcome = log->finish("");
       code = outcome.status == train::RunStatus::completed ? 0 : (outcome.status == train::RunStatus::diverged ? 3 : 1);
-      std::fprintf(stderr, "%s: %s after %d/%d steps -> %s\n", config.name.c_str(), train::to_string(outcome.status),
-                   outcome.steps_completed, config.steps, options.out.string().c_str());
+      // As the simulator's line: the wall time from setup on (the median step_wall_time times the
+      // steps, plus the start-up: data, communicator, run file).
+      const double wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - wall_start).count();
+      std::fprintf(stderr, "%s: %s after %d/%d steps in %.1f s -> %s\n", config.name.c_str(),
+                   train::to_string(outcome.status), outcome.steps_completed, config.steps, wall_s,
+                   options.out.string().c_str());
     }
     SCAPE_MPI_CHECK(MPI_Bcast(&code, 1, MPI_INT, 0, world));
   }

@@ -257,3 +257,45 @@ TEST_CASE("every shipped run and sweep config under experiments/configs parses, 
   MESSAGE(files << " configs, " << points << " runs parsed, " << skipped << " skipped");
   CHECK(files + skipped >= 14);  // the quickstart, its run, two calibration runs, the eleven paper sweeps
 }
+
+TEST_CASE("backend defaults: mpi and nccl turn the rank-0 diagnostics down; the simulator's config is untouched") {
+  const std::string path = std::string(SCAPE_SOURCE_DIR) + "/experiments/configs/quickstart-run.json";
+  const json file = ex::read_json_file(path);
+  json sim = file;
+  ex::apply_backend_defaults(sim, "sim");
+  CHECK(sim == file);
+  // The simulator's run id, pinned: the run files of earlier scape versions stay this config's.
+  const auto sim_config = ex::parse_experiment(sim, ".");
+  CHECK(ex::run_id(sim_config.to_json()) == "46e127c99d6414c6");
+  CHECK(sim_config.log.oracle);
+  CHECK(sim_config.log.gradient_metrics_interval == 1);
+  for (const char* backend : {"mpi", "nccl"}) {
+    CAPTURE(std::string(backend));
+    json multi = file;
+    ex::apply_backend_defaults(multi, backend);
+    const auto c = ex::parse_experiment(multi, ".");
+    CHECK_FALSE(c.log.oracle);
+    CHECK(c.log.gradient_metrics_interval == ex::kMultiProcessGradientMetricsInterval);
+    // The resolved config records what runs.
+    const json recorded = c.to_json();
+    CHECK(recorded["log"]["oracle"] == false);
+    CHECK(recorded["log"]["gradient_metrics_interval"] == 100);
+    CHECK(ex::run_id(recorded) != ex::run_id(sim_config.to_json()));
+    // Keys the config gives are kept, and a recorded config resolves to itself.
+    json asked = file;
+    asked["log"]["oracle"] = true;
+    asked["log"]["gradient_metrics_interval"] = 1;
+    ex::apply_backend_defaults(asked, backend);
+    CHECK(ex::run_id(ex::parse_experiment(asked, ".").to_json()) == ex::run_id(sim_config.to_json()));
+    json again = recorded;
+    ex::apply_backend_defaults(again, backend);
+    CHECK(ex::parse_experiment(again, ".").to_json() == recorded);
+  }
+  // A config without a log section gets one; a wrong type is left for the parser to name.
+  json bare = {{"model", {{"type", "quadratic"}}}};
+  ex::apply_backend_defaults(bare, "mpi");
+  CHECK(bare["log"] == json{{"oracle", false}, {"gradient_metrics_interval", 100}});
+  json wrong = {{"log", 3}};
+  ex::apply_backend_defaults(wrong, "mpi");
+  CHECK(wrong["log"] == 3);
+}

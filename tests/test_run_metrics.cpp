@@ -168,8 +168,10 @@ TEST_CASE("the run file keeps every column analysis/ reads; measured columns onl
     CAPTURE(name);
     CHECK(names.count(name) == 1);
   }
+  // With them, rank 0's step wall time and what the diagnostics sent to it (docs/run-files.md).
   std::vector<std::string> measured = {"comm_time_measured_async_all_gather", "mask_wait_exposed",
-                                       "compute_device_time"};
+                                       "compute_device_time", "step_wall_time", "bytes_sent_diagnostics",
+                                       "diagnostics_time"};
   for (const auto& p : purposes) measured.push_back("comm_time_measured_" + p);
   std::set<std::string> with_measured;
   for (const auto& c : tr::metric_columns(scape_config, true)) with_measured.insert(c.name);

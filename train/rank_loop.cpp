@@ -73,7 +73,8 @@ RankLoop::RankLoop(const experiments::ExperimentConfig& config, const SourceData
   // starts the span just before the pass's first kernel. Not for the simulator's shared model:
   // its workers queue their passes on one stream in turn, so the span would hold the others'.
   compute_span_ = shared == nullptr ? kernels::make_device_span(*backend_) : nullptr;
-  want_oracle_ = config.log.oracle && has_sparse_metrics(config.optimizer);
+  // a_i and m_prev travel to rank 0 only where an oracle metric reads them.
+  want_oracle_ = config.log.oracle && has_oracle_metrics(config.optimizer);
   // overlap_grad_reduce: each gradient range goes to the optimizer as the backward pass finishes
   // it. A collective that reads host memory at once needs the range's queued kernels done.
   if (opt_->reduces_in_backward()) {
@@ -88,6 +89,7 @@ RankLoop::~RankLoop() = default;
 
 bool RankLoop::step(int t, const GivenGradient& given) {
   const int rank = comm_.rank();
+  if (log_ != nullptr) log_->step_started(t, wall_seconds());
   if (options_.before_step) options_.before_step(rank, t);
   WorkerReport report;
   const double w0 = wall_seconds();
@@ -140,6 +142,7 @@ bool RankLoop::step(int t, const GivenGradient& given) {
 }
 
 void RankLoop::finish() {
+  if (log_ != nullptr) log_->steps_ended(wall_seconds());
   opt_->finish();
   exchange_.barrier(comm_.rank());
   if (comm_.rank() == 0) log_->write_final_params(params_);

@@ -87,7 +87,10 @@ RunLog::RunLog(const experiments::ExperimentConfig& config, const ParamLayout& l
   spec.scape_version = options.scape_version;
   spec.git_sha = options.git_sha;
   describe_metrics(columns, spec);
-  for (const auto& c : columns) column_names_.push_back(c.name);
+  for (const auto& c : columns) {
+    if (c.name == "step_wall_time") step_wall_column_ = static_cast<int>(column_names_.size());
+    column_names_.push_back(c.name);
+  }
   for (const auto& s : layout.slots()) spec.tensor_names.push_back(s.name);
   spec.final_params_size = config.log.save_params ? layout.size() : 0;
   spec.flush_interval = config.log.flush_interval;
@@ -182,6 +185,20 @@ RunOutcome RunLog::finish(const std::string& failure) {
 }
 
 int RunLog::steps_completed() const { return outcome_.steps_completed; }
+
+void RunLog::step_started(int t, double wall_s) {
+  std::lock_guard lock(mutex_);
+  // Only a step whose row is the last written and that started in this process (not the step
+  // before a resume) has a start to measure from.
+  if (step_wall_column_ >= 0 && started_step_ == t - 1 && started_step_ > 0 && outcome_.steps_completed == t - 1 &&
+      rows_ > 0) {
+    recorder_->amend_last_step(static_cast<std::size_t>(step_wall_column_), wall_s - started_s_);
+  }
+  started_step_ = t;
+  started_s_ = wall_s;
+}
+
+void RunLog::steps_ended(double wall_s) { step_started(started_step_ + 1, wall_s); }
 
 std::vector<std::pair<std::string, double>> RunLog::last_row() const {
   std::vector<std::pair<std::string, double>> out;

@@ -78,6 +78,11 @@ class RunLog {
   // Sets the final status (failed when `failure` is not empty) and returns the outcome.
   RunOutcome finish(const std::string& failure);
   int steps_completed() const;
+  // Rank 0's steady-clock seconds at the start of step t (RankLoop::step), and after the last
+  // step (RankLoop::finish): the row of the step before gets its step_wall_time (a column of
+  // measured runs only), the time from its start to this one.
+  void step_started(int t, double wall_s);
+  void steps_ended(double wall_s);
   // The last recorded row: each /metrics column by name, in the run file's order, then
   // "val_loss" when that step evaluated. Empty before the first step.
   std::vector<std::pair<std::string, double>> last_row() const;
@@ -98,6 +103,10 @@ class RunLog {
   double last_val_ = std::numeric_limits<double>::quiet_NaN();
   double last_loss_ = std::numeric_limits<double>::quiet_NaN();
   bool diverged_ = false;
+  // step_wall_time's index among the columns (none: -1), and the last step that started and when.
+  int step_wall_column_ = -1;
+  int started_step_ = 0;
+  double started_s_ = 0;
 };
 
 }  // namespace scape::train

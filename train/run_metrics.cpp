@@ -51,7 +51,8 @@ const RunMetric kRunMetrics[] = {
             "skips"},
     {.name = "bytes_sent", .columns = Columns::one, .combine = Combine::worker0, .unit = "bytes",
      .computed = [](Report r, Purpose) { return summarize(r.metrics.comm).bytes_sent_per_worker; },
-     .doc = "bytes sent per worker by the step's collectives"},
+     .doc = "bytes sent per worker by the optimizer's collectives of the step (what the diagnostics send to rank 0 "
+            "is `bytes_sent_diagnostics`)"},
     {.name = "comm_time_model", .columns = Columns::one, .combine = Combine::worker0, .unit = "s",
      .computed = [](Report r, Purpose) { return summarize(r.metrics.comm).modelled_time_s; },
      .doc = "alpha-beta time of the step's collectives"},
@@ -159,6 +160,21 @@ const RunMetric kRunMetrics[] = {
      .rank0_field = &RankZeroValues::record_time,
      .doc = "seconds rank 0 spent writing the previous step's row to the run file (a row's own cost is only "
             "known after it is written)"},
+    {.name = "step_wall_time", .columns = Columns::one, .combine = Combine::rank0, .unit = "s",
+     .measured_only = true, .rank0_field = &RankZeroValues::step_wall_time,
+     .doc = "wall seconds on rank 0 from the start of this step to the start of the next (for the last step, "
+            "to the end of the run's steps): everything the step cost, `diagnostics_time`, evaluation, "
+            "checkpoints and the run file included; NaN for a step whose run stopped before the next began"},
+    {.name = "bytes_sent_diagnostics", .columns = Columns::one, .combine = Combine::rank0, .unit = "bytes",
+     .measured_only = true, .rank0_field = &RankZeroValues::diagnostic_bytes,
+     .doc = "bytes the diagnostics gathered to rank 0 this step, every worker's part counted: 4 W N for "
+            "`grad_norm` at the steps `log.gradient_metrics_interval` takes, with `log.oracle` 4 W N more for "
+            "the a_i and, for SCAPE, 4 N for the shards of m_prev; 0 at the other steps. Not in `bytes_sent`, "
+            "which counts the optimizer's collectives (each other rank sends 1/W of it)"},
+    {.name = "diagnostics_time", .columns = Columns::one, .combine = Combine::rank0, .unit = "s",
+     .measured_only = true, .rank0_field = &RankZeroValues::diagnostics_time,
+     .doc = "wall seconds rank 0 spent in the gathers of `bytes_sent_diagnostics`, after every rank's report "
+            "arrived; outside `compute_wall_time` and `optimizer_wall_time`, inside `step_wall_time`"},
     {.name = "bytes_sent_", .columns = Columns::per_collective, .combine = Combine::worker0, .unit = "bytes",
      .computed = bytes_of_purpose,
      .doc = "bytes sent per worker by the collectives of one purpose (`grad_reduce_scatter`, "
@@ -266,6 +282,10 @@ bool has_sparse_metrics(const OptimizerConfig& c) {
   return c.type == OptimizerType::scape || c.type == OptimizerType::topk_ef || c.type == OptimizerType::randk_ef;
 }
 
+bool has_oracle_metrics(const OptimizerConfig& c) {
+  return has_sparse_metrics(c) && (c.type != OptimizerType::scape || c.formulation == Formulation::frozen_momentum);
+}
+
 std::span<const RunMetric> run_metrics() { return kRunMetrics; }
 std::span<const TensorMetric> tensor_metrics() { return kTensorMetrics; }
 
@@ -353,6 +373,9 @@ RankZeroValues StepCombiner::rank0_values(std::span<const WorkerReport* const> r
   oracle_values(reports, mask, z);
   z.aggregate_time = aggregate_s_;
   z.record_time = record_s_;
+  z.diagnostic_bytes = reports[0]->diagnostic_bytes;
+  z.diagnostics_time = reports[0]->diagnostic_s;
+  z.step_wall_time = kNaN;
   return z;
 }
 

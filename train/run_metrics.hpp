@@ -41,6 +41,8 @@ struct RankZeroValues {
   double grad_norm, mask_oracle_overlap, mask_energy_capture;  // from this step's reports
   double compute_time_model, step_time_model;
   double aggregate_time, record_time;                      // rank 0's own cost of the previous row
+  double diagnostic_bytes, diagnostics_time;               // rank 0's report (multi-process exchange)
+  double step_wall_time;  // NaN in the row; RunLog writes it once the next step starts
 };
 
 struct RunMetric {
@@ -81,6 +83,10 @@ std::span<const TensorMetric> tensor_metrics();
 
 // SCAPE and top-k: the optimizers with a mask, a residual and staleness (dense ones have NaN).
 bool has_sparse_metrics(const OptimizerConfig& c);
+// The optimizers whose mask the oracle metrics score (docs/algorithms.md, "Metrics"): the sparse
+// ones but SCAPE's paper and artifact formulations, for which they are not defined yet. Only
+// these need a_i (and SCAPE's m_prev) on rank 0 with log.oracle.
+bool has_oracle_metrics(const OptimizerConfig& c);
 
 // The line of docs/run-files.md that documents a metric (a row of a markdown table).
 std::string doc_row(const RunMetric& m);

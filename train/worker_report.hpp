@@ -31,10 +31,17 @@ struct WorkerReport {
   std::map<std::string, double> measured;  // wall seconds per collective purpose (real backends)
   double exposed_wait_s = 0;               // time blocked waiting for asynchronous all-gathers
   double grad_wait_exposed_s = 0;          // time blocked waiting for the gradient buckets (overlap_grad_reduce)
+  // Set by a multi-process exchange in rank 0's own report: the bytes its gathers of the
+  // diagnostics (g_i for grad_norm; a_i and the m_prev shards for the oracle) moved to rank 0
+  // this step, and the wall seconds rank 0 spent in them. 0 where nothing is sent (the simulator).
+  double diagnostic_bytes = 0;
+  double diagnostic_s = 0;
 };
 
 // Moves reports to rank 0 and rank 0's decision back. The simulator implements it with
-// shared memory; a multi-process runtime with its own messages. Not counted in the ledger.
+// shared memory; a multi-process runtime with its own messages. Not counted in the optimizer's
+// ledger: a multi-process exchange reports what its diagnostics sent in rank 0's report
+// (diagnostic_bytes, the run file's bytes_sent_diagnostics).
 class StepExchange {
  public:
   virtual ~StepExchange() = default;

@@ -121,7 +121,13 @@ def test_known_columns_give_the_hand_derived_breakdown(mpi_run, tmp_path):
         m["mask_wait_exposed"][...] = np.full(n, 0.001)
         m["comm_time_measured_async_all_gather"][...] = np.full(n, 0.004)
         m["compute_wall_time"][0] = 9.0  # step 1, outside the steady steps: must not count
+        m["step_wall_time"][...] = np.arange(n) * 0.001 + 0.020  # rank 0's whole step, diagnostics included
+        m["diagnostics_time"][...] = np.full(n, 0.003)
     b = breakdown(load_run(path), "known")
+    steady = np.arange(n)[3:n - 1] * 0.001 + 0.020  # steps 4 .. n-1
+    assert b.step_wall == pytest.approx(float(np.median(steady)))
+    assert b.diagnostics == pytest.approx(0.003)  # beside the parts: the step is unchanged
+    assert b.diagnostics_taken == "grad_norm every 100 steps"  # the multi-process default, no oracle for paper
     assert b.compute == pytest.approx(0.010)
     assert b.collectives == pytest.approx({"grad_reduce_scatter": 0.002})
     assert b.mask_wait == pytest.approx(0.001)
@@ -147,7 +153,7 @@ def test_report_writes_the_section_csv_and_figure_for_measured_runs_only(scape, 
     parts = float(r["compute_s"]) + float(r["optimizer_kernels_s"]) + float(r["mask_wait_s"]) + float(
         r["grad_wait_s"]) + sum(float(v) for k, v in r.items() if k.endswith("_s") and k not in (
             "lagged_all_gather_s", "gradient_buckets_s", "step_s", "compute_s", "optimizer_kernels_s", "mask_wait_s",
-            "grad_wait_s"))
+            "grad_wait_s", "step_wall_median_s", "diagnostics_s"))
     assert parts == pytest.approx(float(r["step_s"]), rel=1e-9)
     assert (tmp_path / "report" / "breakdown.png").stat().st_size > 0
 

@@ -46,12 +46,14 @@ std::vector<double> metric(const fs::path& f, const std::string& name) {
   return ex::File::open(f, ex::Access::read).open_dataset("/metrics/" + name).read_all<double>();
 }
 
+// The simulator's diagnostics, asked for (a multi-process run's defaults differ), so that both
+// sides take grad_norm and the oracle metrics at every step and record the same config.
 const char* kGpt = R"({"name": "eq", "seed": 2, "workers": 4, "steps": 8,
   "model": {"type": "gpt", "n_layer": 1, "n_head": 2, "n_embd": 16, "block_size": 16, "vocab_size": 32},
   "data": {"type": "synthetic", "batch_size": 2, "tokens": 20000},
   "optimizer": {"type": "scape", "sparsity": 0.99, "lr": 0.003},
   "eval": {"interval": 4, "batches": 1},
-  "log": {"flush_interval": 2, "save_params": true}})";
+  "log": {"flush_interval": 2, "save_params": true, "oracle": true, "gradient_metrics_interval": 1}})";
 
 }  // namespace
 
