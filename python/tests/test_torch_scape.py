@@ -113,6 +113,9 @@ def model():
     ({"density_warmup": 10, "density_cooldown": 10}, r"^density_warmup, density_cooldown:"),
     ({"overlap_backward": True, "mask_lag": 0}, r"^overlap_backward: needs mask_lag = 1"),
     ({"lr": -1.0}, r"lr must be a number >= 0"),
+    ({"wire_dtype": "bf16"}, r"^wire_dtype: expected one of 'fp32', 'fp8_e5m2', got 'bf16'"),
+    ({"wire_dtype": "fp8_e5m2", "sharded": True}, r"^wire_dtype: fp8_e5m2 needs sharded=False"),
+    ({"total_steps": 0}, r"^total_steps: a positive integer or None"),
 ])
 def test_bad_arguments_raise_naming_them(kwargs, message):
     args = {"lr": 1e-3, **kwargs}

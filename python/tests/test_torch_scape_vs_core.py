@@ -38,6 +38,8 @@ CASES = [
     {"name": "sharded-warmup", "sharded": True, "mask_lag": 0, "sparsity": 0.99, "density_warmup": 6},
     {"name": "replicated-bf16", "sharded": False, "mask_lag": 1, "sparsity": 0.9, "dtype": "bf16"},
     {"name": "sharded-bf16", "sharded": True, "mask_lag": 1, "sparsity": 0.9, "dtype": "bf16"},
+    {"name": "replicated-fp8", "sharded": False, "mask_lag": 1, "sparsity": 0.9, "wire_dtype": "fp8_e5m2"},
+    {"name": "replicated-fp8-lag0-99", "sharded": False, "mask_lag": 0, "sparsity": 0.99, "wire_dtype": "fp8_e5m2"},
 ]
 for case in CASES:
     case.update(type="scape", lr=0.01)
@@ -66,7 +68,7 @@ def core_config(case):
         return {"type": "adams", "lr": case["lr"], "sharded": False}
     cfg = {"type": "scape", "formulation": "paper", "lr": case["lr"], "sparsity": case["sparsity"],
            "sharded": case["sharded"], "mask_lag": case["mask_lag"], "dense_tensors": ["norm", "bias"]}
-    for key in ("clip_grad", "density_warmup"):
+    for key in ("clip_grad", "density_warmup", "wire_dtype"):
         if key in case:
             cfg[key] = case[key]
     return cfg

@@ -65,7 +65,8 @@ def run_case(case, trace, rank, world, out_dir, device):
     else:
         opt = st.SCAPE(groups, lr=lr, sparsity=case["sparsity"], sharded=case["sharded"], mask_lag=case["mask_lag"],
                        clip_grad=case.get("clip_grad", 0.0), density_warmup=case.get("density_warmup", 0),
-                       overlap_backward=case.get("overlap_backward", False), total_steps=case.get("total_steps"))
+                       overlap_backward=case.get("overlap_backward", False), total_steps=case.get("total_steps"),
+                       wire_dtype=case.get("wire_dtype", "fp32"))
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda k: core_lr(lr, k + 1, steps) / lr)
     masks = []
     for t in range(steps):

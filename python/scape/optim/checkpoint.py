@@ -34,6 +34,7 @@ def save(opt) -> Dict[str, Any]:
             "masters": [_cpu(v) for v in masters],
             "mask": _cpu(opt._mask), "mask_rho": opt._mask_rho,
             "previous_mask": _cpu(opt._previous_mask), "previous_size": opt._previous_size,
+            "fp8": None if opt.fp8 is None else {"exponent": opt.fp8.exponent, "scaled": opt.fp8.scaled},
         },
     }
 
@@ -69,5 +70,9 @@ def load(opt, state_dict: Dict[str, Any]) -> None:
     opt._mask_rho = saved["mask_rho"]
     opt._previous_mask = None if saved["previous_mask"] is None else saved["previous_mask"].to(dev)
     opt._previous_size = int(saved["previous_size"])
+    if opt.fp8 is not None:
+        if saved.get("fp8") is None:
+            raise ValueError("state_dict: saved without wire_dtype fp8_e5m2, this optimizer has it")
+        opt.fp8.exponent, opt.fp8.scaled = int(saved["fp8"]["exponent"]), bool(saved["fp8"]["scaled"])
     opt._next = None
     opt._metrics = None

@@ -19,6 +19,7 @@ from . import checkpoint
 from .arith import AdamScalars, adams_update, decay_factor, f32
 from .comm import Group
 from .layout import FlatLayout, Slot
+from .fp8 import Fp8Payload
 from .masks import merge_segments, pack_positions, packed_positions, topk_indices, unpack_bits
 from .metrics import StepMetrics
 from .params import check_tensors, flat_masters, normalize_groups, write_back
@@ -60,6 +61,8 @@ class SCAPE(torch.optim.Optimizer):
     broadcast_params  start every rank from rank 0's parameters
     total_steps     when given, the last step starts no lagged all-gather (no step would use it);
                     otherwise call finish() before destroying the process group
+    wire_dtype      "fp32", or "fp8_e5m2": the payload one byte a value with the core's shared
+                    scale, the rounding error kept in the residual (replicated state only)
     """
 
     _step_supports_amp_scaling = True  # GradScaler hands grad_scale and found_inf to step()
@@ -70,10 +73,15 @@ class SCAPE(torch.optim.Optimizer):
                  density_start: float = 1.0, density_cooldown: int = 0, density_cooldown_start: int = 0,
                  sharded: bool = False, dense_tensors: Sequence[str] = DEFAULT_DENSE_TENSORS,
                  bias_correction: bool = True, overlap_backward: bool = False, bucket_bytes: int = 25_000_000,
-                 broadcast_params: bool = True, total_steps: Optional[int] = None, group=None):
+                 broadcast_params: bool = True, total_steps: Optional[int] = None, wire_dtype: str = "fp32",
+                 group=None):
         _check_switch(formulation, "formulation", FORMULATIONS)
         _check_switch(mask_lag, "mask_lag", (0, 1))
         _check_switch(bool(residual), "residual", (True, False))
+        _check_switch(wire_dtype, "wire_dtype", ("fp32", "fp8_e5m2"))
+        if wire_dtype == "fp8_e5m2" and (sharded or overlap_backward):
+            raise ValueError("wire_dtype: fp8_e5m2 needs sharded=False and overlap_backward=False (the core's fp8 "
+                             "payload is replicated state's)")
         try:
             beta1, beta2 = (float(b) for b in betas)
         except (TypeError, ValueError):
@@ -111,6 +119,8 @@ class SCAPE(torch.optim.Optimizer):
         self.clip_grad, self.sharded, self.bias_correction = float(clip_grad), bool(sharded), bool(bias_correction)
         self.density = DensitySchedule(density_warmup, float(density_start), density_cooldown, density_cooldown_start)
         self.total_steps = total_steps
+        self.fp8 = Fp8Payload() if wire_dtype == "fp8_e5m2" else None
+        self._fp8_step = None  # this step's (undelivered error, exponent) until it is kept
         self.comm = Group(group)
         self._build_layout()
         self._allocate_state()
@@ -330,17 +340,21 @@ class SCAPE(torch.optim.Optimizer):
             self._mask_wait = time.perf_counter() - waited
         idx = self._mask_indices()
         waited = time.perf_counter()
-        reduced, flags = self._reduce(c, idx, local_bad)
+        reduced, flags = self._reduce(c, idx, local_bad, t)
         self._grad_wait = time.perf_counter() - waited
         return t, c, stat, idx, reduced, flags
 
     def _has_grad(self) -> torch.Tensor:
         return torch.tensor([p.grad is not None for p in self._tensors], dtype=torch.float32, device=self.device)
 
-    def _reduce(self, c: torch.Tensor, idx: torch.Tensor, flag: torch.Tensor):
+    def _reduce(self, c: torch.Tensor, idx: torch.Tensor, flag: torch.Tensor, t: int):
         """Step 3: one collective on the mask positions, in mask order, with this rank's flags
         riding beside the payload: non-finite gradients, then which tensors have a gradient."""
         payload = c.index_select(0, idx)
+        if self.fp8 is not None:
+            b_bar, flags, error, exponent = self.fp8.reduce(self.comm, payload, t, flag)
+            self._fp8_step = (error, exponent)
+            return b_bar, flags
         if self.sharded:
             return self.comm.reduce_scatter_mean(payload, self._shard_counts(idx), "grad_reduce_scatter", flag)
         return self.comm.all_reduce_mean(payload, "grad_all_reduce", flag)
@@ -352,7 +366,7 @@ class SCAPE(torch.optim.Optimizer):
             return False
         ranks = bad.nonzero().view(-1).tolist()
         # M_t stays the mask of the next step: nothing of this step happened.
-        self._metrics = None
+        self._metrics, self._fp8_step = None, None
         if scaled:
             self.skipped_steps += 1
             return True
@@ -385,6 +399,11 @@ class SCAPE(torch.optim.Optimizer):
             if self._q.numel():
                 b_bar.add_(self._q.index_select(0, local))
         self._keep_residual(c, idx)                                   # step 4
+        if self._fp8_step is not None:  # the exponent holds; the rounding error stays behind
+            error, self.fp8.exponent = self._fp8_step
+            self.fp8.scaled, self._fp8_step = True, None
+            if self.residual and self.residual_decay > 0:
+                self._e.index_copy_(0, idx, error)
         g_hat = torch.sub(b_bar, torch.mul(m_prev, b1)).div_(omb1)    # step 5
         clip_factor = self._clip(g_hat, m_prev, b_bar, b1, omb1)      # step 6
         if self._q.numel():                                           # step 4 for the owner's q
@@ -496,7 +515,8 @@ class SCAPE(torch.optim.Optimizer):
         out = {"type": "scape", "formulation": "paper", "inner": "adams", "lr": float(self.defaults["lr"]),
                "sparsity": float(sparse[0]["sparsity"]), "weight_decay": float(sparse[0]["weight_decay"]),
                "betas": [self.beta1, self.beta2], "eps": self.eps, "sharded": self.sharded,
-               "mask_lag": self.mask_lag, "residual": self.residual, "mask_encoding": "bitmap"}
+               "mask_lag": self.mask_lag, "residual": self.residual, "mask_encoding": "bitmap",
+               "wire_dtype": "fp8_e5m2" if self.fp8 is not None else "fp32"}
         if self.residual_decay != 1.0:
             out["residual_decay"] = self.residual_decay
         if self.clip_grad > 0:
