@@ -9,7 +9,6 @@ summary line for the run: quality, bytes per step and modelled step time.
 The run file (runs/simulate-nanogpt/run.h5 by default) goes through `python3 -m analysis report`.
 """
 import argparse
-import math
 import os
 import sys
 import time

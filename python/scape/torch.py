@@ -1,10 +1,11 @@
-"""scape for PyTorch training loops (docs/python.md).
+"""scape for PyTorch training loops (docs/python.md): the package's torch entry point.
 
 SCAPE and AdamS are torch-native optimizers (torch.optim.Optimizer subclasses in torch ops,
-python/scape/optim/): they run in a user's own training loop on any device, over any
+scape.optim, re-exported here): they run in a user's own training loop on any device, over any
 torch.distributed process group, and need no extension module. `simulate` trains any
-torch.nn.Module on W simulated workers of the C++ core (per-worker gradients by torch.func, a
-vmap over workers), the research engine that the optimizers are held to."""
+torch.nn.Module on W simulated workers of the C++ core (scape.engine's Simulator; per-worker
+gradients by torch.func, a vmap over workers), the research engine that the optimizers are held
+to. This module imports scape.engine, scape.optim and scape._layout, never the facade `scape`."""
 from __future__ import annotations
 
 import time
@@ -15,7 +16,8 @@ import numpy as np
 import torch
 from torch.func import functional_call, grad, vmap
 
-from . import Layout, Simulator, failure_text
+from ._layout import Layout
+from .engine import Simulator, failure_text
 from .optim.adams import AdamS
 from .optim.ddp import local_gradients_hook
 from .optim.scape_optimizer import SCAPE, NonFiniteGradient
