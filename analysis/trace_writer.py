@@ -1,4 +1,4 @@
-"""Writes gradient traces that the scape simulator replays (experiments/trace.hpp).
+"""Writes gradient traces that the scape simulator replays (run_file/trace.hpp).
 
 Format: /layout/names (strings), /layout/sizes (int64), /layout/decay (uint8), /init/params
 (float32 [N]) and /grads (float32 [T, W, N], one step per chunk [1, W, N]).

@@ -53,10 +53,4 @@ void print_outcome(const ex::ExperimentConfig& c, const tr::RunOutcome& r, const
   if (!r.error.empty()) std::fprintf(stderr, "  %s\n", r.error.c_str());
 }
 
-std::string label_of(const ex::SweepPoint& p) {
-  std::string s;
-  for (const auto& [k, v] : p.assignment) s += (s.empty() ? "" : " ") + k + "=" + (v.is_string() ? v.get<std::string>() : v.dump());
-  return s.empty() ? "base" : s;
-}
-
 }  // namespace scape::cli

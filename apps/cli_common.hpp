@@ -51,8 +51,6 @@ tr::RunOptions options_for(const std::filesystem::path& out, bool quiet);
 std::string cell(double x, const char* format);
 double dense_bytes(const tr::RunOutcome& r, int workers);
 void print_outcome(const ex::ExperimentConfig& c, const tr::RunOutcome& r, const std::filesystem::path& out);
-// A sweep point's assignment as "key=value ..." ("base" when it has none).
-std::string label_of(const ex::SweepPoint& p);
 
 // The verbs, in the order `scape --help` lists them (apps/command_<verb>.cpp).
 Command add_run_command(CLI::App& app);

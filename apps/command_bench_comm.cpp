@@ -61,7 +61,9 @@ Command add_bench_comm_command(CLI::App& app) {
   bench->add_option("--warmup", a->warmup, "untimed calls per size")->capture_default_str();
   Command c;
   c.sub = bench;
-  c.run = [a] { return cmd_bench_comm(a->backend, a->out, a->min_bytes, a->max_bytes, a->factor, a->iters, a->warmup); };
+  c.run = [a] {
+    return cmd_bench_comm(a->backend, a->out, a->min_bytes, a->max_bytes, a->factor, a->iters, a->warmup);
+  };
   c.under_mpi = [] { return true; };
   c.mpi_backend = [a] { return a->backend; };
   return c;

@@ -11,9 +11,9 @@
 #include "predict/measured_runs.hpp"
 #include "predict/predict_config.hpp"
 #include "predict/regime.hpp"
+#include "predict/report.hpp"
 #include "predict/table_model.hpp"
 #include "predict/table_report.hpp"
-#include "predict/report.hpp"
 
 namespace scape::cli {
 namespace {
@@ -22,6 +22,7 @@ struct Calibrate {
   std::vector<std::string> fit, held_out;
   std::vector<double> sweep_GBps;  // --sweep: the link bandwidths of the regime sweep
   std::string validate, calibrate_table, hardware;  // measured tables (docs/PREDICTING.md)
+  bool config_overlap_only = false;                 // --from-runs: no rows with the overlap switched
 };
 
 // The shipped calibration of the artifact's cluster, fitted to its Llama-500M table.
@@ -35,7 +36,8 @@ int cmd_tables(const std::string& file, const std::string& out, const std::strin
     throw ex::ConfigError("--validate and --calibrate-table: give one");
   }
   if (!calibrate.calibrate_table.empty()) {
-    if (!csv.empty() || !calibrate.hardware.empty()) throw ex::ConfigError("--calibrate-table takes no --csv or --hardware");
+    if (!csv.empty() || !calibrate.hardware.empty())
+      throw ex::ConfigError("--calibrate-table takes no --csv or --hardware");
     const auto table = scape::predict::read_measured_table(calibrate.calibrate_table);
     const std::string hw = out.empty() ? "calibrated-hardware.json" : out;
     scape::predict::calibrate_table(table, hw, std::cout);
@@ -62,7 +64,8 @@ int cmd_predict(const std::string& file, std::string out, const std::string& csv
   if (!calibrate.validate.empty() || !calibrate.calibrate_table.empty()) return cmd_tables(file, out, csv, calibrate);
   if (!calibrate.hardware.empty()) throw ex::ConfigError("--hardware goes with --validate");
   if (!calibrate.fit.empty()) {
-    if (!file.empty() || !csv.empty() || !from_runs.empty()) throw ex::ConfigError("--calibrate takes no config, --csv or --from-runs");
+    if (!file.empty() || !csv.empty() || !from_runs.empty())
+      throw ex::ConfigError("--calibrate takes no config, --csv or --from-runs");
     if (out.empty()) out = "calibrated-hardware.json";
     scape::predict::calibrate_from_files({calibrate.fit.begin(), calibrate.fit.end()},
                                          {calibrate.held_out.begin(), calibrate.held_out.end()}, out, std::cout);
@@ -71,10 +74,14 @@ int cmd_predict(const std::string& file, std::string out, const std::string& csv
   }
   if (!calibrate.held_out.empty()) throw ex::ConfigError("--held-out goes with --calibrate");
   if (file.empty()) throw ex::ConfigError("predict: a prediction config (or --calibrate RUN.h5 ...) is required");
+  if (calibrate.config_overlap_only && from_runs.empty()) {
+    throw ex::ConfigError("--config-overlap-only goes with --from-runs");
+  }
   if (!from_runs.empty()) {
     if (!out.empty() || !csv.empty()) throw ex::ConfigError("--from-runs prints a table only: no --out or --csv");
     const auto runs = scape::predict::read_completed_runs(from_runs);
-    scape::predict::print_at_scale(std::cout, scape::predict::predict_from_runs(file, sets, runs));
+    scape::predict::print_at_scale(
+        std::cout, scape::predict::predict_from_runs(file, sets, runs, calibrate.config_overlap_only));
     return kExitOk;
   }
   const auto config = scape::predict::load_predict_config(file, sets);
@@ -102,7 +109,8 @@ Command add_predict_command(CLI::App& app) {
   const auto a = std::make_shared<PredictArgs>();
   auto* predict = app.add_subcommand(
       "predict", "predict step time, speedup and scaling efficiency on a cluster (docs/PREDICTING.md)");
-  predict->add_option("config", a->config_file, "prediction JSON file (not with --calibrate)")->check(CLI::ExistingPath);
+  predict->add_option("config", a->config_file, "prediction JSON file (not with --calibrate)")
+      ->check(CLI::ExistingPath);
   predict->add_option("--set", a->sets, "override a config value: key.path=value (JSON, else a string); repeatable");
   predict->add_option("--out", a->out, "HDF5 prediction file (default: <name>-predict.h5 in the current directory); "
                                        "with --calibrate the hardware description (default calibrated-hardware.json)");
@@ -111,6 +119,9 @@ Command add_predict_command(CLI::App& app) {
                       "instead: for each completed run in this folder of the config's optimizer type, predict at the "
                       "largest worker count with the run's sparsity (with and without bucketed overlap) and print "
                       "the run's val loss and bytes against its dense run beside it");
+  predict->add_flag("--config-overlap-only", a->calibrate.config_overlap_only,
+                    "with --from-runs: only the rows with the config's own overlap, not the rows with bucketed "
+                    "overlap switched the other way (a measured cluster's config holds the regime it was measured in)");
   predict->add_option("--calibrate", a->calibrate.fit,
                       "instead: fit compute, the optimizer step and alpha-beta per collective to these MPI/NCCL run "
                       "files and bench-comm files, write the hardware description (--out) and print predicted "

@@ -2,7 +2,7 @@
 #include <cstdio>
 
 #include "apps/cli_common.hpp"
-#include "experiments/recorder.hpp"
+#include "run_file/recorder.hpp"
 
 namespace scape::cli {
 namespace {
@@ -11,15 +11,17 @@ int cmd_repair(const std::vector<std::string>& files) {
   int code = kExitOk;
   for (const auto& file : files) {
     try {
-      const auto r = ex::repair_run_file(file);
+      const auto r = run_file::repair_run_file(file);
       std::printf("%s: %s; status %s%s; %ld steps kept", file.c_str(),
                   r.was_open_for_writing ? "cleared the flags of a writer that never closed" : "was closed cleanly",
-                  r.status_after.c_str(), r.status_after != r.status_before ? (" (was " + r.status_before + ")").c_str() : "",
+                  r.status_after.c_str(),
+                  r.status_after != r.status_before ? (" (was " + r.status_before + ")").c_str() : "",
                   r.steps_completed);
       if (r.steps_completed < r.steps_completed_before)
         std::printf("; steps_completed lowered from %ld: a table held fewer rows (a kill in mid-flush)",
                     r.steps_completed_before);
-      if (!r.trimmed.empty()) std::printf("; dropped the rows of an interrupted flush from %zu tables", r.trimmed.size());
+      if (!r.trimmed.empty())
+        std::printf("; dropped the rows of an interrupted flush from %zu tables", r.trimmed.size());
       std::printf("\n");
     } catch (const std::exception& e) {
       std::fprintf(stderr, "error: %s\n", e.what());

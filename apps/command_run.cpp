@@ -2,8 +2,8 @@
 #include <cstdio>
 
 #include "apps/cli_common.hpp"
-#include "experiments/hdf5.hpp"
-#include "experiments/recorder.hpp"
+#include "run_file/hdf5.hpp"
+#include "run_file/recorder.hpp"
 #include "sim/sim_run.hpp"
 
 #ifdef SCAPE_HAVE_MPI
@@ -36,7 +36,7 @@ void prepare_out(const std::filesystem::path& out, const ex::ExperimentConfig& c
   if (resume || force || !std::filesystem::exists(out)) return;
   std::string found;
   try {
-    const json stored = json::parse(ex::read_run_summary(out).config_json);
+    const json stored = json::parse(run_file::read_run_summary(out).config_json);
     if (ex::run_id(stored) == ex::run_id(config.to_json())) return;
     found = "the run file of another config (" + stored.value("name", std::string("unnamed")) + ", run id " +
             ex::run_id(stored) + "; this config is " + ex::run_id(config.to_json()) + ")";
@@ -105,7 +105,8 @@ Command add_run_command(CLI::App& app) {
   run->add_option("--out", a->out, "run file (default: <name>.h5 in the current directory)");
   run->add_option("--set", a->sets, "override a config value: key.path=value (JSON, else a string); repeatable");
   run->add_flag("--quiet", a->quiet, "no progress output");
-  run->add_option("--checkpoint-every", a->every, "write OUT.ckpt every N steps (0: never)")->check(CLI::NonNegativeNumber);
+  run->add_option("--checkpoint-every", a->every, "write OUT.ckpt every N steps (0: never)")
+      ->check(CLI::NonNegativeNumber);
   run->add_flag("--resume", a->resume,
                 "continue from OUT.ckpt; ends bit-identical to an uninterrupted run. Only steps and log.* may differ "
                 "from the checkpoint's config (exit 2 listing the keys otherwise)");

@@ -1,21 +1,17 @@
 // scape sweep: every point of a sweep, completed and diverged points skipped on a re-run, and
 // the table of their outcomes.
-#include <atomic>
 #include <cmath>
 #include <cstdio>
-#include <map>
 #include <mutex>
-#include <optional>
-#include <thread>
 
 #include "apps/cli_common.hpp"
-#include "experiments/hdf5.hpp"
-#include "experiments/recorder.hpp"
-#include "experiments/run_lock.hpp"
+#include "experiments/sweep_plan.hpp"
 #include "model/gpt.hpp"
 #include "model/llama.hpp"
+#include "predict/compute_model.hpp"
+#include "run_file/hdf5.hpp"
+#include "run_file/recorder.hpp"
 #include "sim/sim_run.hpp"
-#include "train/compute_model.hpp"
 
 namespace scape::cli {
 namespace {
@@ -36,7 +32,7 @@ double mean_finite(const std::vector<double>& v) {
 
 // The summary figures of a finished run, read back from its file (a skipped sweep point).
 tr::RunOutcome outcome_from_file(const std::filesystem::path& path) {
-  const auto f = ex::File::open(path, ex::Access::read);
+  const auto f = run_file::File::open(path, run_file::Access::read);
   tr::RunOutcome o;
   o.status = tr::RunStatus::completed;
   const auto loss = f.open_dataset("/metrics/train_loss").read_all<double>();
@@ -91,28 +87,12 @@ std::string step_time_header(const std::vector<SweepRow>& rows) {
 }
 
 // A finished run (completed, or diverged: the same config and seed diverge again, bit for bit)
-// is the point's result, read back from its file. Anything else there (status running, killed or
-// failed, or a file that cannot be read back) is no result: the point runs again and its file is
-// overwritten.
-bool skip_if_finished(SweepRow& row, const std::filesystem::path& path, const std::string& by, bool say_why_it_runs) {
-  if (!std::filesystem::exists(path)) return false;
-  try {
-    const auto summary = ex::read_run_summary(path);
-    if (summary.status == "completed" || summary.status == "diverged") {
-      row.outcome = outcome_from_file(path);
-      if (summary.status == "diverged") row.outcome.status = tr::RunStatus::diverged;
-      row.status = "skipped (" + summary.status + by + ")";
-      row.note = path.string();
-      return true;
-    }
-    if (say_why_it_runs) {
-      std::fprintf(stderr, "%s: left %s after step %ld; running the point again unless another sweep is running it\n",
-                   path.string().c_str(), summary.status.c_str(), summary.steps_completed);
-    }
-  } catch (const std::exception& e) {
-    if (say_why_it_runs) std::fprintf(stderr, "%s: %s; running the point again\n", path.string().c_str(), e.what());
-  }
-  return false;
+// is the point's result, read back from its file.
+void take_finished(SweepRow& row, const std::filesystem::path& path, const std::string& status, const std::string& by) {
+  row.outcome = outcome_from_file(path);
+  if (status == "diverged") row.outcome.status = tr::RunStatus::diverged;
+  row.status = "skipped (" + status + by + ")";
+  row.note = path.string();
 }
 
 // Each point's progress line names it. With parallel points a line every two seconds from each
@@ -131,109 +111,88 @@ bool is_skipped(const std::string& status, const char* what) {
 
 int cmd_sweep(const std::string& file, const std::string& out_dir, const std::vector<std::string>& sets, int jobs,
               bool quiet) {
-  json sweep = ex::read_json_file(file);
-  const auto base_dir = std::filesystem::absolute(file).parent_path();
-  auto points = ex::expand_sweep(sweep, base_dir);
+  const ex::SweepPlan plan = ex::plan_sweep(file, out_dir, sets);
   std::filesystem::create_directories(out_dir);
-  std::vector<SweepRow> rows(points.size());
-  std::vector<std::pair<ex::ExperimentConfig, std::filesystem::path>> to_run;
-  std::vector<std::size_t> run_rows;
-  // Points whose resolved configs are equal (e.g. a dense optimizer at two sparsities) share a
-  // run file: the first runs, the others report its outcome.
-  std::map<std::filesystem::path, std::size_t> planned;  // path -> row that runs it
-  std::vector<std::pair<std::size_t, std::size_t>> same_as;  // (row, row that runs it)
-  for (std::size_t i = 0; i < points.size(); ++i) {
-    rows[i].label = label_of(points[i]);
-    try {
-      for (const auto& s : sets) ex::apply_override(points[i].config, s);
-      const auto config = ex::parse_experiment(points[i].config, base_dir);
-      rows[i].workers = config.workers;
-      rows[i].time_model = tr::describe_step_time_model(config);
-      const auto path = std::filesystem::path(out_dir) / (config.name + "-" + ex::run_id(config.to_json()) + ".h5");
-      if (skip_if_finished(rows[i], path, "", true)) continue;
-      if (const auto it = planned.find(path); it != planned.end()) {
-        same_as.emplace_back(i, it->second);
-        continue;
-      }
-      planned.emplace(path, i);
-      to_run.emplace_back(config, path);
-      run_rows.push_back(i);
-    } catch (const ex::ConfigError& e) {
+  std::vector<SweepRow> rows(plan.points.size());
+  std::size_t same = 0;
+  for (std::size_t i = 0; i < plan.points.size(); ++i) {
+    const ex::PlannedPoint& p = plan.points[i];
+    rows[i].label = p.label;
+    if (!p.config) {
       rows[i].status = "invalid";
-      rows[i].note = e.what();
+      rows[i].note = p.invalid;
+      continue;
     }
+    rows[i].workers = p.config->workers;
+    rows[i].time_model = predict::describe_step_time_model(*p.config);
+    if (!p.finished.empty()) {
+      take_finished(rows[i], p.file, p.finished, "");
+    } else if (!p.rerun_reason.empty()) {
+      const bool left = p.rerun_reason.starts_with("left ");
+      std::fprintf(stderr, "%s: %s; running the point again%s\n", p.file.string().c_str(), p.rerun_reason.c_str(),
+                   left ? " unless another sweep is running it" : "");
+    }
+    if (p.same_as) ++same;
   }
+  const std::size_t n = plan.to_run.size();
   std::fprintf(stderr, "sweep %s: %zu points, %zu to run, %zu the same run as another point, %zu skipped or invalid, "
-               "%d job(s)\n", file.c_str(), points.size(), to_run.size(), same_as.size(),
-               points.size() - to_run.size() - same_as.size(), jobs);
+               "%d job(s)\n", file.c_str(), plan.points.size(), n, same, plan.points.size() - n - same, jobs);
+  std::vector<std::filesystem::path> files;
+  for (const std::size_t i : plan.to_run) files.push_back(plan.points[i].file);
   // Each point is checked again under its run file's lock just before it starts: another sweep
-  // into the same folder may have finished it meanwhile, or may be running it now. A point held
-  // elsewhere waits until this sweep's other points are done, then for that lock.
+  // into the same folder may have finished it meanwhile, or may be running it now.
   std::mutex mu;
-  std::vector<std::size_t> held;
-  std::once_flag unlocked_warning;
-  auto warn_unlocked_once = [&](const std::filesystem::path& path) {
-    std::call_once(unlocked_warning, [&] {
-      std::fprintf(stderr, "warning: %s: this filesystem does not support flock; points run unlocked, so a second "
-                   "sweep into %s at the same time may run them again\n", path.string().c_str(), out_dir.c_str());
-    });
-  };
-  auto run_point = [&](std::size_t k, bool wait) {
-    const auto& [config, path] = to_run[k];
-    SweepRow& row = rows[run_rows[k]];
+  ex::ScheduleHooks hooks;
+  hooks.run = [&](std::size_t k, bool) {
+    const ex::PlannedPoint& p = plan.points[plan.to_run[k]];
+    SweepRow& row = rows[plan.to_run[k]];
     try {
-      if (wait) {
-        std::lock_guard guard(mu);
-        std::fprintf(stderr, "[%zu/%zu] %s: waiting for another sweep's run of it\n", k + 1, to_run.size(),
-                     row.label.c_str());
-      }
-      auto lock = wait ? std::optional(ex::RunFileLock::acquire(path)) : ex::RunFileLock::try_acquire(path);
-      if (!lock) {
-        std::lock_guard guard(mu);
-        held.push_back(k);
-        std::fprintf(stderr, "[%zu/%zu] %s: another sweep is running it; waiting for it at the end\n", k + 1,
-                     to_run.size(), row.label.c_str());
-        return;
-      }
-      if (!lock->holds()) warn_unlocked_once(path);
-      if (!skip_if_finished(row, path, " by another sweep", false)) {
-        row.outcome = scape::sim::run_simulated(config, point_options(path, quiet, jobs, k, to_run.size(), row.label));
+      std::string why;
+      const std::string finished = ex::finished_status(p.file, why);
+      if (!finished.empty()) {
+        take_finished(row, p.file, finished, " by another sweep");
+      } else {
+        row.outcome = scape::sim::run_simulated(*p.config, point_options(p.file, quiet, jobs, k, n, row.label));
         row.status = tr::to_string(row.outcome.status);
-        row.note = row.outcome.error.empty() ? path.string() : row.outcome.error;
+        row.note = row.outcome.error.empty() ? p.file.string() : row.outcome.error;
       }
     } catch (const std::exception& e) {
       row.status = "invalid";
       row.note = e.what();
     }
     std::lock_guard guard(mu);
-    std::fprintf(stderr, "[%zu/%zu] %s: %s\n", k + 1, to_run.size(), row.label.c_str(), row.status.c_str());
+    std::fprintf(stderr, "[%zu/%zu] %s: %s\n", k + 1, n, row.label.c_str(), row.status.c_str());
   };
-  auto run_all = [&](const std::vector<std::size_t>& ks, bool wait) {
-    std::atomic<std::size_t> next{0};
-    auto worker = [&] {
-      for (std::size_t i = next++; i < ks.size(); i = next++) run_point(ks[i], wait);
-    };
-    std::vector<std::thread> pool;
-    for (int j = 0; j < std::max(1, jobs); ++j) pool.emplace_back(worker);
-    for (auto& t : pool) t.join();
+  hooks.held_elsewhere = [&](std::size_t k) {
+    std::lock_guard guard(mu);
+    std::fprintf(stderr, "[%zu/%zu] %s: another sweep is running it; waiting for it at the end\n", k + 1, n,
+                 rows[plan.to_run[k]].label.c_str());
   };
-  std::vector<std::size_t> all(to_run.size());
-  for (std::size_t k = 0; k < all.size(); ++k) all[k] = k;
-  run_all(all, false);
-  const auto waiting = std::exchange(held, {});
-  run_all(waiting, true);
-  for (const auto& [row, runner] : same_as) {
-    rows[row].status = rows[runner].status;
-    rows[row].outcome = rows[runner].outcome;
-    rows[row].workers = rows[runner].workers;
-    rows[row].time_model = rows[runner].time_model;
-    rows[row].note = "same run as " + rows[runner].label + ": " + rows[runner].note;
+  hooks.waiting = [&](std::size_t k) {
+    std::lock_guard guard(mu);
+    std::fprintf(stderr, "[%zu/%zu] %s: waiting for another sweep's run of it\n", k + 1, n,
+                 rows[plan.to_run[k]].label.c_str());
+  };
+  hooks.unlocked = [&](const std::filesystem::path& path) {
+    std::fprintf(stderr, "warning: %s: this filesystem does not support flock; points run unlocked, so a second "
+                 "sweep into %s at the same time may run them again\n", path.string().c_str(), out_dir.c_str());
+  };
+  ex::run_planned(files, jobs, hooks);
+  for (std::size_t i = 0; i < plan.points.size(); ++i) {
+    if (!plan.points[i].same_as) continue;
+    const std::size_t runner = *plan.points[i].same_as;
+    rows[i].status = rows[runner].status;
+    rows[i].outcome = rows[runner].outcome;
+    rows[i].workers = rows[runner].workers;
+    rows[i].time_model = rows[runner].time_model;
+    rows[i].note = "same run as " + rows[runner].label + ": " + rows[runner].note;
     std::fprintf(stderr, "%s: the same run as %s (settings that do not apply to the optimizer are ignored)\n",
-                 rows[row].label.c_str(), rows[runner].label.c_str());
+                 rows[i].label.c_str(), rows[runner].label.c_str());
   }
 
-  std::printf("\n| point | status | final val loss | final train loss | bytes/step vs dense | mean mask Jaccard | %s |\n",
-              step_time_header(rows).c_str());
+  std::printf(
+      "\n| point | status | final val loss | final train loss | bytes/step vs dense | mean mask Jaccard | %s |\n",
+      step_time_header(rows).c_str());
   std::printf("|---|---|---|---|---|---|---|\n");
   int code = kExitOk;
   for (const auto& r : rows) {
@@ -253,7 +212,8 @@ int cmd_sweep(const std::string& file, const std::string& out_dir, const std::ve
     if ((r.status == "diverged" || is_skipped(r.status, "diverged")) && code == kExitOk) code = kExitDiverged;
   }
   for (const auto& r : rows) {
-    if (r.status == "invalid" || r.status == "failed") std::fprintf(stderr, "%s: %s: %s\n", r.label.c_str(), r.status.c_str(), r.note.c_str());
+    if (r.status == "invalid" || r.status == "failed")
+      std::fprintf(stderr, "%s: %s: %s\n", r.label.c_str(), r.status.c_str(), r.note.c_str());
   }
   return code;
 }
@@ -269,7 +229,11 @@ struct SweepArgs {
 
 Command add_sweep_command(CLI::App& app) {
   const auto a = std::make_shared<SweepArgs>();
-  auto* sweep = app.add_subcommand("sweep", "run every point of a sweep (grid, points, lr_search, repeat: docs/configuration.md); completed and diverged points are skipped on a re-run, killed or failed ones run again; each point is checked again just before it starts, and a point another sweep into the same folder is running is waited for, never run twice");
+  auto* sweep = app.add_subcommand(
+      "sweep",
+      "run every point of a sweep (grid, points, lr_search, repeat: docs/configuration.md); completed and diverged "
+      "points are skipped on a re-run, killed or failed ones run again; each point is checked again just before it "
+      "starts, and a point another sweep into the same folder is running is waited for, never run twice");
   sweep->add_option("sweep", a->config_file, "sweep JSON file")->required()->check(CLI::ExistingPath);
   sweep->add_option("--out", a->out_dir, "output folder for the run files")->required();
   sweep->add_option("--jobs", a->jobs, "points run in parallel (default 1)")->check(CLI::Range(1, 64));

@@ -4,6 +4,7 @@
 #include <iostream>
 
 #include "apps/cli_common.hpp"
+#include "experiments/sweep_plan.hpp"
 #include "train/device_memory.hpp"
 
 namespace scape::cli {
@@ -13,7 +14,8 @@ using nlohmann::json;
 
 int cmd_validate(const std::string& file, const std::vector<std::string>& sets, const std::string& backend) {
   json j = ex::read_json_file(file);
-  if (j.is_object() && (j.contains("grid") || j.contains("points") || j.contains("repeat") || j.contains("lr_search"))) {
+  if (j.is_object() &&
+      (j.contains("grid") || j.contains("points") || j.contains("repeat") || j.contains("lr_search"))) {
     // A sweep: every point must be a valid experiment.
     const auto base_dir = std::filesystem::absolute(file).parent_path();
     auto points = ex::expand_sweep(j, base_dir);
@@ -23,10 +25,10 @@ int cmd_validate(const std::string& file, const std::vector<std::string>& sets, 
         for (const auto& s : sets) ex::apply_override(p.config, s);
         ex::apply_backend_defaults(p.config, backend);
         const auto config = ex::parse_experiment(p.config, base_dir);
-        std::printf("valid    %s  (run id %s)\n", label_of(p).c_str(), ex::run_id(config.to_json()).c_str());
+        std::printf("valid    %s  (run id %s)\n", ex::point_label(p).c_str(), ex::run_id(config.to_json()).c_str());
       } catch (const ex::ConfigError& e) {
         ++invalid;
-        std::printf("invalid  %s: %s\n", label_of(p).c_str(), e.what());
+        std::printf("invalid  %s: %s\n", ex::point_label(p).c_str(), e.what());
       }
     }
     std::fprintf(stderr, "%s: sweep of %zu points, %d invalid\n", file.c_str(), points.size(), invalid);

@@ -1,5 +1,5 @@
 // scape-quadratic-study: the optimizer core on its own. W emulated workers train the noisy
-// quadratic (sim/synthetic_gradients.hpp) with dense AdamS, SCAPE and raw-gradient top-k, and
+// quadratic (train/noisy_quadratic.hpp) with dense AdamS, SCAPE and raw-gradient top-k, and
 // a table compares final loss, bytes sent per step against dense, mask stability and the
 // modelled communication time on a chosen link.
 #include <CLI/CLI.hpp>
@@ -13,8 +13,9 @@
 
 #include "core/ledger.hpp"
 #include "core/optimizer.hpp"
+#include "optimizers/make_optimizer.hpp"
 #include "sim/emulated_comm.hpp"
-#include "sim/synthetic_gradients.hpp"
+#include "train/noisy_quadratic.hpp"
 
 namespace {
 
@@ -37,7 +38,7 @@ scape::ParamLayout study_layout(std::size_t n) {
 }
 
 Row run(const std::string& name, const scape::OptimizerConfig& config, const scape::ParamLayout& layout, int workers,
-        int steps, const scape::NetworkModel& net, const scape::sim::NoisyQuadratic& problem) {
+        int steps, const scape::NetworkModel& net, const scape::train::NoisyQuadratic& problem) {
   Row row;
   row.name = name;
   std::mutex mu;
@@ -94,10 +95,10 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
 
   const scape::ParamLayout layout = study_layout(params);
-  scape::sim::QuadraticSpec spec;
+  scape::train::QuadraticSpec spec;
   spec.seed = seed;
   spec.noise = 0.5;
-  const scape::sim::NoisyQuadratic problem(layout.size(), spec);
+  const scape::train::NoisyQuadratic problem(layout.size(), spec);
   const scape::NetworkModel net{alpha_us * 1e-6, bandwidth_GBps * 1e9};
 
   scape::OptimizerConfig base;

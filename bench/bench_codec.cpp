@@ -1,4 +1,4 @@
-// Benchmarks of the mask codecs (core/mask_codec.hpp, kernels/cpu/codec.cpp) on 2^24
+// Benchmarks of the mask codecs (optimizers/scape/mask_codec.hpp, kernels/cpu/codec.cpp) on 2^24
 // coordinates at 90%, 99% and 99.9% sparsity: encode + decode of each encoding as a fraction
 // of the throughput of the bitmap's pack_bits + unpack_bits (the reference, measured in the
 // same run), with the message size in bits per coordinate. The delta encodings code against a
@@ -18,8 +18,8 @@
 
 #include <omp.h>
 
-#include "core/mask_codec.hpp"
 #include "kernels/cpu/kernels.hpp"
+#include "optimizers/scape/mask_codec.hpp"
 
 namespace sk = scape::kernels;
 using scape::MaskEncoding;

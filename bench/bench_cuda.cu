@@ -20,11 +20,11 @@
 #include <string>
 #include <vector>
 
-#include "core/rng.hpp"
 #include "kernels/backend.hpp"
 #include "kernels/cuda/check.hpp"
 #include "kernels/cuda/kernels.hpp"
 #include "kernels/cuda/stream.hpp"
+#include "util/rng.hpp"
 
 namespace sk = scape::kernels;
 namespace gk = scape::kernels::cuda;
@@ -302,7 +302,8 @@ void BM_chunk_copier_round_trip(benchmark::State& state) {
     total += s;
     ++iterations;
   }
-  const double gbps = 2.0 * kTotal * sizeof(float) / (total / static_cast<double>(std::max<std::int64_t>(1, iterations))) / 1e9;
+  const double gbps =
+      2.0 * kTotal * sizeof(float) / (total / static_cast<double>(std::max<std::int64_t>(1, iterations))) / 1e9;
   state.counters["GB/s"] = gbps;
   state.counters["pinned_copy_GB/s"] = g_refs.pinned_copy_gbps;
   state.counters["frac_of_pinned_copy"] = gbps / g_refs.pinned_copy_gbps;

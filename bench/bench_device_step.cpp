@@ -11,10 +11,10 @@
 #include <vector>
 
 #include "core/optimizer.hpp"
-#include "core/scape_optimizer.hpp"
-#include "core/rng.hpp"
 #include "kernels/backend.hpp"
+#include "optimizers/scape/scape_optimizer.hpp"
 #include "sim/emulated_comm.hpp"
+#include "util/rng.hpp"
 
 namespace {
 
@@ -25,8 +25,8 @@ scape::OptimizerConfig config_for(DeviceKind device, bool offload, std::size_t c
   c.type = scape::OptimizerType::scape;
   c.sparsity = 0.99;
   c.device = device;
-  c.residual_offload = offload;
-  c.offload_chunk = chunk;
+  c.scape.residual_offload = offload;
+  c.scape.offload_chunk = chunk;
   return c;
 }
 

@@ -11,7 +11,7 @@
 #include <numeric>
 
 #include "experiments/config.hpp"
-#include "experiments/hdf5.hpp"
+#include "run_file/hdf5.hpp"
 #include "sim/sim_run.hpp"
 
 namespace {
@@ -19,7 +19,7 @@ namespace {
 namespace ex = scape::experiments;
 
 double sum_metric(const std::filesystem::path& file, const char* name) {
-  auto f = ex::File::open(file, ex::Access::read);
+  auto f = scape::run_file::File::open(file, scape::run_file::Access::read);
   const auto v = f.open_dataset(std::string("/metrics/") + name).read_all<double>();
   return std::accumulate(v.begin() + 1, v.end(), 0.0);  // step 1 carries one-off warm-up costs
 }
@@ -29,7 +29,8 @@ ex::ExperimentConfig quickstart_model(const char* optimizer, int workers) {
       {"name", "bench"},
       {"workers", workers},
       {"steps", 40},
-      {"model", {{"type", "gpt"}, {"n_layer", 2}, {"n_head", 4}, {"n_embd", 64}, {"block_size", 64}, {"vocab_size", 64}}},
+      {"model",
+       {{"type", "gpt"}, {"n_layer", 2}, {"n_head", 4}, {"n_embd", 64}, {"block_size", 64}, {"vocab_size", 64}}},
       {"data", {{"type", "synthetic"}, {"batch_size", 4}, {"tokens", 200000}}},
       {"optimizer", {{"type", optimizer}, {"sparsity", 0.99}}},
       {"eval", {{"interval", 1000}, {"batches", 1}}},
@@ -40,7 +41,8 @@ ex::ExperimentConfig quickstart_model(const char* optimizer, int workers) {
 void BM_HarnessOverhead(benchmark::State& state, const char* optimizer) {
   const int workers = static_cast<int>(state.range(0));
   const auto config = quickstart_model(optimizer, workers);
-  const auto out = std::filesystem::temp_directory_path() / ("scape-bench-harness-" + std::to_string(::getpid()) + ".h5");
+  const auto out =
+      std::filesystem::temp_directory_path() / ("scape-bench-harness-" + std::to_string(::getpid()) + ".h5");
   scape::train::RunOptions options;
   options.out = out;
   options.quiet = true;

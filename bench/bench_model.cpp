@@ -17,8 +17,8 @@
 #include <utility>
 #include <vector>
 
-#include "core/rng.hpp"
 #include "model/gpt.hpp"
+#include "util/rng.hpp"
 
 namespace {
 

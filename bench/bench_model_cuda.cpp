@@ -23,10 +23,10 @@
 #include <string>
 #include <vector>
 
-#include "core/rng.hpp"
 #include "kernels/backend.hpp"
 #include "kernels/cuda/check.hpp"
 #include "model/language_model.hpp"
+#include "util/rng.hpp"
 
 namespace {
 
@@ -239,7 +239,8 @@ void BM_CudaForwardBackward(benchmark::State& state, int shape, Math math) {
   const auto t0 = std::chrono::steady_clock::now();
   for (auto _ : state) benchmark::DoNotOptimize(step());
   const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  const double layer = 0.5 * (layer_before + layer_gemm_rate(ref, static_cast<long long>(tokens_n), embd(z.spec), 0.25));
+  const double layer =
+      0.5 * (layer_before + layer_gemm_rate(ref, static_cast<long long>(tokens_n), embd(z.spec), 0.25));
   const double peak = 0.5 * (peak_before + peak_gemm_rate(ref, 0.25));
 
   const double tokens = static_cast<double>(tokens_n);

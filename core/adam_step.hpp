@@ -35,9 +35,9 @@ void apply_weight_decay(kernels::KernelBackend& k, const ParamLayout& layout, st
 
 // One dense AdamW or AdamS step on [begin, end) of theta (full buffer), with decay by tensor
 // flag, on backend k. m, v and g are indexed from `begin` (v is unused for AdamS).
-void dense_inner_step(kernels::KernelBackend& k, InnerRule rule, const ParamLayout& layout, std::span<float> theta, std::size_t begin,
-                      std::size_t end, std::span<float> m, std::span<float> v, std::span<const float> g,
-                      const OptimizerConfig& c, double eta, int t);
+void dense_inner_step(kernels::KernelBackend& k, InnerRule rule, const ParamLayout& layout, std::span<float> theta,
+                      std::size_t begin, std::size_t end, std::span<float> m, std::span<float> v,
+                      std::span<const float> g, const OptimizerConfig& c, double eta, int t);
 
 // Global-norm clipping (docs/algorithms.md, clip_grad): the factor kappa / (nu + 1e-6) by which
 // the synchronized gradient is scaled when it is below 1, else 1 (and 1 when clip_grad = 0).

@@ -99,8 +99,8 @@ void Communicator::check_gather(std::size_t send, std::size_t recv, std::span<co
                             " ranks");
   }
   if (send != counts[static_cast<std::size_t>(rank_)]) {
-    size_error(purpose, "rank " + std::to_string(rank_) + " sends " + std::to_string(send) + " elements but counts says " +
-                            std::to_string(counts[static_cast<std::size_t>(rank_)]));
+    size_error(purpose, "rank " + std::to_string(rank_) + " sends " + std::to_string(send) +
+                            " elements but counts says " + std::to_string(counts[static_cast<std::size_t>(rank_)]));
   }
   if (recv != total(counts)) {
     size_error(purpose, "receive buffer holds " + std::to_string(recv) + " elements, counts sum to " +

@@ -30,9 +30,9 @@ namespace scape {
 enum class WireType { fp32, bf16, fp8_e5m2 };
 std::size_t wire_bytes(WireType w);
 const char* to_string(WireType w);
-// Throws std::invalid_argument naming `parameter` and the value when it is not fp32/bf16.
+// Throws std::invalid_argument naming `parameter` and the value when it is not fp32, bf16 or fp8_e5m2.
 WireType parse_wire_type(std::string_view value, std::string_view parameter);
-// "fp32", "bf16": the names parse_wire_type accepts.
+// "fp32", "bf16", "fp8_e5m2": the names parse_wire_type accepts (fp8_e5m2 for SCAPE's payload only).
 std::vector<std::string> wire_type_names();
 
 // Backend side of an asynchronous collective.

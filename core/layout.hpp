@@ -24,7 +24,7 @@ struct TensorSlot {
 class ParamLayout {
  public:
   // Masks and sparse payloads carry 32-bit indices, so a layout an optimizer steps holds at
-  // most 2^32 - 1 elements. The closed forms (core/volume.hpp) and the predictor index
+  // most 2^32 - 1 elements. The closed forms (optimizers/volume.hpp) and the predictor index
   // nothing: they may describe larger models (Llama 2 7B) with kUnbounded.
   static constexpr std::size_t kMaxIndexed = 0xFFFFFFFFu;
   static constexpr std::size_t kUnbounded = static_cast<std::size_t>(-1);

@@ -12,7 +12,8 @@ constexpr EnumName<CollectiveKind> kCollectiveKinds[] = {{"all_reduce", Collecti
                                                          {"reduce_scatter", CollectiveKind::reduce_scatter},
                                                          {"all_gather", CollectiveKind::all_gather},
                                                          {"all_to_all", CollectiveKind::all_to_all}};
-static_assert(std::size(kCollectiveKinds) == kCollectiveKindCount, "a table indexed by CollectiveKind would miss a kind");
+static_assert(std::size(kCollectiveKinds) == kCollectiveKindCount,
+              "a table indexed by CollectiveKind would miss a kind");
 
 const char* to_string(CollectiveKind kind) { return name_of(kCollectiveKinds, kind); }
 

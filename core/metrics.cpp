@@ -68,7 +68,7 @@ std::size_t popcount_and_range(std::span<const std::uint64_t> a, std::span<const
 }
 
 RangeCounter::RangeCounter(kernels::KernelBackend& k, const std::vector<std::pair<std::size_t, std::size_t>>& ranges)
-    : k_(k) {
+    : kernels_(k) {
   std::vector<std::uint64_t> flat;
   for (const auto& [begin, end] : ranges) {
     flat.push_back(begin);
@@ -76,13 +76,13 @@ RangeCounter::RangeCounter(kernels::KernelBackend& k, const std::vector<std::pai
   }
   ranges_.resize(flat.size());
   counts_.resize(3 * ranges.size());
-  k_.copy_bytes(flat.data(), ranges_.data(), flat.size() * sizeof(std::uint64_t));
-  k_.synchronize();
+  kernels_.copy_bytes(flat.data(), ranges_.data(), flat.size() * sizeof(std::uint64_t));
+  kernels_.synchronize();
 }
 
 void RangeCounter::count(std::span<const std::uint64_t> mask, std::span<const std::uint64_t> previous) {
-  k_.mask_range_counts(mask, previous, ranges_.span(), counts_.span());
-  k_.synchronize();
+  kernels_.mask_range_counts(mask, previous, ranges_.span(), counts_.span());
+  kernels_.synchronize();
 }
 
 std::vector<std::pair<std::size_t, std::size_t>> tensor_ranges(const ParamLayout& layout) {
@@ -237,7 +237,8 @@ double energy_capture(const MaskOracle& oracle, std::span<const std::uint64_t> m
 }
 
 void StalenessTracker::deliver(std::span<const std::uint32_t> indices, int t) {
-  if (count_by_last_.size() < static_cast<std::size_t>(t) + 1) count_by_last_.resize(static_cast<std::size_t>(t) + 1, 0);
+  if (count_by_last_.size() < static_cast<std::size_t>(t) + 1)
+    count_by_last_.resize(static_cast<std::size_t>(t) + 1, 0);
   for (std::uint32_t j : indices) {
     --count_by_last_[static_cast<std::size_t>(last_[j])];
     ++count_by_last_[static_cast<std::size_t>(t)];
@@ -280,17 +281,17 @@ void StalenessTracker::fill(int t, StepMetrics& out) const {
   out.staleness_mean = sum / static_cast<double>(n);
 }
 
-UpdateTracker::UpdateTracker(kernels::KernelBackend& k, std::size_t n) : k_(k), n_(n) {}
+UpdateTracker::UpdateTracker(kernels::KernelBackend& k, std::size_t n) : kernels_(k), n_(n) {}
 
 void UpdateTracker::before(std::span<const float> theta) {
   // The copy and the signs live only on the worker that records the statistics (worker 0).
   before_.resize(n_);
   previous_sign_.resize(n_);  // zero-filled on first use: no previous signs
-  k_.copy_bytes(theta.data(), before_.data(), theta.size_bytes());
+  kernels_.copy_bytes(theta.data(), before_.data(), theta.size_bytes());
 }
 
 void UpdateTracker::norm_only(std::span<const float> theta) {
-  theta_norm_ = device_l2_norm(k_, partial_, theta);  // the blocks and order of after()
+  theta_norm_ = device_l2_norm(kernels_, partial_, theta);  // the blocks and order of after()
 }
 
 void UpdateTracker::after(std::span<const float> theta, StepMetrics& out, std::span<const std::uint64_t> stepped) {
@@ -300,9 +301,9 @@ void UpdateTracker::after(std::span<const float> theta, StepMetrics& out, std::s
   // the next step.
   const std::size_t blocks = (theta.size() + kBlock - 1) / kBlock;
   stats_.resize(kernels::kUpdateStats * blocks);
-  k_.update_statistics(theta, before_.span().first(theta.size()), stepped, have_previous_,
+  kernels_.update_statistics(theta, before_.span().first(theta.size()), stepped, have_previous_,
                        previous_sign_.span().first(theta.size()), kBlock, stats_.span());
-  k_.synchronize();
+  kernels_.synchronize();
   double total = 0, theta_total = 0, both = 0, flipped = 0;
   float max = 0;
   bool nan = false;
@@ -323,7 +324,7 @@ void UpdateTracker::after(std::span<const float> theta, StepMetrics& out, std::s
 }
 
 void UpdateTracker::save(StateMap& state, const std::string& prefix) {
-  k_.synchronize();
+  kernels_.synchronize();
   previous_sign_.resize(n_);  // a worker that never tracked saves zeros, as it always has
   put_state(state, prefix + "previous_sign", previous_sign_.span());
   put_state_value(state, prefix + "have_previous", static_cast<std::uint8_t>(have_previous_));
@@ -339,8 +340,8 @@ void UpdateTracker::load(const StateMap& state, const std::string& prefix) {
   have_previous_ = get_state_value<std::uint8_t>(state, prefix + "have_previous") != 0;
   if (!have_previous_) return;  // signs are set only with have_previous: all zero, as before() starts
   previous_sign_.resize(n_);
-  k_.copy_bytes(sign.data(), previous_sign_.data(), sign.size());
-  k_.synchronize();
+  kernels_.copy_bytes(sign.data(), previous_sign_.data(), sign.size());
+  kernels_.synchronize();
 }
 
 }  // namespace scape::metrics

@@ -42,8 +42,8 @@ class RangeCounter {
   std::size_t either(std::size_t r) const { return counts_.data()[3 * r + 2]; }
 
  private:
-  kernels::KernelBackend& k_;
-  kernels::Buffer<std::uint64_t> ranges_{k_}, counts_{k_};
+  kernels::KernelBackend& kernels_;
+  kernels::Buffer<std::uint64_t> ranges_{kernels_}, counts_{kernels_};
 };
 
 // The ranges fill_mask_metrics reads: every tensor of the layout, then [0, N).
@@ -143,11 +143,11 @@ class UpdateTracker {
   void load(const StateMap& state, const std::string& prefix);
 
  private:
-  kernels::KernelBackend& k_;
+  kernels::KernelBackend& kernels_;
   std::size_t n_;
-  kernels::Buffer<float> before_{k_};
-  kernels::Buffer<std::int8_t> previous_sign_{k_};
-  kernels::Buffer<double> stats_{k_}, partial_{k_};
+  kernels::Buffer<float> before_{kernels_};
+  kernels::Buffer<std::int8_t> previous_sign_{kernels_};
+  kernels::Buffer<double> stats_{kernels_}, partial_{kernels_};
   bool have_previous_ = false;
   double theta_norm_ = 0;
 };

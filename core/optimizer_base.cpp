@@ -4,7 +4,7 @@
 #include <cmath>
 #include <limits>
 
-#include "core/optim_common.hpp"
+#include "core/adam_step.hpp"
 
 namespace scape {
 namespace {
@@ -41,11 +41,11 @@ OptimizerBase::OptimizerBase(const OptimizerConfig& config, const ParamLayout& l
       state_begin_(config.sharded ? sharding_.begin(rank_) : 0),
       state_end_(config.sharded ? sharding_.end(rank_) : n_),
       backend_(kernels::make_backend(config.device)),
-      k_(*backend_),
-      updates_(k_, n_) {
+      kernels_(*backend_),
+      updates_(kernels_, n_) {
   m_.assign_zero(state_end_ - state_begin_);
   v_.assign_zero(rule_ == InnerRule::adamw ? state_end_ - state_begin_ : 0);
-  k_.synchronize();
+  kernels_.synchronize();
 }
 
 OptimizerBase::~OptimizerBase() = default;
@@ -59,17 +59,17 @@ StepMetrics OptimizerBase::step(std::span<float> params_in, std::span<const floa
   // Inputs the backend's kernels cannot address are staged through its own buffers. Every
   // pass below, the metrics' included, then runs as kernels on the backend's memory: on a GPU
   // only the metrics' block sums reach the host.
-  const bool stage_params = !k_.can_access(params_in.data());
+  const bool stage_params = !kernels_.can_access(params_in.data());
   std::span<float> params = params_in;
   std::span<const float> grads = grads_in;
   if (stage_params) {
     params_stage_.resize(n_);
-    k_.copy_bytes(params_in.data(), params_stage_.data(), params_in.size_bytes());
+    kernels_.copy_bytes(params_in.data(), params_stage_.data(), params_in.size_bytes());
     params = params_stage_.span();
   }
-  if (!k_.can_access(grads_in.data())) {
+  if (!kernels_.can_access(grads_in.data())) {
     grads_stage_.resize(n_);
-    k_.copy_bytes(grads_in.data(), grads_stage_.data(), grads_in.size_bytes());
+    kernels_.copy_bytes(grads_in.data(), grads_stage_.data(), grads_in.size_bytes());
     grads = grads_stage_.span();
   }
   // The update statistics (a copy of theta and a pass over it) are worker 0's only: replicas
@@ -85,30 +85,36 @@ StepMetrics OptimizerBase::step(std::span<float> params_in, std::span<const floa
     out.update_norm = out.update_max = out.update_sign_flip = std::numeric_limits<double>::quiet_NaN();
     updates_.norm_only(params);
   }
-  if (stage_params) k_.copy_bytes(params_stage_.data(), params_in.data(), params_in.size_bytes());
-  k_.synchronize();
+  if (stage_params) kernels_.copy_bytes(params_stage_.data(), params_in.data(), params_in.size_bytes());
+  kernels_.synchronize();
   fill_final_metrics(out);
   out.comm = comm_.ledger().drain();
   return out;
 }
 
+void OptimizerBase::keep_in_checkpoint(std::string name, kernels::Buffer<float>& buffer) {
+  kept_buffers_.emplace_back(std::move(name), &buffer);
+}
+
 void OptimizerBase::save_state(StateMap& state) {
   finish();
-  k_.synchronize();
+  kernels_.synchronize();
   put_state_value(state, "t", t_);
   put_state(state, "m", m_.span());
   put_state(state, "v", v_.span());
   updates_.save(state, "updates.");
+  for (const auto& [name, buffer] : kept_buffers_) put_state(state, name, buffer->span());
   save_policy_state(state);
 }
 
 void OptimizerBase::load_state(const StateMap& state) {
   finish();  // a collective still in flight would write state after the load
-  k_.synchronize();
+  kernels_.synchronize();
   t_ = get_state_value<int>(state, "t");
   get_state_exact(state, "m", m_.span());
   get_state_exact(state, "v", v_.span());
   updates_.load(state, "updates.");
+  for (const auto& [name, buffer] : kept_buffers_) get_state_exact(state, name, buffer->span());
   load_policy_state(state);
 }
 

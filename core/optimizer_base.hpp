@@ -10,6 +10,8 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "core/metrics.hpp"
 #include "core/optimizer.hpp"
@@ -25,7 +27,7 @@ class OptimizerBase : public Optimizer {
   // update() and fills the metrics every optimizer reports. params and grads must be
   // host-addressable (host or managed memory).
   StepMetrics step(std::span<float> params, std::span<const float> grads) final;
-  std::string device_summary() const override { return k_.description(); }
+  std::string device_summary() const override { return kernels_.description(); }
   // t, m, v and the update statistics, then the policy's own entries. Both complete
   // outstanding asynchronous collectives first (finish()).
   void save_state(StateMap& state) final;
@@ -41,12 +43,16 @@ class OptimizerBase : public Optimizer {
   // Metrics that need the parameters after the step (updates_.theta_norm()).
   virtual void fill_final_metrics(StepMetrics&) {}
   // The coordinates the last update() stepped, as mask words over N (empty: every coordinate),
-  // host-readable after k_.synchronize(): what update_sign_flip counts.
+  // host-readable after kernels_.synchronize(): what update_sign_flip counts.
   virtual std::span<const std::uint64_t> stepped_coordinates() const { return {}; }
   // Checkpoint entries beyond t, m, v and the update statistics; the names are the checkpoint
-  // format and must not change.
+  // format and must not change. A policy whose extra state is whole float buffers names them
+  // once with keep_in_checkpoint instead; the rest overrides these two.
   virtual void save_policy_state(StateMap&) const {}
   virtual void load_policy_state(const StateMap&) {}
+  // Saves `buffer` under `name` with the state and loads it back at its exact size (the buffer
+  // outlives the optimizer's base, as a member of the policy does).
+  void keep_in_checkpoint(std::string name, kernels::Buffer<float>& buffer);
 
   const OptimizerConfig config_;
   const ParamLayout& layout_;
@@ -60,13 +66,14 @@ class OptimizerBase : public Optimizer {
   const std::size_t state_begin_, state_end_;
 
   std::unique_ptr<kernels::KernelBackend> backend_;
-  kernels::KernelBackend& k_;
-  kernels::Buffer<float> m_{k_}, v_{k_};  // moments over [state_begin_, state_end_); v for AdamW only
-  kernels::Buffer<double> clip_partial_{k_};  // block sums of clip_grad's norm
+  kernels::KernelBackend& kernels_;
+  kernels::Buffer<float> m_{kernels_}, v_{kernels_};  // moments over [state_begin_, state_end_); v for AdamW only
+  kernels::Buffer<double> clip_partial_{kernels_};  // block sums of clip_grad's norm
   metrics::UpdateTracker updates_;
 
  private:
-  kernels::Buffer<float> params_stage_{k_}, grads_stage_{k_};  // inputs the kernels cannot read
+  kernels::Buffer<float> params_stage_{kernels_}, grads_stage_{kernels_};  // inputs the kernels cannot read
+  std::vector<std::pair<std::string, kernels::Buffer<float>*>> kept_buffers_;
 };
 
 }  // namespace scape

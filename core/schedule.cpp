@@ -22,7 +22,8 @@ double density_at(const DensitySchedule& s, int t) {
   const int tau = t - 1;
   if (s.cooldown > 0) {  // the cool-down replaces the warm-up (the artifact's _scheduled_density)
     if (tau < s.cooldown_start) return s.rho;
-    const double progress = std::min(1.0, static_cast<double>(tau - s.cooldown_start) / static_cast<double>(s.cooldown));
+    const double progress =
+        std::min(1.0, static_cast<double>(tau - s.cooldown_start) / static_cast<double>(s.cooldown));
     return std::min(1.0, s.rho * std::pow(1.0 / s.rho, progress));
   }
   if (s.warmup > 0 && tau < s.warmup) {

@@ -39,7 +39,8 @@ template <typename T>
 const std::vector<std::byte>& state_entry(const StateMap& state, const std::string& name) {
   const auto it = state.find(name);
   if (it == state.end()) throw std::runtime_error("checkpoint: missing optimizer state '" + name + "'");
-  if (it->second.size() % sizeof(T) != 0) throw std::runtime_error("checkpoint: optimizer state '" + name + "' is corrupt");
+  if (it->second.size() % sizeof(T) != 0)
+    throw std::runtime_error("checkpoint: optimizer state '" + name + "' is corrupt");
   return it->second;
 }
 

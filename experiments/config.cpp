@@ -5,7 +5,7 @@
 #include <cstdio>
 
 #include "experiments/config_keys.hpp"
-#include "sim/network_presets.hpp"
+#include "presets/network_presets.hpp"
 #include "util/fnv1a.hpp"
 
 namespace scape::experiments {
@@ -31,7 +31,8 @@ ModelSection parse_model(const json& j) {
                              " is an odd head dimension; RoPE rotates pairs and needs it even");
   }
   if (m.type == "llama" && m.n_kv_head != 0 && m.n_head % m.n_kv_head != 0) {
-    fail("model.n_kv_head", std::to_string(m.n_kv_head) + " does not divide model.n_head = " + std::to_string(m.n_head));
+    fail("model.n_kv_head",
+         std::to_string(m.n_kv_head) + " does not divide model.n_head = " + std::to_string(m.n_head));
   }
   return m;
 }
@@ -68,14 +69,14 @@ OptimizerConfig parse_optimizer(const json& j, std::uint64_t seed, kernels::Devi
   }
   if (!s.has("sharded")) c.sharded = !replicated_only(c.type);  // the EF baselines keep replicated state
   // Whole shards count k over every element, so the default keeps no tensor dense there.
-  if (!s.has("dense_tensors") && c.mask_scope == MaskScope::shard) c.dense_tensors.clear();
+  if (!s.has("dense_tensors") && c.scape.mask_scope == MaskScope::shard) c.scape.dense_tensors.clear();
   c.seed = seed;
   config_error([&] { c.validate(); });
   // Switches this type does not read are left out of the resolved config, but a value out of
   // their range is still a mistake: check them as SCAPE, which reads them all, would.
   OptimizerConfig as_scape = c;
   as_scape.type = OptimizerType::scape;
-  as_scape.mask_partition = MaskPartition::partitioned;  // no cross-key rule of local_union applies
+  as_scape.scape.mask_partition = MaskPartition::partitioned;  // no cross-key rule of local_union applies
   as_scape.overlap_grad_reduce = false;  // a dense switch, checked above
   config_error([&] { as_scape.validate(); });
   return c;
@@ -95,7 +96,7 @@ NetworkSection parse_network(const json& j) {
     return n;
   }
   const auto& p = config_error(
-      [&]() -> const sim::NetworkPreset& { return sim::find_network_preset(n.preset, "network.preset"); });
+      [&]() -> const presets::NetworkPreset& { return presets::find_network_preset(n.preset, "network.preset"); });
   if (!s.has("alpha_us")) n.alpha_us = p.alpha_us;
   if (!s.has("bandwidth_GBps")) n.bandwidth_GBps = p.bandwidth_GBps;
   return n;
@@ -115,7 +116,7 @@ ComputeSection parse_compute(const json& j, const ModelSection& model) {
 
 }  // namespace
 
-NetworkModel NetworkSection::model() const { return sim::to_network_model(alpha_us, bandwidth_GBps); }
+NetworkModel NetworkSection::model() const { return presets::to_network_model(alpha_us, bandwidth_GBps); }
 
 std::filesystem::path resolve_path(const std::string& p, const std::filesystem::path& base_dir) {
   std::filesystem::path path(p);
@@ -129,8 +130,9 @@ ExperimentConfig parse_experiment(const json& j, const std::filesystem::path& ba
   write_given(top, top_keys(), c);
   c.model = parse_model(section_json(j, "model"));
   if (c.device == kernels::DeviceKind::cuda && !c.has_data()) {
-    fail("device", "\"cuda\" places a language model on the GPU; model.type \"" + c.model.type +
-                       "\" computes its gradients on the host (optimizer.device \"cuda\" runs only the optimizer there)");
+    fail("device",
+         "\"cuda\" places a language model on the GPU; model.type \"" + c.model.type +
+             "\" computes its gradients on the host (optimizer.device \"cuda\" runs only the optimizer there)");
   }
   if (c.has_data()) {
     c.data = parse_data(section_json(j, "data"), base_dir);
@@ -180,7 +182,8 @@ void apply_backend_defaults(json& j, std::string_view backend) {
   if (log.is_null()) log = json::object();
   if (!log.is_object()) return;  // parse_experiment names the wrong type
   if (!log.contains("oracle")) log["oracle"] = false;
-  if (!log.contains("gradient_metrics_interval")) log["gradient_metrics_interval"] = kMultiProcessGradientMetricsInterval;
+  if (!log.contains("gradient_metrics_interval"))
+    log["gradient_metrics_interval"] = kMultiProcessGradientMetricsInterval;
 }
 
 std::string run_id(const json& resolved) {

@@ -1,8 +1,8 @@
 // Experiment configuration: strict JSON -> typed config. Unknown keys, wrong types and
 // out-of-range values are ConfigErrors naming the JSON path (with the nearest valid key for a
 // typo). The defaults are the members' initial values below (and OptimizerConfig's); the keys
-// are declared once in experiments/config_keys.cpp and listed in docs/configuration.md. The
-// resolved config, defaults filled in, is what a run records.
+// are declared once in experiments/config_keys.cpp (optimizer_keys.cpp for the optimizer) and listed in
+// docs/configuration.md. The resolved config, defaults filled in, is what a run records.
 #pragma once
 
 #include <cstdint>
@@ -13,10 +13,10 @@
 
 #include <nlohmann/json.hpp>
 
-#include "core/optimizer.hpp"
 #include "core/ledger.hpp"
+#include "core/optimizer.hpp"
 #include "experiments/json_section.hpp"
-#include "predict/hardware.hpp"
+#include "presets/gpu_presets.hpp"
 
 namespace scape::experiments {
 
@@ -61,11 +61,11 @@ struct NetworkSection {
 
 // What the modelled step time (step_time_model) takes as compute: the measured CPU seconds of
 // forward/backward on this machine, or the training FLOPs of the model shape on a GPU preset of
-// the predictor at an assumed MFU (train/compute_model.hpp).
+// the predictor at an assumed MFU (predict/compute_model.hpp).
 struct ComputeSection {
   std::string type = "measured";  // measured | flops
-  std::string device = "h100";    // flops: a GPU preset of predict/hardware.hpp
-  double mfu = predict::kDefaultMfu;
+  std::string device = "h100";    // flops: a GPU preset of presets/gpu_presets.hpp
+  double mfu = presets::kDefaultMfu;
 };
 
 struct EvalSection {

@@ -1,102 +1,21 @@
-// The key tables of experiment configs, one row per key. A row names no default: the default is
-// the member's value in the default-built struct.
+// The key tables of experiment configs but the optimizer's (optimizer_keys.cpp), one row per key.
+// A row names no default: the default is the member's value in the default-built struct.
 #include "experiments/config_keys.hpp"
 
-#include <concepts>
-#include <cstdint>
-#include <limits>
-#include <type_traits>
-#include <utility>
+#include <string>
+#include <vector>
+
+#include "experiments/key_table_support.hpp"
 
 namespace scape::experiments {
 namespace {
 
-using nlohmann::json;
-
-constexpr double kInf = std::numeric_limits<double>::infinity();
-
-// The value a resolved config records for a member.
-template <typename T>
-  requires std::is_arithmetic_v<T>
-json recorded(T v) {
-  return v;
-}
-json recorded(const std::string& v) { return v; }
-json recorded(const std::filesystem::path& v) { return v.string(); }
-json recorded(OptimizerType v) { return to_string(v); }
-json recorded(InnerRule v) { return to_string(v); }
-json recorded(UpdateMode v) { return to_string(v); }
-json recorded(MaskStatistic v) { return to_string(v); }
-json recorded(MaskPartition v) { return to_string(v); }
-json recorded(SecondMoment v) { return to_string(v); }
-json recorded(MaskEncoding v) { return to_string(v); }
-json recorded(Formulation v) { return to_string(v); }
-json recorded(MaskScope v) { return to_string(v); }
-json recorded(const std::vector<std::string>& v) { return v; }
-json recorded(WireType v) { return to_string(v); }
-json recorded(kernels::DeviceKind v) { return kernels::to_string(v); }
-
-// A member set from a value the Section has checked (type, range, choices), so the parsers
-// below cannot fail; only an integer too large for the member's type remains.
-template <std::integral T>
-void assign(T& out, const json& v) {
-  const bool fits = v.is_number_unsigned() ? std::in_range<T>(v.get<std::uint64_t>())
-                                           : std::in_range<T>(v.get<std::int64_t>());
-  if (!fits) {
-    throw std::out_of_range(v.dump() + " is out of range [" + std::to_string(std::numeric_limits<T>::min()) + ", " +
-                            std::to_string(std::numeric_limits<T>::max()) + "]");
-  }
-  out = v.get<T>();
-}
-void assign(bool& out, const json& v) { out = v.get<bool>(); }
-void assign(double& out, const json& v) { out = v.get<double>(); }
-void assign(std::string& out, const json& v) { out = v.get<std::string>(); }
-void assign(std::filesystem::path& out, const json& v) { out = v.get<std::string>(); }
-void assign(OptimizerType& out, const json& v) { out = parse_optimizer_type(v.get<std::string>()); }
-void assign(InnerRule& out, const json& v) { out = parse_inner_rule(v.get<std::string>()); }
-void assign(UpdateMode& out, const json& v) { out = parse_update_mode(v.get<std::string>()); }
-void assign(MaskStatistic& out, const json& v) { out = parse_mask_statistic(v.get<std::string>()); }
-void assign(MaskPartition& out, const json& v) { out = parse_mask_partition(v.get<std::string>()); }
-void assign(SecondMoment& out, const json& v) { out = parse_second_moment(v.get<std::string>()); }
-void assign(MaskEncoding& out, const json& v) { out = parse_mask_encoding(v.get<std::string>()); }
-void assign(Formulation& out, const json& v) { out = parse_formulation(v.get<std::string>()); }
-void assign(MaskScope& out, const json& v) { out = parse_mask_scope(v.get<std::string>()); }
-void assign(std::vector<std::string>& out, const json& v) { out = v.get<std::vector<std::string>>(); }
-void assign(WireType& out, const json& v) { out = parse_wire_type(v.get<std::string>(), "wire type"); }
-void assign(kernels::DeviceKind& out, const json& v) {
-  out = kernels::parse_device_kind(v.get<std::string>(), "optimizer.device");
-}
-
-// The read and write accessors of one member of Config: the two function pointers of a Key.
-#define SCAPE_MEMBER(Config, member) \
-  [](const Config& c) -> json { return recorded(c.member); }, [](Config& c, const json& v) { assign(c.member, v); }
-
-const std::vector<std::string> kSparse = {"scape", "topk_ef", "randk_ef"};
-const std::vector<std::string> kScape = {"scape"};
-const std::vector<std::string> kDense = {"adamw", "adams"};
-const std::vector<std::string> kOnebit = {"onebit_adam"};
-const std::vector<std::string> kInnerRule = {"scape", "topk_ef", "randk_ef", "powersgd"};
-const std::vector<std::string> kPowersgd = {"powersgd"};
-const std::vector<std::string> kDemo = {"demo"};
-const std::vector<std::string> kWireTypes = wire_type_names();
-// The optimizers whose update rule can be AdamS, and those that form a synchronized gradient to clip.
-const std::vector<std::string> kAdamsRule = {"adams", "scape", "topk_ef", "randk_ef", "powersgd"};
-const std::vector<std::string> kClipped = {"adamw", "adams", "scape", "topk_ef", "randk_ef", "powersgd"};
+using namespace key_table_support;
 
 std::vector<std::string> gpu_preset_names() {
   std::vector<std::string> names;
-  for (const auto& p : predict::gpu_presets()) names.emplace_back(p.name);
+  for (const auto& p : presets::gpu_presets()) names.emplace_back(p.name);
   return names;
-}
-
-json record_min_lr(const OptimizerConfig& c) { return c.resolved_min_lr(); }
-void assign_min_lr(OptimizerConfig& c, const json& v) { c.min_lr = v.get<double>(); }
-json record_adams_form(const OptimizerConfig& c) { return to_string(c.resolved_adams_form()); }
-void assign_adams_form(OptimizerConfig& c, const json& v) { c.adams_form = parse_adams_form(v.get<std::string>()); }
-json record_betas(const OptimizerConfig& c) { return {c.beta1, c.beta2}; }
-void assign_betas(OptimizerConfig& c, const json& v) {
-  c.beta1 = v[0].get<double>();
-  c.beta2 = v[1].get<double>();
 }
 
 }  // namespace
@@ -191,132 +110,6 @@ const KeyTable<DataSection>& data_keys() {
       {{"concentration", Kind::number, "probability mass on the favoured successors", {0, 1, false, true},
         {}, {"synthetic"}},
        SCAPE_MEMBER(C, concentration)},
-  });
-  return t;
-}
-
-// The range core declares for an optimizer key (OptimizerConfig::validate() enforces the same).
-Range core_range(const char* key) {
-  const OptimizerKeyRange& r = optimizer_key_range(key);
-  return {r.minimum, r.maximum, r.exclusive_minimum, r.exclusive_maximum};
-}
-
-// Ranges come from core (core_range); min_lr's bound by lr and the betas stay in validate().
-const KeyTable<OptimizerConfig>& optimizer_keys() {
-  using C = OptimizerConfig;
-  static const KeyTable<C> t({
-      {{"type", Kind::string, "adamw, adams (dense), scape, topk_ef (raw-gradient top-k with error feedback), randk_ef (shared-seed random-k with error feedback), onebit_adam (1-bit Adam), powersgd (rank-r PowerSGD with error feedback), demo (DeMo: DCT top-k of local momentum, sign steps)", {},
-        optimizer_switch_names("type")},
-       SCAPE_MEMBER(C, type)},
-      {{"lr", Kind::number, "peak learning rate", core_range("lr")}, SCAPE_MEMBER(C, lr)},
-      // The range of the JSON value: a negative min_lr in the struct means "lr / 10".
-      {{"min_lr", Kind::number, "final learning rate of the cosine schedule (default lr/10)", {0, kInf}},
-       record_min_lr, assign_min_lr, Default::derived},
-      {{"warmup_steps", Kind::integer, "linear warm-up steps", core_range("warmup_steps")}, SCAPE_MEMBER(C, warmup_steps)},
-      {{"betas", Kind::number_pair, "[beta1, beta2]"}, record_betas, assign_betas},
-      {{"eps", Kind::number, "epsilon of the denominator", core_range("eps")}, SCAPE_MEMBER(C, eps)},
-      {{"weight_decay", Kind::number, "decoupled weight decay on flagged tensors",
-        core_range("weight_decay")}, SCAPE_MEMBER(C, weight_decay)},
-      {{"bias_correction", Kind::boolean, "Adam bias correction"}, SCAPE_MEMBER(C, bias_correction)},
-      {{"sparsity", Kind::number, "fraction of coordinates not sent (density = 1 - sparsity)",
-        core_range("sparsity"), {}, kSparse},
-       SCAPE_MEMBER(C, sparsity)},
-      {{"sharded", Kind::boolean, "distributed optimizer state (default true; false for topk_ef, randk_ef, onebit_adam, powersgd and demo)"},
-       SCAPE_MEMBER(C, sharded), Default::derived},
-      {{"overlap_grad_reduce", Kind::boolean,
-        "reduce-scatter the gradient in buckets during the backward pass, one per model block (default false; "
-        "recorded only when true)", {}, {}, kDense},
-       [](const C& c) -> json { return c.overlap_grad_reduce ? json(true) : json(json::value_t::discarded); },
-       [](C& c, const json& v) { assign(c.overlap_grad_reduce, v); }},
-      {{"wire_dtype", Kind::string, "precision of gradient payloads", {}, kWireTypes}, SCAPE_MEMBER(C, wire_dtype)},
-      {{"param_dtype", Kind::string, "precision of parameter payloads", {}, kWireTypes}, SCAPE_MEMBER(C, param_dtype)},
-      {{"inner", Kind::string, "update rule of the sparse optimizers and powersgd", {}, optimizer_switch_names("inner"),
-        kInnerRule},
-       SCAPE_MEMBER(C, inner)},
-      {{"update", Kind::string, "masked or dense update", {}, optimizer_switch_names("update"), kScape}, SCAPE_MEMBER(C, update)},
-      {{"mask_statistic", Kind::string, "what top-k ranks", {}, optimizer_switch_names("mask_statistic"),
-        kScape},
-       SCAPE_MEMBER(C, mask_statistic)},
-      {{"mask_partition", Kind::string, "per-owner shards or union of local masks", {}, optimizer_switch_names("mask_partition"),
-        kScape},
-       SCAPE_MEMBER(C, mask_partition)},
-      {{"mask_lag", Kind::integer, "1 = mask computed one step ahead, 0 = blocking",
-        core_range("mask_lag"), {}, kScape},
-       SCAPE_MEMBER(C, mask_lag)},
-      {{"second_moment", Kind::string, "one synchronized buffer or two collectives", {},
-        optimizer_switch_names("second_moment"), kScape},
-       SCAPE_MEMBER(C, second_moment)},
-      {{"mask_encoding", Kind::string, "how masks and index lists are coded on the wire", {},
-        optimizer_switch_names("mask_encoding"), kSparse},
-       SCAPE_MEMBER(C, mask_encoding)},
-      {{"residual", Kind::boolean, "error feedback (keep undelivered gradient)", {}, {}, kSparse},
-       SCAPE_MEMBER(C, residual)},
-      {{"residual_decay", Kind::number, "factor gamma the residual keeps off the mask each step (1 = all, 0 = none)",
-        core_range("residual_decay"), {}, kSparse},
-       SCAPE_MEMBER(C, residual_decay)},
-      {{"residual_clip", Kind::number, "cap each tensor's residual norm at this multiple of its gradient norm (0 = off)",
-        core_range("residual_clip"), {}, kSparse},
-       SCAPE_MEMBER(C, residual_clip)},
-      {{"density_warmup", Kind::integer, "steps of exponential density decay from 1 (0 = off)",
-        core_range("density_warmup"), {}, kSparse},
-       SCAPE_MEMBER(C, density_warmup)},
-      {{"density_start", Kind::number, "density s at step 1 of the warm-up, decaying geometrically to 1 - sparsity",
-        core_range("density_start"), {}, kSparse},
-       SCAPE_MEMBER(C, density_start)},
-      {{"density_cooldown", Kind::integer, "steps of geometric density rise back to 1 (0 = off)",
-        core_range("density_cooldown"), {}, kSparse},
-       SCAPE_MEMBER(C, density_cooldown)},
-      {{"density_cooldown_start", Kind::integer, "0-based step at which the density cool-down starts",
-        core_range("density_cooldown_start"), {}, kSparse},
-       SCAPE_MEMBER(C, density_cooldown_start)},
-      {{"formulation", Kind::string,
-        "SCAPE's algorithm: paper (the authors' artifact, residual in momentum units, m zero off the mask), "
-        "artifact (its code with its quirks), frozen_momentum (the earlier formulation)",
-        {}, optimizer_switch_names("formulation"), kScape},
-       SCAPE_MEMBER(C, formulation)},
-      {{"mask_scope", Kind::string, "where k is counted: per tensor (or its fragment in a shard) or per whole shard",
-        {}, optimizer_switch_names("mask_scope"), kScape},
-       SCAPE_MEMBER(C, mask_scope)},
-      {{"dense_tensors", Kind::string_list,
-        "name substrings of the tensors always on the mask (default [\"norm\", \"bias\"] under mask_scope = tensor, "
-        "[] under shard)",
-        {}, {}, kScape},
-       SCAPE_MEMBER(C, dense_tensors), Default::derived},
-      {{"adams_form", Kind::string,
-        "where AdamS's bias corrections sit: artifact (on v and m, the artifact's AdamS.py) or momentum_corrected "
-        "(on m_prev inside the root); default momentum_corrected for formulation = frozen_momentum, else artifact",
-        {}, optimizer_switch_names("adams_form"), kAdamsRule},
-       record_adams_form, assign_adams_form, Default::derived},
-      {{"clip_grad", Kind::number,
-        "global-norm clipping of the synchronized gradient (SCAPE: the reconstructed one) at this norm (0 = off)",
-        core_range("clip_grad"), {}, kClipped},
-       SCAPE_MEMBER(C, clip_grad)},
-      {{"device", Kind::string,
-        "where the optimizer's kernels and state live (default: the top-level device; cuda needs a CUDA build and GPU)",
-        {},
-        kernels::device_kind_names(), kScape},
-       SCAPE_MEMBER(C, device)},
-      {{"residual_offload", Kind::boolean, "keep the residual in pinned host memory, streamed through two device chunks",
-        {}, {}, kScape},
-       SCAPE_MEMBER(C, residual_offload)},
-      {{"offload_chunk", Kind::integer, "elements per device chunk of the offloaded residual",
-        core_range("offload_chunk"), {}, kScape},
-       SCAPE_MEMBER(C, offload_chunk)},
-      {{"freeze_step", Kind::integer, "1-bit Adam: dense AdamW steps before the variance is frozen and momentum is sent as signs",
-        core_range("freeze_step"), {}, kOnebit},
-       SCAPE_MEMBER(C, freeze_step)},
-      {{"sign_chunk", Kind::integer, "1-bit Adam: coordinates of a shard that share one scale of the sign compression",
-        core_range("sign_chunk"), {}, kOnebit},
-       SCAPE_MEMBER(C, sign_chunk)},
-      {{"powersgd_rank", Kind::integer, "PowerSGD: rank of each matrix's factors (clipped to min(rows, cols))",
-        core_range("powersgd_rank"), {}, kPowersgd},
-       SCAPE_MEMBER(C, powersgd_rank)},
-      {{"demo_chunk", Kind::integer, "DeMo: coordinates of the flat buffer per DCT chunk",
-        core_range("demo_chunk"), {}, kDemo},
-       SCAPE_MEMBER(C, demo_chunk)},
-      {{"demo_topk", Kind::integer, "DeMo: DCT coefficients each chunk sends (at most demo_chunk)",
-        core_range("demo_topk"), {}, kDemo},
-       SCAPE_MEMBER(C, demo_topk)},
   });
   return t;
 }

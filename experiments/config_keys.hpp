@@ -1,6 +1,6 @@
 // The key tables of experiment configs: each key's kind, doc line, range, the types it applies
-// to and the member it sets, declared once (config_keys.cpp). Defaults are read from the
-// default-built structs (config.hpp, core/optimizer.hpp). Parsing, the resolved config, the
+// to and the member it sets, declared once (config_keys.cpp, optimizer_keys.cpp). Defaults are read from the
+// default-built structs (config.hpp, core/optimizer_config.hpp). Parsing, the resolved config, the
 // JSON Schema and docs/configuration.md (tests/test_config_keys.cpp) all follow these tables.
 // The ranges of optimizer keys are OptimizerConfig::validate()'s, not the table's.
 #pragma once
@@ -52,6 +52,12 @@ const KeyTable<NetworkSection>& network_keys();
 const KeyTable<ComputeSection>& compute_keys();
 const KeyTable<EvalSection>& eval_keys();
 const KeyTable<LogSection>& log_keys();
+
+// {optimizer key: [the optimizer types that read it]} for every optimizer key: the "x-applies-to"
+// of the optimizer section's schema (section_schema of optimizer_keys(), as `scape schema` prints
+// it), so the two agree by construction. Run files carry it as their optimizer_keys attribute
+// (train/run_log.cpp), so that analysis/runs.py needs no scape binary to read them.
+nlohmann::json optimizer_key_types();
 
 // Sets every key the section gives; the others keep their default-built values. A value that
 // does not fit the member's C++ type is a ConfigError naming the key.

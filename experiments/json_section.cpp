@@ -39,7 +39,8 @@ void check_string_list(const std::string& p, const json& v) {
   if (!v.is_array()) fail(p, "expected an array of strings, got " + type_name(v) + " " + v.dump());
   for (std::size_t i = 0; i < v.size(); ++i) {
     if (!v[i].is_string() || v[i].get<std::string>().empty()) {
-      fail(p + "[" + std::to_string(i) + "]", "expected a non-empty string, got " + type_name(v[i]) + " " + v[i].dump());
+      fail(p + "[" + std::to_string(i) + "]",
+           "expected a non-empty string, got " + type_name(v[i]) + " " + v[i].dump());
     }
   }
 }

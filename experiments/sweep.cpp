@@ -19,7 +19,8 @@ json read_json_file(const std::filesystem::path& path) {
   // The error_code forms: a name the system refuses (too long, say) is a ConfigError like a
   // missing file, not a filesystem_error thrown past the caller.
   std::error_code ec;
-  if (std::filesystem::is_directory(path, ec)) throw ConfigError(path.string() + ": is a directory, expected a JSON file");
+  if (std::filesystem::is_directory(path, ec))
+    throw ConfigError(path.string() + ": is a directory, expected a JSON file");
   std::ifstream in(path);
   if (!in) {
     throw ConfigError(path.string() + ": cannot open the file" + (ec ? " (" + ec.message() + ")" : std::string()));
@@ -57,7 +58,8 @@ void apply_override(json& j, const std::string& assignment) {
     const auto dot = key.find('.', start);
     const std::string part = key.substr(start, dot == std::string::npos ? std::string::npos : dot - start);
     if (part.empty()) throw ConfigError("--set " + assignment + ": empty component in key '" + key + "'");
-    if (!node->is_object()) throw ConfigError("--set " + assignment + ": '" + key.substr(0, start - 1) + "' is not an object");
+    if (!node->is_object())
+      throw ConfigError("--set " + assignment + ": '" + key.substr(0, start - 1) + "' is not an object");
     if (dot == std::string::npos) {
       (*node)[part] = value;
       return;
@@ -162,7 +164,8 @@ std::vector<PendingPoint> expand_points(const json& sweep, const json& base) {
 std::vector<PendingPoint> expand_grid(const json& sweep, std::vector<PendingPoint> points) {
   if (!sweep.contains("grid")) return points;
   for (const auto& [key, values] : sweep.at("grid").items()) {
-    if (!values.is_array() || values.empty()) throw ConfigError("sweep.grid." + key + ": expected a non-empty array of values");
+    if (!values.is_array() || values.empty())
+      throw ConfigError("sweep.grid." + key + ": expected a non-empty array of values");
     if (points.size() * values.size() > kMaxSweepPoints)
       throw ConfigError("sweep.grid." + key + ": the sweep would expand to " + std::to_string(points.size()) + " x " +
                         std::to_string(values.size()) + " points, more than " + std::to_string(kMaxSweepPoints) +

@@ -66,7 +66,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   scape::fuzz::write_scratch("run.h5.ckpt", bytes);
   try {
     const tr::Checkpoint c = tr::load_checkpoint(config(), run_file, kParams);
-    if (c.params.size() != kParams || c.states.size() != 2) scape::fuzz::invariant_broken("accepted a checkpoint of another shape");
+    if (c.params.size() != kParams || c.states.size() != 2)
+      scape::fuzz::invariant_broken("accepted a checkpoint of another shape");
   } catch (const ex::ConfigError&) {
   }
   try {

@@ -8,7 +8,7 @@
 #include <algorithm>
 #include <cstring>
 
-#include "experiments/hdf5.hpp"
+#include "run_file/hdf5.hpp"
 
 namespace scape::fuzz {
 namespace {
@@ -69,7 +69,8 @@ void fill(FuzzedDataProvider& in, const H5Vocabulary& v, const TypePair& type, h
       write(type.memory, pointers.data());
     } else {
       std::vector<char> fixed(count * 8, '\0');
-      for (hsize_t i = 0; i < count; ++i) std::memcpy(&fixed[i * 8], values[i].data(), std::min<std::size_t>(8, values[i].size()));
+      for (hsize_t i = 0; i < count; ++i)
+        std::memcpy(&fixed[i * 8], values[i].data(), std::min<std::size_t>(8, values[i].size()));
       write(type.memory, fixed.data());
     }
     return;

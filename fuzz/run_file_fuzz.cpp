@@ -3,10 +3,10 @@
 // repair` checks them. Each input edits a completed run's file through HDF5 (h5_mutator.hpp)
 // and picks the step to resume at; every refusal must be an H5Error naming the file, and a
 // resumed file must finish and read back.
-#include "experiments/hdf5.hpp"
-#include "experiments/recorder.hpp"
 #include "fuzz/fuzz_support.hpp"
 #include "fuzz/h5_mutator.hpp"
+#include "run_file/hdf5.hpp"
+#include "run_file/recorder.hpp"
 #include "sim/sim_run.hpp"
 #include "train/gradient_source.hpp"
 #include "train/run_log.hpp"
@@ -64,16 +64,17 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   const int resume_step = input.ConsumeIntegralInRange(0, 8);
   scape::fuzz::mutate_hdf5(path, input, vocabulary());
   try {
-    (void)ex::read_run_summary(path);
-  } catch (const ex::H5Error&) {
+    (void)scape::run_file::read_run_summary(path);
+  } catch (const scape::run_file::H5Error&) {
   }
   const tr::RunOptions options = options_for(path, true);
   try {
     tr::RunLog log(config(), source->layout(), options, resume_step);
     (void)log.finish("");
-  } catch (const ex::H5Error&) {
+  } catch (const scape::run_file::H5Error&) {
     return 0;
   }
-  if (ex::read_run_summary(path).status != "completed") scape::fuzz::invariant_broken("a resumed file does not read back");
+  if (scape::run_file::read_run_summary(path).status != "completed")
+    scape::fuzz::invariant_broken("a resumed file does not read back");
   return 0;
 }

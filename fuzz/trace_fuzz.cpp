@@ -1,10 +1,10 @@
-// Fuzz target: gradient traces (experiments::GradientTrace) read through the replay source, as
+// Fuzz target: gradient traces (scape::run_file::GradientTrace) read through the replay source, as
 // a run with model.type "replay" reads them. Each input edits a valid two-worker trace through
 // HDF5 (h5_mutator.hpp). Opening may refuse only with a ConfigError naming model.path; reading
 // an accepted trace may fail only with an H5Error naming the file.
-#include "experiments/hdf5.hpp"
 #include "fuzz/fuzz_support.hpp"
 #include "fuzz/h5_mutator.hpp"
+#include "run_file/hdf5.hpp"
 #include "train/gradient_source.hpp"
 
 namespace ex = scape::experiments;
@@ -18,7 +18,7 @@ const std::string& template_bytes() {
   static const std::string bytes = [] {
     const auto path = scape::fuzz::scratch() / "template.h5";
     {
-      const ex::File f = ex::File::create(path);
+      const scape::run_file::File f = scape::run_file::File::create(path);
       const std::vector<std::string> names = {"wte", "ln.bias"};
       f.create_string_dataset("layout/names", names).close();
       const std::vector<std::int64_t> sizes = {3, 2};
@@ -72,8 +72,9 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   std::vector<float> params(source->layout().size()), grads(params.size());
   try {
     source->init_params(params);
-    for (int rank = 0; rank < config.workers; ++rank) (void)tr::make_gradient_source(config, *source, rank)->gradient(params, 1, grads);
-  } catch (const ex::H5Error&) {
+    for (int rank = 0; rank < config.workers; ++rank)
+      (void)tr::make_gradient_source(config, *source, rank)->gradient(params, 1, grads);
+  } catch (const scape::run_file::H5Error&) {
   }
   return 0;
 }

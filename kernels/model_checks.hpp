@@ -20,8 +20,8 @@ inline std::size_t elements(long long rows, long long cols) {
 // `what` names the op and the argument, e.g. "gemm: a".
 inline void require_elements(std::size_t got, std::size_t want, const char* what) {
   if (got != want) {
-    throw std::invalid_argument(std::string(what) + ": buffer holds " + std::to_string(got) + " entries, the shape needs " +
-                                std::to_string(want));
+    throw std::invalid_argument(std::string(what) + ": buffer holds " + std::to_string(got) +
+                                " entries, the shape needs " + std::to_string(want));
   }
 }
 
@@ -45,8 +45,9 @@ inline void rows(const char* op, int N, int C, std::size_t out, std::size_t x, s
 
 inline void rope(std::size_t x, int N, int T, int stride, int width, int head_dim) {
   require_shape(T >= 1 && head_dim >= 2 && head_dim % 2 == 0 && width % head_dim == 0 && width <= stride,
-                "rope: T = " + std::to_string(T) + ", head_dim = " + std::to_string(head_dim) + " (must be even), width = " +
-                    std::to_string(width) + " (a multiple of head_dim, <= stride = " + std::to_string(stride) + ")");
+                "rope: T = " + std::to_string(T) + ", head_dim = " + std::to_string(head_dim) +
+                    " (must be even), width = " + std::to_string(width) +
+                    " (a multiple of head_dim, <= stride = " + std::to_string(stride) + ")");
   require_elements(x, elements(N, stride), "rope: x");
 }
 

@@ -6,7 +6,7 @@
 #include <stdexcept>
 #include <string_view>
 
-#include "core/rng.hpp"
+#include "util/rng.hpp"
 
 namespace scape::model {
 namespace {

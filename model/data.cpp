@@ -12,7 +12,7 @@
 #include <limits>
 #include <system_error>
 
-#include "core/rng.hpp"
+#include "util/rng.hpp"
 
 namespace scape::model {
 
@@ -25,7 +25,7 @@ namespace fs = std::filesystem;
 // Purposes of the counter-based draws, so no two uses of one seed share a stream.
 enum Purpose : std::uint64_t { kSuccessor = 1, kWeight, kStart, kTransition, kSampleOffset };
 
-// Key of an ordered tuple of counters under `seed`: core/rng.hpp's derive, folded left.
+// Key of an ordered tuple of counters under `seed`: util/rng.hpp's derive, folded left.
 std::uint64_t key(std::uint64_t seed, std::initializer_list<std::uint64_t> parts) {
   for (std::uint64_t part : parts) seed = rng::derive(seed, part);
   return seed;

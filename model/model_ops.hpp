@@ -12,7 +12,8 @@
 namespace scape::model {
 
 template <class R>
-using ModelOps = std::conditional_t<std::is_same_v<R, kernels::ModelReal>, kernels::KernelBackend, kernels::CpuModelOps<R>>;
+using ModelOps =
+    std::conditional_t<std::is_same_v<R, kernels::ModelReal>, kernels::KernelBackend, kernels::CpuModelOps<R>>;
 
 // The ops object for `backend`: the backend itself for float; for double the CPU bodies, and
 // `backend` must be the CPU (throws std::invalid_argument otherwise).

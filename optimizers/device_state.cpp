@@ -1,10 +1,10 @@
 // The optimizer's device memory by buffer (device_state.hpp). Names follow the members of
 // OptimizerBase, DenseOptimizer, ScapeOptimizer, ErrorFeedback and MaskExchange.
-#include "core/device_state.hpp"
+#include "optimizers/device_state.hpp"
 
 #include <algorithm>
 
-#include "core/mask_ownership.hpp"
+#include "optimizers/scape/mask_ownership.hpp"
 
 #include <algorithm>
 #include <stdexcept>
@@ -35,7 +35,8 @@ std::size_t scape_bytes(const OptimizerConfig& c, const ParamLayout& layout, int
   for (int w = 0; w < workers; ++w) {
     const std::size_t k = owners.k(w, rho);
     k_total += k;
-    coded += c.mask_encoding == MaskEncoding::bitmap ? owners.word_count(w) : kernels::ef_words(owners.segment_bits(w), k);
+    coded +=
+        c.mask_encoding == MaskEncoding::bitmap ? owners.word_count(w) : kernels::ef_words(owners.segment_bits(w), k);
   }
   const std::size_t k_own = owners.k(0, rho);
   const std::size_t updated = c.sharded ? k_own : k_total;
@@ -46,18 +47,20 @@ std::size_t scape_bytes(const OptimizerConfig& c, const ParamLayout& layout, int
   bytes += kWord * kernels::words_for(n);                   // ErrorFeedback::previous_mask_
   bytes += sizeof(double) * (n / kMetricBlock + 64);        // ErrorFeedback::partial_ (per tensor, rounded up)
   // The residual e_i, or the two device chunks it streams through (ResidualStore: at most N each).
-  bytes += c.residual_offload ? 2 * kFloat * std::min<std::size_t>(c.offload_chunk, std::max<std::size_t>(n, 1))
-                              : kFloat * n;
-  if (c.residual_offload) bytes += kIndex * k_total;       // chunk_idx_
+  bytes += c.scape.residual_offload
+               ? 2 * kFloat * std::min<std::size_t>(c.scape.offload_chunk, std::max<std::size_t>(n, 1))
+               : kFloat * n;
+  if (c.scape.residual_offload) bytes += kIndex * k_total;       // chunk_idx_
   bytes += kIndex * k_total + kFloat * k_total;             // idx_, b_
-  if (c.second_moment == SecondMoment::two_collectives) bytes += kFloat * (k_total + updated);  // a_packed_, a_bar_
+  if (c.scape.second_moment == SecondMoment::two_collectives)
+    bytes += kFloat * (k_total + updated);                  // a_packed_, a_bar_
   bytes += (kIndex + 3 * kFloat) * updated;                 // update_idx_, b_bar_, g_bar_, own_values_
   bytes += kFloat * k_total;                                // all_values_
-  if (c.update == UpdateMode::dense) bytes += kFloat * own; // dense_g_
+  if (c.scape.update == UpdateMode::dense) bytes += kFloat * own; // dense_g_
   bytes += kWord * (coded + coded / static_cast<std::size_t>(workers) + 2 + static_cast<std::size_t>(workers));
   // mask_scope = tensor: the selected positions of worker 0, its largest piece's top-k, and
-  // its dense tensors' positions (core/scape_formulation.cpp, select_pieces).
-  if (c.mask_scope == MaskScope::tensor && c.mask_partition == MaskPartition::partitioned) {
+  // its dense tensors' positions (optimizers/scape/scape_formulation.cpp, select_pieces).
+  if (c.scape.mask_scope == MaskScope::tensor && c.scape.mask_partition == MaskPartition::partitioned) {
     std::size_t largest = 0, dense = 0;
     for (const auto& p : owners.pieces(0)) {
       if (p.dense) dense += p.end - p.begin;

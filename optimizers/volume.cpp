@@ -1,26 +1,26 @@
 // Per-step collectives of an optimizer configuration, mirroring the calls of
 // dense_optimizer.cpp, scape_optimizer.cpp, topk_ef_optimizer.cpp, randk_ef_optimizer.cpp,
-// onebit_adam_optimizer.cpp, powersgd_optimizer.cpp and demo_optimizer.cpp one for one (same purposes, same order, same payload rule) and recording them through a
-// ByteLedger.
-#include "core/volume.hpp"
+// onebit_adam_optimizer.cpp, powersgd_optimizer.cpp and demo_optimizer.cpp one for one (same purposes, same order, same
+// payload rule) and recording them through a ByteLedger.
+#include "optimizers/volume.hpp"
 
 #include <algorithm>
 #include <cstdint>
 #include <stdexcept>
 #include <string>
 
-#include "core/mask_codec.hpp"
-#include "core/mask_ownership.hpp"
-#include "core/powersgd_optimizer.hpp"
 #include "core/schedule.hpp"
 #include "kernels/kernel_types.hpp"
+#include "optimizers/baselines/powersgd.hpp"
+#include "optimizers/scape/mask_codec.hpp"
+#include "optimizers/scape/mask_ownership.hpp"
 
 namespace scape {
 namespace {
 
 constexpr std::uint64_t kIndexBytes = sizeof(std::uint32_t);  // indices on the wire are 32-bit
 
-bool partitioned(const OptimizerConfig& c) { return c.mask_partition == MaskPartition::partitioned; }
+bool partitioned(const OptimizerConfig& c) { return c.scape.mask_partition == MaskPartition::partitioned; }
 
 // What the closed forms assume when they know N alone: one tensor of N elements.
 ParamLayout single_tensor(std::size_t n) {
@@ -29,7 +29,7 @@ ParamLayout single_tensor(std::size_t n) {
   return layout;
 }
 
-// One shard's coded message in words (core/mask_codec.hpp) when `kept` of its k_prev previous
+// One shard's coded message in words (optimizers/scape/mask_codec.hpp) when `kept` of its k_prev previous
 // positions stay and k - kept are new.
 std::size_t shard_message_words(MaskEncoding e, std::size_t n, std::size_t k, std::size_t k_prev, std::size_t kept) {
   if (mask_sizes_known(e)) return fixed_message_words(e, n, k);
@@ -75,8 +75,8 @@ void record_mask_gather(ByteLedger& ledger, const OptimizerConfig& c, const Mask
 // clip_grad with sharded state: each owner's sum of squares, one double a worker.
 void record_clip_norm(ByteLedger& ledger, const OptimizerConfig& c, int workers) {
   if (c.clip_grad > 0 && c.sharded && workers > 1) {
-    ledger.record(CollectiveKind::all_gather, "clip_norm_all_gather", static_cast<std::uint64_t>(workers) * sizeof(double),
-                  false);
+    ledger.record(CollectiveKind::all_gather, "clip_norm_all_gather",
+                  static_cast<std::uint64_t>(workers) * sizeof(double), false);
   }
 }
 
@@ -102,29 +102,29 @@ std::size_t union_mask_size(std::size_t k, std::size_t n, int workers, std::opti
   return *given;
 }
 
-void record_scape(ByteLedger& ledger, const OptimizerConfig& c, const ParamLayout& layout, int workers, int t, int total,
-                  std::optional<std::size_t> union_size, double kept_fraction) {
+void record_scape(ByteLedger& ledger, const OptimizerConfig& c, const ParamLayout& layout, int workers, int t,
+                  int total, std::optional<std::size_t> union_size, double kept_fraction) {
   const std::size_t n = layout.size();
   const MaskOwnership owners(layout, workers, c);
   const auto rho_at = [&](int step) { return step < 1 ? 0.0 : density_at(c.density_schedule(), step); };
   const double rho = rho_at(t);
   // Step 2: the mask of step t is gathered now (lag 0, and step 1 under lag 1), coded against
   // the previous step's mask.
-  if (c.mask_lag == 0 || t == 1) record_mask_gather(ledger, c, owners, rho, rho_at(t - 1), kept_fraction, false);
+  if (c.scape.mask_lag == 0 || t == 1) record_mask_gather(ledger, c, owners, rho, rho_at(t - 1), kept_fraction, false);
   const std::size_t k = partitioned(c) ? owners.k_total(rho) : k_for(rho, n);
   const std::size_t m = partitioned(c) ? k : union_mask_size(k, n, workers, union_size);
   const std::uint64_t values = m * wire_bytes(c.wire_dtype);
-  const bool two = c.second_moment == SecondMoment::two_collectives;
+  const bool two = c.scape.second_moment == SecondMoment::two_collectives;
   // The fp8 payload's shared scale: one float a worker.
   if (c.wire_dtype == WireType::fp8_e5m2) {
-    ledger.record(CollectiveKind::all_gather, "fp8_scale_all_gather", static_cast<std::uint64_t>(workers) * sizeof(float),
-                  false);
+    ledger.record(CollectiveKind::all_gather, "fp8_scale_all_gather",
+                  static_cast<std::uint64_t>(workers) * sizeof(float), false);
   }
   if (c.sharded) {
     ledger.record(CollectiveKind::reduce_scatter, "grad_reduce_scatter", values, false);
     if (two) ledger.record(CollectiveKind::reduce_scatter, "accum_reduce_scatter", values, false);
     record_clip_norm(ledger, c, workers);
-    const std::size_t synced = c.update == UpdateMode::dense ? n : m;
+    const std::size_t synced = c.scape.update == UpdateMode::dense ? n : m;
     ledger.record(CollectiveKind::all_gather, "param_all_gather", synced * wire_bytes(c.param_dtype), false);
   } else {
     ledger.record(CollectiveKind::all_reduce, "grad_all_reduce", values, false);
@@ -132,7 +132,7 @@ void record_scape(ByteLedger& ledger, const OptimizerConfig& c, const ParamLayou
   }
   // Step 9: the next mask, at the next step's density, starts asynchronously; the last step
   // starts none.
-  if (c.mask_lag == 1 && t < total) {
+  if (c.scape.mask_lag == 1 && t < total) {
     record_mask_gather(ledger, c, owners, rho_at(t + 1), rho, kept_fraction, true);
   }
 }
@@ -155,24 +155,25 @@ void record_randk(ByteLedger& ledger, const OptimizerConfig& c, std::size_t n, i
 // Warm-up: the dense all-reduce. Then one segment per shard, sign words and scales, is
 // exchanged all-to-all and gathered again (onebit_payload_bytes).
 void record_onebit(ByteLedger& ledger, const OptimizerConfig& c, std::size_t n, int workers, int t) {
-  if (t <= c.freeze_step) {
+  if (t <= c.onebit.freeze_step) {
     ledger.record(CollectiveKind::all_reduce, "grad_all_reduce", n * wire_bytes(c.wire_dtype), false);
     return;
   }
-  const std::uint64_t payload = onebit_payload_bytes(n, workers, c.sign_chunk);
+  const std::uint64_t payload = onebit_payload_bytes(n, workers, c.onebit.sign_chunk);
   ledger.record(CollectiveKind::all_to_all, "momentum_all_to_all", payload, false);
   ledger.record(CollectiveKind::all_gather, "momentum_all_gather", payload, false);
 }
 
 // The factors P of every matrix, then their Q, then the vectors dense (each only when any).
 void record_powersgd(ByteLedger& ledger, const OptimizerConfig& c, const ParamLayout& layout) {
-  const PowersgdPlan plan = powersgd_plan(layout, c.powersgd_rank);
+  const PowersgdPlan plan = powersgd_plan(layout, c.powersgd.rank);
   const std::uint64_t value = wire_bytes(c.wire_dtype);
   if (!plan.matrices.empty()) {
     ledger.record(CollectiveKind::all_reduce, "lowrank_p_all_reduce", plan.p_size * value, false);
     ledger.record(CollectiveKind::all_reduce, "lowrank_q_all_reduce", plan.q_size * value, false);
   }
-  if (!plan.vectors.empty()) ledger.record(CollectiveKind::all_reduce, "grad_all_reduce", plan.vector_size * value, false);
+  if (!plan.vectors.empty())
+    ledger.record(CollectiveKind::all_reduce, "grad_all_reduce", plan.vector_size * value, false);
 }
 
 }  // namespace
@@ -257,7 +258,7 @@ std::vector<CommRecord> collectives(const OptimizerConfig& config, const ParamLa
     case OptimizerType::demo:
       ledger.record(CollectiveKind::all_gather, "demo_all_gather",
                     static_cast<std::uint64_t>(workers) *
-                        demo_message_bytes(n_params, config.demo_chunk, config.demo_topk, config.wire_dtype),
+                        demo_message_bytes(n_params, config.demo.chunk, config.demo.topk, config.wire_dtype),
                     false);
       break;
   }

@@ -16,7 +16,7 @@
 namespace scape {
 
 // The global mask size K of SCAPE or top-k at density rho: the sum of the owners' k
-// (partitioned; core/mask_ownership.hpp, for a model of one tensor of N elements) or k(rho, N)
+// (partitioned; optimizers/scape/mask_ownership.hpp, for a model of one tensor of N elements) or k(rho, N)
 // (local_union, topk_ef, randk_ef). Zero for dense optimizers.
 std::size_t mask_k(const OptimizerConfig& config, std::size_t n_params, int workers, double rho);
 // The same over the layout's tensors: under mask_scope = tensor a sum of per-tensor floors

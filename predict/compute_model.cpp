@@ -1,34 +1,21 @@
 // FLOP-based compute time of a simulated worker (compute.type = "flops").
-#include "train/compute_model.hpp"
+#include "predict/compute_model.hpp"
 
 #include <cstdio>
 #include <limits>
 
-#include "predict/hardware.hpp"
+#include "experiments/model_shapes.hpp"
+#include "presets/gpu_presets.hpp"
 
-namespace scape::train {
-
-predict::ModelSpec model_spec(const experiments::ModelSection& m) {
-  predict::ModelSpec s;
-  s.family = predict::Family::gpt2;
-  s.n_layer = m.n_layer;
-  s.n_embd = m.n_embd;
-  s.n_head = m.n_head;
-  s.n_kv_head = m.n_head;
-  s.ffn_hidden = 4 * static_cast<std::int64_t>(m.n_embd);
-  s.vocab_size = m.vocab_size;
-  s.context = m.block_size;
-  s.tied_embeddings = true;
-  return s;
-}
+namespace scape::predict {
 
 double modelled_compute_seconds(const experiments::ExperimentConfig& c) {
   if (c.compute.type != "flops") return std::numeric_limits<double>::quiet_NaN();
-  const double per_token =
-      predict::training_flops_per_token(model_spec(c.model), c.model.block_size, predict::AttentionFlops::causal);
+  const double per_token = presets::training_flops_per_token(experiments::predictor_model_spec(c.model),
+                                                             c.model.block_size, presets::AttentionFlops::causal);
   const double tokens = static_cast<double>(c.data.batch_size) * c.model.block_size;
-  const auto& device = predict::find_gpu_preset(c.compute.device, "compute.device");
-  predict::GpuSpec gpu;
+  const auto& device = presets::find_gpu_preset(c.compute.device, "compute.device");
+  presets::GpuSpec gpu;
   gpu.peak_TFLOPs = device.peak_bf16_TFLOPs;
   gpu.mfu = c.compute.mfu;
   // Forward and backward (twice the forward) as predict_step adds them, so scape predict on
@@ -50,4 +37,4 @@ std::string describe_step_time_model(const experiments::ExperimentConfig& c) {
          " workers; optimizer step not modelled";
 }
 
-}  // namespace scape::train
+}  // namespace scape::predict

@@ -5,10 +5,10 @@
 #include <cmath>
 #include <cstdio>
 
-#include "experiments/hdf5.hpp"
 #include "experiments/json_section.hpp"
-#include "experiments/recorder.hpp"
 #include "predict/report.hpp"
+#include "run_file/hdf5.hpp"
+#include "run_file/recorder.hpp"
 
 namespace scape::predict {
 namespace {
@@ -28,7 +28,7 @@ double mean_of_finite(const std::vector<double>& v) {
 }
 
 MeasuredRun read_run(const std::filesystem::path& path, const std::string& config_json) {
-  const auto f = ex::File::open(path, ex::Access::read);
+  const auto f = run_file::File::open(path, run_file::Access::read);
   MeasuredRun r;
   r.file = path;
   r.config = json::parse(config_json);
@@ -96,9 +96,9 @@ std::vector<MeasuredRun> read_completed_runs(const std::filesystem::path& dir) {
   std::vector<MeasuredRun> runs;
   for (const auto& path : files) {
     try {
-      const auto summary = ex::read_run_summary(path);
+      const auto summary = run_file::read_run_summary(path);
       if (summary.status == "completed") runs.push_back(read_run(path, summary.config_json));
-    } catch (const ex::H5Error&) {
+    } catch (const run_file::H5Error&) {
       // Not a run file (a prediction, say): not one of the runs.
     }
   }
@@ -106,7 +106,8 @@ std::vector<MeasuredRun> read_completed_runs(const std::filesystem::path& dir) {
 }
 
 std::vector<AtScaleRow> predict_from_runs(const std::filesystem::path& config_file,
-                                          const std::vector<std::string>& sets, const std::vector<MeasuredRun>& runs) {
+                                          const std::vector<std::string>& sets, const std::vector<MeasuredRun>& runs,
+                                          bool config_overlap_only) {
   const std::string type = to_string(load_predict_config(config_file, sets).optimizer.type);
   std::vector<const MeasuredRun*> chosen;
   for (const auto& run : runs) {
@@ -130,6 +131,7 @@ std::vector<AtScaleRow> predict_from_runs(const std::filesystem::path& config_fi
     const bool other = !(overlap.grad_reduce || overlap.param_gather);
     row.overlap = !other;
     rows.push_back(std::move(row));
+    if (config_overlap_only) continue;
     with_run.emplace_back(std::string("overlap.grad_reduce=") + (other ? "true" : "false"));
     with_run.emplace_back(std::string("overlap.param_gather=") + (other ? "true" : "false"));
     rows.push_back({&run, rows.back().dense, other, predict_at_largest(config_file, with_run)});
@@ -142,8 +144,11 @@ void print_at_scale(std::ostream& out, const std::vector<AtScaleRow>& rows) {
   const Prediction& first = rows.front().prediction;
   const int w = rows.front().at_scale().workers;
   print_header(out, first);
-  out << "rows: the optimizer at each run's sparsity, with the config's overlap and with bucketed overlap switched "
-         "the other way\n\n";
+  const bool both =
+      std::any_of(rows.begin(), rows.end(), [&](const AtScaleRow& r) { return r.overlap != rows.front().overlap; });
+  out << (both ? "rows: the optimizer at each run's sparsity, with the config's overlap and with bucketed overlap "
+                 "switched the other way\n\n"
+               : "rows: the optimizer at each run's sparsity, with the config's overlap only\n\n");
   out << "| run here | val loss vs dense here | bytes/step vs dense here | bytes/step vs dense at W = " << w
       << " | overlap (grad_reduce, param_gather) | dense step ms | " << to_string(first.config.optimizer.type)
       << " step ms | speedup |\n|---|---|---|---|---|---|---|---|\n";
@@ -153,8 +158,9 @@ void print_at_scale(std::ostream& out, const std::vector<AtScaleRow>& rows) {
     const double bytes_here = r.dense ? r.run->bytes_per_step / r.dense->bytes_per_step : NAN;
     out << "| " << run_label(*r.run) << " | " << cell("%+.4f", loss) << " | " << cell("%.4f", bytes_here) << " | "
         << cell("%.4f", bytes_sent(p.optimizer) / bytes_sent(p.baseline)) << " | "
-        << (r.prediction.config.overlap.grad_reduce || r.prediction.config.overlap.param_gather ? "on" : "off") << " | " << cell("%.2f", p.baseline.step_s * 1e3) << " | "
-        << cell("%.2f", p.optimizer.step_s * 1e3) << " | " << cell("%.3f", p.speedup) << " |\n";
+        << (r.prediction.config.overlap.grad_reduce || r.prediction.config.overlap.param_gather ? "on" : "off") << " | "
+        << cell("%.2f", p.baseline.step_s * 1e3) << " | " << cell("%.2f", p.optimizer.step_s * 1e3) << " | "
+        << cell("%.3f", p.speedup) << " |\n";
   }
 }
 

@@ -37,9 +37,11 @@ struct AtScaleRow {
   const PredictionRow& at_scale() const { return prediction.rows.back(); }
 };
 
-// Throws ConfigError when no run in `runs` has the config's optimizer type.
+// Throws ConfigError when no run in `runs` has the config's optimizer type. Each run gives a row
+// with the config's overlap and, unless `config_overlap_only`, one with the overlap switched.
 std::vector<AtScaleRow> predict_from_runs(const std::filesystem::path& config_file,
-                                          const std::vector<std::string>& sets, const std::vector<MeasuredRun>& runs);
+                                          const std::vector<std::string>& sets, const std::vector<MeasuredRun>& runs,
+                                          bool config_overlap_only = false);
 void print_at_scale(std::ostream& out, const std::vector<AtScaleRow>& rows);
 
 }  // namespace scape::predict

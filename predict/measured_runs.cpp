@@ -7,13 +7,12 @@
 #include <fstream>
 
 #include "core/schedule.hpp"
-#include "core/volume.hpp"
 #include "experiments/config.hpp"
-#include "experiments/hdf5.hpp"
 #include "experiments/json_section.hpp"
-#include "train/compute_model.hpp"
-#include "train/gradient_source.hpp"
-#include "train/run_metrics.hpp"
+#include "experiments/model_shapes.hpp"
+#include "optimizers/volume.hpp"
+#include "predict/compute_model.hpp"
+#include "run_file/hdf5.hpp"
 
 namespace scape::predict {
 namespace {
@@ -25,15 +24,15 @@ using nlohmann::json;
   throw ex::ConfigError(file.string() + ": " + what);
 }
 
-ex::File open_measurements(const std::filesystem::path& file) {
+run_file::File open_measurements(const std::filesystem::path& file) {
   try {
-    return ex::File::open(file, ex::Access::read);
-  } catch (const ex::H5Error& e) {
+    return run_file::File::open(file, run_file::Access::read);
+  } catch (const run_file::H5Error& e) {
     bad_file(file, std::string("cannot be read: ") + e.what());
   }
 }
 
-std::vector<double> column(const ex::File& f, const std::filesystem::path& file, const std::string& name,
+std::vector<double> column(const run_file::File& f, const std::filesystem::path& file, const std::string& name,
                            const std::string& why) {
   if (!f.has_link(name)) bad_file(file, "missing dataset " + name + " (" + why + ")");
   return f.open_dataset(name).read_all<double>();
@@ -56,7 +55,7 @@ std::vector<double> rows_in(const std::vector<double>& steps, const std::vector<
   return out;
 }
 
-ex::ExperimentConfig run_config(const ex::File& f, const std::filesystem::path& file) {
+ex::ExperimentConfig run_config(const run_file::File& f, const std::filesystem::path& file) {
   if (!f.has_attribute("config")) bad_file(file, "missing attribute config (not a scape run file)");
   try {
     return ex::parse_experiment(json::parse(f.read_string_attribute("config")),
@@ -140,7 +139,8 @@ void print_fit(std::ostream& out, const Calibration& c) {
 void print_runs(std::ostream& out, const Calibration& c, const std::vector<RunMeasurement>& runs,
                 const std::vector<bool>& fitted) {
   out << "\n| run | role | W | optimizer | steps | CPU share | wall step ms | measured step ms | predicted step ms | "
-         "error | compute ms meas / pred | optimizer ms meas / pred |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n";
+         "error | compute ms meas / pred | optimizer ms meas / pred "
+         "|\n|---|---|---|---|---|---|---|---|---|---|---|---|\n";
   std::string collectives;
   for (std::size_t i = 0; i < runs.size(); ++i) {
     const RunMeasurement& r = runs[i];
@@ -172,16 +172,16 @@ void print_runs(std::ostream& out, const Calibration& c, const std::vector<RunMe
 
 double harness_metric_bytes(const OptimizerConfig& optimizer, std::uint64_t n_params) {
   const double n = static_cast<double>(n_params);
-  return (4 + 8 + 10) * n + (train::has_sparse_metrics(optimizer) ? 4 * n : 0);
+  return (4 + 8 + 10) * n + (has_sparse_metrics(optimizer) ? 4 * n : 0);
 }
 
 bool is_bench_comm_file(const std::filesystem::path& file) {
-  const ex::File f = open_measurements(file);
+  const run_file::File f = open_measurements(file);
   return f.has_attribute("format") && f.read_string_attribute("format") == kBenchCommFormat;
 }
 
 std::vector<CollectiveSample> read_bench_comm(const std::filesystem::path& file) {
-  const ex::File f = open_measurements(file);
+  const run_file::File f = open_measurements(file);
   const std::string why = "written by scape bench-comm";
   if (!f.has_link("/kind")) bad_file(file, "missing dataset /kind (" + why + ")");
   const auto kinds = f.open_dataset("/kind").read_strings();
@@ -203,7 +203,7 @@ std::vector<CollectiveSample> read_bench_comm(const std::filesystem::path& file)
 }
 
 RunMeasurement read_run_measurement(const std::filesystem::path& file) {
-  const ex::File f = open_measurements(file);
+  const run_file::File f = open_measurements(file);
   const ex::ExperimentConfig config = run_config(f, file);
   if (config.model.type != "gpt") {
     bad_file(file, "model.type " + config.model.type + ": calibration fits compute per FLOP and needs a gpt run");
@@ -218,10 +218,10 @@ RunMeasurement read_run_measurement(const std::filesystem::path& file) {
   r.file = file;
   r.optimizer = config.optimizer;
   r.workers = config.workers;
-  const ModelSpec spec = train::model_spec(config.model);
-  r.layout = train::language_model_spec(config.model).layout();
+  const presets::ModelSpec spec = scape::experiments::predictor_model_spec(config.model);
+  r.layout = scape::experiments::language_model_spec(config.model).layout();
   r.n_params = r.layout.size();
-  r.flops_per_token = training_flops_per_token(spec, config.model.block_size, AttentionFlops::causal);
+  r.flops_per_token = presets::training_flops_per_token(spec, config.model.block_size, presets::AttentionFlops::causal);
   r.tokens_per_gpu = static_cast<double>(config.data.batch_size) * config.model.block_size;
 
   const std::string measured_why = "a run of the mpi or nccl backend, written by this version";
@@ -242,7 +242,8 @@ RunMeasurement read_run_measurement(const std::filesystem::path& file) {
   r.optimizer_s = med("optimizer_wall_time");
   r.cpu_share = std::min(1.0, med("compute_time") / r.compute_s);
   std::optional<std::size_t> union_size;
-  if (config.optimizer.type == OptimizerType::scape && config.optimizer.mask_partition == MaskPartition::local_union) {
+  if (config.optimizer.type == OptimizerType::scape &&
+      config.optimizer.scape.mask_partition == MaskPartition::local_union) {
     r.fill_in = med("fill_in");
     const double k = static_cast<double>(
         mask_k(config.optimizer, r.layout, r.workers, density_at(config.optimizer.density(), 0, 1)));
@@ -263,7 +264,7 @@ RunMeasurement read_run_measurement(const std::filesystem::path& file) {
       subtract(times);
     }
   }
-  if (train::has_sparse_metrics(config.optimizer)) {
+  if (has_sparse_metrics(config.optimizer)) {
     const auto waits = rows("mask_wait_exposed");
     const double wait = median(waits);
     r.mask_wait_s = std::isfinite(wait) ? wait : 0.0;

@@ -6,8 +6,8 @@
 
 namespace scape::predict {
 
-model::TransformerShape transformer_shape(const ModelSpec& m) {
-  const bool gpt2 = m.family == Family::gpt2;
+model::TransformerShape transformer_shape(const presets::ModelSpec& m) {
+  const bool gpt2 = m.family == presets::Family::gpt2;
   model::TransformerShape s;
   s.family = "model";
   s.parts = gpt2 ? model::kGpt2Parts : model::kLlamaParts;
@@ -22,7 +22,7 @@ model::TransformerShape transformer_shape(const ModelSpec& m) {
   return s;
 }
 
-ParamLayout tensor_layout(const ModelSpec& m) {
+ParamLayout tensor_layout(const presets::ModelSpec& m) {
   return model::transformer_layout(transformer_shape(m), ParamLayout::kUnbounded);
 }
 

@@ -9,7 +9,7 @@
 
 #include "experiments/config.hpp"
 #include "predict/predict_keys.hpp"
-#include "sim/network_presets.hpp"
+#include "presets/network_presets.hpp"
 
 namespace scape::predict {
 namespace {
@@ -27,7 +27,7 @@ std::vector<std::string> names_of(const auto& presets) {
   return out;
 }
 
-void check_model_shape(const ModelSpec& m) {
+void check_model_shape(const presets::ModelSpec& m) {
   if (m.n_embd % m.n_head != 0) {
     fail("model.n_head", std::to_string(m.n_head) + " does not divide model.n_embd = " + std::to_string(m.n_embd));
   }
@@ -35,26 +35,26 @@ void check_model_shape(const ModelSpec& m) {
     fail("model.n_kv_head",
          std::to_string(m.n_kv_head) + " does not divide model.n_head = " + std::to_string(m.n_head));
   }
-  if (m.family == Family::gpt2 && m.n_kv_head != m.n_head) {
+  if (m.family == presets::Family::gpt2 && m.n_kv_head != m.n_head) {
     fail("model.n_kv_head", "grouped-query attention is only defined for family llama");
   }
 }
 
-ModelSpec parse_model(const Section& s, std::string& preset) {
-  ModelSpec m;
+presets::ModelSpec parse_model(const Section& s, std::string& preset) {
+  presets::ModelSpec m;
   preset = s.value_or<std::string>("preset", "");
   if (!preset.empty()) {
-    m = config_error([&] { return find_model_preset(preset, "model.preset").spec; });
+    m = config_error([&] { return presets::find_model_preset(preset, "model.preset").spec; });
   } else {
     for (const char* k : {"family", "n_layer", "n_embd", "n_head", "vocab_size"}) {
-      s.require(k, "when no model.preset is given (presets: " + comma_list(names_of(model_presets())) + ")");
+      s.require(k, "when no model.preset is given (presets: " + comma_list(names_of(presets::model_presets())) + ")");
     }
   }
   if (s.has("family")) {
-    m.family = config_error([&] { return parse_family(s.at("family").get<std::string>(), "model.family"); });
+    m.family = config_error([&] { return presets::parse_family(s.at("family").get<std::string>(), "model.family"); });
     if (preset.empty()) {
-      m.context = m.family == Family::gpt2 ? 1024 : 2048;
-      m.tied_embeddings = m.family == Family::gpt2;
+      m.context = m.family == presets::Family::gpt2 ? 1024 : 2048;
+      m.tied_embeddings = m.family == presets::Family::gpt2;
     }
   }
   m.n_layer = s.value_or("n_layer", m.n_layer);
@@ -63,7 +63,8 @@ ModelSpec parse_model(const Section& s, std::string& preset) {
   // A changed width, head count or family re-derives the defaults that follow from them
   // (MLP width, key-value heads) unless those are given too.
   if (s.has("n_embd") || s.has("family")) {
-    m.ffn_hidden = m.family == Family::gpt2 ? 4 * static_cast<std::int64_t>(m.n_embd) : llama_ffn_hidden(m.n_embd);
+    m.ffn_hidden = m.family == presets::Family::gpt2 ? 4 * static_cast<std::int64_t>(m.n_embd)
+                                                     : presets::llama_ffn_hidden(m.n_embd);
   }
   if (s.has("n_head") || s.has("family")) m.n_kv_head = m.n_head;
   m.n_kv_head = s.value_or("n_kv_head", m.n_kv_head);
@@ -82,7 +83,7 @@ LinkSpec parse_link(const json& j, const std::string& path, const std::vector<Fi
   if (s.has("preset") || !both) {
     l.preset = s.get("preset").get<std::string>();
     const auto& p = config_error(
-        [&]() -> const sim::NetworkPreset& { return sim::find_network_preset(l.preset, s.path("preset")); });
+        [&]() -> const presets::NetworkPreset& { return presets::find_network_preset(l.preset, s.path("preset")); });
     l.alpha_us = p.alpha_us;
     l.bandwidth_GBps = p.bandwidth_GBps;
   }
@@ -91,16 +92,17 @@ LinkSpec parse_link(const json& j, const std::string& path, const std::vector<Fi
   return l;
 }
 
-GpuSpec parse_gpu(const Section& s) {
-  GpuSpec g;
+presets::GpuSpec parse_gpu(const Section& s) {
+  presets::GpuSpec g;
   const bool both = s.has("peak_TFLOPs") && s.has("memory_bandwidth_TBps");
   if (s.has("preset") || !both) {
     g.preset = s.get("preset").get<std::string>();
-    const auto& p = config_error([&]() -> const GpuPreset& { return find_gpu_preset(g.preset, "gpu.preset"); });
+    const auto& p =
+        config_error([&]() -> const presets::GpuPreset& { return presets::find_gpu_preset(g.preset, "gpu.preset"); });
     g.peak_TFLOPs = p.peak_bf16_TFLOPs;
     g.memory_TBps = p.memory_TBps;
   }
-  if (!g.preset.empty()) g.host_link_GBps = find_gpu_preset(g.preset, "gpu.preset").host_link_GBps;
+  if (!g.preset.empty()) g.host_link_GBps = presets::find_gpu_preset(g.preset, "gpu.preset").host_link_GBps;
   g.peak_TFLOPs = s.value_or("peak_TFLOPs", g.peak_TFLOPs);
   g.memory_TBps = s.value_or("memory_bandwidth_TBps", g.memory_TBps);
   g.select_TBps = s.value_or("select_TBps", g.select_TBps);
@@ -159,7 +161,7 @@ BatchSpec parse_batch(const Section& s, const PredictConfig& c) {
   BatchSpec b;
   b.scaling = s.get("scaling") == "weak" ? Scaling::weak : Scaling::strong;
   b.seq_len = s.value_or("seq_len", c.model.context);
-  if (c.model.family == Family::gpt2 && b.seq_len > c.model.context) {
+  if (c.model.family == presets::Family::gpt2 && b.seq_len > c.model.context) {
     fail(s.path("seq_len"), std::to_string(b.seq_len) + " exceeds model.context = " + std::to_string(c.model.context) +
                                 " (the rows of the position table)");
   }
@@ -239,7 +241,7 @@ double BatchSpec::sequences_per_gpu(int workers) const {
                                     : static_cast<double>(per_gpu_sequences);
 }
 
-NetworkModel LinkSpec::model() const { return sim::to_network_model(alpha_us, bandwidth_GBps); }
+NetworkModel LinkSpec::model() const { return presets::to_network_model(alpha_us, bandwidth_GBps); }
 
 Topology PredictConfig::topology() const {
   Topology t{gpus_per_node, nics_per_node, intra.model(), inter.model(), {}};
@@ -267,7 +269,7 @@ PredictConfig parse_predict_config(const json& j) {
   top.require("model", "(a model.preset or explicit dimensions)");
   const Section model(top.at("model"), "model", model_fields());
   c.model = parse_model(model, c.model_preset);
-  c.attention = parse_attention_flops(model.get("attention_flops").get<std::string>(), "");
+  c.attention = presets::parse_attention_flops(model.get("attention_flops").get<std::string>(), "");
   top.require("batch", "(batch.global_sequences or batch.per_gpu_sequences, and batch.seq_len)");
   c.batch = parse_batch(Section(top.at("batch"), "batch", batch_fields()), c);
   c.gpu = parse_gpu(Section(top.object("gpu"), "gpu", gpu_fields()));
@@ -326,7 +328,7 @@ PredictConfig load_predict_config(const std::filesystem::path& file, const std::
 }
 
 json PredictConfig::to_json() const {
-  json m = {{"family", predict::to_string(model.family)},
+  json m = {{"family", presets::to_string(model.family)},
             {"n_layer", model.n_layer},
             {"n_embd", model.n_embd},
             {"n_head", model.n_head},
@@ -335,7 +337,7 @@ json PredictConfig::to_json() const {
             {"vocab_size", model.vocab_size},
             {"context", model.context},
             {"tied_embeddings", model.tied_embeddings},
-            {"attention_flops", predict::to_string(attention)}};
+            {"attention_flops", presets::to_string(attention)}};
   if (!model_preset.empty()) m["preset"] = model_preset;
   json b = {{"scaling", predict::to_string(batch.scaling)}, {"seq_len", batch.seq_len}};
   if (batch.scaling == Scaling::strong) {
@@ -351,7 +353,8 @@ json PredictConfig::to_json() const {
   json net = {{"gpus_per_node", gpus_per_node}, {"nics_per_node", nics_per_node}, {"inter", link_json(inter)},
               {"intra", link_json(intra)}};
   for (const auto kind : {CollectiveKind::all_reduce, CollectiveKind::reduce_scatter, CollectiveKind::all_gather}) {
-    if (const auto& l = collectives[static_cast<std::size_t>(kind)]) net["collectives"][to_string(kind)] = link_json(*l);
+    if (const auto& l = collectives[static_cast<std::size_t>(kind)])
+      net["collectives"][to_string(kind)] = link_json(*l);
   }
   if (!gpu.preset.empty()) g["preset"] = gpu.preset;
   json out = {{"name", name},

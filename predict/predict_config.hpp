@@ -15,10 +15,10 @@
 #include <nlohmann/json.hpp>
 
 #include "core/optimizer.hpp"
-#include "predict/hardware.hpp"
-#include "predict/models.hpp"
 #include "predict/step_model.hpp"
 #include "predict/topology.hpp"
+#include "presets/gpu_presets.hpp"
+#include "presets/model_presets.hpp"
 
 namespace scape::predict {
 
@@ -39,7 +39,7 @@ struct BatchSpec {
   double global_tokens(int workers) const { return tokens_per_gpu(workers) * workers; }
 };
 
-// One level of the network: a shared preset (sim/network_presets.hpp), possibly overridden.
+// One level of the network: a shared preset (presets/network_presets.hpp), possibly overridden.
 struct LinkSpec {
   std::string preset;  // "" when both figures were given
   double alpha_us = 0;
@@ -51,10 +51,10 @@ struct PredictConfig {
   std::string name = "predict";
   std::string description;
   std::string model_preset;  // "" for explicit dimensions
-  ModelSpec model;
-  AttentionFlops attention = AttentionFlops::causal;
+  presets::ModelSpec model;
+  presets::AttentionFlops attention = presets::AttentionFlops::causal;
   BatchSpec batch;
-  GpuSpec gpu;
+  presets::GpuSpec gpu;
   int gpus_per_node = 1;
   int nics_per_node = 1;
   LinkSpec inter;

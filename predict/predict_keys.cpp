@@ -81,7 +81,7 @@ const std::vector<Field>& gpu_fields() {
   static const std::vector<Field> f = {
       {"preset", Kind::string, "a GPU preset", {}, {}, {}, "h100"},
       {"peak_TFLOPs", Kind::number, "dense bf16 peak (overrides the preset)", {0, kInf, true}},
-      {"mfu", Kind::number, "achieved fraction of the dense peak", {0, 1, true}, {}, {}, GpuSpec{}.mfu},
+      {"mfu", Kind::number, "achieved fraction of the dense peak", {0, 1, true}, {}, {}, presets::GpuSpec{}.mfu},
       {"memory_bandwidth_TBps", Kind::number, "device memory bandwidth (overrides the preset)", {0, kInf, true}},
       {"select_TBps", Kind::number, "throughput of top-k selection over the bytes it touches (default the memory "
        "bandwidth)", {0, kInf, true}},
@@ -91,7 +91,7 @@ const std::vector<Field>& gpu_fields() {
        "preset)", {0, kInf, true}},
       {"mask_codec_Gcoords_per_s", Kind::number,
        "coded SCAPE masks: measured 1e9 coordinates encoded and decoded per second (0: memory-bound model)",
-       {0, kInf, false, true}, {}, {}, GpuSpec{}.mask_codec_Gcoords_per_s},
+       {0, kInf, false, true}, {}, {}, presets::GpuSpec{}.mask_codec_Gcoords_per_s},
   };
   return f;
 }

@@ -14,7 +14,7 @@ StepInputs step_inputs(const PredictConfig& c, const OptimizerConfig& optimizer)
   in.optimizer = optimizer;
   in.layout = tensor_layout(c.model);
   in.n_params = in.layout.size();
-  in.flops_per_token = training_flops_per_token(c.model, c.batch.seq_len, c.attention);
+  in.flops_per_token = presets::training_flops_per_token(c.model, c.batch.seq_len, c.attention);
   in.fill_in = c.fill_in;
   in.gpu = c.gpu;
   in.topology = c.topology();
@@ -25,8 +25,8 @@ StepInputs step_inputs(const PredictConfig& c, const OptimizerConfig& optimizer)
 Prediction run_prediction(const PredictConfig& c) {
   Prediction p;
   p.config = c;
-  p.n_params = parameter_count(c.model);
-  p.flops_per_token = training_flops_per_token(c.model, c.batch.seq_len, c.attention);
+  p.n_params = presets::parameter_count(c.model);
+  p.flops_per_token = presets::training_flops_per_token(c.model, c.batch.seq_len, c.attention);
   const StepInputs opt = step_inputs(c, c.optimizer);
   const StepInputs base = step_inputs(c, c.baseline);
   for (const int w : c.workers) {

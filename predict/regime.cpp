@@ -110,7 +110,8 @@ void print_regime_sweep(std::ostream& out, const PredictConfig& c, const std::ve
       s.batch.global_sequences = static_cast<std::int64_t>(per_gpu) * w;
       s.workers = {w};
       s.overlap.grad_reduce = s.overlap.param_gather = overlap;
-      out << "| " << (overlap ? "on" : "off") << " | " << per_gpu << " | " << static_cast<long long>(s.batch.global_tokens(w)) << " |";
+      out << "| " << (overlap ? "on" : "off") << " | " << per_gpu << " | "
+          << static_cast<long long>(s.batch.global_tokens(w)) << " |";
       for (const double b : bandwidths_GBps) {
         const AtW r = evaluate(with_link_bandwidth(s, w, b), w);
         char cell[48];

@@ -10,12 +10,11 @@
 #include <string>
 #include <vector>
 
-#include "experiments/hdf5.hpp"
+#include "run_file/hdf5.hpp"
 
 namespace scape::predict {
 namespace {
 
-namespace ex = scape::experiments;
 
 std::string fmt(const char* format, double v) {
   char buf[64];
@@ -91,15 +90,16 @@ std::string describe(const OptimizerConfig& o) {
     s += ", sparsity " + fmt("%g", o.sparsity);
   }
   if (o.type == OptimizerType::onebit_adam) {
-    s += ", freeze step " + std::to_string(o.freeze_step) + ", sign chunk " + std::to_string(o.sign_chunk);
+    s +=
+        ", freeze step " + std::to_string(o.onebit.freeze_step) + ", sign chunk " + std::to_string(o.onebit.sign_chunk);
   }
-  if (o.type == OptimizerType::powersgd) s += ", rank " + std::to_string(o.powersgd_rank);
+  if (o.type == OptimizerType::powersgd) s += ", rank " + std::to_string(o.powersgd.rank);
   if (o.type == OptimizerType::demo) {
-    s += ", DCT chunk " + std::to_string(o.demo_chunk) + ", top " + std::to_string(o.demo_topk);
+    s += ", DCT chunk " + std::to_string(o.demo.chunk) + ", top " + std::to_string(o.demo.topk);
   }
   if (o.type == OptimizerType::scape) {
-    s += std::string(", ") + to_string(o.mask_partition) + " mask, lag " + std::to_string(o.mask_lag) + ", " +
-         to_string(o.update) + " update, " + to_string(o.second_moment);
+    s += std::string(", ") + to_string(o.scape.mask_partition) + " mask, lag " + std::to_string(o.scape.mask_lag) +
+         ", " + to_string(o.scape.update) + " update, " + to_string(o.scape.second_moment);
   }
   return s + ", wire " + to_string(o.wire_dtype) + ", params " + to_string(o.param_dtype) + ")";
 }
@@ -138,21 +138,21 @@ namespace {
 
 
 // One value per worker count, as a 1-D float64 dataset.
-void write_column(const ex::File& file, const std::string& name, const Prediction& p,
+void write_column(const run_file::File& file, const std::string& name, const Prediction& p,
                   const std::function<double(const PredictionRow&)>& value_of) {
   std::vector<double> v;
   for (const auto& r : p.rows) v.push_back(value_of(r));
   const hsize_t n = v.size();
-  file.create_dataset(name, H5T_IEEE_F64LE, ex::DatasetShape{{n}, {}, {}, {}}).write<double>({0}, {n}, v);
+  file.create_dataset(name, H5T_IEEE_F64LE, run_file::DatasetShape{{n}, {}, {}, {}}).write<double>({0}, {n}, v);
 }
 
-void write_int64(const ex::File& file, const std::string& name, const std::vector<std::int64_t>& v) {
+void write_int64(const run_file::File& file, const std::string& name, const std::vector<std::int64_t>& v) {
   const hsize_t n = v.size();
-  file.create_dataset(name, H5T_STD_I64LE, ex::DatasetShape{{n}, {}, {}, {}}).write<std::int64_t>({0}, {n}, v);
+  file.create_dataset(name, H5T_STD_I64LE, run_file::DatasetShape{{n}, {}, {}, {}}).write<std::int64_t>({0}, {n}, v);
 }
 
 // /optimizer or /baseline: the step breakdown and the derived figures.
-void write_side(const ex::File& file, const Prediction& p, const Side& side) {
+void write_side(const run_file::File& file, const Prediction& p, const Side& side) {
   const std::string g = side.name;
   file.create_group(g).write_string_attribute("type", to_string(side.config.type));
   const std::pair<const char*, double (*)(const StepPrediction&)> fields[] = {
@@ -182,7 +182,7 @@ void write_side(const ex::File& file, const Prediction& p, const Side& side) {
 }
 
 // <side>/collectives/<purpose>: the ledger's bytes and the network's times of one collective.
-void write_collective(const ex::File& file, const Prediction& p, const Side& side, const std::string& purpose) {
+void write_collective(const run_file::File& file, const Prediction& p, const Side& side, const std::string& purpose) {
   const std::string base = std::string(side.name) + "/collectives/" + purpose;
   const CollectiveTime first = *of_purpose(side.step(p.rows.front()), purpose);
   auto group = file.create_group(base);
@@ -232,7 +232,7 @@ void print_prediction(std::ostream& out, const Prediction& p) {
 }
 
 void write_prediction_hdf5(const std::filesystem::path& path, const Prediction& p) {
-  auto file = ex::File::create(path);
+  auto file = run_file::File::create(path);
   file.write_string_attribute("format", "scape-prediction-1");
   file.write_string_attribute("config", p.config.to_json().dump());
   std::vector<std::int64_t> workers;
@@ -240,7 +240,7 @@ void write_prediction_hdf5(const std::filesystem::path& path, const Prediction& 
   write_int64(file, "workers", workers);
   write_int64(file, "model/n_params", {static_cast<std::int64_t>(p.n_params)});
   const std::vector<double> flops{p.flops_per_token};
-  file.create_dataset("model/flops_per_token", H5T_IEEE_F64LE, ex::DatasetShape{{1}, {}, {}, {}})
+  file.create_dataset("model/flops_per_token", H5T_IEEE_F64LE, run_file::DatasetShape{{1}, {}, {}, {}})
       .write<double>({0}, {1}, flops);
   write_column(file, "global_tokens", p, [](const PredictionRow& r) { return r.global_tokens; });
   for (const auto& side : sides(p)) {

@@ -13,7 +13,7 @@ namespace scape::predict {
 void print_header(std::ostream& out, const Prediction& p);
 // The header lines and one markdown table: a row per worker count and configuration.
 void print_prediction(std::ostream& out, const Prediction& p);
-// Throws experiments::H5Error when the file cannot be written.
+// Throws run_file::H5Error when the file cannot be written.
 void write_prediction_hdf5(const std::filesystem::path& path, const Prediction& p);
 // Throws std::runtime_error naming the file when it cannot be written.
 void write_prediction_csv(const std::filesystem::path& path, const Prediction& p);

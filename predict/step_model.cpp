@@ -11,7 +11,7 @@
 
 #include "core/layout.hpp"
 #include "core/schedule.hpp"
-#include "core/volume.hpp"
+#include "optimizers/volume.hpp"
 
 namespace scape::predict {
 namespace {
@@ -45,11 +45,11 @@ OptimizerBytes scape_step_bytes(const OptimizerConfig& c, std::uint64_t n, int w
   const double state = state_elements(c, n, workers);
   // The mask coordinates this GPU updates: K / W on an owner (sharded), all of them otherwise.
   const double own = c.sharded ? std::ceil(mm / workers) : mm;
-  const double ranked = c.mask_partition == MaskPartition::partitioned
+  const double ranked = c.scape.mask_partition == MaskPartition::partitioned
                             ? static_cast<double>(Sharding(n, workers).size(0))
                             : nn;
   OptimizerBytes b{kSelect * ranked, kPack * mm, kAccumulate * nn};
-  if (c.update == UpdateMode::dense) {
+  if (c.scape.update == UpdateMode::dense) {
     b.state += kClear * state + kIndexedMove * own + dense_step_bytes(c) * state;
   } else {
     b.state += kReadWrite * nn + (kMaskedStep + (adamw_rule(c) ? kAdamWExtra : 0)) * own;
@@ -69,10 +69,10 @@ OptimizerBytes topk_step_bytes(const OptimizerConfig& c, std::uint64_t n, int wo
 // backward pass, lag 1; two otherwise) and the copies of each, up and down.
 void add_offload(StepPrediction& s, const StepInputs& in) {
   const OptimizerConfig& c = in.optimizer;
-  if (c.type != OptimizerType::scape || !c.residual_offload) return;
+  if (c.type != OptimizerType::scape || !c.scape.residual_offload) return;
   const double n = static_cast<double>(in.n_params);
-  const int passes = c.mask_lag == 1 ? 1 : 2;
-  const double chunks = std::ceil(n / static_cast<double>(c.offload_chunk));
+  const int passes = c.scape.mask_lag == 1 ? 1 : 2;
+  const double chunks = std::ceil(n / static_cast<double>(c.scape.offload_chunk));
   const double copy_s = 4.0 * n / in.gpu.host_link_Bps();
   // The kernels that stream the residual: accumulate, statistic and selection, packing.
   const double kernels_s = kAccumulate * n / in.gpu.memory_Bps() + s.select_s + s.pack_s;
@@ -131,7 +131,7 @@ Window window_for(const CommRecord& r, const OptimizerConfig& c, const OverlapMo
   if (r.purpose == "param_all_gather") return o.param_gather ? Window::forward : Window::none;
   if (gradient_reduction(r.purpose)) {
     // SCAPE can pack a bucket before the backward pass ends only when the mask is already known.
-    const bool sparse = c.type == OptimizerType::scape && c.mask_lag == 1 && o.sparse_reduce;
+    const bool sparse = c.type == OptimizerType::scape && c.scape.mask_lag == 1 && o.sparse_reduce;
     if ((dense_type(c) && o.grad_reduce) || sparse) return Window::backward;
   }
   return Window::none;
@@ -139,7 +139,7 @@ Window window_for(const CommRecord& r, const OptimizerConfig& c, const OverlapMo
 
 std::optional<std::size_t> union_size(const OptimizerConfig& c, std::uint64_t n, int workers, double fill_in,
                                       std::size_t k) {
-  if (c.type != OptimizerType::scape || c.mask_partition != MaskPartition::local_union) return std::nullopt;
+  if (c.type != OptimizerType::scape || c.scape.mask_partition != MaskPartition::local_union) return std::nullopt;
   const double upper = std::min(static_cast<double>(n), static_cast<double>(workers) * static_cast<double>(k));
   const double m = std::clamp(std::round(fill_in * static_cast<double>(k)), static_cast<double>(k), upper);
   return static_cast<std::size_t>(m);
@@ -208,7 +208,7 @@ const char* to_string(Window w) {
 
 int steady_state_step(const OptimizerConfig& c) {
   // 1-bit Adam's steady state is compressed, after its dense warm-up.
-  if (c.type == OptimizerType::onebit_adam) return c.freeze_step + 1;
+  if (c.type == OptimizerType::onebit_adam) return c.onebit.freeze_step + 1;
   return std::max(2, c.density_warmup + 1);
 }
 
@@ -249,8 +249,9 @@ namespace {
 
 // Coding time of a mask of k among n coordinates (mask_codec_seconds); k is read only when the
 // time comes from the kernels' bytes.
-double codec_seconds(const OptimizerConfig& c, std::uint64_t n, int workers, const GpuSpec& gpu, std::size_t k) {
-  if (c.type != OptimizerType::scape || c.mask_partition != MaskPartition::partitioned ||
+double codec_seconds(const OptimizerConfig& c, std::uint64_t n, int workers, const presets::GpuSpec& gpu,
+                     std::size_t k) {
+  if (c.type != OptimizerType::scape || c.scape.mask_partition != MaskPartition::partitioned ||
       c.mask_encoding == MaskEncoding::bitmap) {
     return 0.0;
   }
@@ -268,11 +269,12 @@ double steady_density(const OptimizerConfig& c) { return density_at(c.density_sc
 
 }  // namespace
 
-double mask_codec_seconds(const OptimizerConfig& c, std::uint64_t n, int workers, const GpuSpec& gpu) {
+double mask_codec_seconds(const OptimizerConfig& c, std::uint64_t n, int workers, const presets::GpuSpec& gpu) {
   return codec_seconds(c, n, workers, gpu, mask_k(c, n, workers, steady_density(c)));
 }
 
-double mask_codec_seconds(const OptimizerConfig& c, const ParamLayout& layout, int workers, const GpuSpec& gpu) {
+double mask_codec_seconds(const OptimizerConfig& c, const ParamLayout& layout, int workers,
+                          const presets::GpuSpec& gpu) {
   return codec_seconds(c, layout.size(), workers, gpu, mask_k(c, layout, workers, steady_density(c)));
 }
 

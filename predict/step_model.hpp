@@ -1,5 +1,5 @@
 // Time of one training step on W GPUs (docs/PREDICTING.md, "Step time"): compute from FLOPs,
-// every collective from the shared byte ledger (core/volume.hpp) costed on the two-level
+// every collective from the shared byte ledger (optimizers/volume.hpp) costed on the two-level
 // network, the overlap model that decides how much of each is exposed, and the optimizer
 // step costed from the bytes it touches at the device memory bandwidth.
 #pragma once
@@ -11,8 +11,8 @@
 #include "core/layout.hpp"
 #include "core/ledger.hpp"
 #include "core/optimizer.hpp"
-#include "predict/hardware.hpp"
 #include "predict/topology.hpp"
+#include "presets/gpu_presets.hpp"
 
 namespace scape::predict {
 
@@ -47,7 +47,7 @@ struct StepInputs {
   ParamLayout layout{ParamLayout::kUnbounded};
   double flops_per_token = 0;  // training FLOPs per token
   double fill_in = 1.0;        // local_union: |M| = fill_in K, clamped to [K, min(N, W K)]
-  GpuSpec gpu;
+  presets::GpuSpec gpu;
   Topology topology;
   OverlapModel overlap;
 };
@@ -102,9 +102,10 @@ double double_buffered_exposed(double copy_s, double kernel_s, double chunks);
 // (N): (1 + 1/W) / 2 of the encode + decode time of N coordinates at a measured throughput, or
 // without one the bytes the CUDA kernels move, N/8 + 8K + 3N/(4W), at the memory bandwidth;
 // 0 for the bitmap, local_union and the optimizers without a partitioned mask.
-double mask_codec_seconds(const OptimizerConfig& c, std::uint64_t n, int workers, const GpuSpec& gpu);
+double mask_codec_seconds(const OptimizerConfig& c, std::uint64_t n, int workers, const presets::GpuSpec& gpu);
 // The same with K counted over `layout`'s tensors (n = layout.size()).
-double mask_codec_seconds(const OptimizerConfig& c, const ParamLayout& layout, int workers, const GpuSpec& gpu);
+double mask_codec_seconds(const OptimizerConfig& c, const ParamLayout& layout, int workers,
+                          const presets::GpuSpec& gpu);
 
 // Exposed part of `time_s` of communication issued as `buckets` equal buckets that become
 // ready one by one over `window_s` of compute: max(time / B, time - window (B - 1) / B).

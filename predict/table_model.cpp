@@ -8,8 +8,8 @@
 #include <limits>
 #include <stdexcept>
 
-#include "predict/hardware.hpp"
 #include "predict/model_layout.hpp"
+#include "presets/gpu_presets.hpp"
 
 namespace scape::predict {
 namespace {
@@ -101,11 +101,11 @@ Row amounts(const MeasuredRow& r, double& offload_s, const Calibration& current)
 
 const TimingSetup& timing_setup(std::string_view model) {
   static const std::vector<TimingSetup> setups = {
-      {"llama-500m", find_model_preset("llama-500m", "").spec, 4096, 8, 1024,
+      {"llama-500m", presets::find_model_preset("llama-500m", "").spec, 4096, 8, 1024,
        "mz687/SCAPE_SC26 slurm_scripts/vista (docs/PREDICTING.md, \"The artifact's setups\")"},
-      {"llama-1.3b", find_model_preset("llama-1.3b", "").spec, 2048, 8, 1024,
+      {"llama-1.3b", presets::find_model_preset("llama-1.3b", "").spec, 2048, 8, 1024,
        "mz687/SCAPE_SC26 slurm_scripts/vista (docs/PREDICTING.md, \"The artifact's setups\")"},
-      {"llama-1.8b", find_model_preset("llama-1.8b", "").spec, 2048, 8, 1024,
+      {"llama-1.8b", presets::find_model_preset("llama-1.8b", "").spec, 2048, 8, 1024,
        "mz687/SCAPE_SC26 slurm_scripts/vista (docs/PREDICTING.md, \"The artifact's setups\")"},
   };
   for (const auto& s : setups) {
@@ -121,7 +121,7 @@ OptimizerConfig table_optimizer(std::string_view method) {
       std::find(std::begin(kMemoryMethods), std::end(kMemoryMethods), m) != std::end(kMemoryMethods);
   if (!known_step && !known_memory) throw std::invalid_argument("unknown table method '" + m + "'");
   OptimizerConfig c;
-  c.formulation = Formulation::artifact;
+  c.scape.formulation = Formulation::artifact;
   c.adams_form = AdamsForm::artifact;
   c.wire_dtype = WireType::fp32;   // --accumulate-allreduce-grads-in-fp32
   c.param_dtype = WireType::bf16;  // --bf16: the distributed optimizer gathers bf16 parameters
@@ -136,7 +136,7 @@ OptimizerConfig table_optimizer(std::string_view method) {
     // "CPUOffload" row offloads the parameter replica only; d = 0.01 offloads both in its
     // "CPUOffload" row and nothing otherwise. The memory rows say it in their names.
     const bool offload_row = m.find("offload") != std::string::npos;
-    c.residual_offload = known_memory ? offload_row : (tenth ? !offload_row : offload_row);
+    c.scape.residual_offload = known_memory ? offload_row : (tenth ? !offload_row : offload_row);
   }
   c.validate();
   return c;
@@ -148,10 +148,11 @@ bool replica_offload(std::string_view method) {
 
 StepInputs table_inputs(const Calibration& c, const TimingSetup& setup, const OptimizerConfig& optimizer) {
   const ParamLayout layout = tensor_layout(setup.spec);
-  StepInputs in = calibrated_inputs(c, optimizer, layout.size(),
-                                    training_flops_per_token(setup.spec, setup.seq_len, AttentionFlops::causal), 1.0);
+  StepInputs in = calibrated_inputs(
+      c, optimizer, layout.size(),
+      presets::training_flops_per_token(setup.spec, setup.seq_len, presets::AttentionFlops::causal), 1.0);
   in.layout = layout;
-  in.gpu.host_link_GBps = find_gpu_preset("gh200", "").host_link_GBps;
+  in.gpu.host_link_GBps = presets::find_gpu_preset("gh200", "").host_link_GBps;
   return in;
 }
 
@@ -174,7 +175,7 @@ StepPrediction predict_table_row(const Calibration& c, const MeasuredRow& row) {
 
 MemoryPrediction predict_memory(const MeasuredRow& row, int gpus) {
   const TimingSetup& s = timing_setup(row.model);
-  const double n = static_cast<double>(parameter_count(s.spec));
+  const double n = static_cast<double>(presets::parameter_count(s.spec));
   const double sbh = static_cast<double>(s.seq_len) * s.micro_batch * s.spec.n_embd;
   const OptimizerConfig opt = table_optimizer(row.method);
   const bool scape = opt.type == OptimizerType::scape;
@@ -182,7 +183,7 @@ MemoryPrediction predict_memory(const MeasuredRow& row, int gpus) {
   m.weights = 2 * n;
   m.grads = 4 * n;
   m.state = 8 * n / (opt.sharded ? gpus : 1);
-  m.residual = scape && !opt.residual_offload ? 4 * n : 0;
+  m.residual = scape && !opt.scape.residual_offload ? 4 * n : 0;
   m.replica = scape && opt.sharded ? 8 * n : 0;
   m.activations = 34 * sbh * s.spec.n_layer;
   m.logits = 6.0 * s.seq_len * s.micro_batch * static_cast<double>(s.spec.vocab_size);

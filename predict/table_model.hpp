@@ -10,8 +10,8 @@
 #include "core/optimizer.hpp"
 #include "predict/calibration.hpp"
 #include "predict/measured_table.hpp"
-#include "predict/models.hpp"
 #include "predict/step_model.hpp"
+#include "presets/model_presets.hpp"
 
 namespace scape::predict {
 
@@ -20,7 +20,7 @@ namespace scape::predict {
 // up the difference), pure data parallel on one GH200 per node.
 struct TimingSetup {
   std::string model;  // a kTableModels name
-  ModelSpec spec;
+  presets::ModelSpec spec;
   int seq_len = 0;
   int micro_batch = 0;
   int global_batch = 0;

@@ -1,9 +1,9 @@
 // GPU presets (docs/PREDICTING.md, "GPU presets", has the sources).
-#include "predict/hardware.hpp"
+#include "presets/gpu_presets.hpp"
 
 #include "util/name_table.hpp"
 
-namespace scape::predict {
+namespace scape::presets {
 
 const std::vector<GpuPreset>& gpu_presets() {
   // Datasheets quote bf16 tensor throughput with 2:4 sparsity; the dense figure is half. Host
@@ -23,4 +23,4 @@ const GpuPreset& find_gpu_preset(std::string_view name, std::string_view field) 
   return find_by_name(gpu_presets(), name, field, "GPU preset");
 }
 
-}  // namespace scape::predict
+}  // namespace scape::presets

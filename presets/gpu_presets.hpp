@@ -6,7 +6,7 @@
 #include <string_view>
 #include <vector>
 
-namespace scape::predict {
+namespace scape::presets {
 
 struct GpuPreset {
   const char* name;
@@ -46,4 +46,4 @@ struct GpuSpec {
   double host_link_Bps() const { return host_link_GBps * 1e9; }
 };
 
-}  // namespace scape::predict
+}  // namespace scape::presets

@@ -1,9 +1,9 @@
 // Model presets, parameter counts and FLOPs per token (docs/PREDICTING.md, "Model").
-#include "predict/models.hpp"
+#include "presets/model_presets.hpp"
 
 #include "util/name_table.hpp"
 
-namespace scape::predict {
+namespace scape::presets {
 namespace {
 
 using U = std::uint64_t;
@@ -123,4 +123,4 @@ double training_flops_per_token(const ModelSpec& m, int seq_len, AttentionFlops 
   return 6.0 * static_cast<double>(matmul_parameter_count(m)) + factor * per_layer_full * m.n_layer;
 }
 
-}  // namespace scape::predict
+}  // namespace scape::presets

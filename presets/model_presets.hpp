@@ -7,7 +7,7 @@
 #include <string_view>
 #include <vector>
 
-namespace scape::predict {
+namespace scape::presets {
 
 // gpt2: LayerNorm with bias, GELU MLP, biases on every linear layer, learned positions.
 // llama: RMSNorm, SwiGLU MLP, no biases, rotary positions (no position parameters).
@@ -59,4 +59,4 @@ AttentionFlops parse_attention_flops(std::string_view value, std::string_view fi
 // Training FLOPs per token (forward + backward = 3 x forward): 6 N_matmul + attention term.
 double training_flops_per_token(const ModelSpec& m, int seq_len, AttentionFlops attention);
 
-}  // namespace scape::predict
+}  // namespace scape::presets

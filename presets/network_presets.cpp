@@ -1,9 +1,9 @@
 // Network presets (docs/network.md has the sources and the reasoning behind each latency).
-#include "sim/network_presets.hpp"
+#include "presets/network_presets.hpp"
 
 #include "util/name_table.hpp"
 
-namespace scape::sim {
+namespace scape::presets {
 
 const std::vector<NetworkPreset>& network_presets() {
   static const std::vector<NetworkPreset> presets = {
@@ -24,4 +24,4 @@ NetworkModel to_network_model(double alpha_us, double bandwidth_GBps) {
   return NetworkModel{alpha_us * 1e-6, bandwidth_GBps * 1e9};
 }
 
-}  // namespace scape::sim
+}  // namespace scape::presets

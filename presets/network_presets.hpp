@@ -8,7 +8,7 @@
 
 #include "core/ledger.hpp"
 
-namespace scape::sim {
+namespace scape::presets {
 
 struct NetworkPreset {
   const char* name;
@@ -22,4 +22,4 @@ const std::vector<NetworkPreset>& network_presets();
 const NetworkPreset& find_network_preset(std::string_view name, std::string_view field);
 NetworkModel to_network_model(double alpha_us, double bandwidth_GBps);
 
-}  // namespace scape::sim
+}  // namespace scape::presets

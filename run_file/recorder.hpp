@@ -4,7 +4,9 @@
 //
 //   root attributes  config (resolved JSON text), status ("running" | "completed" | "diverged" |
 //                    "failed"), steps_completed (int64), error ("" when none), scape_version,
-//                    git_sha (variable-length UTF-8 strings), layout_version (int64 = 1)
+//                    git_sha (variable-length UTF-8 strings), layout_version (int64 = 1);
+//                    optimizer_keys (JSON text, when the spec gives it: the writer's table of
+//                    which optimizer types read which optimizer key, for the analysis)
 //   /metrics/step    int64 [rows], extensible; the row count of the run
 //   /metrics/<name>  float64 [rows], aligned with /metrics/step; NaN means "not applicable";
 //                    attributes unit, combine, doc (strings) when the spec describes the metrics
@@ -44,7 +46,9 @@
 #include <string_view>
 #include <vector>
 
-namespace scape::experiments {
+#include "run_file/run_summary.hpp"
+
+namespace scape::run_file {
 
 inline constexpr long kRunLayoutVersion = 1;
 
@@ -57,6 +61,10 @@ struct MetricDescription {
 
 struct RunFileSpec {
   std::string config_json, scape_version, git_sha;
+  // Written as the root attribute optimizer_keys when not empty: JSON text that tells readers of
+  // the config what they cannot learn from the file otherwise (train/run_log.cpp fills it with
+  // experiments::optimizer_key_types()); this layer stores it as given.
+  std::string optimizer_keys_json;
   std::vector<std::string> metric_names;         // excluding "step"
   std::vector<MetricDescription> metric_descriptions;  // empty, or one per metric name
   std::vector<std::string> tensor_names;
@@ -74,8 +82,9 @@ class RunRecorder {
   // Reopens a run file, also one whose writer was killed (and not still running: its superblock
   // flags are cleared), checks it against `spec`, drops every metric / eval / tensor row with
   // step > steps_completed and continues appending with status "running". The config attribute
-  // becomes spec.config_json (a resumed run may change steps and log.*); scape_version and
-  // git_sha are kept.
+  // becomes spec.config_json (a resumed run may change steps and log.*), and optimizer_keys
+  // spec.optimizer_keys_json when that is not empty (the table of the scape that wrote the
+  // config); scape_version and git_sha are kept.
   static RunRecorder open_for_resume(const std::filesystem::path& path, const RunFileSpec& spec,
                                      long steps_completed);
 
@@ -114,15 +123,6 @@ class RunRecorder {
   std::unique_ptr<State> state_;
 };
 
-struct RunFileSummary {
-  std::string status, error, config_json;
-  long steps_completed = 0;
-};
-
-// Throws H5Error naming the file for a missing file, a non-HDF5 file, or an HDF5 file that is
-// not a run file (no config / layout_version attribute, or an unknown layout_version).
-RunFileSummary read_run_summary(const std::filesystem::path& path);
-
 struct RepairReport {
   bool was_open_for_writing = false;  // the superblock flags of a writer that never closed were set
   std::string status_before, status_after;
@@ -138,4 +138,4 @@ struct RepairReport {
 // naming the file when it is not a run file or a flushed table cannot be read.
 RepairReport repair_run_file(const std::filesystem::path& path);
 
-}  // namespace scape::experiments
+}  // namespace scape::run_file

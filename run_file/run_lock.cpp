@@ -1,4 +1,4 @@
-#include "experiments/run_lock.hpp"
+#include "run_file/run_lock.hpp"
 
 #include <fcntl.h>
 #include <sys/file.h>
@@ -9,7 +9,7 @@
 #include <system_error>
 #include <utility>
 
-namespace scape::experiments {
+namespace scape::run_file {
 
 namespace {
 
@@ -30,7 +30,8 @@ std::optional<RunFileLock> RunFileLock::take(const std::filesystem::path& run_fi
   for (;;) {
     // Read-only: flock needs no write access, so users sharing a folder can lock each other's files.
     const int fd = ::open(lock_file.c_str(), O_RDONLY | O_CREAT | O_CLOEXEC, 0644);
-    if (fd < 0) throw std::system_error(errno, std::generic_category(), lock_file.string() + ": cannot create the lock file");
+    if (fd < 0)
+      throw std::system_error(errno, std::generic_category(), lock_file.string() + ": cannot create the lock file");
     int rc;
     do {
       rc = ::flock(fd, wait ? LOCK_EX : LOCK_EX | LOCK_NB);
@@ -75,4 +76,4 @@ void RunFileLock::release() noexcept {
   fd_ = -1;
 }
 
-}  // namespace scape::experiments
+}  // namespace scape::run_file

@@ -7,7 +7,7 @@
 #include <filesystem>
 #include <optional>
 
-namespace scape::experiments {
+namespace scape::run_file {
 
 class RunFileLock {
  public:
@@ -37,4 +37,4 @@ class RunFileLock {
   int fd_ = -1;
 };
 
-}  // namespace scape::experiments
+}  // namespace scape::run_file

@@ -5,11 +5,11 @@
 // (what `h5clear -s` does) and closing cleanly rewrites the superblock without them.
 #include <algorithm>
 
-#include "experiments/hdf5.hpp"
-#include "experiments/recorder.hpp"
-#include "experiments/step_rows.hpp"
+#include "run_file/hdf5.hpp"
+#include "run_file/recorder.hpp"
+#include "run_file/step_rows.hpp"
 
-namespace scape::experiments {
+namespace scape::run_file {
 namespace {
 
 // Whether HDF5 opens the file without SWMR: false while the writer's flags are set.
@@ -77,7 +77,7 @@ RepairReport repair_run_file(const std::filesystem::path& path) {
   // --resume drops them.
   const Dataset step_table = file.open_dataset("metrics/step");
   const hsize_t claimed = kept_rows(step_table, summary.steps_completed);
-  // A writer older than the flush ordering of recorder.cpp could be killed with a table shorter
+  // A writer older than the flush ordering of recorder_state.cpp could be killed with a table shorter
   // than steps_completed claims: the steps every table holds are kept, and the rest is reported.
   const hsize_t rows =
       rows_in_every_table(file, "tensors", rows_in_every_table(file, "metrics", claimed, "step"), "names");
@@ -106,4 +106,4 @@ RepairReport repair_run_file(const std::filesystem::path& path) {
   return report;
 }
 
-}  // namespace scape::experiments
+}  // namespace scape::run_file

@@ -7,9 +7,9 @@
 #include <string>
 #include <vector>
 
-#include "experiments/hdf5.hpp"
+#include "run_file/hdf5.hpp"
 
-namespace scape::experiments {
+namespace scape::run_file {
 
 // The steps of a step table. Every row of one is written, so a table claiming more rows than
 // the file has bytes for is corrupt: refused before its rows are allocated.
@@ -34,4 +34,4 @@ inline hsize_t rows_up_to(const std::vector<std::int64_t>& steps, long limit, co
   return rows;
 }
 
-}  // namespace scape::experiments
+}  // namespace scape::run_file

@@ -1,11 +1,11 @@
 // GradientTrace: opening and validating a gradient trace, and its hyperslab reads.
-#include "experiments/trace.hpp"
+#include "run_file/trace.hpp"
 
 #include <limits>
 #include <numeric>
 #include <stdexcept>
 
-namespace scape::experiments {
+namespace scape::run_file {
 
 namespace {
 
@@ -90,4 +90,4 @@ void GradientTrace::read_grad(int step, int worker, std::span<float> out) const 
   grads_.read<float>({static_cast<hsize_t>(step - 1), static_cast<hsize_t>(worker), 0}, {1, 1, size_}, out);
 }
 
-}  // namespace scape::experiments
+}  // namespace scape::run_file

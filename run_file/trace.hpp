@@ -17,9 +17,9 @@
 #include <string>
 #include <vector>
 
-#include "experiments/hdf5.hpp"
+#include "run_file/hdf5.hpp"
 
-namespace scape::experiments {
+namespace scape::run_file {
 
 class GradientTrace {
  public:
@@ -52,4 +52,4 @@ class GradientTrace {
   std::size_t size_ = 0;
 };
 
-}  // namespace scape::experiments
+}  // namespace scape::run_file

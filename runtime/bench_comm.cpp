@@ -6,15 +6,14 @@
 #include <cstring>
 #include <vector>
 
-#include "experiments/hdf5.hpp"
 #include "predict/measured_runs.hpp"
+#include "run_file/hdf5.hpp"
 #include "runtime/mpi_check.hpp"
 #include "runtime/mpi_comm.hpp"
 
 namespace scape::runtime {
 namespace {
 
-namespace ex = experiments;
 
 // The collectives of the optimizers: float reductions and gathers (gradients, parameters,
 // sparse payloads) and the 64-bit word gather of masks.
@@ -65,7 +64,7 @@ void call(Communicator& comm, const Collective& c, void* send, void* recv, std::
 }
 
 void write_rows(const std::filesystem::path& out, const std::string& backend, const std::vector<Row>& rows) {
-  ex::File f = ex::File::create(out);
+  run_file::File f = run_file::File::create(out);
   f.write_string_attribute("format", predict::kBenchCommFormat);
   f.write_string_attribute("backend", backend);
   std::vector<std::string> names, kinds;
@@ -84,7 +83,7 @@ void write_rows(const std::filesystem::path& out, const std::string& backend, co
     std::vector<double> v;
     for (const auto& r : rows) v.push_back(r.*field);
     const hsize_t n = v.size();
-    f.create_dataset(name, H5T_IEEE_F64LE, ex::DatasetShape{{n}, {}, {}, {}}).write<double>({0}, {n}, v);
+    f.create_dataset(name, H5T_IEEE_F64LE, run_file::DatasetShape{{n}, {}, {}, {}}).write<double>({0}, {n}, v);
   }
   f.close();
 }
@@ -155,9 +154,9 @@ int bench_comm(MPI_Comm world, const BenchBackend& backend, const BenchCommOptio
       const double payload = static_cast<double>(n * c.element_bytes);
       const double t = time_calls(world, *comm, c, send, recv, n, o);
       const double algbw = payload / t / 1e9;
-      rows.push_back(Row{c.name, c.kind, static_cast<double>(size), payload,
-                         static_cast<double>(ring_latency_steps(c.kind, size)),
-                         ring_bytes_sent_per_worker(c.kind, size, payload), t, algbw, algbw * bus_factor(c.kind, size)});
+      rows.push_back(
+          Row{c.name, c.kind, static_cast<double>(size), payload, static_cast<double>(ring_latency_steps(c.kind, size)),
+              ring_bytes_sent_per_worker(c.kind, size, payload), t, algbw, algbw * bus_factor(c.kind, size)});
       if (rank == 0) {
         std::printf(" %17s %14.0f %12zu %12.2f %12.3f %12.3f\n", c.name, payload, n, t * 1e6, algbw,
                     rows.back().busbw_GBps);

@@ -104,7 +104,8 @@ void MpiComm::reduce_scatter_on(MPI_Comm comm, std::span<const float> send, std:
   SCAPE_MPI_CHECK(MPI_Alltoallv(send.data(), send_counts.data(), send_displs.data(), MPI_FLOAT, gathered.data(),
                                 recv_counts.data(), recv_displs.data(), MPI_FLOAT, comm));
   std::vector<const float*> inputs(static_cast<std::size_t>(w));
-  for (int q = 0; q < w; ++q) inputs[static_cast<std::size_t>(q)] = gathered.data() + static_cast<std::size_t>(q) * mine;
+  for (int q = 0; q < w; ++q)
+    inputs[static_cast<std::size_t>(q)] = gathered.data() + static_cast<std::size_t>(q) * mine;
   mean_in_rank_order(inputs, recv);
 }
 

@@ -11,6 +11,7 @@
 
 #include "runtime/mpi_check.hpp"
 #include "train/run_metrics.hpp"
+#include "train/run_session.hpp"
 
 namespace scape::runtime {
 namespace {
@@ -29,7 +30,9 @@ bool any_failed(MPI_Comm world, const std::string& error, std::string& all_error
   std::vector<int> lens(static_cast<std::size_t>(size));
   SCAPE_MPI_CHECK(MPI_Gather(&len, 1, MPI_INT, lens.data(), 1, MPI_INT, 0, world));
   std::vector<int> displs(static_cast<std::size_t>(size), 0);
-  for (int q = 1; q < size; ++q) displs[static_cast<std::size_t>(q)] = displs[static_cast<std::size_t>(q - 1)] + lens[static_cast<std::size_t>(q - 1)];
+  for (int q = 1; q < size; ++q)
+    displs[static_cast<std::size_t>(q)] =
+        displs[static_cast<std::size_t>(q - 1)] + lens[static_cast<std::size_t>(q - 1)];
   std::vector<char> text(static_cast<std::size_t>(displs.back() + lens.back()) + 1);
   SCAPE_MPI_CHECK(
       MPI_Gatherv(error.data(), len, MPI_CHAR, text.data(), lens.data(), displs.data(), MPI_CHAR, 0, world));
@@ -38,7 +41,8 @@ bool any_failed(MPI_Comm world, const std::string& error, std::string& all_error
       if (lens[static_cast<std::size_t>(q)] == 0) continue;
       if (!all_errors.empty()) all_errors += '\n';
       all_errors += "rank " + std::to_string(q) + ": ";
-      all_errors.append(text.data() + displs[static_cast<std::size_t>(q)], static_cast<std::size_t>(lens[static_cast<std::size_t>(q)]));
+      all_errors.append(text.data() + displs[static_cast<std::size_t>(q)],
+                        static_cast<std::size_t>(lens[static_cast<std::size_t>(q)]));
     }
   }
   return true;
@@ -86,15 +90,17 @@ class MpiExchange final : public train::StepExchange {
     }
     int stop = 0;
     if (rank == 0) {
-      train::GatheredReports gathered{.scalars = scalars_, .width = width, .n = n_, .grads = {}, .accumulated = {}, .moment = {}};
+      train::GatheredReports gathered{
+          .scalars = scalars_, .width = width, .n = n_, .grads = {}, .accumulated = {}, .moment = {}};
       if (with_grads) gathered.grads = grads_;
       if (with_acc) gathered.accumulated = acc_;
       if (with_acc && with_moment_) gathered.moment = moment_;
       // What the gathers above moved to rank 0, every rank's part counted (rank 0's own as
       // MPI_Gather's receive buffer holds it): its own purpose, apart from the optimizer's bytes.
       own_ = report;
-      own_.diagnostic_bytes = static_cast<double>(sizeof(float)) *
-                              static_cast<double>(gathered.grads.size() + gathered.accumulated.size() + gathered.moment.size());
+      own_.diagnostic_bytes =
+          static_cast<double>(sizeof(float)) *
+          static_cast<double>(gathered.grads.size() + gathered.accumulated.size() + gathered.moment.size());
       own_.diagnostic_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - d0).count();
       stop = decide(train::rebuild_reports(own_, packer_, gathered, shards_, others_)) ? 1 : 0;
     }
@@ -110,8 +116,12 @@ class MpiExchange final : public train::StepExchange {
     std::vector<int> counts(static_cast<std::size_t>(size_)), displs(static_cast<std::size_t>(size_), 0);
     std::vector<char> all;
     if (rank == 0) {
-      for (int q = 0; q < size_; ++q) counts[static_cast<std::size_t>(q)] = to_mpi_count(static_cast<std::size_t>(lens[static_cast<std::size_t>(q)]), "checkpoint gather");
-      for (int q = 1; q < size_; ++q) displs[static_cast<std::size_t>(q)] = displs[static_cast<std::size_t>(q - 1)] + counts[static_cast<std::size_t>(q - 1)];
+      for (int q = 0; q < size_; ++q)
+        counts[static_cast<std::size_t>(q)] =
+            to_mpi_count(static_cast<std::size_t>(lens[static_cast<std::size_t>(q)]), "checkpoint gather");
+      for (int q = 1; q < size_; ++q)
+        displs[static_cast<std::size_t>(q)] =
+            displs[static_cast<std::size_t>(q - 1)] + counts[static_cast<std::size_t>(q - 1)];
       all.resize(static_cast<std::size_t>(displs.back() + counts.back()));
     }
     SCAPE_MPI_CHECK(MPI_Gatherv(bytes.data(), to_mpi_count(bytes.size(), "checkpoint gather"), MPI_CHAR, all.data(),
@@ -119,7 +129,9 @@ class MpiExchange final : public train::StepExchange {
     std::vector<StateMap> out;
     if (rank == 0) {
       for (int q = 0; q < size_; ++q) {
-        out.push_back(train::decode_state_map(std::span<const char>(all.data() + displs[static_cast<std::size_t>(q)], static_cast<std::size_t>(counts[static_cast<std::size_t>(q)]))));
+        out.push_back(train::decode_state_map(
+            std::span<const char>(all.data() + displs[static_cast<std::size_t>(q)],
+                                  static_cast<std::size_t>(counts[static_cast<std::size_t>(q)]))));
       }
     }
     return out;
@@ -137,8 +149,9 @@ class MpiExchange final : public train::StepExchange {
       displs[static_cast<std::size_t>(q)] = to_mpi_count(shards_.begin(q), "first-moment gather");
     }
     moment_.resize(n_);
-    SCAPE_MPI_CHECK(MPI_Gatherv(report.first_moment.data(), to_mpi_count(report.first_moment.size(), "first-moment gather"),
-                                MPI_FLOAT, moment_.data(), counts.data(), displs.data(), MPI_FLOAT, 0, world_));
+    SCAPE_MPI_CHECK(MPI_Gatherv(report.first_moment.data(),
+                                to_mpi_count(report.first_moment.size(), "first-moment gather"), MPI_FLOAT,
+                                moment_.data(), counts.data(), displs.data(), MPI_FLOAT, 0, world_));
   }
 
   MPI_Comm world_;
@@ -278,7 +291,6 @@ int run_mpi(const experiments::ExperimentConfig& config, train::RunOptions optio
 
 int run_mpi(const experiments::ExperimentConfig& config, train::RunOptions options, const MpiOptions& mpi,
             const CommBackend& backend) {
-  const auto wall_start = std::chrono::steady_clock::now();
   MPI_Comm world = MPI_COMM_WORLD;
   int rank = 0, size = 0;
   SCAPE_MPI_CHECK(MPI_Comm_rank(world, &rank));
@@ -290,17 +302,14 @@ int run_mpi(const experiments::ExperimentConfig& config, train::RunOptions optio
 
   // Setup, checked collectively: a bad data path on one rank stops every rank with exit 2.
   std::string error;
-  std::unique_ptr<train::SourceData> data;
-  train::Checkpoint checkpoint;
+  std::unique_ptr<train::RunSession> session;
   if (size != config.workers) {
     error = "workers: the config asks for " + std::to_string(config.workers) + " workers but mpirun started " +
             std::to_string(size) + " ranks";
   } else {
     try {
       if (backend.check) backend.check();
-      train::require_devices(config, 1, false);  // one GPU per rank
-      data = train::load_source_data(config);
-      if (options.resume) checkpoint = train::load_checkpoint(config, options.out, data->layout().size());
+      session = std::make_unique<train::RunSession>(config, options, train::DeviceUse{1, false});  // one GPU per rank
     } catch (const std::exception& e) {
       error = e.what();
     }
@@ -321,10 +330,9 @@ int run_mpi(const experiments::ExperimentConfig& config, train::RunOptions optio
     if (rank == 0) std::fprintf(stderr, "error: %s\n", all_errors.c_str());
     return 1;
   }
-  std::unique_ptr<train::RunLog> log;
   if (rank == 0) {
     try {
-      log = std::make_unique<train::RunLog>(config, data->layout(), options, checkpoint.step);
+      session->open_log();
     } catch (const std::exception& e) {
       error = e.what();
     }
@@ -336,22 +344,23 @@ int run_mpi(const experiments::ExperimentConfig& config, train::RunOptions optio
 
   int code = 0;
   {
-    MpiExchange exchange(world, config, data->layout().size(), data->layout().slots().size());
+    const ParamLayout& layout = session->data().layout();
+    MpiExchange exchange(world, config, layout.size(), layout.slots().size());
     const Communicator& watched = *comm;
     auto blocked_for = [&backend, &watched] { return backend.blocked_for ? backend.blocked_for(watched) : 0.0; };
-    FailureMonitor monitor(world, blocked_for, *comm, log.get(), mpi.collective_timeout_s);
+    FailureMonitor monitor(world, blocked_for, *comm, session->log(), mpi.collective_timeout_s);
     try {
-      train::train_rank(config, *data, options, *comm, exchange, log.get(), options.resume ? &checkpoint : nullptr);
+      train::train_rank(config, session->data(), options, *comm, exchange, session->log(), session->resume());
     } catch (const std::exception& e) {
       monitor.fail("step " + std::to_string(current_step.load()) + ": " + e.what());
       for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));  // the monitor aborts the job
     }
     if (rank == 0) {
-      const train::RunOutcome outcome = log->finish("");
+      const train::RunOutcome outcome = session->finish("");
       code = outcome.status == train::RunStatus::completed ? 0 : (outcome.status == train::RunStatus::diverged ? 3 : 1);
       // As the simulator's line: the wall time from setup on (the median step_wall_time times the
       // steps, plus the start-up: data, communicator, run file).
-      const double wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - wall_start).count();
+      const double wall_s = session->elapsed_s();
       std::fprintf(stderr, "%s: %s after %d/%d steps in %.1f s -> %s\n", config.name.c_str(),
                    train::to_string(outcome.status), outcome.steps_completed, config.steps, wall_s,
                    options.out.string().c_str());

@@ -300,7 +300,8 @@ void NcclComm::do_all_to_all_bytes(std::span<const std::byte> send, std::span<st
   std::size_t offset = 0;
   ncclResult_t status = ncclSuccess;
   for (std::size_t peer = 0; peer < counts.size() && status == ncclSuccess; ++peer) {
-    if (counts[peer] > 0) status = ncclSend(s + offset, counts[peer], ncclUint8, static_cast<int>(peer), comm_, stream_);
+    if (counts[peer] > 0)
+      status = ncclSend(s + offset, counts[peer], ncclUint8, static_cast<int>(peer), comm_, stream_);
     if (mine > 0 && status == ncclSuccess) {
       status = ncclRecv(r + peer * mine, mine, ncclUint8, static_cast<int>(peer), comm_, stream_);
     }

@@ -1,5 +1,5 @@
-// `scape run --backend nccl` and `scape bench-comm --backend nccl`: the MPI runner (runtime/mpi_run.hpp) with an NcclComm per rank
-// and the optimizer's kernels and state on that rank's GPU (docs/runtime.md).
+// `scape run --backend nccl` and `scape bench-comm --backend nccl`: the MPI runner (runtime/mpi_run.hpp) with an
+// NcclComm per rank and the optimizer's kernels and state on that rank's GPU (docs/runtime.md).
 #pragma once
 
 #include "experiments/config.hpp"

@@ -1,8 +1,6 @@
 // One NCCL rank in this process (nccl_single.hpp).
 #include "runtime/nccl_single.hpp"
 
-#include <chrono>
-#include <exception>
 #include <functional>
 #include <memory>
 #include <span>
@@ -12,7 +10,8 @@
 
 #include "kernels/cuda/cuda_backend.hpp"
 #include "runtime/nccl_comm.hpp"
-#include "train/checkpoint.hpp"
+#include "train/run_session.hpp"
+#include "train/train_loop.hpp"
 
 namespace scape::runtime {
 namespace {
@@ -33,7 +32,6 @@ class SingleRankExchange final : public train::StepExchange {
 
 train::RunOutcome run_nccl_single_process(const experiments::ExperimentConfig& config,
                                           const train::RunOptions& options_in) {
-  const auto wall_start = std::chrono::steady_clock::now();
   if (config.workers != 1) {
     throw experiments::ConfigError("workers: " + std::to_string(config.workers) +
                                    ": --backend nccl in a scape built without MPI runs one rank, in this process; set "
@@ -50,24 +48,15 @@ train::RunOutcome run_nccl_single_process(const experiments::ExperimentConfig& c
     throw experiments::ConfigError(
         "--backend nccl: no CUDA device is visible (check CUDA_VISIBLE_DEVICES and the driver)");
   }
-  train::require_devices(on_gpu, 1, false);
   train::RunOptions options = options_in;
   options.measured_comm = true;
-  const std::unique_ptr<train::SourceData> data = train::load_source_data(on_gpu);  // ConfigError: nothing written
-  train::Checkpoint checkpoint;
-  if (options.resume) checkpoint = train::load_checkpoint(on_gpu, options.out, data->layout().size());
-  train::RunLog log(on_gpu, data->layout(), options, checkpoint.step);
-  std::string failure;
-  try {
+  train::RunSession session(on_gpu, options, {1, false});  // ConfigError: nothing written
+  train::RunLog& log = session.open_log();
+  return session.run([&] {
     const std::unique_ptr<NcclComm> comm = make_single_process_nccl_comm(on_gpu.network.model());
     SingleRankExchange exchange;
-    train::train_rank(on_gpu, *data, options, *comm, exchange, &log, options.resume ? &checkpoint : nullptr);
-  } catch (const std::exception& e) {
-    failure = "step " + std::to_string(log.steps_completed() + 1) + ": " + e.what();
-  }
-  train::RunOutcome outcome = log.finish(failure);
-  outcome.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - wall_start).count();
-  return outcome;
+    train::train_rank(on_gpu, session.data(), options, *comm, exchange, &log, session.resume());
+  });
 }
 
 }  // namespace scape::runtime

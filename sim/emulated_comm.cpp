@@ -53,7 +53,8 @@ void publish_send(EmulatedGroup& group, int rank, const void* send, std::span<co
 EmulatedComm::EmulatedComm(EmulatedGroup& group, int rank, NetworkModel net)
     : Communicator(rank, group.workers(), net), group_(group) {}
 
-void EmulatedComm::check_same_counts(std::span<const std::size_t> counts, const char* what) {
+void EmulatedComm::publish(const void* send, std::span<const std::size_t> counts, const char* what) {
+  publish_send(group_, rank(), send, counts);
   const auto& reference = group_.slot(0).counts;
   if (!std::equal(counts.begin(), counts.end(), reference.begin(), reference.end())) {
     throw std::invalid_argument(std::string(what) + ": rank " + std::to_string(rank()) +
@@ -97,11 +98,11 @@ void EmulatedComm::do_all_reduce_mean(std::span<float> data) {
 void EmulatedComm::do_reduce_scatter_mean(std::span<const float> send, std::span<float> recv,
                                           std::span<const std::size_t> counts) {
   const int w = size();
-  publish_send(group_, rank(), send.data(), counts);
-  check_same_counts(counts, "reduce_scatter");
+  publish(send.data(), counts, "reduce_scatter");
   const std::size_t offset = std::accumulate(counts.begin(), counts.begin() + rank(), std::size_t{0});
   std::vector<const float*> inputs(static_cast<std::size_t>(w));
-  for (int q = 0; q < w; ++q) inputs[static_cast<std::size_t>(q)] = static_cast<const float*>(group_.slot(q).send) + offset;
+  for (int q = 0; q < w; ++q)
+    inputs[static_cast<std::size_t>(q)] = static_cast<const float*>(group_.slot(q).send) + offset;
   mean_in_rank_order(inputs, recv);
   group_.arrive_and_wait();
 }
@@ -109,8 +110,7 @@ void EmulatedComm::do_reduce_scatter_mean(std::span<const float> send, std::span
 void EmulatedComm::do_all_gather_bytes(std::span<const std::byte> send, std::span<std::byte> recv,
                                        std::span<const std::size_t> counts) {
   const int w = size();
-  publish_send(group_, rank(), send.data(), counts);
-  check_same_counts(counts, "all_gather");
+  publish(send.data(), counts, "all_gather");
   std::size_t offset = 0;
   for (int q = 0; q < w; ++q) {
     const std::size_t c = counts[static_cast<std::size_t>(q)];
@@ -123,8 +123,7 @@ void EmulatedComm::do_all_gather_bytes(std::span<const std::byte> send, std::spa
 void EmulatedComm::do_all_to_all_bytes(std::span<const std::byte> send, std::span<std::byte> recv,
                                        std::span<const std::size_t> counts) {
   const int w = size();
-  publish_send(group_, rank(), send.data(), counts);
-  check_same_counts(counts, "all_to_all");
+  publish(send.data(), counts, "all_to_all");
   const std::size_t mine = counts[static_cast<std::size_t>(rank())];
   const std::size_t offset = std::accumulate(counts.begin(), counts.begin() + rank(), std::size_t{0});
   for (int q = 0; q < w; ++q) {

@@ -62,7 +62,9 @@ class EmulatedComm final : public Communicator {
   SCAPE_COMMUNICATOR_BACKEND_HOOKS;  // Communicator's backend hooks (core/communicator.hpp)
 
  private:
-  void check_same_counts(std::span<const std::size_t> counts, const char* what);
+  // publish_send, then throws std::invalid_argument naming `what` when this rank's counts differ
+  // from rank 0's.
+  void publish(const void* send, std::span<const std::size_t> counts, const char* what);
 
   EmulatedGroup& group_;
   std::vector<float> chunk_;

@@ -11,9 +11,9 @@ namespace scape::testing {
 
 inline OptimizerConfig earlier_formulation() {
   OptimizerConfig c;
-  c.formulation = Formulation::frozen_momentum;
-  c.mask_scope = MaskScope::shard;
-  c.dense_tensors.clear();
+  c.scape.formulation = Formulation::frozen_momentum;
+  c.scape.mask_scope = MaskScope::shard;
+  c.scape.dense_tensors.clear();
   c.adams_form = AdamsForm::momentum_corrected;
   return c;
 }

@@ -10,8 +10,8 @@
 #include <cstdint>
 #include <vector>
 
-#include "core/rng.hpp"
 #include "model/transformer.hpp"
+#include "util/rng.hpp"
 
 namespace scape::testing {
 

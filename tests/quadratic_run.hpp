@@ -9,9 +9,10 @@
 #include <vector>
 
 #include "core/optimizer.hpp"
-#include "core/scape_optimizer.hpp"
+#include "optimizers/make_optimizer.hpp"
+#include "optimizers/scape/scape_optimizer.hpp"
 #include "sim/emulated_comm.hpp"
-#include "sim/synthetic_gradients.hpp"
+#include "train/noisy_quadratic.hpp"
 
 namespace scape::testing {
 
@@ -41,10 +42,10 @@ struct RunRecord {
 
 inline RunRecord run_quadratic(const OptimizerConfig& config, const ParamLayout& layout, int workers, int steps,
                                std::uint64_t seed = 7, double noise = 0.5) {
-  sim::QuadraticSpec spec;
+  scape::train::QuadraticSpec spec;
   spec.seed = seed;
   spec.noise = noise;
-  const sim::NoisyQuadratic problem(layout.size(), spec);
+  const scape::train::NoisyQuadratic problem(layout.size(), spec);
   RunRecord record;
   record.steps.resize(static_cast<std::size_t>(workers));
   std::mutex ledger_mutex;
@@ -90,21 +91,21 @@ struct ScapeVariant {
 inline const std::vector<ScapeVariant>& scape_variants() {
   static const std::vector<ScapeVariant> variants = {
       {"default (sharded, lag 1)", [](OptimizerConfig&) {}},
-      {"lag 0", [](OptimizerConfig& c) { c.mask_lag = 0; }},
+      {"lag 0", [](OptimizerConfig& c) { c.scape.mask_lag = 0; }},
       {"replicated", [](OptimizerConfig& c) { c.sharded = false; }},
       {"local_union", [](OptimizerConfig& c) {
          c.sharded = false;
-         c.mask_partition = MaskPartition::local_union;
+         c.scape.mask_partition = MaskPartition::local_union;
        }},
       {"no residual", [](OptimizerConfig& c) { c.residual = false; }},
       {"two collectives, adamw", [](OptimizerConfig& c) {
-         c.second_moment = SecondMoment::two_collectives;
+         c.scape.second_moment = SecondMoment::two_collectives;
          c.inner = InnerRule::adamw;
        }},
-      {"dense update", [](OptimizerConfig& c) { c.update = UpdateMode::dense; }},
-      {"gradient statistic", [](OptimizerConfig& c) { c.mask_statistic = MaskStatistic::gradient; }},
-      {"random statistic", [](OptimizerConfig& c) { c.mask_statistic = MaskStatistic::random; }},
-      {"momentum statistic", [](OptimizerConfig& c) { c.mask_statistic = MaskStatistic::momentum_only; }},
+      {"dense update", [](OptimizerConfig& c) { c.scape.update = UpdateMode::dense; }},
+      {"gradient statistic", [](OptimizerConfig& c) { c.scape.mask_statistic = MaskStatistic::gradient; }},
+      {"random statistic", [](OptimizerConfig& c) { c.scape.mask_statistic = MaskStatistic::random; }},
+      {"momentum statistic", [](OptimizerConfig& c) { c.scape.mask_statistic = MaskStatistic::momentum_only; }},
       {"bf16 wire", [](OptimizerConfig& c) {
          c.wire_dtype = WireType::bf16;
          c.param_dtype = WireType::bf16;
@@ -113,7 +114,7 @@ inline const std::vector<ScapeVariant>& scape_variants() {
       {"residual clip and decay, lag 0", [](OptimizerConfig& c) {
          c.residual_clip = 0.5;
          c.residual_decay = 0.9;
-         c.mask_lag = 0;
+         c.scape.mask_lag = 0;
        }},
       {"clip_grad", [](OptimizerConfig& c) { c.clip_grad = 0.05; }},
       {"fp8 payload, replicated", [](OptimizerConfig& c) {

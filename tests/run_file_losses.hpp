@@ -10,12 +10,12 @@
 #include <string>
 #include <vector>
 
-#include "experiments/hdf5.hpp"
+#include "run_file/hdf5.hpp"
 
 namespace scape::testing {
 
 inline std::vector<double> read_series(const std::filesystem::path& file, const std::string& dataset) {
-  return experiments::File::open(file, experiments::Access::read).open_dataset(dataset).read_all<double>();
+  return scape::run_file::File::open(file, scape::run_file::Access::read).open_dataset(dataset).read_all<double>();
 }
 
 // Checks every training and validation loss of `got` within `relative` of `want`'s; returns

@@ -11,10 +11,11 @@
 #include <cmath>
 #include <cstring>
 
-#include "tests/earlier_formulation.hpp"
-#include "core/powersgd_optimizer.hpp"
 #include "core/schedule.hpp"
+#include "optimizers/baselines/powersgd.hpp"
+#include "optimizers/make_optimizer.hpp"
 #include "quadratic_run.hpp"
+#include "tests/earlier_formulation.hpp"
 
 using namespace scape;
 using scape::testing::bit;
@@ -116,8 +117,8 @@ namespace {
 OptimizerConfig onebit_config(int freeze_step, std::size_t chunk) {
   OptimizerConfig c = scape::testing::earlier_replicated(OptimizerType::onebit_adam);
   c.lr = 1e-2;
-  c.freeze_step = freeze_step;
-  c.sign_chunk = chunk;
+  c.onebit.freeze_step = freeze_step;
+  c.onebit.sign_chunk = chunk;
   return c;
 }
 
@@ -131,9 +132,9 @@ struct OnebitAccount {
 
 std::vector<OnebitAccount> run_onebit_accounts(const OptimizerConfig& c, const ParamLayout& layout, int workers,
                                                int steps) {
-  sim::QuadraticSpec spec;
+  scape::train::QuadraticSpec spec;
   spec.seed = 11;
-  const sim::NoisyQuadratic problem(layout.size(), spec);
+  const scape::train::NoisyQuadratic problem(layout.size(), spec);
   const std::size_t n = layout.size();
   std::vector<OnebitAccount> out(static_cast<std::size_t>(workers));
   sim::run_ranks(workers, NetworkModel{}, [&](Communicator& comm) {
@@ -149,7 +150,7 @@ std::vector<OnebitAccount> run_onebit_accounts(const OptimizerConfig& c, const P
       opt->save_state(before);
       opt->step(theta, g);
       opt->save_state(after);
-      if (t <= c.freeze_step) continue;
+      if (t <= c.onebit.freeze_step) continue;
       std::vector<float> m_prev, m_now;
       get_state(before, "m", m_prev);
       get_state(after, "m", m_now);
@@ -250,9 +251,9 @@ struct StateStep {
 
 std::vector<std::vector<StateStep>> run_with_states(const OptimizerConfig& c, const ParamLayout& layout, int workers,
                                                     int steps) {
-  sim::QuadraticSpec spec;
+  scape::train::QuadraticSpec spec;
   spec.seed = 13;
-  const sim::NoisyQuadratic problem(layout.size(), spec);
+  const scape::train::NoisyQuadratic problem(layout.size(), spec);
   std::vector<std::vector<StateStep>> out(static_cast<std::size_t>(workers));
   sim::run_ranks(workers, NetworkModel{}, [&](Communicator& comm) {
     auto opt = make_optimizer(c, layout, comm, steps);
@@ -281,7 +282,7 @@ std::vector<float> state_of(const StateMap& state, const std::string& name) {
 
 OptimizerConfig powersgd_config(int rank, InnerRule inner = InnerRule::adams) {
   OptimizerConfig c = scape::testing::earlier_replicated(OptimizerType::powersgd);
-  c.powersgd_rank = rank;
+  c.powersgd.rank = rank;
   c.inner = inner;
   c.lr = 1e-2;
   c.seed = 3;
@@ -395,8 +396,8 @@ namespace {
 
 OptimizerConfig demo_config(std::size_t chunk, std::size_t k) {
   OptimizerConfig c = scape::testing::earlier_replicated(OptimizerType::demo);
-  c.demo_chunk = chunk;
-  c.demo_topk = k;
+  c.demo.chunk = chunk;
+  c.demo.topk = k;
   c.lr = 1e-2;
   c.weight_decay = 0;
   return c;

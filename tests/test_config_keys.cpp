@@ -10,7 +10,11 @@
 #include <string>
 
 #include "experiments/config.hpp"
+#include "experiments/config_keys.hpp"
 #include "predict/predict_config.hpp"
+#include "run_file/hdf5.hpp"
+#include "sim/sim_run.hpp"
+#include "test_support.hpp"
 
 namespace ex = scape::experiments;
 using nlohmann::json;
@@ -101,7 +105,7 @@ TEST_CASE("the schema's defaults are what a config that gives nothing resolves t
   }
   CHECK(checked >= 25);
   CHECK(schema["properties"]["optimizer"]["properties"]["offload_chunk"]["default"] ==
-        scape::OptimizerConfig{}.offload_chunk);
+        scape::OptimizerConfig{}.scape.offload_chunk);
   CHECK(schema["properties"]["name"]["default"] == ex::ExperimentConfig{}.name);
 }
 
@@ -143,6 +147,32 @@ TEST_CASE("the resolved optimizer section keeps exactly the keys its type reads"
       doctest::Contains("optimizer.overlap_grad_reduce: the buckets go at fp32"), ex::ConfigError);
   CHECK_THROWS_WITH_AS(ex::parse_experiment({{"optimizer", {{"type", "adams"}, {"overlap_grad_reduce", 1}}}}, "."),
                        doctest::Contains("optimizer.overlap_grad_reduce"), ex::ConfigError);
+}
+
+// Run files carry the table the analysis needs (attribute optimizer_keys): the schema's
+// "x-applies-to" of every optimizer key, so analysis/runs.py reads it from the file instead of
+// asking `scape schema`.
+TEST_CASE("a fresh run file's optimizer_keys attribute is the schema's x-applies-to of every optimizer key") {
+  const json keys = ex::experiment_schema()["properties"]["optimizer"]["properties"];
+  scape::testing::TempDir dir;
+  scape::train::RunOptions options;
+  options.out = dir / "keys.h5";
+  options.quiet = true;
+  const json config = {{"workers", 2}, {"steps", 2}, {"model", {{"type", "quadratic"}, {"size", 256}}},
+                       {"optimizer", {{"type", "adams"}}}};
+  REQUIRE(scape::sim::run_simulated(ex::parse_experiment(config, "."), options).status ==
+          scape::train::RunStatus::completed);
+  const auto file = scape::run_file::File::open(options.out, scape::run_file::Access::read);
+  REQUIRE(file.has_attribute("optimizer_keys"));
+  const json stored = json::parse(file.read_string_attribute("optimizer_keys"));
+  REQUIRE(stored.is_object());
+  CHECK(stored.size() == keys.size());
+  for (const auto& [key, spec] : keys.items()) {
+    CAPTURE(key);
+    REQUIRE(stored.contains(key));
+    CHECK(stored[key] == spec.at("x-applies-to"));
+  }
+  CHECK(stored == ex::optimizer_key_types());
 }
 
 TEST_CASE("the prediction schema shares the optimizer keys and states the fixed defaults") {

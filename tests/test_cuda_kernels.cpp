@@ -30,13 +30,13 @@
 #include <string_view>
 #include <vector>
 
-#include "core/rng.hpp"
 #include "kernels/backend.hpp"
 #include "kernels/cpu/kernels.hpp"
 #include "kernels/cpu/model_ops.hpp"
 #include "kernels/cuda/kernels.hpp"
-#include "kernels/update_stats.hpp"
 #include "kernels/cuda/stream.hpp"
+#include "kernels/update_stats.hpp"
+#include "util/rng.hpp"
 
 namespace sk = scape::kernels;
 namespace gk = scape::kernels::cuda;
@@ -171,7 +171,7 @@ void for_each_small_case(const std::function<void(Family family, std::size_t n)>
   }
 }
 
-// Counter-based draws (core/rng.hpp), filled in parallel: 2^26 normals take a second serially.
+// Counter-based draws (util/rng.hpp), filled in parallel: 2^26 normals take a second serially.
 std::vector<float> make_values(Family family, std::size_t n, std::uint32_t seed) {
   std::vector<float> x(n);
   const auto count = static_cast<std::int64_t>(n);

@@ -14,8 +14,8 @@
 #include <vector>
 
 #include "experiments/config.hpp"
-#include "experiments/hdf5.hpp"
 #include "kernels/backend.hpp"
+#include "run_file/hdf5.hpp"
 #include "sim/sim_run.hpp"
 #include "tests/test_support.hpp"
 #include "train/device_memory.hpp"
@@ -128,7 +128,7 @@ TEST_CASE("workers sharing one model and workspace train bit-identically to a mo
       REQUIRE(scape::sim::run_simulated(config, options).status == tr::RunStatus::completed);
       files.push_back(options.out);
     }
-    auto own = ex::File::open(files[0], ex::Access::read), shared = ex::File::open(files[1], ex::Access::read);
+    auto own = scape::run_file::File::open(files[0], scape::run_file::Access::read), shared = scape::run_file::File::open(files[1], scape::run_file::Access::read);
     for (const char* dataset : {"/metrics/train_loss", "/eval/val_loss", "/metrics/grad_norm"}) {
       CAPTURE(dataset);
       CHECK(own.open_dataset(dataset).read_all<double>() == shared.open_dataset(dataset).read_all<double>());

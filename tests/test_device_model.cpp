@@ -13,10 +13,10 @@
 #include <stdexcept>
 #include <vector>
 
-#include "core/rng.hpp"
 #include "kernels/backend.hpp"
 #include "model/gpt.hpp"
 #include "model/llama.hpp"
+#include "util/rng.hpp"
 
 namespace sk = scape::kernels;
 using namespace scape::model;

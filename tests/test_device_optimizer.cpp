@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "kernels/backend.hpp"
+#include "optimizers/make_optimizer.hpp"
 #include "tests/quadratic_run.hpp"
 
 using namespace scape;
@@ -37,10 +38,10 @@ TEST_CASE("SCAPE on the GPU equals the CPU path over 50 steps (W = 1 and 3, emul
       CAPTURE(to_string(f));
       CAPTURE(v.name);
       OptimizerConfig cpu = scape_config(kernels::DeviceKind::cpu);
-      cpu.formulation = f;
+      cpu.scape.formulation = f;
       if (f == Formulation::frozen_momentum) {
-        cpu.mask_scope = MaskScope::shard;
-        cpu.dense_tensors.clear();
+        cpu.scape.mask_scope = MaskScope::shard;
+        cpu.scape.dense_tensors.clear();
       }
       v.apply(cpu);
       if (!testing::accepted(cpu)) continue;  // a variant that formulation rejects
@@ -66,8 +67,8 @@ TEST_CASE("An offloaded residual on the GPU equals the resident one (many chunks
     cpu.sparsity = 0.99;
     OptimizerConfig gpu = cpu;
     gpu.device = kernels::DeviceKind::cuda;
-    gpu.residual_offload = true;
-    gpu.offload_chunk = 1 << 14;
+    gpu.scape.residual_offload = true;
+    gpu.scape.offload_chunk = 1 << 14;
     const auto a = testing::run_quadratic(cpu, layout, workers, 20);
     const auto b = testing::run_quadratic(gpu, layout, workers, 20);
     testing::require_identical_runs(a, b);
@@ -77,8 +78,8 @@ TEST_CASE("An offloaded residual on the GPU equals the resident one (many chunks
 TEST_CASE("Parameters in device-addressable memory are updated in place (no staging)") {
   const ParamLayout layout = testing::mixed_layout(8);
   const std::size_t n = layout.size();
-  sim::QuadraticSpec spec;
-  const sim::NoisyQuadratic problem(n, spec);
+  scape::train::QuadraticSpec spec;
+  const scape::train::NoisyQuadratic problem(n, spec);
   const OptimizerConfig gpu = scape_config(kernels::DeviceKind::cuda);
   std::vector<float> host_theta(n), g(n);
   problem.initial_params(host_theta);

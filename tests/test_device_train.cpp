@@ -19,8 +19,8 @@
 #include <vector>
 
 #include "experiments/config.hpp"
-#include "experiments/hdf5.hpp"
 #include "kernels/backend.hpp"
+#include "run_file/hdf5.hpp"
 #include "sim/sim_run.hpp"
 #include "tests/run_file_losses.hpp"
 #include "tests/test_support.hpp"

@@ -8,11 +8,12 @@
 #include <cmath>
 #include <vector>
 
-#include "core/mask_ownership.hpp"
 #include "core/optimizer.hpp"
-#include "core/scape_optimizer.hpp"
+#include "optimizers/make_optimizer.hpp"
+#include "optimizers/scape/mask_ownership.hpp"
+#include "optimizers/scape/scape_optimizer.hpp"
 #include "sim/emulated_comm.hpp"
-#include "sim/synthetic_gradients.hpp"
+#include "train/noisy_quadratic.hpp"
 
 using namespace scape;
 
@@ -39,10 +40,10 @@ struct Step {
 // Runs `config` on the noisy quadratic and records each step as the invariants need it. Each
 // rank writes only its own slots; the steps are assembled after run_ranks joins.
 std::vector<Step> run(const OptimizerConfig& config, const ParamLayout& layout, int workers, int steps) {
-  sim::QuadraticSpec spec;
+  scape::train::QuadraticSpec spec;
   spec.seed = 11;
   spec.noise = 0.5;
-  const sim::NoisyQuadratic problem(layout.size(), spec);
+  const scape::train::NoisyQuadratic problem(layout.size(), spec);
   const std::size_t n = layout.size();
   struct RankStep {
     std::vector<float> m, carried, e, g, theta;
@@ -148,7 +149,7 @@ TEST_CASE("paper formulation: every candidate momentum is delivered into m or ke
       CAPTURE(sharded);
       CAPTURE(lag);
       OptimizerConfig c = paper(0.9, sharded);
-      c.mask_lag = lag;
+      c.scape.mask_lag = lag;
       const auto steps = run(c, layout, 3, 12);
       CHECK(worst_conservation(steps, c, false) < 1e-5);
     }
@@ -168,14 +169,14 @@ TEST_CASE("fp8 payload: the rounding error each worker fails to deliver stays in
 TEST_CASE("artifact formulation: the replicated residual breaks conservation by exactly its double count") {
   const ParamLayout layout = layout_with_dense();
   OptimizerConfig c = paper(0.9, false);
-  c.formulation = Formulation::artifact;
+  c.scape.formulation = Formulation::artifact;
   const auto steps = run(c, layout, 3, 12);
   // The law itself fails by far more than rounding; with the double count added it holds.
   CHECK(worst_conservation(steps, c, false) > 1e-2);
   CHECK(worst_conservation(steps, c, true) < 1e-5);
   // The paper formulation on the same trace does not need the correction.
   OptimizerConfig p = c;
-  p.formulation = Formulation::paper;
+  p.scape.formulation = Formulation::paper;
   CHECK(worst_conservation(run(p, layout, 3, 12), p, true) > 1e-2);
 }
 

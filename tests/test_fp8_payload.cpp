@@ -9,8 +9,9 @@
 #include "core/optimizer.hpp"
 #include "kernels/cpu/kernels.hpp"
 #include "kernels/fp8.hpp"
+#include "optimizers/make_optimizer.hpp"
 #include "sim/emulated_comm.hpp"
-#include "sim/synthetic_gradients.hpp"
+#include "train/noisy_quadratic.hpp"
 
 using namespace scape;
 
@@ -52,9 +53,9 @@ TEST_CASE("fp8 payload: one byte a value on the wire, and the scale's all-gather
   c.sparsity = 0.9;
   c.sharded = false;
   c.wire_dtype = WireType::fp8_e5m2;
-  sim::QuadraticSpec spec;
+  scape::train::QuadraticSpec spec;
   spec.seed = 3;
-  const sim::NoisyQuadratic problem(layout.size(), spec);
+  const scape::train::NoisyQuadratic problem(layout.size(), spec);
   std::vector<StepMetrics> metrics;
   sim::run_ranks(3, NetworkModel{}, [&](Communicator& comm) {
     auto opt = make_optimizer(c, layout, comm, 3);
@@ -99,6 +100,6 @@ TEST_CASE("fp8 payload: the configurations it has no meaning for exit naming the
   sharded.sharded = true;
   CHECK_THROWS_WITH_AS(sharded.validate(), doctest::Contains("set optimizer.sharded = false"), std::invalid_argument);
   OptimizerConfig offload = c;
-  offload.residual_offload = true;
+  offload.scape.residual_offload = true;
   CHECK_THROWS_WITH_AS(offload.validate(), doctest::Contains("residual_offload"), std::invalid_argument);
 }

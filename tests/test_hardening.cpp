@@ -21,13 +21,13 @@
 #include <thread>
 
 #include "experiments/config.hpp"
-#include "experiments/hdf5.hpp"
-#include "experiments/recorder.hpp"
+#include "kernels/backend.hpp"
+#include "run_file/hdf5.hpp"
+#include "run_file/recorder.hpp"
 #include "test_support.hpp"
 #include "train/checkpoint.hpp"
 #include "train/gradient_source.hpp"
 #include "train/train_loop.hpp"
-#include "kernels/backend.hpp"
 
 namespace fs = std::filesystem;
 namespace ex = scape::experiments;
@@ -47,7 +47,7 @@ std::string read_file(const fs::path& p) {
 
 // An ordinary open, as h5py.File(p, "r") and h5dump make: refused while a writer's flags are set.
 bool opens_plainly(const fs::path& p) {
-  const auto lock = ex::lock_hdf5();
+  const auto lock = scape::run_file::lock_hdf5();
   const hid_t id = H5Fopen(p.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
   H5Eclear2(H5E_DEFAULT);
   if (id < 0) return false;
@@ -56,7 +56,7 @@ bool opens_plainly(const fs::path& p) {
 }
 
 std::vector<double> read_metric(const fs::path& file, const std::string& name) {
-  return ex::File::open(file, ex::Access::read).open_dataset("/metrics/" + name).read_all<double>();
+  return scape::run_file::File::open(file, scape::run_file::Access::read).open_dataset("/metrics/" + name).read_all<double>();
 }
 
 const char* kQuadratic = R"({
@@ -97,8 +97,8 @@ int with_file_size_limit(rlim_t bytes, F&& f) {
 }
 
 // A run file of two metrics, a and b, flushed every `flush_interval` rows.
-ex::RunFileSpec two_metrics(int flush_interval) {
-  ex::RunFileSpec spec;
+scape::run_file::RunFileSpec two_metrics(int flush_interval) {
+  scape::run_file::RunFileSpec spec;
   spec.metric_names = {"a", "b"};
   spec.flush_interval = flush_interval;
   return spec;
@@ -227,7 +227,7 @@ TEST_CASE("a run file that hits a file-size limit: exit 1 naming file and steps,
   CHECK(r.output.find("run file '" + limited.string() + "': cannot write steps ") != std::string::npos);
   CHECK(r.output.find("File too large") != std::string::npos);
   REQUIRE(opens_plainly(limited));
-  const auto s = ex::read_run_summary(limited);
+  const auto s = scape::run_file::read_run_summary(limited);
   CHECK(s.status == "failed");
   CHECK(s.steps_completed > 100);
   CHECK(r.output.find("the steps up to " + std::to_string(s.steps_completed) + " are kept") != std::string::npos);
@@ -247,16 +247,16 @@ TEST_CASE("a run file that hits a file-size limit: exit 1 naming file and steps,
 TEST_CASE("a recorder stopped by a file-size limit keeps its flushed rows and refuses later writes") {
   TempDir dir;
   const fs::path path = dir / "rec.h5";
-  const ex::RunFileSpec spec = two_metrics(/*flush_interval=*/4);
+  const scape::run_file::RunFileSpec spec = two_metrics(/*flush_interval=*/4);
   const int code = with_file_size_limit(150 * 1024, [&] {
-    auto recorder = ex::RunRecorder::create(path, spec);
+    auto recorder = scape::run_file::RunRecorder::create(path, spec);
     long step = 1;
     try {
       for (; step < 1000000; ++step) {
         const double row[2] = {0.5 * static_cast<double>(step), -static_cast<double>(step)};
         recorder.append_step(step, row);
       }
-    } catch (const ex::H5Error& e) {
+    } catch (const scape::run_file::H5Error& e) {
       // Later writes fail with the same message, without touching the file.
       const std::string first = e.what();
       const std::string again = scape::testing::error_of([&] { recorder.flush(); });
@@ -268,10 +268,10 @@ TEST_CASE("a recorder stopped by a file-size limit keeps its flushed rows and re
   });
   REQUIRE(code == 0);
   REQUIRE(opens_plainly(path));
-  const auto s = ex::read_run_summary(path);
+  const auto s = scape::run_file::read_run_summary(path);
   CHECK(s.status == "failed");
   CHECK(s.error.find("are kept") != std::string::npos);
-  const auto file = ex::File::open(path, ex::Access::read);
+  const auto file = scape::run_file::File::open(path, scape::run_file::Access::read);
   const auto steps = file.open_dataset("metrics/step").read_all<std::int64_t>();
   const auto a = file.open_dataset("metrics/a").read_all<double>();
   REQUIRE(static_cast<long>(steps.size()) == s.steps_completed);
@@ -295,7 +295,7 @@ TEST_CASE("a checkpoint that cannot be written mid-run: exit 1 naming it and the
   CHECK(r.output.find("checkpoint " + out.string() + ".ckpt.tmp at step 10: cannot create: Is a directory") !=
         std::string::npos);
   REQUIRE(opens_plainly(out));
-  const auto s = ex::read_run_summary(out);
+  const auto s = scape::run_file::read_run_summary(out);
   CHECK(s.status == "failed");
   CHECK(s.steps_completed == 10);
   CHECK(read_metric(out, "train_loss").size() == 10);
@@ -318,7 +318,7 @@ TEST_CASE("a killed run's file opens plainly after scape repair, marked killed, 
   ::kill(pid, SIGKILL);
   ::waitpid(pid, nullptr, 0);
   CHECK_FALSE(opens_plainly(killed));
-  const auto before = ex::read_run_summary(killed);
+  const auto before = scape::run_file::read_run_summary(killed);
   REQUIRE(before.status == "running");
 
   const auto r = run_scape("repair " + killed.string());
@@ -327,7 +327,7 @@ TEST_CASE("a killed run's file opens plainly after scape repair, marked killed, 
   CHECK(r.output.find("cleared the flags of a writer that never closed; status killed (was running); " +
                       std::to_string(before.steps_completed) + " steps kept") != std::string::npos);
   REQUIRE(opens_plainly(killed));
-  const auto after = ex::read_run_summary(killed);
+  const auto after = scape::run_file::read_run_summary(killed);
   CHECK(after.status == "killed");
   CHECK(after.steps_completed == before.steps_completed);
   CHECK(after.error.find("after step " + std::to_string(before.steps_completed)) != std::string::npos);
@@ -341,8 +341,8 @@ TEST_CASE("a killed run's file opens plainly after scape repair, marked killed, 
                                  " --quiet --resume --set steps=" + std::to_string(before.steps_completed + 7));
   CAPTURE(resumed.output);
   CHECK(resumed.code == 0);
-  CHECK(ex::read_run_summary(killed).status == "completed");
-  CHECK(nlohmann::json::parse(ex::read_run_summary(killed).config_json).at("steps") == before.steps_completed + 7);
+  CHECK(scape::run_file::read_run_summary(killed).status == "completed");
+  CHECK(nlohmann::json::parse(scape::run_file::read_run_summary(killed).config_json).at("steps") == before.steps_completed + 7);
 }
 
 TEST_CASE("scape repair: a table shorter than steps_completed claims (a kill in mid-flush) lowers it, nothing else") {
@@ -350,9 +350,9 @@ TEST_CASE("scape repair: a table shorter than steps_completed claims (a kill in 
   // could leave steps_completed (and /metrics/step) ahead of another table (CI, 2026-12-01).
   TempDir dir;
   const fs::path p = dir / "short.h5";
-  const ex::RunFileSpec spec = two_metrics(/*flush_interval=*/1);
+  const scape::run_file::RunFileSpec spec = two_metrics(/*flush_interval=*/1);
   {
-    auto recorder = ex::RunRecorder::create(p, spec);
+    auto recorder = scape::run_file::RunRecorder::create(p, spec);
     for (long step = 1; step <= 5; ++step) {
       const double row[2] = {static_cast<double>(step), 10.0 * step};
       recorder.append_step(step, row);
@@ -362,18 +362,18 @@ TEST_CASE("scape repair: a table shorter than steps_completed claims (a kill in 
     recorder.close();
   }
   {
-    const ex::File f = ex::File::open(p, ex::Access::read_write);
+    const scape::run_file::File f = scape::run_file::File::open(p, scape::run_file::Access::read_write);
     f.open_dataset("metrics/b").set_extent({3});  // the flushes of steps 4 and 5 never reached 'b'
     f.write_string_attribute("status", "running");
   }
-  CHECK_THROWS_WITH_AS(ex::RunRecorder::open_for_resume(p, spec, 5),
-                       doctest::Contains("'/metrics/b' has fewer rows than '/metrics/step'"), ex::H5Error);
+  CHECK_THROWS_WITH_AS(scape::run_file::RunRecorder::open_for_resume(p, spec, 5),
+                       doctest::Contains("'/metrics/b' has fewer rows than '/metrics/step'"), scape::run_file::H5Error);
 
   const auto r = run_scape("repair " + p.string());
   CAPTURE(r.output);
   CHECK(r.code == 0);
   CHECK(r.output.find("status killed (was running); 3 steps kept; steps_completed lowered from 5") != std::string::npos);
-  const auto after = ex::read_run_summary(p);
+  const auto after = scape::run_file::read_run_summary(p);
   CHECK(after.steps_completed == 3);
   CHECK(after.error.find("after step 5") != std::string::npos);
   CHECK(after.error.find("held the steps up to 3 only") != std::string::npos);
@@ -381,12 +381,12 @@ TEST_CASE("scape repair: a table shorter than steps_completed claims (a kill in 
   CHECK(read_metric(p, "b") == std::vector<double>{10, 20, 30});
   CHECK(read_metric(p, "step") == std::vector<double>{1, 2, 3});
   {
-    const ex::File f = ex::File::open(p, ex::Access::read);
+    const scape::run_file::File f = scape::run_file::File::open(p, scape::run_file::Access::read);
     CHECK(f.open_dataset("eval/step").read_all<std::int64_t>() == std::vector<std::int64_t>{2});
     CHECK(f.open_dataset("eval/val_loss").read_all<double>() == std::vector<double>{0.5});
   }
   // The repaired file resumes from the steps it holds.
-  auto resumed = ex::RunRecorder::open_for_resume(p, spec, 3);
+  auto resumed = scape::run_file::RunRecorder::open_for_resume(p, spec, 3);
   const double row[2] = {4.0, 40.0};
   resumed.append_step(4, row);
   resumed.close();
@@ -399,7 +399,7 @@ TEST_CASE("--out: a missing folder is created; another config's file or a non-ru
   const std::string run = "run " + (dir / "q.json").string() + " --quiet --set steps=6 --out ";
   const fs::path nested = dir / "new" / "deeper" / "r.h5";
   CHECK(run_scape(run + nested.string()).code == 0);
-  CHECK(ex::read_run_summary(nested).status == "completed");
+  CHECK(scape::run_file::read_run_summary(nested).status == "completed");
   CHECK(run_scape(run + nested.string()).code == 0);  // the same config again: a rerun
 
   auto other = run_scape(run + nested.string() + " --set optimizer.lr=0.5");
@@ -413,7 +413,7 @@ TEST_CASE("--out: a missing folder is created; another config's file or a non-ru
   CHECK(other.output.find("is not a scape run file") != std::string::npos);
   CHECK(read_file(dir / "notes.txt") == "keep me");
   CHECK(run_scape(run + nested.string() + " --set optimizer.lr=0.5 --force").code == 0);
-  CHECK(nlohmann::json::parse(ex::read_run_summary(nested).config_json)["optimizer"]["lr"] == 0.5);
+  CHECK(nlohmann::json::parse(scape::run_file::read_run_summary(nested).config_json)["optimizer"]["lr"] == 0.5);
 
   // A folder that cannot be created (its parent is a regular file): exit 1 naming it.
   const auto blocked = run_scape(run + (dir / "notes.txt" / "r.h5").string());
@@ -448,7 +448,7 @@ TEST_CASE("fuzz regressions: sweeps with a non-string base_file or a grid of mil
 TEST_CASE("fuzz regression: a trace whose layout repeats a name or has a zero size is a ConfigError naming it") {
   TempDir dir;
   const auto write_trace = [&](const fs::path& p, std::vector<std::string> names, std::vector<std::int64_t> sizes) {
-    const ex::File f = ex::File::create(p);
+    const scape::run_file::File f = scape::run_file::File::create(p);
     f.create_string_dataset("layout/names", names).close();
     const hsize_t n = names.size();
     f.create_dataset("layout/sizes", H5T_STD_I64LE, {{n}, {}, {}, {}}).write<std::int64_t>({0}, {n}, sizes);
@@ -478,21 +478,21 @@ TEST_CASE("fuzz regression: a trace whose layout repeats a name or has a zero si
 
 TEST_CASE("fuzz regression: --resume on a run file whose step table cannot grow is an H5Error naming it") {
   TempDir dir;
-  ex::RunFileSpec spec;
+  scape::run_file::RunFileSpec spec;
   spec.metric_names = {"a"};
   {
-    auto recorder = ex::RunRecorder::create(dir / "r.h5", spec);
+    auto recorder = scape::run_file::RunRecorder::create(dir / "r.h5", spec);
     recorder.close();
   }
   {
     // Replace /metrics/step by a contiguous (fixed-size) table, as a foreign writer might.
-    const ex::File f = ex::File::open(dir / "r.h5", ex::Access::read_write);
-    const auto lock = ex::lock_hdf5();
+    const scape::run_file::File f = scape::run_file::File::open(dir / "r.h5", scape::run_file::Access::read_write);
+    const auto lock = scape::run_file::lock_hdf5();
     H5Ldelete(f.id(), "metrics/step", H5P_DEFAULT);
     f.create_dataset("metrics/step", H5T_STD_I64LE, {{0}, {}, {}, {}}).close();
   }
-  CHECK_THROWS_WITH_AS(ex::RunRecorder::open_for_resume(dir / "r.h5", spec, 0),
-                       doctest::Contains("'/metrics/step' cannot grow (not chunked)"), ex::H5Error);
+  CHECK_THROWS_WITH_AS(scape::run_file::RunRecorder::open_for_resume(dir / "r.h5", spec, 0),
+                       doctest::Contains("'/metrics/step' cannot grow (not chunked)"), scape::run_file::H5Error);
 }
 
 TEST_CASE("fuzz regression (set_override): a --set value that is not UTF-8 is a ConfigError, not a JSON exception") {
@@ -533,7 +533,7 @@ TEST_CASE("fuzz regressions (trace, run_file): corrupt extents and attribute sha
   TempDir dir;
   // fuzz_trace: '/layout/names' claiming 2^32 strings in a tiny file (chunked, nothing stored).
   {
-    const ex::File f = ex::File::create(dir / "t.h5");
+    const scape::run_file::File f = scape::run_file::File::create(dir / "t.h5");
     f.create_dataset("layout/names", H5T_STD_I64LE, {{hsize_t{1} << 32}, {}, {1024}, {}}).close();
   }
   const nlohmann::json replay = {{"workers", 2}, {"steps", 1}, {"model", {{"type", "replay"}, {"path", (dir / "t.h5").string()}}}};
@@ -541,10 +541,10 @@ TEST_CASE("fuzz regressions (trace, run_file): corrupt extents and attribute sha
         "model.path: HDF5 file '" + (dir / "t.h5").string() +
             "': '/layout/names' holds 4294967296 strings, more than the 1048576 it may");
 
-  ex::RunFileSpec spec;
+  scape::run_file::RunFileSpec spec;
   spec.metric_names = {"a"};
   const auto fresh = [&](const fs::path& p) {
-    auto recorder = ex::RunRecorder::create(p, spec);
+    auto recorder = scape::run_file::RunRecorder::create(p, spec);
     const double row[1] = {1.0};
     recorder.append_step(1, row);
     recorder.close();
@@ -553,8 +553,8 @@ TEST_CASE("fuzz regressions (trace, run_file): corrupt extents and attribute sha
   // value it was given (ASan: stack-buffer-overflow) when --resume rewrote it.
   fresh(dir / "a.h5");
   {
-    const ex::File f = ex::File::open(dir / "a.h5", ex::Access::read_write);
-    const auto lock = ex::lock_hdf5();
+    const scape::run_file::File f = scape::run_file::File::open(dir / "a.h5", scape::run_file::Access::read_write);
+    const auto lock = scape::run_file::lock_hdf5();
     H5Adelete(f.id(), "status");
     const hsize_t two = 2;
     const hid_t space = H5Screate_simple(1, &two, nullptr);
@@ -567,18 +567,18 @@ TEST_CASE("fuzz regressions (trace, run_file): corrupt extents and attribute sha
     H5Tclose(type);
     H5Sclose(space);
   }
-  CHECK_THROWS_WITH_AS(ex::RunRecorder::open_for_resume(dir / "a.h5", spec, 1),
-                       doctest::Contains("attribute 'status' of '/' is not a single string"), ex::H5Error);
+  CHECK_THROWS_WITH_AS(scape::run_file::RunRecorder::open_for_resume(dir / "a.h5", spec, 1),
+                       doctest::Contains("attribute 'status' of '/' is not a single string"), scape::run_file::H5Error);
   // A step table claiming 2^40 rows: refused before its rows are allocated (resume and repair).
   fresh(dir / "b.h5");
   {
-    const ex::File f = ex::File::open(dir / "b.h5", ex::Access::read_write);
+    const scape::run_file::File f = scape::run_file::File::open(dir / "b.h5", scape::run_file::Access::read_write);
     f.open_dataset("metrics/step").set_extent({hsize_t{1} << 40});
   }
-  CHECK_THROWS_WITH_AS(ex::RunRecorder::open_for_resume(dir / "b.h5", spec, 1),
-                       doctest::Contains("'/metrics/step' is not a 1-D table of the file's steps"), ex::H5Error);
-  CHECK_THROWS_WITH_AS(ex::repair_run_file(dir / "b.h5"), doctest::Contains("is not a 1-D table of the file's steps"),
-                       ex::H5Error);
+  CHECK_THROWS_WITH_AS(scape::run_file::RunRecorder::open_for_resume(dir / "b.h5", spec, 1),
+                       doctest::Contains("'/metrics/step' is not a 1-D table of the file's steps"), scape::run_file::H5Error);
+  CHECK_THROWS_WITH_AS(scape::run_file::repair_run_file(dir / "b.h5"), doctest::Contains("is not a 1-D table of the file's steps"),
+                       scape::run_file::H5Error);
 }
 
 namespace {

@@ -15,15 +15,14 @@
 #include <string>
 #include <thread>
 
-#include "core/mask_ownership.hpp"
 #include "core/schedule.hpp"
-#include "experiments/hdf5.hpp"
-#include "experiments/recorder.hpp"
 #include "kernels/backend.hpp"
+#include "optimizers/scape/mask_ownership.hpp"
+#include "run_file/hdf5.hpp"
+#include "run_file/recorder.hpp"
 #include "test_support.hpp"
 
 namespace fs = std::filesystem;
-namespace ex = scape::experiments;
 
 namespace {
 
@@ -34,7 +33,7 @@ using scape::testing::run_scape;
 void write_file(const fs::path& p, const std::string& text) { scape::testing::write_text_file(p, text); }
 
 std::vector<double> read_metric(const fs::path& file, const std::string& name) {
-  auto f = ex::File::open(file, ex::Access::read);
+  auto f = scape::run_file::File::open(file, scape::run_file::Access::read);
   return f.open_dataset("/metrics/" + name).read_all<double>();
 }
 
@@ -63,7 +62,7 @@ TEST_CASE("scape run: the run file's bytes equal the closed forms; densities and
   const auto r = run_scape("run " + (dir.path / "q.json").string() + " --out " + (dir.path / "q.h5").string() + " --quiet");
   CHECK(r.code == 0);
   CAPTURE(r.output);
-  const auto summary = ex::read_run_summary(dir.path / "q.h5");
+  const auto summary = scape::run_file::read_run_summary(dir.path / "q.h5");
   CHECK(summary.status == "completed");
   CHECK(summary.steps_completed == 12);
   const std::size_t n = 5000, w = 4;
@@ -76,7 +75,7 @@ TEST_CASE("scape run: the run file's bytes equal the closed forms; densities and
   const auto ag = read_metric(dir.path / "q.h5", "bytes_sent_param_all_gather");
   const auto mask = read_metric(dir.path / "q.h5", "bytes_sent_mask_all_gather");
   const auto total = read_metric(dir.path / "q.h5", "bytes_sent");
-  const auto steps = ex::File::open(dir.path / "q.h5", ex::Access::read).open_dataset("/metrics/step").read_all<std::int64_t>();
+  const auto steps = scape::run_file::File::open(dir.path / "q.h5", scape::run_file::Access::read).open_dataset("/metrics/step").read_all<std::int64_t>();
   REQUIRE(rs.size() == 12);
   CHECK(steps.front() == 1);
   CHECK(steps.back() == 12);
@@ -140,7 +139,7 @@ TEST_CASE("scape run on a GPT: validation, final parameters and dense metrics as
   write_file(dir.path / "g.json", kTinyGpt);
   auto r = run_scape("run " + (dir.path / "g.json").string() + " --out " + (dir.path / "g.h5").string() + " --quiet");
   CHECK(r.code == 0);
-  auto f = ex::File::open(dir.path / "g.h5", ex::Access::read);
+  auto f = scape::run_file::File::open(dir.path / "g.h5", scape::run_file::Access::read);
   CHECK(f.open_dataset("/eval/step").read_all<std::int64_t>() == std::vector<std::int64_t>{3, 6});
   const auto val = f.open_dataset("/eval/val_loss").read_all<double>();
   CHECK(val[0] < std::log(32.0) + 0.3);
@@ -172,7 +171,7 @@ TEST_CASE("overlap_grad_reduce: bit-identical training, the same bytes in L + 2 
     CAPTURE(r.output);
     REQUIRE(r.code == 0);
     auto final_params = [](const fs::path& p) {
-      return ex::File::open(p, ex::Access::read).open_dataset("/final/params").read_all<float>();
+      return scape::run_file::File::open(p, scape::run_file::Access::read).open_dataset("/final/params").read_all<float>();
     };
     const auto a = final_params(off), b = final_params(on);
     REQUIRE(a.size() == b.size());
@@ -351,7 +350,7 @@ TEST_CASE("a diverging run ends with status diverged, exit 3, and keeps its metr
                        " --quiet --set optimizer.lr=1e3 --set steps=40 --set optimizer.type=adamw");
   CAPTURE(r.output);
   CHECK(r.code == 3);
-  const auto s = ex::read_run_summary(dir.path / "div.h5");
+  const auto s = scape::run_file::read_run_summary(dir.path / "div.h5");
   CHECK(s.status == "diverged");
   CHECK(s.steps_completed >= 1);
   CHECK(s.error.find("step") != std::string::npos);
@@ -397,7 +396,7 @@ TEST_CASE("SIGKILL mid-run leaves a readable file; resume ends bit-identical to 
   int status = 0;
   ::waitpid(pid, &status, 0);
   REQUIRE(fs::exists(killed.string() + ".ckpt"));
-  const auto s = ex::read_run_summary(killed);
+  const auto s = scape::run_file::read_run_summary(killed);
   CHECK(s.status == "running");
   const auto loss = read_metric(killed, "train_loss");
   CHECK(loss.size() >= 10);
@@ -408,12 +407,12 @@ TEST_CASE("SIGKILL mid-run leaves a readable file; resume ends bit-identical to 
   const auto resumed = run_scape("run " + (dir.path / "l.json").string() + " --out " + killed.string() + " --quiet --resume");
   CAPTURE(resumed.output);
   REQUIRE(resumed.code == 0);
-  auto pa = ex::File::open(dir.path / "a.h5", ex::Access::read).open_dataset("/final/params").read_all<float>();
-  auto pb = ex::File::open(killed, ex::Access::read).open_dataset("/final/params").read_all<float>();
+  auto pa = scape::run_file::File::open(dir.path / "a.h5", scape::run_file::Access::read).open_dataset("/final/params").read_all<float>();
+  auto pb = scape::run_file::File::open(killed, scape::run_file::Access::read).open_dataset("/final/params").read_all<float>();
   REQUIRE(pa.size() == pb.size());
   CHECK(std::memcmp(pa.data(), pb.data(), pa.size() * sizeof(float)) == 0);
   CHECK(read_metric(killed, "train_loss") == full);
-  CHECK(ex::read_run_summary(killed).status == "completed");
+  CHECK(scape::run_file::read_run_summary(killed).status == "completed");
 }
 
 TEST_CASE("scape sweep runs every point, skips completed ones on a re-run, and survives a failing point") {
@@ -455,7 +454,7 @@ TEST_CASE("a sweep re-run keeps a diverged point as its result and still exits 3
   REQUIRE(r.code == 3);
   fs::path diverged;
   for (const auto& e : fs::directory_iterator(dir.path / "out")) {
-    if (e.path().extension() == ".h5" && ex::read_run_summary(e.path()).status == "diverged") diverged = e.path();
+    if (e.path().extension() == ".h5" && scape::run_file::read_run_summary(e.path()).status == "diverged") diverged = e.path();
   }
   REQUIRE(!diverged.empty());
   const auto written = fs::last_write_time(diverged);

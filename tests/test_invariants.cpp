@@ -7,10 +7,11 @@
 #include <cstring>
 #include <functional>
 
-#include "tests/earlier_formulation.hpp"
 #include "core/ledger.hpp"
 #include "core/schedule.hpp"
+#include "optimizers/make_optimizer.hpp"
 #include "quadratic_run.hpp"
+#include "tests/earlier_formulation.hpp"
 
 using namespace scape;
 using namespace scape::testing;  // the quadratic harness: run_quadratic, mixed_layout, bit, ...
@@ -147,7 +148,7 @@ TEST_CASE("invariant 3: single_buffer and two_collectives give the same paramete
       OptimizerConfig one = scape_config(rho);
       one.sharded = sharded;
       OptimizerConfig two = one;
-      two.second_moment = SecondMoment::two_collectives;
+      two.scape.second_moment = SecondMoment::two_collectives;
       const auto a = run_quadratic(one, layout, w, kSteps);
       const auto b = run_quadratic(two, layout, w, kSteps);
       for (int t = 0; t < kSteps; ++t) {
@@ -205,7 +206,7 @@ TEST_CASE("invariant 5: partitioned masks have k_w bits per shard; local_union b
       }
       OptimizerConfig lu = scape_config(rho);
       lu.sharded = false;
-      lu.mask_partition = MaskPartition::local_union;
+      lu.scape.mask_partition = MaskPartition::local_union;
       const auto uni = run_quadratic(lu, layout, w, 6);
       const std::size_t k = k_for(rho, n);
       for (const auto& s : uni.steps[0]) {
@@ -249,7 +250,7 @@ TEST_CASE("invariant 6 has teeth: lag 0 uses a different mask sequence than lag 
   const ParamLayout layout = mixed_layout(4);
   OptimizerConfig lag1 = scape_config(0.01);
   OptimizerConfig lag0 = lag1;
-  lag0.mask_lag = 0;
+  lag0.scape.mask_lag = 0;
   const auto a = run_quadratic(lag1, layout, 2, kSteps);
   const auto b = run_quadratic(lag0, layout, 2, kSteps);
   CHECK(a.steps[0][0].mask == b.steps[0][0].mask);  // M_1 is computed at lag 0 in both

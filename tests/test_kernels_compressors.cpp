@@ -8,9 +8,9 @@
 #include <stdexcept>
 #include <vector>
 
-#include "core/demo_optimizer.hpp"
 #include "kernels/compressor_math.hpp"
 #include "kernels/cpu/kernels.hpp"
+#include "optimizers/baselines/deco_momentum.hpp"
 
 namespace sk = scape::kernels;
 

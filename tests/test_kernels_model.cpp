@@ -10,10 +10,10 @@
 #include <stdexcept>
 #include <vector>
 
-#include "core/rng.hpp"
 #include "kernels/backend.hpp"
 #include "kernels/cpu/bf16.hpp"
 #include "kernels/cpu/model_ops.hpp"
+#include "util/rng.hpp"
 
 namespace sk = scape::kernels;
 using Vec = std::vector<double>;

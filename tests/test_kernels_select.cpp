@@ -15,8 +15,8 @@
 
 #include <omp.h>
 
-#include "core/rng.hpp"
 #include "kernels/cpu/kernels.hpp"
+#include "util/rng.hpp"
 
 namespace sk = scape::kernels;
 
@@ -86,7 +86,7 @@ void check_against_reference(const std::vector<float>& x, const std::vector<std:
   CHECK(out[k] == 0xdeadbeefu);  // nothing written past k
 }
 
-// N(0, 1) values, element i from the counter-based stream of `seed` (core/rng.hpp).
+// N(0, 1) values, element i from the counter-based stream of `seed` (util/rng.hpp).
 std::vector<float> normal_values(std::size_t n, std::uint32_t seed) {
   std::vector<float> x(n);
   for (std::size_t i = 0; i < n; ++i) x[i] = static_cast<float>(scape::rng::normal(seed, i));

@@ -6,12 +6,12 @@
 #include <cmath>
 #include <map>
 
-#include "tests/earlier_formulation.hpp"
 #include "core/ledger.hpp"
 #include "core/schedule.hpp"
-#include "core/volume.hpp"
 #include "kernels/kernel_types.hpp"
+#include "optimizers/volume.hpp"
 #include "quadratic_run.hpp"
+#include "tests/earlier_formulation.hpp"
 
 using namespace scape;
 using scape::testing::mixed_layout;
@@ -149,7 +149,7 @@ TEST_CASE("closed forms: SCAPE in every mode") {
       // Replicated, bf16 wire.
       c.sharded = false;
       c.wire_dtype = WireType::bf16;
-      c.mask_lag = 0;
+      c.scape.mask_lag = 0;
       auto run = run_quadratic(c, layout, w, kSteps);
       for (const auto& s : run.steps[0]) {
         CHECK(payloads(s.metrics) == StepPayloads{{"mask_all_gather", {mask_bytes}}, {"grad_all_reduce", {k * 2}}});
@@ -178,9 +178,9 @@ TEST_CASE("closed forms: SCAPE in every mode") {
         c = scape::testing::earlier_formulation();
         c.sparsity = 1.0 - rho;
         c.mask_encoding = MaskEncoding::bitmap;
-        c.update = sc.update;
-        c.second_moment = sc.second_moment;
-        c.mask_lag = 0;
+        c.scape.update = sc.update;
+        c.scape.second_moment = sc.second_moment;
+        c.scape.mask_lag = 0;
         run = run_quadratic(c, layout, w, kSteps);
         for (const auto& s : run.steps[0]) CHECK(payloads(s.metrics) == sc.expected);
       }
@@ -190,8 +190,8 @@ TEST_CASE("closed forms: SCAPE in every mode") {
       c = scape::testing::earlier_formulation();
       c.sparsity = 1.0 - rho;
       c.sharded = false;
-      c.mask_partition = MaskPartition::local_union;
-      c.mask_lag = 0;
+      c.scape.mask_partition = MaskPartition::local_union;
+      c.scape.mask_lag = 0;
       const std::uint64_t kg = k_for(rho, n);
       const unsigned low = kernels::ef_low_bits(n, kg);
       const std::uint64_t ef_list_bytes = 8 * ((kg * low + kg + (n - 1) / (std::uint64_t{1} << low) + 63) / 64);
@@ -263,8 +263,8 @@ TEST_CASE("closed forms: 1-bit Adam all-reduces N p_wire until freeze_step, then
       CAPTURE(w);
       CAPTURE(chunk);
       OptimizerConfig c = scape::testing::earlier_replicated(OptimizerType::onebit_adam);
-      c.freeze_step = 3;
-      c.sign_chunk = chunk;
+      c.onebit.freeze_step = 3;
+      c.onebit.sign_chunk = chunk;
       c.wire_dtype = WireType::bf16;
       // P: the sign words of N (shard boundaries are multiples of 64) and one scale per chunk of each shard.
       const Sharding sh(n, w);
@@ -292,7 +292,7 @@ TEST_CASE("closed forms: PowerSGD all-reduces sum r'(n + m) factor entries in tw
       CAPTURE(w);
       CAPTURE(r);
       OptimizerConfig c = scape::testing::earlier_replicated(OptimizerType::powersgd);
-      c.powersgd_rank = r;
+      c.powersgd.rank = r;
       const std::uint64_t r2 = std::min(r, 14);
       const std::uint64_t p = 4 * (std::uint64_t(r) * 26 + r2 * 14), q = 4 * (std::uint64_t(r) * 31 + r2 * 50);
       const auto run = run_quadratic(c, layout, w, 3);
@@ -322,8 +322,8 @@ TEST_CASE("closed forms: DeMo all-gathers W (Elias-Fano of K positions among N +
         CAPTURE(w);
         CAPTURE(k);
         OptimizerConfig c = scape::testing::earlier_replicated(OptimizerType::demo);
-        c.demo_chunk = 64;
-        c.demo_topk = k;
+        c.demo.chunk = 64;
+        c.demo.topk = k;
         c.wire_dtype = wire;
         const std::uint64_t entries = 25 * k + std::min<std::uint64_t>(k, 34);
         const unsigned low = kernels::ef_low_bits(n, entries);
@@ -345,7 +345,7 @@ TEST_CASE("density warm-up: k follows rho^min(1,(t-1)/tau)") {
   OptimizerConfig c = scape::testing::earlier_formulation();
   c.sparsity = 0.99;
   c.density_warmup = 4;
-  c.mask_lag = 0;
+  c.scape.mask_lag = 0;
   const auto run = run_quadratic(c, layout, 2, 7);
   for (int t = 1; t <= 7; ++t) {
     const double rho_t = std::pow(0.01, std::min(1.0, (t - 1) / 4.0));

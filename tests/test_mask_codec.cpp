@@ -1,4 +1,4 @@
-// Coded masks (core/mask_codec.*, core/mask_exchange.*): shard messages round trip in every
+// Coded masks (optimizers/scape/mask_codec.*, optimizers/scape/mask_exchange.*): shard messages round trip in every
 // encoding with the sizes of their closed forms, auto picks the smallest format, and SCAPE
 // trains bit-identically with every encoding while its ledger counts exactly the coded bytes
 // (Elias-Fano through step_collectives; delta and auto from the masks of the run).
@@ -9,11 +9,11 @@
 #include <string>
 #include <vector>
 
-#include "tests/earlier_formulation.hpp"
-#include "core/mask_codec.hpp"
-#include "core/volume.hpp"
 #include "kernels/cpu/kernels.hpp"
+#include "optimizers/scape/mask_codec.hpp"
+#include "optimizers/volume.hpp"
 #include "quadratic_run.hpp"
+#include "tests/earlier_formulation.hpp"
 
 using namespace scape;
 using scape::testing::mixed_layout;
@@ -138,7 +138,7 @@ TEST_CASE("SCAPE trains bit-identically with every mask encoding, and the ledger
     for (const int workers : {1, 3, 4}) {
       OptimizerConfig config = scape::testing::earlier_formulation();
       config.lr = 0.01;
-      config.mask_lag = lag;
+      config.scape.mask_lag = lag;
       config.density_warmup = 2;  // k changes between steps: delta codes against a smaller mask
       config.mask_encoding = MaskEncoding::bitmap;
       const auto reference = run_quadratic(config, layout, workers, kSteps);
@@ -199,8 +199,8 @@ TEST_CASE("local_union: Elias-Fano coded index lists train bit-identically to ra
       OptimizerConfig config = scape::testing::earlier_formulation();
       config.lr = 0.01;
       config.sharded = false;
-      config.mask_partition = MaskPartition::local_union;
-      config.mask_lag = lag;
+      config.scape.mask_partition = MaskPartition::local_union;
+      config.scape.mask_lag = lag;
       config.mask_encoding = MaskEncoding::bitmap;
       const auto reference = run_quadratic(config, layout, workers, kSteps);
       config.mask_encoding = MaskEncoding::auto_select;  // local_union codes Elias-Fano for every non-bitmap

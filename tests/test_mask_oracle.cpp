@@ -9,13 +9,13 @@
 #include <map>
 #include <vector>
 
-#include "tests/earlier_formulation.hpp"
 #include "core/metrics.hpp"
 #include "experiments/config.hpp"
-#include "experiments/hdf5.hpp"
+#include "run_file/hdf5.hpp"
 #include "sim/sim_run.hpp"
-#include "train/run_metrics.hpp"
 #include "test_support.hpp"
+#include "tests/earlier_formulation.hpp"
+#include "train/run_metrics.hpp"
 
 using namespace scape;
 namespace tr = scape::train;
@@ -67,7 +67,7 @@ OptimizerConfig scape_config(int lag) {
   c.type = OptimizerType::scape;
   c.sparsity = 1.0 - 1.0 / 32;
   c.beta1 = 0.5;
-  c.mask_lag = lag;
+  c.scape.mask_lag = lag;
   return c;
 }
 
@@ -228,7 +228,7 @@ TEST_CASE("whole runs: the owner's view is the average at W = 1, and the sign fl
     o.out = dir.path / (name + ".h5");
     o.quiet = true;
     REQUIRE(sim::run_simulated(config, o).status == train::RunStatus::completed);
-    auto f = ex::File::open(o.out, ex::Access::read);
+    auto f = scape::run_file::File::open(o.out, scape::run_file::Access::read);
     return std::map<std::string, std::vector<double>>{
         {"overlap", f.open_dataset("/metrics/mask_oracle_overlap").read_all<double>()},
         {"energy", f.open_dataset("/metrics/mask_energy_capture").read_all<double>()},

@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "model/data.hpp"
-#include "core/rng.hpp"
+#include "util/rng.hpp"
 
 using namespace scape::model;
 namespace fs = std::filesystem;

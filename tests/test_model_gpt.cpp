@@ -14,7 +14,7 @@
 
 #include "model/gpt.hpp"
 #include "model/language_model.hpp"
-#include "core/rng.hpp"
+#include "util/rng.hpp"
 
 using namespace scape::model;
 

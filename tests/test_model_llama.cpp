@@ -11,9 +11,9 @@
 #include <string>
 #include <vector>
 
-#include "core/rng.hpp"
 #include "model/llama.hpp"
 #include "model_gradcheck.hpp"
+#include "util/rng.hpp"
 
 using namespace scape::model;
 

@@ -16,7 +16,7 @@
 
 #include "model/data.hpp"
 #include "model/gpt.hpp"
-#include "core/rng.hpp"
+#include "util/rng.hpp"
 
 using namespace scape::model;
 

@@ -1,4 +1,5 @@
 // Bad input, non-finite gradients, determinism and the meaning of the step metrics.
+#include <functional>
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -7,9 +8,10 @@
 #include <limits>
 #include <set>
 
-#include "tests/earlier_formulation.hpp"
 #include "core/metrics.hpp"
+#include "optimizers/make_optimizer.hpp"
 #include "quadratic_run.hpp"
+#include "tests/earlier_formulation.hpp"
 
 using namespace scape;
 using scape::testing::mixed_layout;
@@ -39,41 +41,41 @@ TEST_CASE("bad configurations name the parameter and the value") {
   c.beta2 = 1.0;
   expect_invalid(c, "optimizer.betas[1]: 1");
   c = scape::testing::earlier_formulation();
-  c.mask_lag = 2;
+  c.scape.mask_lag = 2;
   expect_invalid(c, "optimizer.mask_lag: 2");
   c = scape::testing::earlier_formulation();
-  c.mask_partition = MaskPartition::local_union;
+  c.scape.mask_partition = MaskPartition::local_union;
   expect_invalid(c, "set optimizer.sharded = false");
-  c = scape::testing::earlier_formulation();
-  c.type = OptimizerType::topk_ef;
-  expect_invalid(c, "optimizer.sharded");
-  c.type = OptimizerType::randk_ef;
-  expect_invalid(c, "optimizer.sharded: randk_ef keeps replicated optimizer state");
-  c.type = OptimizerType::onebit_adam;
-  expect_invalid(c, "optimizer.sharded: onebit_adam keeps replicated optimizer state");
-  c.sharded = false;
-  c.freeze_step = 0;
-  expect_invalid(c, "optimizer.freeze_step: 0");
-  c.freeze_step = 1;
-  c.sign_chunk = 0;
-  expect_invalid(c, "optimizer.sign_chunk: 0");
-  c.sign_chunk = 2048;
-  c.type = OptimizerType::powersgd;
-  c.sharded = true;
-  expect_invalid(c, "optimizer.sharded: powersgd keeps replicated optimizer state");
-  c.sharded = false;
-  c.powersgd_rank = 0;
-  expect_invalid(c, "optimizer.powersgd_rank: 0");
-  c.powersgd_rank = 4;
-  c.type = OptimizerType::demo;
-  c.sharded = true;
-  expect_invalid(c, "optimizer.sharded: demo keeps replicated optimizer state");
-  c.sharded = false;
-  c.demo_chunk = 0;
-  expect_invalid(c, "optimizer.demo_chunk: 0");
-  c.demo_chunk = 8;
-  c.demo_topk = 9;
-  expect_invalid(c, "optimizer.demo_topk: 9 is out of range (must be in [1, demo_chunk])");
+  // Every baseline keeps replicated state; then each of its own keys out of range.
+  struct BaselineCase {
+    OptimizerType type;
+    std::function<void(OptimizerConfig&)> break_key;  // empty: the baseline has no key of its own
+    const char* key_message;
+  };
+  const BaselineCase baselines[] = {
+      {OptimizerType::topk_ef, {}, ""},
+      {OptimizerType::randk_ef, {}, ""},
+      {OptimizerType::onebit_adam, [](OptimizerConfig& b) { b.onebit.freeze_step = 0; }, "optimizer.freeze_step: 0"},
+      {OptimizerType::onebit_adam, [](OptimizerConfig& b) { b.onebit.sign_chunk = 0; }, "optimizer.sign_chunk: 0"},
+      {OptimizerType::powersgd, [](OptimizerConfig& b) { b.powersgd.rank = 0; }, "optimizer.powersgd_rank: 0"},
+      {OptimizerType::demo, [](OptimizerConfig& b) { b.demo.chunk = 0; }, "optimizer.demo_chunk: 0"},
+      {OptimizerType::demo, [](OptimizerConfig& b) {
+         b.demo.chunk = 8;
+         b.demo.topk = 9;
+       },
+       "optimizer.demo_topk: 9 is out of range (must be in [1, demo_chunk])"},
+  };
+  for (const auto& b : baselines) {
+    CAPTURE(to_string(b.type));
+    c = scape::testing::earlier_formulation();
+    c.type = b.type;
+    const std::string replicated = std::string("optimizer.sharded: ") + to_string(b.type) + " keeps replicated optimizer state";
+    expect_invalid(c, replicated.c_str());
+    if (!b.break_key) continue;
+    c.sharded = false;
+    b.break_key(c);
+    expect_invalid(c, b.key_message);
+  }
   CHECK_THROWS_WITH_AS(parse_mask_statistic("first-moment"),
                        doctest::Contains("optimizer.mask_statistic: unknown value 'first-moment' (expected one of "
                                          "first_moment, gradient, momentum_only, random)"),
@@ -136,7 +138,7 @@ TEST_CASE("determinism: the same configuration and seed give bit-identical param
     OptimizerConfig c = scape::testing::earlier_formulation();
     c.type = type;
     c.sharded = !replicated_only(type);
-    c.freeze_step = 3;
+    c.onebit.freeze_step = 3;
     c.sparsity = 0.95;
     c.lr = 1e-2;
     const auto a = run_quadratic(c, layout, 4, 8, 21);
@@ -220,10 +222,10 @@ TEST_CASE("residual metrics describe the residual each error-feedback policy lea
 
 TEST_CASE("SCAPE trains the noisy quadratic about as well as dense AdamS") {
   const ParamLayout layout = mixed_layout(8);
-  sim::QuadraticSpec spec;
+  scape::train::QuadraticSpec spec;
   spec.seed = 7;
   spec.noise = 0.5;
-  const sim::NoisyQuadratic problem(layout.size(), spec);
+  const scape::train::NoisyQuadratic problem(layout.size(), spec);
   std::vector<float> zero(layout.size(), 0.0f);
   const double initial = problem.loss(zero);
   OptimizerConfig dense = scape::testing::earlier_formulation();
@@ -242,15 +244,15 @@ TEST_CASE("SCAPE trains the noisy quadratic about as well as dense AdamS") {
 
 TEST_CASE("save_state / load_state resume every optimizer bit for bit") {
   const ParamLayout layout = mixed_layout(2);
-  sim::QuadraticSpec spec;
+  scape::train::QuadraticSpec spec;
   spec.seed = 5;
-  const sim::NoisyQuadratic problem(layout.size(), spec);
+  const scape::train::NoisyQuadratic problem(layout.size(), spec);
   std::vector<OptimizerConfig> configs(12);
   configs[0].type = OptimizerType::adamw;
   configs[1].sparsity = 0.9;  // SCAPE, sharded, lag 1
   configs[2].sparsity = 0.9;
   configs[2].sharded = false;
-  configs[2].mask_partition = MaskPartition::local_union;
+  configs[2].scape.mask_partition = MaskPartition::local_union;
   configs[3].type = OptimizerType::topk_ef;
   configs[3].sharded = false;
   configs[4].sparsity = 0.9;
@@ -260,16 +262,16 @@ TEST_CASE("save_state / load_state resume every optimizer bit for bit") {
   configs[5].sparsity = 0.9;
   configs[6].type = OptimizerType::onebit_adam;  // frozen before the split: both errors resume
   configs[6].sharded = false;
-  configs[6].freeze_step = 2;
-  configs[6].sign_chunk = 100;
+  configs[6].onebit.freeze_step = 2;
+  configs[6].onebit.sign_chunk = 100;
   configs[7].type = OptimizerType::powersgd;  // the residual and the warm-started Q resume
   configs[7].sharded = false;
-  configs[7].powersgd_rank = 2;
+  configs[7].powersgd.rank = 2;
   configs[8].type = OptimizerType::demo;  // the momentum is the whole state
   configs[8].sharded = false;
-  configs[8].demo_chunk = 50;
+  configs[8].demo.chunk = 50;
   configs[9].sparsity = 0.9;  // the artifact's sharded path, with the momentum the owner carries
-  configs[9].formulation = Formulation::artifact;
+  configs[9].scape.formulation = Formulation::artifact;
   configs[10].sparsity = 0.9;  // the fp8 payload's shared exponent resumes
   configs[10].sharded = false;
   configs[10].wire_dtype = WireType::fp8_e5m2;
@@ -277,7 +279,7 @@ TEST_CASE("save_state / load_state resume every optimizer bit for bit") {
   configs[11].sparsity = 0.9;
   for (const auto& c : configs) {
     CAPTURE(to_string(c.type));
-    CAPTURE(to_string(c.formulation));
+    CAPTURE(to_string(c.scape.formulation));
     CAPTURE(to_string(c.wire_dtype));
     const int steps = 8, split = 3, workers = 3;
     std::vector<std::vector<float>> straight(workers), resumed(workers);
@@ -328,18 +330,18 @@ TEST_CASE("collective_purposes lists exactly what each configuration records") {
   configs[0].type = OptimizerType::adams;
   configs[1].type = OptimizerType::adamw;
   configs[1].sharded = false;
-  configs[2].second_moment = SecondMoment::two_collectives;
+  configs[2].scape.second_moment = SecondMoment::two_collectives;
   configs[3].sharded = false;
-  configs[3].mask_partition = MaskPartition::local_union;
+  configs[3].scape.mask_partition = MaskPartition::local_union;
   configs[4].type = OptimizerType::topk_ef;
   configs[4].sharded = false;
   configs[5].sharded = false;
-  configs[5].second_moment = SecondMoment::two_collectives;
+  configs[5].scape.second_moment = SecondMoment::two_collectives;
   configs[6].type = OptimizerType::randk_ef;
   configs[6].sharded = false;
   configs[7].type = OptimizerType::onebit_adam;
   configs[7].sharded = false;
-  configs[7].freeze_step = 1;
+  configs[7].onebit.freeze_step = 1;
   configs[8].type = OptimizerType::powersgd;
   configs[8].sharded = false;
   configs[9].type = OptimizerType::demo;

@@ -12,20 +12,22 @@
 #include <string>
 #include <vector>
 
-#include "core/volume.hpp"
 #include "experiments/config.hpp"
-#include "experiments/hdf5.hpp"
+#include "experiments/model_shapes.hpp"
+#include "optimizers/volume.hpp"
 #include "predict/calibration.hpp"
+#include "predict/compute_model.hpp"
 #include "predict/measured_runs.hpp"
 #include "predict/predict_config.hpp"
+#include "run_file/hdf5.hpp"
 #include "test_support.hpp"
-#include "train/compute_model.hpp"
 #include "train/gradient_source.hpp"
 
 namespace fs = std::filesystem;
 namespace ex = scape::experiments;
 using namespace scape;
 using namespace scape::predict;
+using namespace scape::presets;
 using nlohmann::json;
 
 namespace {
@@ -84,9 +86,9 @@ Calibration truth_calibration(const Truth& t) {
   return c;
 }
 
-void write_column(const ex::File& f, const std::string& name, const std::vector<double>& v) {
+void write_column(const scape::run_file::File& f, const std::string& name, const std::vector<double>& v) {
   const hsize_t n = v.size();
-  f.create_dataset(name, H5T_IEEE_F64LE, ex::DatasetShape{{n}, {}, {}, {}}).write<double>({0}, {n}, v);
+  f.create_dataset(name, H5T_IEEE_F64LE, scape::run_file::DatasetShape{{n}, {}, {}, {}}).write<double>({0}, {n}, v);
 }
 
 // A run file whose every measured time is the step model's with `t` (the optimizer phase with
@@ -95,10 +97,10 @@ void write_column(const ex::File& f, const std::string& name, const std::vector<
 fs::path write_measured_run(const fs::path& dir, const std::string& name, const json& config, const Truth& t,
                             const std::string& skip = "") {
   const auto c = ex::parse_experiment(config, ".");
-  const ModelSpec spec = train::model_spec(c.model);
+  const ModelSpec spec = scape::experiments::predictor_model_spec(c.model);
   const double fpt = training_flops_per_token(spec, c.model.block_size, AttentionFlops::causal);
   StepInputs in = calibrated_inputs(truth_calibration(t), c.optimizer, parameter_count(spec), fpt, 1.0);
-  in.layout = scape::train::language_model_spec(c.model).layout();  // SCAPE's per-tensor k, as the reader counts
+  in.layout = scape::experiments::language_model_spec(c.model).layout();  // SCAPE's per-tensor k, as the reader counts
   const StepPrediction p = predict_step(in, c.workers, static_cast<double>(c.data.batch_size) * c.model.block_size);
   const std::size_t steps = static_cast<std::size_t>(c.steps);
   std::vector<std::pair<std::string, double>> columns = {
@@ -116,7 +118,7 @@ fs::path write_measured_run(const fs::path& dir, const std::string& name, const 
     if (!found) columns.emplace_back("comm_time_measured_" + key, col.time_s);
   }
   const fs::path file = dir / (name + ".h5");
-  ex::File f = ex::File::create(file);
+  scape::run_file::File f = scape::run_file::File::create(file);
   f.write_string_attribute("config", config.dump());
   std::vector<double> step(steps);
   for (std::size_t i = 0; i < steps; ++i) step[i] = static_cast<double>(i + 1);

@@ -11,19 +11,20 @@
 #include <fstream>
 #include <string>
 
-#include "experiments/config.hpp"
-#include "experiments/hdf5.hpp"
 #include "core/schedule.hpp"
-#include "core/volume.hpp"
+#include "experiments/config.hpp"
+#include "optimizers/volume.hpp"
 #include "predict/model_layout.hpp"
 #include "predict/predict_config.hpp"
 #include "predict/prediction.hpp"
 #include "predict/step_model.hpp"
+#include "run_file/hdf5.hpp"
 #include "test_support.hpp"
 
 namespace fs = std::filesystem;
 namespace ex = scape::experiments;
 using namespace scape::predict;
+using namespace scape::presets;
 using nlohmann::json;
 
 namespace {
@@ -80,7 +81,7 @@ TEST_CASE("every shipped prediction config runs and writes HDF5 and CSV") {
     REQUIRE(r.code == 0);
     CHECK(r.output.find("| W | config |") != std::string::npos);
     const auto config = load_predict_config(entry.path(), {});
-    auto f = ex::File::open(h5, ex::Access::read);
+    auto f = scape::run_file::File::open(h5, scape::run_file::Access::read);
     CHECK(f.read_string_attribute("format") == "scape-prediction-1");
     CHECK(f.open_dataset("workers").read_all<std::int64_t>().size() == config.workers.size());
     CHECK(f.open_dataset("optimizer/speedup").read_all<double>().size() == config.workers.size());
@@ -100,7 +101,7 @@ TEST_CASE("the prediction file holds the ledger's bytes and the table's times") 
   const auto cfg = write_config(dir, small_config());
   const auto h5 = dir.path / "p.h5";
   REQUIRE(run_scape("predict " + cfg.string() + " --out " + h5.string()).code == 0);
-  auto f = ex::File::open(h5, ex::Access::read);
+  auto f = scape::run_file::File::open(h5, scape::run_file::Access::read);
   CHECK(f.open_dataset("model/n_params").read_all<std::int64_t>() == std::vector<std::int64_t>{124439808});
   // Dense AdamS baseline, sharded, bf16 gradients, fp32 parameters.
   const auto rs = f.open_dataset("baseline/collectives/grad_reduce_scatter/payload_bytes").read_all<double>();
@@ -160,6 +161,7 @@ TEST_CASE("bad input exits 2 naming the field") {
   j = small_config();
   j["optimizer"] = {{"type", "powersgd"}, {"sharded", false}};  // its bytes need the tensor shapes
   expect_invalid(j, "optimizer.type: powersgd cannot be predicted");
+  expect_invalid(small_config(), "--config-overlap-only goes with --from-runs", "--config-overlap-only");
 }
 
 TEST_CASE("parser: defaults, explicit models and the derived baseline") {

@@ -8,18 +8,19 @@
 #include <limits>
 #include <vector>
 
-#include "tests/earlier_formulation.hpp"
 #include "core/ledger.hpp"
 #include "model/gpt.hpp"
 #include "model/llama.hpp"
 #include "predict/model_layout.hpp"
-#include "predict/models.hpp"
 #include "predict/prediction.hpp"
 #include "predict/step_model.hpp"
 #include "predict/topology.hpp"
+#include "presets/model_presets.hpp"
+#include "tests/earlier_formulation.hpp"
 
 using namespace scape;
 using namespace scape::predict;
+using namespace scape::presets;
 
 namespace {
 
@@ -52,16 +53,16 @@ std::vector<OptimizerConfig> all_optimizers() {
       optimizer(OptimizerType::scape, false), optimizer(OptimizerType::scape, true, 0.9),
       optimizer(OptimizerType::topk_ef, false)};
   auto dense_update = optimizer(OptimizerType::scape, true);
-  dense_update.update = UpdateMode::dense;
+  dense_update.scape.update = UpdateMode::dense;
   out.push_back(dense_update);
   auto two = optimizer(OptimizerType::scape, true);
-  two.second_moment = SecondMoment::two_collectives;
+  two.scape.second_moment = SecondMoment::two_collectives;
   out.push_back(two);
   auto local = optimizer(OptimizerType::scape, false);
-  local.mask_partition = MaskPartition::local_union;
+  local.scape.mask_partition = MaskPartition::local_union;
   out.push_back(local);
   auto lag0 = optimizer(OptimizerType::scape, true);
-  lag0.mask_lag = 0;
+  lag0.scape.mask_lag = 0;
   out.push_back(lag0);
   return out;
 }
@@ -372,7 +373,7 @@ TEST_CASE("mask coding time: a measured throughput, else the CUDA kernels' bytes
   c.mask_encoding = MaskEncoding::bitmap;
   CHECK(mask_codec_seconds(c, n, w, gpu) == 0.0);
   c.mask_encoding = MaskEncoding::auto_select;
-  c.mask_partition = MaskPartition::local_union;
+  c.scape.mask_partition = MaskPartition::local_union;
   c.sharded = false;
   CHECK(mask_codec_seconds(c, n, w, gpu) == 0.0);
   c = scape::testing::earlier_formulation();

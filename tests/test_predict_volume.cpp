@@ -1,4 +1,4 @@
-// The predictor's bytes are the simulator's bytes: step_collectives (core/volume.cpp) against
+// The predictor's bytes are the simulator's bytes: step_collectives (optimizers/volume.cpp) against
 // the ledger records of real simulator runs over the noisy quadratic, collective for
 // collective and step for step (step 1 and the last step under lag 1 included), for every
 // optimizer family and switch that changes the collectives, at W in {1, 2, 4, 7}.
@@ -9,12 +9,12 @@
 #include <string>
 #include <vector>
 
-#include "tests/earlier_formulation.hpp"
-#include "core/volume.hpp"
+#include "optimizers/volume.hpp"
 #include "predict/model_layout.hpp"
-#include "predict/models.hpp"
 #include "predict/step_model.hpp"
+#include "presets/model_presets.hpp"
 #include "quadratic_run.hpp"
+#include "tests/earlier_formulation.hpp"
 
 using namespace scape;
 using scape::testing::mixed_layout;
@@ -47,23 +47,23 @@ std::vector<Case> cases() {
   out.push_back({"scape sharded", make(OptimizerType::scape, true)});
   out.push_back({"scape replicated", make(OptimizerType::scape, false)});
   auto dense_update = make(OptimizerType::scape, true);
-  dense_update.update = UpdateMode::dense;
+  dense_update.scape.update = UpdateMode::dense;
   out.push_back({"scape dense update", dense_update});
   auto two = make(OptimizerType::scape, true);
-  two.second_moment = SecondMoment::two_collectives;
+  two.scape.second_moment = SecondMoment::two_collectives;
   out.push_back({"scape two_collectives sharded", two});
   auto two_rep = make(OptimizerType::scape, false);
-  two_rep.second_moment = SecondMoment::two_collectives;
+  two_rep.scape.second_moment = SecondMoment::two_collectives;
   out.push_back({"scape two_collectives replicated", two_rep});
   auto lag0 = make(OptimizerType::scape, true);
-  lag0.mask_lag = 0;
+  lag0.scape.mask_lag = 0;
   out.push_back({"scape lag 0", lag0});
   auto warm = make(OptimizerType::scape, true);
   warm.density_warmup = 2;
   warm.param_dtype = WireType::bf16;
   out.push_back({"scape density warm-up, bf16 params", warm});
   auto local = make(OptimizerType::scape, false);
-  local.mask_partition = MaskPartition::local_union;
+  local.scape.mask_partition = MaskPartition::local_union;
   out.push_back({"scape local_union", local});
   auto local_warm = local;
   local_warm.density_warmup = 2;
@@ -71,14 +71,14 @@ std::vector<Case> cases() {
   // The paper formulation's per-tensor owners (the layout overload), its fp8 payload and clip_grad.
   for (const bool sharded : {true, false}) {
     auto paper = make(OptimizerType::scape, sharded);
-    paper.formulation = Formulation::paper;
-    paper.mask_scope = MaskScope::tensor;
-    paper.dense_tensors = {"b1", "ln"};
+    paper.scape.formulation = Formulation::paper;
+    paper.scape.mask_scope = MaskScope::tensor;
+    paper.scape.dense_tensors = {"b1", "ln"};
     paper.adams_form = AdamsForm::automatic;
     out.push_back({sharded ? "scape paper, per tensor, sharded" : "scape paper, per tensor, replicated", paper});
   }
   auto fp8 = make(OptimizerType::scape, false);
-  fp8.formulation = Formulation::paper;
+  fp8.scape.formulation = Formulation::paper;
   fp8.wire_dtype = WireType::fp8_e5m2;
   out.push_back({"scape paper fp8, replicated", fp8});
   auto clip = make(OptimizerType::scape, true);
@@ -94,15 +94,15 @@ std::vector<Case> cases() {
   randk.density_warmup = 2;
   out.push_back({"randk_ef density warm-up", randk});
   auto onebit = make(OptimizerType::onebit_adam, false);
-  onebit.freeze_step = 2;
-  onebit.sign_chunk = 100;
+  onebit.onebit.freeze_step = 2;
+  onebit.onebit.sign_chunk = 100;
   out.push_back({"onebit_adam freeze 2", onebit});
   auto powersgd = make(OptimizerType::powersgd, false);
-  powersgd.powersgd_rank = 3;
+  powersgd.powersgd.rank = 3;
   out.push_back({"powersgd rank 3", powersgd});
   auto demo = make(OptimizerType::demo, false);
-  demo.demo_chunk = 50;
-  demo.demo_topk = 5;
+  demo.demo.chunk = 50;
+  demo.demo.topk = 5;
   out.push_back({"demo chunk 50 top 5", demo});
   return out;
 }
@@ -137,9 +137,9 @@ TEST_CASE("step_collectives reports the simulator's bytes per collective, step f
             const StepMetrics& m = run.steps[static_cast<std::size_t>(rank)][static_cast<std::size_t>(t - 1)].metrics;
             // local_union's |M_t| depends on the data: the simulator's value goes in.
             const bool local = config.type == OptimizerType::scape &&
-                               config.mask_partition == MaskPartition::local_union;
+                               config.scape.mask_partition == MaskPartition::local_union;
             // PowerSGD's bytes and SCAPE's per-tensor k need the tensor shapes: the layout overload.
-            const bool per_tensor = config.type == OptimizerType::scape && config.mask_scope == MaskScope::tensor;
+            const bool per_tensor = config.type == OptimizerType::scape && config.scape.mask_scope == MaskScope::tensor;
             const auto predicted =
                 config.type == OptimizerType::powersgd || per_tensor
                     ? step_collectives(config, layout, w, t, kSteps, NetworkModel{})
@@ -217,7 +217,7 @@ TEST_CASE("step_collectives rejects what the optimizer would reject") {
   CHECK_THROWS_AS(step_collectives(c, 1000, 4, 1, 3, NetworkModel{}), std::invalid_argument);
   OptimizerConfig local = scape::testing::earlier_formulation();
   local.sharded = false;
-  local.mask_partition = MaskPartition::local_union;
+  local.scape.mask_partition = MaskPartition::local_union;
   local.sparsity = 0.9;  // K = 100 of 1000 on 4 workers: |M| in [100, 400]
   CHECK_NOTHROW(step_collectives(local, 1000, 4, 2, 3, NetworkModel{}, 400));
   CHECK_THROWS_AS(step_collectives(local, 1000, 4, 2, 3, NetworkModel{}, 401), std::invalid_argument);
@@ -263,7 +263,7 @@ std::size_t hand_k(const ParamLayout& layout, int workers, bool sharded) {
 }  // namespace
 
 TEST_CASE("predict_step counts SCAPE's K over the model's tensors: per-tensor floors, norms and biases whole") {
-  const predict::ModelSpec spec = predict::find_model_preset("gpt2-124m", "").spec;
+  const scape::presets::ModelSpec spec = scape::presets::find_model_preset("gpt2-124m", "").spec;
   for (const bool sharded : {false, true}) {
     CAPTURE(sharded);
     predict::StepInputs in;

@@ -20,11 +20,11 @@
 #include <thread>
 #include <vector>
 
-#include "experiments/hdf5.hpp"
-#include "experiments/recorder.hpp"
+#include "run_file/hdf5.hpp"
+#include "run_file/recorder.hpp"
 #include "test_support.hpp"
 
-using namespace scape::experiments;
+using namespace scape::run_file;
 using namespace scape::testing;
 namespace fs = std::filesystem;
 
@@ -504,4 +504,29 @@ TEST_CASE("metric descriptions become dataset attributes; a count that does not 
     RunRecorder plain = RunRecorder::create(dir / "plain.h5", test_spec(3));
   }
   CHECK_FALSE(File::open(dir / "plain.h5", Access::read).open_dataset("metrics/lr").has_attribute("unit"));
+}
+
+TEST_CASE("optimizer_keys: written when the spec gives it, absent otherwise, and brought along by a resume") {
+  TempDir dir;
+  const std::string table = R"({"lr":["adams","scape"],"sparsity":["scape"]})";
+  RunFileSpec with = test_spec(3);
+  with.optimizer_keys_json = table;
+  {
+    RunRecorder recorder = create_with_steps(dir / "with.h5", with, 4);
+    recorder.set_status("completed");
+  }
+  CHECK(File::open(dir / "with.h5", Access::read).read_string_attribute("optimizer_keys") == table);
+  {
+    RunRecorder recorder = create_with_steps(dir / "without.h5", test_spec(3), 4);
+  }
+  CHECK_FALSE(File::open(dir / "without.h5", Access::read).has_attribute("optimizer_keys"));
+  // A file written before the attribute existed gains the table of the scape that resumes it.
+  {
+    RunRecorder resumed = RunRecorder::open_for_resume(dir / "without.h5", with, 3);
+    append(resumed, with, 4);
+    resumed.set_status("completed");
+  }
+  const File resumed = File::open(dir / "without.h5", Access::read);
+  CHECK(resumed.read_string_attribute("optimizer_keys") == table);
+  CHECK(resumed.read_int_attribute("steps_completed") == 4);
 }

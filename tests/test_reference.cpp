@@ -10,12 +10,13 @@
 #include <numbers>
 #include <numeric>
 
-#include "tests/earlier_formulation.hpp"
 #include "core/layout.hpp"
 #include "core/schedule.hpp"
-#include "core/rng.hpp"
 #include "kernels/cpu/bf16.hpp"
+#include "optimizers/make_optimizer.hpp"
 #include "quadratic_run.hpp"
+#include "tests/earlier_formulation.hpp"
+#include "util/rng.hpp"
 
 using namespace scape;
 using scape::testing::mixed_layout;
@@ -122,13 +123,13 @@ struct Reference {
     Vec s(N, 0.0f);
     const float b1 = float(c.beta1);
     for (std::size_t j = lo; j < hi; ++j) {
-      switch (c.mask_statistic) {
+      switch (c.scape.mask_statistic) {
         case MaskStatistic::first_moment: s[j] = b1 * m[j] + float(1 - c.beta1) * a[j]; break;
         case MaskStatistic::gradient: s[j] = a[j]; break;
         case MaskStatistic::momentum_only: s[j] = m[j]; break;
         case MaskStatistic::random: {
           std::uint64_t key = rng::derive(rng::derive(c.seed, 0x6d61736b), std::uint64_t(use_step));
-          if (c.mask_partition == MaskPartition::local_union) key = rng::derive(key, std::uint64_t(worker));
+          if (c.scape.mask_partition == MaskPartition::local_union) key = rng::derive(key, std::uint64_t(worker));
           s[j] = float(rng::uniform(key, j));
           break;
         }
@@ -140,7 +141,7 @@ struct Reference {
   std::vector<char> compute_mask(const std::vector<Vec>& a, int use_step) const {
     const double rho = ref_density(c, use_step);
     std::vector<char> out(N, 0);
-    if (c.mask_partition == MaskPartition::partitioned) {
+    if (c.scape.mask_partition == MaskPartition::partitioned) {
       const Sharding sh(N, W);
       for (int o = 0; o < W; ++o) {
         const Vec s = statistic(sh.begin(o), sh.end(o), a[std::size_t(o)], use_step, o);
@@ -161,8 +162,8 @@ struct Reference {
     std::vector<Vec> a(static_cast<std::size_t>(W), Vec(N));
     for (int i = 0; i < W; ++i) clip_residual(e[std::size_t(i)], g[std::size_t(i)]);
     for (int i = 0; i < W; ++i) for (std::size_t j = 0; j < N; ++j) a[std::size_t(i)][j] = e[std::size_t(i)][j] + g[std::size_t(i)][j];
-    mask = (c.mask_lag == 0 || t == 1) ? compute_mask(a, t) : next_mask;
-    if (c.mask_lag == 1 && t < T) next_mask = compute_mask(a, t + 1);
+    mask = (c.scape.mask_lag == 0 || t == 1) ? compute_mask(a, t) : next_mask;
+    if (c.scape.mask_lag == 1 && t < T) next_mask = compute_mask(a, t + 1);
     Vec g_bar(N, 0.0f), b_bar(N, 0.0f);
     for (std::size_t j = 0; j < N; ++j) {
       if (!mask[j]) continue;
@@ -174,13 +175,13 @@ struct Reference {
       }
       b_bar[j] = ref_mean(b, c.wire_dtype);
       if (c.sharded) b_bar[j] += b1 * m[j];
-      g_bar[j] = c.second_moment == SecondMoment::two_collectives ? ref_mean(aj, c.wire_dtype) : (b_bar[j] - b1 * m[j]) / float(1 - c.beta1);
+      g_bar[j] = c.scape.second_moment == SecondMoment::two_collectives ? ref_mean(aj, c.wire_dtype) : (b_bar[j] - b1 * m[j]) / float(1 - c.beta1);
     }
     for (int i = 0; i < W; ++i) {
       for (std::size_t j = 0; j < N; ++j) e[std::size_t(i)][j] = mask[j] ? 0.0f : kept(a[std::size_t(i)][j]);
     }
     const bool adamw = c.inner == InnerRule::adamw;
-    if (c.update == UpdateMode::masked) {
+    if (c.scape.update == UpdateMode::masked) {
       decay_all(eta);
       for (std::size_t j = 0; j < N; ++j) if (mask[j]) inner_step(j, g_bar[j], b_bar[j], t, eta, adamw);
     } else {
@@ -258,8 +259,8 @@ struct Reference {
   // x <- x - C(x) over [lo, hi) in chunks of sign_chunk from lo; returns C(x).
   Vec sign_compress(Vec& x, std::size_t lo, std::size_t hi) const {
     Vec out(N, 0.0f);
-    for (std::size_t c0 = lo; c0 < hi; c0 += c.sign_chunk) {
-      const std::size_t c1 = std::min(hi, c0 + c.sign_chunk);
+    for (std::size_t c0 = lo; c0 < hi; c0 += c.onebit.sign_chunk) {
+      const std::size_t c1 = std::min(hi, c0 + c.onebit.sign_chunk);
       double ss = 0;
       for (std::size_t j = c0; j < c1; ++j) ss += double(x[j]) * x[j];
       const float scale = float(std::sqrt(ss / double(c1 - c0)));
@@ -278,7 +279,7 @@ struct Reference {
       worker_error.assign(std::size_t(W), Vec(N, 0.0f));
       server_error.assign(N, 0.0f);
     }
-    if (t <= c.freeze_step) {
+    if (t <= c.onebit.freeze_step) {
       const double bc2 = c.bias_correction ? 1 - std::pow(c.beta2, t) : 1.0;
       for (std::size_t j = 0; j < N; ++j) {
         std::vector<float> gj;
@@ -309,7 +310,7 @@ struct Reference {
       const Vec part = sign_compress(server_error, sh.begin(o), sh.end(o));
       for (std::size_t j = sh.begin(o); j < sh.end(o); ++j) m_sync[j] = part[j];
     }
-    const double bc2 = c.bias_correction ? 1 - std::pow(c.beta2, c.freeze_step) : 1.0;
+    const double bc2 = c.bias_correction ? 1 - std::pow(c.beta2, c.onebit.freeze_step) : 1.0;
     for (std::size_t j = 0; j < N; ++j) adamw_like_kernel(j, m_sync[j], 0.0, 1.0, bc1, bc2, eta);
   }
 };
@@ -317,10 +318,10 @@ struct Reference {
 void compare_with_reference(const OptimizerConfig& c, int W, int T) {
   const ParamLayout layout = mixed_layout(2);
   const auto run = run_quadratic(c, layout, W, T, 3, 0.5);
-  sim::QuadraticSpec spec;
+  scape::train::QuadraticSpec spec;
   spec.seed = 3;
   spec.noise = 0.5;
-  const sim::NoisyQuadratic problem(layout.size(), spec);
+  const scape::train::NoisyQuadratic problem(layout.size(), spec);
   Reference ref(c, layout, W, T);
   std::vector<Vec> g(static_cast<std::size_t>(W), Vec(layout.size()));
   for (int t = 1; t <= T; ++t) {
@@ -364,22 +365,22 @@ TEST_CASE("SCAPE matches the independent reference for every switch") {
   cases.push_back({"default (sharded, masked, adams, first_moment, partitioned, lag 1)", base()});
   { auto c = base(); c.sharded = false; cases.push_back({"replicated", c}); }
   { auto c = base(); c.inner = InnerRule::adamw; cases.push_back({"inner adamw", c}); }
-  { auto c = base(); c.mask_lag = 0; cases.push_back({"lag 0", c}); }
-  { auto c = base(); c.update = UpdateMode::dense; cases.push_back({"dense update", c}); }
-  { auto c = base(); c.update = UpdateMode::dense; c.sharded = false; c.inner = InnerRule::adamw; cases.push_back({"dense update, replicated adamw", c}); }
-  { auto c = base(); c.second_moment = SecondMoment::two_collectives; cases.push_back({"two collectives", c}); }
+  { auto c = base(); c.scape.mask_lag = 0; cases.push_back({"lag 0", c}); }
+  { auto c = base(); c.scape.update = UpdateMode::dense; cases.push_back({"dense update", c}); }
+  { auto c = base(); c.scape.update = UpdateMode::dense; c.sharded = false; c.inner = InnerRule::adamw; cases.push_back({"dense update, replicated adamw", c}); }
+  { auto c = base(); c.scape.second_moment = SecondMoment::two_collectives; cases.push_back({"two collectives", c}); }
   { auto c = base(); c.residual = false; cases.push_back({"residual off", c}); }
-  { auto c = base(); c.mask_statistic = MaskStatistic::gradient; cases.push_back({"gradient statistic", c}); }
-  { auto c = base(); c.mask_statistic = MaskStatistic::momentum_only; cases.push_back({"momentum_only statistic", c}); }
-  { auto c = base(); c.mask_statistic = MaskStatistic::random; c.seed = 99; cases.push_back({"random statistic", c}); }
-  { auto c = base(); c.mask_partition = MaskPartition::local_union; c.sharded = false; cases.push_back({"local union", c}); }
+  { auto c = base(); c.scape.mask_statistic = MaskStatistic::gradient; cases.push_back({"gradient statistic", c}); }
+  { auto c = base(); c.scape.mask_statistic = MaskStatistic::momentum_only; cases.push_back({"momentum_only statistic", c}); }
+  { auto c = base(); c.scape.mask_statistic = MaskStatistic::random; c.seed = 99; cases.push_back({"random statistic", c}); }
+  { auto c = base(); c.scape.mask_partition = MaskPartition::local_union; c.sharded = false; cases.push_back({"local union", c}); }
   { auto c = base(); c.density_warmup = 5; c.sparsity = 0.99; cases.push_back({"density warm-up", c}); }
   { auto c = base(); c.bias_correction = false; cases.push_back({"no bias correction", c}); }
   { auto c = base(); c.wire_dtype = WireType::bf16; c.sharded = false; cases.push_back({"bf16 wire", c}); }
   { auto c = base(); c.residual_decay = 0.6; cases.push_back({"residual decay 0.6", c}); }
   { auto c = base(); c.residual_decay = 0; cases.push_back({"residual decay 0", c}); }
   { auto c = base(); c.residual_clip = 0.5; cases.push_back({"residual clip 0.5", c}); }
-  { auto c = base(); c.residual_clip = 1.0; c.residual_decay = 0.8; c.mask_lag = 0; c.sharded = false;
+  { auto c = base(); c.residual_clip = 1.0; c.residual_decay = 0.8; c.scape.mask_lag = 0; c.sharded = false;
     cases.push_back({"residual clip 1 and decay 0.8, lag 0, replicated", c}); }
   for (const auto& k : cases) {
     for (int w : {1, 3, 4}) {
@@ -448,8 +449,8 @@ TEST_CASE("1-bit Adam matches the independent reference: warm-up, frozen varianc
     auto c = base();
     c.type = OptimizerType::onebit_adam;
     c.sharded = false;
-    c.freeze_step = k.freeze;
-    c.sign_chunk = k.chunk;
+    c.onebit.freeze_step = k.freeze;
+    c.onebit.sign_chunk = k.chunk;
     c.wire_dtype = k.wire;
     c.bias_correction = k.bias_correction;
     CAPTURE(k.name);

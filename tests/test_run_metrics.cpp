@@ -1,4 +1,4 @@
-// The metric table (train/run_metrics.hpp) against everything that follows it: the run file's
+// The metric table (train/metric_table.hpp) against everything that follows it: the run file's
 // columns, docs/run-files.md, the reports shipped between processes; and the StateMap
 // encoding of checkpoints, whose format is fixed.
 #include <doctest/doctest.h>
@@ -15,13 +15,14 @@
 #include <string>
 #include <vector>
 
-#include "tests/earlier_formulation.hpp"
 #include "experiments/config.hpp"
-#include "experiments/hdf5.hpp"
+#include "optimizers/make_optimizer.hpp"
+#include "run_file/hdf5.hpp"
 #include "sim/sim_run.hpp"
+#include "test_support.hpp"
+#include "tests/earlier_formulation.hpp"
 #include "train/checkpoint.hpp"
 #include "train/run_metrics.hpp"
-#include "test_support.hpp"
 
 #ifndef SCAPE_SOURCE_DIR
 #error "SCAPE_SOURCE_DIR must name the source tree (tests/CMakeLists.txt)"
@@ -353,10 +354,10 @@ TEST_CASE("gradient metrics every k steps: the every-step values at those steps,
     options.out = dir.path / ("every" + std::to_string(interval) + ".h5");
     options.quiet = true;
     REQUIRE(scape::sim::run_simulated(ex::parse_experiment(j, "."), options).status == tr::RunStatus::completed);
-    return ex::File::open(options.out, ex::Access::read);
+    return scape::run_file::File::open(options.out, scape::run_file::Access::read);
   };
   auto every = train(1), sparse = train(3);
-  const auto column = [](ex::File& f, const char* name) {
+  const auto column = [](scape::run_file::File& f, const char* name) {
     return f.open_dataset(std::string("/metrics/") + name).read_all<double>();
   };
   CHECK(column(every, "train_loss") == column(sparse, "train_loss"));

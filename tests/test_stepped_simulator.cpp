@@ -10,11 +10,11 @@
 #include <vector>
 
 #include "experiments/config.hpp"
-#include "experiments/hdf5.hpp"
+#include "run_file/hdf5.hpp"
 #include "sim/sim_run.hpp"
 #include "sim/stepped_simulator.hpp"
-#include "sim/synthetic_gradients.hpp"
 #include "test_support.hpp"
+#include "train/noisy_quadratic.hpp"
 
 namespace ex = scape::experiments;
 namespace tr = scape::train;
@@ -33,17 +33,17 @@ nlohmann::json quadratic_config(const nlohmann::json& optimizer) {
           {"log", {{"save_params", true}}}};
 }
 
-scape::sim::NoisyQuadratic problem_of(const ex::ExperimentConfig& c) {
-  scape::sim::QuadraticSpec spec;
+scape::train::NoisyQuadratic problem_of(const ex::ExperimentConfig& c) {
+  scape::train::QuadraticSpec spec;
   spec.seed = c.seed;
   spec.noise = c.model.noise;
   spec.curvature_tail = c.model.curvature_tail;
-  return scape::sim::NoisyQuadratic(static_cast<std::size_t>(c.model.size), spec);
+  return scape::train::NoisyQuadratic(static_cast<std::size_t>(c.model.size), spec);
 }
 
 // Every /metrics dataset that does not measure time on this machine.
 std::map<std::string, std::vector<double>> deterministic_metrics(const fs::path& file) {
-  auto f = ex::File::open(file, ex::Access::read);
+  auto f = scape::run_file::File::open(file, scape::run_file::Access::read);
   std::map<std::string, std::vector<double>> out;
   for (const std::string& name : f.child_names("metrics")) {
     if (name.find("time") != std::string::npos || name.find("_s") + 2 == name.size() ||
@@ -73,7 +73,7 @@ void check_same_metrics(const fs::path& got_file, const fs::path& want_file) {
 }
 
 std::vector<float> final_params(const fs::path& file) {
-  return ex::File::open(file, ex::Access::read).open_dataset("final/params").read_all<float>();
+  return scape::run_file::File::open(file, scape::run_file::Access::read).open_dataset("final/params").read_all<float>();
 }
 
 // The quadratic's run, once through run_simulated and once stepped with the same gradients.
@@ -151,7 +151,7 @@ TEST_CASE("stepped simulator: wrong gradients, steps past the end and an early c
   CHECK(outcome.status == tr::RunStatus::failed);
   CHECK(outcome.error == "closed after step 1 of 2");
   CHECK(scape::testing::error_of([&] { (void)sim.step(good, {}); }) == "step: the simulator is closed");
-  CHECK(ex::File::open(options.out, ex::Access::read).open_dataset("metrics/bytes_sent").read_all<double>().size() == 1);
+  CHECK(scape::run_file::File::open(options.out, scape::run_file::Access::read).open_dataset("metrics/bytes_sent").read_all<double>().size() == 1);
 }
 
 TEST_CASE("external model type: scape run's loader refuses it, naming the key") {

@@ -8,13 +8,17 @@
 #include <atomic>
 #include <chrono>
 #include <filesystem>
+#include <fstream>
+#include <mutex>
+#include <optional>
 #include <thread>
 #include <set>
 #include <string>
 #include <vector>
 
 #include "experiments/config.hpp"
-#include "experiments/run_lock.hpp"
+#include "experiments/sweep_plan.hpp"
+#include "run_file/run_lock.hpp"
 #include "test_support.hpp"
 
 namespace ex = scape::experiments;
@@ -150,18 +154,18 @@ TEST_CASE("bad repeat and lr_search values are errors naming the key and the ent
 TEST_CASE("a run file's lock: one holder at a time, the lock file gone on release, a waiter let in after") {
   scape::testing::TempDir dir;
   const auto run_file = dir / "p-0123.h5";
-  auto first = ex::RunFileLock::try_acquire(run_file);
+  auto first = scape::run_file::RunFileLock::try_acquire(run_file);
   REQUIRE(first.has_value());
   CHECK(first->lock_file() == dir / "p-0123.h5.lock");
   CHECK(std::filesystem::exists(first->lock_file()));
   // flock conflicts between open file descriptions, so a second lock in this process stands
   // for another sweep's.
-  CHECK_FALSE(ex::RunFileLock::try_acquire(run_file).has_value());
-  CHECK(ex::RunFileLock::try_acquire(dir / "p-4567.h5").has_value());  // other files are free
+  CHECK_FALSE(scape::run_file::RunFileLock::try_acquire(run_file).has_value());
+  CHECK(scape::run_file::RunFileLock::try_acquire(dir / "p-4567.h5").has_value());  // other files are free
 
   std::atomic<bool> waiter_has_it{false};
   std::thread waiter([&] {
-    auto lock = ex::RunFileLock::acquire(run_file);
+    auto lock = scape::run_file::RunFileLock::acquire(run_file);
     waiter_has_it = true;
     CHECK(std::filesystem::exists(lock.lock_file()));
   });
@@ -171,9 +175,81 @@ TEST_CASE("a run file's lock: one holder at a time, the lock file gone on releas
   waiter.join();
   CHECK(waiter_has_it.load());
   CHECK_FALSE(std::filesystem::exists(dir / "p-0123.h5.lock"));
-  CHECK(ex::RunFileLock::try_acquire(run_file).has_value());
+  CHECK(scape::run_file::RunFileLock::try_acquire(run_file).has_value());
 
   const auto missing = dir / "no-such-folder" / "p.h5";
-  const auto error = error_of([&] { (void)ex::RunFileLock::try_acquire(missing); });
+  const auto error = error_of([&] { (void)scape::run_file::RunFileLock::try_acquire(missing); });
   CHECK(error.find("no-such-folder/p.h5.lock: cannot create the lock file") != std::string::npos);
+}
+
+TEST_CASE("the sweep plan: equal resolved configs share one run, bad points are invalid, finished files answer") {
+  scape::testing::TempDir dir;
+  const auto sweep_file = dir / "s.json";
+  {
+    std::ofstream out(sweep_file);
+    out << json{{"name", "plan"},
+                {"base", {{"name", "plan"}, {"workers", 2}, {"steps", 2}, {"model", {{"type", "quadratic"}, {"size", 256}}}}},
+                {"points",
+                 {{{"optimizer.type", "adams"}, {"optimizer.sparsity", 0.9}},
+                  {{"optimizer.type", "adams"}, {"optimizer.sparsity", 0.99}},  // sparsity: not an adams key
+                  {{"optimizer.type", "scape"}, {"optimizer.mask_lag", 7}},
+                  {{"optimizer.type", "scape"}}}}}
+               .dump();
+  }
+  const auto out_dir = dir / "runs";
+  const ex::SweepPlan plan = ex::plan_sweep(sweep_file, out_dir, {"steps=3"});
+  REQUIRE(plan.points.size() == 4);
+  CHECK(plan.points[0].label == "optimizer.sparsity=0.9 optimizer.type=adams");  // keys in sorted order
+  CHECK(plan.points[0].config->steps == 3);  // the --set override reaches every point
+  CHECK(plan.points[1].same_as == std::optional<std::size_t>(0));
+  CHECK(plan.points[1].file == plan.points[0].file);
+  CHECK_FALSE(plan.points[2].config.has_value());
+  CHECK(plan.points[2].invalid.find("optimizer.mask_lag: 7") != std::string::npos);
+  CHECK(plan.to_run == std::vector<std::size_t>{0, 3});
+  CHECK(plan.points[3].file.parent_path() == out_dir);
+  CHECK(plan.points[3].file.filename().string().starts_with("plan-"));
+
+  // A file that is not a run file there runs again, saying why.
+  std::filesystem::create_directories(out_dir);
+  std::ofstream(plan.points[3].file) << "not hdf5";
+  const ex::SweepPlan again = ex::plan_sweep(sweep_file, out_dir, {"steps=3"});
+  CHECK(again.to_run == std::vector<std::size_t>{0, 3});
+  CHECK(again.points[3].finished.empty());
+  CHECK_FALSE(again.points[3].rerun_reason.empty());
+}
+
+TEST_CASE("the locked schedule runs every point once, defers a point another sweep holds, then waits for it") {
+  scape::testing::TempDir dir;
+  const std::vector<std::filesystem::path> files = {dir / "a.h5", dir / "b.h5", dir / "c.h5"};
+  auto held = scape::run_file::RunFileLock::try_acquire(files[1]);  // "another sweep" runs b
+  REQUIRE(held.has_value());
+  std::mutex mu;
+  std::vector<std::pair<std::size_t, bool>> ran;
+  std::vector<std::size_t> deferred, waited;
+  ex::ScheduleHooks hooks;
+  hooks.run = [&](std::size_t k, bool after_wait) {
+    std::lock_guard guard(mu);
+    ran.emplace_back(k, after_wait);
+  };
+  hooks.held_elsewhere = [&](std::size_t k) {
+    std::lock_guard guard(mu);
+    deferred.push_back(k);
+  };
+  hooks.waiting = [&](std::size_t k) {
+    std::lock_guard guard(mu);
+    waited.push_back(k);
+    held.reset();  // the other sweep finishes while this one waits
+  };
+  hooks.unlocked = [](const std::filesystem::path&) {};
+  ex::run_planned(files, 2, hooks);
+  CHECK(deferred == std::vector<std::size_t>{1});
+  CHECK(waited == std::vector<std::size_t>{1});
+  std::sort(ran.begin(), ran.end());
+  CHECK(ran == std::vector<std::pair<std::size_t, bool>>{{0, false}, {1, true}, {2, false}});
+
+  ex::ScheduleHooks failing = hooks;
+  failing.run = [](std::size_t k, bool) {
+    if (k == 2) throw std::runtime_error("point 2 broke");
+  };
+  CHECK(error_of([&] { ex::run_planned(files, 1, failing); }) == "point 2 broke");
 }

@@ -1,4 +1,4 @@
-// Sweeps into one folder at the same time (apps/command_sweep.cpp, experiments/run_lock.hpp):
+// Sweeps into one folder at the same time (apps/command_sweep.cpp, run_file/run_lock.hpp):
 // every point trains once, each sweep's table still reports every point, and a point another
 // sweep holds is waited for and then read back from the file that sweep wrote; parallel points
 // print whole, labelled progress lines.
@@ -10,12 +10,11 @@
 #include <string>
 #include <thread>
 
-#include "experiments/recorder.hpp"
-#include "experiments/run_lock.hpp"
+#include "run_file/recorder.hpp"
+#include "run_file/run_lock.hpp"
 #include "test_support.hpp"
 
 namespace fs = std::filesystem;
-namespace ex = scape::experiments;
 
 namespace {
 
@@ -39,7 +38,7 @@ std::string run_id_of(const std::string& validate_output, const std::string& lab
 
 bool completed(const fs::path& file) {
   try {
-    return fs::exists(file) && ex::read_run_summary(file).status == "completed";
+    return fs::exists(file) && scape::run_file::read_run_summary(file).status == "completed";
   } catch (const std::exception&) {
     return false;  // still being written
   }
@@ -77,7 +76,7 @@ TEST_CASE("two sweeps into one folder run every point once, and both report ever
     CHECK(e.path().extension() == ".h5");  // no lock file left behind
     if (e.path().extension() == ".h5") {
       ++files;
-      CHECK(ex::read_run_summary(e.path()).status == "completed");
+      CHECK(scape::run_file::read_run_summary(e.path()).status == "completed");
     }
   }
   CHECK(files == 6);
@@ -94,7 +93,7 @@ TEST_CASE("a point another sweep holds is waited for, then reported from the fil
   fs::create_directories(out);
   const auto held = out / ("held-" + run_id_of(validated.output, "optimizer.lr=0.001") + ".h5");
   const auto other = out / ("held-" + run_id_of(validated.output, "optimizer.lr=0.002") + ".h5");
-  auto lock = ex::RunFileLock::try_acquire(held);  // this test plays the other sweep
+  auto lock = scape::run_file::RunFileLock::try_acquire(held);  // this test plays the other sweep
   REQUIRE(lock.has_value());
 
   scape::testing::CommandResult r;

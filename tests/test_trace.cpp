@@ -14,12 +14,12 @@
 #include <thread>
 #include <vector>
 
-#include "experiments/hdf5.hpp"
-#include "experiments/recorder.hpp"
+#include "run_file/hdf5.hpp"
+#include "run_file/recorder.hpp"
+#include "run_file/trace.hpp"
 #include "test_support.hpp"
-#include "experiments/trace.hpp"
 
-using namespace scape::experiments;
+using namespace scape::run_file;
 using namespace scape::testing;
 namespace fs = std::filesystem;
 

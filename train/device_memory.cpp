@@ -3,7 +3,8 @@
 
 #include <cstdio>
 
-#include "core/device_state.hpp"
+#include "experiments/model_shapes.hpp"
+#include "optimizers/device_state.hpp"
 #include "train/gradient_source.hpp"
 
 namespace scape::train {
@@ -16,7 +17,7 @@ DeviceMemory device_memory_estimate(const experiments::ExperimentConfig& config,
     throw experiments::ConfigError(std::string("optimizer.type: ") + to_string(config.optimizer.type) +
                                    " has no CUDA path");
   }
-  const model::LanguageModelSpec spec = language_model_spec(config.model);
+  const model::LanguageModelSpec spec = experiments::language_model_spec(config.model);
   const std::size_t n = spec.layout().size();
   DeviceMemory m;
   m.workers = workers;

@@ -1,6 +1,6 @@
 // The memory a run with device = cuda holds on its GPU, from the config alone (checked before
 // anything is allocated or written): each of the W simulated workers keeps its own parameters
-// and gradients (4N bytes each) and its optimizer's state and buffers (core/device_state.hpp);
+// and gradients (4N bytes each) and its optimizer's state and buffers (optimizers/device_state.hpp);
 // the model's activation workspace for data.batch_size sequences of model.block_size tokens is
 // held once when the workers share one model (the simulator on a GPU), else once per worker.
 // docs/runtime.md states the formula; tests/test_device_memory.cpp checks it against what the

@@ -7,10 +7,11 @@
 #include <limits>
 #include <mutex>
 
-#include "experiments/trace.hpp"
+#include "experiments/model_shapes.hpp"
 #include "model/data.hpp"
 #include "model/language_model.hpp"
-#include "sim/synthetic_gradients.hpp"
+#include "run_file/trace.hpp"
+#include "train/noisy_quadratic.hpp"
 
 namespace scape::train {
 namespace {
@@ -29,7 +30,8 @@ model::TokenFormat detect_format(const std::filesystem::path& path, const std::s
 
 class LanguageModelData final : public SourceData {
  public:
-  explicit LanguageModelData(const experiments::ExperimentConfig& c) : spec_(language_model_spec(c.model)), seed_(c.seed) {
+  explicit LanguageModelData(const experiments::ExperimentConfig& c)
+      : spec_(experiments::language_model_spec(c.model)), seed_(c.seed) {
     try {
       spec_.validate();
     } catch (const std::invalid_argument& e) {
@@ -48,8 +50,9 @@ class LanguageModelData final : public SourceData {
         split_ = model::synthetic_corpus(mc, static_cast<std::size_t>(d.tokens), d.val_fraction);
       } else if (d.type == "text") {
         if (vocab_size < 256) {
-          throw experiments::ConfigError("model.vocab_size: text data is read as bytes and needs vocab_size >= 256, got " +
-                                         std::to_string(vocab_size));
+          throw experiments::ConfigError(
+              "model.vocab_size: text data is read as bytes and needs vocab_size >= 256, got " +
+              std::to_string(vocab_size));
         }
         split_ = model::load_text_bytes(d.path.string(), d.val_fraction);
       } else {
@@ -138,13 +141,14 @@ class ReplayData final : public SourceData {
  public:
   explicit ReplayData(const experiments::ExperimentConfig& c) {
     try {
-      trace_ = std::make_unique<experiments::GradientTrace>(c.model.path);
+      trace_ = std::make_unique<run_file::GradientTrace>(c.model.path);
     } catch (const std::exception& e) {
       throw experiments::ConfigError(std::string("model.path: ") + e.what());
     }
     if (trace_->workers() != c.workers) {
-      throw experiments::ConfigError("workers: " + std::to_string(c.workers) + " but the trace " + c.model.path.string() +
-                                     " holds gradients of " + std::to_string(trace_->workers()) + " workers");
+      throw experiments::ConfigError("workers: " + std::to_string(c.workers) + " but the trace " +
+                                     c.model.path.string() + " holds gradients of " +
+                                     std::to_string(trace_->workers()) + " workers");
     }
     if (c.steps > trace_->steps()) {
       throw experiments::ConfigError("steps: " + std::to_string(c.steps) + " exceeds the " +
@@ -163,17 +167,18 @@ class ReplayData final : public SourceData {
   }
   const ParamLayout& layout() const override { return layout_; }
   void init_params(std::span<float> params) const override { trace_->read_init(params); }
-  experiments::GradientTrace& trace() const { return *trace_; }
+  run_file::GradientTrace& trace() const { return *trace_; }
 
  private:
-  std::unique_ptr<experiments::GradientTrace> trace_;
+  std::unique_ptr<run_file::GradientTrace> trace_;
   ParamLayout layout_;
 };
 
 class ReplaySource final : public GradientSource {
  public:
   ReplaySource(const ReplayData& data, int rank) : data_(data), rank_(rank) {}
-  double gradient(std::span<const float>, int step, std::span<float> grads, const model::GradientReady&, kernels::DeviceSpan*) override {
+  double gradient(std::span<const float>, int step, std::span<float> grads, const model::GradientReady&,
+                  kernels::DeviceSpan*) override {
     data_.trace().read_grad(step, rank_, grads);
     return kNaN;
   }
@@ -193,24 +198,25 @@ class QuadraticData final : public SourceData {
   }
   const ParamLayout& layout() const override { return layout_; }
   void init_params(std::span<float> params) const override { problem_.initial_params(params); }
-  const sim::NoisyQuadratic& problem() const { return problem_; }
+  const train::NoisyQuadratic& problem() const { return problem_; }
 
  private:
-  static sim::QuadraticSpec spec(const experiments::ExperimentConfig& c) {
-    sim::QuadraticSpec s;
+  static train::QuadraticSpec spec(const experiments::ExperimentConfig& c) {
+    train::QuadraticSpec s;
     s.seed = c.seed;
     s.noise = c.model.noise;
     s.curvature_tail = c.model.curvature_tail;
     return s;
   }
-  sim::NoisyQuadratic problem_;
+  train::NoisyQuadratic problem_;
   ParamLayout layout_;
 };
 
 class QuadraticSource final : public GradientSource {
  public:
   QuadraticSource(const QuadraticData& data, int rank) : data_(data), rank_(rank) {}
-  double gradient(std::span<const float> params, int step, std::span<float> grads, const model::GradientReady&, kernels::DeviceSpan*) override {
+  double gradient(std::span<const float> params, int step, std::span<float> grads, const model::GradientReady&,
+                  kernels::DeviceSpan*) override {
     data_.problem().gradient(params, step, rank_, grads);
     return data_.problem().loss(params);
   }
@@ -251,17 +257,6 @@ ExternalData::ExternalData(ParamLayout layout, std::vector<float> init, Validati
 }
 
 void ExternalData::init_params(std::span<float> params) const { std::copy(init_.begin(), init_.end(), params.begin()); }
-
-model::LanguageModelSpec language_model_spec(const experiments::ModelSection& m) {
-  model::LanguageModelSpec spec;
-  spec.type = m.type;
-  spec.gpt = {.n_layer = m.n_layer, .n_head = m.n_head, .n_embd = m.n_embd, .block_size = m.block_size,
-              .vocab_size = m.vocab_size, .precision = model::parse_precision(m.precision)};
-  spec.llama = {.n_layer = m.n_layer, .n_head = m.n_head, .n_kv_head = m.n_kv_head, .n_embd = m.n_embd,
-                .block_size = m.block_size, .vocab_size = m.vocab_size,
-                .precision = model::parse_precision(m.precision), .ffn_hidden = m.ffn_hidden};
-  return spec;
-}
 
 std::unique_ptr<SourceData> load_source_data(const experiments::ExperimentConfig& config) {
   if (config.has_data()) return std::make_unique<LanguageModelData>(config);

@@ -65,9 +65,6 @@ class ExternalData final : public SourceData {
   Validation validation_;
 };
 
-// The GPT or Llama shape of a model section (gpt and llama types).
-model::LanguageModelSpec language_model_spec(const experiments::ModelSection& m);
-
 // Throws ConfigError naming the file or field for missing or corrupt input, and for model.type
 // "external", whose data only its caller can build (ExternalData).
 std::unique_ptr<SourceData> load_source_data(const experiments::ExperimentConfig& config);

@@ -1,14 +1,14 @@
 // Noisy quadratic gradient source (docs/algorithms.md, "Synthetic gradients").
-#include "sim/synthetic_gradients.hpp"
+#include "train/noisy_quadratic.hpp"
 
 #include <algorithm>
 #include <cmath>
 #include <stdexcept>
 #include <string>
 
-#include "core/rng.hpp"
+#include "util/rng.hpp"
 
-namespace scape::sim {
+namespace scape::train {
 namespace {
 
 constexpr std::uint64_t kCurvature = 1;
@@ -67,4 +67,4 @@ double NoisyQuadratic::loss(std::span<const float> theta) const {
   return s;
 }
 
-}  // namespace scape::sim
+}  // namespace scape::train

@@ -11,7 +11,7 @@
 #include <span>
 #include <vector>
 
-namespace scape::sim {
+namespace scape::train {
 
 struct QuadraticSpec {
   std::uint64_t seed = 0;
@@ -39,4 +39,4 @@ class NoisyQuadratic {
   std::vector<float> optimum_;
 };
 
-}  // namespace scape::sim
+}  // namespace scape::train

@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <ctime>
 
+#include "optimizers/make_optimizer.hpp"
 #include "train/device_memory.hpp"
 #include "train/run_metrics.hpp"
 
@@ -36,7 +37,8 @@ std::string closing_failure(const std::string& caller_failure, int steps_done, i
 void require_next_step(bool closed, const char* closed_what, bool stopped, int steps_done, int total) {
   if (closed) throw std::logic_error(std::string("step: the ") + closed_what + " is closed");
   if (stopped) throw std::logic_error("step: the run stopped at step " + std::to_string(steps_done));
-  if (steps_done >= total) throw std::logic_error("step: all " + std::to_string(total) + " steps of the run were taken");
+  if (steps_done >= total)
+    throw std::logic_error("step: all " + std::to_string(total) + " steps of the run were taken");
 }
 
 RankLoop::RankLoop(const experiments::ExperimentConfig& config, const SourceData& data, const RunOptions& options,
@@ -52,7 +54,7 @@ RankLoop::RankLoop(const experiments::ExperimentConfig& config, const SourceData
   backend_ = device_ ? device_.get() : &kernels::cpu_backend();
   source_ = make_gradient_source(config, data, rank, *backend_, shared);
   opt_ = make_optimizer(config.optimizer, layout, comm, config.steps);
-  const bool moved = config.optimizer.device != kernels::DeviceKind::cpu || config.optimizer.residual_offload;
+  const bool moved = config.optimizer.device != kernels::DeviceKind::cpu || config.optimizer.scape.residual_offload;
   if (rank == 0 && !options.quiet) {
     if (device_) {
       std::fprintf(stderr, "model: %s; memory estimate %s\n", device_->description().c_str(),

@@ -7,8 +7,9 @@
 #include <cmath>
 #include <cstdio>
 
+#include "experiments/config_keys.hpp"
+#include "predict/compute_model.hpp"
 #include "train/checkpoint.hpp"
-#include "train/compute_model.hpp"
 #include "train/run_metrics.hpp"
 
 namespace scape::train {
@@ -82,10 +83,12 @@ RunLog::RunLog(const experiments::ExperimentConfig& config, const ParamLayout& l
   const nlohmann::json resolved = config.to_json();
   config_json_ = resolved.dump();
   std::vector<MetricColumn> columns = metric_columns(config.optimizer, options.measured_comm);
-  experiments::RunFileSpec spec;
+  run_file::RunFileSpec spec;
   spec.config_json = resolved.dump(2);
   spec.scape_version = options.scape_version;
   spec.git_sha = options.git_sha;
+  // Which optimizer types read which key: the analysis reads it here, not from `scape schema`.
+  spec.optimizer_keys_json = experiments::optimizer_key_types().dump();
   describe_metrics(columns, spec);
   for (const auto& c : columns) {
     if (c.name == "step_wall_time") step_wall_column_ = static_cast<int>(column_names_.size());
@@ -94,9 +97,9 @@ RunLog::RunLog(const experiments::ExperimentConfig& config, const ParamLayout& l
   for (const auto& s : layout.slots()) spec.tensor_names.push_back(s.name);
   spec.final_params_size = config.log.save_params ? layout.size() : 0;
   spec.flush_interval = config.log.flush_interval;
-  recorder_ = std::make_unique<experiments::RunRecorder>(
-      options.resume ? experiments::RunRecorder::open_for_resume(options.out, spec, resume_step)
-                     : experiments::RunRecorder::create(options.out, spec));
+  recorder_ = std::make_unique<run_file::RunRecorder>(
+      options.resume ? run_file::RunRecorder::open_for_resume(options.out, spec, resume_step)
+                     : run_file::RunRecorder::create(options.out, spec));
   outcome_.steps_completed = resume_step;
   outcome_.n_params = layout.size();
   const double tokens = options.tokens_per_step > 0 ? options.tokens_per_step
@@ -106,7 +109,7 @@ RunLog::RunLog(const experiments::ExperimentConfig& config, const ParamLayout& l
   progress_ = std::make_unique<detail::Progress>(config.steps, tokens, options.quiet, options.progress_label,
                                                 options.progress_every_seconds);
   combiner_ = std::make_unique<StepCombiner>(config.optimizer, config.log.oracle, layout, std::move(columns));
-  combiner_->set_modelled_compute(modelled_compute_seconds(config));
+  combiner_->set_modelled_compute(predict::modelled_compute_seconds(config));
 }
 
 RunLog::~RunLog() = default;

@@ -16,7 +16,7 @@
 #include "core/layout.hpp"
 #include "core/state.hpp"
 #include "experiments/config.hpp"
-#include "experiments/recorder.hpp"
+#include "run_file/recorder.hpp"
 #include "train/gradient_source.hpp"
 #include "train/worker_report.hpp"
 
@@ -91,7 +91,7 @@ class RunLog {
   const experiments::ExperimentConfig& config_;
   const RunOptions& options_;
   std::string config_json_;  // the resolved config, compact: what a checkpoint records
-  std::unique_ptr<experiments::RunRecorder> recorder_;
+  std::unique_ptr<run_file::RunRecorder> recorder_;
   std::unique_ptr<StepCombiner> combiner_;
   std::vector<std::string> column_names_;
   bool evaluated_last_ = false;

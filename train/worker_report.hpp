@@ -15,7 +15,7 @@
 namespace scape::train {
 
 // Spans stay valid until the exchange returns. Which fields rank 0 reads, and how it combines
-// them over workers, is train/run_metrics.hpp's table.
+// them over workers, is train/metric_table.hpp's table.
 struct WorkerReport {
   double loss = 0;
   double compute_s = 0;            // thread CPU seconds of forward/backward

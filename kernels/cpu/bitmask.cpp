@@ -198,7 +198,8 @@ void mask_range_counts(std::span<const std::uint64_t> mask, std::span<const std:
   const auto n_ranges = static_cast<std::int64_t>(ranges.size() / 2);
 #pragma omp parallel for schedule(dynamic) if (n_ranges > 8)
   for (std::int64_t r = 0; r < n_ranges; ++r) {
-    const std::uint64_t begin = ranges[2 * static_cast<std::size_t>(r)], end = ranges[2 * static_cast<std::size_t>(r) + 1];
+    const std::uint64_t begin = ranges[2 * static_cast<std::size_t>(r)],
+                        end = ranges[2 * static_cast<std::size_t>(r) + 1];
     std::uint64_t set = 0, both = 0, either = 0;
     for (std::uint64_t w = begin / 64; begin < end && w <= (end - 1) / 64; ++w) {
       const std::uint64_t keep = range_word_mask(w, begin, end), m = mask[w] & keep;

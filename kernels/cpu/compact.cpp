@@ -25,8 +25,9 @@ std::uint32_t highest_in(const std::uint32_t* __restrict idx, std::int64_t lo, s
 }
 
 void require_in_bounds(std::span<const std::uint32_t> idx, std::size_t dense_size, const char* what) {
-  const std::uint32_t highest = max_over_shares(static_cast<std::int64_t>(idx.size()), kParallelIndices,
-                                                [&](std::int64_t lo, std::int64_t hi) { return highest_in(idx.data(), lo, hi); });
+  const std::uint32_t highest =
+      max_over_shares(static_cast<std::int64_t>(idx.size()), kParallelIndices,
+                      [&](std::int64_t lo, std::int64_t hi) { return highest_in(idx.data(), lo, hi); });
   if (!idx.empty() && highest >= dense_size) {
     throw std::invalid_argument(std::string(what) + ": index " + std::to_string(highest) +
                                 " out of range for a dense buffer of " + std::to_string(dense_size));

@@ -17,7 +17,8 @@ using Index = std::int64_t;
 
 void lowrank_project(std::span<const float> m, std::size_t rows, std::size_t cols, std::span<const float> q,
                      std::span<float> p) {
-  const std::size_t rank = checks::lowrank_sizes(m.size(), rows, cols, q.size(), cols, p.size(), rows, "lowrank_project");
+  const std::size_t rank =
+      checks::lowrank_sizes(m.size(), rows, cols, q.size(), cols, p.size(), rows, "lowrank_project");
   const Index n = static_cast<Index>(rows * rank);
 #pragma omp parallel for schedule(static) if (m.size() > 65536)
   for (Index e = 0; e < n; ++e) {
@@ -57,7 +58,8 @@ void lowrank_project_t(std::span<const float> m, std::size_t rows, std::size_t c
 
 void lowrank_residual(std::span<float> m, std::size_t rows, std::size_t cols, std::span<const float> p,
                       std::span<const float> q, std::span<float> approx) {
-  const std::size_t rank = checks::lowrank_sizes(m.size(), rows, cols, p.size(), rows, q.size(), cols, "lowrank_residual");
+  const std::size_t rank =
+      checks::lowrank_sizes(m.size(), rows, cols, p.size(), rows, q.size(), cols, "lowrank_residual");
   checks::require_size(approx.size(), m.size(), "lowrank_residual: approx");
   const Index n = static_cast<Index>(m.size());
 #pragma omp parallel for schedule(static) if (n > 65536)
@@ -82,7 +84,8 @@ void chunk_transform(std::span<const float> x, std::size_t chunk, std::span<cons
   // compressor::transform_entry (and the CUDA twin) does, but the f lanes vectorize.
   std::vector<float> applied(chunk * chunk);
   for (std::size_t f = 0; f < chunk; ++f) {
-    for (std::size_t j = 0; j < chunk; ++j) applied[j * chunk + f] = transpose ? basis[j * chunk + f] : basis[f * chunk + j];
+    for (std::size_t j = 0; j < chunk; ++j)
+      applied[j * chunk + f] = transpose ? basis[j * chunk + f] : basis[f * chunk + j];
   }
   const Index chunks = static_cast<Index>(x.size() / chunk);
 #pragma omp parallel if (x.size() > 65536)

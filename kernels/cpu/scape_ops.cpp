@@ -1,11 +1,11 @@
 // SCAPE elementwise passes on the CPU (docs/algorithms.md, "SCAPE").
 #include <cmath>
 
-#include "core/rng.hpp"
 #include "kernels/cpu/bf16.hpp"
 #include "kernels/cpu/kernels.hpp"
 #include "kernels/fp8.hpp"
 #include "kernels/size_checks.hpp"
+#include "util/rng.hpp"
 
 namespace scape::kernels {
 namespace {
@@ -74,7 +74,8 @@ void random_statistic(std::uint64_t key, std::uint64_t first_counter, std::span<
   const Index n = static_cast<Index>(out.size());
 #pragma omp parallel for schedule(static) if (n > 65536)
   for (Index j = 0; j < n; ++j) {
-    out[static_cast<std::size_t>(j)] = static_cast<float>(rng::uniform(key, first_counter + static_cast<std::uint64_t>(j)));
+    out[static_cast<std::size_t>(j)] =
+        static_cast<float>(rng::uniform(key, first_counter + static_cast<std::uint64_t>(j)));
   }
 }
 

@@ -108,7 +108,8 @@ std::size_t popcount_of(const std::uint64_t* a, const std::uint64_t* b, std::siz
 // counts[w] = popcount(words[w]) for w < nw and counts[nw] = 0, so the exclusive scan of the
 // nw + 1 counts ends with the total. highest_plus_one gets 1 + the highest set bit (0: none).
 __global__ void word_counts_kernel(const std::uint64_t* __restrict__ words, std::size_t nw,
-                                   std::uint32_t* __restrict__ counts, unsigned long long* __restrict__ highest_plus_one) {
+                                   std::uint32_t* __restrict__ counts,
+                                   unsigned long long* __restrict__ highest_plus_one) {
   for (std::size_t w = global_thread(); w <= nw; w += grid_threads()) {
     if (w == nw) {
       counts[w] = 0;
@@ -148,9 +149,10 @@ __global__ void indices_to_bits_kernel(const std::uint32_t* __restrict__ idx, st
 
 // One block of threads per range: each thread counts its words, the block adds them in
 // unsigned integers (exact in any order) with atomics.
-__global__ void mask_range_counts_kernel(const std::uint64_t* __restrict__ mask, const std::uint64_t* __restrict__ previous,
-                                         const std::uint64_t* __restrict__ ranges, unsigned long long* __restrict__ counts,
-                                         std::size_t n_ranges) {
+__global__ void mask_range_counts_kernel(const std::uint64_t* __restrict__ mask,
+                                         const std::uint64_t* __restrict__ previous,
+                                         const std::uint64_t* __restrict__ ranges,
+                                         unsigned long long* __restrict__ counts, std::size_t n_ranges) {
   for (std::size_t r = blockIdx.x; r < n_ranges; r += gridDim.x) {
     const std::uint64_t begin = ranges[2 * r], end = ranges[2 * r + 1];
     unsigned long long set = 0, both = 0, either = 0;

@@ -57,14 +57,16 @@ __global__ void chunk_topk_kernel(const float* __restrict__ y, std::size_t n, st
 }
 
 __global__ void sign_descent_kernel(float* __restrict__ theta, const float* __restrict__ u, float lr, std::size_t n) {
-  for (std::size_t j = global_thread(); j < n; j += grid_threads()) theta[j] = compressor::sign_descent(theta[j], u[j], lr);
+  for (std::size_t j = global_thread(); j < n; j += grid_threads())
+    theta[j] = compressor::sign_descent(theta[j], u[j], lr);
 }
 
 }  // namespace
 
 void lowrank_project(std::span<const float> m, std::size_t rows, std::size_t cols, std::span<const float> q,
                      std::span<float> p) {
-  const std::size_t rank = checks::lowrank_sizes(m.size(), rows, cols, q.size(), cols, p.size(), rows, "lowrank_project");
+  const std::size_t rank =
+      checks::lowrank_sizes(m.size(), rows, cols, q.size(), cols, p.size(), rows, "lowrank_project");
   if (p.empty()) return;
   launch(project_kernel, p.size(), m.data(), q.data(), p.data(), cols, rank, p.size());
 }
@@ -79,7 +81,8 @@ void lowrank_project_t(std::span<const float> m, std::size_t rows, std::size_t c
 
 void lowrank_residual(std::span<float> m, std::size_t rows, std::size_t cols, std::span<const float> p,
                       std::span<const float> q, std::span<float> approx) {
-  const std::size_t rank = checks::lowrank_sizes(m.size(), rows, cols, p.size(), rows, q.size(), cols, "lowrank_residual");
+  const std::size_t rank =
+      checks::lowrank_sizes(m.size(), rows, cols, p.size(), rows, q.size(), cols, "lowrank_residual");
   checks::require_size(approx.size(), m.size(), "lowrank_residual: approx");
   launch(residual_kernel, m.size(), m.data(), p.data(), q.data(), approx.data(), cols, rank, m.size());
 }

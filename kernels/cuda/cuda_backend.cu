@@ -38,7 +38,8 @@ class Activate {
 // The copier must not outlive the backend whose stream it orders against.
 class CudaChunkCopier final : public ChunkCopier {
  public:
-  CudaChunkCopier(int device, cudaStream_t compute, std::size_t chunk) : device_(device), compute_(compute), chunk_(chunk) {
+  CudaChunkCopier(int device, cudaStream_t compute, std::size_t chunk)
+      : device_(device), compute_(compute), chunk_(chunk) {
     SCAPE_CUDA_CHECK(cudaSetDevice(device_));
     try {
       SCAPE_CUDA_CHECK(cudaStreamCreateWithFlags(&copy_, cudaStreamNonBlocking));

@@ -107,7 +107,8 @@ __global__ void column_partials_kernel(float* partial, const float* y, const flo
   const std::size_t n = static_cast<std::size_t>(chunks) * M;
   for (std::size_t t = global_thread(); t < n; t += grid_threads()) {
     const int c = static_cast<int>(t / M), j = static_cast<int>(t % M);
-    const std::size_t lo = static_cast<std::size_t>(N) * c / chunks, hi = static_cast<std::size_t>(N) * (c + 1) / chunks;
+    const std::size_t lo = static_cast<std::size_t>(N) * c / chunks,
+                      hi = static_cast<std::size_t>(N) * (c + 1) / chunks;
     float acc = 0.0f;
     for (std::size_t r = lo; r < hi; ++r) acc += column_term(y, x, mean, rstd, r, M, j);
     partial[t] = acc;
@@ -221,7 +222,8 @@ void bias_forward(std::span<float> out, std::span<const float> resid, std::span<
   if (!resid.empty()) checks::require_elements(resid.size(), out.size(), "bias_forward: resid");
   checks::require_elements(bias.size(), checks::elements(1, M), "bias_forward: bias");
   if (out.empty()) return;
-  launch(bias_forward_kernel, out.size(), out.data(), resid.empty() ? nullptr : resid.data(), bias.data(), out.size(), M);
+  launch(bias_forward_kernel, out.size(), out.data(), resid.empty() ? nullptr : resid.data(), bias.data(), out.size(),
+         M);
 }
 
 void bias_backward(std::span<float> dbias, std::span<const float> dy, int N, int M) {
@@ -343,7 +345,8 @@ double cross_entropy(std::span<float> logits, std::span<float> row_loss, std::sp
          with_gradient);
   std::vector<float> host(static_cast<std::size_t>(N));
   const cudaStream_t stream = current_stream();
-  SCAPE_CUDA_CHECK(cudaMemcpyAsync(host.data(), row_loss.data(), host.size() * sizeof(float), cudaMemcpyDefault, stream));
+  SCAPE_CUDA_CHECK(
+      cudaMemcpyAsync(host.data(), row_loss.data(), host.size() * sizeof(float), cudaMemcpyDefault, stream));
   SCAPE_CUDA_CHECK(cudaStreamSynchronize(stream));
   double total = 0;
   for (const float loss : host) total += static_cast<double>(loss);

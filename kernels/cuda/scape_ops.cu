@@ -1,26 +1,26 @@
 // SCAPE elementwise passes on the GPU (kernels/kernel_list.inc; docs/algorithms.md,
 // "SCAPE" steps 2, 4, 5 and 8): the CPU expressions in the CPU order, bit-identical with
-// --fmad=false. random_statistic runs core/rng.hpp's counter-based generator on the device.
-#include "core/rng.hpp"
+// --fmad=false. random_statistic runs util/rng.hpp's counter-based generator on the device.
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/kernels.hpp"
 #include "kernels/fp8.hpp"
 #include "kernels/size_checks.hpp"
+#include "util/rng.hpp"
 
 namespace scape::kernels::cuda {
 namespace {
 
 using checks::require_size;
 
-__global__ void first_moment_kernel(const float* __restrict__ mm, const float* __restrict__ aa, float b1, float omb1,
-                                    float* __restrict__ s, std::size_t n) {
-  for (std::size_t j = global_thread(); j < n; j += grid_threads()) s[j] = b1 * mm[j] + omb1 * aa[j];
+__global__ void first_moment_kernel(const float* __restrict__ mm, const float* __restrict__ aa, float b1,
+                                    float one_minus_b1, float* __restrict__ s, std::size_t n) {
+  for (std::size_t j = global_thread(); j < n; j += grid_threads()) s[j] = b1 * mm[j] + one_minus_b1 * aa[j];
 }
 
 // mode 0: m and g; 1: g only; 2: m only (kernel_list.inc, candidate_momentum).
 __global__ void candidate_momentum_kernel(float* __restrict__ e, const float* __restrict__ mm,
-                                          const float* __restrict__ gg, float b1, float omb1, int mode, std::size_t n,
-                                          unsigned long long* __restrict__ nonfinite) {
+                                          const float* __restrict__ gg, float b1, float one_minus_b1, int mode,
+                                          std::size_t n, unsigned long long* __restrict__ nonfinite) {
   unsigned long long count = 0;
   for (std::size_t j = global_thread(); j < n; j += grid_threads()) {
     if (mode == 2) {
@@ -29,7 +29,7 @@ __global__ void candidate_momentum_kernel(float* __restrict__ e, const float* __
     }
     const float gj = gg[j];
     count += (__float_as_uint(gj) & 0x7f800000u) == 0x7f800000u ? 1u : 0u;
-    e[j] = mode == 0 ? (b1 * mm[j] + omb1 * gj) + e[j] : omb1 * gj + e[j];
+    e[j] = mode == 0 ? (b1 * mm[j] + one_minus_b1 * gj) + e[j] : one_minus_b1 * gj + e[j];
   }
   for (int offset = 16; offset > 0; offset /= 2) count += __shfl_down_sync(0xffffffffu, count, offset);
   if ((threadIdx.x & 31u) == 0 && count != 0) atomicAdd(nonfinite, count);
@@ -37,11 +37,11 @@ __global__ void candidate_momentum_kernel(float* __restrict__ e, const float* __
 
 __global__ void momentum_from_gradient_kernel(const float* __restrict__ m, std::size_t nm,
                                               const std::uint32_t* __restrict__ idx, const float* __restrict__ g_bar,
-                                              float b1, float omb1, float* __restrict__ out, std::size_t k) {
+                                              float b1, float one_minus_b1, float* __restrict__ out, std::size_t k) {
   for (std::size_t i = global_thread(); i < k; i += grid_threads()) {
     const std::uint32_t j = idx[i];
     if (j >= nm) continue;
-    out[i] = b1 * m[j] + omb1 * g_bar[i];
+    out[i] = b1 * m[j] + one_minus_b1 * g_bar[i];
   }
 }
 
@@ -64,13 +64,13 @@ __global__ void random_statistic_kernel(std::uint64_t key, std::uint64_t first_c
 // Indices outside a (or m) are skipped; the CPU kernel does not check them.
 __global__ void pack_payload_kernel(const float* __restrict__ a, std::size_t na, const float* __restrict__ m,
                                     std::size_t nm, std::size_t m_offset, const std::uint32_t* __restrict__ idx,
-                                    std::size_t k, float b1, float omb1, bool with_momentum, float* __restrict__ b,
-                                    float* __restrict__ a_out) {
+                                    std::size_t k, float b1, float one_minus_b1, bool with_momentum,
+                                    float* __restrict__ b, float* __restrict__ a_out) {
   for (std::size_t i = global_thread(); i < k; i += grid_threads()) {
     const std::size_t j = idx[i];
     if (j >= na || (with_momentum && (j < m_offset || j - m_offset >= nm))) continue;
     const float aj = a[j];
-    b[i] = with_momentum ? b1 * m[j - m_offset] + omb1 * aj : omb1 * aj;
+    b[i] = with_momentum ? b1 * m[j - m_offset] + one_minus_b1 * aj : one_minus_b1 * aj;
     if (a_out != nullptr) a_out[i] = aj;
   }
 }
@@ -89,11 +89,11 @@ __global__ void add_momentum_kernel(float* __restrict__ b_bar, const float* __re
 }
 
 __global__ void reconstruct_kernel(const float* __restrict__ b_bar, const float* __restrict__ m, std::size_t nm,
-                                   const std::uint32_t* __restrict__ idx, std::size_t k, float b1, float omb1,
+                                   const std::uint32_t* __restrict__ idx, std::size_t k, float b1, float one_minus_b1,
                                    float* __restrict__ g_bar) {
   for (std::size_t i = global_thread(); i < k; i += grid_threads()) {
     const std::uint32_t j = idx[i];
-    if (j < nm) g_bar[i] = (b_bar[i] - b1 * m[j]) / omb1;
+    if (j < nm) g_bar[i] = (b_bar[i] - b1 * m[j]) / one_minus_b1;
   }
 }
 
@@ -121,31 +121,32 @@ __global__ void fill_kernel(float* __restrict__ x, std::size_t n, float value) {
 
 }  // namespace
 
-void first_moment_statistic(std::span<const float> m, std::span<const float> a, float b1, float omb1,
+void first_moment_statistic(std::span<const float> m, std::span<const float> a, float b1, float one_minus_b1,
                             std::span<float> out) {
   checks::first_moment_statistic_sizes(m.size(), a.size(), out.size());
   if (out.empty()) return;
-  launch(first_moment_kernel, out.size(), m.data(), a.data(), b1, omb1, out.data(), out.size());
+  launch(first_moment_kernel, out.size(), m.data(), a.data(), b1, one_minus_b1, out.data(), out.size());
 }
 
 std::size_t candidate_momentum(std::span<float> e, std::span<const float> m, std::span<const float> g, float b1,
-                               float omb1) {
+                               float one_minus_b1) {
   checks::candidate_momentum_sizes(e.size(), m.size(), g.size());
   if (e.empty()) return 0;
   const int mode = !m.empty() && !g.empty() ? 0 : (m.empty() ? 1 : 2);
   const cudaStream_t stream = current_stream();
   Scratch<unsigned long long> count(1, stream);
   SCAPE_CUDA_CHECK(cudaMemsetAsync(count.get(), 0, sizeof(unsigned long long), stream));
-  launch(candidate_momentum_kernel, e.size(), e.data(), m.data(), g.data(), b1, omb1, mode, e.size(), count.get());
+  launch(candidate_momentum_kernel, e.size(), e.data(), m.data(), g.data(), b1, one_minus_b1, mode, e.size(),
+         count.get());
   return static_cast<std::size_t>(read_back(count.get(), stream));
 }
 
 void momentum_from_gradient(std::span<const float> m, std::span<const std::uint32_t> idx, std::span<const float> g_bar,
-                            float b1, float omb1, std::span<float> out) {
+                            float b1, float one_minus_b1, std::span<float> out) {
   checks::momentum_from_gradient_sizes(idx.size(), g_bar.size(), out.size());
   if (idx.empty()) return;
-  launch(momentum_from_gradient_kernel, idx.size(), m.data(), m.size(), idx.data(), g_bar.data(), b1, omb1, out.data(),
-         idx.size());
+  launch(momentum_from_gradient_kernel, idx.size(), m.data(), m.size(), idx.data(), g_bar.data(), b1, one_minus_b1,
+         out.data(), idx.size());
 }
 
 void quantize_e5m2(std::span<const float> v, float w, int exponent, std::span<float> q, std::span<float> error) {
@@ -161,12 +162,12 @@ void random_statistic(std::uint64_t key, std::uint64_t first_counter, std::span<
 }
 
 void pack_payload(std::span<const float> a, std::span<const float> m, std::size_t m_offset,
-                  std::span<const std::uint32_t> idx, float b1, float omb1, bool with_momentum, std::span<float> b,
-                  std::span<float> a_out) {
+                  std::span<const std::uint32_t> idx, float b1, float one_minus_b1, bool with_momentum,
+                  std::span<float> b, std::span<float> a_out) {
   checks::pack_payload_sizes(idx.size(), b.size(), a_out.size());
   if (idx.empty()) return;
   launch(pack_payload_kernel, idx.size(), a.data(), a.size(), m.data(), m.size(), m_offset, idx.data(), idx.size(), b1,
-         omb1, with_momentum, b.data(), a_out.empty() ? nullptr : a_out.data());
+         one_minus_b1, with_momentum, b.data(), a_out.empty() ? nullptr : a_out.data());
 }
 
 void rebase_indices(std::span<const std::uint32_t> idx, std::uint32_t base, std::span<std::uint32_t> out) {
@@ -182,10 +183,10 @@ void add_momentum(std::span<float> b_bar, std::span<const float> m, std::span<co
 }
 
 void reconstruct_gradient(std::span<const float> b_bar, std::span<const float> m,
-                          std::span<const std::uint32_t> idx, float b1, float omb1, std::span<float> g_bar) {
+                          std::span<const std::uint32_t> idx, float b1, float one_minus_b1, std::span<float> g_bar) {
   checks::reconstruct_gradient_sizes(b_bar.size(), idx.size(), g_bar.size());
   if (idx.empty()) return;
-  launch(reconstruct_kernel, idx.size(), b_bar.data(), m.data(), m.size(), idx.data(), idx.size(), b1, omb1,
+  launch(reconstruct_kernel, idx.size(), b_bar.data(), m.data(), m.size(), idx.data(), idx.size(), b1, one_minus_b1,
          g_bar.data());
 }
 

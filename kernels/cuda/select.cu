@@ -152,7 +152,8 @@ __global__ void __launch_bounds__(kSelectThreads)
   if (state->partial != 0) {
     const unsigned low = threshold & (kBinsLow - 1);
     std::uint32_t sum = 0;
-    for (unsigned i = threadIdx.x; i < b; i += kSelectThreads) sum += block_hist[static_cast<std::size_t>(i) * kBinsLow + low];
+    for (unsigned i = threadIdx.x; i < b; i += kSelectThreads)
+      sum += block_hist[static_cast<std::size_t>(i) * kBinsLow + low];
     sum = Reduce(reduce_temp).Sum(sum);
     if (threadIdx.x == 0) ties_before_block = sum;
     __syncthreads();
@@ -196,10 +197,12 @@ __global__ void __launch_bounds__(kSelectThreads)
     bool lo_ok, hi_ok;
     const std::uint32_t lo = key_at(values, 64 * ww + lane, limit, lo_ok);
     const std::uint32_t hi = key_at(values, 64 * ww + 32 + lane, limit, hi_ok);
-    const unsigned long long above = __ballot_sync(kFullWarp, lo_ok && lo > threshold) |
-                                     (static_cast<unsigned long long>(__ballot_sync(kFullWarp, hi_ok && hi > threshold)) << 32);
-    const unsigned long long ties = __ballot_sync(kFullWarp, lo_ok && lo == threshold) |
-                                    (static_cast<unsigned long long>(__ballot_sync(kFullWarp, hi_ok && hi == threshold)) << 32);
+    const unsigned long long above =
+        __ballot_sync(kFullWarp, lo_ok && lo > threshold) |
+        (static_cast<unsigned long long>(__ballot_sync(kFullWarp, hi_ok && hi > threshold)) << 32);
+    const unsigned long long ties =
+        __ballot_sync(kFullWarp, lo_ok && lo == threshold) |
+        (static_cast<unsigned long long>(__ballot_sync(kFullWarp, hi_ok && hi == threshold)) << 32);
     if (lane == 0) warp_ties[warp] = static_cast<std::uint32_t>(__popcll(ties));
     __syncthreads();
     std::uint32_t ties_before_word = ties_before_tile;

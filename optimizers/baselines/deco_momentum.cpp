@@ -1,14 +1,14 @@
 // DeMo: local momentum, chunked DCT top-k extraction, sign of the averaged extracted part
 // (docs/algorithms.md, "DeMo"). The transforms, selection and step run as backend kernels;
 // coding and packing the message is host work on synchronized buffers, as for every collective.
-#include "core/demo_optimizer.hpp"
+#include "optimizers/baselines/deco_momentum.hpp"
 
 #include <cmath>
 #include <cstring>
 #include <numbers>
 
+#include "core/adam_step.hpp"
 #include "core/metrics.hpp"
-#include "core/optim_common.hpp"
 #include "core/wire_values.hpp"
 
 namespace scape {
@@ -26,17 +26,17 @@ std::vector<float> dct_basis(std::size_t len) {
   return basis;
 }
 
-DemoOptimizer::DemoOptimizer(const OptimizerConfig& config, const ParamLayout& layout, Communicator& comm,
-                             int total_steps)
+DecoMomentumOptimizer::DecoMomentumOptimizer(const OptimizerConfig& config, const ParamLayout& layout,
+                                             Communicator& comm, int total_steps)
     : OptimizerBase(config, layout, comm, total_steps),
-      chunk_(config.demo_chunk),
-      tail_(layout.size() % config.demo_chunk),
-      entries_(kernels::chunk_topk_count(layout.size(), config.demo_chunk, config.demo_topk)) {
+      chunk_(config.demo.chunk),
+      tail_(layout.size() % config.demo.chunk),
+      entries_(kernels::chunk_topk_count(layout.size(), config.demo.chunk, config.demo.topk)) {
   const std::vector<float> basis = dct_basis(chunk_), tail = dct_basis(tail_);
   basis_.assign_zero(basis.size());
   tail_basis_.assign_zero(tail.size());
-  k_.copy_bytes(basis.data(), basis_.data(), basis.size() * sizeof(float));
-  k_.copy_bytes(tail.data(), tail_basis_.data(), tail.size() * sizeof(float));
+  kernels_.copy_bytes(basis.data(), basis_.data(), basis.size() * sizeof(float));
+  kernels_.copy_bytes(tail.data(), tail_basis_.data(), tail.size() * sizeof(float));
   coeffs_.assign_zero(n_);
   removed_.assign_zero(n_);
   idx_.assign_zero(entries_);
@@ -49,36 +49,36 @@ DemoOptimizer::DemoOptimizer(const OptimizerConfig& config, const ParamLayout& l
   const std::size_t message = code_.bytes() + entries_ * wire_bytes(config.wire_dtype);
   send_.resize(message);
   recv_.resize(message * workers);
-  k_.synchronize();
+  kernels_.synchronize();
 }
 
-void DemoOptimizer::transform(std::span<const float> x, bool inverse, std::span<float> out) {
+void DecoMomentumOptimizer::transform(std::span<const float> x, bool inverse, std::span<float> out) {
   const std::size_t whole = n_ - tail_;
-  k_.chunk_transform(x.first(whole), chunk_, basis_.span(), inverse, out.first(whole));
-  if (tail_ > 0) k_.chunk_transform(x.subspan(whole), tail_, tail_basis_.span(), inverse, out.subspan(whole));
+  kernels_.chunk_transform(x.first(whole), chunk_, basis_.span(), inverse, out.first(whole));
+  if (tail_ > 0) kernels_.chunk_transform(x.subspan(whole), tail_, tail_basis_.span(), inverse, out.subspan(whole));
 }
 
-void DemoOptimizer::extract() {
+void DecoMomentumOptimizer::extract() {
   transform(m_.span(), false, coeffs_.span());
-  k_.chunk_topk(coeffs_.span(), chunk_, config_.demo_topk, idx_.span(), values_.span());
+  kernels_.chunk_topk(coeffs_.span(), chunk_, config_.demo.topk, idx_.span(), values_.span());
   // m <- m - IDCT(extracted): the extracted coefficients alone, inverted, negated and added.
-  k_.fill(coeffs_.span(), 0.0f);
-  k_.expand(values_.span(), idx_.span(), coeffs_.span());
+  kernels_.fill(coeffs_.span(), 0.0f);
+  kernels_.expand(values_.span(), idx_.span(), coeffs_.span());
   transform(coeffs_.span(), true, removed_.span());
-  k_.scale(removed_.span(), -1.0f);
-  k_.accumulate(m_.span(), removed_.span());
+  kernels_.scale(removed_.span(), -1.0f);
+  kernels_.accumulate(m_.span(), removed_.span());
 }
 
-void DemoOptimizer::exchange() {
+void DecoMomentumOptimizer::exchange() {
   const auto workers = static_cast<std::size_t>(comm_.size());
   const std::size_t value_bytes = wire_bytes(config_.wire_dtype);
   const std::size_t code_bytes = code_.bytes();
   const std::size_t message = send_.size();
   // Positions of the coefficients among N, ascending (chunk by chunk, ascending within each).
-  k_.zero_bytes(positions_.data(), positions_.bytes());
-  k_.indices_to_bits(idx_.span(), 0, positions_.span());
-  k_.ef_encode(positions_.span(), n_, entries_, code_.span());
-  k_.synchronize();
+  kernels_.zero_bytes(positions_.data(), positions_.bytes());
+  kernels_.indices_to_bits(idx_.span(), 0, positions_.span());
+  kernels_.ef_encode(positions_.span(), n_, entries_, code_.span());
+  kernels_.synchronize();
   std::memcpy(send_.data(), code_.data(), code_bytes);
   for (std::size_t i = 0; i < entries_; ++i) {
     write_wire_value(send_.data() + code_bytes + i * value_bytes, values_.data()[i], config_.wire_dtype);
@@ -88,30 +88,30 @@ void DemoOptimizer::exchange() {
   for (std::size_t r = 0; r < workers; ++r) {
     const std::byte* from = recv_.data() + r * message;
     std::memcpy(code_.data(), from, code_bytes);
-    k_.ef_decode_indices(code_.span(), n_, entries_, recv_idx_.span().subspan(r * entries_, entries_));
+    kernels_.ef_decode_indices(code_.span(), n_, entries_, recv_idx_.span().subspan(r * entries_, entries_));
     for (std::size_t i = 0; i < entries_; ++i) {
       recv_values_.data()[r * entries_ + i] = read_wire_value(from + code_bytes + i * value_bytes, config_.wire_dtype);
     }
   }
   // The mean coefficient: summed one worker after another in rank order, then divided by W.
-  k_.fill(coeffs_.span(), 0.0f);
+  kernels_.fill(coeffs_.span(), 0.0f);
   for (std::size_t r = 0; r < workers; ++r) {
-    k_.scatter_add(coeffs_.span(), recv_idx_.span().subspan(r * entries_, entries_),
+    kernels_.scatter_add(coeffs_.span(), recv_idx_.span().subspan(r * entries_, entries_),
                    recv_values_.span().subspan(r * entries_, entries_));
   }
-  k_.divide(coeffs_.span(), static_cast<float>(workers));
+  kernels_.divide(coeffs_.span(), static_cast<float>(workers));
 }
 
-void DemoOptimizer::update(std::span<float> params, std::span<const float> grads, StepMetrics& out) {
+void DecoMomentumOptimizer::update(std::span<float> params, std::span<const float> grads, StepMetrics& out) {
   metrics::mark_sparse_metrics_not_applicable(out);
   // m <- beta1 m + g (no 1 - beta1: DeMo's momentum accumulates the gradients themselves).
-  k_.scale(m_.span(), static_cast<float>(config_.beta1));
-  out.nonfinite_grads = k_.accumulate(m_.span(), grads);
+  kernels_.scale(m_.span(), static_cast<float>(config_.beta1));
+  out.nonfinite_grads = kernels_.accumulate(m_.span(), grads);
   extract();
   exchange();
   transform(coeffs_.span(), true, removed_.span());
-  detail::apply_weight_decay(k_, layout_, params, 0, n_, config_, out.lr);
-  k_.sign_descent(params, removed_.span(), static_cast<float>(out.lr));
+  detail::apply_weight_decay(kernels_, layout_, params, 0, n_, config_, out.lr);
+  kernels_.sign_descent(params, removed_.span(), static_cast<float>(out.lr));
 }
 
 }  // namespace scape

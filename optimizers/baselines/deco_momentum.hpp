@@ -18,9 +18,9 @@ namespace scape {
 // cos(pi (2 j + 1) f / (2 len)), c_0 = 1, c_f = 2; computed in double, rounded once.
 std::vector<float> dct_basis(std::size_t len);
 
-class DemoOptimizer final : public OptimizerBase {
+class DecoMomentumOptimizer final : public OptimizerBase {
  public:
-  DemoOptimizer(const OptimizerConfig& config, const ParamLayout& layout, Communicator& comm, int total_steps);
+  DecoMomentumOptimizer(const OptimizerConfig& config, const ParamLayout& layout, Communicator& comm, int total_steps);
 
  private:
   void update(std::span<float> params, std::span<const float> grads, StepMetrics& out) override;
@@ -32,13 +32,13 @@ class DemoOptimizer final : public OptimizerBase {
   void exchange();
 
   const std::size_t chunk_, tail_, entries_;  // chunk, the short last chunk (0: none), K per worker
-  kernels::Buffer<float> basis_{k_}, tail_basis_{k_};
+  kernels::Buffer<float> basis_{kernels_}, tail_basis_{kernels_};
   // coeffs_: DCT coefficients (the momentum's, the extracted ones, then the mean); removed_:
   // an inverse DCT (of the extracted part, then of the mean: the update direction).
-  kernels::Buffer<float> coeffs_{k_}, removed_{k_};
-  kernels::Buffer<std::uint32_t> idx_{k_}, recv_idx_{k_};
-  kernels::Buffer<float> values_{k_}, recv_values_{k_};
-  kernels::Buffer<std::uint64_t> positions_{k_}, code_{k_};
+  kernels::Buffer<float> coeffs_{kernels_}, removed_{kernels_};
+  kernels::Buffer<std::uint32_t> idx_{kernels_}, recv_idx_{kernels_};
+  kernels::Buffer<float> values_{kernels_}, recv_values_{kernels_};
+  kernels::Buffer<std::uint64_t> positions_{kernels_}, code_{kernels_};
   std::vector<std::byte> send_, recv_;
 };
 

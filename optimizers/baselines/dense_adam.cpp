@@ -1,13 +1,13 @@
 // Dense AdamW / AdamS (docs/algorithms.md, "Dense references" and the dense payload rows of
 // "Communication volume").
-#include "core/dense_optimizer.hpp"
+#include "optimizers/baselines/dense_adam.hpp"
 
 #include <algorithm>
 #include <cmath>
 #include <stdexcept>
 #include <string>
 
-#include "core/optim_common.hpp"
+#include "core/adam_step.hpp"
 
 namespace scape {
 
@@ -15,11 +15,12 @@ DenseOptimizer::DenseOptimizer(const OptimizerConfig& config, const ParamLayout&
                                int total_steps)
     : OptimizerBase(config, layout, comm, total_steps) {
   g_bar_.assign_zero(state_end_ - state_begin_);
-  k_.synchronize();
+  kernels_.synchronize();
 }
 
 void DenseOptimizer::gradient_ready(std::span<const float> grads, std::size_t begin, std::size_t end) {
-  if (!config_.overlap_grad_reduce) throw std::logic_error("DenseOptimizer::gradient_ready without overlap_grad_reduce");
+  if (!config_.overlap_grad_reduce)
+    throw std::logic_error("DenseOptimizer::gradient_ready without overlap_grad_reduce");
   if (grads.size() != n_ || begin >= end || end > n_) {
     throw std::invalid_argument("DenseOptimizer::gradient_ready: range [" + std::to_string(begin) + ", " +
                                 std::to_string(end) + ") of a gradient of " + std::to_string(grads.size()) +
@@ -66,7 +67,7 @@ void DenseOptimizer::finish() {
 
 void DenseOptimizer::update(std::span<float> params, std::span<const float> grads, StepMetrics& out) {
   metrics::mark_sparse_metrics_not_applicable(out);
-  out.nonfinite_grads = k_.count_nonfinite(grads);
+  out.nonfinite_grads = kernels_.count_nonfinite(grads);
   if (config_.sharded) {
     const auto counts = sharding_.sizes();
     if (!buckets_.empty()) {
@@ -74,19 +75,20 @@ void DenseOptimizer::update(std::span<float> params, std::span<const float> grad
     } else {
       comm_.reduce_scatter_mean(grads, g_bar_.span(), counts, config_.wire_dtype, "grad_reduce_scatter");
     }
-    detail::clip_gradient(k_, clip_partial_, comm_, g_bar_.span(), config_.clip_grad, true);
-    detail::dense_inner_step(k_, rule_, layout_, params, state_begin_, state_end_, m_.span(), v_.span(), g_bar_.span(),
-                             config_, out.lr, t_);
-    k_.synchronize();
+    detail::clip_gradient(kernels_, clip_partial_, comm_, g_bar_.span(), config_.clip_grad, true);
+    detail::dense_inner_step(kernels_, rule_, layout_, params, state_begin_, state_end_, m_.span(), v_.span(),
+                             g_bar_.span(), config_, out.lr, t_);
+    kernels_.synchronize();
     comm_.all_gather(params.subspan(state_begin_, state_end_ - state_begin_), params, counts, config_.param_dtype,
                      "param_all_gather");
     return;
   }
-  k_.copy_bytes(grads.data(), g_bar_.data(), grads.size_bytes());
-  k_.synchronize();
+  kernels_.copy_bytes(grads.data(), g_bar_.data(), grads.size_bytes());
+  kernels_.synchronize();
   comm_.all_reduce_mean(g_bar_.span(), config_.wire_dtype, "grad_all_reduce");
-  detail::clip_gradient(k_, clip_partial_, comm_, g_bar_.span(), config_.clip_grad, false);
-  detail::dense_inner_step(k_, rule_, layout_, params, 0, n_, m_.span(), v_.span(), g_bar_.span(), config_, out.lr, t_);
+  detail::clip_gradient(kernels_, clip_partial_, comm_, g_bar_.span(), config_.clip_grad, false);
+  detail::dense_inner_step(kernels_, rule_, layout_, params, 0, n_, m_.span(), v_.span(), g_bar_.span(), config_,
+                           out.lr, t_);
 }
 
 }  // namespace scape

@@ -25,7 +25,7 @@ class DenseOptimizer final : public OptimizerBase {
   // ranges do not tile [0, N).
   void wait_for_buckets();
 
-  kernels::Buffer<float> g_bar_{k_};  // mean gradient over the state range (all of N when replicated)
+  kernels::Buffer<float> g_bar_{kernels_};  // mean gradient over the state range (all of N when replicated)
   std::vector<PendingCollective> buckets_;                        // this step's, in issue order
   std::vector<std::pair<std::size_t, std::size_t>> bucket_ranges_;  // their [begin, end)
 };

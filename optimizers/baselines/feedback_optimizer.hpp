@@ -7,9 +7,9 @@
 #include <cstdint>
 #include <span>
 
-#include "core/error_feedback.hpp"
 #include "core/optimizer_base.hpp"
 #include "core/schedule.hpp"
+#include "optimizers/scape/error_feedback.hpp"
 
 namespace scape {
 
@@ -20,9 +20,9 @@ class FeedbackOptimizer : public OptimizerBase {
 
  protected:
   FeedbackOptimizer(const OptimizerConfig& config, const ParamLayout& layout, Communicator& comm, int total_steps)
-      : OptimizerBase(config, layout, comm, total_steps), feedback_(k_, n_, config) {
+      : OptimizerBase(config, layout, comm, total_steps), feedback_(kernels_, n_, config) {
     mask_.assign_zero(kernels::words_for(n_));
-    k_.synchronize();
+    kernels_.synchronize();
   }
 
   // The opening of a step: records rho_t, clips the gradient where residual_clip says (its
@@ -35,7 +35,7 @@ class FeedbackOptimizer : public OptimizerBase {
   }
 
   ErrorFeedback feedback_;
-  kernels::Buffer<std::uint64_t> mask_{k_};  // this worker's mask of the last step
+  kernels::Buffer<std::uint64_t> mask_{kernels_};  // this worker's mask of the last step
 
  private:
   void fill_final_metrics(StepMetrics& out) override {

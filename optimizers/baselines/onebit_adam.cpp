@@ -1,13 +1,13 @@
 // 1-bit Adam with worker and server error feedback (docs/algorithms.md, "1-bit Adam"). The
 // arithmetic runs as backend kernels; packing wire segments is host work on synchronized
 // buffers, as for every collective.
-#include "core/onebit_adam_optimizer.hpp"
+#include "optimizers/baselines/onebit_adam.hpp"
 
 #include <cmath>
 #include <cstring>
 
+#include "core/adam_step.hpp"
 #include "core/metrics.hpp"
-#include "core/optim_common.hpp"
 #include "kernels/cpu/kernels.hpp"
 
 namespace scape {
@@ -15,7 +15,7 @@ namespace scape {
 OnebitAdamOptimizer::OnebitAdamOptimizer(const OptimizerConfig& config, const ParamLayout& layout,
                                          Communicator& comm, int total_steps)
     : OptimizerBase(config, layout, comm, total_steps) {
-  const std::size_t chunk = config.sign_chunk;
+  const std::size_t chunk = config.onebit.sign_chunk;
   std::size_t scale_offset = 0, byte_offset = 0;
   for (int w = 0; w < comm.size(); ++w) {
     Segment s{sharding_.begin(w), sharding_.size(w), 0, scale_offset, 0, byte_offset};
@@ -28,6 +28,8 @@ OnebitAdamOptimizer::OnebitAdamOptimizer(const OptimizerConfig& config, const Pa
   }
   worker_error_.assign_zero(n_);
   server_error_.assign_zero(sharding_.size(rank_));
+  keep_in_checkpoint("onebit.worker_error", worker_error_);
+  keep_in_checkpoint("onebit.server_error", server_error_);
   local_.assign_zero(n_);
   m_sync_.assign_zero(n_);
   acc_.assign_zero(sharding_.size(rank_));
@@ -37,16 +39,16 @@ OnebitAdamOptimizer::OnebitAdamOptimizer(const OptimizerConfig& config, const Pa
   send_.resize(byte_offset);
   recv_.resize(segment_bytes_[static_cast<std::size_t>(rank_)] * static_cast<std::size_t>(comm.size()));
   gathered_.resize(byte_offset);
-  k_.synchronize();
+  kernels_.synchronize();
 }
 
 void OnebitAdamOptimizer::update(std::span<float> params, std::span<const float> grads, StepMetrics& out) {
   metrics::mark_sparse_metrics_not_applicable(out);
-  k_.synchronize();  // grads may be a staged copy still being written
+  kernels_.synchronize();  // grads may be a staged copy still being written
   std::size_t nonfinite = 0;
   for (float g : grads) nonfinite += !std::isfinite(g);
   out.nonfinite_grads = nonfinite;
-  if (t_ <= config_.freeze_step) {
+  if (t_ <= config_.onebit.freeze_step) {
     warmup_step(params, grads, out.lr);
     return;
   }
@@ -55,26 +57,26 @@ void OnebitAdamOptimizer::update(std::span<float> params, std::span<const float>
 }
 
 void OnebitAdamOptimizer::warmup_step(std::span<float> params, std::span<const float> grads, double eta) {
-  k_.copy_bytes(grads.data(), g_bar_.data(), grads.size_bytes());
-  k_.synchronize();
+  kernels_.copy_bytes(grads.data(), g_bar_.data(), grads.size_bytes());
+  kernels_.synchronize();
   comm_.all_reduce_mean(g_bar_.span(), config_.wire_dtype, "grad_all_reduce");
-  detail::dense_inner_step(k_, InnerRule::adamw, layout_, params, 0, n_, m_.span(), v_.span(), g_bar_.span(), config_,
-                           eta, t_);
+  detail::dense_inner_step(kernels_, InnerRule::adamw, layout_, params, 0, n_, m_.span(), v_.span(), g_bar_.span(),
+                           config_, eta, t_);
 }
 
 void OnebitAdamOptimizer::compress(std::span<float> x, const Segment& s) {
   if (s.size == 0) return;
-  const std::size_t chunk = config_.sign_chunk;
+  const std::size_t chunk = config_.onebit.sign_chunk;
   partial_.resize(s.scales);
-  k_.block_sum_squares(x, chunk, partial_.span());
-  k_.synchronize();
+  kernels_.block_sum_squares(x, chunk, partial_.span());
+  kernels_.synchronize();
   // The L2 scale of each chunk, ||x_c|| / sqrt(|c|), as DeepSpeed's compressed all-reduce.
   float* scales = scales_.data() + s.scale_offset;
   for (std::size_t c = 0; c < s.scales; ++c) {
     const std::size_t len = std::min(chunk, s.size - c * chunk);
     scales[c] = static_cast<float>(std::sqrt(partial_.data()[c] / static_cast<double>(len)));
   }
-  k_.sign_compress(x, chunk, scales_.span().subspan(s.scale_offset, s.scales),
+  kernels_.sign_compress(x, chunk, scales_.span().subspan(s.scale_offset, s.scales),
                    words_.span().subspan(s.begin / 64, kernels::words_for(s.size)));
 }
 
@@ -92,7 +94,7 @@ void OnebitAdamOptimizer::unpack(const Segment& s, const std::byte* wire) {
 
 void OnebitAdamOptimizer::expand_add(const Segment& s, std::span<float> acc) {
   if (s.size == 0) return;
-  k_.sign_expand_add(words_.span().subspan(s.begin / 64, kernels::words_for(s.size)), config_.sign_chunk,
+  kernels_.sign_expand_add(words_.span().subspan(s.begin / 64, kernels::words_for(s.size)), config_.onebit.sign_chunk,
                      scales_.span().subspan(s.scale_offset, s.scales), acc);
 }
 
@@ -100,32 +102,32 @@ void OnebitAdamOptimizer::synchronize_momentum(std::span<const float> grads) {
   const float b1 = static_cast<float>(config_.beta1);
   const float omb1 = static_cast<float>(1.0 - config_.beta1);
   // Worker: c_i = e_i + (b1 m + (1 - b1) g_i), compressed per segment; e_i keeps the error.
-  k_.first_moment_statistic(m_.span(), grads, b1, omb1, local_.span());
-  k_.accumulate(worker_error_.span(), local_.span());
+  kernels_.first_moment_statistic(m_.span(), grads, b1, omb1, local_.span());
+  kernels_.accumulate(worker_error_.span(), local_.span());
   for (const Segment& s : segments_) compress(worker_error_.span().subspan(s.begin, s.size), s);
-  k_.synchronize();
+  kernels_.synchronize();
   for (const Segment& s : segments_) pack(s, send_.data() + s.byte_offset);
   comm_.all_to_all_bytes(send_, recv_, segment_bytes_, "momentum_all_to_all");
 
   // Owner: the mean of the W decompressed segments, in rank order, plus the server error,
   // compressed again; e_s keeps the error.
   const Segment& own = segments_[static_cast<std::size_t>(rank_)];
-  k_.fill(acc_.span(), 0.0f);
+  kernels_.fill(acc_.span(), 0.0f);
   for (int q = 0; q < comm_.size(); ++q) {
-    k_.synchronize();  // the previous expansion has read words_ and scales_
+    kernels_.synchronize();  // the previous expansion has read words_ and scales_
     unpack(own, recv_.data() + static_cast<std::size_t>(q) * own.bytes);
     expand_add(own, acc_.span());
   }
-  k_.divide(acc_.span(), static_cast<float>(comm_.size()));
-  k_.accumulate(server_error_.span(), acc_.span());
+  kernels_.divide(acc_.span(), static_cast<float>(comm_.size()));
+  kernels_.accumulate(server_error_.span(), acc_.span());
   compress(server_error_.span(), own);
-  k_.synchronize();
+  kernels_.synchronize();
   pack(own, send_.data() + own.byte_offset);
   comm_.all_gather_bytes(std::span<const std::byte>(send_).subspan(own.byte_offset, own.bytes), gathered_,
                          segment_bytes_, "momentum_all_gather");
 
   // Every worker: the synchronized momentum, segment by segment.
-  k_.fill(m_sync_.span(), 0.0f);
+  kernels_.fill(m_sync_.span(), 0.0f);
   for (const Segment& s : segments_) unpack(s, gathered_.data() + s.byte_offset);
   for (const Segment& s : segments_) expand_add(s, m_sync_.span().subspan(s.begin, s.size));
 }
@@ -133,26 +135,16 @@ void OnebitAdamOptimizer::synchronize_momentum(std::span<const float> grads) {
 void OnebitAdamOptimizer::frozen_variance_step(std::span<float> params, double eta, int t) {
   // AdamW's kernel with beta1 = 0 (m <- m_sync exactly) and beta2 = 1 (v unchanged): the
   // decay, then theta -= eta (m / c1) / (sqrt(v / c2) + eps) with c2 of the freeze step.
-  const double c2 = config_.bias_correction ? 1.0 - std::pow(config_.beta2, config_.freeze_step) : 1.0;
+  const double c2 = config_.bias_correction ? 1.0 - std::pow(config_.beta2, config_.onebit.freeze_step) : 1.0;
   detail::for_each_tensor_piece(layout_, 0, n_, [&](std::size_t lo, std::size_t hi, bool decay) {
     kernels::AdamScalars s = detail::adam_scalars(config_, eta, t, decay);
     s.beta1 = 0.0;
     s.beta2 = 1.0;
     s.bc2 = c2;
     const std::size_t n = hi - lo;
-    k_.adamw_step(params.subspan(lo, n), m_.span().subspan(lo, n), v_.span().subspan(lo, n),
+    kernels_.adamw_step(params.subspan(lo, n), m_.span().subspan(lo, n), v_.span().subspan(lo, n),
                   m_sync_.span().subspan(lo, n), s);
   });
-}
-
-void OnebitAdamOptimizer::save_policy_state(StateMap& state) const {
-  put_state(state, "onebit.worker_error", worker_error_.span());
-  put_state(state, "onebit.server_error", server_error_.span());
-}
-
-void OnebitAdamOptimizer::load_policy_state(const StateMap& state) {
-  get_state_exact(state, "onebit.worker_error", worker_error_.span());
-  get_state_exact(state, "onebit.server_error", server_error_.span());
 }
 
 }  // namespace scape

@@ -21,8 +21,6 @@ class OnebitAdamOptimizer final : public OptimizerBase {
 
  private:
   void update(std::span<float> params, std::span<const float> grads, StepMetrics& out) override;
-  void save_policy_state(StateMap& state) const override;
-  void load_policy_state(const StateMap& state) override;
 
   // One segment per shard: its sign words, then its scales.
   struct Segment {
@@ -47,11 +45,11 @@ class OnebitAdamOptimizer final : public OptimizerBase {
 
   std::vector<Segment> segments_;
   std::vector<std::size_t> segment_bytes_;
-  kernels::Buffer<float> worker_error_{k_}, server_error_{k_};  // e_i over [0, N); e_s over this shard
-  kernels::Buffer<float> local_{k_}, m_sync_{k_}, acc_{k_}, g_bar_{k_};
-  kernels::Buffer<std::uint64_t> words_{k_};
-  kernels::Buffer<float> scales_{k_};
-  kernels::Buffer<double> partial_{k_};
+  kernels::Buffer<float> worker_error_{kernels_}, server_error_{kernels_};  // e_i over [0, N); e_s over this shard
+  kernels::Buffer<float> local_{kernels_}, m_sync_{kernels_}, acc_{kernels_}, g_bar_{kernels_};
+  kernels::Buffer<std::uint64_t> words_{kernels_};
+  kernels::Buffer<float> scales_{kernels_};
+  kernels::Buffer<double> partial_{kernels_};
   std::vector<std::byte> send_, recv_, gathered_;
 };
 

@@ -39,17 +39,15 @@ class PowersgdOptimizer final : public OptimizerBase {
 
  private:
   void update(std::span<float> params, std::span<const float> grads, StepMetrics& out) override;
-  void save_policy_state(StateMap& state) const override;
-  void load_policy_state(const StateMap& state) override;
   // P = M Q for every matrix, all-reduced and orthonormalised; then Q = M^T P all-reduced.
   void power_iteration();
   // Packs the vectors' gradients, all-reduces them and places the mean into g_bar_.
   void reduce_vectors(std::span<const float> grads);
 
   const PowersgdPlan plan_;
-  kernels::Buffer<float> error_{k_};  // e_i, then M = e_i + g_i during a step
-  kernels::Buffer<float> p_{k_}, q_{k_};  // every matrix's factors, packed; q_ is the warm start
-  kernels::Buffer<float> vectors_{k_}, g_bar_{k_};
+  kernels::Buffer<float> error_{kernels_};  // e_i, then M = e_i + g_i during a step
+  kernels::Buffer<float> p_{kernels_}, q_{kernels_};  // every matrix's factors, packed; q_ is the warm start
+  kernels::Buffer<float> vectors_{kernels_}, g_bar_{kernels_};
 };
 
 }  // namespace scape

@@ -7,7 +7,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "core/feedback_optimizer.hpp"
+#include "optimizers/baselines/feedback_optimizer.hpp"
 
 namespace scape {
 
@@ -22,10 +22,10 @@ class RandkEfOptimizer final : public FeedbackOptimizer {
   // by (seed, t), into idx_ (ascending) and mask_.
   void draw_mask(int t, std::size_t k);
 
-  kernels::Buffer<float> draw_{k_};         // the uniform draw the mask is selected from
-  kernels::Buffer<std::uint32_t> idx_{k_};  // the shared mask, ascending
-  kernels::Buffer<float> values_{k_};       // a_i on the mask, then their mean over workers
-  kernels::Buffer<float> g_bar_{k_};
+  kernels::Buffer<float> draw_{kernels_};         // the uniform draw the mask is selected from
+  kernels::Buffer<std::uint32_t> idx_{kernels_};  // the shared mask, ascending
+  kernels::Buffer<float> values_{kernels_};       // a_i on the mask, then their mean over workers
+  kernels::Buffer<float> g_bar_{kernels_};
 };
 
 }  // namespace scape

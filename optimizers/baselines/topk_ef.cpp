@@ -1,13 +1,13 @@
 // DGC-style raw-gradient top-k with error feedback (docs/algorithms.md, "Baseline"). The
 // arithmetic runs as backend kernels; packing the wire records is host work on synchronized
 // buffers, as for every collective.
-#include "core/topk_ef_optimizer.hpp"
+#include "optimizers/baselines/topk_ef.hpp"
 
 #include <chrono>
 #include <cstring>
 #include <vector>
 
-#include "core/optim_common.hpp"
+#include "core/adam_step.hpp"
 #include "core/wire_values.hpp"
 #include "kernels/cpu/kernels.hpp"
 
@@ -34,17 +34,17 @@ TopkEfOptimizer::TopkEfOptimizer(const OptimizerConfig& config, const ParamLayou
     : FeedbackOptimizer(config, layout, comm, total_steps) {
   g_bar_.assign_zero(n_);
   union_mask_.assign_zero(kernels::words_for(n_));
-  k_.synchronize();
+  kernels_.synchronize();
 }
 
 std::size_t TopkEfOptimizer::select(std::span<const float> grads, std::size_t k) {
   const auto e = feedback_.residual().resident();
-  const std::size_t nonfinite = k_.accumulate(e, grads);
+  const std::size_t nonfinite = kernels_.accumulate(e, grads);
   idx_.resize(k);
-  k_.topk_abs_mask(e, k, mask_.span());
-  k_.bits_to_indices(mask_.span(), 0, idx_.span());
+  kernels_.topk_abs_mask(e, k, mask_.span());
+  kernels_.bits_to_indices(mask_.span(), 0, idx_.span());
   sent_values_.resize(k);
-  k_.compact(e, idx_.span(), sent_values_.span());
+  kernels_.compact(e, idx_.span(), sent_values_.span());
   feedback_.keep_off_mask(e, idx_.span());
   return nonfinite;
 }
@@ -63,8 +63,8 @@ void TopkEfOptimizer::exchange_coded() {
   recv_values_.resize(k * workers);
   code_.resize(code_bytes / sizeof(std::uint64_t));
   auto clock = std::chrono::steady_clock::now();
-  k_.ef_encode(mask_.span(), n_, k, code_.span());
-  k_.synchronize();
+  kernels_.ef_encode(mask_.span(), n_, k, code_.span());
+  kernels_.synchronize();
   codec_s_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - clock).count();
   std::memcpy(send_.data(), code_.data(), code_bytes);
   for (std::size_t i = 0; i < k; ++i) {
@@ -76,7 +76,7 @@ void TopkEfOptimizer::exchange_coded() {
   for (std::size_t r = 0; r < workers; ++r) {
     const std::byte* from = recv_.data() + r * message;
     std::memcpy(code_.data(), from, code_bytes);
-    k_.ef_decode_indices(code_.span(), n_, k, recv_idx_.span().subspan(r * k, k));
+    kernels_.ef_decode_indices(code_.span(), n_, k, recv_idx_.span().subspan(r * k, k));
     for (std::size_t i = 0; i < k; ++i) {
       recv_values_.data()[r * k + i] = read_wire_value(from + code_bytes + i * value_bytes, config_.wire_dtype);
     }
@@ -96,7 +96,7 @@ void TopkEfOptimizer::exchange_pairs() {
   recv_.resize(send_.size() * workers);
   recv_idx_.resize(k * workers);
   recv_values_.resize(k * workers);
-  k_.synchronize();
+  kernels_.synchronize();
   for (std::size_t i = 0; i < k; ++i) {
     write_record(send_.data() + i * record, idx_.data()[i], sent_values_.data()[i], config_.wire_dtype);
   }
@@ -114,19 +114,19 @@ std::size_t TopkEfOptimizer::average_delivered(std::size_t k) {
   // order (a worker's indices are distinct, as scatter_add requires), so each sum is added in
   // rank order.
   for (std::size_t r = 0; r < workers; ++r) {
-    k_.scatter_add(g_bar_.span(), recv_idx_.span().subspan(r * k, k), recv_values_.span().subspan(r * k, k));
+    kernels_.scatter_add(g_bar_.span(), recv_idx_.span().subspan(r * k, k), recv_values_.span().subspan(r * k, k));
   }
-  k_.zero_bytes(union_mask_.data(), union_mask_.bytes());
-  k_.indices_to_bits(recv_idx_.span(), 0, union_mask_.span());
-  const std::size_t delivered = k_.popcount(union_mask_.span());
+  kernels_.zero_bytes(union_mask_.data(), union_mask_.bytes());
+  kernels_.indices_to_bits(recv_idx_.span(), 0, union_mask_.span());
+  const std::size_t delivered = kernels_.popcount(union_mask_.span());
   // Then g_bar /= W on the union only: off it g_bar is +0, which / W leaves as it is, so this
   // equals dividing the whole buffer bit for bit at a tenth of the memory traffic.
   union_idx_.resize(delivered);
   union_values_.resize(delivered);
-  k_.bits_to_indices(union_mask_.span(), 0, union_idx_.span());
-  k_.compact(g_bar_.span(), union_idx_.span(), union_values_.span());
-  k_.divide(union_values_.span(), static_cast<float>(workers));
-  k_.expand(union_values_.span(), union_idx_.span(), g_bar_.span());
+  kernels_.bits_to_indices(union_mask_.span(), 0, union_idx_.span());
+  kernels_.compact(g_bar_.span(), union_idx_.span(), union_values_.span());
+  kernels_.divide(union_values_.span(), static_cast<float>(workers));
+  kernels_.expand(union_values_.span(), union_idx_.span(), g_bar_.span());
   return delivered;
 }
 
@@ -135,15 +135,16 @@ void TopkEfOptimizer::update(std::span<float> params, std::span<const float> gra
   const std::size_t k = begin_step(grads, out);
   out.nonfinite_grads = select(grads, k);
   feedback_.measure_residual(layout_, t, out);  // final for this step, and still in cache
-  k_.synchronize();
+  kernels_.synchronize();
   feedback_.deliver(idx_.span(), t);
   codec_s_ = 0;
   exchange_pairs();
   out.mask_codec_s = codec_s_;
   const std::size_t delivered = average_delivered(k);
-  detail::clip_gradient(k_, clip_partial_, comm_, g_bar_.span(), config_.clip_grad, false);
-  detail::dense_inner_step(k_, rule_, layout_, params, 0, n_, m_.span(), v_.span(), g_bar_.span(), config_, out.lr, t);
-  k_.zero_at(g_bar_.span(), union_idx_.span());  // +0 everywhere again for the next step
+  detail::clip_gradient(kernels_, clip_partial_, comm_, g_bar_.span(), config_.clip_grad, false);
+  detail::dense_inner_step(kernels_, rule_, layout_, params, 0, n_, m_.span(), v_.span(), g_bar_.span(), config_,
+                           out.lr, t);
+  kernels_.zero_at(g_bar_.span(), union_idx_.span());  // +0 everywhere again for the next step
 
   // Mask metrics describe this worker's own mask; fill-in is the union over workers / K.
   feedback_.record_mask(layout_, mask_, k, out);

@@ -6,7 +6,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "core/feedback_optimizer.hpp"
+#include "optimizers/baselines/feedback_optimizer.hpp"
 
 namespace scape {
 
@@ -28,16 +28,16 @@ class TopkEfOptimizer final : public FeedbackOptimizer {
   // returns how many coordinates some worker delivered.
   std::size_t average_delivered(std::size_t k);
 
-  kernels::Buffer<float> g_bar_{k_};
-  kernels::Buffer<std::uint32_t> idx_{k_};      // L_i, ascending
-  kernels::Buffer<float> sent_values_{k_};      // a_i on L_i, in idx_ order
-  kernels::Buffer<std::byte> send_{k_}, recv_{k_};  // wire records
-  kernels::Buffer<std::uint32_t> recv_idx_{k_};  // every worker's L_i, in rank order
-  kernels::Buffer<float> recv_values_{k_};
-  kernels::Buffer<std::uint64_t> union_mask_{k_};
-  kernels::Buffer<std::uint32_t> union_idx_{k_};  // the coordinates some worker delivered, ascending
-  kernels::Buffer<float> union_values_{k_};       // g_bar on them, compacted
-  kernels::Buffer<std::uint64_t> code_{k_};  // mask_encoding other than bitmap: Elias-Fano indices
+  kernels::Buffer<float> g_bar_{kernels_};
+  kernels::Buffer<std::uint32_t> idx_{kernels_};      // L_i, ascending
+  kernels::Buffer<float> sent_values_{kernels_};      // a_i on L_i, in idx_ order
+  kernels::Buffer<std::byte> send_{kernels_}, recv_{kernels_};  // wire records
+  kernels::Buffer<std::uint32_t> recv_idx_{kernels_};  // every worker's L_i, in rank order
+  kernels::Buffer<float> recv_values_{kernels_};
+  kernels::Buffer<std::uint64_t> union_mask_{kernels_};
+  kernels::Buffer<std::uint32_t> union_idx_{kernels_};  // the coordinates some worker delivered, ascending
+  kernels::Buffer<float> union_values_{kernels_};       // g_bar on them, compacted
+  kernels::Buffer<std::uint64_t> code_{kernels_};  // mask_encoding other than bitmap: Elias-Fano indices
   double codec_s_ = 0;                        // this step's coding and decoding
 };
 

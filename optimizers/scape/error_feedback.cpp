@@ -1,5 +1,5 @@
 // Residual, delivery staleness and previous mask of the sparse policies (see error_feedback.hpp).
-#include "core/error_feedback.hpp"
+#include "optimizers/scape/error_feedback.hpp"
 
 #include <cmath>
 
@@ -8,26 +8,26 @@
 namespace scape {
 
 ErrorFeedback::ErrorFeedback(kernels::KernelBackend& k, std::size_t n, const OptimizerConfig& config)
-    : k_(k),
+    : kernels_(k),
       keep_(config.residual && config.residual_decay > 0),
       decay_(static_cast<float>(config.residual_decay)),
       clip_(config.residual_clip),
-      e_(k, n, config.residual_offload, config.offload_chunk),
+      e_(k, n, config.scape.residual_offload, config.scape.offload_chunk),
       staleness_(n) {
   previous_mask_.assign_zero(kernels::words_for(n));
-  k_.synchronize();
+  kernels_.synchronize();
 }
 
 double ErrorFeedback::clip(const ParamLayout& layout, std::span<const float> grads) {
   if (clip_ == 0) return 0.0;
   // An offloaded residual is clipped where it lives, in host memory, before the accumulate
   // pass uploads it; the previous pass has waited for every copy back.
-  kernels::KernelBackend& where = e_.offloaded() ? kernels::cpu_backend() : k_;
+  kernels::KernelBackend& where = e_.offloaded() ? kernels::cpu_backend() : kernels_;
   auto& partial = e_.offloaded() ? host_partial_ : partial_;
   const std::span<float> e = e_.host_view();
-  k_.synchronize();
+  kernels_.synchronize();
   metrics::tensor_sum_squares(where, partial, layout, e, residual_sums_);
-  metrics::tensor_sum_squares(k_, partial_, layout, grads, grad_sums_);
+  metrics::tensor_sum_squares(kernels_, partial_, layout, grads, grad_sums_);
   const auto& slots = layout.slots();
   double removed = 0;
   for (std::size_t s = 0; s < slots.size(); ++s) {
@@ -52,29 +52,30 @@ double ErrorFeedback::clip(const ParamLayout& layout, std::span<const float> gra
 void ErrorFeedback::keep_off_mask(std::span<float> a, std::span<const std::uint32_t> delivered) {
   if (!keep_) {
     // Exactly residual = false: +0 everywhere, whatever a held (no 0 * a, which keeps -0 and NaN).
-    k_.fill(a, 0.0f);
+    kernels_.fill(a, 0.0f);
     return;
   }
-  if (!delivered.empty()) k_.zero_at(a, delivered);
+  if (!delivered.empty()) kernels_.zero_at(a, delivered);
   // gamma = 1 is the default path: no multiplication at all.
-  if (decay_ != 1.0f) k_.scale(a, decay_);
+  if (decay_ != 1.0f) kernels_.scale(a, decay_);
 }
 
 void ErrorFeedback::record_mask(const ParamLayout& layout, const kernels::Buffer<std::uint64_t>& mask,
                                 std::size_t k_total, StepMetrics& out) {
-  if (!tensor_counts_) tensor_counts_ = std::make_unique<metrics::RangeCounter>(k_, metrics::tensor_ranges(layout));
+  if (!tensor_counts_)
+    tensor_counts_ = std::make_unique<metrics::RangeCounter>(kernels_, metrics::tensor_ranges(layout));
   const auto previous =
       have_previous_mask_ ? std::span<const std::uint64_t>(previous_mask_.span()) : std::span<const std::uint64_t>{};
   tensor_counts_->count(mask.span(), previous);
   metrics::fill_mask_metrics(*tensor_counts_, layout, have_previous_mask_, k_total, out);
   previous_mask_.resize(mask.size());
-  k_.copy_bytes(mask.data(), previous_mask_.data(), mask.bytes());
+  kernels_.copy_bytes(mask.data(), previous_mask_.data(), mask.bytes());
   have_previous_mask_ = true;
 }
 
 void ErrorFeedback::measure_residual(const ParamLayout& layout, int t, StepMetrics& out) {
   // An offloaded residual is read where it lives, in host memory.
-  kernels::KernelBackend& where = e_.offloaded() ? kernels::cpu_backend() : k_;
+  kernels::KernelBackend& where = e_.offloaded() ? kernels::cpu_backend() : kernels_;
   auto& partial = e_.offloaded() ? host_partial_ : partial_;
   metrics::fill_residual_metrics(where, partial, layout, e_.host_view(), out);
   measured_step_ = t;

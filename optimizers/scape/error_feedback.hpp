@@ -11,9 +11,9 @@
 #include <vector>
 
 #include "core/metrics.hpp"
-#include "core/residual_store.hpp"
 #include "core/state.hpp"
 #include "kernels/backend.hpp"
+#include "optimizers/scape/residual_store.hpp"
 
 namespace scape {
 
@@ -50,16 +50,16 @@ class ErrorFeedback {
   void load(const StateMap& state);
 
  private:
-  kernels::KernelBackend& k_;
+  kernels::KernelBackend& kernels_;
   bool keep_;    // residual on and residual_decay > 0
   float decay_;  // residual_decay, applied only when below 1
   double clip_;  // residual_clip, 0 = off
   ResidualStore e_;
-  kernels::Buffer<std::uint64_t> previous_mask_{k_};
+  kernels::Buffer<std::uint64_t> previous_mask_{kernels_};
   std::unique_ptr<metrics::RangeCounter> tensor_counts_;  // the mask metrics' counts (built on first use)
   bool have_previous_mask_ = false;
   int measured_step_ = -1;  // the step whose residual metrics measure_residual took
-  kernels::Buffer<double> partial_{k_};                           // block sums of the residual metrics
+  kernels::Buffer<double> partial_{kernels_};                           // block sums of the residual metrics
   kernels::Buffer<double> host_partial_{kernels::cpu_backend()};  // the same for an offloaded residual
   metrics::StalenessTracker staleness_;
   std::vector<double> residual_sums_, grad_sums_;  // per-tensor sums of squares for clip()

@@ -1,5 +1,5 @@
-// Shard message sizes and the shard coder (formats: core/mask_codec.hpp).
-#include "core/mask_codec.hpp"
+// Shard message sizes and the shard coder (formats: optimizers/scape/mask_codec.hpp).
+#include "optimizers/scape/mask_codec.hpp"
 
 #include <stdexcept>
 #include <string>
@@ -57,16 +57,16 @@ void ShardCoder::encode(MaskEncoding e, std::span<const std::uint64_t> shard, st
                         std::span<const std::uint64_t> previous, kernels::Buffer<std::uint64_t>& out) {
   if (e == MaskEncoding::bitmap) {
     out.resize(shard.size());
-    k_.copy_bytes(shard.data(), out.data(), shard.size_bytes());
+    kernels_.copy_bytes(shard.data(), out.data(), shard.size_bytes());
     return;
   }
   if (e == MaskEncoding::elias_fano) {
     out.resize(kernels::ef_words(n, k));
-    k_.ef_encode(shard, n, k, out.span());
+    kernels_.ef_encode(shard, n, k, out.span());
     return;
   }
-  const std::size_t k_prev = k_.popcount(previous);
-  const std::size_t k_new = k - k_.popcount_and(shard, previous);
+  const std::size_t k_prev = kernels_.popcount(previous);
+  const std::size_t k_new = k - kernels_.popcount_and(shard, previous);
   const ShardFormat f = e == MaskEncoding::delta ? ShardFormat::delta : smallest_format(n, k, k_prev, k_new);
   encode_tagged(f, shard, n, k, previous, k_prev, k_new, out);
 }
@@ -75,18 +75,18 @@ void ShardCoder::encode_tagged(ShardFormat f, std::span<const std::uint64_t> sha
                                std::span<const std::uint64_t> previous, std::size_t k_prev, std::size_t k_new,
                                kernels::Buffer<std::uint64_t>& out) {
   out.resize(tagged_message_words(f, n, k, k_prev, k_new));
-  k_.synchronize();  // the host writes the header into backend memory
+  kernels_.synchronize();  // the host writes the header into backend memory
   out.data()[0] = header_of(f, k_new);
   const auto body = out.span().subspan(1);
   switch (f) {
-    case ShardFormat::bitmap: k_.copy_bytes(shard.data(), body.data(), shard.size_bytes()); return;
-    case ShardFormat::elias_fano: k_.ef_encode(shard, n, k, body); return;
+    case ShardFormat::bitmap: kernels_.copy_bytes(shard.data(), body.data(), shard.size_bytes()); return;
+    case ShardFormat::elias_fano: kernels_.ef_encode(shard, n, k, body); return;
     case ShardFormat::delta: {
       const std::size_t kept_words = kernels::words_for(k_prev);
-      k_.extract_bits(shard, previous, body.first(kept_words));
+      kernels_.extract_bits(shard, previous, body.first(kept_words));
       fresh_.resize(shard.size());
-      k_.and_not_bits(shard, previous, fresh_.span());
-      k_.ef_encode(fresh_.span(), n, k_new, body.subspan(kept_words));
+      kernels_.and_not_bits(shard, previous, fresh_.span());
+      kernels_.ef_encode(fresh_.span(), n, k_new, body.subspan(kept_words));
       return;
     }
   }
@@ -94,18 +94,18 @@ void ShardCoder::encode_tagged(ShardFormat f, std::span<const std::uint64_t> sha
 
 void ShardCoder::decode(MaskEncoding e, std::span<const std::uint64_t> message, std::size_t n, std::size_t k,
                         std::span<const std::uint64_t> previous, std::span<std::uint64_t> shard, int shard_index) {
-  k_.zero_bytes(shard.data(), shard.size_bytes());
+  kernels_.zero_bytes(shard.data(), shard.size_bytes());
   if (mask_sizes_known(e)) {
     require_message_words(message.size(), fixed_message_words(e, n, k), shard_index);
     if (e == MaskEncoding::bitmap) {
-      k_.copy_bytes(message.data(), shard.data(), message.size_bytes());
+      kernels_.copy_bytes(message.data(), shard.data(), message.size_bytes());
     } else {
-      k_.ef_decode(message, n, k, shard);
+      kernels_.ef_decode(message, n, k, shard);
     }
     return;
   }
   if (message.empty()) bad_message(shard_index, "no header word");
-  k_.synchronize();  // the host reads the header from backend memory
+  kernels_.synchronize();  // the host reads the header from backend memory
   const std::uint64_t header = message[0];
   const std::uint64_t tag = header & kTagMask;
   const std::size_t k_new = static_cast<std::size_t>(header >> kTagBits);
@@ -114,16 +114,16 @@ void ShardCoder::decode(MaskEncoding e, std::span<const std::uint64_t> message, 
   const auto f = static_cast<ShardFormat>(tag);
   if (e == MaskEncoding::delta && f != ShardFormat::delta) bad_message(shard_index, "delta message with another tag");
   if (k_new > k) bad_message(shard_index, std::to_string(k_new) + " new positions exceed k = " + std::to_string(k));
-  const std::size_t k_prev = k_.popcount(previous);
+  const std::size_t k_prev = kernels_.popcount(previous);
   require_message_words(message.size(), tagged_message_words(f, n, k, k_prev, k_new), shard_index);
   const auto body = message.subspan(1);
   switch (f) {
-    case ShardFormat::bitmap: k_.copy_bytes(body.data(), shard.data(), body.size_bytes()); return;
-    case ShardFormat::elias_fano: k_.ef_decode(body, n, k, shard); return;
+    case ShardFormat::bitmap: kernels_.copy_bytes(body.data(), shard.data(), body.size_bytes()); return;
+    case ShardFormat::elias_fano: kernels_.ef_decode(body, n, k, shard); return;
     case ShardFormat::delta: {
       const std::size_t kept_words = kernels::words_for(k_prev);
-      k_.deposit_bits(body.first(kept_words), previous, shard);
-      k_.ef_decode(body.subspan(kept_words), n, k_new, shard);
+      kernels_.deposit_bits(body.first(kept_words), previous, shard);
+      kernels_.ef_decode(body.subspan(kept_words), n, k_new, shard);
       return;
     }
   }

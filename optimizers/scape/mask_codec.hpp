@@ -37,7 +37,7 @@ ShardFormat smallest_format(std::size_t n, std::size_t k, std::size_t k_prev, st
 // Writes and reads shard messages. The spans are backend memory; both calls may synchronize.
 class ShardCoder {
  public:
-  explicit ShardCoder(kernels::KernelBackend& k) : k_(k) {}
+  explicit ShardCoder(kernels::KernelBackend& k) : kernels_(k) {}
 
   // The message of `shard` (n bits, k set) against `previous` (same length) into out.
   void encode(MaskEncoding e, std::span<const std::uint64_t> shard, std::size_t n, std::size_t k,
@@ -52,8 +52,8 @@ class ShardCoder {
                      std::span<const std::uint64_t> previous, std::size_t k_prev, std::size_t k_new,
                      kernels::Buffer<std::uint64_t>& out);
 
-  kernels::KernelBackend& k_;
-  kernels::Buffer<std::uint64_t> fresh_{k_};  // delta: positions not in the previous shard
+  kernels::KernelBackend& kernels_;
+  kernels::Buffer<std::uint64_t> fresh_{kernels_};  // delta: positions not in the previous shard
 };
 
 }  // namespace scape

@@ -1,5 +1,5 @@
-// Coded mask all-gather (core/mask_exchange.hpp).
-#include "core/mask_exchange.hpp"
+// Coded mask all-gather (optimizers/scape/mask_exchange.hpp).
+#include "optimizers/scape/mask_exchange.hpp"
 
 #include <chrono>
 #include <stdexcept>
@@ -18,7 +18,7 @@ double seconds_since(std::chrono::steady_clock::time_point start) {
 
 MaskExchange::MaskExchange(kernels::KernelBackend& k, Communicator& comm, const MaskOwnership& owners,
                            MaskEncoding encoding)
-    : k_(k), comm_(comm), owners_(owners), encoding_(encoding), coder_(k) {
+    : kernels_(k), comm_(comm), owners_(owners), encoding_(encoding), coder_(k) {
   if (!owners.aligned() && !mask_sizes_known(encoding)) {
     throw std::invalid_argument(std::string("optimizer.mask_encoding: ") + to_string(encoding) +
                                 " codes each owner's bits against its previous ones, which needs word-aligned owners; "
@@ -39,11 +39,11 @@ void MaskExchange::exchange_sizes() {
   const auto workers = static_cast<std::size_t>(owners_.workers());
   own_size_.resize(1);
   sizes_.resize(workers);
-  k_.synchronize();
+  kernels_.synchronize();
   own_size_.data()[0] = own_.size();
   const std::vector<std::size_t> ones(workers, 1);
   comm_.all_gather_words(own_size_.span(), sizes_.span(), ones, "mask_size_all_gather");
-  k_.synchronize();
+  kernels_.synchronize();
   for (std::size_t w = 0; w < workers; ++w) counts_[w] = static_cast<std::size_t>(sizes_.data()[w]);
 }
 
@@ -54,7 +54,7 @@ void MaskExchange::start(std::span<const std::uint64_t> local, std::span<const s
   shard_k_ = owner_k;
   coder_.encode(encoding_, local, owners_.segment_bits(me), shard_k_[static_cast<std::size_t>(me)],
                 shard_words(previous, me), own_);
-  k_.synchronize();
+  kernels_.synchronize();
   codec_s_ += seconds_since(clock);
   if (mask_sizes_known(encoding_)) {
     for (int w = 0; w < owners_.workers(); ++w) {
@@ -72,10 +72,10 @@ void MaskExchange::start_indices(std::span<const std::uint32_t> local, bool over
   const auto clock = std::chrono::steady_clock::now();
   const std::size_t n = owners_.n();
   list_bits_.assign_zero(kernels::words_for(n));
-  k_.indices_to_bits(local, 0, list_bits_.span());
+  kernels_.indices_to_bits(local, 0, list_bits_.span());
   own_.resize(kernels::ef_words(n, local.size()));
-  k_.ef_encode(list_bits_.span(), n, local.size(), own_.span());
-  k_.synchronize();
+  kernels_.ef_encode(list_bits_.span(), n, local.size(), own_.span());
+  kernels_.synchronize();
   codec_s_ += seconds_since(clock);
   shard_k_.assign(shard_k_.size(), local.size());
   counts_.assign(counts_.size(), own_.size());
@@ -103,18 +103,18 @@ void MaskExchange::complete(std::span<const std::uint64_t> previous, std::span<s
   std::size_t offset = 0;
   if (union_) {
     // ef_decode ORs each list's positions into the mask: the union.
-    k_.zero_bytes(out.data(), out.size_bytes());
+    kernels_.zero_bytes(out.data(), out.size_bytes());
     for (std::size_t w = 0; w < counts_.size(); ++w) {
-      k_.ef_decode(received_.span().subspan(offset, counts_[w]), owners_.n(), shard_k_[w], out);
+      kernels_.ef_decode(received_.span().subspan(offset, counts_[w]), owners_.n(), shard_k_[w], out);
       offset += counts_[w];
     }
-    k_.synchronize();
+    kernels_.synchronize();
     codec_s_ += seconds_since(clock);
     return;
   }
   // Unaligned owners share boundary words: each segment is ORed into the cleared mask
   // (ef_decode sets bits without clearing), the bitmap's words by or_bits.
-  if (!owners_.aligned()) k_.zero_bytes(out.data(), out.size_bytes());
+  if (!owners_.aligned()) kernels_.zero_bytes(out.data(), out.size_bytes());
   for (int w = 0; w < owners_.workers(); ++w) {
     const auto i = static_cast<std::size_t>(w);
     const auto message = received_.span().subspan(offset, counts_[i]);
@@ -122,13 +122,13 @@ void MaskExchange::complete(std::span<const std::uint64_t> previous, std::span<s
     if (owners_.aligned()) {
       coder_.decode(encoding_, message, owners_.segment_bits(w), shard_k_[i], shard_words(previous, w), target, w);
     } else if (encoding_ == MaskEncoding::bitmap) {
-      k_.or_bits(message, target);
+      kernels_.or_bits(message, target);
     } else {
-      k_.ef_decode(message, owners_.segment_bits(w), shard_k_[i], target);
+      kernels_.ef_decode(message, owners_.segment_bits(w), shard_k_[i], target);
     }
     offset += counts_[i];
   }
-  k_.synchronize();
+  kernels_.synchronize();
   codec_s_ += seconds_since(clock);
 }
 

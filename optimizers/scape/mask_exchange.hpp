@@ -16,9 +16,9 @@
 
 #include "core/communicator.hpp"
 #include "core/layout.hpp"
-#include "core/mask_codec.hpp"
-#include "core/mask_ownership.hpp"
 #include "kernels/backend.hpp"
+#include "optimizers/scape/mask_codec.hpp"
+#include "optimizers/scape/mask_ownership.hpp"
 
 namespace scape {
 
@@ -48,16 +48,16 @@ class MaskExchange {
   void exchange_sizes();
   void gather(std::string_view purpose, bool overlapped);
 
-  kernels::KernelBackend& k_;
+  kernels::KernelBackend& kernels_;
   Communicator& comm_;
   const MaskOwnership& owners_;
   const MaskEncoding encoding_;
   ShardCoder coder_;
-  kernels::Buffer<std::uint64_t> own_{k_}, received_{k_};
-  kernels::Buffer<std::uint64_t> own_size_{k_}, sizes_{k_};  // delta, auto: message words per shard
+  kernels::Buffer<std::uint64_t> own_{kernels_}, received_{kernels_};
+  kernels::Buffer<std::uint64_t> own_size_{kernels_}, sizes_{kernels_};  // delta, auto: message words per shard
   std::vector<std::size_t> counts_;                          // message words per shard, rank order
   std::vector<std::size_t> shard_k_;                         // set bits per shard (per list)
-  kernels::Buffer<std::uint64_t> list_bits_{k_};             // local_union: own list as a mask
+  kernels::Buffer<std::uint64_t> list_bits_{kernels_};             // local_union: own list as a mask
   bool union_ = false;                                       // in flight: index lists
   PendingCollective pending_;
   bool in_flight_ = false;

@@ -1,5 +1,5 @@
-// SCAPE's mask owners and pieces (core/mask_ownership.hpp).
-#include "core/mask_ownership.hpp"
+// SCAPE's mask owners and pieces (optimizers/scape/mask_ownership.hpp).
+#include "optimizers/scape/mask_ownership.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -47,7 +47,8 @@ std::vector<MaskPiece> tensor_runs(const ParamLayout& layout, int workers) {
 MaskOwnership::MaskOwnership(const ParamLayout& layout, int workers, const OptimizerConfig& config)
     : n_(layout.size()),
       // local_union masks are not partitioned: each worker ranks the whole buffer.
-      per_tensor_(config.mask_scope == MaskScope::tensor && config.mask_partition == MaskPartition::partitioned) {
+      per_tensor_(config.scape.mask_scope == MaskScope::tensor &&
+                  config.scape.mask_partition == MaskPartition::partitioned) {
   if (workers < 1) throw std::invalid_argument("MaskOwnership: workers must be >= 1");
   if (per_tensor_ && !config.sharded) {  // whole tensors for replicated state
     ranges_ = tensor_runs(layout, workers);

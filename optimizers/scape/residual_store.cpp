@@ -1,5 +1,5 @@
 // Resident and offloaded residual (docs/algorithms.md, "Devices and residual offload").
-#include "core/residual_store.hpp"
+#include "optimizers/scape/residual_store.hpp"
 
 #include <algorithm>
 #include <cstring>

@@ -1,7 +1,7 @@
 // SCAPE step (docs/algorithms.md, "SCAPE"): the numbered comments refer to steps 1-8 there.
-// Kernels are queued on the backend; the host reads a buffer only after k_.synchronize(), and
+// Kernels are queued on the backend; the host reads a buffer only after kernels_.synchronize(), and
 // every collective is handed synchronized buffers.
-#include "core/scape_optimizer.hpp"
+#include "optimizers/scape/scape_optimizer.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -10,9 +10,9 @@
 #include <stdexcept>
 #include <string>
 
-#include "core/optim_common.hpp"
-#include "core/rng.hpp"
+#include "core/adam_step.hpp"
 #include "kernels/kernel_types.hpp"
+#include "util/rng.hpp"
 
 namespace scape {
 namespace {
@@ -46,8 +46,8 @@ ScapeOptimizer::ScapeOptimizer(const OptimizerConfig& config, const ParamLayout&
       owners_(layout, comm.size(), config),
       own_begin_(owners_.begin(rank_)),
       own_end_(owners_.end(rank_)),
-      feedback_(k_, n_, config),
-      exchange_(k_, comm, owners_, config.mask_encoding) {
+      feedback_(kernels_, n_, config),
+      exchange_(kernels_, comm, owners_, config.mask_encoding) {
   mask_.assign_zero(kernels::words_for(n_));
   next_mask_.assign_zero(kernels::words_for(n_));
   local_bits_.assign_zero(owners_.word_count(rank_));
@@ -60,19 +60,20 @@ ScapeOptimizer::ScapeOptimizer(const OptimizerConfig& config, const ParamLayout&
     for (std::size_t j = piece.begin; j < piece.end; ++j) dense.push_back(static_cast<std::uint32_t>(j - base));
   }
   dense_idx_.resize(dense.size());
-  if (!dense.empty()) k_.copy_bytes(dense.data(), dense_idx_.data(), dense.size() * sizeof(std::uint32_t));
-  k_.synchronize();
+  if (!dense.empty()) kernels_.copy_bytes(dense.data(), dense_idx_.data(), dense.size() * sizeof(std::uint32_t));
+  kernels_.synchronize();
 }
 
 ScapeOptimizer::~ScapeOptimizer() = default;
 
 std::string ScapeOptimizer::device_summary() const {
-  std::string out = k_.description();
+  std::string out = kernels_.description();
   const ResidualStore& e = feedback_.residual();
   if (e.offloaded()) {
     const std::size_t resident = n_ * sizeof(float);
-    out += "; residual offloaded to pinned host memory: the device holds " + human_bytes(e.device_bytes()) + " instead of " +
-           human_bytes(resident) + " (saves " + human_bytes(resident - std::min(resident, e.device_bytes())) + ")";
+    out += "; residual offloaded to pinned host memory: the device holds " + human_bytes(e.device_bytes()) +
+           " instead of " + human_bytes(resident) + " (saves " +
+           human_bytes(resident - std::min(resident, e.device_bytes())) + ")";
   }
   return out;
 }
@@ -83,23 +84,26 @@ std::size_t ScapeOptimizer::k_total(double rho) const {
 }
 
 bool ScapeOptimizer::statistic_reads_residual() const {
-  return config_.mask_statistic == MaskStatistic::first_moment || config_.mask_statistic == MaskStatistic::gradient;
+  return config_.scape.mask_statistic == MaskStatistic::first_moment ||
+         config_.scape.mask_statistic == MaskStatistic::gradient;
 }
 
 std::size_t ScapeOptimizer::residual_pass(std::span<const float> grads, bool accumulate, bool statistic, bool deliver) {
   if (statistic) stat_.resize(statistic_end() - statistic_begin());
   // deliver_part finds each chunk's mask positions in idx_ on the host.
-  k_.synchronize();
+  kernels_.synchronize();
   std::size_t nonfinite = 0;
   const float b1 = static_cast<float>(config_.beta1);
   feedback_.residual().for_each_chunk(accumulate || deliver, [&](std::size_t begin, std::span<float> a) {
     // Step 1, held in the residual until step 3 writes it back: a_i = e_i + g_i (frozen_momentum),
     // or the candidate momentum c_i = (b1 m_prev + (1-b1) g_i) + e_i, whose b1 m_prev a sharded
     // worker leaves to the owner.
-    if (accumulate && !momentum_units()) nonfinite += k_.accumulate(a, grads.subspan(begin, a.size()));
+    if (accumulate && !momentum_units()) nonfinite += kernels_.accumulate(a, grads.subspan(begin, a.size()));
     if (accumulate && momentum_units()) {
-      const auto m = config_.sharded ? std::span<const float>{} : std::span<const float>(m_.span().subspan(begin, a.size()));
-      nonfinite += k_.candidate_momentum(a, m, grads.subspan(begin, a.size()), b1, static_cast<float>(1.0 - config_.beta1));
+      const auto m =
+          config_.sharded ? std::span<const float>{} : std::span<const float>(m_.span().subspan(begin, a.size()));
+      nonfinite += kernels_.candidate_momentum(a, m, grads.subspan(begin, a.size()), b1,
+                                               static_cast<float>(1.0 - config_.beta1));
     }
     if (statistic) {
       const std::size_t lo = std::max(begin, statistic_begin());
@@ -117,20 +121,21 @@ void ScapeOptimizer::statistic_part(std::span<const float> a, std::size_t first)
   float* s = stat_.data() + (first - statistic_begin());
   // The paper formulation ranks |c_i|: the residual already holds it, but for the owner's b1 m_prev
   // and its carried momentum in sharded mode, which are added here in that order.
-  const bool copy = config_.mask_statistic == MaskStatistic::gradient || (momentum_units() && !config_.sharded);
+  const bool copy = config_.scape.mask_statistic == MaskStatistic::gradient || (momentum_units() && !config_.sharded);
   if (copy) {
-    k_.copy_bytes(a.data(), s, a.size_bytes());
+    kernels_.copy_bytes(a.data(), s, a.size_bytes());
     return;
   }
   if (momentum_units()) {
     const auto m = m_.span().subspan(first - state_begin_, a.size());
     const std::span<float> out(s, a.size());
-    k_.first_moment_statistic(m, a, static_cast<float>(config_.beta1), 1.0f, out);
-    if (carries_momentum()) k_.candidate_momentum(out, carried_m_.span().subspan(first - state_begin_, a.size()), {}, 1.0f, 0.0f);
+    kernels_.first_moment_statistic(m, a, static_cast<float>(config_.beta1), 1.0f, out);
+    if (carries_momentum())
+      kernels_.candidate_momentum(out, carried_m_.span().subspan(first - state_begin_, a.size()), {}, 1.0f, 0.0f);
     return;
   }
   const auto m = m_.span().subspan(first - state_begin_, a.size());
-  k_.first_moment_statistic(m, a, static_cast<float>(config_.beta1), static_cast<float>(1.0 - config_.beta1),
+  kernels_.first_moment_statistic(m, a, static_cast<float>(config_.beta1), static_cast<float>(1.0 - config_.beta1),
                             std::span<float>(s, a.size()));
 }
 
@@ -149,16 +154,17 @@ void ScapeOptimizer::deliver_part(std::size_t begin, std::span<float> a) {
     ids = all.subspan(i0, count);
     if (begin != 0) {
       const auto rebased = chunk_idx_.span().first(count);
-      k_.rebase_indices(ids, static_cast<std::uint32_t>(begin), rebased);
+      kernels_.rebase_indices(ids, static_cast<std::uint32_t>(begin), rebased);
       ids = rebased;
     }
     // Momentum units: the residual holds the payload itself (c_i, or its gradient part when sharded).
     const bool with_momentum = !config_.sharded && !momentum_units();  // replicated state: m covers [0, N)
-    const auto m = with_momentum ? std::span<const float>(m_.span().subspan(begin, a.size())) : std::span<const float>{};
+    const auto m =
+        with_momentum ? std::span<const float>(m_.span().subspan(begin, a.size())) : std::span<const float>{};
     const auto a_out = two_collectives() ? a_packed_.span().subspan(i0, count) : std::span<float>{};
     const float omb1 = momentum_units() ? 1.0f : static_cast<float>(1.0 - config_.beta1);
-    k_.pack_payload(a, m, 0, ids, static_cast<float>(config_.beta1), omb1, with_momentum, b_.span().subspan(i0, count),
-                    a_out);
+    kernels_.pack_payload(a, m, 0, ids, static_cast<float>(config_.beta1), omb1, with_momentum,
+                          b_.span().subspan(i0, count), a_out);
   }
   feedback_.keep_off_mask(a, ids);
 }
@@ -166,27 +172,28 @@ void ScapeOptimizer::deliver_part(std::size_t begin, std::span<float> a) {
 void ScapeOptimizer::prepare_statistic(int use_step) {
   const std::size_t lo = statistic_begin();
   const std::size_t count = statistic_end() - lo;
-  if (config_.mask_statistic == MaskStatistic::momentum_only) {
+  if (config_.scape.mask_statistic == MaskStatistic::momentum_only) {
     stat_.resize(count);
-    k_.copy_bytes(m_.data() + (lo - state_begin_), stat_.data(), count * sizeof(float));
-  } else if (config_.mask_statistic == MaskStatistic::random) {
+    kernels_.copy_bytes(m_.data() + (lo - state_begin_), stat_.data(), count * sizeof(float));
+  } else if (config_.scape.mask_statistic == MaskStatistic::random) {
     // Keyed by the step that uses the mask and, for local_union, by the worker.
-    std::uint64_t key = rng::derive(rng::derive(config_.seed, kRandomMaskPurpose), static_cast<std::uint64_t>(use_step));
+    std::uint64_t key =
+        rng::derive(rng::derive(config_.seed, kRandomMaskPurpose), static_cast<std::uint64_t>(use_step));
     if (!partitioned()) key = rng::derive(key, static_cast<std::uint64_t>(rank_));
     stat_.resize(count);
-    k_.random_statistic(key, lo, stat_.span());
+    kernels_.random_statistic(key, lo, stat_.span());
   }
 }
 
 void ScapeOptimizer::select_local(double rho) {
   selected_rho_ = rho;
-  if (partitioned() && config_.mask_scope == MaskScope::tensor) {
+  if (partitioned() && config_.scape.mask_scope == MaskScope::tensor) {
     select_pieces(rho);
   } else if (partitioned()) {
-    k_.topk_abs_mask(stat_.span(), k_for(rho, own_end_ - own_begin_), local_bits_.span());
+    kernels_.topk_abs_mask(stat_.span(), k_for(rho, own_end_ - own_begin_), local_bits_.span());
   } else {
     local_indices_.resize(k_for(rho, n_));
-    k_.topk_abs_indices(stat_.span(), local_indices_.size(), local_indices_.span());
+    kernels_.topk_abs_indices(stat_.span(), local_indices_.size(), local_indices_.span());
   }
 }
 
@@ -196,15 +203,20 @@ std::vector<std::size_t> ScapeOptimizer::mask_word_counts() const {
   return counts;
 }
 
+// Coded against the mask every rank holds (the previous step's, zero at step 1); `overlapped`:
+// on the communicator's asynchronous path, completed by receive_mask().
+void ScapeOptimizer::start_coded_exchange(bool overlapped) {
+  if (partitioned()) {
+    exchange_.start(local_bits_.span(), mask_.span(), owners_.k_per_owner(selected_rho_), overlapped);
+  } else {
+    exchange_.start_indices(local_indices_.span(), overlapped);
+  }
+}
+
 void ScapeOptimizer::gather_mask_now() {
-  k_.synchronize();
+  kernels_.synchronize();
   if (coded()) {
-    // Coded against the mask every rank holds (the previous step's, zero at step 1).
-    if (partitioned()) {
-      exchange_.start(local_bits_.span(), mask_.span(), owners_.k_per_owner(selected_rho_), false);
-    } else {
-      exchange_.start_indices(local_indices_.span(), false);
-    }
+    start_coded_exchange(false);
     exchange_.complete(mask_.span(), next_mask_.span());
     std::swap(mask_, next_mask_);
     return;
@@ -217,22 +229,19 @@ void ScapeOptimizer::gather_mask_now() {
   gathered_indices_.resize(local_indices_.size() * static_cast<std::size_t>(sharding_.workers()));
   comm_.all_gather_bytes(std::as_bytes(local_indices_.span()), std::as_writable_bytes(gathered_indices_.span()),
                          gathered_counts_, "index_all_gather");
-  k_.zero_bytes(mask_.data(), mask_.bytes());
-  k_.indices_to_bits(gathered_indices_.span(), 0, mask_.span());
+  kernels_.zero_bytes(mask_.data(), mask_.bytes());
+  kernels_.indices_to_bits(gathered_indices_.span(), 0, mask_.span());
 }
 
 void ScapeOptimizer::start_mask_gather() {
-  k_.synchronize();
+  kernels_.synchronize();
   if (coded()) {
-    if (partitioned()) {
-      exchange_.start(local_bits_.span(), mask_.span(), owners_.k_per_owner(selected_rho_), true);
-    } else {
-      exchange_.start_indices(local_indices_.span(), true);
-    }
+    start_coded_exchange(true);
     return;
   }
   if (partitioned()) {
-    pending_ = comm_.all_gather_words_async(local_bits_.span(), next_mask_.span(), mask_word_counts(), "mask_all_gather");
+    pending_ =
+        comm_.all_gather_words_async(local_bits_.span(), next_mask_.span(), mask_word_counts(), "mask_all_gather");
     return;
   }
   gathered_counts_.assign(static_cast<std::size_t>(sharding_.workers()), local_indices_.size() * sizeof(std::uint32_t));
@@ -249,8 +258,8 @@ void ScapeOptimizer::receive_mask() {
     std::swap(mask_, next_mask_);
     return;
   }
-  k_.zero_bytes(mask_.data(), mask_.bytes());
-  k_.indices_to_bits(gathered_indices_.span(), 0, mask_.span());
+  kernels_.zero_bytes(mask_.data(), mask_.bytes());
+  kernels_.indices_to_bits(gathered_indices_.span(), 0, mask_.span());
 }
 
 std::vector<std::size_t> ScapeOptimizer::mask_counts_per_shard() {
@@ -261,9 +270,9 @@ std::vector<std::size_t> ScapeOptimizer::mask_counts_per_shard() {
 }
 
 void ScapeOptimizer::index_mask() {
-  const std::size_t k = k_.popcount(mask_.span());
+  const std::size_t k = kernels_.popcount(mask_.span());
   idx_.resize(k);
-  k_.bits_to_indices(mask_.span(), 0, idx_.span());
+  kernels_.bits_to_indices(mask_.span(), 0, idx_.span());
   b_.resize(k);
   a_packed_.resize(two_collectives() ? k : 0);
   if (feedback_.residual().offloaded()) chunk_idx_.resize(k);
@@ -273,23 +282,23 @@ void ScapeOptimizer::index_mask() {
 void ScapeOptimizer::synchronize() {
   // Step 4: one collective (two with second_moment = two_collectives).
   const float b1 = static_cast<float>(config_.beta1);
-  k_.synchronize();
+  kernels_.synchronize();
   if (config_.sharded) {
     const std::size_t own = counts_[static_cast<std::size_t>(rank_)];
     update_offset_ = std::accumulate(counts_.begin(), counts_.begin() + rank_, std::size_t{0});
     update_idx_.resize(own);
-    k_.rebase_indices(idx_.span().subspan(update_offset_, own), static_cast<std::uint32_t>(state_begin_),
+    kernels_.rebase_indices(idx_.span().subspan(update_offset_, own), static_cast<std::uint32_t>(state_begin_),
                       update_idx_.span());
-    const bool artifact = config_.formulation == Formulation::artifact;
+    const bool artifact = config_.scape.formulation == Formulation::artifact;
     if (artifact) {
       // The artifact's sharded quirk: each rank fills only its own part of a zero buffer, with
       // its whole candidate (a_i + b1 m_prev) + q, so the mean holds the owner's c over W.
       const auto mine = b_.span().subspan(update_offset_, own);
-      k_.fill(b_.span().first(update_offset_), 0.0f);
-      k_.fill(b_.span().subspan(update_offset_ + own), 0.0f);
-      k_.add_momentum(mine, m_.span(), update_idx_.span(), b1);
-      if (carries_momentum()) k_.add_momentum(mine, carried_m_.span(), update_idx_.span(), 1.0f);
-      k_.synchronize();
+      kernels_.fill(b_.span().first(update_offset_), 0.0f);
+      kernels_.fill(b_.span().subspan(update_offset_ + own), 0.0f);
+      kernels_.add_momentum(mine, m_.span(), update_idx_.span(), b1);
+      if (carries_momentum()) kernels_.add_momentum(mine, carried_m_.span(), update_idx_.span(), 1.0f);
+      kernels_.synchronize();
     }
     b_bar_.resize(own);
     comm_.reduce_scatter_mean(b_.span(), b_bar_.span(), counts_, config_.wire_dtype, "grad_reduce_scatter");
@@ -299,64 +308,64 @@ void ScapeOptimizer::synchronize() {
     }
     if (artifact) return;
     // The owner adds b1 m_prev (and, in momentum units, the momentum it carries for every worker).
-    k_.add_momentum(b_bar_.span(), m_.span(), update_idx_.span(), b1);
-    if (carries_momentum()) k_.add_momentum(b_bar_.span(), carried_m_.span(), update_idx_.span(), 1.0f);
+    kernels_.add_momentum(b_bar_.span(), m_.span(), update_idx_.span(), b1);
+    if (carries_momentum()) kernels_.add_momentum(b_bar_.span(), carried_m_.span(), update_idx_.span(), 1.0f);
     return;
   }
   update_offset_ = 0;
-  copy_buffer(k_, b_, b_bar_);
-  if (two_collectives()) copy_buffer(k_, a_packed_, a_bar_);
-  k_.synchronize();
+  copy_buffer(kernels_, b_, b_bar_);
+  if (two_collectives()) copy_buffer(kernels_, a_packed_, a_bar_);
+  kernels_.synchronize();
   comm_.all_reduce_mean(b_bar_.span(), config_.wire_dtype, "grad_all_reduce");
   if (fp8()) {  // the mean of the e5m2 values, back to the payload's units: times W 2^exponent
-    k_.scale(b_bar_.span(), static_cast<float>(sharding_.workers()));
-    k_.scale(b_bar_.span(), std::ldexp(1.0f, fp8_exponent_));
+    kernels_.scale(b_bar_.span(), static_cast<float>(sharding_.workers()));
+    kernels_.scale(b_bar_.span(), std::ldexp(1.0f, fp8_exponent_));
   }
   if (two_collectives()) comm_.all_reduce_mean(a_bar_.span(), config_.wire_dtype, "accum_all_reduce");
-  copy_buffer(k_, idx_, update_idx_);
+  copy_buffer(kernels_, idx_, update_idx_);
 }
 
 void ScapeOptimizer::reconstruct_gradient() {
   // Step 5: g_bar = (b_bar - b1 m_prev) / (1 - b1) on the mask; no second collective.
   if (two_collectives()) {
-    copy_buffer(k_, a_bar_, g_bar_);
+    copy_buffer(kernels_, a_bar_, g_bar_);
     return;
   }
   g_bar_.resize(update_idx_.size());
-  k_.reconstruct_gradient(b_bar_.span(), m_.span(), update_idx_.span(), static_cast<float>(config_.beta1),
+  kernels_.reconstruct_gradient(b_bar_.span(), m_.span(), update_idx_.span(), static_cast<float>(config_.beta1),
                           static_cast<float>(1.0 - config_.beta1), g_bar_.span());
 }
 
 void ScapeOptimizer::update_masked(std::span<float> params, double eta, int t) {
   // Step 6: decay every flagged coordinate on every worker, then the inner rule on the mask
   // with m <- b_bar. Step 7: the K updated values are all-gathered (sharded).
-  detail::apply_weight_decay(k_, layout_, params, 0, n_, config_, eta);
+  detail::apply_weight_decay(kernels_, layout_, params, 0, n_, config_, eta);
   const auto s = detail::adam_scalars(config_, eta, t, false);
   auto theta = params.subspan(state_begin_, state_end_ - state_begin_);
   if (rule_ == InnerRule::adamw) {
-    k_.adamw_step_masked(theta, m_.span(), v_.span(), update_idx_.span(), b_bar_.span(), g_bar_.span(), s);
+    kernels_.adamw_step_masked(theta, m_.span(), v_.span(), update_idx_.span(), b_bar_.span(), g_bar_.span(), s);
   } else {
-    k_.adams_step_masked(theta, m_.span(), update_idx_.span(), b_bar_.span(), g_bar_.span(), s);
+    kernels_.adams_step_masked(theta, m_.span(), update_idx_.span(), b_bar_.span(), g_bar_.span(), s);
   }
   if (momentum_units()) zero_momentum_off_mask();
   if (!config_.sharded) return;
   own_values_.resize(update_idx_.size());
-  k_.compact(theta, update_idx_.span(), own_values_.span());
+  kernels_.compact(theta, update_idx_.span(), own_values_.span());
   all_values_.resize(idx_.size());
-  k_.synchronize();
+  kernels_.synchronize();
   comm_.all_gather(own_values_.span(), all_values_.span(), counts_, config_.param_dtype, "param_all_gather");
-  k_.expand(all_values_.span(), idx_.span(), params);
+  kernels_.expand(all_values_.span(), idx_.span(), params);
 }
 
 void ScapeOptimizer::update_dense(std::span<float> params, double eta, int t) {
   // Step 6 with update = dense: g_bar = 0 off the mask and the inner rule runs everywhere;
   // sharded mode then all-gathers every parameter.
   dense_g_.assign_zero(state_end_ - state_begin_);
-  k_.expand(g_bar_.span(), update_idx_.span(), dense_g_.span());
-  detail::dense_inner_step(k_, rule_, layout_, params, state_begin_, state_end_, m_.span(), v_.span(),
+  kernels_.expand(g_bar_.span(), update_idx_.span(), dense_g_.span());
+  detail::dense_inner_step(kernels_, rule_, layout_, params, state_begin_, state_end_, m_.span(), v_.span(),
                            dense_g_.span(), config_, eta, t);
   if (!config_.sharded) return;
-  k_.synchronize();
+  kernels_.synchronize();
   comm_.all_gather(params.subspan(own_begin_, own_end_ - own_begin_), params, sharding_.sizes(), config_.param_dtype,
                    "param_all_gather");
 }
@@ -367,8 +376,8 @@ void ScapeOptimizer::update(std::span<float> params, std::span<const float> grad
   out.target_density = rho;
 
   // The mask M_t: received (lag 1 after the first step) or computed from this step's a_i.
-  const bool mask_known = config_.mask_lag == 1 && t > 1;
-  const bool lagged_next = config_.mask_lag == 1 && t < schedule_.total_steps;
+  const bool mask_known = config_.scape.mask_lag == 1 && t > 1;
+  const bool lagged_next = config_.scape.mask_lag == 1 && t < schedule_.total_steps;
   if (mask_known) {
     receive_mask();
     index_mask();
@@ -385,8 +394,8 @@ void ScapeOptimizer::update(std::span<float> params, std::span<const float> grad
     index_mask();
     residual_pass(grads, false, false, true);
   }
-  if (config_.formulation == Formulation::artifact && !config_.sharded) double_count_residual(grads);
-  if (config_.formulation == Formulation::artifact && config_.sharded) drop_unowned_residual();
+  if (config_.scape.formulation == Formulation::artifact && !config_.sharded) double_count_residual(grads);
+  if (config_.scape.formulation == Formulation::artifact && config_.sharded) drop_unowned_residual();
   if (fp8()) quantize_payload(t);
   feedback_.measure_residual(layout_, t, out);  // final for this step, and still in cache
   // Step 8's statistic is taken from m_prev and a_i as they were before this step's update;
@@ -395,14 +404,14 @@ void ScapeOptimizer::update(std::span<float> params, std::span<const float> grad
     prepare_statistic(t + 1);
     select_local(density_at(config_.density_schedule(), t + 1));
   }
-  k_.synchronize();
+  kernels_.synchronize();
   feedback_.deliver(idx_.span(), t);
 
   synchronize();
   reconstruct_gradient();
   clip_reconstructed();
   if (carries_momentum()) carry_momentum();
-  if (config_.update == UpdateMode::dense) {
+  if (config_.scape.update == UpdateMode::dense) {
     update_dense(params, out.lr, t);
   } else {
     update_masked(params, out.lr, t);

@@ -9,10 +9,10 @@
 #include <string>
 #include <vector>
 
-#include "core/error_feedback.hpp"
-#include "core/mask_exchange.hpp"
-#include "core/mask_ownership.hpp"
 #include "core/optimizer_base.hpp"
+#include "optimizers/scape/error_feedback.hpp"
+#include "optimizers/scape/mask_exchange.hpp"
+#include "optimizers/scape/mask_ownership.hpp"
 
 namespace scape {
 
@@ -43,22 +43,24 @@ class ScapeOptimizer final : public OptimizerBase {
 
  private:
   void update(std::span<float> params, std::span<const float> grads, StepMetrics& out) override;
-  void fill_final_metrics(StepMetrics& out) override { feedback_.fill_metrics(layout_, updates_.theta_norm(), t_, out); }
+  void fill_final_metrics(StepMetrics& out) override {
+    feedback_.fill_metrics(layout_, updates_.theta_norm(), t_, out);
+  }
   // A masked update steps M_t only (decay alone moves the rest); a dense one steps everything.
   std::span<const std::uint64_t> stepped_coordinates() const override {
-    return config_.update == UpdateMode::masked ? mask_.span() : std::span<const std::uint64_t>{};
+    return config_.scape.update == UpdateMode::masked ? mask_.span() : std::span<const std::uint64_t>{};
   }
   void save_policy_state(StateMap& state) const override;
   void load_policy_state(const StateMap& state) override;
 
-  bool partitioned() const { return config_.mask_partition == MaskPartition::partitioned; }
+  bool partitioned() const { return config_.scape.mask_partition == MaskPartition::partitioned; }
   // The paper and artifact formulations: the residual in momentum units, m zero off the mask.
-  bool momentum_units() const { return config_.formulation != Formulation::frozen_momentum; }
+  bool momentum_units() const { return config_.scape.formulation != Formulation::frozen_momentum; }
   // Sharded momentum-unit residuals: the owner keeps the momentum part (carried_m_).
   bool carries_momentum() const { return config_.carries_owner_momentum(); }
   // The mask (partitioned) or the index lists (local_union) cross the wire coded.
   bool coded() const { return config_.mask_encoding != MaskEncoding::bitmap; }
-  bool two_collectives() const { return config_.second_moment == SecondMoment::two_collectives; }
+  bool two_collectives() const { return config_.scape.second_moment == SecondMoment::two_collectives; }
   std::size_t k_total(double rho) const;
   // The range the ranking statistic covers: the own shard (partitioned) or the whole buffer.
   std::size_t statistic_begin() const { return partitioned() ? own_begin_ : 0; }
@@ -88,6 +90,7 @@ class ScapeOptimizer final : public OptimizerBase {
   void zero_momentum_off_mask();
   // Mask words per shard, in rank order (the counts of the partitioned mask all-gather).
   std::vector<std::size_t> mask_word_counts() const;
+  void start_coded_exchange(bool overlapped);
   void gather_mask_now();
   void start_mask_gather();
   void receive_mask();
@@ -103,33 +106,34 @@ class ScapeOptimizer final : public OptimizerBase {
   std::size_t own_begin_, own_end_;  // this worker's range (it computes its mask bits)
 
   ErrorFeedback feedback_;  // residual e_i (holds a_i = e_i + g_i during a step), staleness, previous mask
-  kernels::Buffer<float> stat_{k_};
-  kernels::Buffer<std::uint64_t> mask_{k_}, next_mask_{k_};
-  metrics::RangeCounter shard_counts_{k_, metrics::shard_ranges(sharding_)};  // mask bits per shard, on the device
-  kernels::Buffer<std::uint64_t> local_bits_{k_};          // partitioned: own segment words (send buffer)
-  kernels::Buffer<std::uint32_t> piece_idx_{k_}, piece_top_{k_};  // mask_scope = tensor: selected positions
-  kernels::Buffer<std::uint32_t> dense_idx_{k_};           // positions of dense tensors in the own segment
-  kernels::Buffer<float> carried_m_{k_};                   // carries_momentum(): q over the own shard
-  kernels::Buffer<float> fp8_q_{k_}, fp8_error_{k_};       // fp8(): the quantized payload and its error
+  kernels::Buffer<float> stat_{kernels_};
+  kernels::Buffer<std::uint64_t> mask_{kernels_}, next_mask_{kernels_};
+  metrics::RangeCounter shard_counts_{kernels_,
+                                      metrics::shard_ranges(sharding_)};  // mask bits per shard, on the device
+  kernels::Buffer<std::uint64_t> local_bits_{kernels_};          // partitioned: own segment words (send buffer)
+  kernels::Buffer<std::uint32_t> piece_idx_{kernels_}, piece_top_{kernels_};  // mask_scope = tensor: selected positions
+  kernels::Buffer<std::uint32_t> dense_idx_{kernels_};           // positions of dense tensors in the own segment
+  kernels::Buffer<float> carried_m_{kernels_};                   // carries_momentum(): q over the own shard
+  kernels::Buffer<float> fp8_q_{kernels_}, fp8_error_{kernels_};       // fp8(): the quantized payload and its error
   int fp8_exponent_ = 0;                                   // fp8(): the shared scale 2^exponent
   bool fp8_scaled_ = false;                                // fp8(): the exponent has been taken
-  kernels::Buffer<std::uint32_t> local_indices_{k_};       // local_union: own top-K (send buffer)
-  kernels::Buffer<std::uint32_t> gathered_indices_{k_};    // local_union: everyone's top-K
+  kernels::Buffer<std::uint32_t> local_indices_{kernels_};       // local_union: own top-K (send buffer)
+  kernels::Buffer<std::uint32_t> gathered_indices_{kernels_};    // local_union: everyone's top-K
   std::vector<std::size_t> gathered_counts_;
   PendingCollective pending_;
   MaskExchange exchange_;    // coded(): the mask all-gather and its coding
   double selected_rho_ = 0;  // the density select_local drew the send buffer at
 
-  kernels::Buffer<std::uint32_t> idx_{k_};         // mask positions, ascending (mask order)
-  kernels::Buffer<std::uint32_t> chunk_idx_{k_};   // offloaded: idx_ of one chunk, relative to it
+  kernels::Buffer<std::uint32_t> idx_{kernels_};         // mask positions, ascending (mask order)
+  kernels::Buffer<std::uint32_t> chunk_idx_{kernels_};   // offloaded: idx_ of one chunk, relative to it
   std::vector<std::size_t> counts_;                // mask entries per shard (partitioned)
-  kernels::Buffer<std::uint32_t> update_idx_{k_};  // positions this worker updates, relative to state_begin_
+  kernels::Buffer<std::uint32_t> update_idx_{kernels_};  // positions this worker updates, relative to state_begin_
   std::size_t update_offset_ = 0;                  // where update_idx_ starts inside idx_
-  kernels::Buffer<float> b_{k_}, a_packed_{k_};    // send payloads
-  kernels::Buffer<float> b_bar_{k_}, a_bar_{k_};   // synchronized values for update_idx_
-  kernels::Buffer<float> g_bar_{k_};               // reconstructed gradient for update_idx_
-  kernels::Buffer<float> dense_g_{k_};             // update = dense: g_bar over the state range
-  kernels::Buffer<float> own_values_{k_}, all_values_{k_};  // parameter all-gather of updated values
+  kernels::Buffer<float> b_{kernels_}, a_packed_{kernels_};    // send payloads
+  kernels::Buffer<float> b_bar_{kernels_}, a_bar_{kernels_};   // synchronized values for update_idx_
+  kernels::Buffer<float> g_bar_{kernels_};               // reconstructed gradient for update_idx_
+  kernels::Buffer<float> dense_g_{kernels_};             // update = dense: g_bar over the state range
+  kernels::Buffer<float> own_values_{kernels_}, all_values_{kernels_};  // parameter all-gather of updated values
 };
 
 }  // namespace scape

@@ -30,7 +30,8 @@ std::vector<std::span<const float>> worker_gradients(const nb::object& grads, st
     for (std::size_t w = 0; w < workers; ++w) {
       nb::ndarray<> a;
       if (!nb::try_cast(grads[w], a)) {
-        throw nb::value_error(("grads[" + std::to_string(w) + "]: not an array (a torch tensor or numpy array)").c_str());
+        throw nb::value_error(
+            ("grads[" + std::to_string(w) + "]: not an array (a torch tensor or numpy array)").c_str());
       }
       out.push_back(float_span(a, "grads[" + std::to_string(w) + "]", n));
     }
@@ -113,17 +114,18 @@ void bind_simulator(nb::module_& m) {
           nb::arg("grads"), nb::arg("count"),
           "`count` steps on the same gradients inside C++, returning their wall seconds: the core's own step "
           "time, without this binding, for the overhead benchmark (python/bench).")
-      .def_prop_ro("params", [](nb::handle self) {
-        return float_view(nb::cast<SimulatorHandle&>(self).sim->params(), self);
-      })
-      .def_prop_ro("mask", [](nb::handle self) { return word_view(nb::cast<SimulatorHandle&>(self).sim->mask(), self); })
-      .def("residual", [](nb::handle self, int worker) {
-        try {
-          return float_view(nb::cast<SimulatorHandle&>(self).sim->residual(worker), self);
-        } catch (const std::out_of_range& e) {
-          throw nb::value_error(e.what());
-        }
-      })
+      .def_prop_ro("params",
+                   [](nb::handle self) { return float_view(nb::cast<SimulatorHandle&>(self).sim->params(), self); })
+      .def_prop_ro("mask",
+                   [](nb::handle self) { return word_view(nb::cast<SimulatorHandle&>(self).sim->mask(), self); })
+      .def("residual",
+           [](nb::handle self, int worker) {
+             try {
+               return float_view(nb::cast<SimulatorHandle&>(self).sim->residual(worker), self);
+             } catch (const std::out_of_range& e) {
+               throw nb::value_error(e.what());
+             }
+           })
       .def("last_row", [](SimulatorHandle& self) { return row_dict(self.sim->last_row()); })
       .def(
           "close", [](SimulatorHandle& self, const std::string& failure) { return close_released(*self.sim, failure); },

@@ -18,8 +18,9 @@
 
 #include "core/layout.hpp"
 #include "core/optimizer.hpp"
-#include "core/scape_optimizer.hpp"
 #include "experiments/config.hpp"
+#include "optimizers/make_optimizer.hpp"
+#include "optimizers/scape/scape_optimizer.hpp"
 #include "sim/emulated_comm.hpp"
 
 namespace fs = std::filesystem;
@@ -92,7 +93,7 @@ int run(const fs::path& dir) {
   });
   // The momentum an owner carries belongs to every worker's residual over its shard (paper), or
   // to the owner's alone (artifact: its sharded ranks keep nothing outside their own shard).
-  const bool owner_only = optimizer.formulation == Formulation::artifact;
+  const bool owner_only = optimizer.scape.formulation == Formulation::artifact;
   for (std::size_t t = 0; t < steps_n; ++t) {
     for (std::size_t owner = 0; owner < w_count; ++owner) {
       const auto& q = carried[t * w_count + owner];

@@ -9,8 +9,8 @@
 #include <numeric>
 #include <type_traits>
 
-#include "core/rng.hpp"
 #include "kernels/cpu/bf16.hpp"
+#include "util/rng.hpp"
 
 namespace scape::conformance {
 

@@ -19,6 +19,7 @@
 
 #include "kernels/cuda/check.hpp"
 #include "kernels/cuda/cuda_backend.hpp"
+#include "optimizers/make_optimizer.hpp"
 #include "runtime/nccl_comm.hpp"
 #include "tests/quadratic_run.hpp"
 
@@ -54,10 +55,10 @@ void compare_with_cpu(const OptimizerConfig& base, const char* label) {
   OptimizerConfig config = base;
   config.device = kernels::DeviceKind::cuda;
   auto comm = runtime::make_single_process_nccl_comm(NetworkModel{});
-  sim::QuadraticSpec spec;
+  scape::train::QuadraticSpec spec;
   spec.seed = 7;     // run_quadratic's defaults
   spec.noise = 0.5;
-  const sim::NoisyQuadratic problem(layout.size(), spec);
+  const scape::train::NoisyQuadratic problem(layout.size(), spec);
   auto opt = make_optimizer(config, layout, *comm, kSteps);
   std::vector<float> theta(layout.size()), g(layout.size());
   problem.initial_params(theta);
@@ -102,7 +103,7 @@ TEST_CASE("SCAPE on the GPU over NCCL equals SCAPE on the CPU over EmulatedComm 
   compare_with_cpu(bf16, "bf16 wire");
   OptimizerConfig replicated = scape_config();
   replicated.sharded = false;
-  replicated.mask_lag = 0;
+  replicated.scape.mask_lag = 0;
   replicated.sparsity = 0.99;
   compare_with_cpu(replicated, "replicated, mask lag 0, density 0.01");
 }

@@ -16,8 +16,8 @@
 #include <vector>
 
 #include "experiments/config.hpp"
-#include "experiments/hdf5.hpp"
 #include "kernels/backend.hpp"
+#include "run_file/hdf5.hpp"
 #include "runtime/nccl_single.hpp"
 #include "sim/sim_run.hpp"
 #include "tests/run_file_losses.hpp"
@@ -85,7 +85,7 @@ TEST_CASE("gpu: 30 steps of SCAPE as one NCCL rank match the one-GPU simulator a
   const auto config = run_config(1, dir.path);
   const fs::path nccl = dir / "nccl.h5", simulated = dir / "sim.h5";
   nccl_matches_simulator(config, config, nccl, simulated);
-  const auto f = ex::File::open(nccl, ex::Access::read);
+  const auto f = scape::run_file::File::open(nccl, scape::run_file::Access::read);
   CHECK(f.has_link("/metrics/compute_wall_time"));
   CHECK(f.has_link("/metrics/mask_wait_exposed"));
   // Forward/backward timed on the model's stream: positive, and within the host's wall time

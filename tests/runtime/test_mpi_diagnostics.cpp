@@ -16,12 +16,11 @@
 
 #include <nlohmann/json.hpp>
 
-#include "experiments/hdf5.hpp"
-#include "experiments/recorder.hpp"
+#include "run_file/hdf5.hpp"
+#include "run_file/recorder.hpp"
 #include "tests/test_support.hpp"
 
 namespace fs = std::filesystem;
-namespace ex = scape::experiments;
 using nlohmann::json;
 using scape::testing::run_command;
 using Dir = scape::testing::TempDir;
@@ -37,14 +36,14 @@ const char* kGpt = R"({"name": "diag", "seed": 3, "workers": 2, "steps": 8,
   "log": {"flush_interval": 3, "save_params": true}})";
 
 std::vector<double> metric(const fs::path& f, const std::string& name) {
-  return ex::File::open(f, ex::Access::read).open_dataset("/metrics/" + name).read_all<double>();
+  return scape::run_file::File::open(f, scape::run_file::Access::read).open_dataset("/metrics/" + name).read_all<double>();
 }
 
 std::size_t param_count(const fs::path& f) {
-  return ex::File::open(f, ex::Access::read).open_dataset("/final/params").read_all<float>().size();
+  return scape::run_file::File::open(f, scape::run_file::Access::read).open_dataset("/final/params").read_all<float>().size();
 }
 
-json recorded_log(const fs::path& f) { return json::parse(ex::read_run_summary(f).config_json)["log"]; }
+json recorded_log(const fs::path& f) { return json::parse(scape::run_file::read_run_summary(f).config_json)["log"]; }
 
 // `scape validate ARGS`: its exit status, and the log section of the config it prints on stdout
 // (its stderr, the "valid (run id ...)" line, left out).

@@ -17,12 +17,11 @@
 #include <map>
 #include <tuple>
 
-#include "experiments/hdf5.hpp"
-#include "experiments/recorder.hpp"
+#include "run_file/hdf5.hpp"
+#include "run_file/recorder.hpp"
 #include "tests/test_support.hpp"
 
 namespace fs = std::filesystem;
-namespace ex = scape::experiments;
 
 #ifdef MPIEXEC
 
@@ -39,11 +38,11 @@ std::string mpirun(int np, const std::string& args, const std::string& env = "")
 }
 
 std::vector<float> params(const fs::path& f) {
-  return ex::File::open(f, ex::Access::read).open_dataset("/final/params").read_all<float>();
+  return scape::run_file::File::open(f, scape::run_file::Access::read).open_dataset("/final/params").read_all<float>();
 }
 
 std::vector<double> metric(const fs::path& f, const std::string& name) {
-  return ex::File::open(f, ex::Access::read).open_dataset("/metrics/" + name).read_all<double>();
+  return scape::run_file::File::open(f, scape::run_file::Access::read).open_dataset("/metrics/" + name).read_all<double>();
 }
 
 // The simulator's diagnostics, asked for (a multi-process run's defaults differ), so that both
@@ -140,7 +139,7 @@ TEST_CASE("deterministic mode: mpirun -np 4 is bit-identical to the simulator wi
       for (const double wait : metric(dir.path / "mpi.h5", "grad_wait_exposed")) CHECK(wait >= 0);
       CHECK(metric(dir.path / "sim.h5", "bytes_sent_grad_reduce_scatter").size() == 8);
     }
-    CHECK(ex::read_run_summary(dir.path / "mpi.h5").status == "completed");
+    CHECK(scape::run_file::read_run_summary(dir.path / "mpi.h5").status == "completed");
   }
   // Reducing the gradient in buckets changes when it is reduced, not what: the same parameters.
   const auto& dense = final_params["dense AdamS"];
@@ -184,7 +183,7 @@ TEST_CASE("a rank that throws ends every rank within 30 s, with its message, and
   CHECK(r.code != 0);
   CHECK(r.seconds < 30);
   CHECK(r.output.find("rank 2: step 5: injected failure") != std::string::npos);
-  const auto s = ex::read_run_summary(dir.path / "f.h5");
+  const auto s = scape::run_file::read_run_summary(dir.path / "f.h5");
   CHECK(s.status == "failed");
   CHECK(s.error.find("rank 2") != std::string::npos);
 }
@@ -199,7 +198,7 @@ TEST_CASE("a hung rank is caught by the collective watchdog") {
   CHECK(r.code != 0);
   CHECK(r.seconds < 30);
   CHECK(r.output.find("watchdog") != std::string::npos);
-  CHECK(ex::read_run_summary(dir.path / "h.h5").status == "failed");
+  CHECK(scape::run_file::read_run_summary(dir.path / "h.h5").status == "failed");
 }
 
 TEST_CASE("a bad data path stops every rank with exit 2, and a wrong rank count is named") {
@@ -222,7 +221,7 @@ TEST_CASE("bench-comm writes nccl-tests rows that calibration reads; calibration
                              "--warmup 1 --out " + bench);
   CAPTURE(b.output);
   REQUIRE(b.code == 0);
-  const auto f = ex::File::open(bench, ex::Access::read);
+  const auto f = scape::run_file::File::open(bench, scape::run_file::Access::read);
   CHECK(f.read_string_attribute("format") == "scape-bench-comm-1");
   const auto kinds = f.open_dataset("kind").read_strings();
   const auto algbw = f.open_dataset("algbw_GBps").read_all<double>();

@@ -36,7 +36,7 @@ class AdamScalars:
 
 
 def decay_factor(lr: float, weight_decay: float) -> float:
-    """Decoupled weight decay's fp32 factor 1 - eta·lambda (core/optimizer.cpp)."""
+    """Decoupled weight decay's fp32 factor 1 - eta·lambda (core/adam_step.cpp)."""
     return f32(1.0 - lr * weight_decay)
 
 

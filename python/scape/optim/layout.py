@@ -2,7 +2,7 @@
 
 Tensors lie back to back in the order of the parameters across the param groups. Shards are
 the core's (docs/algorithms.md, "Flat layout and shards"): s = 64·ceil(N / (64·W)), shard w is
-[w·s, min((w+1)·s, N)). Mask owners and pieces follow core/mask_ownership.cpp: sharded state
+[w·s, min((w+1)·s, N)). Mask owners and pieces follow optimizers/scape/mask_ownership.cpp: sharded state
 owns shards and selects each tensor's fragment in its shard; replicated state deals whole
 tensors in layout order (the artifact's rule, `tensor_runs`). Only torch-free Python here, so
 the same arithmetic is testable without a device."""
@@ -50,7 +50,7 @@ def shard_range(n: int, workers: int, w: int) -> Tuple[int, int]:
 
 
 def tensor_runs(slots: Sequence[Slot], n: int, workers: int) -> List[Tuple[int, int]]:
-    """Replicated owners (core/mask_ownership.cpp: tensor_runs): owner w takes tensors in layout
+    """Replicated owners (optimizers/scape/mask_ownership.cpp: tensor_runs): owner w takes tensors in layout
     order until its count reaches N/W (count·W >= N, the crossing tensor stays, the overshoot is
     not carried) and hands on earlier when only as many tensors remain as later owners."""
     runs: List[Tuple[int, int]] = [(n, n)] * workers

@@ -6,10 +6,13 @@ stepping scape.torch.SCAPE, for `python3 -m analysis report` to read as it reads
             log.write_step(t, {"train_loss": loss, "lr": lr, "bytes_sent": sent, "mask_density": d})
         log.close("completed", final_params=flat_params)
 
-The layout is experiments/recorder.cpp's (layout_version 1); as there, the file is in SWMR-write mode
+The layout is run_file/recorder.cpp's (layout_version 1); as there, the file is in SWMR-write mode
 between flushes, so a killed loop leaves every flushed step readable with h5py.File(path, "r",
 swmr=True), status "running". Unlike `scape run`, it stores the config as given: filling in the
-defaults needs the C++ extension, and this module imports only h5py and numpy.
+defaults needs the C++ extension, and this module imports only h5py and numpy. So it marks the
+file `config_as_given` instead of writing scape's `optimizer_keys` table: the table tells the
+analysis which keys of a resolved config the run's optimizer does not read, and a config as
+given holds only the keys its loop gave (scape.torch's `opt.config()` gives those it reads).
 """
 from __future__ import annotations
 
@@ -33,7 +36,7 @@ _ROW_CHUNK = 512              # rows per chunk of a step table, as the C++ recor
 _TENSOR_CHUNK_VALUES = 8192   # 64 KiB of float64 per /tensors chunk
 _PARAM_CHUNK = 1 << 20        # 4 MiB of float32 per /final/params chunk
 
-# name:unit:combine of train/run_metrics.cpp's columns, in its order. Every file has those `scape run`
+# name:unit:combine of train/metric_table.cpp's columns, in its order. Every file has those `scape run`
 # writes for every optimizer (NaN where not given); the others only when a loop logs them.
 _COLUMNS = [tuple(c.split(":")) for c in (
     "train_loss:1:mean lr:1:worker0 grad_norm:1:rank0 bytes_sent:bytes:worker0 comm_time_model:s:worker0 "
@@ -75,7 +78,7 @@ def _git_sha() -> str:
         dirty = git("status", "--porcelain", "--untracked-files=no")
     except (OSError, ValueError, subprocess.SubprocessError):
         return "unknown"
-    return sha + "-dirty" * bool(dirty) if (Path(top) / "experiments" / "recorder.cpp").is_file() else "unknown"
+    return sha + "-dirty" * bool(dirty) if (Path(top) / "run_file" / "recorder.cpp").is_file() else "unknown"
 
 
 class RunFileWriter:
@@ -84,7 +87,8 @@ class RunFileWriter:
     path     the .h5 file: its folder must exist; an existing one is refused unless `overwrite`
     config   the run config (name, seed, workers, steps, model, optimizer, ...), the `config`
              attribute; model defaults to {"type": "external"}, workers to world_size. The analysis
-             compares runs on it: give every key they differ in.
+             compares runs on it: give every key they differ in, and none their optimizer does
+             not read (the file says config_as_given, so the analysis keeps every key given).
     tensors  the flat layout as (name, numel) pairs, N their total
     rank     only rank 0 writes; on the others every method returns without touching the file
              system, and close() returns a summary without values (path None)
@@ -131,7 +135,7 @@ class RunFileWriter:
             # it starts, and columns a loop adds later after a reopen (_flush).
             for key, value in (("config", self._config_json), ("status", "running"), ("steps_completed", 0),
                                ("error", ""), ("scape_version", _scape_version()), ("git_sha", _git_sha()),
-                               ("layout_version", LAYOUT_VERSION)):
+                               ("layout_version", LAYOUT_VERSION), ("config_as_given", 1)):
                 f.attrs[key] = np.int64(value) if isinstance(value, int) else value
             for group in ("metrics", "eval"):
                 f.create_dataset(f"{group}/step", (0,), maxshape=(None,), chunks=(_ROW_CHUNK,), dtype="<i8")

@@ -1,5 +1,5 @@
 """Density schedule and the number of mask positions per piece, as the C++ core computes them
-(core/schedule.cpp: density_at; core/mask_ownership.cpp: k_tensor_piece). Pure Python in
+(core/schedule.cpp: density_at; optimizers/scape/mask_ownership.cpp: k_tensor_piece). Pure Python in
 double precision, so every rank and the core agree on k exactly."""
 from __future__ import annotations
 
