@@ -38,7 +38,8 @@ class RunFileError(Exception):
 
 
 class ScapeBinaryError(Exception):
-    """The scape binary, which says which optimizer keys apply to which optimizer, is missing or failed."""
+    """The scape binary is missing or failed where it was needed: for the optimizer-key table of run
+    files without the `optimizer_keys` attribute (`key_types`), or for `report --cluster`."""
 
 
 def scape_binary():
@@ -52,8 +53,7 @@ def scape_binary():
     on_path = shutil.which("scape")
     if on_path:
         return on_path
-    raise ScapeBinaryError("the analysis needs the scape binary to know which optimizer keys apply to which "
-                           "optimizer, and found none: set SCAPE_BINARY=/path/to/scape, build this checkout "
+    raise ScapeBinaryError("found no scape binary: set SCAPE_BINARY=/path/to/scape, build this checkout "
                            f"(build/{{{','.join(_BUILD_PRESETS)}}}/apps/scape) or put scape on PATH")
 
 
@@ -61,9 +61,9 @@ def scape_binary():
 def optimizer_key_types():
     """{optimizer key: the optimizer types that read it}, from the "x-applies-to" of `scape schema`.
 
-    The resolved config of a run written before the keys were dropped still carries every
-    default (a dense AdamS run says `sparsity: 0.99`); comparing runs on keys their optimizer
-    does not read would invent differences (and labels) that do not exist.
+    Only for run files without the `optimizer_keys` attribute (written before scape recorded it):
+    `key_types(run)` reads the file's own table first, so a report of current files never runs
+    the binary. Raises ScapeBinaryError when no binary can say.
     """
     binary = scape_binary()
     try:
@@ -97,6 +97,12 @@ class Run:
     val_loss: np.ndarray = field(default_factory=lambda: np.zeros(0))
     tensor_names: list = field(default_factory=list)
     tensors: dict = field(default_factory=dict)
+    optimizer_keys: dict = None
+    """{optimizer key: frozenset of the optimizer types that read it}: the file's `optimizer_keys`
+    attribute, None when it has none (files written before it existed, and RunFileWriter's)."""
+    config_as_given: bool = False
+    """The `config_as_given` attribute: the config is as its writer gave it, not resolved by scape
+    (scape.optim.run_file.RunFileWriter), so it holds no default its optimizer does not read."""
 
     @property
     def name(self):
@@ -147,6 +153,19 @@ def _check_layout(path, attrs):
                            f"{LAYOUT_VERSION} — use the analysis scripts of the scape that wrote it")
     if "config" not in attrs or "status" not in attrs:
         raise RunFileError(f"{path}: HDF5 file without the 'config'/'status' attributes of a scape run file")
+
+
+def _read_key_types(path, attrs):
+    """The `optimizer_keys` attribute as {key: frozenset(types)}, None when the file has none."""
+    if "optimizer_keys" not in attrs:
+        return None
+    try:
+        table = json.loads(_text(attrs["optimizer_keys"]))
+        if not isinstance(table, dict) or not all(isinstance(v, list) for v in table.values()):
+            raise ValueError("expected a JSON object of lists")
+        return {str(key): frozenset(str(t) for t in types) for key, types in table.items()}
+    except ValueError as e:  # json.JSONDecodeError is a ValueError
+        raise RunFileError(f"{path}: the 'optimizer_keys' attribute is not {{key: [optimizer types]}} ({e})") from None
 
 
 def _read_series(group, length_from="step"):
@@ -200,7 +219,9 @@ def load_run(path):
                        error=_text(attrs.get("error", "")), scape_version=_text(attrs.get("scape_version", "")),
                        git_sha=_text(attrs.get("git_sha", "")), metrics=metrics,
                        eval_step=evals.get("step", np.zeros(0, dtype=np.int64)),
-                       val_loss=evals.get("val_loss", np.zeros(0)), tensor_names=names, tensors=tensors)
+                       val_loss=evals.get("val_loss", np.zeros(0)), tensor_names=names, tensors=tensors,
+                       optimizer_keys=_read_key_types(path, attrs),
+                       config_as_given=bool(np.asarray(attrs.get("config_as_given", 0)).reshape(-1)[0]))
     except RunFileError:
         raise
     except (OSError, KeyError, ValueError, TypeError) as e:
@@ -257,20 +278,69 @@ def flatten(config, prefix=""):
     return out
 
 
+_MAX_NAMED_FILES = 10
+"""An error about run files names at most this many of them."""
+
+
+def _lacking_table_error(paths, cause):
+    """ScapeBinaryError naming the run files that need `scape schema`, which `cause` says failed."""
+    names = ", ".join(str(p) for p in paths[:_MAX_NAMED_FILES])
+    if len(paths) > _MAX_NAMED_FILES:
+        names += f" and {len(paths) - _MAX_NAMED_FILES} more"
+    return ScapeBinaryError(
+        f"{len(paths)} run file(s) lack the 'optimizer_keys' attribute (written by a scape from before it "
+        f"recorded which optimizer types read which optimizer key): {names}. For those files the analysis asks "
+        f"`scape schema` instead, and that failed: {cause}. Otherwise leave these files out of the report "
+        "(files written by a current scape carry the attribute and need no binary).")
+
+
+def key_types(run):
+    """{optimizer key: the optimizer types that read it} for `run`, or None when nothing is to be dropped.
+
+    The file's `optimizer_keys` attribute (scape writes it from its key table); None for a config
+    as given (`config_as_given`); for older files `scape schema` (`optimizer_key_types`), raising
+    ScapeBinaryError naming the file when no binary can say.
+    """
+    if run.optimizer_keys is not None:
+        return run.optimizer_keys
+    if run.config_as_given:
+        return None
+    try:
+        return optimizer_key_types()
+    except ScapeBinaryError as e:
+        raise _lacking_table_error([run.path], e) from None
+
+
+def check_key_types(runs):
+    """Makes sure `key_types` can answer for every run: raises ScapeBinaryError naming every file
+    that lacks the `optimizer_keys` attribute when `scape schema` cannot stand in for it. Runs the
+    binary only when some file lacks the attribute."""
+    lacking = [r.path for r in runs if r.optimizer_keys is None and not r.config_as_given]
+    if lacking:
+        try:
+            optimizer_key_types()
+        except ScapeBinaryError as e:
+            raise _lacking_table_error(lacking, e) from None
+
+
 def effective_config(run):
     """The flattened config without keys that do not apply to the run's optimizer or model.
 
-    Optimizer keys go when the run's optimizer type does not read them (`optimizer_key_types`,
-    from `scape schema`); raw-gradient top-k is always replicated, so its `sharded` is no
-    choice either; `name` and `description` are labels and `log.*` says what is recorded,
-    not settings of the training; `optimizer.min_lr` is dropped when it is the default lr/10.
-    Raises ScapeBinaryError when no scape binary can say which keys apply.
+    Optimizer keys go when the run's optimizer type does not read them (`key_types`: the run
+    file's `optimizer_keys` attribute, or `scape schema` for older files); the resolved config
+    of a run written before such keys were left out still carries every default (a dense AdamS
+    run says `sparsity: 0.99`), and comparing runs on keys their optimizer does not read would
+    invent differences (and labels) that do not exist. Raw-gradient top-k is always replicated,
+    so its `sharded` is no choice either; `name` and `description` are labels and `log.*` says
+    what is recorded, not settings of the training; `optimizer.min_lr` is dropped when it is the
+    default lr/10. Raises ScapeBinaryError when the run's file lacks the table and no scape
+    binary can say which keys apply.
     """
     flat = flatten(run.config)
     kind = run.optimizer_type
-    key_types = optimizer_key_types()
-    if kind in key_types["type"]:
-        for key, types in key_types.items():
+    types_of = key_types(run) or {}
+    if kind in types_of.get("type", ()):
+        for key, types in types_of.items():
             if kind not in types:
                 flat.pop(f"optimizer.{key}", None)
     if kind in ("topk_ef", "randk_ef", "powersgd", "demo"):

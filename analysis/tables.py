@@ -4,8 +4,8 @@ Runs are compared on the settings that differ between them. Settings outside `op
 (workers, model, data, network, seed) define *groups*: runs of one group saw the same problem,
 so each sparse run is compared with a dense run of its own group. Optimizer settings define the
 run's *label* inside its group. Keys that do not apply to a run's optimizer are ignored
-(`runs.effective_config`), so a dense AdamS run is not "sparsity 0.99" because the resolved
-config fills that default in.
+(`runs.effective_config`, from each run file's `optimizer_keys` attribute), so a dense AdamS run
+is not "sparsity 0.99" because the resolved config of an older scape filled that default in.
 """
 
 import csv
@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .runs import SPARSE_TYPES, effective_config, finite_mean, load_runs
+from .runs import SPARSE_TYPES, check_key_types, effective_config, finite_mean, load_runs
 from .stats import DEFAULT_REFERENCE, final_train_loss, first_train_loss
 
 MAX_GROUP_ROWS = 8
@@ -237,6 +237,7 @@ def build_report(inputs):
     failed = [r for r in runs if r.status == "failed"]
     empty = [r for r in runs if r.status != "failed" and len(r.steps) == 0]
     usable = [r for r in runs if r.status != "failed" and len(r.steps) > 0]
+    check_key_types(usable)  # one error naming every file that lacks its key table, if any must
     varying = varying_keys(usable)
     gkeys = group_keys(varying)
     groups = {}
