@@ -66,9 +66,12 @@ def point(rows, *settings):
     return found[0]
 
 
-def check_at_scale(text, sweep, scape, tmp, config, occurrence):
+def check_at_scale(text, sweep, scape, tmp, config, occurrence, overlaps):
+    """`overlaps`: the overlap cells each sparsity has a row for ("off" alone where the quickstart
+    shows only the regime the cluster was measured in)."""
     _, rows = table(text, "run here", occurrence)
-    assert len(rows) == 4, rows  # two sparsities, with bucketed overlap on and off
+    assert len(rows) == 2 * len(overlaps), rows  # two sparsities
+    assert sorted(r["overlap (grad_reduce, param_gather)"] for r in rows) == sorted(overlaps * 2), rows
     dense = point(sweep, "optimizer.type=adams")
     # The quickstart runs each optimizer at its own learning rate (sweep 1's best).
     assert "optimizer.lr=0.001" in dense["point"].split(), dense
@@ -110,12 +113,13 @@ def main():
         out = tmp / "runs"
         text = quickstart(scape, out)
         sweep = check_sweep_table(text)
-        vista = check_at_scale(text, sweep, scape, tmp, THERE, 0)
-        fast = check_at_scale(text, sweep, scape, tmp, THERE_FAST, 1)
-        # On the authors' cluster SCAPE pays; on InfiniBand NDR 400 it does not (overlap off, as they ran).
+        # On the authors' cluster only the regime they measured (overlap off); on NDR 400 both.
+        vista = check_at_scale(text, sweep, scape, tmp, THERE, 0, ["off"])
+        fast = check_at_scale(text, sweep, scape, tmp, THERE_FAST, 1, ["off", "on"])
+        assert "docs/NETLAB.md" in text
+        # On the authors' cluster SCAPE pays; on InfiniBand NDR 400 it does not.
         for row in vista:
-            if row["overlap (grad_reduce, param_gather)"] == "off":
-                assert float(row["speedup"]) > 1, row
+            assert float(row["speedup"]) > 1, row
         for row in fast:
             assert float(row["speedup"]) < 1, row
         check_report(text, out)
