@@ -194,7 +194,7 @@ void replace_by_group(hid_t file, FuzzedDataProvider& in, const H5Vocabulary& v)
 }  // namespace
 
 void keep_hdf5_free_lists() {
-  const auto lock = experiments::lock_hdf5();
+  const auto lock = run_file::lock_hdf5();
   // Bounded, so a long run's memory stays flat: fixed-size structs (the cache among them) up to
   // 8 MB per list, 64 MB in all; blocks up to 4 MB per size, 64 MB in all; arrays as default.
   constexpr int kMiB = 1 << 20;
@@ -202,7 +202,7 @@ void keep_hdf5_free_lists() {
 }
 
 void mutate_hdf5(const std::filesystem::path& path, FuzzedDataProvider& input, const H5Vocabulary& vocabulary) {
-  const auto lock = experiments::lock_hdf5();  // also silences HDF5's error printing
+  const auto lock = run_file::lock_hdf5();  // also silences HDF5's error printing
   const hid_t fapl = H5Pcreate(H5P_FILE_ACCESS);
   H5Pset_fapl_core(fapl, 64 * 1024, /*backing_store=*/1);
   const hid_t file = H5Fopen(path.c_str(), H5F_ACC_RDWR, fapl);
