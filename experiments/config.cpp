@@ -107,6 +107,9 @@ ComputeSection parse_compute(const json& j, const ModelSection& model) {
   ComputeSection c;
   write_given(s, compute_keys(), c);
   check_applicable(s, compute_keys(), c.type);
+  if (c.type == "sleep" && !s.has("seconds")) {
+    fail("compute.seconds", "compute.type \"sleep\" needs the seconds of forward and backward a step stands for");
+  }
   if (c.type == "flops" && model.type != "gpt") {
     fail("compute.type", "\"flops\" needs model.type \"gpt\" (the FLOPs come from the gpt shape), got \"" +
                              model.type + "\"");

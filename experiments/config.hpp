@@ -63,9 +63,12 @@ struct NetworkSection {
 // forward/backward on this machine, or the training FLOPs of the model shape on a GPU preset of
 // the predictor at an assumed MFU (predict/compute_model.hpp).
 struct ComputeSection {
-  std::string type = "measured";  // measured | flops
+  std::string type = "measured";  // measured | flops | sleep
   std::string device = "h100";    // flops: a GPU preset of presets/gpu_presets.hpp
   double mfu = presets::kDefaultMfu;
+  // sleep: the seconds of forward and backward a step stands for; each rank sleeps out what its
+  // own gradient did not take (a GPU stand-in for ranks that share a few cores).
+  double seconds = 0;
 };
 
 struct EvalSection {

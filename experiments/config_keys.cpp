@@ -131,14 +131,19 @@ const KeyTable<ComputeSection>& compute_keys() {
   using C = ComputeSection;
   static const KeyTable<C> t({
       {{"type", Kind::string,
-        "measured (thread CPU seconds of forward/backward) or flops (training FLOPs of the gpt shape on a GPU)", {},
-        {"measured", "flops"}},
+        "measured (thread CPU seconds of forward/backward), flops (training FLOPs of the gpt shape on a GPU) or "
+        "sleep (each rank sleeps out compute.seconds a step: a GPU stand-in)",
+        {},
+        {"measured", "flops", "sleep"}},
        SCAPE_MEMBER(C, type)},
       {{"device", Kind::string, "GPU preset of scape predict whose dense bf16 peak the FLOPs run at", {},
         gpu_preset_names(), {"flops"}},
        SCAPE_MEMBER(C, device)},
       {{"mfu", Kind::number, "achieved fraction of the device's peak", {0, 1, true}, {}, {"flops"}},
        SCAPE_MEMBER(C, mfu)},
+      {{"seconds", Kind::number, "sleep: seconds of forward and backward a step stands for", {0, 3600, true}, {},
+        {"sleep"}},
+       SCAPE_MEMBER(C, seconds)},
   });
   return t;
 }

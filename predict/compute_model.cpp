@@ -10,6 +10,7 @@
 namespace scape::predict {
 
 double modelled_compute_seconds(const experiments::ExperimentConfig& c) {
+  if (c.compute.type == "sleep") return c.compute.seconds;
   if (c.compute.type != "flops") return std::numeric_limits<double>::quiet_NaN();
   const double per_token = presets::training_flops_per_token(experiments::predictor_model_spec(c.model),
                                                              c.model.block_size, presets::AttentionFlops::causal);
@@ -25,11 +26,11 @@ double modelled_compute_seconds(const experiments::ExperimentConfig& c) {
 }
 
 std::string describe_step_time_model(const experiments::ExperimentConfig& c) {
-  char mfu[32];
-  std::snprintf(mfu, sizeof mfu, "%g", c.compute.mfu);
-  const std::string compute = c.compute.type == "flops"
-                                  ? "FLOPs on " + c.compute.device + " at MFU " + mfu
-                                  : std::string("measured CPU time of this machine");
+  char figure[32];
+  std::snprintf(figure, sizeof figure, "%g", c.compute.type == "sleep" ? c.compute.seconds : c.compute.mfu);
+  std::string compute = "measured CPU time of this machine";
+  if (c.compute.type == "flops") compute = "FLOPs on " + c.compute.device + " at MFU " + figure;
+  if (c.compute.type == "sleep") compute = std::string(figure) + " s a step slept (a GPU stand-in)";
   char link[64];
   std::snprintf(link, sizeof link, "alpha %g us, %g GB/s", c.network.alpha_us, c.network.bandwidth_GBps);
   const std::string network = c.network.preset.empty() ? std::string(link) : c.network.preset;

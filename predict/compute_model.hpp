@@ -11,7 +11,8 @@
 namespace scape::predict {
 
 // Seconds of forward + backward of one worker's micro-batch (data.batch_size sequences of
-// model.block_size tokens), causal attention FLOPs; NaN with compute.type = "measured".
+// model.block_size tokens), causal attention FLOPs; compute.seconds with compute.type = "sleep";
+// NaN with compute.type = "measured".
 double modelled_compute_seconds(const experiments::ExperimentConfig& c);
 
 // What step_time_model adds up, for a table header: "compute: FLOPs on gh200 at MFU 0.4 +

@@ -150,3 +150,29 @@ TEST_CASE("a simulated run: compute_time_model is the FLOP time (flops) or compu
     }
   }
 }
+
+TEST_CASE("compute.type sleep: each rank's step takes at least compute.seconds, and the model takes those seconds") {
+  const json sleep = {{"type", "sleep"}, {"seconds", 0.05}};
+  const auto c = parse(quickstart_like(sleep));
+  CHECK(c.to_json()["compute"] == sleep);  // device and mfu do not apply: not recorded
+  CHECK(scape::predict::modelled_compute_seconds(c) == 0.05);
+  CHECK(scape::predict::describe_step_time_model(c).find("0.05 s a step slept") != std::string::npos);
+  CHECK(error_of(quickstart_like({{"type", "sleep"}})).find("compute.seconds") != std::string::npos);
+  CHECK(error_of(quickstart_like({{"type", "sleep"}, {"seconds", 0}})).find("compute.seconds") != std::string::npos);
+  CHECK(error_of(quickstart_like({{"type", "flops"}, {"seconds", 1}})).find("compute.seconds") != std::string::npos);
+
+  scape::testing::TempDir dir;
+  scape::train::RunOptions options;
+  options.out = dir / "sleep.h5";
+  options.quiet = true;
+  REQUIRE(scape::sim::run_simulated(c, options).status == scape::train::RunStatus::completed);
+  const auto f = scape::run_file::File::open(options.out, scape::run_file::Access::read);
+  const auto wall = f.open_dataset("/metrics/compute_wall_time").read_all<double>();
+  const auto model = f.open_dataset("/metrics/compute_time_model").read_all<double>();
+  REQUIRE(wall.size() == 3);
+  for (std::size_t t = 0; t < wall.size(); ++t) {
+    CAPTURE(t);
+    CHECK(wall[t] >= 0.05);  // the 50 ms a step stands for, the gradient's own time inside them
+    CHECK(model[t] == 0.05);
+  }
+}

@@ -114,7 +114,7 @@ TEST_CASE("docs/run-files.md has the table's row for every metric, and no row fo
   for (const tr::RunMetric& m : tr::run_metrics()) expected.insert(tr::doc_row(m));
   for (const tr::TensorMetric& m : tr::tensor_metrics()) expected.insert(tr::doc_row(m));
   for (const std::string& row : expected) {
-    INFO("docs/run-files.md lacks this row (the metric table in train/run_metrics.cpp writes it):\n" << row);
+    INFO("docs/run-files.md lacks this row (the metric table in train/metric_table.cpp writes it):\n" << row);
     CHECK(has_line(lines, row));
   }
   for (const std::string& line : lines) {

@@ -86,7 +86,8 @@ const RunMetric kRunMetrics[] = {
      .combine = Combine::rank0,
      .unit = "s",
      .rank0_field = &RankZeroValues::compute_time_model,
-     .doc = "the compute the modelled step time takes: `compute_time` (`compute.type` measured) or the "
+     .doc = "the compute the modelled step time takes: `compute_time` (`compute.type` measured), `compute.seconds` "
+            "(sleep) or the "
             "training FLOPs of one worker's micro-batch at `compute.mfu` of `compute.device`'s peak (flops)"},
     {.name = "step_time_model",
      .columns = Columns::one,

@@ -2,10 +2,12 @@
 #include "train/rank_loop.hpp"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <stdexcept>
 #include <cstdio>
 #include <ctime>
+#include <thread>
 
 #include "optimizers/make_optimizer.hpp"
 #include "train/device_memory.hpp"
@@ -99,6 +101,10 @@ bool RankLoop::step(int t, const GivenGradient& given) {
   std::span<const float> grads = grads_.span();
   if (given.grads.empty()) {
     report.loss = source_->gradient(params_, t, grads_, gradient_ready_, compute_span_.get());
+    // compute.type = "sleep": the rank stands for a GPU whose forward and backward take
+    // compute.seconds; it sleeps out what its own gradient did not take.
+    const double left = config_.compute.type == "sleep" ? config_.compute.seconds - (wall_seconds() - w0) : 0.0;
+    if (left > 0) std::this_thread::sleep_for(std::chrono::duration<double>(left));
   } else {
     grads = given.grads;
     report.loss = given.loss;
