@@ -23,6 +23,7 @@ struct Calibrate {
   std::vector<double> sweep_GBps;  // --sweep: the link bandwidths of the regime sweep
   std::string validate, calibrate_table, hardware;  // measured tables (docs/PREDICTING.md)
   bool config_overlap_only = false;                 // --from-runs: no rows with the overlap switched
+  bool links_from_bench = false;                    // --calibrate: links from bench-comm files alone
 };
 
 // The shipped calibration of the artifact's cluster, fitted to its Llama-500M table.
@@ -64,15 +65,16 @@ int cmd_predict(const std::string& file, std::string out, const std::string& csv
   if (!calibrate.validate.empty() || !calibrate.calibrate_table.empty()) return cmd_tables(file, out, csv, calibrate);
   if (!calibrate.hardware.empty()) throw ex::ConfigError("--hardware goes with --validate");
   if (!calibrate.fit.empty()) {
-    if (!file.empty() || !csv.empty() || !from_runs.empty())
-      throw ex::ConfigError("--calibrate takes no config, --csv or --from-runs");
+    if (!file.empty() || !from_runs.empty()) throw ex::ConfigError("--calibrate takes no config or --from-runs");
     if (out.empty()) out = "calibrated-hardware.json";
     scape::predict::calibrate_from_files({calibrate.fit.begin(), calibrate.fit.end()},
-                                         {calibrate.held_out.begin(), calibrate.held_out.end()}, out, std::cout);
+                                         {calibrate.held_out.begin(), calibrate.held_out.end()}, out, std::cout, csv,
+                                         calibrate.links_from_bench);
     std::fprintf(stderr, "calibrated from %zu file(s) -> %s\n", calibrate.fit.size(), out.c_str());
     return kExitOk;
   }
   if (!calibrate.held_out.empty()) throw ex::ConfigError("--held-out goes with --calibrate");
+  if (calibrate.links_from_bench) throw ex::ConfigError("--links-from-bench goes with --calibrate");
   if (file.empty()) throw ex::ConfigError("predict: a prediction config (or --calibrate RUN.h5 ...) is required");
   if (calibrate.config_overlap_only && from_runs.empty()) {
     throw ex::ConfigError("--config-overlap-only goes with --from-runs");
@@ -114,7 +116,8 @@ Command add_predict_command(CLI::App& app) {
   predict->add_option("--set", a->sets, "override a config value: key.path=value (JSON, else a string); repeatable");
   predict->add_option("--out", a->out, "HDF5 prediction file (default: <name>-predict.h5 in the current directory); "
                                        "with --calibrate the hardware description (default calibrated-hardware.json)");
-  predict->add_option("--csv", a->csv, "also write the table as CSV");
+  predict->add_option("--csv", a->csv,
+                      "also write the table as CSV (with --calibrate: one row a run, measured and predicted step)");
   predict->add_option("--from-runs", a->from_runs,
                       "instead: for each completed run in this folder of the config's optimizer type, predict at the "
                       "largest worker count with the run's sparsity (with and without bucketed overlap) and print "
@@ -148,6 +151,9 @@ Command add_predict_command(CLI::App& app) {
   for (const auto& [name, target, help] : table_options) {
     predict->add_option(name, *target, help)->check(CLI::ExistingFile);
   }
+  predict->add_flag("--links-from-bench", a->calibrate.links_from_bench,
+                    "with --calibrate: fit the links to the bench-comm files alone, the runs' collectives only "
+                    "compared (compute and the optimizer from runs over one link, the links from another)");
   predict->add_option("--held-out", a->calibrate.held_out,
                       "with --calibrate: runs predicted with the fit but not fitted on (their error is printed)");
   Command c;

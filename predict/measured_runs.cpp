@@ -137,7 +137,8 @@ void print_fit(std::ostream& out, const Calibration& c) {
 }
 
 void print_runs(std::ostream& out, const Calibration& c, const std::vector<RunMeasurement>& runs,
-                const std::vector<bool>& fitted) {
+                const std::vector<bool>& fitted, std::ostream* csv) {
+  if (csv) *csv << "file,role,workers,optimizer,cpu_share,wall_step_ms,measured_step_ms,predicted_step_ms,error\n";
   out << "\n| run | role | W | optimizer | steps | CPU share | wall step ms | measured step ms | predicted step ms | "
          "error | compute ms meas / pred | optimizer ms meas / pred "
          "|\n|---|---|---|---|---|---|---|---|---|---|---|---|\n";
@@ -155,6 +156,12 @@ void print_runs(std::ostream& out, const Calibration& c, const std::vector<RunMe
         << ms(r.wall_step_s) << " | " << ms(r.step_s()) << " | "
         << ms(pred_step) << " | " << percent(pred_step, r.step_s()) << " | " << ms(r.compute_s) << " / "
         << ms(p.compute_s()) << " | " << ms(r.optimizer_s) << " / " << ms(pred_opt) << " |\n";
+    if (csv) {
+      *csv << r.file.string() << "," << (fitted[i] ? "fitted" : "held_out") << "," << r.workers << ","
+           << to_string(r.optimizer.type) << "," << r.cpu_share << "," << ms(r.wall_step_s) << "," << ms(r.step_s())
+           << "," << ms(pred_step) << ","
+           << pred_step / r.step_s() - 1 << "\n";
+    }
     for (const auto& m : r.collectives) {
       double predicted = 0;
       for (const auto& col : p.collectives) {
@@ -286,7 +293,7 @@ RunMeasurement read_run_measurement(const std::filesystem::path& file) {
 
 void calibrate_from_files(const std::vector<std::filesystem::path>& fit_files,
                           const std::vector<std::filesystem::path>& held_out, const std::filesystem::path& out,
-                          std::ostream& table) {
+                          std::ostream& table, const std::filesystem::path& csv, bool links_from_bench) {
   std::vector<RunMeasurement> runs;
   std::vector<bool> fitted;
   std::vector<RateSample> compute, optimizer;
@@ -308,8 +315,12 @@ void calibrate_from_files(const std::vector<std::filesystem::path>& fit_files,
     optimizer.push_back(RateSample{predict_step(in, r.workers, r.tokens_per_gpu).optimizer_bytes +
                                        r.harness_metric_bytes,
                                    r.optimizer_kernels_s});
+    if (links_from_bench) continue;
     const auto s = samples_of(r);
     collectives.insert(collectives.end(), s.begin(), s.end());
+  }
+  if (links_from_bench && collectives.empty()) {
+    throw ex::ConfigError("--calibrate --links-from-bench: no bench-comm file among the inputs to fit the links to");
   }
   for (const auto& file : held_out) {
     runs.push_back(read_run_measurement(file));
@@ -328,7 +339,13 @@ void calibrate_from_files(const std::vector<std::filesystem::path>& fit_files,
   o << hardware_json(c).dump(2) << "\n";
   if (!o) throw std::runtime_error(out.string() + ": cannot be written");
   print_fit(table, c);
-  print_runs(table, c, runs, fitted);
+  if (csv.empty()) {
+    print_runs(table, c, runs, fitted, nullptr);
+    return;
+  }
+  std::ofstream csv_out(csv);
+  print_runs(table, c, runs, fitted, &csv_out);
+  if (!csv_out) throw std::runtime_error(csv.string() + ": cannot be written");
 }
 
 }  // namespace scape::predict

@@ -79,9 +79,13 @@ bool is_bench_comm_file(const std::filesystem::path& file);
 
 // Fits `fit_files` (run files and bench-comm files), writes the hardware description to
 // `out`, and prints the fit and, for every run of `fit_files` and `held_out`, predicted against
-// measured step and collective times with their relative errors.
+// measured step and collective times with their relative errors; with `csv` not empty also
+// writes one row a run there (file, role, workers, optimizer, CPU share, wall, measured and
+// predicted step ms, relative error). With `links_from_bench` the links are fitted to the bench-comm files alone and
+// the runs' own collectives are only compared: compute and the optimizer step can then come from
+// runs over one link and the links from another (at least one bench-comm file is required).
 void calibrate_from_files(const std::vector<std::filesystem::path>& fit_files,
                           const std::vector<std::filesystem::path>& held_out, const std::filesystem::path& out,
-                          std::ostream& table);
+                          std::ostream& table, const std::filesystem::path& csv = {}, bool links_from_bench = false);
 
 }  // namespace scape::predict

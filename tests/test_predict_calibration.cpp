@@ -285,3 +285,78 @@ TEST_CASE("bad measurement files: ConfigError naming the file and what is missin
   CHECK(error_of(overlapped).find("bucketed.h5: optimizer.overlap_grad_reduce: its reduce-scatter runs in buckets") !=
         std::string::npos);
 }
+
+namespace {
+// A bench-comm file of `samples` in the format `scape bench-comm` writes.
+fs::path write_bench_comm(const fs::path& file, const std::vector<CollectiveSample>& samples) {
+  scape::run_file::File f = scape::run_file::File::create(file);
+  f.write_string_attribute("format", kBenchCommFormat);
+  f.write_string_attribute("backend", "synthetic");
+  std::vector<std::string> kinds;
+  std::vector<double> workers, steps, sent, time;
+  for (const auto& s : samples) {
+    kinds.push_back(to_string(s.kind));
+    workers.push_back(s.workers);
+    steps.push_back(s.latency_steps);
+    sent.push_back(s.bytes_sent);
+    time.push_back(s.time_s);
+  }
+  f.create_string_dataset("collective", kinds);
+  f.create_string_dataset("kind", kinds);
+  write_column(f, "workers", workers);
+  write_column(f, "latency_steps", steps);
+  write_column(f, "bytes_sent_per_worker", sent);
+  write_column(f, "time_s", time);
+  f.close();
+  return file;
+}
+}  // namespace
+
+TEST_CASE("--links-from-bench: the links from the bench-comm file alone, compute and the optimizer from the runs") {
+  const Truth bench_truth;
+  Truth run_truth;  // the runs' own collectives ran over a link 3x slower, with more latency
+  for (auto& l : run_truth.link) l = NetworkModel{l.alpha_s * 2, l.bandwidth_Bps / 3};
+  scape::testing::TempDir dir;
+  const fs::path bench = write_bench_comm(dir.path / "bench.h5", bench_samples(bench_truth, false));
+  const std::vector<fs::path> fit = {
+      bench, write_measured_run(dir.path, "dense", gpt_run_config("adams", 2, 0), run_truth),
+      write_measured_run(dir.path, "scape", gpt_run_config("scape", 2, 0.9), run_truth)};
+  const fs::path held = write_measured_run(dir.path, "scape99", gpt_run_config("scape", 2, 0.99), run_truth);
+  std::ostringstream table;
+  calibrate_from_files(fit, {held}, dir.path / "hw.json", table, dir.path / "runs.csv", true);
+  const json hw = json::parse(std::ifstream(dir.path / "hw.json"));
+  CHECK(hw.at("gpu").at("peak_TFLOPs").get<double>() == doctest::Approx(run_truth.flops / 1e12).epsilon(0.01));
+  CHECK(hw.at("gpu").at("memory_bandwidth_TBps").get<double>() ==
+        doctest::Approx(run_truth.optimizer_Bps / 1e12).epsilon(0.01));
+  for (const auto kind : kKinds) {  // the bench's links, not the runs'
+    const auto& l = hw.at("network").at("collectives").at(to_string(kind));
+    const auto& truth = bench_truth.link[static_cast<int>(kind)];
+    CHECK(l.at("alpha_us").get<double>() == doctest::Approx(truth.alpha_s * 1e6).epsilon(0.01));
+    CHECK(l.at("bandwidth_GBps").get<double>() == doctest::Approx(truth.bandwidth_Bps / 1e9).epsilon(0.01));
+  }
+  // The CSV: one row a run, each predicted over the bench's faster link: the step a run of the
+  // same config measures when its own collectives ran over that link.
+  std::ifstream csv(dir.path / "runs.csv");
+  std::string header, row;
+  std::getline(csv, header);
+  CHECK(header == "file,role,workers,optimizer,cpu_share,wall_step_ms,measured_step_ms,predicted_step_ms,error");
+  std::vector<std::string> rows;
+  while (std::getline(csv, row)) rows.push_back(row);
+  REQUIRE(rows.size() == 3);
+  const std::string& last = rows.back();
+  CAPTURE(last);
+  CHECK(last.find("scape99.h5,held_out,2,scape,1,") != std::string::npos);
+  const double over_bench_link =
+      read_run_measurement(write_measured_run(dir.path, "same", gpt_run_config("scape", 2, 0.99), bench_truth)).step_s();
+  std::vector<double> fields;
+  for (std::size_t at = last.find(",scape,") + 7; at != std::string::npos + 1; at = last.find(',', at) + 1) {
+    fields.push_back(std::stod(last.substr(at)));
+  }
+  REQUIRE(fields.size() == 5);  // cpu_share, wall, measured, predicted (ms), error
+  CHECK(fields[3] == doctest::Approx(over_bench_link * 1e3).epsilon(1e-4));
+  CHECK(fields[2] > fields[3]);  // measured over the slower link
+  // Without a bench-comm file there is nothing to fit the links to.
+  std::ostringstream ignored;
+  CHECK_THROWS_WITH_AS(calibrate_from_files({fit[1], fit[2]}, {}, dir.path / "x.json", ignored, {}, true),
+                       doctest::Contains("no bench-comm file"), ex::ConfigError);
+}

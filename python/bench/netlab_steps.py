@@ -23,6 +23,7 @@ ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
 sys.path.insert(0, os.path.join(ROOT, "examples"))
 import scape.torch as st  # noqa: E402
 from tiny_gpt import CorpusBatches, TinyGPT, cross_entropy, markov_corpus  # noqa: E402
+from gloo_bench_comm import leave_process_group  # noqa: E402  (this folder, the script's own)
 
 COLUMNS = ["runtime", "method", "workers", "rate_mbit", "measured_step_ms", "predicted_step_ms",
            "exposed_comm_ms", "bytes_per_step"]
@@ -121,7 +122,7 @@ def main():
             if new:
                 writer.writeheader()
             writer.writerows(rows)
-    dist.destroy_process_group()
+    leave_process_group()
 
 
 if __name__ == "__main__":

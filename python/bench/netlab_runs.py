@@ -1,0 +1,129 @@
+#!/usr/bin/python3
+"""The MPI runtime's part of `scripts/netlab bench`, and the row of one MPI run file that it and
+`scripts/netlab-strong-scaling` report (Debian's python3 with h5py; docs/NETLAB.md).
+
+At one rate, on the nodes `scripts/netlab up` made, it:
+1. times the links with `scape bench-comm` through `scripts/netlab mpirun` (16 KiB to 16 MiB);
+2. runs the GPT of `experiments/configs/calibrate/` (3.3M parameters) under each method;
+3. fits `scape predict --calibrate --links-from-bench`: the links to the bench-comm file alone,
+   compute and the optimizer step to the runs of dense AdamS and SCAPE 90%; it predicts every
+   run, the others held out (not fitted on);
+4. appends one row a method to DIR/steps.csv with the measured and predicted step.
+"""
+import argparse
+import csv
+import os
+import subprocess
+import sys
+
+import h5py
+import numpy as np
+
+ROOT = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
+COLUMNS = ["runtime", "method", "workers", "rate_mbit", "measured_step_ms", "predicted_step_ms",
+           "exposed_comm_ms", "bytes_per_step"]
+DENSE = "experiments/configs/calibrate/mpi-dense.json"
+SCAPE = "experiments/configs/calibrate/mpi-scape.json"
+# method: (config, overrides, role in the calibration: fitted on, held out, or not predicted)
+METHODS = {
+    "adams": (DENSE, [], "fitted"),
+    # Bucketed reduce-scatter beside backward: measured only; --calibrate neither fits nor
+    # predicts a run whose collectives wait for the gradient (docs/PREDICTING.md).
+    "adams-overlap": (DENSE, ["optimizer.overlap_grad_reduce=true"], None),
+    "scape-90": (SCAPE, [], "fitted"),
+    "scape-99": (SCAPE, ["optimizer.sparsity=0.99"], "held_out"),
+    "scape-99-lag0": (SCAPE, ["optimizer.sparsity=0.99", "optimizer.mask_lag=0"], "held_out"),
+}
+
+
+def run_row(path, skip=2):
+    """Medians over a run's steps past the first `skip` (start-up and SCAPE's first lagged mask):
+    the wall step, the communication it waited for (every blocking collective plus the lagged mask's
+    exposed wait), the bytes one rank sent, and its forward/backward."""
+    with h5py.File(path, "r") as f:
+        m = f["metrics"]
+        keep = slice(skip, None)
+        blocking = sum(np.nan_to_num(m[k][keep]) for k in m if k.startswith("comm_time_measured_") and "async" not in k)
+        exposed = blocking + np.nan_to_num(m["mask_wait_exposed"][keep])
+        return {"measured_step_ms": 1e3 * float(np.median(m["step_wall_time"][keep])),
+                "exposed_comm_ms": 1e3 * float(np.median(exposed)),
+                "bytes_per_step": float(np.median(m["bytes_sent"][keep])),
+                "compute_ms": 1e3 * float(np.median(m["compute_wall_time"][keep]))}
+
+
+def mpirun(nodes, args, tries=3):
+    """`scripts/netlab mpirun`, retried when OpenMPI's launch fails before any rank ran."""
+    for attempt in range(1, tries + 1):
+        done = subprocess.run([f"{ROOT}/scripts/netlab", "mpirun", "--nodes", str(nodes), "--"] + args,
+                              stdin=subprocess.DEVNULL, env=dict(os.environ, OMP_NUM_THREADS="1"))
+        if done.returncode == 0:
+            return
+        print(f"netlab_runs: mpirun failed with status {done.returncode} (try {attempt} of {tries})", file=sys.stderr)
+    sys.exit(f"netlab_runs: {' '.join(args[:3])} failed {tries} times")
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", required=True, help="the bench folder: steps.csv is appended to, runs go to mpi-RATE/")
+    parser.add_argument("--nodes", type=int, required=True)
+    parser.add_argument("--rate-mbit", type=float, required=True, help="the link rate now up, for the CSV")
+    parser.add_argument("--steps", type=int, default=16, help="steps a run (default 16)")
+    parser.add_argument("--methods", default=",".join(METHODS), help=f"default {','.join(METHODS)}")
+    args = parser.parse_args()
+    scape = os.environ.get("SCAPE_BINARY", f"{ROOT}/build/release/apps/scape")
+    if not os.access(scape, os.X_OK):
+        sys.exit(f"netlab_runs: no scape binary at {scape} (set SCAPE_BINARY)")
+    methods = args.methods.split(",")
+    unknown = [m for m in methods if m not in METHODS]
+    if unknown:
+        sys.exit(f"netlab_runs: unknown method(s) {','.join(unknown)}; known: {','.join(METHODS)}")
+    here = os.path.join(args.out, f"mpi-{args.rate_mbit:g}mbit")
+    os.makedirs(here, exist_ok=True)
+    bench = os.path.join(here, "bench-comm.h5")
+    mpirun(args.nodes, [scape, "bench-comm", "--backend", "mpi", "--out", bench, "--min-bytes", "16384",
+                        "--max-bytes", "16777216", "--factor", "4", "--iters", "3", "--warmup", "1"])
+    fit, held_out = [bench], []
+    for method in methods:
+        config, overrides, role = METHODS[method]
+        run = os.path.join(here, f"{method}.h5")
+        sets = [a for o in overrides + [f"steps={args.steps}", f"workers={args.nodes}"] for a in ("--set", o)]
+        mpirun(args.nodes, [scape, "run", f"{ROOT}/{config}", "--backend", "mpi", "--quiet", "--force",
+                            "--out", run] + sets)
+        if role:
+            (fit if role == "fitted" else held_out).append(run)
+    if len(fit) == 1:
+        sys.exit("netlab_runs: --methods needs adams or scape-90, the runs the calibration fits")
+    calibration = os.path.join(here, "calibration.csv")
+    with open(os.path.join(here, "calibration.txt"), "w") as report:
+        subprocess.run([scape, "predict", "--links-from-bench", "--calibrate"] + fit + (["--held-out"] + held_out if held_out else []) +
+                       ["--out", os.path.join(here, "calibrated-hardware.json"), "--csv", calibration],
+                       check=True, stdout=report)
+    predicted = {os.path.basename(r["file"]): r for r in csv.DictReader(open(calibration))}
+    rows = []
+    for method in methods:
+        row = run_row(os.path.join(here, f"{method}.h5"))
+        # The calibration's measured step (steps past the optimizer's steady-state start) is the
+        # one its prediction is compared with; an unpredicted run gives its own median.
+        p = predicted.get(f"{method}.h5", {"measured_step_ms": f"{row['measured_step_ms']:.3f}",
+                                           "predicted_step_ms": "", "role": "not predicted"})
+        rows.append({"runtime": "mpi", "method": method, "workers": args.nodes, "rate_mbit": args.rate_mbit,
+                     "measured_step_ms": p["measured_step_ms"], "predicted_step_ms": p["predicted_step_ms"],
+                     "exposed_comm_ms": f"{row['exposed_comm_ms']:.2f}", "bytes_per_step": f"{row['bytes_per_step']:.0f}"})
+        if p.get("cpu_share") and float(p["cpu_share"]) < 0.9:
+            print(f"netlab_runs: warning: {method}'s forward/backward had {float(p['cpu_share']):.2f} of a core: "
+                  "something else ran on the cores, and its measured step is the wall step scaled by that share "
+                  "(rerun on quiet cores)", file=sys.stderr)
+        error = f"{100 * float(p['error']):+.1f}%, " if p["predicted_step_ms"] else ""
+        print(f"mpi {method:14} step {float(p['measured_step_ms']):9.2f} ms, predicted {p['predicted_step_ms'] or '-':>9} "
+              f"ms ({error}{p['role']}), exposed {row['exposed_comm_ms']:8.2f} ms", flush=True)
+    steps = os.path.join(args.out, "steps.csv")
+    new = not os.path.exists(steps)
+    with open(steps, "a", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=COLUMNS)
+        if new:
+            writer.writeheader()
+        writer.writerows(rows)
+
+
+if __name__ == "__main__":
+    main()
