@@ -4,6 +4,7 @@
 // each against its formula, the metrics, and a resumed run against an uninterrupted one.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <functional>
@@ -393,4 +394,36 @@ TEST_CASE("DiLoCo's fp8 outer wire delivers the mean to e5m2's precision, 1 byte
   CHECK(records[1].payload_bytes == 300);
   CHECK(records[1].overlapped);
   CHECK(b.metrics[0][0].comm.empty());
+}
+
+TEST_CASE("modelled time: the outer step is charged at its step, and overlap_outer hides it behind compute") {
+  // W = 4 on a 1 GB/s link with 10 us a message step: the all-reduce of N = 65 fp32 values at the
+  // outer step, 2 (W - 1) = 6 latency steps and 2 (W - 1) / W N 4 bytes.
+  const ParamLayout layout = layout_of({40, 25});
+  const NetworkModel net{1e-5, 1e9};
+  const double sync_s = 6 * 1e-5 + 1.5 * 65 * 4 / 1e9;
+  for (const bool overlap : {false, true}) {
+    CAPTURE(overlap);
+    OptimizerConfig c = outer_config(OptimizerType::diloco, InnerRule::adamw);
+    c.outer.inner_steps = 2;
+    c.outer.overlap_outer = overlap;
+    std::vector<std::vector<CommRecord>> records(4);
+    sim::run_ranks(4, net, [&](Communicator& comm) {
+      auto opt = make_optimizer(c, layout, comm, 5);
+      std::vector<float> theta = initial_params(layout.size()), g(layout.size(), 0.1f);
+      for (int t = 1; t <= 5; ++t) {
+        const auto m = opt->step(theta, g);
+        if (comm.rank() == 0 && t <= 4) records[static_cast<std::size_t>(t - 1)] = m.comm;
+      }
+    });
+    CHECK(records[0].empty());
+    REQUIRE(records[1].size() == 1);
+    CHECK(records[1][0].modelled_time_s == doctest::Approx(sync_s));
+    // Between outer steps only the compute; at one, the sync on top, or what compute does not hide.
+    for (const double compute : {1e-5, 1e-3}) {
+      CHECK(modelled_step_time(records[0], compute) == doctest::Approx(compute));
+      const double expected = overlap ? compute + std::max(0.0, sync_s - compute) : compute + sync_s;
+      CHECK(modelled_step_time(records[1], compute) == doctest::Approx(expected));
+    }
+  }
 }
