@@ -13,7 +13,11 @@
 #include "optimizers/baselines/outer_loop.hpp"
 #include "optimizers/baselines/sparseloco_codec.hpp"
 #include "optimizers/make_optimizer.hpp"
+#include "experiments/config.hpp"
+#include "run_file/hdf5.hpp"
 #include "sim/emulated_comm.hpp"
+#include "sim/sim_run.hpp"
+#include "tests/test_support.hpp"
 
 using namespace scape;
 
@@ -425,5 +429,41 @@ TEST_CASE("modelled time: the outer step is charged at its step, and overlap_out
       const double expected = overlap ? compute + std::max(0.0, sync_s - compute) : compute + sync_s;
       CHECK(modelled_step_time(records[1], compute) == doctest::Approx(expected));
     }
+  }
+}
+
+TEST_CASE("scape run: a run killed between outer steps resumes from its checkpoint with each worker's own parameters") {
+  // Between outer steps every worker holds parameters of its own, which a checkpoint of rank 0's
+  // alone would lose; the failure at step 8 leaves the checkpoint of step 6, where H = 4 puts the
+  // workers 2 steps past their last outer step (and overlap_outer 1 step into the delay at 5).
+  scape::testing::TempDir dir;
+  for (const char* type : {"diloco", "sparseloco"}) {
+    CAPTURE(type);
+    const nlohmann::json j = {
+        {"name", "resume"}, {"seed", 2}, {"workers", 3}, {"steps", 12},
+        {"model", {{"type", "quadratic"}, {"size", 500}}},
+        {"optimizer", {{"type", type}, {"lr", 0.01}, {"inner_steps", 4}, {"overlap_outer", true}, {"chunk", 64},
+                       {"sparsity", 0.9}}},
+        {"log", {{"save_params", true}}}};
+    const auto config = experiments::parse_experiment(j, dir.path);
+    train::RunOptions whole;
+    whole.quiet = true;
+    whole.out = dir.path / (std::string(type) + "-whole.h5");
+    REQUIRE(sim::run_simulated(config, whole).status == train::RunStatus::completed);
+    train::RunOptions killed = whole;
+    killed.out = dir.path / (std::string(type) + "-killed.h5");
+    killed.checkpoint_every = 3;
+    killed.before_step = [](int rank, int step) {
+      if (rank == 1 && step == 8) throw std::runtime_error("injected failure");
+    };
+    REQUIRE(sim::run_simulated(config, killed).status == train::RunStatus::failed);
+    train::RunOptions resumed = killed;
+    resumed.before_step = {};
+    resumed.resume = true;
+    REQUIRE(sim::run_simulated(config, resumed).status == train::RunStatus::completed);
+    const auto params = [](const std::filesystem::path& f) {
+      return run_file::File::open(f, run_file::Access::read).open_dataset("/final/params").read_all<float>();
+    };
+    CHECK(same_bits(params(resumed.out), params(whole.out)));
   }
 }
