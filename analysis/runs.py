@@ -343,7 +343,7 @@ def effective_config(run):
         for key, types in types_of.items():
             if kind not in types:
                 flat.pop(f"optimizer.{key}", None)
-    if kind in ("topk_ef", "randk_ef", "powersgd", "demo"):
+    if kind in ("topk_ef", "randk_ef", "powersgd", "demo", "diloco", "sparseloco"):
         flat.pop("optimizer.sharded", None)  # always replicated: not a choice, so not a difference
     for key in ("name", "description"):
         flat.pop(key, None)

@@ -120,6 +120,14 @@ def optimizer_name(run):
         return f"PowerSGD({opt.get('inner', '?')}) r={opt.get('powersgd_rank', '?')}"
     if kind == "demo":
         return f"DeMo C={opt.get('demo_chunk', '?')} k={opt.get('demo_topk', '?')}"
+    if kind == "diloco":
+        fragments = opt.get("streaming_fragments", 1)
+        name = "Streaming DiLoCo" if isinstance(fragments, int) and fragments > 1 else "DiLoCo"
+        extra = f" F={fragments}" if name.startswith("Streaming") else ""
+        return f"{name}({opt.get('inner', '?')}) H={opt.get('inner_steps', '?')}{extra} {opt.get('outer_wire', '?')}"
+    if kind == "sparseloco":
+        return (f"SparseLoCo({opt.get('inner', '?')}) H={opt.get('inner_steps', '?')} "
+                f"s={_value_text(opt.get('sparsity', '?'))} q={opt.get('quant_bits', '?')}")
     title = {"scape": "SCAPE", "topk_ef": "top-k EF", "randk_ef": "random-k EF"}.get(kind, kind)
     return f"{title}({opt.get('inner', '?')}) s={_value_text(opt.get('sparsity', '?'))}"
 
@@ -221,7 +229,7 @@ def make_row(run, label, group, baseline):
 
 
 _TYPE_ORDER = {"adamw": 0, "adams": 1, "scape": 2, "topk_ef": 3, "randk_ef": 4, "onebit_adam": 5, "powersgd": 6,
-               "demo": 7}
+               "demo": 7, "diloco": 8, "sparseloco": 9}
 
 
 def row_order(run, label):

@@ -66,6 +66,10 @@ void ByteLedger::record_backward_bucket(CollectiveKind kind, std::string_view pu
   pending_.back().in_backward = true;
 }
 
+void ByteLedger::mark_overlapped(std::size_t first) {
+  for (std::size_t i = first; i < pending_.size(); ++i) pending_[i].overlapped = true;
+}
+
 std::vector<CommRecord> ByteLedger::drain() {
   std::vector<CommRecord> out;
   out.swap(pending_);

@@ -60,6 +60,11 @@ class ByteLedger {
 
   // Records since the last drain (an optimizer step drains them into its metrics).
   std::vector<CommRecord> drain();
+  // How many records wait for the next drain; mark_overlapped flags those from the first-th on
+  // as overlapped: collectives whose result the caller applies one step later, so that they
+  // hide behind that step's compute (DiLoCo's overlap_outer).
+  std::size_t pending_records() const { return pending_.size(); }
+  void mark_overlapped(std::size_t first);
   // Cumulative totals per purpose since construction.
   const std::map<std::string, CommTotals>& totals() const { return totals_; }
   const NetworkModel& network() const { return net_; }

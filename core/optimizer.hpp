@@ -7,6 +7,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <span>
 #include <string>
 #include <vector>
@@ -40,6 +41,11 @@ struct StepMetrics {
   double update_sign_flip = 0;   // fraction of coordinates stepped in both steps whose sign flipped
   std::size_t nonfinite_grads = 0;
   double mask_codec_s = 0;       // wall seconds coding and decoding the mask this step
+  // DiLoCo and SparseLoCo at a step that syncs (NaN at the others and for every other method):
+  // ||Delta_i||_2 of this worker's pseudo-gradient, and ||theta_i - theta_bar||_2, its distance
+  // from the workers' mean before the sync (NaN for SparseLoCo, which never forms that mean).
+  double pseudo_grad_norm = std::numeric_limits<double>::quiet_NaN();
+  double param_drift = std::numeric_limits<double>::quiet_NaN();
   std::vector<CommRecord> comm;  // every collective of this step
   // Per tensor, in layout order.
   std::vector<double> tensor_residual_norm;

@@ -21,6 +21,8 @@ InnerRule update_rule(const OptimizerConfig& config) {
     case OptimizerType::topk_ef:
     case OptimizerType::randk_ef:
     case OptimizerType::powersgd:
+    case OptimizerType::diloco:
+    case OptimizerType::sparseloco:
       break;
   }
   return config.inner;

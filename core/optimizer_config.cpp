@@ -19,7 +19,9 @@ constexpr EnumName<OptimizerType> kTypes[] = {{"adamw", OptimizerType::adamw},
                                               {"randk_ef", OptimizerType::randk_ef},
                                               {"onebit_adam", OptimizerType::onebit_adam},
                                               {"powersgd", OptimizerType::powersgd},
-                                              {"demo", OptimizerType::demo}};
+                                              {"demo", OptimizerType::demo},
+                                              {"diloco", OptimizerType::diloco},
+                                              {"sparseloco", OptimizerType::sparseloco}};
 constexpr EnumName<InnerRule> kInner[] = {{"adams", InnerRule::adams}, {"adamw", InnerRule::adamw}};
 constexpr EnumName<UpdateMode> kUpdate[] = {{"masked", UpdateMode::masked}, {"dense", UpdateMode::dense}};
 constexpr EnumName<MaskStatistic> kStatistic[] = {{"first_moment", MaskStatistic::first_moment},
@@ -66,6 +68,13 @@ constexpr OptimizerKeyRange kRanges[] = {
     {"powersgd_rank", 1, 4096, false, false, "must be in [1, 4096]"},
     {"demo_chunk", 1, 4096, false, false, "must be in [1, 4096] elements (the DCT basis is chunk^2 floats)"},
     {"demo_topk", 1, 4096, false, false, "must be in [1, demo_chunk]"},
+    {"inner_steps", 1, 1e6, false, false, "must be in [1, 10^6]"},
+    {"outer_lr", 0, kInf, true, true, "must be finite and > 0"},
+    {"outer_momentum", 0, 1, false, true, "must be in [0, 1)"},
+    {"streaming_fragments", 1, 1024, false, false, "must be in [1, 1024] and divide optimizer.inner_steps"},
+    {"chunk", 1, 1 << 24, false, false, "must be in [1, 2^24] elements"},
+    {"quant_bits", 0, 8, false, false, "must be 0 (off), 2 or 8"},
+    {"ef_decay", 0, 1, false, false, "must be in [0, 1]"},
 };
 
 bool in_range(const OptimizerKeyRange& r, double x) {
@@ -146,6 +155,11 @@ AdamsForm OptimizerConfig::resolved_adams_form() const {
              : AdamsForm::artifact;
 }
 
+double OptimizerConfig::resolved_outer_lr() const {
+  if (outer.outer_lr >= 0) return outer.outer_lr;
+  return type == OptimizerType::sparseloco ? 0.9 : 0.7;
+}
+
 bool OptimizerConfig::dense_tensor(std::string_view name) const {
   for (const auto& part : scape.dense_tensors) {
     if (!part.empty() && name.find(part) != std::string_view::npos) return true;
@@ -215,6 +229,34 @@ void check_fp8(const OptimizerConfig& c) {
   }
 }
 
+// DiLoCo and SparseLoCo (docs/algorithms.md, "DiLoCo" and "SparseLoCo").
+void check_outer_loop(const OptimizerConfig& c) {
+  check_range("inner_steps", c.outer.inner_steps);
+  check_range("outer_lr", c.resolved_outer_lr());
+  if (c.type == OptimizerType::diloco) {
+    check_range("outer_momentum", c.diloco.outer_momentum);
+    check_range("streaming_fragments", c.diloco.streaming_fragments);
+    if (c.outer.inner_steps % c.diloco.streaming_fragments != 0) {
+      reject("streaming_fragments", std::to_string(c.diloco.streaming_fragments) +
+                                        " does not divide optimizer.inner_steps = " +
+                                        std::to_string(c.outer.inner_steps) +
+                                        " (one fragment is synced every inner_steps / streaming_fragments steps)");
+    }
+    return;
+  }
+  check_range("sparsity", c.sparsity);
+  check_range("chunk", static_cast<double>(c.sparseloco.chunk));
+  check_range("quant_bits", c.sparseloco.quant_bits);
+  const int bits = c.sparseloco.quant_bits;
+  if (bits != 0 && bits != 2 && bits != 8) bad("optimizer.quant_bits", bits, "must be 0 (off), 2 or 8");
+  check_range("ef_decay", c.sparseloco.ef_decay);
+  if (c.mask_encoding != MaskEncoding::bitmap && c.mask_encoding != MaskEncoding::elias_fano) {
+    reject("mask_encoding", std::string(to_string(c.mask_encoding)) +
+                                " codes a mask against the previous step's; sparseloco sends its indices as bitmap "
+                                "(each within its chunk) or elias_fano");
+  }
+}
+
 }  // namespace
 
 void OptimizerConfig::validate() const {
@@ -247,6 +289,12 @@ void OptimizerConfig::validate() const {
     reject("clip_grad", std::string(to_string(type)) + " never forms the synchronized gradient that clip_grad "
                                                         "clips (it sends compressed momentum); set clip_grad = 0");
   }
+  if (clip_grad > 0 && has_outer_loop(type)) {
+    reject("clip_grad", std::string(to_string(type)) + " never forms the synchronized gradient that clip_grad "
+                                                        "clips (its inner steps take each worker's own gradient); "
+                                                        "set clip_grad = 0");
+  }
+  if (has_outer_loop(type)) check_outer_loop(*this);
   if (type == OptimizerType::scape) {
     check_range("mask_lag", scape.mask_lag);
     check_formulation(*this);

@@ -16,7 +16,7 @@
 namespace scape {
 
 
-enum class OptimizerType { adamw, adams, scape, topk_ef, randk_ef, onebit_adam, powersgd, demo };
+enum class OptimizerType { adamw, adams, scape, topk_ef, randk_ef, onebit_adam, powersgd, demo, diloco, sparseloco };
 enum class InnerRule { adams, adamw };
 enum class UpdateMode { masked, dense };
 enum class MaskStatistic { first_moment, gradient, momentum_only, random };
@@ -115,6 +115,33 @@ struct DecoMomentumSwitches {
   std::size_t topk = 4;
 };
 
+// The outer loop DiLoCo and SparseLoCo share (docs/algorithms.md, "DiLoCo"): each worker takes
+// inner_steps = H steps of its own AdamW or AdamS (`inner`), then the workers exchange their
+// pseudo-gradients and take one outer step.
+struct OuterLoopSwitches {
+  int inner_steps = 10;
+  double outer_lr = -1.0;  // negative: the type's default, resolved_outer_lr()
+  // DiLoCoX's one-step delay: the outer step's result is applied one inner step later, so that its
+  // collective overlaps that step's compute.
+  bool overlap_outer = false;
+};
+
+// DiLoCo's outer Nesterov momentum, the wire of its pseudo-gradient all-reduce, and Streaming
+// DiLoCo's fragments (F contiguous parts of the flat buffer, one synced every H / F steps).
+struct DilocoSwitches {
+  double outer_momentum = 0.9;
+  WireType outer_wire = WireType::fp32;
+  int streaming_fragments = 1;
+};
+
+// SparseLoCo: the coordinates of a tensor that share one top-k (`sparsity` sets the density), the
+// bits of each sent value (0: the value at wire_dtype) and the error-feedback decay beta.
+struct SparselocoSwitches {
+  std::size_t chunk = 4096;
+  int quant_bits = 2;
+  double ef_decay = 0.999;
+};
+
 // Hyper-parameters and switches. Defaults are the documented ones (docs/algorithms.md). The
 // fields every method reads, or several do, sit at the top level; one method's own switches in
 // its sub-struct.
@@ -161,9 +188,15 @@ struct OptimizerConfig {
   OnebitAdamSwitches onebit;
   PowersgdSwitches powersgd;
   DecoMomentumSwitches demo;
+  OuterLoopSwitches outer;
+  DilocoSwitches diloco;
+  SparselocoSwitches sparseloco;
 
   double density() const { return 1.0 - sparsity; }
   double resolved_min_lr() const { return min_lr < 0 ? lr / 10.0 : min_lr; }
+  // outer_lr, with a negative value resolved: 0.7 for DiLoCo (the DiLoCo paper's), 0.9 for
+  // SparseLoCo (Templar's outer_learning_rate; docs/algorithms.md, "SparseLoCo").
+  double resolved_outer_lr() const;
   // adams_form, with automatic resolved: momentum_corrected for SCAPE's frozen_momentum, the
   // artifact's form for everything else.
   AdamsForm resolved_adams_form() const;
@@ -183,11 +216,14 @@ struct OptimizerConfig {
 };
 
 
-// The comparison baselines (topk_ef, randk_ef, onebit_adam, powersgd, demo) keep replicated
-// optimizer state only.
+// The local-SGD methods: H inner steps on each worker's own parameters, then an outer step.
+inline bool has_outer_loop(OptimizerType t) { return t == OptimizerType::diloco || t == OptimizerType::sparseloco; }
+
+// The comparison baselines (topk_ef, randk_ef, onebit_adam, powersgd, demo, diloco, sparseloco)
+// keep replicated optimizer state only.
 inline bool replicated_only(OptimizerType t) {
   return t == OptimizerType::topk_ef || t == OptimizerType::randk_ef || t == OptimizerType::onebit_adam ||
-         t == OptimizerType::powersgd || t == OptimizerType::demo;
+         t == OptimizerType::powersgd || t == OptimizerType::demo || has_outer_loop(t);
 }
 
 // The types with a CUDA path (device = cuda): SCAPE and the dense AdamW and AdamS; the

@@ -12,18 +12,26 @@ namespace {
 using namespace key_table_support;
 
 const std::vector<std::string> kSparse = {"scape", "topk_ef", "randk_ef"};
+// The keys SparseLoCo shares with the sparse optimizers: its density and how its indices are coded.
+const std::vector<std::string> kSparseOrSparseloco = {"scape", "topk_ef", "randk_ef", "sparseloco"};
 const std::vector<std::string> kScape = {"scape"};
 const std::vector<std::string> kDense = {"adamw", "adams"};
 const std::vector<std::string> kOnebit = {"onebit_adam"};
-const std::vector<std::string> kInnerRule = {"scape", "topk_ef", "randk_ef", "powersgd"};
+const std::vector<std::string> kInnerRule = {"scape", "topk_ef", "randk_ef", "powersgd", "diloco", "sparseloco"};
 const std::vector<std::string> kPowersgd = {"powersgd"};
 const std::vector<std::string> kDemo = {"demo"};
+const std::vector<std::string> kOuterLoop = {"diloco", "sparseloco"};
+const std::vector<std::string> kDiloco = {"diloco"};
+const std::vector<std::string> kSparseloco = {"sparseloco"};
 const std::vector<std::string> kWireTypes = wire_type_names();
 // The optimizers whose update rule can be AdamS, and those that form a synchronized gradient to clip.
-const std::vector<std::string> kAdamsRule = {"adams", "scape", "topk_ef", "randk_ef", "powersgd"};
+const std::vector<std::string> kAdamsRule = {"adams",    "scape",  "topk_ef",   "randk_ef",
+                                             "powersgd", "diloco", "sparseloco"};
 const std::vector<std::string> kClipped = {"adamw", "adams", "scape", "topk_ef", "randk_ef", "powersgd"};
 
 json record_min_lr(const OptimizerConfig& c) { return c.resolved_min_lr(); }
+json record_outer_lr(const OptimizerConfig& c) { return c.resolved_outer_lr(); }
+void assign_outer_lr(OptimizerConfig& c, const json& v) { c.outer.outer_lr = v.get<double>(); }
 void assign_min_lr(OptimizerConfig& c, const json& v) { c.min_lr = v.get<double>(); }
 json record_adams_form(const OptimizerConfig& c) { return to_string(c.resolved_adams_form()); }
 void assign_adams_form(OptimizerConfig& c, const json& v) { c.adams_form = parse_adams_form(v.get<std::string>()); }
@@ -49,7 +57,9 @@ const KeyTable<OptimizerConfig>& optimizer_keys() {
         Kind::string,
         "adamw, adams (dense), scape, topk_ef (raw-gradient top-k with error feedback), randk_ef (shared-seed random-k "
         "with error feedback), onebit_adam (1-bit Adam), powersgd (rank-r PowerSGD with error feedback), demo (DeMo: "
-        "DCT top-k of local momentum, sign steps)",
+        "DCT top-k of local momentum, sign steps), diloco (DiLoCo and Streaming DiLoCo: inner steps, outer Nesterov "
+        "step on the averaged pseudo-gradient), sparseloco (SparseLoCo: inner steps, chunked top-k of an "
+        "error-feedback accumulator of pseudo-gradients, quantized)",
         {},
         optimizer_switch_names("type")},
        SCAPE_MEMBER(C, type)},
@@ -68,10 +78,10 @@ const KeyTable<OptimizerConfig>& optimizer_keys() {
       {{"bias_correction", Kind::boolean, "Adam bias correction"}, SCAPE_MEMBER(C, bias_correction)},
       {{"sparsity",
         Kind::number,
-        "fraction of coordinates not sent (density = 1 - sparsity)",
+        "fraction of coordinates not sent (density = 1 - sparsity; sparseloco: of each chunk)",
         core_range("sparsity"),
         {},
-        kSparse},
+        kSparseOrSparseloco},
        SCAPE_MEMBER(C, sparsity)},
       {{"sharded", Kind::boolean,
         "distributed optimizer state (default true; false for topk_ef, randk_ef, onebit_adam, powersgd and demo)"},
@@ -90,7 +100,7 @@ const KeyTable<OptimizerConfig>& optimizer_keys() {
       {{"param_dtype", Kind::string, "precision of parameter payloads", {}, kWireTypes}, SCAPE_MEMBER(C, param_dtype)},
       {{"inner",
         Kind::string,
-        "update rule of the sparse optimizers and powersgd",
+        "update rule of the sparse optimizers, powersgd, and the inner steps of diloco and sparseloco",
         {},
         optimizer_switch_names("inner"),
         kInnerRule},
@@ -122,10 +132,10 @@ const KeyTable<OptimizerConfig>& optimizer_keys() {
        SCAPE_MEMBER(C, scape.second_moment)},
       {{"mask_encoding",
         Kind::string,
-        "how masks and index lists are coded on the wire",
+        "how masks and index lists are coded on the wire (sparseloco: bitmap or elias_fano)",
         {},
         optimizer_switch_names("mask_encoding"),
-        kSparse},
+        kSparseOrSparseloco},
        SCAPE_MEMBER(C, mask_encoding)},
       {{"residual", Kind::boolean, "error feedback (keep undelivered gradient)", {}, {}, kSparse},
        SCAPE_MEMBER(C, residual)},
@@ -268,6 +278,67 @@ const KeyTable<OptimizerConfig>& optimizer_keys() {
         {},
         kDemo},
        SCAPE_MEMBER(C, demo.topk)},
+      {{"inner_steps",
+        Kind::integer,
+        "diloco, sparseloco: inner steps H of each worker between two outer steps",
+        core_range("inner_steps"),
+        {},
+        kOuterLoop},
+       SCAPE_MEMBER(C, outer.inner_steps)},
+      {{"outer_lr",
+        Kind::number,
+        "diloco, sparseloco: learning rate of the outer step (default 0.7 for diloco, 0.9 for sparseloco)",
+        core_range("outer_lr"),
+        {},
+        kOuterLoop},
+       record_outer_lr,
+       assign_outer_lr,
+       Default::derived},
+      {{"overlap_outer",
+        Kind::boolean,
+        "diloco, sparseloco: apply the outer step one inner step late, so that its collective overlaps that step "
+        "(DiLoCoX's one-step delay)",
+        {},
+        {},
+        kOuterLoop},
+       SCAPE_MEMBER(C, outer.overlap_outer)},
+      {{"outer_momentum",
+        Kind::number,
+        "diloco: Nesterov momentum of the outer SGD step",
+        core_range("outer_momentum"),
+        {},
+        kDiloco},
+       SCAPE_MEMBER(C, diloco.outer_momentum)},
+      {{"outer_wire", Kind::string, "diloco: precision of the pseudo-gradient all-reduce", {}, kWireTypes, kDiloco},
+       SCAPE_MEMBER(C, diloco.outer_wire)},
+      {{"streaming_fragments",
+        Kind::integer,
+        "diloco: fragments F of the flat buffer, one synced every inner_steps / F steps (Streaming DiLoCo; 1 = off)",
+        core_range("streaming_fragments"),
+        {},
+        kDiloco},
+       SCAPE_MEMBER(C, diloco.streaming_fragments)},
+      {{"chunk",
+        Kind::integer,
+        "sparseloco: coordinates of a tensor that share one top-k",
+        core_range("chunk"),
+        {},
+        kSparseloco},
+       SCAPE_MEMBER(C, sparseloco.chunk)},
+      {{"quant_bits",
+        Kind::integer,
+        "sparseloco: bits of each sent value, 2 or 8 (0: the value at wire_dtype)",
+        core_range("quant_bits"),
+        {},
+        kSparseloco},
+       SCAPE_MEMBER(C, sparseloco.quant_bits)},
+      {{"ef_decay",
+        Kind::number,
+        "sparseloco: decay beta of the error-feedback accumulator of pseudo-gradients",
+        core_range("ef_decay"),
+        {},
+        kSparseloco},
+       SCAPE_MEMBER(C, sparseloco.ef_decay)},
   });
   return t;
 }

@@ -6,9 +6,11 @@
 
 #include "optimizers/baselines/deco_momentum.hpp"
 #include "optimizers/baselines/dense_adam.hpp"
+#include "optimizers/baselines/diloco.hpp"
 #include "optimizers/baselines/onebit_adam.hpp"
 #include "optimizers/baselines/powersgd.hpp"
 #include "optimizers/baselines/randk_ef.hpp"
+#include "optimizers/baselines/sparseloco.hpp"
 #include "optimizers/baselines/topk_ef.hpp"
 #include "optimizers/scape/mask_codec.hpp"
 #include "optimizers/scape/scape_optimizer.hpp"
@@ -32,6 +34,11 @@ std::vector<std::string> collective_purposes(const OptimizerConfig& c) {
       return {"lowrank_p_all_reduce", "lowrank_q_all_reduce", "grad_all_reduce"};
     case OptimizerType::demo:
       return {"demo_all_gather"};
+    case OptimizerType::diloco:
+      if (c.diloco.outer_wire == WireType::fp8_e5m2) return {"outer_scale_all_gather", "outer_all_reduce"};
+      return {"outer_all_reduce"};
+    case OptimizerType::sparseloco:
+      return {"sparseloco_all_gather"};
     case OptimizerType::scape:
       break;
   }
@@ -75,6 +82,10 @@ std::unique_ptr<Optimizer> make_optimizer(const OptimizerConfig& config, const P
       return std::make_unique<PowersgdOptimizer>(config, layout, comm, total_steps);
     case OptimizerType::demo:
       return std::make_unique<DecoMomentumOptimizer>(config, layout, comm, total_steps);
+    case OptimizerType::diloco:
+      return std::make_unique<DilocoOptimizer>(config, layout, comm, total_steps);
+    case OptimizerType::sparseloco:
+      return std::make_unique<SparselocoOptimizer>(config, layout, comm, total_steps);
   }
   throw std::invalid_argument("optimizer.type: unknown optimizer");
 }

@@ -1,6 +1,5 @@
-// Per-step collectives of an optimizer configuration, mirroring the calls of
-// dense_optimizer.cpp, scape_optimizer.cpp, topk_ef_optimizer.cpp, randk_ef_optimizer.cpp,
-// onebit_adam_optimizer.cpp, powersgd_optimizer.cpp and demo_optimizer.cpp one for one (same purposes, same order, same
+// Per-step collectives of an optimizer configuration, mirroring the calls of the optimizers under
+// optimizers/scape/ and optimizers/baselines/ one for one (same purposes, same order, same
 // payload rule) and recording them through a ByteLedger.
 #include "optimizers/volume.hpp"
 
@@ -11,7 +10,9 @@
 
 #include "core/schedule.hpp"
 #include "kernels/kernel_types.hpp"
+#include "optimizers/baselines/outer_loop.hpp"
 #include "optimizers/baselines/powersgd.hpp"
+#include "optimizers/baselines/sparseloco_codec.hpp"
 #include "optimizers/scape/mask_codec.hpp"
 #include "optimizers/scape/mask_ownership.hpp"
 
@@ -176,6 +177,31 @@ void record_powersgd(ByteLedger& ledger, const OptimizerConfig& c, const ParamLa
     ledger.record(CollectiveKind::all_reduce, "grad_all_reduce", plan.vector_size * value, false);
 }
 
+// DiLoCo and SparseLoCo: nothing between outer steps; at one, DiLoCo all-reduces its fragment's
+// N_f pseudo-gradient values at outer_wire (after an all-gather of one float a worker for fp8),
+// SparseLoCo all-gathers every worker's message. With overlap_outer the outer step's collectives
+// hide behind the next step, but for the last step's.
+void record_outer_loop(ByteLedger& ledger, const OptimizerConfig& c, const ParamLayout& layout, int workers, int t,
+                       int total) {
+  const int fragments = c.type == OptimizerType::diloco ? c.diloco.streaming_fragments : 1;
+  const int f = fragment_synced_at(t, c.outer.inner_steps, fragments);
+  if (f < 0) return;
+  const bool overlapped = c.outer.overlap_outer && t < total;
+  if (c.type == OptimizerType::sparseloco) {
+    const std::uint64_t message = sparseloco_plan(layout, c).message_bytes();
+    ledger.record(CollectiveKind::all_gather, "sparseloco_all_gather", static_cast<std::uint64_t>(workers) * message,
+                  overlapped);
+    return;
+  }
+  const auto bounds = fragment_boundaries(layout, fragments);
+  const std::size_t values = bounds[static_cast<std::size_t>(f) + 1] - bounds[static_cast<std::size_t>(f)];
+  if (c.diloco.outer_wire == WireType::fp8_e5m2) {
+    ledger.record(CollectiveKind::all_gather, "outer_scale_all_gather",
+                  static_cast<std::uint64_t>(workers) * sizeof(float), overlapped);
+  }
+  ledger.record(CollectiveKind::all_reduce, "outer_all_reduce", values * wire_bytes(c.diloco.outer_wire), overlapped);
+}
+
 }  // namespace
 
 std::uint64_t demo_message_bytes(std::size_t n_params, std::size_t chunk, std::size_t k, WireType wire) {
@@ -206,6 +232,8 @@ std::size_t mask_k(const OptimizerConfig& config, const ParamLayout& layout, int
     case OptimizerType::onebit_adam:
     case OptimizerType::powersgd:
     case OptimizerType::demo:
+    case OptimizerType::diloco:
+    case OptimizerType::sparseloco:
       return 0;
     case OptimizerType::topk_ef:
     case OptimizerType::randk_ef:
@@ -260,6 +288,10 @@ std::vector<CommRecord> collectives(const OptimizerConfig& config, const ParamLa
                     static_cast<std::uint64_t>(workers) *
                         demo_message_bytes(n_params, config.demo.chunk, config.demo.topk, config.wire_dtype),
                     false);
+      break;
+    case OptimizerType::diloco:
+    case OptimizerType::sparseloco:
+      record_outer_loop(ledger, config, layout, workers, step, total_steps);
       break;
   }
   return ledger.drain();

@@ -215,6 +215,12 @@ RunMeasurement read_run_measurement(const std::filesystem::path& file) {
   if (config.model.type != "gpt") {
     bad_file(file, "model.type " + config.model.type + ": calibration fits compute per FLOP and needs a gpt run");
   }
+  if (has_outer_loop(config.optimizer.type)) {
+    // The fit reads one steady-state step's collectives; these come once every inner_steps steps.
+    bad_file(file, std::string("optimizer.type ") + to_string(config.optimizer.type) +
+                       ": its outer step comes once every inner_steps steps; calibrate on runs of the other "
+                       "optimizers");
+  }
   if (config.optimizer.overlap_grad_reduce) {
     // Its buckets run beside the backward pass: their measured time mixes link time with waits
     // for the gradient, so it cannot fit the link.

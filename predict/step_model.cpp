@@ -230,6 +230,9 @@ OptimizerBytes optimizer_bytes_by_kernel(const OptimizerConfig& c, std::uint64_t
       return powersgd_step_bytes(c, n);
     case OptimizerType::demo:
       return demo_step_bytes(n);
+    case OptimizerType::diloco:
+    case OptimizerType::sparseloco:
+      break;  // refused by the prediction config (predict/predict_config.cpp)
   }
   return {};
 }

@@ -281,6 +281,20 @@ TEST_CASE("bad configurations exit 2 with a message naming the problem") {
       {"optimizer.mask_scope=shard --set optimizer.dense_tensors=[\\\"norm\\\"]", "optimizer.dense_tensors: mask_scope = shard"},
       {"optimizer.density_warmup=5 --set optimizer.density_cooldown=5", "optimizer.density_cooldown: the cool-down replaces"},
       {"optimizer.type=demo --set optimizer.sharded=false --set optimizer.clip_grad=1", "optimizer.clip_grad: demo never forms"},
+      // DiLoCo and SparseLoCo.
+      {"optimizer.type=diloco --set optimizer.inner_steps=0", "optimizer.inner_steps: 0 is out of range"},
+      {"optimizer.type=diloco --set optimizer.outer_lr=0", "optimizer.outer_lr: 0 is out of range"},
+      {"optimizer.type=diloco --set optimizer.outer_momentum=1", "optimizer.outer_momentum: 1 is out of range"},
+      {"optimizer.type=diloco --set optimizer.outer_wire=fp16", "optimizer.outer_wire: unknown value \"fp16\""},
+      {"optimizer.type=diloco --set optimizer.inner_steps=6 --set optimizer.streaming_fragments=4",
+       "optimizer.streaming_fragments: 4 does not divide optimizer.inner_steps = 6"},
+      {"optimizer.type=diloco --set optimizer.sharded=true", "optimizer.sharded: diloco keeps replicated optimizer state"},
+      {"optimizer.type=diloco --set optimizer.clip_grad=1", "optimizer.clip_grad: diloco never forms"},
+      {"optimizer.type=sparseloco --set optimizer.sparsity=1", "optimizer.sparsity: 1 is out of range"},
+      {"optimizer.type=sparseloco --set optimizer.quant_bits=3", "optimizer.quant_bits: 3 is out of range"},
+      {"optimizer.type=sparseloco --set optimizer.chunk=0", "optimizer.chunk: 0 is out of range"},
+      {"optimizer.type=sparseloco --set optimizer.ef_decay=1.5", "optimizer.ef_decay: 1.5 is out of range"},
+      {"optimizer.type=sparseloco --set optimizer.mask_encoding=delta", "optimizer.mask_encoding: delta codes a mask"},
   };
   write_file(dir.path / "g.json", kTinyGpt);
   for (const auto& c : cases) {

@@ -392,3 +392,112 @@ TEST_CASE("backward buckets: the pipeline's exposed time and the modelled step, 
   CHECK(modelled_step_time({record(64, 0.3, false, false), record(64, 4.0, false, true)}, 3.0) ==
         doctest::Approx(3.0 + 0.3 + 1.0));
 }
+
+TEST_CASE("closed forms: DiLoCo all-reduces one fragment at outer_wire every H / F steps, dense's bytes / H on average") {
+  // mixed_layout(2): tensors of 806, 31, 700 and 97 (edges 0, 806, 837, 1537, 1634). F = 2 cuts at
+  // the edge nearest 817 (806); F = 4 has no four whole-tensor fragments there (408.5 and 817 both
+  // snap to 806), so it splits the elements: 408, 817, 1225.
+  const ParamLayout layout = mixed_layout(2);
+  const std::uint64_t n = layout.size();
+  const std::map<int, std::vector<std::uint64_t>> fragments = {
+      {1, {n}}, {2, {806, 828}}, {4, {408, 409, 408, 409}}};
+  const int steps = 8, h = 4;
+  for (int w : {2, 3}) {
+    for (const auto& [f, sizes] : fragments) {
+      for (WireType wire : {WireType::fp32, WireType::bf16, WireType::fp8_e5m2}) {
+        for (bool overlap : {false, true}) {
+          CAPTURE(w);
+          CAPTURE(f);
+          CAPTURE(to_string(wire));
+          CAPTURE(overlap);
+          OptimizerConfig c = scape::testing::earlier_replicated(OptimizerType::diloco);
+          c.outer.inner_steps = h;
+          c.outer.overlap_outer = overlap;
+          c.diloco.streaming_fragments = f;
+          c.diloco.outer_wire = wire;
+          const auto run = run_quadratic(c, layout, w, steps);
+          double sent = 0;
+          for (int t = 1; t <= steps; ++t) {
+            CAPTURE(t);
+            const auto& m = run.steps[0][static_cast<std::size_t>(t - 1)].metrics;
+            const auto predicted = step_collectives(c, layout, w, t, steps, NetworkModel{});
+            REQUIRE(predicted.size() == m.comm.size());
+            for (std::size_t r = 0; r < m.comm.size(); ++r) {
+              CHECK(predicted[r].payload_bytes == m.comm[r].payload_bytes);
+              CHECK(predicted[r].overlapped == m.comm[r].overlapped);
+              CHECK(m.comm[r].overlapped == (overlap && t < steps));  // the last step delivers at once
+            }
+            check_sent(m, w);
+            sent += summarize(m.comm).bytes_sent_per_worker;
+            if (t % (h / f) != 0) {
+              CHECK(m.comm.empty());
+              continue;
+            }
+            const std::uint64_t values = sizes[static_cast<std::size_t>((t / (h / f) - 1) % f)];
+            StepPayloads expected{{"outer_all_reduce", {values * wire_bytes(wire)}}};
+            if (wire == WireType::fp8_e5m2) expected["outer_scale_all_gather"] = {4u * static_cast<unsigned>(w)};
+            CHECK(payloads(m) == expected);
+          }
+          // Per step on average: the dense all-reduce of N values at the wire's width, divided by H
+          // (fp8 adds its scale gather, 4 W bytes at every one of the F syncs of H steps).
+          const double dense = 2.0 * (w - 1) / w * static_cast<double>(n * wire_bytes(wire));
+          const double scales = wire == WireType::fp8_e5m2 ? f * (w - 1) / double(w) * 4.0 * w : 0.0;
+          CHECK(sent / steps == doctest::Approx((dense + scales) / h).epsilon(1e-12));
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("closed forms: SparseLoCo all-gathers W messages every H steps, k indices and values a chunk") {
+  // mixed_layout(2), chunk 64, sparsity 0.9: k = ceil(0.1 * 64) = 7 a chunk, min(7, length) of a
+  // short one: 806 = 12 x 64 + 38 -> 91, 31 -> 7, 700 = 10 x 64 + 60 -> 77, 97 = 64 + 33 -> 14;
+  // K = 189 entries in 4 tensors.
+  const ParamLayout layout = mixed_layout(2);
+  const std::uint64_t n = layout.size(), k = 189, tensors = 4;
+  // Indices: within the chunk at bit_width(63) = 6 bits (bitmap), or Elias-Fano among N:
+  // L = floor(log2(1634 / 189)) = 3, K L + K + (N - 1) >> L = 960 bits, 15 words.
+  const std::map<MaskEncoding, std::uint64_t> index_bytes = {{MaskEncoding::bitmap, 8 * ((k * 6 + 63) / 64)},
+                                                             {MaskEncoding::elias_fano, 120}};
+  REQUIRE(index_bytes.at(MaskEncoding::bitmap) == 144);
+  REQUIRE(kernels::ef_words(n, k) * 8 == 120);
+  const int steps = 9, h = 3;
+  for (int w : {1, 3}) {
+    for (const auto& [encoding, indices] : index_bytes) {
+      for (int bits : {0, 2, 8}) {
+        for (WireType wire : {WireType::fp32, WireType::bf16}) {
+          if (bits > 0 && wire == WireType::bf16) continue;  // the wire width is for unquantized values
+          CAPTURE(w);
+          CAPTURE(to_string(encoding));
+          CAPTURE(bits);
+          CAPTURE(to_string(wire));
+          OptimizerConfig c = scape::testing::earlier_replicated(OptimizerType::sparseloco);
+          c.outer.inner_steps = h;
+          c.sparsity = 0.9;
+          c.sparseloco.chunk = 64;
+          c.sparseloco.quant_bits = bits;
+          c.mask_encoding = encoding;
+          c.wire_dtype = wire;
+          // Values: a codebook per tensor (shift and 2^q bin means, fp32) and q-bit codes, or K at
+          // the wire width.
+          const std::uint64_t values =
+              bits > 0 ? tensors * ((1u << bits) + 1) * 4 + 8 * ((k * bits + 63) / 64) : k * wire_bytes(wire);
+          const std::uint64_t message = indices + values;
+          if (encoding == MaskEncoding::bitmap && bits == 2) CHECK(message == 144 + 80 + 48);
+          const auto run = run_quadratic(c, layout, w, steps);
+          double sent = 0;
+          for (int t = 1; t <= steps; ++t) {
+            const auto& m = run.steps[0][static_cast<std::size_t>(t - 1)].metrics;
+            CHECK(payloads(m) == (t % h == 0 ? StepPayloads{{"sparseloco_all_gather", {w * message}}} : StepPayloads{}));
+            const auto predicted = step_collectives(c, layout, w, t, steps, NetworkModel{});
+            REQUIRE(predicted.size() == m.comm.size());
+            if (!predicted.empty()) CHECK(predicted[0].payload_bytes == w * message);
+            check_sent(m, w);
+            sent += summarize(m.comm).bytes_sent_per_worker;
+          }
+          CHECK(sent / steps == doctest::Approx((w - 1) * static_cast<double>(message) / h).epsilon(1e-12));
+        }
+      }
+    }
+  }
+}

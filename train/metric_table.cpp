@@ -230,6 +230,23 @@ const RunMetric kRunMetrics[] = {
      .metrics_field = &StepMetrics::mask_codec_s,
      .doc = "wall seconds coding this worker's mask shard and decoding every shard (`mask_encoding` other than "
             "`bitmap`; 0 otherwise)"},
+    {.name = "pseudo_grad_norm",
+     .columns = Columns::one,
+     .combine = Combine::mean,
+     .unit = "1",
+     .outer_loop_only = true,
+     .metrics_field = &StepMetrics::pseudo_grad_norm,
+     .doc = "`‖Δ_i‖₂` of a worker's pseudo-gradient `θ_global − θ_i` over the fragment an outer step syncs (diloco, "
+            "sparseloco); NaN at the steps without one"},
+    {.name = "param_drift",
+     .columns = Columns::one,
+     .combine = Combine::mean,
+     .unit = "1",
+     .outer_loop_only = true,
+     .metrics_field = &StepMetrics::param_drift,
+     .doc = "`‖θ_i − θ̄‖₂`, a worker's distance from the workers' mean over that fragment before the outer step "
+            "(diloco: `mean_j Δ_j − Δ_i` with the mean its all-reduce delivered); NaN at the steps without one and "
+            "for sparseloco, which never forms the mean"},
     {.name = "optimizer_time",
      .columns = Columns::one,
      .combine = Combine::mean,
@@ -354,6 +371,7 @@ std::string meaning(const RunMetric& m) {
   std::string s = m.doc;
   if (m.sparse_only) s += "; NaN for dense optimizers";
   if (m.measured_only) s += "; MPI and NCCL backends only";
+  if (m.outer_loop_only) s += "; a column of diloco and sparseloco runs only";
   return s;
 }
 
@@ -391,6 +409,7 @@ std::vector<MetricColumn> metric_columns(const OptimizerConfig& c, bool measured
   for (const RunMetric& m : kRunMetrics) {
     if (m.measured_only && !measured) continue;
     if (m.bucketed_only && !c.overlap_grad_reduce) continue;
+    if (m.outer_loop_only && !has_outer_loop(c.type)) continue;
     if (m.columns == Columns::one) {
       columns.push_back({m.name, &m, ""});
       continue;

@@ -47,6 +47,7 @@ struct RunMetric {
   bool sparse_only = false;    // NaN for dense optimizers
   bool measured_only = false;  // a column only with measured communication (MPI and NCCL backends)
   bool bucketed_only = false;  // a column only with optimizer.overlap_grad_reduce
+  bool outer_loop_only = false;  // a column only for diloco and sparseloco
   // Where a worker's value is, for every rule but rank0: a field of the report or of its
   // StepMetrics, or else computed from the report (`purpose` is "" for Columns::one).
   double WorkerReport::*report_field = nullptr;

@@ -16,6 +16,10 @@
 namespace scape::train {
 namespace {
 
+// DiLoCo's and SparseLoCo's workers hold parameters of their own between outer steps: each
+// rank's go into its checkpoint state, and a resumed rank starts from its own.
+const std::string kWorkerParams = "worker.params";
+
 double wall_seconds() {
   timespec ts{};
   clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -67,8 +71,13 @@ RankLoop::RankLoop(const experiments::ExperimentConfig& config, const SourceData
   params_ = kernels::Buffer<float>(*backend_, layout.size());
   grads_ = kernels::Buffer<float>(*backend_, layout.size());
   if (resume != nullptr) {
-    std::copy(resume->params.begin(), resume->params.end(), params_.data());
-    opt_->load_state(resume->states[static_cast<std::size_t>(rank)]);
+    const StateMap& state = resume->states[static_cast<std::size_t>(rank)];
+    if (state.contains(kWorkerParams)) {
+      get_state_exact(state, kWorkerParams, params_.span());
+    } else {
+      std::copy(resume->params.begin(), resume->params.end(), params_.data());
+    }
+    opt_->load_state(state);
     first_ = resume->step + 1;
   } else {
     data.init_params(params_);
@@ -142,6 +151,7 @@ bool RankLoop::step(int t, const GivenGradient& given) {
   if (options_.checkpoint_every > 0 && t % options_.checkpoint_every == 0 && t < config_.steps) {
     StateMap mine;
     opt_->save_state(mine);
+    if (has_outer_loop(config_.optimizer.type)) put_state(mine, kWorkerParams, params_.span());
     const auto states = exchange_.gather_states(rank, mine);
     if (rank == 0) log_->write_checkpoint(t, states, params_);
     exchange_.barrier(rank);

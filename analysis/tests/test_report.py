@@ -367,10 +367,13 @@ def test_optimizer_key_types_come_from_scape_schema(monkeypatch):
     runs.optimizer_key_types.cache_clear()
     try:
         types = runs.optimizer_key_types()
-        assert types["lr"] == {"adamw", "adams", "scape", "topk_ef", "randk_ef", "onebit_adam", "powersgd", "demo"}
+        assert types["lr"] == {"adamw", "adams", "scape", "topk_ef", "randk_ef", "onebit_adam", "powersgd", "demo",
+                               "diloco", "sparseloco"}
         assert types["residual"] == {"scape", "topk_ef", "randk_ef"} and types["offload_chunk"] == {"scape"}
         assert types["freeze_step"] == {"onebit_adam"}
-        assert types["inner"] == {"scape", "topk_ef", "randk_ef", "powersgd"}
+        assert types["inner"] == {"scape", "topk_ef", "randk_ef", "powersgd", "diloco", "sparseloco"}
+        assert types["inner_steps"] == {"diloco", "sparseloco"} and types["outer_momentum"] == {"diloco"}
+        assert types["sparsity"] == {"scape", "topk_ef", "randk_ef", "sparseloco"}
         assert types["powersgd_rank"] == {"powersgd"} and types["demo_topk"] == {"demo"}
         runs.optimizer_key_types.cache_clear()
         monkeypatch.setenv("SCAPE_BINARY", "/nonexistent/scape")

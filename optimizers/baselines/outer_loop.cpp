@@ -1,0 +1,110 @@
+// The outer loop of DiLoCo and SparseLoCo: inner steps, the sync schedule, theta_global and the
+// one-step delay (docs/algorithms.md, "DiLoCo").
+#include "optimizers/baselines/outer_loop.hpp"
+
+#include <cmath>
+#include <stdexcept>
+#include <string>
+
+#include "core/adam_step.hpp"
+#include "core/metrics.hpp"
+
+namespace scape {
+
+std::vector<std::size_t> fragment_boundaries(const ParamLayout& layout, int fragments) {
+  const std::size_t n = layout.size();
+  const auto f_count = static_cast<std::size_t>(fragments);
+  if (fragments < 1 || n < f_count) {
+    throw std::invalid_argument("optimizer.streaming_fragments: " + std::to_string(fragments) +
+                                " fragments of a model of " + std::to_string(n) + " parameters");
+  }
+  std::vector<std::size_t> tensor_edges;  // 0, every tensor's end
+  tensor_edges.push_back(0);
+  for (const auto& slot : layout.slots()) tensor_edges.push_back(slot.end());
+  std::vector<std::size_t> bounds(f_count + 1, 0);
+  bounds[f_count] = n;
+  bool aligned = true;
+  for (std::size_t f = 1; f < f_count; ++f) {
+    const double target = static_cast<double>(f) * static_cast<double>(n) / static_cast<double>(f_count);
+    std::size_t best = 0;
+    for (const std::size_t edge : tensor_edges) {
+      // Strictly nearer wins, so a tie keeps the lower edge (the edges ascend).
+      if (std::fabs(static_cast<double>(edge) - target) < std::fabs(static_cast<double>(best) - target)) best = edge;
+    }
+    bounds[f] = best;
+    aligned = aligned && bounds[f] > bounds[f - 1];
+  }
+  aligned = aligned && bounds[f_count] > bounds[f_count - 1];
+  if (!aligned) {
+    for (std::size_t f = 1; f < f_count; ++f) bounds[f] = f * n / f_count;
+  }
+  return bounds;
+}
+
+int fragment_synced_at(int step, int inner_steps, int fragments) {
+  const int period = inner_steps / fragments;
+  if (step < 1 || step % period != 0) return -1;
+  return (step / period - 1) % fragments;
+}
+
+OuterLoopOptimizer::OuterLoopOptimizer(const OptimizerConfig& config, const ParamLayout& layout, Communicator& comm,
+                                       int total_steps, int fragments)
+    : OptimizerBase(config, layout, comm, total_steps),
+      total_steps_(total_steps),
+      bounds_(fragment_boundaries(layout, fragments)) {
+  global_.assign_zero(n_);
+  keep_in_checkpoint("outer.global", global_);
+  if (config.outer.overlap_outer) {
+    snapshot_.assign_zero(n_);
+    keep_in_checkpoint("outer.snapshot", snapshot_);
+  }
+  kernels_.synchronize();
+}
+
+void OuterLoopOptimizer::pseudo_gradient(std::span<const float> params, std::size_t lo, std::span<float> delta) {
+  kernels_.copy_bytes(params.data() + lo, delta.data(), delta.size_bytes());
+  kernels_.scale(delta, -1.0f);
+  kernels_.accumulate(delta, global_.span().subspan(lo, delta.size()));
+}
+
+void OuterLoopOptimizer::apply_delayed(std::span<float> params, std::size_t lo, std::size_t hi) {
+  const std::span<float> local_step = snapshot_.span().subspan(lo, hi - lo);
+  const std::span<float> mine = params.subspan(lo, hi - lo);
+  kernels_.scale(local_step, -1.0f);
+  kernels_.accumulate(local_step, mine);  // the inner step taken while the outer step was on the wire
+  kernels_.copy_bytes(global_.data() + lo, mine.data(), mine.size_bytes());
+  kernels_.accumulate(mine, local_step);
+}
+
+void OuterLoopOptimizer::update(std::span<float> params, std::span<const float> grads, StepMetrics& out) {
+  metrics::mark_sparse_metrics_not_applicable(out);
+  // A fresh run's theta_global is theta_0 (a resumed one loads it from the checkpoint).
+  if (t_ == 1) kernels_.copy_bytes(params.data(), global_.data(), params.size_bytes());
+  out.nonfinite_grads = kernels_.count_nonfinite(grads);
+  detail::dense_inner_step(kernels_, rule_, layout_, params, 0, n_, m_.span(), v_.span(), grads, config_, out.lr, t_);
+  const int inner_steps = config_.outer.inner_steps;
+  const int fragments = static_cast<int>(bounds_.size()) - 1;
+  const bool overlap = config_.outer.overlap_outer;
+  const auto lo_of = [&](int f) { return bounds_[static_cast<std::size_t>(f)]; };
+  const auto hi_of = [&](int f) { return bounds_[static_cast<std::size_t>(f) + 1]; };
+  // The outer step started at the previous step arrives after this step's inner step.
+  if (overlap && t_ > 1) {
+    const int late = fragment_synced_at(t_ - 1, inner_steps, fragments);
+    if (late >= 0) apply_delayed(params, lo_of(late), hi_of(late));
+  }
+  const int f = fragment_synced_at(t_, inner_steps, fragments);
+  if (f < 0) return;
+  const std::size_t lo = lo_of(f), hi = hi_of(f);
+  kernels_.synchronize();
+  const std::size_t first_record = comm_.ledger().pending_records();
+  outer_step(params, lo, hi, out);
+  // The last step delivers at once, so the run ends on theta_global.
+  if (overlap && t_ < total_steps_) {
+    comm_.ledger().mark_overlapped(first_record);
+    kernels_.copy_bytes(params.data() + lo, snapshot_.data() + lo, (hi - lo) * sizeof(float));
+  } else {
+    kernels_.copy_bytes(global_.data() + lo, params.data() + lo, (hi - lo) * sizeof(float));
+  }
+}
+
+}  // namespace scape
