@@ -134,13 +134,6 @@ OptimizerConfig parse_optimizer_section(const json& j, const std::string& path) 
       throw ConfigError("optimizer.type: powersgd cannot be predicted: its bytes depend on the tensor shapes, and "
                         "scape predict knows only the parameter count");
     }
-    // DiLoCo's and SparseLoCo's collectives come once every inner_steps steps, which one
-    // steady-state step does not hold; the simulator's step_time_model charges them at their step.
-    if (has_outer_loop(c.type)) {
-      throw ConfigError(std::string("optimizer.type: ") + to_string(c.type) +
-                        " cannot be predicted yet: scape predict costs one steady-state step, and its outer step "
-                        "comes once every inner_steps steps (scape run's step_time_model charges it at its step)");
-    }
     return c;
   } catch (const ConfigError& e) {
     const std::string what = e.what();

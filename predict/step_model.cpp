@@ -194,6 +194,71 @@ void apply_overlap(StepPrediction& s) {
   }
 }
 
+// Device bytes a coordinate of the synced fragment costs at an outer step: DiLoCo forms the
+// pseudo-gradient (read theta_g, theta_i, write delta: 12), steps the Nesterov momentum and
+// theta_g (read delta, b, theta_g, write b, theta_g: 20) and restarts theta_i (8); SparseLoCo
+// forms delta (12), accumulates the error feedback (12), selects per chunk (kSelect), subtracts
+// what it sent (8), steps theta_g by the mean of the W messages (12 + W k / N indexed moves) and
+// restarts theta_i (8).
+constexpr double kDilocoOuter = 40;
+constexpr double kSparselocoOuter = 12 + 12 + kSelect + 8 + 12 + 8;
+
+// DiLoCo's and SparseLoCo's mean step over one outer period of H steps (docs/PREDICTING.md,
+// "Local SGD"): every step pays the forward, backward and its inner AdamW or AdamS over all N
+// coordinates; the outer steps of the period (one, or F of Streaming DiLoCo's fragments) pay
+// their collectives and their outer update, each divided by H. Without overlap_outer an outer
+// step waits for its collectives; with it they run beside the next inner step's forward and
+// backward and only what outlasts them is exposed.
+void add_outer_loop(StepPrediction& s, const StepInputs& in, int workers) {
+  const OptimizerConfig& c = in.optimizer;
+  const int h = c.outer.inner_steps;
+  const bool tensors = in.layout.size() > 0;
+  const double per_step = 1.0 / h;
+  double outer_bytes = 0;
+  for (int t = h + 1; t <= 2 * h; ++t) {  // a whole period away from the first and the last step
+    const auto records = tensors ? step_collectives(c, in.layout, workers, t, 2 * h + 1, in.topology.inter)
+                                 : step_collectives(c, in.n_params, workers, t, 2 * h + 1, in.topology.inter);
+    if (records.empty()) continue;
+    std::vector<CollectiveTime> sync;
+    double total = 0;
+    for (const auto& r : records) {
+      sync.push_back(cost(r, r.overlapped ? Window::compute : Window::none, in, workers));
+      total += sync.back().time_s;
+    }
+    const double exposed = c.outer.overlap_outer ? std::max(0.0, total - s.compute_s()) : total;
+    for (auto& col : sync) {
+      col.exposed_s = total > 0 ? exposed * col.time_s / total : 0.0;
+      auto same = std::find_if(s.collectives.begin(), s.collectives.end(),
+                               [&](const CollectiveTime& x) { return x.record.purpose == col.record.purpose; });
+      if (same == s.collectives.end()) {
+        s.collectives.push_back(col);
+        same = std::prev(s.collectives.end());
+        same->time_s = same->exposed_s = same->intra_bytes = same->inter_bytes = 0;
+        same->record.payload_bytes = 0;
+        same->record.bytes_sent_per_worker = 0;
+        same->buckets = 0;
+      }
+      same->time_s += col.time_s * per_step;
+      same->exposed_s += col.exposed_s * per_step;
+      same->intra_bytes += col.intra_bytes * per_step;
+      same->inter_bytes += col.inter_bytes * per_step;
+      same->record.payload_bytes += col.record.payload_bytes;  // the period's, divided below
+      same->record.bytes_sent_per_worker += col.record.bytes_sent_per_worker * per_step;
+      same->buckets += 1;
+    }
+    const double fragment = static_cast<double>(in.n_params) /
+                            (c.type == OptimizerType::diloco ? c.diloco.streaming_fragments : 1);
+    outer_bytes += fragment * (c.type == OptimizerType::diloco
+                                   ? kDilocoOuter
+                                   : kSparselocoOuter + workers * kIndexedMove * (1.0 - c.sparsity));
+  }
+  for (auto& col : s.collectives) {
+    col.record.payload_bytes = static_cast<std::uint64_t>(std::llround(col.record.payload_bytes * per_step));
+  }
+  s.optimizer_bytes += outer_bytes * per_step;
+  s.state_s += outer_bytes * per_step / in.gpu.memory_Bps();
+}
+
 }  // namespace
 
 const char* to_string(Window w) {
@@ -300,6 +365,18 @@ StepPrediction predict_step(const StepInputs& in, int workers, double tokens_per
   if (tensors && in.layout.size() != in.n_params) {
     throw std::invalid_argument("predict_step: the layout has " + std::to_string(in.layout.size()) +
                                 " elements, n_params is " + std::to_string(in.n_params));
+  }
+  if (has_outer_loop(c.type)) {
+    s.optimizer_bytes = static_cast<double>(in.n_params) * dense_step_bytes(c);  // the inner step, unsharded
+    s.state_s = s.optimizer_bytes / in.gpu.memory_Bps();
+    add_outer_loop(s, in, workers);
+    for (const auto& col : s.collectives) {
+      s.comm_s += col.time_s;
+      s.exposed_comm_s += col.exposed_s;
+    }
+    s.optimizer_s = s.state_s;
+    s.step_s = s.compute_s() + s.optimizer_s + s.exposed_comm_s;
+    return s;
   }
   // SCAPE's K over the model's tensors, or one tensor of N without them.
   const double rho = density_at(c.density_schedule(), t);

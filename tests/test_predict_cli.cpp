@@ -161,12 +161,6 @@ TEST_CASE("bad input exits 2 naming the field") {
   j = small_config();
   j["optimizer"] = {{"type", "powersgd"}, {"sharded", false}};  // its bytes need the tensor shapes
   expect_invalid(j, "optimizer.type: powersgd cannot be predicted");
-  // Their outer step comes once every inner_steps steps: one steady-state step cannot hold it.
-  for (const char* type : {"diloco", "sparseloco"}) {
-    j = small_config();
-    j["optimizer"] = {{"type", type}};
-    expect_invalid(j, std::string("optimizer.type: ") + type + " cannot be predicted yet");
-  }
   expect_invalid(small_config(), "--config-overlap-only goes with --from-runs", "--config-overlap-only");
 }
 

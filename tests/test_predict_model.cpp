@@ -11,6 +11,7 @@
 #include "core/ledger.hpp"
 #include "model/gpt.hpp"
 #include "model/llama.hpp"
+#include "optimizers/volume.hpp"
 #include "predict/model_layout.hpp"
 #include "predict/prediction.hpp"
 #include "predict/step_model.hpp"
@@ -379,4 +380,58 @@ TEST_CASE("mask coding time: a measured throughput, else the CUDA kernels' bytes
   c = scape::testing::earlier_formulation();
   c.type = OptimizerType::adams;
   CHECK(mask_codec_seconds(c, n, w, gpu) == 0.0);
+}
+
+TEST_CASE("local SGD: the mean step over an outer period, the sync exposed or hidden behind the next inner step") {
+  const double alpha = 5e-6, bandwidth = 1e9;
+  OptimizerConfig c = optimizer(OptimizerType::diloco, false);
+  c.inner = InnerRule::adamw;
+  c.outer.inner_steps = 10;
+  StepInputs in = inputs(c, flat(alpha, bandwidth));
+  in.n_params = 1000000;
+  const int w = 4;
+  const auto s = predict_step(in, w, 2048);
+  // One fp32 ring all-reduce of N values every H = 10 steps: 2(W-1) alpha + 2(W-1)/W 4N / B.
+  const double sync = 2 * (w - 1) * alpha + 2.0 * (w - 1) / w * 4e6 / bandwidth;
+  REQUIRE(s.collectives.size() == 1);
+  CHECK(s.collectives[0].record.purpose == "outer_all_reduce");
+  CHECK(s.comm_s == doctest::Approx(sync / 10));
+  CHECK(s.exposed_comm_s == doctest::Approx(sync / 10));
+  CHECK(s.collectives[0].record.bytes_sent_per_worker == doctest::Approx(2.0 * (w - 1) / w * 4e6 / 10));
+  // AdamW over all N every step, the outer update (40 bytes a coordinate) once a period.
+  CHECK(s.optimizer_bytes == doctest::Approx(28.0 * 1e6 + 40.0 * 1e6 / 10));
+  CHECK(s.step_s == doctest::Approx(s.compute_s() + s.optimizer_s + sync / 10));
+
+  // DiLoCoX's delay: only what outlasts the next forward and backward is exposed.
+  c.outer.overlap_outer = true;
+  in.optimizer = c;
+  const auto hidden = predict_step(in, w, 2048);
+  CHECK(hidden.comm_s == doctest::Approx(sync / 10));
+  CHECK(hidden.exposed_comm_s == doctest::Approx(std::max(0.0, sync - hidden.compute_s()) / 10));
+  in.flops_per_token = 1e3;  // compute far shorter than the sync
+  const auto short_compute = predict_step(in, w, 2048);
+  CHECK(short_compute.exposed_comm_s == doctest::Approx((sync - short_compute.compute_s()) / 10));
+
+  // Streaming DiLoCo, F = 5: a fifth of N every 2 steps, each sync hidden on its own.
+  c.diloco.streaming_fragments = 5;
+  in.optimizer = c;
+  const auto streaming = predict_step(in, w, 2048);
+  const double fragment_sync = 2 * (w - 1) * alpha + 2.0 * (w - 1) / w * 4e6 / 5 / bandwidth;
+  CHECK(streaming.comm_s == doctest::Approx(5 * fragment_sync / 10));
+  CHECK(streaming.exposed_comm_s == doctest::Approx(5 * (fragment_sync - streaming.compute_s()) / 10));
+}
+
+TEST_CASE("local SGD: SparseLoCo's all-gather of every worker's message once a period") {
+  OptimizerConfig c = optimizer(OptimizerType::sparseloco, false, 0.98);
+  c.outer.inner_steps = 50;
+  StepInputs in = inputs(c, flat(0, 1e9));
+  in.n_params = 1 << 20;
+  const auto s = predict_step(in, 8, 2048);
+  REQUIRE(s.collectives.size() == 1);
+  CHECK(s.collectives[0].record.purpose == "sparseloco_all_gather");
+  // The ledger's own record of the sync step, spread over the 50 steps of the period.
+  const auto sync = step_collectives(c, in.n_params, 8, 50, 101, in.topology.inter);
+  REQUIRE(sync.size() == 1);
+  CHECK(s.collectives[0].record.bytes_sent_per_worker == doctest::Approx(sync[0].bytes_sent_per_worker / 50));
+  CHECK(s.comm_s == doctest::Approx(sync[0].bytes_sent_per_worker / 1e9 / 50));
 }
