@@ -117,7 +117,7 @@ const KeyTable<DataSection>& data_keys() {
 const KeyTable<NetworkSection>& network_keys() {
   using C = NetworkSection;
   static const KeyTable<C> t({
-      {{"preset", Kind::string, "ib_ndr400, nvlink_h100, pcie_gen5, eth_100g or loopback (docs/network.md)"},
+      {{"preset", Kind::string, "ib_ndr400, nvlink_h100, pcie_gen5, eth_100g, loopback or wan_1g (docs/network.md)"},
        SCAPE_MEMBER(C, preset)},
       {{"alpha_us", Kind::number, "latency per message step in microseconds (overrides the preset)", {0, kInf}},
        SCAPE_MEMBER(C, alpha_us), Default::derived},

@@ -12,6 +12,7 @@ const std::vector<NetworkPreset>& network_presets() {
       {"pcie_gen5", "PCIe Gen5 x16", 5.0, 64.0},
       {"eth_100g", "100 Gb Ethernet (RoCE)", 10.0, 12.5},
       {"loopback", "shared memory on one host (MPI runs on a laptop)", 1.0, 10.0},
+      {"wan_1g", "1 Gb/s link between datacentres (the local-SGD methods' regime)", 10000.0, 0.125},
   };
   return presets;
 }

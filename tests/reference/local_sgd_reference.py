@@ -61,16 +61,20 @@ class NoisyQuadratic:
         self.sigma = F32(noise)
         self.n = n
 
-    def gradient(self, theta, step, worker):
-        """h (theta - theta*) + sigma sqrt(h) z. The build contracts the sum into one fused
-        multiply-add of the noise term (the x86-64-v3 default of cmake/isa.cmake; the gradient's
-        translation unit is not built with -ffp-contract=off): sigma sqrt(h) z is exact in double
-        and the sum is rounded once (to double, then to fp32: a double rounding that can differ
-        from the fused one only on an exact tie)."""
+    def gradient(self, theta, step, worker, fused=True):
+        """h (theta - theta*) + sigma sqrt(h) z. An optimised build contracts the sum into one
+        fused multiply-add of the noise term (the x86-64-v3 default of cmake/isa.cmake; the
+        gradient's translation unit is not built with -ffp-contract=off): sigma sqrt(h) z is exact
+        in double and the sum is rounded once (to double, then to fp32: a double rounding that can
+        differ from the fused one only on an exact tie). A build that does not contract (the
+        debug build) rounds the product and the sum each to fp32: `fused=False`."""
         key = derive(derive(self.noise_key, step), worker)
         z = normal(key, np.arange(self.n, dtype=U64)).astype(F32)
         drift = self.h * (theta - self.optimum)
-        noise = (self.sigma * np.sqrt(self.h)).astype(np.float64) * z.astype(np.float64)
+        scale = self.sigma * np.sqrt(self.h)
+        if not fused:
+            return drift + scale * z
+        noise = scale.astype(np.float64) * z.astype(np.float64)
         return (noise + drift.astype(np.float64)).astype(F32)
 
 
@@ -195,9 +199,9 @@ def synced(t, inner_steps, fragments):
     return -1 if t % period else (t // period - 1) % fragments
 
 
-def run_reference(config):
+def run_reference(config, fused=True):
     """Worker 0's parameters and theta_global after the run, and per step the mean ||Delta_i|| and
-    ||theta_i - theta_bar||."""
+    ||theta_i - theta_bar||; `fused`: the gradient's rounding (NoisyQuadratic.gradient)."""
     o = config["optimizer"]
     workers, steps, n = config["workers"], config["steps"], config["model"]["size"]
     kind = o["type"]
@@ -222,7 +226,7 @@ def run_reference(config):
     pseudo_norms, drifts = [], []
     for t in range(1, steps + 1):
         for i in range(workers):
-            inner_step(theta[i], m[i], v[i], problem.gradient(theta[i], t, i), opt, t, steps)
+            inner_step(theta[i], m[i], v[i], problem.gradient(theta[i], t, i, fused), opt, t, steps)
         late = synced(t - 1, inner_steps, fragments) if (overlap and t > 1) else -1
         if late >= 0:
             lo, hi = bounds[late], bounds[late + 1]

@@ -65,7 +65,13 @@ def test_run_matches_reference(tmp_path, name):
         params = f["/final/params"][...]
         pseudo = f["/metrics/pseudo_grad_norm"][...]
         drift = f["/metrics/param_drift"][...]
+    # The gradient's rounding is the build's: fused multiply-add in optimised builds, separate
+    # roundings where the compiler does not contract (the debug build). The one that matches the
+    # binary must match it within the tolerance (the other differs by 3e-7 to 2e-4, the bf16 wire
+    # amplifying the difference).
     mine, glob, ref_pseudo, ref_drift = run_reference(config)
+    if relative(params, mine) > TOLERANCE:
+        mine, glob, ref_pseudo, ref_drift = run_reference(config, fused=False)
     errors = {"params": relative(params, mine), "pseudo_grad_norm": relative(pseudo, ref_pseudo)}
     if CASES[name].get("streaming_fragments", 1) == 1:
         assert np.array_equal(mine, glob)
