@@ -294,7 +294,19 @@ void merge_hardware(json& j, const std::filesystem::path& base_dir) {
   }
   for (const char* section : {"gpu", "network"}) {
     json merged = hw.value(section, json::object());
-    if (j.contains(section)) merged.merge_patch(j.at(section));
+    if (j.contains(section) && j.at(section).is_object()) {
+      json own = j.at(section);
+      // A link the config gives is its own link: it replaces the description's fitted one (a
+      // preset name merged into fitted figures would lose to them), and an inter-node link of its
+      // own also drops the per-kind fits, which were fitted on the description's link.
+      for (const char* link : {"inter", "intra"}) {
+        if (own.contains(link)) merged.erase(link);
+      }
+      if (own.contains("inter") && !own.contains("collectives")) merged.erase("collectives");
+      merged.merge_patch(own);
+    } else if (j.contains(section)) {
+      merged = j.at(section);  // not an object: the section's own parser names the error
+    }
     j[section] = merged;
   }
 }

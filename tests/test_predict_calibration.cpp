@@ -256,6 +256,17 @@ TEST_CASE("run files with the model's own times round-trip: parameters within 1%
   REQUIRE(rs.has_value());
   CHECK(rs->bandwidth_GBps == hw.at("network").at("collectives").at("reduce_scatter").at("bandwidth_GBps").get<double>());
   CHECK(p.topology().inter_for(CollectiveKind::reduce_scatter).bandwidth_Bps == doctest::Approx(rs->bandwidth_GBps * 1e9));
+
+  // A link the config names replaces the description's: the preset's figures, not the fitted
+  // ones merged under a preset name, and none of the per-kind fits made on the fitted link.
+  json named = config;
+  named["network"] = {{"inter", {{"preset", "eth_100g"}}}};
+  std::ofstream(dir.path / "named.json") << named.dump();
+  const PredictConfig q = load_predict_config(dir.path / "named.json", {});
+  CHECK(q.inter.alpha_us == 10.0);
+  CHECK(q.inter.bandwidth_GBps == 12.5);
+  CHECK(q.gpu.peak_TFLOPs == hw.at("gpu").at("peak_TFLOPs").get<double>());
+  CHECK_FALSE(q.collectives[static_cast<std::size_t>(CollectiveKind::reduce_scatter)].has_value());
 }
 
 TEST_CASE("bad measurement files: ConfigError naming the file and what is missing") {
