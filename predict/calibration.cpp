@@ -70,8 +70,10 @@ double fit_rate(std::span<const RateSample> samples, const char* what) {
 Calibration calibrate(std::span<const RateSample> compute, std::span<const RateSample> optimizer,
                       std::span<const CollectiveSample> collectives) {
   Calibration c;
-  c.achieved_flops = fit_rate(compute, "compute");
-  c.compute_samples = static_cast<int>(compute.size());
+  if (!compute.empty()) {  // runs whose compute sleeps give none: their compute is given
+    c.achieved_flops = fit_rate(compute, "compute");
+    c.compute_samples = static_cast<int>(compute.size());
+  }
   c.optimizer_Bps = fit_rate(optimizer, "optimizer step");
   c.optimizer_samples = static_cast<int>(optimizer.size());
   c.combined = fit_alpha_beta(collectives);
@@ -114,14 +116,22 @@ nlohmann::json hardware_json(const Calibration& c) {
     }
   }
   const double tbps = c.optimizer_Bps / 1e12;
+  json gpu = {{"memory_bandwidth_TBps", tbps}, {"select_TBps", tbps}, {"pack_TBps", tbps}};
+  if (c.compute_samples > 0) {
+    gpu["peak_TFLOPs"] = c.achieved_flops / 1e12;
+    gpu["mfu"] = 1.0;
+  }
   return json{
       {"format", kHardwareFormat},
       {"description",
-       "calibrated by scape predict --calibrate: peak_TFLOPs is the achieved compute (mfu 1), the three "
-       "throughputs the optimizer step's fitted one, the links the fitted alpha-beta"},
+       c.compute_samples > 0
+           ? "calibrated by scape predict --calibrate: peak_TFLOPs is the achieved compute (mfu 1), the three "
+             "throughputs the optimizer step's fitted one, the links the fitted alpha-beta"
+           : "calibrated by scape predict --calibrate from runs whose compute slept: no compute figure (a "
+             "config using it names its GPU's peak_TFLOPs), the three throughputs the optimizer step's fitted "
+             "one, the links the fitted alpha-beta"},
       {"sources", c.sources},
-      {"gpu", {{"peak_TFLOPs", c.achieved_flops / 1e12}, {"mfu", 1.0}, {"memory_bandwidth_TBps", tbps},
-               {"select_TBps", tbps}, {"pack_TBps", tbps}}},
+      {"gpu", gpu},
       {"network", {{"gpus_per_node", 1}, {"inter", link(c.combined)}, {"collectives", collectives}}},
       {"fit", fit}};
 }

@@ -65,8 +65,10 @@ struct Calibration {
 };
 
 // Fits every parameter. A kind gets its own link when its samples hold two distinct points and
-// its fit succeeds; otherwise it keeps the combined link and a warning says why. Throws
-// std::invalid_argument when the compute, optimizer or combined collective fit fails.
+// its fit succeeds; otherwise it keeps the combined link and a warning says why. No compute
+// sample (every run's compute slept) leaves achieved_flops 0, and the hardware description
+// then names no compute figure. Throws std::invalid_argument when the compute (given samples),
+// optimizer or combined collective fit fails.
 Calibration calibrate(std::span<const RateSample> compute, std::span<const RateSample> optimizer,
                       std::span<const CollectiveSample> collectives);
 

@@ -119,9 +119,15 @@ std::vector<CollectiveSample> samples_of(const RunMeasurement& r) {
 
 void print_fit(std::ostream& out, const Calibration& c) {
   char buf[256];
-  std::snprintf(buf, sizeof buf, "compute: %.4g GFLOP/s achieved (%d runs); optimizer step: %.4g GB/s over the bytes "
-                "it touches (%d runs)\n", c.achieved_flops / 1e9, c.compute_samples, c.optimizer_Bps / 1e9,
-                c.optimizer_samples);
+  if (c.compute_samples > 0) {
+    std::snprintf(buf, sizeof buf, "compute: %.4g GFLOP/s achieved (%d runs); ", c.achieved_flops / 1e9,
+                  c.compute_samples);
+  } else {
+    std::snprintf(buf, sizeof buf, "compute: not fitted (every fitted run's compute slept); ");
+  }
+  out << buf;
+  std::snprintf(buf, sizeof buf, "optimizer step: %.4g GB/s over the bytes it touches (%d runs)\n",
+                c.optimizer_Bps / 1e9, c.optimizer_samples);
   out << buf;
   std::snprintf(buf, sizeof buf, "collectives, all kinds: alpha %.3g us, %.4g GB/s (%d samples)\n",
                 c.combined.alpha_s * 1e6, c.combined.bandwidth_Bps / 1e9, c.combined.samples);
@@ -147,6 +153,7 @@ void print_runs(std::ostream& out, const Calibration& c, const std::vector<RunMe
     const RunMeasurement& r = runs[i];
     StepInputs in = calibrated_inputs(c, r.optimizer, r.n_params, r.flops_per_token, r.fill_in);
     in.layout = r.layout;
+    in.fixed_compute_s = r.slept_compute_s;
     const StepPrediction p = predict_step(in, r.workers, r.tokens_per_gpu);
     const double harness_s = r.harness_metric_bytes / c.optimizer_Bps;
     const double pred_opt = p.optimizer_s + p.exposed_comm_s + harness_s;  // what optimizer_wall_time holds
@@ -212,8 +219,11 @@ std::vector<CollectiveSample> read_bench_comm(const std::filesystem::path& file)
 RunMeasurement read_run_measurement(const std::filesystem::path& file) {
   const run_file::File f = open_measurements(file);
   const ex::ExperimentConfig config = run_config(f, file);
-  if (config.model.type != "gpt") {
-    bad_file(file, "model.type " + config.model.type + ": calibration fits compute per FLOP and needs a gpt run");
+  const bool slept = config.compute.type == "sleep";
+  if (config.model.type != "gpt" && !slept) {
+    bad_file(file, "model.type " + config.model.type +
+                       ": calibration fits compute per FLOP and needs a gpt run, or a run whose compute sleeps "
+                       "(compute.type sleep)");
   }
   if (has_outer_loop(config.optimizer.type)) {
     // The fit reads one steady-state step's collectives; these come once every inner_steps steps.
@@ -231,11 +241,16 @@ RunMeasurement read_run_measurement(const std::filesystem::path& file) {
   r.file = file;
   r.optimizer = config.optimizer;
   r.workers = config.workers;
-  const presets::ModelSpec spec = scape::experiments::predictor_model_spec(config.model);
-  r.layout = scape::experiments::language_model_spec(config.model).layout();
+  if (config.model.type == "gpt") {
+    const presets::ModelSpec spec = scape::experiments::predictor_model_spec(config.model);
+    r.layout = scape::experiments::language_model_spec(config.model).layout();
+    r.flops_per_token = presets::training_flops_per_token(spec, config.model.block_size, presets::AttentionFlops::causal);
+    r.tokens_per_gpu = static_cast<double>(config.data.batch_size) * config.model.block_size;
+  } else {
+    r.layout.add("theta", {static_cast<std::size_t>(config.model.size)}, true);  // the quadratic's one tensor
+  }
   r.n_params = r.layout.size();
-  r.flops_per_token = presets::training_flops_per_token(spec, config.model.block_size, presets::AttentionFlops::causal);
-  r.tokens_per_gpu = static_cast<double>(config.data.batch_size) * config.model.block_size;
+  if (slept) r.slept_compute_s = config.compute.seconds;
 
   const std::string measured_why = "a run of the mpi or nccl backend, written by this version";
   const auto steps = column(f, file, "/metrics/step", "a scape run file");
@@ -253,7 +268,8 @@ RunMeasurement read_run_measurement(const std::filesystem::path& file) {
   const auto med = [&](const std::string& name) { return median(rows(name)); };
   r.compute_s = med("compute_wall_time");
   r.optimizer_s = med("optimizer_wall_time");
-  r.cpu_share = std::min(1.0, med("compute_time") / r.compute_s);
+  // A slept compute holds no core: the share measures nothing there.
+  r.cpu_share = slept ? 1.0 : std::min(1.0, med("compute_time") / r.compute_s);
   std::optional<std::size_t> union_size;
   if (config.optimizer.type == OptimizerType::scape &&
       config.optimizer.scape.mask_partition == MaskPartition::local_union) {
@@ -313,11 +329,12 @@ void calibrate_from_files(const std::vector<std::filesystem::path>& fit_files,
     runs.push_back(read_run_measurement(file));
     fitted.push_back(true);
     const RunMeasurement& r = runs.back();
-    compute.push_back(RateSample{r.flops_per_token * r.tokens_per_gpu, r.compute_s});
+    if (!(r.slept_compute_s > 0)) compute.push_back(RateSample{r.flops_per_token * r.tokens_per_gpu, r.compute_s});
     Calibration unit;  // any positive figures: only the bytes of the step are read
     unit.achieved_flops = unit.optimizer_Bps = unit.combined.bandwidth_Bps = 1;
     StepInputs in = calibrated_inputs(unit, r.optimizer, r.n_params, r.flops_per_token, r.fill_in);
     in.layout = r.layout;
+    in.fixed_compute_s = r.slept_compute_s;
     optimizer.push_back(RateSample{predict_step(in, r.workers, r.tokens_per_gpu).optimizer_bytes +
                                        r.harness_metric_bytes,
                                    r.optimizer_kernels_s});
@@ -331,9 +348,14 @@ void calibrate_from_files(const std::vector<std::filesystem::path>& fit_files,
   for (const auto& file : held_out) {
     runs.push_back(read_run_measurement(file));
     fitted.push_back(false);
+    if (compute.empty() && !(runs.back().slept_compute_s > 0)) {
+      throw ex::ConfigError("--calibrate: " + file.string() +
+                            " measures its compute, but every fitted run's compute slept: fit on a run whose "
+                            "compute is measured too");
+    }
   }
-  if (compute.empty()) throw ex::ConfigError("--calibrate: no run file among the inputs (bench-comm files alone fit "
-                                             "only the links; compute and the optimizer step need a run)");
+  if (fitted.empty()) throw ex::ConfigError("--calibrate: no run file among the inputs (bench-comm files alone fit "
+                                            "only the links; compute and the optimizer step need a run)");
   Calibration c;
   try {
     c = calibrate(compute, optimizer, collectives);

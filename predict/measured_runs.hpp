@@ -39,6 +39,9 @@ struct RunMeasurement {
   double flops_per_token = 0;
   double tokens_per_gpu = 0;
   double fill_in = 1;  // local_union: |M| / K as the run measured it
+  // compute.type "sleep": the seconds a step's forward and backward stand for. Such a run's
+  // compute is given, not fitted, and its model need not be a gpt (0: a measured compute).
+  double slept_compute_s = 0;
   int steps_used = 0;
   double compute_s = 0;    // compute_wall_time
   double optimizer_s = 0;  // optimizer_wall_time (its collectives and the mask wait included)
@@ -71,7 +74,7 @@ double harness_metric_bytes(const OptimizerConfig& optimizer, std::uint64_t n_pa
 inline constexpr double kOversubscribedShare = 0.9;
 
 // Throws experiments::ConfigError naming the file and what is missing (a dataset, a gpt
-// model, enough steps) when the file cannot be calibrated from.
+// model or a slept compute, enough steps) when the file cannot be calibrated from.
 RunMeasurement read_run_measurement(const std::filesystem::path& file);
 // The rows of a bench-comm file. Throws ConfigError naming the file and the missing dataset.
 std::vector<CollectiveSample> read_bench_comm(const std::filesystem::path& file);

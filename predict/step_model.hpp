@@ -46,6 +46,9 @@ struct StepInputs {
   // decide SCAPE's K and mask bytes; empty: one tensor of n_params elements. Its size is n_params.
   ParamLayout layout{ParamLayout::kUnbounded};
   double flops_per_token = 0;  // training FLOPs per token
+  // When positive, forward and backward take this long whatever the FLOPs (a run whose ranks
+  // sleep for a GPU's compute, compute.type "sleep"): a third forward, two thirds backward.
+  double fixed_compute_s = 0;
   double fill_in = 1.0;        // local_union: |M| = fill_in K, clamped to [K, min(N, W K)]
   presets::GpuSpec gpu;
   Topology topology;

@@ -94,20 +94,30 @@ void write_column(const scape::run_file::File& f, const std::string& name, const
 // A run file whose every measured time is the step model's with `t` (the optimizer phase with
 // the harness's metric passes at the same throughput), at a CPU share of 1 (compute_time =
 // compute_wall_time); `skip` leaves out one metric.
+// A slept run's compute holds no core: its thread CPU time is about zero.
 fs::path write_measured_run(const fs::path& dir, const std::string& name, const json& config, const Truth& t,
                             const std::string& skip = "") {
   const auto c = ex::parse_experiment(config, ".");
-  const ModelSpec spec = scape::experiments::predictor_model_spec(c.model);
-  const double fpt = training_flops_per_token(spec, c.model.block_size, AttentionFlops::causal);
-  StepInputs in = calibrated_inputs(truth_calibration(t), c.optimizer, parameter_count(spec), fpt, 1.0);
-  in.layout = scape::experiments::language_model_spec(c.model).layout();  // SCAPE's per-tensor k, as the reader counts
-  const StepPrediction p = predict_step(in, c.workers, static_cast<double>(c.data.batch_size) * c.model.block_size);
+  const bool slept = c.compute.type == "sleep";
+  StepInputs in;
+  double tokens = 1;
+  if (c.model.type == "gpt") {
+    const ModelSpec spec = scape::experiments::predictor_model_spec(c.model);
+    const double fpt = training_flops_per_token(spec, c.model.block_size, AttentionFlops::causal);
+    in = calibrated_inputs(truth_calibration(t), c.optimizer, parameter_count(spec), fpt, 1.0);
+    in.layout = scape::experiments::language_model_spec(c.model).layout();  // SCAPE's per-tensor k, as the reader counts
+    tokens = static_cast<double>(c.data.batch_size) * c.model.block_size;
+  } else {
+    in = calibrated_inputs(truth_calibration(t), c.optimizer, static_cast<std::uint64_t>(c.model.size), 0, 1.0);
+  }
+  if (slept) in.fixed_compute_s = c.compute.seconds;
+  const StepPrediction p = predict_step(in, c.workers, tokens);
   const std::size_t steps = static_cast<std::size_t>(c.steps);
   std::vector<std::pair<std::string, double>> columns = {
       {"compute_wall_time", p.compute_s()},
-      {"compute_time", p.compute_s()},
+      {"compute_time", slept ? 1e-6 : p.compute_s()},
       {"optimizer_wall_time", p.optimizer_s + p.exposed_comm_s +
-                                  harness_metric_bytes(c.optimizer, parameter_count(spec)) / t.optimizer_Bps},
+                                  harness_metric_bytes(c.optimizer, in.n_params) / t.optimizer_Bps},
       {"mask_wait_exposed", 0.0}};
   for (const auto& col : p.collectives) {
     const std::string key = col.record.overlapped ? "async_all_gather" : col.record.purpose;
@@ -128,6 +138,20 @@ fs::path write_measured_run(const fs::path& dir, const std::string& name, const 
   }
   f.close();
   return file;
+}
+
+// The run rows of a calibration table, each checked to be predicted exactly: no error other
+// than +0.0% or -0.0%, fitted or held out.
+int exactly_predicted_rows(const std::string& text) {
+  std::istringstream lines(text);
+  int rows = 0;
+  for (std::string line; std::getline(lines, line);) {
+    if (line.find(".h5 | fitted") == std::string::npos && line.find(".h5 | held out") == std::string::npos) continue;
+    ++rows;
+    CAPTURE(line);
+    CHECK((line.find("| +0.0% |") != std::string::npos || line.find("| -0.0% |") != std::string::npos));
+  }
+  return rows;
 }
 
 }  // namespace
@@ -231,15 +255,7 @@ TEST_CASE("run files with the model's own times round-trip: parameters within 1%
   const std::string text = table.str();
   CAPTURE(text);
   CHECK(text.find("held out") != std::string::npos);
-  // Every run, fitted or held out, is predicted exactly: no error other than +0.0% or -0.0%.
-  std::istringstream lines(text);
-  int rows = 0;
-  for (std::string line; std::getline(lines, line);) {
-    if (line.find(".h5 | fitted") == std::string::npos && line.find(".h5 | held out") == std::string::npos) continue;
-    ++rows;
-    CHECK((line.find("| +0.0% |") != std::string::npos || line.find("| -0.0% |") != std::string::npos));
-  }
-  CHECK(rows == 5);
+  CHECK(exactly_predicted_rows(text) == 5);
 
   // A prediction config reads the description: its figures, with the config's keys on top.
   const json config = {{"hardware", "hw.json"},
@@ -370,4 +386,55 @@ TEST_CASE("--links-from-bench: the links from the bench-comm file alone, compute
   std::ostringstream ignored;
   CHECK_THROWS_WITH_AS(calibrate_from_files({fit[1], fit[2]}, {}, dir.path / "x.json", ignored, {}, true),
                        doctest::Contains("no bench-comm file"), ex::ConfigError);
+}
+
+namespace {
+// The netlab's strong-scaling runs (scripts/netlab-strong-scaling): a quadratic of n parameters
+// whose ranks sleep `seconds` a step for a GPU's forward and backward.
+json slept_run_config(const char* type, int workers, double sparsity, double seconds) {
+  json j = {{"name", "slept"}, {"seed", 1}, {"steps", 12}, {"workers", workers},
+            {"model", {{"type", "quadratic"}, {"size", 200000}}},
+            {"optimizer", {{"type", type}, {"sharded", std::string(type) != "scape"}}},
+            {"compute", {{"type", "sleep"}, {"seconds", seconds}}}};
+  if (std::string(type) == "scape") j["optimizer"]["sparsity"] = sparsity;
+  return ex::parse_experiment(j, ".").to_json();
+}
+}  // namespace
+
+TEST_CASE("runs whose compute slept: compute given, not fitted; the optimizer and links round-trip exactly") {
+  const Truth t;
+  scape::testing::TempDir dir;
+  const fs::path bench = write_bench_comm(dir.path / "bench.h5", bench_samples(t, false));
+  const std::vector<fs::path> fit = {
+      bench, write_measured_run(dir.path, "dense-n2", slept_run_config("adams", 2, 0, 0.03), t),
+      write_measured_run(dir.path, "scape90-n2", slept_run_config("scape", 2, 0.9, 0.03), t)};
+  const std::vector<fs::path> held = {
+      write_measured_run(dir.path, "scape99-n2", slept_run_config("scape", 2, 0.99, 0.03), t),
+      write_measured_run(dir.path, "scape99-n8", slept_run_config("scape", 8, 0.99, 0.011), t)};
+  const RunMeasurement m = read_run_measurement(held[1]);
+  CHECK(m.slept_compute_s == 0.011);
+  CHECK(m.cpu_share == 1.0);  // the sleep's near-zero CPU time is no oversubscription
+  CHECK(m.n_params == 200000);
+  std::ostringstream table;
+  calibrate_from_files(fit, held, dir.path / "hw.json", table, {}, true);
+  const std::string text = table.str();
+  CAPTURE(text);
+  CHECK(text.find("compute: not fitted (every fitted run's compute slept)") != std::string::npos);
+  const json hw = json::parse(std::ifstream(dir.path / "hw.json"));
+  CHECK_FALSE(hw.at("gpu").contains("peak_TFLOPs"));
+  CHECK(hw.at("gpu").at("memory_bandwidth_TBps").get<double>() == doctest::Approx(t.optimizer_Bps / 1e12).epsilon(0.01));
+  CHECK(exactly_predicted_rows(text) == 4);
+  // A held-out run that measures its compute cannot be predicted from slept runs alone.
+  const fs::path gpt = write_measured_run(dir.path, "gpt", gpt_run_config("adams", 2, 0), t);
+  std::ostringstream ignored;
+  CHECK_THROWS_WITH_AS(calibrate_from_files(fit, {gpt}, dir.path / "x.json", ignored, {}, true),
+                       doctest::Contains("gpt.h5 measures its compute, but every fitted run's compute slept"),
+                       ex::ConfigError);
+  // A quadratic whose compute is measured has no FLOPs to fit.
+  json measured = slept_run_config("adams", 2, 0, 0.03);
+  measured["compute"] = {{"type", "measured"}};
+  const fs::path quadratic = write_measured_run(dir.path, "quadratic", ex::parse_experiment(measured, ".").to_json(), t);
+  CHECK_THROWS_WITH_AS((void)read_run_measurement(quadratic),
+                       doctest::Contains("quadratic.h5: model.type quadratic: calibration fits compute per FLOP"),
+                       ex::ConfigError);
 }

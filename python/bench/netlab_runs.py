@@ -9,6 +9,12 @@ At one rate, on the nodes `scripts/netlab up` made, it:
    compute and the optimizer step to the runs of dense AdamS and SCAPE 90%; it predicts every
    run, the others held out (not fitted on);
 4. appends one row a method to DIR/steps.csv with the measured and predicted step.
+
+With `--from-fastest-rate` (run by `scripts/netlab bench` once every rate has run) it predicts
+each slower rate again, every run there held out: compute and the optimizer step fitted to the
+fastest rate's dense AdamS and SCAPE 90% runs, where the optimizer's own time is not the small
+difference of two large measured times, and the links to the slower rate's bench-comm file. The
+MPI rows of the slower rates in steps.csv get these predictions.
 """
 import argparse
 import csv
@@ -62,17 +68,70 @@ def mpirun(nodes, args, tries=3):
     sys.exit(f"netlab_runs: {' '.join(args[:3])} failed {tries} times")
 
 
+def calibrate(scape, here, fit, held_out, name):
+    """`scape predict --calibrate --links-from-bench` into here/NAME.{txt,csv} and
+    here/NAME-hardware.json; returns the CSV's rows by run file name."""
+    table = os.path.join(here, f"{name}.csv")
+    with open(os.path.join(here, f"{name}.txt"), "w") as report:
+        subprocess.run([scape, "predict", "--links-from-bench", "--calibrate"] + fit +
+                       (["--held-out"] + held_out if held_out else []) +
+                       ["--out", os.path.join(here, f"{name}-hardware.json"), "--csv", table],
+                       check=True, stdout=report)
+    return {os.path.basename(r["file"]): r for r in csv.DictReader(open(table)) if r["role"] == "held out" or
+            os.path.dirname(os.path.abspath(r["file"])) == os.path.abspath(here)}
+
+
+def from_fastest_rate(scape, out):
+    """Predicts every MPI run at each slower rate from the fastest rate's compute and optimizer
+    fit and the slower rate's links; rewrites those rows of out/steps.csv."""
+    path = os.path.join(out, "steps.csv")
+    rows = list(csv.DictReader(open(path)))
+    rates = sorted({float(r["rate_mbit"]) for r in rows if r["runtime"] == "mpi"})
+    if len(rates) < 2:
+        print("netlab_runs: one MPI rate only: its own calibration stands", file=sys.stderr)
+        return
+    fastest = os.path.join(out, f"mpi-{rates[-1]:g}mbit")
+    fit_runs = [os.path.join(fastest, f"{m}.h5") for m, spec in METHODS.items() if spec[2] == "fitted"]
+    missing = [f for f in fit_runs if not os.path.exists(f)]
+    if missing:
+        sys.exit(f"netlab_runs: --from-fastest-rate needs {', '.join(missing)}")
+    for rate in rates[:-1]:
+        here = os.path.join(out, f"mpi-{rate:g}mbit")
+        runs = [os.path.join(here, f"{m}.h5") for m, spec in METHODS.items()
+                if spec[2] and os.path.exists(os.path.join(here, f"{m}.h5"))]
+        predicted = calibrate(scape, here, fit_runs + [os.path.join(here, "bench-comm.h5")], runs, "from-fastest-rate")
+        for r in rows:
+            p = predicted.get(f"{r['method']}.h5")
+            if r["runtime"] != "mpi" or float(r["rate_mbit"]) != rate or p is None:
+                continue
+            r["measured_step_ms"], r["predicted_step_ms"] = p["measured_step_ms"], p["predicted_step_ms"]
+            print(f"mpi {r['method']:14} at {rate:g} Mbit/s: step {float(p['measured_step_ms']):9.2f} ms, predicted "
+                  f"{float(p['predicted_step_ms']):9.2f} ms ({100 * float(p['error']):+.1f}%; compute and optimizer "
+                  f"from {rates[-1]:g} Mbit/s)", flush=True)
+    with open(path, "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", required=True, help="the bench folder: steps.csv is appended to, runs go to mpi-RATE/")
-    parser.add_argument("--nodes", type=int, required=True)
-    parser.add_argument("--rate-mbit", type=float, required=True, help="the link rate now up, for the CSV")
+    parser.add_argument("--from-fastest-rate", action="store_true",
+                        help="instead: predict every slower rate's runs again from the fastest rate's fit (see above)")
+    parser.add_argument("--nodes", type=int)
+    parser.add_argument("--rate-mbit", type=float, help="the link rate now up, for the CSV")
     parser.add_argument("--steps", type=int, default=16, help="steps a run (default 16)")
     parser.add_argument("--methods", default=",".join(METHODS), help=f"default {','.join(METHODS)}")
     args = parser.parse_args()
     scape = os.environ.get("SCAPE_BINARY", f"{ROOT}/build/release/apps/scape")
     if not os.access(scape, os.X_OK):
         sys.exit(f"netlab_runs: no scape binary at {scape} (set SCAPE_BINARY)")
+    if args.from_fastest_rate:
+        from_fastest_rate(scape, args.out)
+        return
+    if args.nodes is None or args.rate_mbit is None:
+        sys.exit("netlab_runs: --nodes and --rate-mbit are required (or --from-fastest-rate)")
     methods = args.methods.split(",")
     unknown = [m for m in methods if m not in METHODS]
     if unknown:
@@ -93,12 +152,7 @@ def main():
             (fit if role == "fitted" else held_out).append(run)
     if len(fit) == 1:
         sys.exit("netlab_runs: --methods needs adams or scape-90, the runs the calibration fits")
-    calibration = os.path.join(here, "calibration.csv")
-    with open(os.path.join(here, "calibration.txt"), "w") as report:
-        subprocess.run([scape, "predict", "--links-from-bench", "--calibrate"] + fit + (["--held-out"] + held_out if held_out else []) +
-                       ["--out", os.path.join(here, "calibrated-hardware.json"), "--csv", calibration],
-                       check=True, stdout=report)
-    predicted = {os.path.basename(r["file"]): r for r in csv.DictReader(open(calibration))}
+    predicted = calibrate(scape, here, fit, held_out, "calibration")
     rows = []
     for method in methods:
         row = run_row(os.path.join(here, f"{method}.h5"))
