@@ -77,7 +77,7 @@ def calibrate(scape, here, fit, held_out, name):
                        (["--held-out"] + held_out if held_out else []) +
                        ["--out", os.path.join(here, f"{name}-hardware.json"), "--csv", table],
                        check=True, stdout=report)
-    return {os.path.basename(r["file"]): r for r in csv.DictReader(open(table)) if r["role"] == "held out" or
+    return {os.path.basename(r["file"]): r for r in csv.DictReader(open(table)) if r["role"] == "held_out" or
             os.path.dirname(os.path.abspath(r["file"])) == os.path.abspath(here)}
 
 
