@@ -85,6 +85,20 @@ def efficiency(cell_list):
     return out
 
 
+def scaling_markdown(cell_list, runs):
+    """The strong-scaling table: per (nodes, method) the median step over the runs with [min,
+    max], the median predicted step and its error (over the runs that predicted it), the exposed
+    communication, the efficiency against the fewest nodes and the speedup against dense."""
+    text = (f"\n## Strong scaling ({runs} runs)\n\n| nodes | method | step ms, median [min, max] | "
+            "predicted ms (error) | exposed comm ms | efficiency | × dense |\n|---|---|---|---|---|---|---|\n")
+    for c in sorted(cell_list, key=lambda c: (c["workers"], c["method"])):
+        predicted = f"{c['predicted_ms']:.1f} ({100 * c['error']:+.1f}%)" if c["predicted_ms"] else "–"
+        text += (f"| {c['workers']} | {c['method']} | {c['step_ms']:.1f} [{c['step_min_ms']:.1f}, "
+                 f"{c['step_max_ms']:.1f}] | {predicted} | {c['exposed_ms']:.1f} | "
+                 f"{'–' if c['efficiency'] is None else format(c['efficiency'], '.3f')} | {c['speedup']:.2f} |\n")
+    return text
+
+
 def draw_steps(cell_list, path):
     """Step time per method, split into exposed communication and the rest (compute and the
     optimizer's own work), one panel per (runtime, rate), each on its own linear axis (a stacked
@@ -152,13 +166,7 @@ def report(steps_files, scaling_files, out_dir, figures=True):
             draw_steps(bench, out_dir / "netlab-steps.png")
     if scaling_files:
         scaling = efficiency(cells(read_rows(scaling_files)))
-        text += f"\n## Strong scaling ({len(scaling_files)} runs)\n\n| nodes | method | step ms, median [min, max] | " \
-                "exposed comm ms | efficiency | × dense |\n|---|---|---|---|---|---|\n"
-        for c in sorted(scaling, key=lambda c: (c["workers"], c["method"])):
-            text += (f"| {c['workers']} | {c['method']} | {c['step_ms']:.1f} [{c['step_min_ms']:.1f}, "
-                     f"{c['step_max_ms']:.1f}] | {c['exposed_ms']:.1f} | "
-                     f"{'–' if c['efficiency'] is None else format(c['efficiency'], '.3f')} | "
-                     f"{c['speedup']:.2f} |\n")
+        text += scaling_markdown(scaling, len(scaling_files))
         if figures:
             draw_scaling([c for c in scaling if c["efficiency"] is not None],
                          out_dir / "netlab-scaling.png")

@@ -55,6 +55,18 @@ def test_efficiency_against_fewest_nodes(tmp_path):
     assert cells[("scape99", 8)]["speedup"] == pytest.approx(2000 / 750)
 
 
+def test_scaling_table_gives_the_prediction_where_a_run_made_one(tmp_path):
+    extra = ("compute_ms",)
+    runs = [[("mpi", "dense", 2, 100.0, 3000.0, "", 1000.0, 6e6, 2400), ("mpi", "scape99", 2, 100.0, 2500.0, "", 9.0, 9e4, 2400)],
+            [("mpi", "dense", 2, 100.0, 3100.0, 2600.0, 1100.0, 6e6, 2400), ("mpi", "scape99", 2, 100.0, 2450.0, 2460.0, 8.0, 9e4, 2400)]]
+    files = [write(tmp_path / f"s{i}.csv", r, extra) for i, r in enumerate(runs)]
+    table = netlab.scaling_markdown(netlab.efficiency(netlab.cells(netlab.read_rows(files))), 2)
+    assert "## Strong scaling (2 runs)" in table
+    # median measured 3050 and 2475; the one prediction each against those medians
+    assert "| 2 | dense | 3050.0 [3000.0, 3100.0] | 2600.0 (-14.8%) | 1050.0 | – | 1.00 |" in table
+    assert "| 2 | scape99 | 2475.0 [2450.0, 2500.0] | 2460.0 (-0.6%) | 8.5 | – | 1.23 |" in table
+
+
 def test_command_writes_tables_and_figures(tmp_path, capsys):
     steps = bench_runs(tmp_path)
     assert main(["netlab", "--steps", *steps, "--out", str(tmp_path / "out")]) == 0
