@@ -71,7 +71,7 @@ constexpr OptimizerKeyRange kRanges[] = {
     {"inner_steps", 1, 1e6, false, false, "must be in [1, 10^6]"},
     {"outer_lr", 0, kInf, true, true, "must be finite and > 0"},
     {"outer_momentum", 0, 1, false, true, "must be in [0, 1)"},
-    {"streaming_fragments", 1, 1024, false, false, "must be in [1, 1024] and divide optimizer.inner_steps"},
+    {"streaming_fragments", 1, 1024, false, false, "must be in [1, 1024] and at most optimizer.inner_steps"},
     {"chunk", 1, 1 << 24, false, false, "must be in [1, 2^24] elements"},
     {"quant_bits", 0, 8, false, false, "must be 0 (off), 2 or 8"},
     {"ef_decay", 0, 1, false, false, "must be in [0, 1]"},
@@ -236,11 +236,11 @@ void check_outer_loop(const OptimizerConfig& c) {
   if (c.type == OptimizerType::diloco) {
     check_range("outer_momentum", c.diloco.outer_momentum);
     check_range("streaming_fragments", c.diloco.streaming_fragments);
-    if (c.outer.inner_steps % c.diloco.streaming_fragments != 0) {
+    if (c.diloco.streaming_fragments > c.outer.inner_steps) {
       reject("streaming_fragments", std::to_string(c.diloco.streaming_fragments) +
-                                        " does not divide optimizer.inner_steps = " +
+                                        " is more than optimizer.inner_steps = " +
                                         std::to_string(c.outer.inner_steps) +
-                                        " (one fragment is synced every inner_steps / streaming_fragments steps)");
+                                        " (each fragment is synced at its own step of every inner_steps)");
     }
     return;
   }

@@ -313,7 +313,7 @@ const KeyTable<OptimizerConfig>& optimizer_keys() {
        SCAPE_MEMBER(C, diloco.outer_wire)},
       {{"streaming_fragments",
         Kind::integer,
-        "diloco: fragments F of the flat buffer, one synced every inner_steps / F steps (Streaming DiLoCo; 1 = off)",
+        "diloco: fragments F <= inner_steps of the flat buffer, each synced once every inner_steps steps at staggered offsets (Streaming DiLoCo; 1 = off)",
         core_range("streaming_fragments"),
         {},
         kDiloco},

@@ -393,14 +393,15 @@ TEST_CASE("backward buckets: the pipeline's exposed time and the modelled step, 
         doctest::Approx(3.0 + 0.3 + 1.0));
 }
 
-TEST_CASE("closed forms: DiLoCo all-reduces one fragment at outer_wire every H / F steps, dense's bytes / H on average") {
+TEST_CASE("closed forms: DiLoCo all-reduces each fragment at outer_wire once every H steps, dense's bytes / H on average") {
   // mixed_layout(2): tensors of 806, 31, 700 and 97 (edges 0, 806, 837, 1537, 1634). F = 2 cuts at
   // the edge nearest 817 (806); F = 4 has no four whole-tensor fragments there (408.5 and 817 both
-  // snap to 806), so it splits the elements: 408, 817, 1225.
+  // snap to 806), so it splits the elements: 408, 817, 1225. F = 3 (not dividing H = 4) cuts at the
+  // edges nearest 544.7 and 1089.3 (806, 837) and syncs at steps 1, 2 and 4 of each period.
   const ParamLayout layout = mixed_layout(2);
   const std::uint64_t n = layout.size();
   const std::map<int, std::vector<std::uint64_t>> fragments = {
-      {1, {n}}, {2, {806, 828}}, {4, {408, 409, 408, 409}}};
+      {1, {n}}, {2, {806, 828}}, {3, {806, 31, 797}}, {4, {408, 409, 408, 409}}};
   const int steps = 8, h = 4;
   for (int w : {2, 3}) {
     for (const auto& [f, sizes] : fragments) {
@@ -429,11 +430,15 @@ TEST_CASE("closed forms: DiLoCo all-reduces one fragment at outer_wire every H /
             }
             check_sent(m, w);
             sent += summarize(m.comm).bytes_sent_per_worker;
-            if (t % (h / f) != 0) {
+            int synced = -1;  // fragment k at the steps t with t mod H = floor((k + 1) H / F) mod H
+            for (int k = 0; k < f; ++k) {
+              if ((k + 1) * h / f % h == t % h) synced = k;
+            }
+            if (synced < 0) {
               CHECK(m.comm.empty());
               continue;
             }
-            const std::uint64_t values = sizes[static_cast<std::size_t>((t / (h / f) - 1) % f)];
+            const std::uint64_t values = sizes[static_cast<std::size_t>(synced)];
             StepPayloads expected{{"outer_all_reduce", {values * wire_bytes(wire)}}};
             if (wire == WireType::fp8_e5m2) expected["outer_scale_all_gather"] = {4u * static_cast<unsigned>(w)};
             CHECK(payloads(m) == expected);

@@ -122,6 +122,12 @@ TEST_CASE("fragments: tensor boundaries nearest f N / F, else an even split; the
   CHECK(fragment_synced_at(8, 8, 1) == 0);
   CHECK(fragment_synced_at(7, 8, 1) == -1);
   CHECK(fragment_synced_at(16, 8, 1) == 0);
+  // H = 10, F = 4 (4 does not divide 10): offsets floor(10/4) = 2, 5, 7, 10 of every period.
+  synced.clear();
+  for (int t = 1; t <= 20; ++t) synced.push_back(fragment_synced_at(t, 10, 4));
+  CHECK(synced == std::vector<int>{-1, 0, -1, -1, 1, -1, 2, -1, -1, 3, -1, 0, -1, -1, 1, -1, 2, -1, -1, 3});
+  // F = H: a fragment at every step.
+  for (int t = 1; t <= 6; ++t) CHECK(fragment_synced_at(t, 3, 3) == (t - 1) % 3);
 }
 
 TEST_CASE("DiLoCo at W = 1 with outer_lr 1 and outer_momentum 0 is its inner optimizer, bit for bit") {

@@ -3,7 +3,7 @@
 // parameters; then the pseudo-gradients Delta_i = theta_global - theta_i are all-reduced (mean) at
 // outer_wire precision and theta_global takes one SGD step with Nesterov momentum, as
 // torch.optim.SGD(nesterov=True) computes it, and every worker restarts from it. With
-// streaming_fragments = F one of F contiguous fragments of the flat buffer is synced every H / F
+// streaming_fragments = F one of F contiguous fragments of the flat buffer is synced about every H / F
 // steps (docs/algorithms.md, "DiLoCo").
 #pragma once
 

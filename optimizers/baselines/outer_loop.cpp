@@ -42,9 +42,12 @@ std::vector<std::size_t> fragment_boundaries(const ParamLayout& layout, int frag
 }
 
 int fragment_synced_at(int step, int inner_steps, int fragments) {
-  const int period = inner_steps / fragments;
-  if (step < 1 || step % period != 0) return -1;
-  return (step / period - 1) % fragments;
+  if (step < 1) return -1;
+  const int phase = step % inner_steps;
+  for (int f = 0; f < fragments; ++f) {
+    if ((f + 1) * inner_steps / fragments % inner_steps == phase) return f;
+  }
+  return -1;
 }
 
 OuterLoopOptimizer::OuterLoopOptimizer(const OptimizerConfig& config, const ParamLayout& layout, Communicator& comm,

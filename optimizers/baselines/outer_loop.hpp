@@ -20,8 +20,10 @@ namespace scape {
 // Throws std::invalid_argument when N < F.
 std::vector<std::size_t> fragment_boundaries(const ParamLayout& layout, int fragments);
 
-// The fragment synced at step t (1-based), or -1: with period P = H / F, fragment
-// (t / P - 1) mod F at every step t that P divides.
+// The fragment synced at step t (1-based), or -1: fragment f at every step t with
+// t mod H = floor((f + 1) H / F) mod H, so each fragment once every H steps, F <= H offsets
+// spread as evenly as whole steps allow (every H / F steps when F divides H: fragment
+// (t / P - 1) mod F at the steps P = H / F divides).
 int fragment_synced_at(int step, int inner_steps, int fragments);
 
 class OuterLoopOptimizer : public OptimizerBase {

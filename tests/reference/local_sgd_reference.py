@@ -195,8 +195,9 @@ def fragment_bounds(n, fragments):
 
 
 def synced(t, inner_steps, fragments):
-    period = inner_steps // fragments
-    return -1 if t % period else (t // period - 1) % fragments
+    """Fragment f syncs at the steps t with t mod H = floor((f + 1) H / F) mod H."""
+    offsets = [(f + 1) * inner_steps // fragments % inner_steps for f in range(fragments)]
+    return offsets.index(t % inner_steps) if t % inner_steps in offsets else -1
 
 
 def run_reference(config, fused=True):

@@ -37,6 +37,8 @@ CASES = {
     "diloco-overlap": dict(DILOCO, overlap_outer=True),
     "streaming-diloco-F2": dict(DILOCO, streaming_fragments=2),
     "streaming-diloco-F4-overlap": dict(DILOCO, streaming_fragments=4, overlap_outer=True),
+    # 3 does not divide H = 4: fragments at steps 1, 2 and 4 of every period
+    "streaming-diloco-F3-staggered": dict(DILOCO, streaming_fragments=3),
     "sparseloco-2bit": SPARSELOCO,
     "sparseloco-8bit-bitmap": dict(SPARSELOCO, quant_bits=8, mask_encoding="bitmap"),
     "sparseloco-unquantized": dict(SPARSELOCO, quant_bits=0, chunk=100),
