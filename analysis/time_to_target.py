@@ -24,9 +24,15 @@ from pathlib import Path
 
 from .stats import interval
 
-# The keys of an arm's optimizer that carry over to the cluster's prediction; the rest (wire
-# and parameter dtypes, sharding, offload) are the prediction config's: the cluster's setup.
-TRANSFERRED = ("optimizer.type", "optimizer.sparsity", "optimizer.formulation", "optimizer.inner")
+# The keys of an arm's optimizer that carry over to the cluster's prediction: those that decide
+# its bytes and its overlap as it trained (the local-SGD period, fragments, outer wire and
+# delayed outer step; SparseLoCo's chunk and value bits; DeMo's chunk and top-k). The rest (wire
+# and parameter dtypes, sharding, offload, bucketed overlap) are the prediction config's: the
+# cluster's setup, which leave the arm's arithmetic as it ran.
+TRANSFERRED = ("optimizer.type", "optimizer.sparsity", "optimizer.formulation", "optimizer.inner",
+               "optimizer.inner_steps", "optimizer.streaming_fragments", "optimizer.outer_wire",
+               "optimizer.overlap_outer", "optimizer.chunk", "optimizer.quant_bits", "optimizer.demo_chunk",
+               "optimizer.demo_topk")
 
 
 def predicted_step(binary, cluster, overrides, dense):
@@ -85,8 +91,9 @@ def cluster_section(problems, clusters, binary):
              "step time for the same optimizer on the prediction config's model and cluster at its largest",
              "worker count, relative to the reference arm, paired by seed (mean, 95% Student-t interval over",
              "seeds). The reference is the config's dense baseline; the other arms take the config's",
-             "optimizer with their type, sparsity and formulation. A seed that never reached the target is",
-             "reported, not extrapolated.", ""]
+             "optimizer with their type, sparsity, formulation and what sets their bytes and overlap as they",
+             "trained (local-SGD period, fragments, outer wire, delayed outer step; chunks and value bits).",
+             "A seed that never reached the target is reported, not extrapolated.", ""]
     rows = []
     for cluster in clusters:
         lines += [f"### {Path(cluster).name}", ""]

@@ -72,6 +72,21 @@ def test_report_cluster_section_matches_files_and_predict(scape, tmp_path):
     assert len(by_arm) == 2
 
 
+def test_a_local_sgd_arm_is_predicted_with_its_own_period_fragments_wire_and_delay(scape):
+    config = {"optimizer.type": "diloco", "optimizer.inner": "adams", "optimizer.inner_steps": 50,
+              "optimizer.streaming_fragments": 4, "optimizer.outer_wire": "fp8_e5m2", "optimizer.overlap_outer": True,
+              "optimizer.lr": 1e-3, "optimizer.outer_lr": 0.7, "optimizer.outer_momentum": 0.9, "seed": 1}
+    overrides = ttt.arm_overrides(Arm(label="streaming", config=config, tokens={}))
+    assert overrides == {k: v for k, v in config.items()
+                         if k not in ("optimizer.lr", "optimizer.outer_lr", "optimizer.outer_momentum", "seed")}
+    step, _ = ttt.predicted_step(scape, CLUSTER, overrides, dense=False)
+    sets = ['optimizer.type="diloco"', 'optimizer.inner="adams"', "optimizer.inner_steps=50",
+            "optimizer.streaming_fragments=4", 'optimizer.outer_wire="fp8_e5m2"', "optimizer.overlap_outer=true"]
+    assert step == pytest.approx(predicted(scape, False, sets), rel=1e-9)
+    # The period matters: the default H = 10 syncs five times as often.
+    assert predicted(scape, False, sets[:2]) > step
+
+
 def test_a_missing_cluster_file_is_a_usage_error(tmp_path):
     done = subprocess.run(["/usr/bin/python3", "-m", "analysis", "report", str(tmp_path), "--out", str(tmp_path / "o"),
                            "--cluster", str(tmp_path / "none.json")], capture_output=True, text=True, cwd=REPO,
