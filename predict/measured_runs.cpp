@@ -329,7 +329,7 @@ void calibrate_from_files(const std::vector<std::filesystem::path>& fit_files,
     runs.push_back(read_run_measurement(file));
     fitted.push_back(true);
     const RunMeasurement& r = runs.back();
-    if (!(r.slept_compute_s > 0)) compute.push_back(RateSample{r.flops_per_token * r.tokens_per_gpu, r.compute_s});
+    if (!r.compute_slept()) compute.push_back(RateSample{r.flops_per_token * r.tokens_per_gpu, r.compute_s});
     Calibration unit;  // any positive figures: only the bytes of the step are read
     unit.achieved_flops = unit.optimizer_Bps = unit.combined.bandwidth_Bps = 1;
     StepInputs in = calibrated_inputs(unit, r.optimizer, r.n_params, r.flops_per_token, r.fill_in);
@@ -348,7 +348,7 @@ void calibrate_from_files(const std::vector<std::filesystem::path>& fit_files,
   for (const auto& file : held_out) {
     runs.push_back(read_run_measurement(file));
     fitted.push_back(false);
-    if (compute.empty() && !(runs.back().slept_compute_s > 0)) {
+    if (compute.empty() && !runs.back().compute_slept()) {
       throw ex::ConfigError("--calibrate: " + file.string() +
                             " measures its compute, but every fitted run's compute slept: fit on a run whose "
                             "compute is measured too");

@@ -42,6 +42,7 @@ struct RunMeasurement {
   // compute.type "sleep": the seconds a step's forward and backward stand for. Such a run's
   // compute is given, not fitted, and its model need not be a gpt (0: a measured compute).
   double slept_compute_s = 0;
+  bool compute_slept() const { return slept_compute_s > 0; }
   int steps_used = 0;
   double compute_s = 0;    // compute_wall_time
   double optimizer_s = 0;  // optimizer_wall_time (its collectives and the mask wait included)

@@ -70,15 +70,14 @@ def mpirun(nodes, args, tries=3):
 
 def calibrate(scape, here, fit, held_out, name):
     """`scape predict --calibrate --links-from-bench` into here/NAME.{txt,csv} and
-    here/NAME-hardware.json; returns the CSV's rows by run file name."""
+    here/NAME-hardware.json; returns the CSV's rows by the run file's absolute path."""
     table = os.path.join(here, f"{name}.csv")
     with open(os.path.join(here, f"{name}.txt"), "w") as report:
         subprocess.run([scape, "predict", "--links-from-bench", "--calibrate"] + fit +
                        (["--held-out"] + held_out if held_out else []) +
                        ["--out", os.path.join(here, f"{name}-hardware.json"), "--csv", table],
                        check=True, stdout=report)
-    return {os.path.basename(r["file"]): r for r in csv.DictReader(open(table)) if r["role"] == "held_out" or
-            os.path.dirname(os.path.abspath(r["file"])) == os.path.abspath(here)}
+    return {os.path.abspath(r["file"]): r for r in csv.DictReader(open(table))}
 
 
 def from_fastest_rate(scape, out):
@@ -101,7 +100,7 @@ def from_fastest_rate(scape, out):
                 if spec[2] and os.path.exists(os.path.join(here, f"{m}.h5"))]
         predicted = calibrate(scape, here, fit_runs + [os.path.join(here, "bench-comm.h5")], runs, "from-fastest-rate")
         for r in rows:
-            p = predicted.get(f"{r['method']}.h5")
+            p = predicted.get(os.path.abspath(os.path.join(here, f"{r['method']}.h5")))
             if r["runtime"] != "mpi" or float(r["rate_mbit"]) != rate or p is None:
                 continue
             r["measured_step_ms"], r["predicted_step_ms"] = p["measured_step_ms"], p["predicted_step_ms"]
@@ -158,7 +157,7 @@ def main():
         row = run_row(os.path.join(here, f"{method}.h5"))
         # The calibration's measured step (steps past the optimizer's steady-state start) is the
         # one its prediction is compared with; an unpredicted run gives its own median.
-        p = predicted.get(f"{method}.h5", {"measured_step_ms": f"{row['measured_step_ms']:.3f}",
+        p = predicted.get(os.path.abspath(os.path.join(here, f"{method}.h5")), {"measured_step_ms": f"{row['measured_step_ms']:.3f}",
                                            "predicted_step_ms": "", "role": "not predicted"})
         rows.append({"runtime": "mpi", "method": method, "workers": args.nodes, "rate_mbit": args.rate_mbit,
                      "measured_step_ms": p["measured_step_ms"], "predicted_step_ms": p["predicted_step_ms"],
