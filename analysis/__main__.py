@@ -55,6 +55,17 @@ Analysis of scape run files (HDF5, docs/run-files.md).
       predicted as a marker) and netlab-scaling.png (efficiency against nodes, the paper's
       64-GPU figures beside it).
 
+  archive DIR_OR_FILES... --out OUTDIR [--block-steps K] [--keep-tensors]
+      Compact copies of ended run files, to keep or publish a sweep (analysis/archive.py,
+      docs/run-files.md "Archives"): the same layout and file names, root attributes and
+      validation curve as they are, every per-step series as its mean over blocks of K steps
+      (default 50; means over all steps stay exact when K divides the steps), the per-tensor
+      tables dropped unless --keep-tensors, everything compressed: a 16000-step run of sweep 16
+      goes from about 10 MB to tens of kilobytes. `report` reads archives as run files. Files still
+      running, archives and existing non-archive targets are refused with the reason; an
+      archive already up to date is left as it is. Exit 0 when every file was archived or up
+      to date, 1 when some could not be, 2 for bad arguments.
+
 Exit status (report): 0 when at least one run file was read, 1 when none was (nothing usable),
 2 for bad arguments.
 """
@@ -87,6 +98,15 @@ def _parser():
                         "target on its cluster, relative to the reference (repeatable)")
     r.add_argument("--no-figures", action="store_true",
                    help="write summary.md and the CSV files only (drawing takes seconds per figure)")
+    a = sub.add_parser("archive", help="compact copies of ended run files (block means, compressed)",
+                       description="Compact copies of ended run files: root attributes and the validation curve "
+                                   "as they are, per-step series as means over blocks of steps, compressed.")
+    a.add_argument("inputs", nargs="+", metavar="DIR_OR_FILE", help="run files or folders holding them (*.h5)")
+    a.add_argument("--out", required=True, metavar="OUTDIR", help="folder for the archives (same file names)")
+    a.add_argument("--block-steps", type=int, default=50, metavar="K",
+                   help="steps averaged into one row (default: %(default)s)")
+    a.add_argument("--keep-tensors", action="store_true",
+                   help="keep the per-tensor tables (as block means); dropped by default")
     n = sub.add_parser("netlab", help="tables and figures of the netlab's measured study (docs/NETLAB.md)",
                        description="Tables and figures from the steps.csv of scripts/netlab bench and "
                                    "scripts/netlab-strong-scaling.")
@@ -116,6 +136,28 @@ def netlab_main(args):
     return 0
 
 
+def archive_main(args):
+    """`archive`: 2 for bad arguments, 1 when some file could not be archived, else 0."""
+    from .archive import archive_runs
+    if args.block_steps < 1:
+        print(f"analysis: archive: --block-steps {args.block_steps}: expected a positive number of steps",
+              file=sys.stderr)
+        return 2
+    done, problems = archive_runs(args.inputs, args.out, args.block_steps, args.keep_tensors)
+    for item in done:
+        if item.outcome == "up to date":
+            print(f"{item.target}: up to date")
+        else:
+            print(f"{item.target}: {item.rows_before} rows -> {item.rows_after}, "
+                  f"{item.bytes_before / 1e6:.2f} MB -> {item.bytes_after / 1e6:.3f} MB")
+    for _, msg in problems:
+        print(f"analysis: archive: {msg}", file=sys.stderr)
+    if not done and not problems:
+        print(f"analysis: archive: no run file in {', '.join(args.inputs)}", file=sys.stderr)
+        return 1
+    return 1 if problems else 0
+
+
 def main(argv=None):
     """Runs the command line; returns the exit status."""
     args = _parser().parse_args(argv)
@@ -124,6 +166,8 @@ def main(argv=None):
             stream.reconfigure(errors="replace")
     if args.command == "netlab":
         return netlab_main(args)
+    if args.command == "archive":
+        return archive_main(args)
     from .report import write_report  # heavy imports after argument parsing (fast --help)
     from .runs import ScapeBinaryError
     from .stats import parse_reference

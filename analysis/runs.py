@@ -103,6 +103,9 @@ class Run:
     config_as_given: bool = False
     """The `config_as_given` attribute: the config is as its writer gave it, not resolved by scape
     (scape.optim.run_file.RunFileWriter), so it holds no default its optimizer does not read."""
+    archive_block_steps: int = 1
+    """Steps each per-step row stands for: 1 in a run file, K in an archive (analysis/archive.py),
+    whose rows are means over blocks of K steps."""
 
     @property
     def name(self):
@@ -129,8 +132,11 @@ class Run:
         return np.full(len(self.steps), np.nan)
 
     def wall_clock(self):
-        """Modelled wall-clock time in seconds at the end of each step (cumsum of step_time_model)."""
-        return np.cumsum(np.nan_to_num(self.metric("step_time_model"), nan=0.0))
+        """Modelled wall-clock time in seconds at the end of each recorded step (cumsum of
+        step_time_model, each row weighted by the steps it stands for: 1, or its block in an archive)."""
+        steps = self.steps
+        weights = np.diff(np.concatenate([[0], steps])) if self.archive_block_steps > 1 else np.ones(len(steps))
+        return np.cumsum(np.nan_to_num(self.metric("step_time_model"), nan=0.0) * weights)
 
 
 def _text(value):
@@ -221,7 +227,8 @@ def load_run(path):
                        eval_step=evals.get("step", np.zeros(0, dtype=np.int64)),
                        val_loss=evals.get("val_loss", np.zeros(0)), tensor_names=names, tensors=tensors,
                        optimizer_keys=_read_key_types(path, attrs),
-                       config_as_given=bool(np.asarray(attrs.get("config_as_given", 0)).reshape(-1)[0]))
+                       config_as_given=bool(np.asarray(attrs.get("config_as_given", 0)).reshape(-1)[0]),
+                       archive_block_steps=int(np.asarray(attrs.get("archive_block_steps", 1)).reshape(-1)[0]))
     except RunFileError:
         raise
     except (OSError, KeyError, ValueError, TypeError) as e:
