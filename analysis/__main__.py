@@ -43,6 +43,10 @@ Analysis of scape run files (HDF5, docs/run-files.md).
       the reference: each arm's measured tokens to target times `scape predict`'s step time for
       its optimizer on the config's model and cluster at its largest worker count, paired by seed
       (analysis/time_to_target.py); also OUTDIR/time_to_target.csv. Needs the scape binary.
+      --cluster-overlap: each cluster also with the per-step methods' collectives bucketed into
+      the backward and next forward pass (overlap.grad_reduce, param_gather, sparse_reduce on),
+      which leaves their arithmetic as it ran; the local-SGD delayed outer step changes the
+      arithmetic and is its own arm (optimizer.overlap_outer).
       --no-figures writes summary.md and the CSV files only.
 
   netlab --steps STEPS.csv... [--scaling STEPS.csv...] --out OUTDIR
@@ -96,6 +100,9 @@ def _parser():
     r.add_argument("--cluster", action="append", default=[], metavar="PREDICTION.json",
                    help="a scape predict config (experiments/configs/predict/): add the predicted time to the "
                         "target on its cluster, relative to the reference (repeatable)")
+    r.add_argument("--cluster-overlap", action="store_true",
+                   help="predict each --cluster also with bucketed overlap on (overlap.grad_reduce, "
+                        "param_gather, sparse_reduce)")
     r.add_argument("--no-figures", action="store_true",
                    help="write summary.md and the CSV files only (drawing takes seconds per figure)")
     a = sub.add_parser("archive", help="compact copies of ended run files (block means, compressed)",
@@ -174,6 +181,8 @@ def main(argv=None):
 
     try:
         parse_reference(args.reference)
+        if args.cluster_overlap and not args.cluster:
+            raise ValueError("--cluster-overlap: give the clusters with --cluster")
         for cluster in args.cluster:
             if not Path(cluster).is_file():
                 raise ValueError(f"--cluster {cluster}: no such file")
@@ -185,7 +194,8 @@ def main(argv=None):
         return 2
     try:
         report, text = write_report(args.inputs, args.out, args.reference, args.target_loss, args.target_margin,
-                                    args.band, figures=not args.no_figures, clusters=args.cluster)
+                                    args.band, figures=not args.no_figures, clusters=args.cluster,
+                                    cluster_overlap=args.cluster_overlap)
     except (ScapeBinaryError, ValueError) as e:
         print(f"analysis: {e}", file=sys.stderr)
         return 1

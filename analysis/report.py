@@ -76,7 +76,8 @@ def seed_problems(report, reference=DEFAULT_REFERENCE, target_loss=None,
 
 
 def write_report(inputs, out_dir, reference=DEFAULT_REFERENCE, target_loss=None,
-                 target_margin=DEFAULT_TARGET_MARGIN, band="ci", figures=True, clusters=()):
+                 target_margin=DEFAULT_TARGET_MARGIN, band="ci", figures=True, clusters=(),
+                 cluster_overlap=False):
     """Builds the report of `inputs` into `out_dir` (figures unless figures=False, summary.md,
     summary.csv and, with several seeds or lrs per arm, seeds.csv; with `clusters`, prediction
     configs, the time-to-target section and time_to_target.csv); returns (report, text)."""
@@ -120,7 +121,8 @@ def write_report(inputs, out_dir, reference=DEFAULT_REFERENCE, target_loss=None,
         from . import time_to_target
         from .runs import scape_binary
 
-        lines, rows = time_to_target.cluster_section(report.problems_over_seeds, clusters, scape_binary())
+        lines, rows = time_to_target.cluster_section(report.problems_over_seeds, clusters, scape_binary(),
+                                                    bucketed_overlap=cluster_overlap)
         text += "\n" + "\n".join(lines) + "\n"
         time_to_target.write_csv(rows, out_dir / "time_to_target.csv")
     (out_dir / "summary.md").write_text(text + "\n", encoding="utf-8")

@@ -34,6 +34,12 @@ TRANSFERRED = ("optimizer.type", "optimizer.sparsity", "optimizer.formulation", 
                "optimizer.overlap_outer", "optimizer.chunk", "optimizer.quant_bits", "optimizer.demo_chunk",
                "optimizer.demo_topk")
 
+BUCKETED_OVERLAP = {"overlap.grad_reduce": True, "overlap.param_gather": True, "overlap.sparse_reduce": True}
+"""`report --cluster-overlap`: the per-step methods' collectives bucketed into the backward and the
+next forward pass (docs/PREDICTING.md, "Step time and overlap"), as DDP and Megatron do. Their
+arithmetic is unchanged, so the measured tokens stand; the local-SGD methods' own overlap, the
+delayed outer step, changes the arithmetic and is an arm of its own (`optimizer.overlap_outer`)."""
+
 
 def predicted_step(binary, cluster, overrides, dense):
     """(step seconds, workers) at the config's largest worker count: the baseline row when
@@ -84,8 +90,9 @@ def ratio_text(ratios):
     return text, (f"[{iv.lo:.3f}, {iv.hi:.3f}]" if iv.n > 1 else "—")
 
 
-def cluster_section(problems, clusters, binary):
-    """The section's Markdown lines and its CSV rows, for every cluster config and problem."""
+def cluster_section(problems, clusters, binary, bucketed_overlap=False):
+    """The section's Markdown lines and its CSV rows, for every cluster config and problem; with
+    `bucketed_overlap` each cluster a second time with BUCKETED_OVERLAP set."""
     lines = ["## Time to target on a cluster", "",
              "Measured tokens to the target validation loss (each arm at its best lr) times `scape predict`'s",
              "step time for the same optimizer on the prediction config's model and cluster at its largest",
@@ -95,36 +102,50 @@ def cluster_section(problems, clusters, binary):
              "trained (local-SGD period, fragments, outer wire, delayed outer step; chunks and value bits).",
              "A seed that never reached the target is reported, not extrapolated.", ""]
     rows = []
+    variants = [("config", {})] + ([("bucketed", BUCKETED_OVERLAP)] if bucketed_overlap else [])
     for cluster in clusters:
-        lines += [f"### {Path(cluster).name}", ""]
-        for problem in problems:
-            ref = problem.reference
-            if ref is None or not math.isfinite(problem.target):
-                lines += [f"{problem.label}: no reference with a target validation loss; nothing to compare.", ""]
-                continue
-            ref_step, workers = predicted_step(binary, cluster, {}, dense=True)
-            lines += [f"{problem.label}: target {problem.target:.4f}; W = {workers}; reference {ref.label} "
-                      f"predicted at {ref_step * 1e3:.1f} ms a step.", "",
-                      "| arm | seeds reached | predicted step (ms) | step vs reference | time to target vs reference | 95% interval |",
-                      "|---|---|---|---|---|---|"]
-            for arm in problem.arms:
-                step = ref_step if arm is ref else predicted_step(binary, cluster, arm_overrides(arm), dense=False)[0]
-                ratios = time_ratios(arm, ref, step / ref_step)
-                text, iv = ("reference", "") if arm is ref else ratio_text(ratios)
-                reached = sum(1 for v in arm.tokens.values() if math.isfinite(v))
-                label = arm.label.replace("|", "\\|")
-                lines.append(f"| {label} | {reached}/{len(arm.tokens)} | {step * 1e3:.1f} | "
-                             f"{step / ref_step:.3f} | {text} | {iv} |")
-                finite = [v for v in ratios.values() if math.isfinite(v)]
-                rows.append([Path(cluster).name, problem.label, arm.label, workers, step, step / ref_step,
-                             len(ratios), len(finite), float(sum(finite) / len(finite)) if finite else math.nan])
-            lines.append("")
+        for overlap, extra in variants:
+            heading = f"### {Path(cluster).name}"
+            if bucketed_overlap:
+                heading += (", the config's overlap" if overlap == "config" else
+                            ", bucketed overlap on (" + ", ".join(f"`{k}`" for k in BUCKETED_OVERLAP) + ")")
+            lines += [heading, ""]
+            lines += _cluster_tables(problems, cluster, binary, overlap, extra, rows)
     return lines, rows
+
+
+def _cluster_tables(problems, cluster, binary, overlap, extra, rows):
+    """One cluster and overlap setting: a table per problem (appending its CSV rows to `rows`)."""
+    lines = []
+    for problem in problems:
+        ref = problem.reference
+        if ref is None or not math.isfinite(problem.target):
+            lines += [f"{problem.label}: no reference with a target validation loss; nothing to compare.", ""]
+            continue
+        ref_step, workers = predicted_step(binary, cluster, dict(extra), dense=True)
+        lines += [f"{problem.label}: target {problem.target:.4f}; W = {workers}; reference {ref.label} "
+                  f"predicted at {ref_step * 1e3:.1f} ms a step.", "",
+                  "| arm | seeds reached | predicted step (ms) | step vs reference | time to target vs reference | 95% interval |",
+                  "|---|---|---|---|---|---|"]
+        for arm in problem.arms:
+            step = ref_step if arm is ref else \
+                predicted_step(binary, cluster, {**arm_overrides(arm), **extra}, dense=False)[0]
+            ratios = time_ratios(arm, ref, step / ref_step)
+            text, iv = ("reference", "") if arm is ref else ratio_text(ratios)
+            reached = sum(1 for v in arm.tokens.values() if math.isfinite(v))
+            label = arm.label.replace("|", "\\|")
+            lines.append(f"| {label} | {reached}/{len(arm.tokens)} | {step * 1e3:.1f} | "
+                         f"{step / ref_step:.3f} | {text} | {iv} |")
+            finite = [v for v in ratios.values() if math.isfinite(v)]
+            rows.append([Path(cluster).name, overlap, problem.label, arm.label, workers, step, step / ref_step,
+                         len(ratios), len(finite), float(sum(finite) / len(finite)) if finite else math.nan])
+        lines.append("")
+    return lines
 
 
 def write_csv(rows, path):
     with open(path, "w", newline="", encoding="utf-8") as f:
         w = csv.writer(f)
-        w.writerow(["cluster", "problem", "arm", "workers", "step_s", "step_ratio", "seeds", "seeds_reached",
+        w.writerow(["cluster", "overlap", "problem", "arm", "workers", "step_s", "step_ratio", "seeds", "seeds_reached",
                     "time_ratio_mean"])
         w.writerows(rows)
