@@ -6,8 +6,8 @@ A measured run (docs/run-files.md: `compute_wall_time`, `optimizer_wall_time`,
 each step in forward/backward and then in the optimizer phase; the optimizer phase holds the
 blocking collectives, the waits for the asynchronous ones (the lagged mask all-gather, the
 gradient buckets), and the optimizer's own kernels (what is left). Per run, the mean over the
-steady steps of each part, so the parts add up to the mean measured step: compute + optimizer
-kernels + each blocking collective + the exposed waits. The asynchronous collectives themselves
+steady steps of each part. The step is compute + the optimizer phase; its parts are compute +
+optimizer kernels + each blocking collective + the exposed waits. The asynchronous collectives themselves
 (`comm_time_measured_async_all_gather`, `comm_time_measured_async_reduce_scatter`) run beside
 compute; they are listed apart, and only what the step waited for them counts in the step.
 
@@ -21,7 +21,14 @@ differ from its dense run's says so (docs/configuration.md, "Diagnostics on real
 
 Steady steps: from step 4 (the first steps pay one-off allocations and, under lag 1, have no
 mask to wait for) to the last but one (the last step waits for every rank to finish). The times
-are the slowest rank's (the run file records the maximum over ranks of each column).
+are the slowest rank's: the run file records the maximum over ranks of each column, so in a step
+whose ranks are out of balance (one waited in the reduce-scatter while another waited for its
+mask) the maxima come from different ranks and the parts need not add up to the step. The
+optimizer kernels are therefore each rank's own remainder (`optimizer_kernel_wall_time`, the
+slowest rank's), and what the parts miss or overcount is shown as `rank_skew`: the step less
+its parts, 0 when one rank is the slowest in every part. Files written before that column
+existed take the kernels as the remainder of the maxima (their skew is 0 by construction, and
+their kernels can come out negative under imbalance).
 """
 
 import csv
@@ -46,6 +53,7 @@ class Breakdown:
     optimizer: str
     steps_used: int
     compute: float
+    optimizer_phase: float                            # optimizer_wall_time: kernels, collectives, waits
     optimizer_kernels: float
     mask_wait: float
     grad_wait: float = 0.0                            # the wait for the gradient buckets
@@ -62,7 +70,12 @@ class Breakdown:
     @property
     def step(self):
         """The mean measured step: forward/backward plus the whole optimizer phase."""
-        return self.compute + self.optimizer_kernels + self.exposed_comm
+        return self.compute + self.optimizer_phase
+
+    @property
+    def rank_skew(self):
+        """The step less its parts: 0 when one rank is the slowest in every part (module docstring)."""
+        return self.step - (self.compute + self.optimizer_kernels + self.exposed_comm)
 
     @property
     def exposed_comm(self):
@@ -132,7 +145,10 @@ def breakdown(run, label):
     wait = zero_nan("mask_wait_exposed")
     grad_wait = zero_nan("grad_wait_exposed") if "grad_wait_exposed" in run.metrics else np.zeros(rows.size)
     optimizer_phase = run.metric("optimizer_wall_time")[rows]
-    kernels = optimizer_phase - wait - grad_wait - sum(collectives.values(), np.zeros(rows.size))
+    if "optimizer_kernel_wall_time" in run.metrics:
+        kernels = run.metric("optimizer_kernel_wall_time")[rows]
+    else:
+        kernels = optimizer_phase - wait - grad_wait - sum(collectives.values(), np.zeros(rows.size))
 
     def beside(purpose):
         name = MEASURED_PREFIX + purpose
@@ -142,6 +158,7 @@ def breakdown(run, label):
     return Breakdown(label=label, file=run.path.name, workers=int(run.config.get("workers", 0)),
                      optimizer=run.optimizer_type, steps_used=int(rows.size),
                      compute=float(np.mean(run.metric("compute_wall_time")[rows])),
+                     optimizer_phase=float(np.mean(optimizer_phase)),
                      optimizer_kernels=float(np.mean(kernels)), mask_wait=float(np.mean(wait)),
                      grad_wait=float(np.mean(grad_wait)),
                      collectives={p: float(np.mean(v)) for p, v in collectives.items() if np.any(v > 0)},
@@ -180,15 +197,18 @@ def markdown_section(items):
     """The summary.md section: one row per measured run, times in milliseconds."""
     purposes = sorted({p for b in items for p in b.collectives})
     head = ["run", "W", "optimizer", "steps", "step", "forward/backward", "optimizer kernels"] + purposes + [
-        "lagged all-gather wait", "gradient bucket wait", "exposed comm (share of step)",
+        "lagged all-gather wait", "gradient bucket wait", "rank skew", "exposed comm (share of step)",
         "lagged all-gather (beside compute)", "gradient buckets (beside backward)",
         "step wall, rank 0 (median; diagnostics included)", "diagnostics (not in the parts)", "diagnostics taken",
         "speedup vs dense (step wall; diagnostics included)"]
     lines = ["## Measured step time (MPI and NCCL runs)", "",
-             "Mean over the steady steps (step 4 to the last but one) of the slowest rank's times, in ms; the",
-             "parts add up to the step: forward/backward, the optimizer's own kernels, each blocking collective",
-             "and the waits for the lagged mask all-gather and the gradient buckets (a dense baseline with",
-             "`optimizer.overlap_grad_reduce`). Those two collectives themselves run beside compute.",
+             "Mean over the steady steps (step 4 to the last but one) of the slowest rank's times, in ms. The",
+             "step is forward/backward plus the optimizer phase; its parts are forward/backward, the optimizer's",
+             "own kernels, each blocking collective and the waits for the lagged mask all-gather and the gradient",
+             "buckets (a dense baseline with `optimizer.overlap_grad_reduce`). Those two collectives themselves",
+             "run beside compute. Each part is the slowest rank's, so when the ranks are out of balance the",
+             "maxima come from different ranks: *rank skew* is the step less its parts (0 when one rank is the",
+             "slowest in every part).",
              "*Step wall* is the median over the same steps of rank 0's `step_wall_time`, from the start of a",
              "step to the start of the next: the whole step, with the gathers of the diagnostics (`grad_norm`,",
              "the oracle metrics) to rank 0, whose mean time is *diagnostics*, and evaluation. *Speedup* is",
@@ -200,7 +220,7 @@ def markdown_section(items):
         speedup = "" if not math.isfinite(b.speedup) else f"{b.speedup:.2f}×" + (" †" if b.speedup_note else "")
         cells = [b.label, str(b.workers), b.optimizer, str(b.steps_used), _ms(b.step), _ms(b.compute),
                  _ms(b.optimizer_kernels)] + [_ms(b.collectives.get(p, 0.0)) for p in purposes] + [
-                 _ms(b.mask_wait), _ms(b.grad_wait), f"{_ms(b.exposed_comm)} ({100 * share:.1f}%)",
+                 _ms(b.mask_wait), _ms(b.grad_wait), _ms(b.rank_skew), f"{_ms(b.exposed_comm)} ({100 * share:.1f}%)",
                  _ms(b.lagged_all_gather), _ms(b.gradient_buckets), _ms(b.step_wall), _ms(b.diagnostics),
                  b.diagnostics_taken, speedup]
         lines.append("| " + " | ".join(cells) + " |")
@@ -212,25 +232,26 @@ def markdown_section(items):
 
 
 def write_csv(items, path):
-    """breakdown.csv: every part in seconds, one row per measured run; the step wall time and the
-    diagnostics beside them (not parts of step_s)."""
+    """breakdown.csv: every part in seconds, one row per measured run (the parts and rank_skew_s add
+    up to step_s); the step wall time and the diagnostics beside them (not parts of step_s)."""
     purposes = sorted({p for b in items for p in b.collectives})
     with open(path, "w", newline="", encoding="utf-8") as f:
         w = csv.writer(f)
         w.writerow(["file", "label", "workers", "optimizer", "steps_used", "step_s", "compute_s",
-                    "optimizer_kernels_s", "mask_wait_s", "grad_wait_s"] + [f"{p}_s" for p in purposes]
+                    "optimizer_kernels_s", "mask_wait_s", "grad_wait_s", "rank_skew_s"] + [f"{p}_s" for p in purposes]
                    + ["lagged_all_gather_s", "gradient_buckets_s", "step_wall_median_s", "diagnostics_s",
                       "diagnostic_bytes_per_step", "diagnostics_taken", "speedup_step_wall", "speedup_note"])
         for b in items:
             w.writerow([b.file, b.label, b.workers, b.optimizer, b.steps_used, b.step, b.compute,
-                        b.optimizer_kernels, b.mask_wait, b.grad_wait] + [b.collectives.get(p, 0.0) for p in purposes]
+                        b.optimizer_kernels, b.mask_wait, b.grad_wait, b.rank_skew]
+                       + [b.collectives.get(p, 0.0) for p in purposes]
                        + [b.lagged_all_gather, b.gradient_buckets, b.step_wall, b.diagnostics, b.diagnostic_bytes,
                           b.diagnostics_taken, b.speedup, b.speedup_note])
 
 
 def draw(items, path):
-    """breakdown.png: one stacked horizontal bar per run (ms), the lagged all-gather or the gradient
-    buckets as a thin bar under it."""
+    """breakdown.png: one stacked horizontal bar per run (ms), a tick at its step (the parts miss it by
+    the rank skew), the lagged all-gather or the gradient buckets as a thin bar under it."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -249,6 +270,8 @@ def draw(items, path):
             width = 1e3 * max(value(b), 0.0)
             ax.barh(i, width, left=left, height=0.55, color=colours(j % 10), label=name if i == 0 else None)
             left += width
+        ax.plot([1e3 * b.step] * 2, [i - 0.32, i + 0.32], color="black", linewidth=1.2,
+                label="step (compute + optimizer phase)" if i == 0 else None)
         beside = b.lagged_all_gather if math.isfinite(b.lagged_all_gather) else b.gradient_buckets
         if math.isfinite(beside):
             ax.barh(i + 0.36, 1e3 * beside, height=0.12, color="black",

@@ -68,7 +68,10 @@ class Communicator::MeasuredCall {
   }
   ~MeasuredCall() {
     const double host = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
-    comm_.add_measured_time(purpose_, comm_.take_device_seconds().value_or(host));
+    const double seconds = comm_.take_device_seconds().value_or(host);
+    comm_.add_measured_time(purpose_, seconds);
+    std::lock_guard lock(comm_.measured_mutex_);
+    comm_.blocking_seconds_ += seconds;
   }
   MeasuredCall(const MeasuredCall&) = delete;
   MeasuredCall& operator=(const MeasuredCall&) = delete;
@@ -264,6 +267,13 @@ std::map<std::string, double> Communicator::take_measured_times() {
   std::map<std::string, double> out;
   out.swap(measured_);
   return out;
+}
+
+double Communicator::take_blocking_seconds() {
+  std::lock_guard lock(measured_mutex_);
+  const double s = blocking_seconds_;
+  blocking_seconds_ = 0;
+  return s;
 }
 
 double Communicator::take_exposed_wait(CollectiveKind kind) {

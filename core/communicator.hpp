@@ -129,6 +129,9 @@ class Communicator {
   // threads-as-ranks they only measure synchronisation.
   std::map<std::string, double> take_measured_times();
   double take_exposed_wait(CollectiveKind kind);
+  // The part of take_measured_times spent in synchronous collectives, which the caller blocked
+  // in (the asynchronous ones ran beside it); taken once, like the others.
+  double take_blocking_seconds();
 
  protected:
   // Backends report the duration of an asynchronous collective and the caller's wait for it.
@@ -183,6 +186,7 @@ class Communicator {
   std::vector<std::size_t> byte_counts_;
   std::mutex measured_mutex_;
   std::map<std::string, double> measured_;
+  double blocking_seconds_ = 0;
   std::array<double, kCollectiveKindCount> exposed_wait_{};
 };
 

@@ -65,6 +65,7 @@ struct Fixture {
       r.compute_s = 0.01 * x;
       r.optimizer_s = 0.002 * x;
       r.exposed_wait_s = 0.0003 * x;
+      r.optimizer_kernel_wall_s = 0.0011 * (3 - q);  // largest on worker 0: a maximum from another worker
       r.metrics.lr = 1e-3;
       r.metrics.target_density = 0.1;
       r.metrics.k_total = 6;
@@ -172,7 +173,7 @@ TEST_CASE("the run file keeps every column analysis/ reads; measured columns onl
   // With them, rank 0's step wall time and what the diagnostics sent to it (docs/run-files.md).
   std::vector<std::string> measured = {"comm_time_measured_async_all_gather", "mask_wait_exposed",
                                        "compute_device_time", "step_wall_time", "bytes_sent_diagnostics",
-                                       "diagnostics_time"};
+                                       "diagnostics_time", "optimizer_kernel_wall_time"};
   for (const auto& p : purposes) measured.push_back("comm_time_measured_" + p);
   std::set<std::string> with_measured;
   for (const auto& c : tr::metric_columns(scape_config, true)) with_measured.insert(c.name);
@@ -215,6 +216,7 @@ TEST_CASE("the combining rules: means and sums in rank order, maxima, worker 0's
   CHECK(combiner.value("update_norm") == 0.05);
   CHECK(combiner.value("comm_time_measured_mask_all_gather") == f.reports[2].measured["mask_all_gather"]);
   CHECK(combiner.value("mask_wait_exposed") == f.reports[2].exposed_wait_s);
+  CHECK(combiner.value("optimizer_kernel_wall_time") == f.reports[0].optimizer_kernel_wall_s);
   CHECK(combiner.value("grad_norm") > 0);
   CHECK_THROWS_AS(combiner.value("no_such_metric"), std::logic_error);
 

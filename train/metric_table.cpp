@@ -276,6 +276,16 @@ const RunMetric kRunMetrics[] = {
      .report_field = &WorkerReport::optimizer_wall_s,
      .doc = "wall seconds of the optimizer step with its blocking collectives and its wait for the lagged "
             "all-gather, the slowest worker"},
+    {.name = "optimizer_kernel_wall_time",
+     .columns = Columns::one,
+     .combine = Combine::max,
+     .unit = "s",
+     .measured_only = true,
+     .report_field = &WorkerReport::optimizer_kernel_wall_s,
+     .doc = "each worker's `optimizer_wall_time` less its own blocking collectives (`comm_time_measured_<purpose>` "
+            "but the `async_` ones) and its waits (`mask_wait_exposed`, `grad_wait_exposed`): its optimizer "
+            "kernels, the slowest worker's. Taken per worker, since the maxima of the parts can come from "
+            "different workers"},
     {.name = "aggregate_time",
      .columns = Columns::one,
      .combine = Combine::rank0,

@@ -144,6 +144,8 @@ bool RankLoop::step(int t, const GivenGradient& given) {
   report.measured = comm_.take_measured_times();
   report.exposed_wait_s = comm_.take_exposed_wait(CollectiveKind::all_gather);
   report.grad_wait_exposed_s = comm_.take_exposed_wait(CollectiveKind::reduce_scatter);
+  report.optimizer_kernel_wall_s = report.optimizer_wall_s - comm_.take_blocking_seconds() - report.exposed_wait_s -
+                                   report.grad_wait_exposed_s;
   const bool stop = exchange_.exchange(rank, report, [&](std::span<const WorkerReport* const> reports) {
     return log_->record_step(t, reports, opt_->mask(), *source_, params_);
   });

@@ -31,6 +31,9 @@ struct WorkerReport {
   std::map<std::string, double> measured;  // wall seconds per collective purpose (real backends)
   double exposed_wait_s = 0;               // time blocked waiting for asynchronous all-gathers
   double grad_wait_exposed_s = 0;          // time blocked waiting for the gradient buckets (overlap_grad_reduce)
+  // optimizer_wall_s less this worker's own blocking collectives and waits: its kernels. Taken per
+  // worker because the columns of the parts are maxima over workers, which need not be one worker's.
+  double optimizer_kernel_wall_s = 0;
   // Set by a multi-process exchange in rank 0's own report: the bytes its gathers of the
   // diagnostics (g_i for grad_norm; a_i and the m_prev shards for the oracle) moved to rank 0
   // this step, and the wall seconds rank 0 spent in them. 0 where nothing is sent (the simulator).

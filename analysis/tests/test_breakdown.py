@@ -2,7 +2,8 @@
 
 The parts are checked against means computed here with plain h5py over the same steady steps,
 and on a copy whose measured columns are overwritten with known values, against the hand-derived
-breakdown. A simulated run has no measured columns and gets no breakdown.
+breakdown, with and without rank skew. A simulated run has no measured columns and gets no
+breakdown.
 """
 
 import csv
@@ -60,7 +61,7 @@ def steady_means(path):
         rows = (steps >= 4) & (steps < steps.max())
         return {name: float(np.mean(np.nan_to_num(f["metrics"][name][()][rows], nan=0.0)))
                 for name in f["metrics"] if "wall_time" in name or name.startswith("comm_time_measured_")
-                or name in ("mask_wait_exposed", "grad_wait_exposed")}, int(rows.sum())
+                or name in ("mask_wait_exposed", "grad_wait_exposed", "optimizer_kernel_wall_time")}, int(rows.sum())
 
 
 def test_breakdown_of_a_real_mpi_run_adds_up(mpi_run):
@@ -74,8 +75,15 @@ def test_breakdown_of_a_real_mpi_run_adds_up(mpi_run):
     assert b.steps_used == used == STEPS - 4
     assert b.workers == 2 and b.optimizer == "scape"
     assert b.compute == pytest.approx(means["compute_wall_time"], rel=1e-12)
-    # The parts add up to forward/backward plus the whole optimizer phase.
     assert b.step == pytest.approx(means["compute_wall_time"] + means["optimizer_wall_time"], rel=1e-9)
+    # Each rank's own kernels: positive even when its ranks were out of balance (this run's two ranks
+    # share the machine's cores with whatever else runs), which the maxima of the parts can miss.
+    assert b.optimizer_kernels == pytest.approx(means["optimizer_kernel_wall_time"], rel=1e-12)
+    with h5py.File(mpi_run, "r", swmr=True) as f:
+        kernels, phase = f["metrics/optimizer_kernel_wall_time"][()], f["metrics/optimizer_wall_time"][()]
+    assert np.all(kernels > 0) and np.all(kernels <= phase)
+    # The parts add up to forward/backward plus the whole optimizer phase, less the rank skew.
+    assert b.compute + b.optimizer_kernels + b.exposed_comm + b.rank_skew == pytest.approx(b.step, rel=1e-12)
     blocking = {k[len("comm_time_measured_"):]: v for k, v in means.items()
                 if k.startswith("comm_time_measured_") and k != "comm_time_measured_async_all_gather" and v > 0}
     assert b.collectives == pytest.approx(blocking, rel=1e-12)
@@ -117,6 +125,7 @@ def test_known_columns_give_the_hand_derived_breakdown(mpi_run, tmp_path):
                 m[name][...] = np.zeros(n)
         m["compute_wall_time"][...] = np.full(n, 0.010)
         m["optimizer_wall_time"][...] = np.full(n, 0.005)
+        m["optimizer_kernel_wall_time"][...] = np.full(n, 0.002)  # one rank's own, in balance
         m["comm_time_measured_grad_reduce_scatter"][...] = np.full(n, 0.002)
         m["mask_wait_exposed"][...] = np.full(n, 0.001)
         m["comm_time_measured_async_all_gather"][...] = np.full(n, 0.004)
@@ -134,7 +143,28 @@ def test_known_columns_give_the_hand_derived_breakdown(mpi_run, tmp_path):
     assert b.optimizer_kernels == pytest.approx(0.005 - 0.002 - 0.001)
     assert b.step == pytest.approx(0.015)
     assert b.exposed_comm == pytest.approx(0.003)
+    assert b.rank_skew == pytest.approx(0.0, abs=1e-15)
     assert b.lagged_all_gather == pytest.approx(0.004)
+
+    # Out of balance: rank 0 waited 3 ms in the reduce-scatter for rank 1, which waited 2 ms for its
+    # mask; each rank's phase is 5 ms with 1.5 ms of kernels. The maxima (3 + 2 ms) overcount the
+    # phase by 1.5 ms, which the kernels' remainder would have made -0.5 ms: the skew shows it.
+    with h5py.File(path, "r+") as f:
+        m = f["metrics"]
+        m["comm_time_measured_grad_reduce_scatter"][...] = np.full(n, 0.003)
+        m["mask_wait_exposed"][...] = np.full(n, 0.002)
+        m["optimizer_kernel_wall_time"][...] = np.full(n, 0.0015)
+    b = breakdown(load_run(path), "skewed")
+    assert b.optimizer_kernels == pytest.approx(0.0015)
+    assert b.step == pytest.approx(0.015)
+    assert b.rank_skew == pytest.approx(0.005 - (0.0015 + 0.003 + 0.002))
+
+    # A file from before optimizer_kernel_wall_time: the kernels are the remainder of the maxima.
+    with h5py.File(path, "r+") as f:
+        del f["metrics/optimizer_kernel_wall_time"]
+    b = breakdown(load_run(path), "older")
+    assert b.optimizer_kernels == pytest.approx(0.005 - 0.003 - 0.002)
+    assert b.rank_skew == pytest.approx(0.0, abs=1e-15)
 
 
 def test_report_writes_the_section_csv_and_figure_for_measured_runs_only(scape, mpi_run, tmp_path):
@@ -151,9 +181,9 @@ def test_report_writes_the_section_csv_and_figure_for_measured_runs_only(scape, 
     assert [r["file"] for r in rows] == ["mpi.h5"]  # the simulated run has no measured columns
     r = rows[0]
     parts = float(r["compute_s"]) + float(r["optimizer_kernels_s"]) + float(r["mask_wait_s"]) + float(
-        r["grad_wait_s"]) + sum(float(v) for k, v in r.items() if k.endswith("_s") and k not in (
+        r["grad_wait_s"]) + float(r["rank_skew_s"]) + sum(float(v) for k, v in r.items() if k.endswith("_s") and k not in (
             "lagged_all_gather_s", "gradient_buckets_s", "step_s", "compute_s", "optimizer_kernels_s", "mask_wait_s",
-            "grad_wait_s", "step_wall_median_s", "diagnostics_s"))
+            "grad_wait_s", "rank_skew_s", "step_wall_median_s", "diagnostics_s"))
     assert parts == pytest.approx(float(r["step_s"]), rel=1e-9)
     assert (tmp_path / "report" / "breakdown.png").stat().st_size > 0
 
