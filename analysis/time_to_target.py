@@ -10,9 +10,11 @@ cancel:
     time ratio (seed s) = (tokens_arm[s] / tokens_ref[s]) · (step_arm / step_ref)
 
 reported as its mean and 95% Student-t interval over the seeds both reached the target with. An
-arm with a seed that never reaches the target is reported as such, not extrapolated. The
-reference is predicted as the config's dense baseline row; every other arm as the config's
-optimizer with the arm's optimizer.type, sparsity and formulation set on it.
+arm with a seed that never reaches the target is reported as such, not extrapolated. An arm of
+the type of the config's dense baseline (AdamS by default) is predicted as that baseline row;
+every other arm, the reference included when `--reference` names another, as the config's
+optimizer with the arm's optimizer.type, sparsity and formulation set on it. So an arm's step is
+the same whichever arm is the reference.
 """
 
 import csv
@@ -62,6 +64,29 @@ def predicted_step(binary, cluster, overrides, dense):
     return step, workers
 
 
+def baseline_type(cluster):
+    """The optimizer type of a prediction config's dense baseline row (docs/PREDICTING.md,
+    `baseline`: its own section's type, else AdamS, or AdamW when the optimizer's inner is adamw)."""
+    try:
+        config = json.loads(Path(cluster).read_text(encoding="utf-8"))
+    except (OSError, ValueError) as e:
+        raise ValueError(f"{cluster}: cannot read the prediction config: {e}") from e
+    baseline, optimizer = config.get("baseline") or {}, config.get("optimizer") or {}
+    if "type" in baseline:
+        return baseline["type"]
+    if optimizer.get("type") in ("adams", "adamw"):
+        return optimizer["type"]  # a dense optimizer is its own baseline
+    return "adamw" if optimizer.get("inner") == "adamw" else "adams"
+
+
+def arm_step(binary, cluster, arm, extra, dense_type):
+    """(step seconds, workers) of one arm on the cluster: the baseline row for an arm of the
+    baseline's type, else the optimizer row with the arm's TRANSFERRED keys; `extra` set on both."""
+    if arm.config.get("optimizer.type") == dense_type:
+        return predicted_step(binary, cluster, dict(extra), dense=True)
+    return predicted_step(binary, cluster, {**arm_overrides(arm), **extra}, dense=False)
+
+
 def arm_overrides(arm):
     return {k: arm.config[k] for k in TRANSFERRED if k in arm.config}
 
@@ -97,7 +122,7 @@ def cluster_section(problems, clusters, binary, bucketed_overlap=False):
              "Measured tokens to the target validation loss (each arm at its best lr) times `scape predict`'s",
              "step time for the same optimizer on the prediction config's model and cluster at its largest",
              "worker count, relative to the reference arm, paired by seed (mean, 95% Student-t interval over",
-             "seeds). The reference is the config's dense baseline; the other arms take the config's",
+             "seeds). Dense arms are predicted as the config's dense baseline; the other arms take the config's",
              "optimizer with their type, sparsity, formulation and what sets their bytes and overlap as they",
              "trained (local-SGD period, fragments, outer wire, delayed outer step; chunks and value bits).",
              "A seed that never reached the target is reported, not extrapolated.", ""]
@@ -122,14 +147,14 @@ def _cluster_tables(problems, cluster, binary, overlap, extra, rows):
         if ref is None or not math.isfinite(problem.target):
             lines += [f"{problem.label}: no reference with a target validation loss; nothing to compare.", ""]
             continue
-        ref_step, workers = predicted_step(binary, cluster, dict(extra), dense=True)
+        dense_type = baseline_type(cluster)
+        ref_step, workers = arm_step(binary, cluster, ref, extra, dense_type)
         lines += [f"{problem.label}: target {problem.target:.4f}; W = {workers}; reference {ref.label} "
                   f"predicted at {ref_step * 1e3:.1f} ms a step.", "",
                   "| arm | seeds reached | predicted step (ms) | step vs reference | time to target vs reference | 95% interval |",
                   "|---|---|---|---|---|---|"]
         for arm in problem.arms:
-            step = ref_step if arm is ref else \
-                predicted_step(binary, cluster, {**arm_overrides(arm), **extra}, dense=False)[0]
+            step = ref_step if arm is ref else arm_step(binary, cluster, arm, extra, dense_type)[0]
             ratios = time_ratios(arm, ref, step / ref_step)
             text, iv = ("reference", "") if arm is ref else ratio_text(ratios)
             reached = sum(1 for v in arm.tokens.values() if math.isfinite(v))

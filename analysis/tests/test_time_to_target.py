@@ -43,13 +43,19 @@ def predicted(scape, dense, sets, cluster=CLUSTER):
     return float(max(rows, key=lambda r: int(r["workers"]))["step_s"])
 
 
-def test_report_cluster_section_matches_files_and_predict(scape, tmp_path):
-    runs = tmp_path / "runs"
-    runs.mkdir()
+@pytest.fixture(scope="module")
+def dense_and_scape_runs(scape, tmp_path_factory):
+    """Dense AdamS and SCAPE 90% on seeds 1 and 2."""
+    runs = tmp_path_factory.mktemp("runs")
     for seed in (1, 2):
         run_scape(scape, TINY_GPT, runs / f"adams-{seed}.h5", "optimizer.type=adams", f"seed={seed}")
         run_scape(scape, TINY_GPT, runs / f"scape-{seed}.h5", "optimizer.type=scape", "optimizer.sparsity=0.9",
                   f"seed={seed}")
+    return runs
+
+
+def test_report_cluster_section_matches_files_and_predict(scape, dense_and_scape_runs, tmp_path):
+    runs = dense_and_scape_runs
     target = 10.0  # every evaluation reaches it: tokens to target = the first evaluation's tokens
     out = tmp_path / "report"
     env_cmd = ["/usr/bin/python3", "-m", "analysis", "report", str(runs), "--out", str(out), "--quiet",
@@ -93,6 +99,41 @@ def test_report_cluster_section_matches_files_and_predict(scape, tmp_path):
     assert float(config_ref["step_s"]) == pytest.approx(predicted(scape, True, [], NDR400), rel=1e-9)
     assert bucketed_ref < float(config_ref["step_s"])  # overlap off in the config: bucketing hides dense's reduction
     assert "bucketed overlap on" in (overlap_out / "summary.md").read_text()
+
+
+def test_with_a_sparse_reference_each_arm_keeps_its_own_step(scape, dense_and_scape_runs, tmp_path):
+    """`--reference` naming SCAPE: SCAPE is predicted as the optimizer row and dense AdamS as the
+    baseline row, the steps they get with the default reference, and the ratios are to SCAPE's."""
+    out = tmp_path / "report"
+    done = subprocess.run(["/usr/bin/python3", "-m", "analysis", "report", str(dense_and_scape_runs), "--out", str(out),
+                           "--quiet", "--no-figures", "--target-loss", "10", "--cluster", str(CLUSTER),
+                           "--reference", "optimizer.type=scape"], capture_output=True, text=True, cwd=REPO,
+                          env={"SCAPE_BINARY": scape, "PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO)})
+    assert done.returncode == 0, done.stderr
+    rows = list(csv.DictReader(open(out / "time_to_target.csv")))
+    sparse = next(r for r in rows if float(r["step_ratio"]) == 1.0)
+    dense = next(r for r in rows if r is not sparse)
+    want_sparse = predicted(scape, False, ['optimizer.type="scape"', "optimizer.sparsity=0.9"])
+    want_dense = predicted(scape, True, [])
+    assert "SCAPE" in sparse["arm"] and "AdamS" in dense["arm"]
+    assert float(sparse["step_s"]) == pytest.approx(want_sparse, rel=1e-9)
+    assert float(dense["step_s"]) == pytest.approx(want_dense, rel=1e-9)
+    assert float(dense["time_ratio_mean"]) == pytest.approx(want_dense / want_sparse, rel=1e-9)
+    assert want_dense != pytest.approx(want_sparse, rel=1e-3)  # the two rows differ: the test can tell them apart
+
+
+def test_the_baseline_type_comes_from_the_prediction_config(tmp_path):
+    assert ttt.baseline_type(CLUSTER) == "adams"
+    path = tmp_path / "p.json"
+    path.write_text(json.dumps({"optimizer": {"type": "scape", "inner": "adamw"}}))
+    assert ttt.baseline_type(path) == "adamw"
+    path.write_text(json.dumps({"optimizer": {"type": "scape"}, "baseline": {"type": "adamw"}}))
+    assert ttt.baseline_type(path) == "adamw"
+    path.write_text(json.dumps({"optimizer": {"type": "adamw"}}))
+    assert ttt.baseline_type(path) == "adamw"  # a dense optimizer is its own baseline
+    path.write_text("{ not json")
+    with pytest.raises(ValueError, match="p.json: cannot read the prediction config"):
+        ttt.baseline_type(path)
 
 
 def test_a_local_sgd_arm_is_predicted_with_its_own_period_fragments_wire_and_delay(scape):
