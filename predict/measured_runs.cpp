@@ -299,7 +299,10 @@ RunMeasurement read_run_measurement(const std::filesystem::path& file) {
     r.mask_wait_s = std::isfinite(wait) ? wait : 0.0;
     subtract(waits);
   }
-  r.optimizer_kernels_s = median(own);
+  // Each rank's own remainder where the run recorded it: the remainder of the per-column maxima
+  // above mixes ranks when they are out of balance (docs/run-files.md, optimizer_kernel_wall_time).
+  r.optimizer_kernels_s = f.has_link("/metrics/optimizer_kernel_wall_time") ? med("optimizer_kernel_wall_time")
+                                                                            : median(own);
   r.harness_metric_bytes = harness_metric_bytes(config.optimizer, r.n_params);
   r.wall_step_s = r.step_s();
   if (r.cpu_share < kOversubscribedShare) {
