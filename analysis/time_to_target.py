@@ -142,12 +142,12 @@ def cluster_section(problems, clusters, binary, bucketed_overlap=False):
 def _cluster_tables(problems, cluster, binary, overlap, extra, rows):
     """One cluster and overlap setting: a table per problem (appending its CSV rows to `rows`)."""
     lines = []
+    dense_type = baseline_type(cluster)
     for problem in problems:
         ref = problem.reference
         if ref is None or not math.isfinite(problem.target):
             lines += [f"{problem.label}: no reference with a target validation loss; nothing to compare.", ""]
             continue
-        dense_type = baseline_type(cluster)
         ref_step, workers = arm_step(binary, cluster, ref, extra, dense_type)
         lines += [f"{problem.label}: target {problem.target:.4f}; W = {workers}; reference {ref.label} "
                   f"predicted at {ref_step * 1e3:.1f} ms a step.", "",

@@ -68,10 +68,7 @@ class Communicator::MeasuredCall {
   }
   ~MeasuredCall() {
     const double host = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
-    const double seconds = comm_.take_device_seconds().value_or(host);
-    comm_.add_measured_time(purpose_, seconds);
-    std::lock_guard lock(comm_.measured_mutex_);
-    comm_.blocking_seconds_ += seconds;
+    comm_.add_blocking_time(purpose_, comm_.take_device_seconds().value_or(host));
   }
   MeasuredCall(const MeasuredCall&) = delete;
   MeasuredCall& operator=(const MeasuredCall&) = delete;
@@ -255,6 +252,12 @@ void Communicator::barrier() { do_barrier(); }
 void Communicator::add_measured_time(std::string_view purpose, double seconds) {
   std::lock_guard lock(measured_mutex_);
   measured_[std::string(purpose)] += seconds;
+}
+
+void Communicator::add_blocking_time(std::string_view purpose, double seconds) {
+  std::lock_guard lock(measured_mutex_);
+  measured_[std::string(purpose)] += seconds;
+  blocking_seconds_ += seconds;
 }
 
 void Communicator::add_exposed_wait(CollectiveKind kind, double seconds) {

@@ -178,6 +178,8 @@ class Communicator {
   void check_scatter(std::size_t send, std::size_t recv, std::span<const std::size_t> counts,
                      std::string_view purpose) const;
   class MeasuredCall;
+  // A synchronous collective's time: add_measured_time's, and counted in take_blocking_seconds.
+  void add_blocking_time(std::string_view purpose, double seconds);
 
   int rank_;
   int size_;
