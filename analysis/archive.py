@@ -22,7 +22,7 @@ from pathlib import Path
 import h5py
 import numpy as np
 
-from .runs import RunFileError, _text, find_run_files, load_run
+from .runs import RunFileError, _text, find_run_files, load_run, open_run_file
 
 ARCHIVE_ATTR = "archive_block_steps"
 """Root attribute of an archive: the steps each per-step row stands for."""
@@ -66,13 +66,13 @@ def block_means(steps, values, block_steps):
 
 
 def _is_archive(path):
-    with h5py.File(path, "r", swmr=True) as f:
+    with open_run_file(path) as f:
         return ARCHIVE_ATTR in f.attrs
 
 
 def _same_run_ended_alike(source_attrs, target):
     """True when `target` is an archive of a run with the same config, status and step count."""
-    with h5py.File(target, "r", swmr=True) as f:
+    with open_run_file(target) as f:
         return all(key in f.attrs and _text(f.attrs[key]) == _text(source_attrs[key])
                    for key in ("config", "status", "steps_completed") if key in source_attrs)
 
@@ -89,7 +89,7 @@ def _copy_archive(src, tmp, block_steps, keep_tensors):
     """Writes the archive of `src` to `tmp`; returns (rows before, rows after)."""
     # The 1.10 file format (compact groups, version-2 B-trees) stores small chunked datasets in a
     # quarter of the space of the earliest format; HDF5 1.10, the version scape builds with, reads it.
-    with h5py.File(src, "r", swmr=True) as f, h5py.File(tmp, "w", libver=("v110", "v110")) as out:
+    with open_run_file(src) as f, h5py.File(tmp, "w", libver=("v110", "v110")) as out:
         for key, value in f.attrs.items():
             out.attrs[key] = value
         out.attrs[ARCHIVE_ATTR] = np.int64(block_steps)
@@ -142,7 +142,7 @@ def archive_run(src, out_dir, block_steps=DEFAULT_BLOCK_STEPS, keep_tensors=Fals
     target = out_dir / src.name
     if target.exists() and target.resolve() == src.resolve():
         raise ArchiveError(f"{src}: --out is the file's own folder; an archive never replaces its run file")
-    with h5py.File(src, "r", swmr=True) as f:
+    with open_run_file(src) as f:
         source_attrs = dict(f.attrs)
     if target.exists():
         try:
