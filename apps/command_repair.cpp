@@ -3,6 +3,7 @@
 
 #include "apps/cli_common.hpp"
 #include "run_file/recorder.hpp"
+#include "run_file/run_lock.hpp"
 
 namespace scape::cli {
 namespace {
@@ -11,6 +12,9 @@ int cmd_repair(const std::vector<std::string>& files) {
   int code = kExitOk;
   for (const auto& file : files) {
     try {
+      // One writer: a live run's file is refused, naming its writer.
+      const auto lock = run_file::RunFileLock::for_writing(file);
+      if (lock.taken_over()) std::fprintf(stderr, "%s\n", lock.taken_over_note().c_str());
       const auto r = run_file::repair_run_file(file);
       std::printf("%s: %s; status %s%s; %ld steps kept", file.c_str(),
                   r.was_open_for_writing ? "cleared the flags of a writer that never closed" : "was closed cleanly",
@@ -23,6 +27,9 @@ int cmd_repair(const std::vector<std::string>& files) {
       if (!r.trimmed.empty())
         std::printf("; dropped the rows of an interrupted flush from %zu tables", r.trimmed.size());
       std::printf("\n");
+    } catch (const run_file::RunFileBusy& e) {
+      std::fprintf(stderr, "error: %s\n", e.what());
+      code = kExitInvalid;
     } catch (const std::exception& e) {
       std::fprintf(stderr, "error: %s\n", e.what());
       code = kExitFailure;

@@ -100,6 +100,7 @@ void take_finished(SweepRow& row, const std::filesystem::path& path, const std::
 tr::RunOptions point_options(const std::filesystem::path& path, bool quiet, int jobs, std::size_t k, std::size_t n,
                              const std::string& label) {
   auto options = options_for(path, quiet);
+  options.writer_lock_held = true;  // run_planned holds each point's lock while it runs
   options.progress_label = "[" + std::to_string(k + 1) + "/" + std::to_string(n) + "] " + label;
   if (jobs > 1) options.progress_every_seconds = 60;
   return options;

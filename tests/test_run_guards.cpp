@@ -15,6 +15,7 @@
 
 #include "experiments/config.hpp"
 #include "run_file/hdf5.hpp"
+#include "run_file/run_lock.hpp"
 #include "run_file/run_summary.hpp"
 #include "test_support.hpp"
 #include "train/checkpoint.hpp"
@@ -120,4 +121,45 @@ TEST_CASE("--resume with steps at or below the checkpoint's step: exit 2 naming 
   CHECK(summary.status == "completed");
   CHECK(summary.steps_completed == step + 1);
   CHECK_FALSE(fs::exists(tr::checkpoint_path(out)));
+}
+
+TEST_CASE("one writer per run file: run, --resume and repair of a live run exit 2 naming it; a killed one's lock is taken over") {
+  TempDir dir;
+  const fs::path out = dir / "live.h5";
+  scape::testing::write_text_file(dir / "q.json", kLong);
+  const pid_t pid = start_scape({"run", (dir / "q.json").string(), "--out", out.string(), "--quiet",
+                                 "--checkpoint-every", "20"},
+                                dir / "live.log");
+  REQUIRE(wait_for([&] { return fs::exists(tr::checkpoint_path(out)); }, 120));
+  const auto holder = scape::run_file::RunFileLock::holder(out);
+  REQUIRE(holder);
+  CHECK(holder->pid == pid);
+  CHECK(holder->alive());
+  const std::string named = "another process is writing it (pid " + std::to_string(pid) + " on host " + holder->host;
+  const std::string run = "run " + (dir / "q.json").string() + " --out " + out.string() + " --quiet";
+  for (const std::string& second : {run + " --resume", run, "repair " + out.string()}) {
+    CAPTURE(second);
+    const auto before = scape::run_file::read_run_summary(out).steps_completed;
+    const auto r = run_scape(second);
+    CAPTURE(r.output);
+    CHECK(r.code == 2);
+    CHECK(r.output.find(out.string() + ": " + named) != std::string::npos);
+    // The live run goes on writing a file that reads.
+    CHECK(wait_for([&] { return scape::run_file::read_run_summary(out).steps_completed > before + 10; }, 60));
+    CHECK(scape::run_file::read_run_summary(out).status == "running");
+  }
+  ::kill(pid, SIGKILL);
+  wait_exit(pid);
+  // The killed writer's lock file still names it; the next writer takes it over and says so.
+  REQUIRE(scape::run_file::RunFileLock::holder(out));
+  CHECK_FALSE(scape::run_file::RunFileLock::holder(out)->alive());
+  const int step = checkpoint_step(dir, out);
+  const auto resumed = run_scape(run + " --resume --set steps=" + std::to_string(step + 5));
+  CAPTURE(resumed.output);
+  CHECK(resumed.code == 0);
+  CHECK(resumed.output.find(out.string() + ".lock: took over the lock of pid " + std::to_string(pid) + " on host " +
+                            holder->host + ", which ended without releasing it") != std::string::npos);
+  CHECK(scape::run_file::read_run_summary(out).status == "completed");
+  CHECK(scape::run_file::read_run_summary(out).steps_completed == step + 5);
+  CHECK_FALSE(fs::exists(out.string() + ".lock"));  // released with the run
 }

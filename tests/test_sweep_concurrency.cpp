@@ -103,11 +103,19 @@ TEST_CASE("a point another sweep holds is waited for, then reported from the fil
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
   CHECK(completed(other));
-  // The other sweep finishes the held point (the same config), then lets go of it.
+  // The other sweep finishes the held point (the same config), then lets go of it. A `scape run`
+  // into the held file itself is refused (one writer per file), so the run goes elsewhere and
+  // its file is moved into place while the lock is held.
   write_text_file(dir.path / "p.json", "{" + base + ", \"lr\": 0.001}, \"seed\": 1}");
-  const auto ran = run_scape("run " + (dir.path / "p.json").string() + " --out " + held.string() + " --quiet");
+  const auto refused = run_scape("run " + (dir.path / "p.json").string() + " --out " + held.string() + " --quiet");
+  CHECK(refused.code == 2);
+  CHECK(refused.output.find(held.string() + ": another process is writing it (pid " + std::to_string(::getpid())) !=
+        std::string::npos);
+  const auto elsewhere = dir.path / "elsewhere.h5";
+  const auto ran = run_scape("run " + (dir.path / "p.json").string() + " --out " + elsewhere.string() + " --quiet");
   CAPTURE(ran.output);
   REQUIRE(ran.code == 0);
+  fs::rename(elsewhere, held);
   const auto written = fs::last_write_time(held);
   lock.reset();
   sweep.join();

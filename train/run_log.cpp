@@ -70,6 +70,18 @@ bool report_diverged(const WorkerReport& r, bool has_loss) {
   return r.metrics.nonfinite_grads > 0 || (has_loss && !std::isfinite(r.loss));
 }
 
+// One writer per run file: another live writer is a ConfigError (exit 2) naming it; a lock its
+// killed holder left behind is taken over, saying so.
+run_file::RunFileLock take_writer_lock(const std::filesystem::path& out) {
+  try {
+    run_file::RunFileLock lock = run_file::RunFileLock::for_writing(out);
+    if (lock.taken_over()) std::fprintf(stderr, "%s\n", lock.taken_over_note().c_str());
+    return lock;
+  } catch (const run_file::RunFileBusy& e) {
+    throw experiments::ConfigError(e.what());
+  }
+}
+
 }  // namespace
 
 const char* to_string(RunStatus s) {
@@ -97,6 +109,7 @@ RunLog::RunLog(const experiments::ExperimentConfig& config, const ParamLayout& l
   for (const auto& s : layout.slots()) spec.tensor_names.push_back(s.name);
   spec.final_params_size = config.log.save_params ? layout.size() : 0;
   spec.flush_interval = config.log.flush_interval;
+  if (!options.writer_lock_held) writer_lock_ = take_writer_lock(options.out);
   recorder_ = std::make_unique<run_file::RunRecorder>(
       options.resume ? run_file::RunRecorder::open_for_resume(options.out, spec, resume_step)
                      : run_file::RunRecorder::create(options.out, spec));

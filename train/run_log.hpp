@@ -8,6 +8,7 @@
 #include <limits>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <span>
 #include <string>
 #include <utility>
@@ -17,6 +18,7 @@
 #include "core/state.hpp"
 #include "experiments/config.hpp"
 #include "run_file/recorder.hpp"
+#include "run_file/run_lock.hpp"
 #include "train/gradient_source.hpp"
 #include "train/worker_report.hpp"
 
@@ -30,6 +32,9 @@ struct RunOptions {
   double progress_every_seconds = 2;
   int checkpoint_every = 0;       // 0: no checkpoints
   bool resume = false;
+  // The caller holds the run file's writer lock (run_file/run_lock.hpp) already (a sweep's point);
+  // otherwise the run log takes it before it opens the file.
+  bool writer_lock_held = false;
   bool measured_comm = false;     // record comm_time_measured_<purpose> and mask_wait_exposed
   // Simulator: every worker uses one model and activation workspace in turn (always with
   // device = cuda; on the CPU, where it serializes the workers' forward/backward, for tests).
@@ -91,6 +96,7 @@ class RunLog {
   const experiments::ExperimentConfig& config_;
   const RunOptions& options_;
   std::string config_json_;  // the resolved config, compact: what a checkpoint records
+  std::optional<run_file::RunFileLock> writer_lock_;  // released after the recorder closed the file
   std::unique_ptr<run_file::RunRecorder> recorder_;
   std::unique_ptr<StepCombiner> combiner_;
   std::vector<std::string> column_names_;
