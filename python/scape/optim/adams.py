@@ -1,22 +1,28 @@
 """scape.torch.AdamS: the dense baseline with SCAPE's conventions (param groups, the rank-order
 gradient mean over the group, the artifact's AdamS, decoupled weight decay, last_metrics),
 matching the C++ core's `type = "adams"` with replicated state (docs/algorithms.md, "Dense
-data parallelism")."""
+data parallelism"). Its state is world-size independent (every rank holds the same first
+moment), so a checkpoint resumes at any world size bit-identically."""
 from __future__ import annotations
 
-from typing import Any, Dict
+from typing import Any, Dict, List
 
 import torch
 
+from .agreement import check_agreement
 from .arith import AdamScalars, adams_update, decay_factor, f32, momentum
 from .comm import Group
-from .params import check_tensors, flat_masters, load_groups, normalize_groups, saved_groups, write_back
+from .params import (ParamMirror, added_group, check_tensors, local_tensor, normalize_groups,
+                     refuse_sharded_parameters, saved_groups, state_by_param, trainable_tensors)
+
+FORMAT = 2
 
 
 class AdamS(torch.optim.Optimizer):
     """Dense AdamS on this rank of `group`: every step all-reduces the gradients (the mean in
     rank order, 2(W-1)/W·4N bytes sent a rank) and steps every parameter. Without a process
-    group it is plain single-process AdamS."""
+    group it is plain single-process AdamS. opt.state[p] holds "exp_avg" (a view of the flat
+    first moment) and "step"."""
 
     _step_supports_amp_scaling = True
 
@@ -29,32 +35,72 @@ class AdamS(torch.optim.Optimizer):
         if not eps > 0:
             raise ValueError(f"eps: must be > 0, got {eps}")
         groups = normalize_groups(params, dict(lr=lr, weight_decay=weight_decay, sparsity=0.0), [])
+        refuse_sharded_parameters(groups, "AdamS")
         self.device = check_tensors(groups)
-        super().__init__(groups, dict(lr=lr, weight_decay=weight_decay))
+        self._ready = False
+        super().__init__(groups, dict(lr=lr, weight_decay=weight_decay, sparsity=0.0))
         self.beta1, self.beta2, self.eps, self.bias_correction = beta1, beta2, float(eps), bool(bias_correction)
         self.comm = Group(group)
-        self._tensors = [p for g in self.param_groups for p in g["params"] if p.requires_grad]
+        self._t = 0
+        self._step_count = torch.tensor(0.0)
+        self.skipped_steps = 0
+        self._last: Dict[str, float] = {}
+        self._build()
+        check_agreement(self.comm, self._settings(), "AdamS", self.device)
+        if broadcast_params:
+            self.comm.broadcast_from_first(self._theta)
+            self.mirror.push()
+        self._ready = True
+
+    def _build(self, kept: Dict[int, torch.Tensor] = None) -> None:
+        """The flat layout of the tensors that train now; `kept` first moments carried over."""
+        self._tensors = trainable_tensors(self.param_groups)
         self._bounds, at = [], 0
         for g in self.param_groups:
             first = at
-            at += sum(p.numel() for p in g["params"] if p.requires_grad)
+            at += sum(local_tensor(p).numel() for p in g["params"] if p.requires_grad)
             self._bounds.append((first, at))
-        self._theta, self._low_precision = flat_masters(self._tensors, self.device)
-        starts = [0]
+        self.mirror = ParamMirror(self._tensors, self.device)
+        self._theta = self.mirror.theta
+        self._ranges, at = [], 0
         for p in self._tensors:
-            starts.append(starts[-1] + p.numel())
-        self._ranges = list(zip(starts[:-1], starts[1:]))
-        if broadcast_params:
-            self.comm.broadcast_from_first(self._theta)
-            self._write_back()
+            self._ranges.append((at, at + local_tensor(p).numel()))
+            at += local_tensor(p).numel()
         self._m = torch.zeros_like(self._theta)
         self._g = torch.zeros_like(self._theta)
-        self._t = 0
-        self.skipped_steps = 0
-        self._last: Dict[str, float] = {}
+        for p, (a, b) in zip(self._tensors, self._ranges):
+            saved = (kept or {}).get(id(p))
+            if saved is None and "exp_avg" in self.state.get(p, {}):
+                saved = self.state[p]["exp_avg"].reshape(-1)  # a tensor that left and came back
+            if saved is not None:
+                self._m[a:b] = saved
+            self.state[p] = {"step": self._step_count, "exp_avg": self._m[a:b].view(local_tensor(p).shape)}
 
-    def _write_back(self) -> None:
-        write_back(self._low_precision)
+    def _settings(self):
+        layout = [(n, local_tensor(p).numel(), str(p.dtype)) for g in self.param_groups
+                  for n, p in zip(g["names"], g["params"]) if p.requires_grad]
+        return [("lr of each param group", [g["lr"] for g in self.param_groups]),
+                ("weight_decay of each param group", [g["weight_decay"] for g in self.param_groups]),
+                ("layout (name, numel, dtype)", layout),
+                ("betas", (self.beta1, self.beta2)), ("eps", self.eps), ("bias_correction", self.bias_correction)]
+
+    def add_param_group(self, param_group: Dict[str, Any]) -> None:
+        """torch's add_param_group; the tensors join at the next step() (on every rank)."""
+        if not getattr(self, "_ready", False):
+            super().add_param_group(param_group)
+            return
+        group = added_group(param_group, self, [], "AdamS")
+        super().add_param_group(group)
+
+    def _sync_layout(self) -> None:
+        if [id(p) for p in trainable_tensors(self.param_groups)] == [id(p) for p in self._tensors]:
+            return
+        kept = {id(p): self._m[a:b].clone() for p, (a, b) in zip(self._tensors, self._ranges)}
+        for p in self._tensors:
+            self.state[p] = {"exp_avg": kept[id(p)]}
+        self._build(kept)
+        check_agreement(self.comm, self._settings(), f"AdamS at step {self._t + 1} (tensors joined or left)",
+                        self.device)
 
     @torch.no_grad()
     def step(self, closure=None):
@@ -63,11 +109,11 @@ class AdamS(torch.optim.Optimizer):
             with torch.enable_grad():
                 loss = closure()
         grad_scale, found_inf = getattr(self, "grad_scale", None), getattr(self, "found_inf", None)
-        at = 0
-        for p in self._tensors:
-            part = self._g[at:at + p.numel()]
-            part.zero_() if p.grad is None else part.copy_(p.grad.reshape(-1))
-            at += p.numel()
+        self._sync_layout()
+        self.mirror.pull()
+        for p, (a, b) in zip(self._tensors, self._ranges):
+            part = self._g[a:b]
+            part.zero_() if p.grad is None else part.copy_(local_tensor(p.grad).reshape(-1))
         if grad_scale is not None:
             self._g.mul_(grad_scale.double().reciprocal().float().to(self._g.device))
         flag = (found_inf.to(self.device).float().reshape(1).clamp(max=1.0) if found_inf is not None
@@ -81,11 +127,16 @@ class AdamS(torch.optim.Optimizer):
             from .scape_optimizer import NonFiniteGradient
             raise NonFiniteGradient(f"step {self._t + 1}: a gradient holds inf or NaN on rank(s) "
                                     f"{flags[:, 0].gt(0).nonzero().view(-1).tolist()} of the group; nothing was updated")
+        counts = flags[:, 1:].sum(dim=0).tolist()
+        if self._tensors and not any(counts):
+            raise ValueError(f"step {self._t + 1}: no parameter of this optimizer has a gradient on any rank, so "
+                             f"nothing would be updated; were the model's parameters replaced after the optimizer "
+                             f"was built (model.load_state_dict(..., assign=True), a new module)?")
         t = self._t + 1
         b1, omb1 = f32(self.beta1), f32(1.0 - self.beta1)
         # A tensor without a gradient on any rank is skipped, as torch's optimizers skip it.
-        untouched = [(at, end, self._theta[at:end].clone(), self._m[at:end].clone())
-                     for (at, end), count in zip(self._ranges, flags[:, 1:].sum(dim=0).tolist()) if count == 0]
+        untouched = [(a, b, self._theta[a:b].clone(), self._m[a:b].clone())
+                     for (a, b), count in zip(self._ranges, counts) if count == 0]
         for (first, end), group in zip(self._bounds, self.param_groups):
             if end <= first:
                 continue
@@ -96,13 +147,14 @@ class AdamS(torch.optim.Optimizer):
             m_new = momentum(m, g, b1, omb1)
             theta.copy_(adams_update(theta, m, m_new, g, s))
             m.copy_(m_new)
-        for at, end, theta, m in untouched:
-            self._theta[at:end], self._m[at:end] = theta, m
-        self._write_back()
+        for a, b, theta, m in untouched:
+            self._theta[a:b], self._m[a:b] = theta, m
+        self.mirror.push()
         count = self.comm.take_count()
         self._last = {"step": t, "lr": float(self.param_groups[0]["lr"]), "bytes_sent": count.sent,
                       "bytes_received": count.received, "mask_density": 1.0}
         self._t = t
+        self._step_count.fill_(float(t))
         return loss
 
     def finish(self) -> None:
@@ -125,19 +177,43 @@ class AdamS(torch.optim.Optimizer):
         return self._theta
 
     def state_dict(self) -> Dict[str, Any]:
-        return {"state": {}, "param_groups": saved_groups(self.param_groups),
-                "scape_adams": {"step": self._t, "skipped_steps": self.skipped_steps, "exp_avg": self._m.cpu().clone(),
-                                "masters": [v.cpu().clone() for _, v in self._low_precision]}}
+        """torch's form, per parameter: step, exp_avg, the fp32 master of a bf16/fp16 one."""
+        index = {id(p): i for i, p in enumerate(p for g in self.param_groups for p in g["params"])}
+        masters = self.mirror.masters()
+        state = {}
+        for j, (p, (a, b)) in enumerate(zip(self._tensors, self._ranges)):
+            shape = local_tensor(p).shape
+            entry = {"format": FORMAT, "step": torch.tensor(float(self._t)), "skipped_steps": self.skipped_steps,
+                     "exp_avg": self._m[a:b].view(shape).clone()}
+            if j in masters:
+                entry["master"] = masters[j].view(shape).clone()
+            state[index[id(p)]] = entry
+        return {"state": state, "param_groups": saved_groups(self.param_groups)}
 
     def load_state_dict(self, state_dict: Dict[str, Any]) -> None:
-        saved = state_dict.get("scape_adams") if isinstance(state_dict, dict) else None
-        if saved is None:
-            raise ValueError("state_dict: not a scape.torch.AdamS state (no 'scape_adams' entry)")
-        if saved["exp_avg"].numel() != self._m.numel():
-            raise ValueError(f"state_dict: exp_avg has {saved['exp_avg'].numel()} values, this optimizer {self._m.numel()}")
-        load_groups(self.param_groups, state_dict.get("param_groups", []))
-        self._m.copy_(saved["exp_avg"].to(self.device))
-        for (p, view), master in zip(self._low_precision, saved["masters"]):
-            view.copy_(master.to(self.device))
-        self._write_back()
-        self._t, self.skipped_steps = int(saved["step"]), int(saved["skipped_steps"])
+        if not isinstance(state_dict, dict):
+            raise ValueError(f"state_dict: expected a dict, got {type(state_dict).__name__}")
+        by_param = state_by_param(self.param_groups, state_dict)
+        self._sync_layout()
+        entries: List[Dict[str, Any]] = []
+        for g in self.param_groups:
+            for name, p in zip(g["names"], g["params"]):
+                if not p.requires_grad:
+                    continue
+                entry = by_param.get(id(p))
+                if entry is None or entry.get("format") != FORMAT or "exp_avg" not in entry:
+                    raise ValueError(f"state_dict: no scape.torch.AdamS state (format {FORMAT}) for {name}")
+                if entry["exp_avg"].numel() != local_tensor(p).numel():
+                    raise ValueError(f"state_dict: {name}'s exp_avg has {entry['exp_avg'].numel()} values, the "
+                                     f"parameter {local_tensor(p).numel()}")
+                entries.append(entry)
+        self.mirror.pull()
+        masters = self.mirror.masters()
+        for j, (entry, (a, b)) in enumerate(zip(entries, self._ranges)):
+            self._m[a:b] = entry["exp_avg"].reshape(-1).to(self.device, torch.float32)
+            if j in masters:
+                masters[j].copy_(entry["master"].reshape(-1).to(self.device, torch.float32))
+        if entries:
+            self._t, self.skipped_steps = int(float(entries[0]["step"])), int(entries[0]["skipped_steps"])
+        self._step_count.fill_(float(self._t))
+        self.mirror.push()

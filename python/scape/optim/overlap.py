@@ -14,7 +14,14 @@ each bucket as an all-to-all to the segment owners (started in the hook) and an 
 the segment means (started when the next bucket starts, or at step()); sharded state needs
 only the first. The non-finite flag rides in the last bucket. Not combined with GradScaler
 (the payload leaves before the gradients are unscaled) nor with gradient accumulation (a
-tensor's hook firing twice before step() raises)."""
+tensor's hook firing twice before step() raises).
+
+A gradient changed between its hook and step() (torch.nn.utils.clip_grad_norm_, a hook of the
+user's) would be ignored, since its payload has left: step() raises instead, naming the tensor.
+The check is cheap: each gradient's tensor and version counter are kept at the hook, and only
+a gradient whose version moved is compared with its packed candidate (a clip whose factor
+came out 1 changes nothing and passes). SCAPE's own clip_grad clips the reconstructed
+gradient and works with the overlap."""
 from __future__ import annotations
 
 import time
@@ -24,6 +31,7 @@ import torch
 
 from .arith import f32, momentum
 from .comm import _split
+from .params import local_tensor, trainable_tensors
 
 
 class _Bucket:
@@ -65,6 +73,13 @@ class BackwardOverlap:
         self.mask_wait = self.last_waited = 0.0  # of the last step: seconds waiting for the mask, the buckets
         self.handles = [p.register_post_accumulate_grad_hook(self._hook(j)) for j, p in enumerate(opt._tensors)]
 
+    def detach(self) -> None:
+        """Removes the hooks (the layout changed, a new overlap takes over)."""
+        self.abandon()
+        for handle in self.handles:
+            handle.remove()
+        self.handles = []
+
     def _bucket(self, slots: List[int]) -> _Bucket:
         layout = self.opt.layout.slots
         return _Bucket(sorted(slots), layout[min(slots)].offset, layout[max(slots)].end)
@@ -73,6 +88,7 @@ class BackwardOverlap:
         self.active = False
         self.c = self.idx = self.flag = None
         self.fired = set()
+        self.seen = {}  # slot -> (gradient tensor, its version) when its candidate was packed
         self.next_launch = 0
         self.waited = 0.0
         self.started_in_backward = 0
@@ -99,7 +115,11 @@ class BackwardOverlap:
 
     def _begin(self) -> bool:
         opt = self.opt
-        if opt._t == 0:  # step 1 chooses its mask from its own gradient: nothing to overlap
+        # Step 1, and the first step after a change of layout, choose their mask from their own
+        # gradient: nothing to overlap.
+        if [id(p) for p in trainable_tensors(opt.param_groups)] != [id(p) for p in opt._tensors]:
+            return False
+        if not opt._mask_known(opt._t + 1):
             return False
         waited = time.perf_counter()
         opt._wait_next_mask()
@@ -133,20 +153,40 @@ class BackwardOverlap:
         self.started_in_backward += self.next_launch - launched
 
     def _candidate(self, j: int, grad: Optional[torch.Tensor]) -> None:
+        s = self.opt.layout.slots[j]
+        if grad is not None:
+            local = local_tensor(grad).detach()
+            self.flag[0] = torch.maximum(self.flag[0], (~torch.isfinite(local).all()).float())
+            self.flag[1 + j] = 1.0
+            self.seen[j] = (grad, grad._version)
+        self._pack(j, grad, self.c[s.offset:s.end])
+
+    def _pack(self, j: int, grad: Optional[torch.Tensor], c: torch.Tensor) -> None:
+        """Slot j's candidate c = (b1 m_prev + (1-b1) g) + e from the gradient `grad`."""
         opt, s = self.opt, self.opt.layout.slots[j]
         omb1 = f32(1.0 - opt.beta1)
-        c = self.c[s.offset:s.end]
         g = torch.zeros(s.numel, dtype=torch.float32, device=opt.device) if grad is None else \
-            grad.detach().reshape(-1).float()
-        if grad is not None:
-            self.flag[0] = torch.maximum(self.flag[0], (~torch.isfinite(g).all()).float())
-            self.flag[1 + j] = 1.0
+            local_tensor(grad).detach().reshape(-1).float()
         if opt.sharded:
             torch.mul(g, omb1, out=c)
         else:
             c.copy_(momentum(opt._m[s.offset:s.end], g, f32(opt.beta1), omb1))
         if opt.residual:
             c.add_(opt._e[s.offset:s.end])
+
+    def _changed_gradients(self) -> list:
+        """Names of the tensors whose gradient changed after its payload was packed."""
+        changed = []
+        for j, (grad, version) in self.seen.items():
+            p = self.opt._tensors[j]
+            if p.grad is grad and grad._version == version:
+                continue
+            s = self.opt.layout.slots[j]
+            now = torch.empty(s.numel, dtype=torch.float32, device=self.opt.device)
+            self._pack(j, p.grad, now)
+            if not torch.equal(now, self.c[s.offset:s.end]):
+                changed.append(s.name)
+        return changed
 
     def _launch_ready(self) -> None:
         while self.next_launch < len(self.buckets):
@@ -228,6 +268,14 @@ class BackwardOverlap:
                 parts.append(bucket.gathered)
                 flags = bucket.flags if bucket.flags is not None else flags
         reduced = torch.cat(list(reversed(parts)))  # buckets run from the end of the layout
+        changed = self._changed_gradients()
+        if changed:
+            self._reset()
+            raise ValueError(f"overlap_backward: the gradient of {', '.join(changed[:3])}"
+                             f"{' and others' if len(changed) > 3 else ''} changed between backward and step() "
+                             f"(clip_grad_norm_, or a hook of yours), after its payload had left during backward; "
+                             f"nothing was updated. Use SCAPE(clip_grad=...) to clip the reconstructed gradient, "
+                             f"or overlap_backward=False")
         t, c, idx = opt._t + 1, self.c, self.idx
         self.buckets_in_backward = self.started_in_backward
         self.last_waited = self.waited

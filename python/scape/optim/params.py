@@ -9,14 +9,21 @@ Accepted, as torch.optim accepts them:
                                     vectors (biases, norm gains) do not;
   a list of dicts                   nanoGPT-style groups: "params" (tensors, or (name, tensor)
                                     pairs) and optional "lr", "weight_decay", "sparsity".
-Frozen tensors (requires_grad=False) take no part: no slot, no decay, no state."""
+Where names are unknown (model.parameters(), or groups of bare tensors) a group is marked
+`named: False`, and SCAPE sends its tensors of fewer than 2 dimensions (norm gains, biases)
+dense: the shape stands in for the name rule.
+Frozen tensors (requires_grad=False) take no part while frozen: no slot, no decay, no state.
+
+The parameters stay the user's: the optimizers keep an fp32 flat copy (ParamMirror) that is
+refreshed from the parameters before each step and written back after it, so a parameter
+reloaded in place, moved by `p.data = ...`, or unfrozen later is followed."""
 from __future__ import annotations
 
 from typing import Any, Dict, List, Sequence, Tuple
 
 import torch
 
-GROUP_KEYS = ("params", "lr", "weight_decay", "sparsity", "names")
+GROUP_KEYS = ("params", "lr", "weight_decay", "sparsity", "names", "named")
 
 
 def _is_named(item) -> bool:
@@ -55,6 +62,7 @@ def named_groups(named: List[Tuple[str, torch.Tensor]], patterns: Sequence[str])
                 groups[-1]["sparsity"] = 0.0
             if not decayed:
                 groups[-1]["weight_decay"] = 0.0
+            groups[-1]["named"] = True
         groups[-1]["params"].append(p)
         groups[-1]["names"].append(name)
     for g in groups:
@@ -62,8 +70,10 @@ def named_groups(named: List[Tuple[str, torch.Tensor]], patterns: Sequence[str])
     return groups
 
 
-def normalize_groups(params, defaults: Dict[str, Any], dense_tensors: Sequence[str]) -> List[Dict[str, Any]]:
-    """User input -> a list of group dicts with "params" (tensors) and "names"."""
+def normalize_groups(params, defaults: Dict[str, Any], dense_tensors: Sequence[str],
+                     first_group: int = 0) -> List[Dict[str, Any]]:
+    """User input -> a list of group dicts with "params" (tensors), "names" and "named";
+    `first_group` numbers the groups of a later add_param_group."""
     if isinstance(params, torch.Tensor):
         raise ValueError("params: an iterable of tensors, (name, tensor) pairs or dicts, got one tensor")
     items = list(params)
@@ -80,19 +90,22 @@ def normalize_groups(params, defaults: Dict[str, Any], dense_tensors: Sequence[s
                 raise ValueError(f"param_groups[{gi}]: no 'params'")
             raw = g["params"]
             raw = [raw] if isinstance(raw, torch.Tensor) else list(raw)
+            named = bool(g.get("named", True))
             if raw and all(_is_named(x) for x in raw):
                 names = [n for n, _ in raw]
                 tensors = [p for _, p in raw]
+            elif g.get("names"):
+                tensors, names = raw, list(g["names"])
             else:
-                tensors = raw
-                names = list(g.get("names") or [f"group{gi}.param{i}" for i in range(len(raw))])
-            group = {k: v for k, v in g.items() if k not in ("params", "names")}
-            group["params"], group["names"] = tensors, names
+                tensors, named = raw, False
+                names = [f"group{first_group + gi}.param{i}" for i in range(len(raw))]
+            group = {k: v for k, v in g.items() if k not in ("params", "names", "named")}
+            group["params"], group["names"], group["named"] = tensors, names, named
             groups.append(group)
     elif all(_is_named(i) for i in items):
         groups = named_groups(items, dense_tensors)
     elif all(isinstance(i, torch.Tensor) for i in items):
-        groups = [{"params": items, "names": [f"param{i}" for i in range(len(items))]}]
+        groups = [{"params": items, "names": [f"param{i}" for i in range(len(items))], "named": False}]
     else:
         raise ValueError("params: mix tensors, (name, tensor) pairs and dicts in one list; pass one kind")
     seen = set()
@@ -114,14 +127,58 @@ def normalize_groups(params, defaults: Dict[str, Any], dense_tensors: Sequence[s
     return groups
 
 
-def check_tensors(groups: List[Dict[str, Any]]) -> torch.device:
-    """One device for every trainable tensor, and dtypes the optimizer keeps (fp32, or bf16 and
-    fp16 with an fp32 master copy)."""
-    device = None
+def is_dtensor(t: torch.Tensor) -> bool:
+    try:
+        from torch.distributed.tensor import DTensor
+    except ImportError:  # a torch without DTensor has no FSDP2 either
+        return False
+    return isinstance(t, DTensor)
+
+
+def local_tensor(t: torch.Tensor) -> torch.Tensor:
+    """The part of `t` this rank holds: a DTensor's local shard (FSDP2, HSDP), else t itself."""
+    return t.to_local() if is_dtensor(t) else t
+
+
+def refuse_sharded_parameters(groups: List[Dict[str, Any]], optimizer: str) -> None:
+    """FSDP2's parameters are DTensors sharded over a mesh. On a 1-D mesh FSDP's own dense
+    reduce-scatter has already sent every gradient byte before step(): a sparse optimizer has
+    nothing left to save there. Composing with HSDP (SCAPE between replicas) is the
+    hierarchical path, not this one."""
     for g in groups:
         for name, p in zip(g["names"], g["params"]):
-            if not p.requires_grad:
+            if not is_dtensor(p):
                 continue
+            mesh = p.device_mesh
+            dims = tuple(mesh.mesh_dim_names or ())
+            placements = ", ".join(str(x) for x in p.placements)
+            if mesh.ndim == 1:
+                raise ValueError(f"params: {name} is a DTensor sharded by FSDP2 (fully_shard) over a 1-D mesh "
+                                 f"({placements}); FSDP reduce-scatters every gradient densely before step(), so "
+                                 f"{optimizer} would save no bytes. Use DDP (with scape.torch.local_gradients_hook) "
+                                 f"or plain torch.distributed, or HSDP with {optimizer} between replicas "
+                                 f"(docs/python.md, \"FSDP2 and HSDP\")")
+            raise ValueError(f"params: {name} is a DTensor on a {mesh.ndim}-D mesh {dims or ''} ({placements}); "
+                             f"{optimizer} as the replicate dimension's optimizer of HSDP is not implemented yet "
+                             f"(docs/python.md, \"FSDP2 and HSDP\")")
+
+
+def added_group(param_group: Dict[str, Any], opt, dense_tensors: Sequence[str], optimizer: str) -> Dict[str, Any]:
+    """A group handed to add_param_group after construction, checked as the first ones were."""
+    [group] = normalize_groups([param_group], opt.defaults, dense_tensors, len(opt.param_groups))
+    refuse_sharded_parameters([group], optimizer)
+    device = check_tensors([group])
+    if device != opt.device:
+        raise ValueError(f"add_param_group: its tensors are on {device}, the others on {opt.device}")
+    return group
+
+
+def check_tensors(groups: List[Dict[str, Any]]) -> torch.device:
+    """One device for every tensor, and dtypes the optimizer keeps (fp32, or bf16 and fp16 with
+    an fp32 master copy); at least one tensor that trains."""
+    device, trainable = None, False
+    for g in groups:
+        for name, p in zip(g["names"], g["params"]):
             if p.dtype not in (torch.float32, torch.bfloat16, torch.float16):
                 raise ValueError(f"params: {name} is {p.dtype}; SCAPE keeps float32, bfloat16 or float16 "
                                  f"parameters (the latter two with a float32 master copy)")
@@ -130,32 +187,62 @@ def check_tensors(groups: List[Dict[str, Any]]) -> torch.device:
             elif p.device != device:
                 raise ValueError(f"params: {name} is on {p.device}, others on {device}; "
                                  f"mixed devices are not supported")
-    if device is None:
+            trainable = trainable or p.requires_grad
+    if not trainable:
         raise ValueError("params: no tensor requires a gradient; nothing to optimize")
     return device
 
 
-def flat_masters(tensors: List[torch.Tensor], device: torch.device):
-    """The fp32 flat buffer of `tensors` in order, and the (tensor, view) pairs whose values the
-    step must copy back. An fp32 tensor becomes a view of the buffer, its own master copy; a bf16
-    or fp16 one keeps its dtype and takes the rounded master after each step."""
-    theta = torch.empty(sum(p.numel() for p in tensors), dtype=torch.float32, device=device)
-    low_precision, at = [], 0
-    for p in tensors:
-        view = theta[at:at + p.numel()]
-        view.copy_(p.detach().reshape(-1))
-        if p.dtype == torch.float32:
-            p.data = view.view_as(p)
-        else:
-            low_precision.append((p, view))
-        at += p.numel()
-    return theta, low_precision
+def _stamp(p: torch.Tensor):
+    local = local_tensor(p)
+    return local.data_ptr(), local._version
 
 
-def write_back(low_precision) -> None:
-    """The masters, rounded, into their low-precision parameters."""
-    for p, view in low_precision:
-        p.data.copy_(view.view_as(p))
+class ParamMirror:
+    """The fp32 flat copy of the trainable tensors, in layout order. fp32 tensors are copied in
+    before every step (the parameter is the truth). A bf16 or fp16 tensor's slice is its fp32
+    master: it is kept between steps and re-read from the parameter only when the parameter was
+    changed outside the optimizer (another storage or a newer version than the optimizer's
+    last write) to values other than the master's rounding, so a reload that puts back the same
+    values keeps the master's precision."""
+
+    def __init__(self, tensors: List[torch.Tensor], device: torch.device):
+        self.tensors = tensors
+        self.theta = torch.empty(sum(local_tensor(p).numel() for p in tensors), dtype=torch.float32, device=device)
+        self.views, at = [], 0
+        for p in tensors:
+            n = local_tensor(p).numel()
+            self.views.append(self.theta[at:at + n])
+            at += n
+        self.stamps: List[Any] = [None] * len(tensors)
+        self.pull(everything=True)
+
+    @property
+    def low_precision(self) -> List[int]:
+        return [j for j, p in enumerate(self.tensors) if p.dtype != torch.float32]
+
+    @torch.no_grad()
+    def pull(self, everything: bool = False) -> None:
+        for j, (p, view) in enumerate(zip(self.tensors, self.views)):
+            local = local_tensor(p)
+            if p.dtype == torch.float32 or everything:
+                view.copy_(local.reshape(-1))
+            elif self.stamps[j] != _stamp(p):
+                if not torch.equal(view.to(local.dtype), local.reshape(-1)):
+                    view.copy_(local.reshape(-1))
+                self.stamps[j] = _stamp(p)
+
+    @torch.no_grad()
+    def push(self) -> None:
+        """The flat values into the parameters (rounded where they are bf16 or fp16)."""
+        for j, (p, view) in enumerate(zip(self.tensors, self.views)):
+            local = local_tensor(p)
+            local.copy_(view.view_as(local))
+            self.stamps[j] = _stamp(p)
+
+    def masters(self) -> Dict[int, torch.Tensor]:
+        """The fp32 masters of the low-precision tensors, by position."""
+        return {j: self.views[j] for j in self.low_precision}
 
 
 def saved_groups(param_groups) -> List[Dict[str, Any]]:
@@ -180,3 +267,27 @@ def load_groups(param_groups, saved: List[Dict[str, Any]]) -> None:
         for k, v in theirs.items():
             if k not in ("params", "names"):
                 mine[k] = v
+
+
+def state_by_param(param_groups, state_dict: Dict[str, Any]) -> Dict[int, Dict[str, Any]]:
+    """Each saved per-parameter entry keyed by id() of this optimizer's parameter in the same
+    place: torch's rule, which maps the saved "params" (indices, or the FQNs that
+    torch.distributed.checkpoint puts there) to the current groups by position."""
+    saved = state_dict.get("param_groups")
+    if not isinstance(saved, list):
+        raise ValueError("state_dict: no 'param_groups' list")
+    load_groups(param_groups, saved)
+    state = state_dict.get("state")
+    if not isinstance(state, dict):
+        raise ValueError("state_dict: no 'state' dict")
+    out = {}
+    for mine, theirs in zip(param_groups, saved):
+        for key, p in zip(theirs["params"], mine["params"]):
+            if key in state:
+                out[id(p)] = state[key]
+    return out
+
+
+def trainable_tensors(param_groups) -> List[torch.Tensor]:
+    """The tensors of the groups that require a gradient now, in the groups' order."""
+    return [p for g in param_groups for p in g["params"] if p.requires_grad]

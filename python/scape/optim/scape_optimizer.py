@@ -6,26 +6,31 @@ one step"); the numbered comments below are that section's steps. The C++ core i
 reference: python/tests/test_torch_scape_vs_core.py holds the two together on recorded
 gradient traces. The collectives and their byte counts are in comm.py, the selection and the
 packed mask in masks.py, the layout and owners in layout.py, the backward-overlapped sparse
-reduce in overlap.py, checkpoints in checkpoint.py."""
+reduce in overlap.py, the per-parameter state and checkpoints in state.py, the check that
+every rank built the same optimizer in agreement.py."""
 from __future__ import annotations
 
+import atexit
 import math
 import time
+import weakref
 from typing import Any, Dict, List, Optional, Sequence
 
 import torch
 
-from . import checkpoint
+from . import state as state_io
+from .agreement import check_agreement
+from .arguments import check_arguments, run_config
 from .arith import AdamScalars, adams_update, decay_factor, f32
 from .comm import Group
 from .layout import FlatLayout, Slot
 from .fp8 import Fp8Payload
 from .masks import merge_segments, pack_positions, packed_positions, topk_indices, unpack_bits
 from .metrics import StepMetrics
-from .params import check_tensors, flat_masters, normalize_groups, write_back
+from .params import (ParamMirror, added_group, check_tensors, local_tensor, normalize_groups,
+                     refuse_sharded_parameters, trainable_tensors)
 from .schedule import DensitySchedule, k_piece
 
-FORMULATIONS = ("paper",)
 DEFAULT_DENSE_TENSORS = ("norm", "bias")
 
 
@@ -33,9 +38,18 @@ class NonFiniteGradient(FloatingPointError):
     """A step whose gradients hold inf or NaN on some rank, without a GradScaler to skip it."""
 
 
-def _check_switch(value, name: str, allowed: Sequence) -> None:
-    if value not in allowed:
-        raise ValueError(f"{name}: expected one of {', '.join(map(repr, allowed))}, got {value!r}")
+_LIVE: "weakref.WeakSet" = weakref.WeakSet()
+
+
+@atexit.register
+def _finish_live_optimizers() -> None:
+    """At interpreter exit, every lagged all-gather still in flight is waited for, so that no
+    process group is torn down under it (a user who never called finish() saw SIGABRT)."""
+    for opt in list(_LIVE):
+        try:
+            opt.finish()
+        except Exception:  # the group may be gone already; exiting cleanly is all that is left
+            opt._next = None
 
 
 class SCAPE(torch.optim.Optimizer):
@@ -44,7 +58,8 @@ class SCAPE(torch.optim.Optimizer):
 
     params          model.parameters(), model.named_parameters() (names in `dense_tensors` are
                     sent dense, matrices decayed), or param groups with lr, weight_decay and
-                    sparsity (0 = dense)
+                    sparsity (0 = dense); where names are unknown, tensors of fewer than 2
+                    dimensions are sent dense
     lr, betas, eps, weight_decay   AdamS's (defaults as the core: 0.9, 0.95, 1e-8, 0.1)
     sparsity        fraction of the first moment NOT sent, in [0, 1) (0.99: 1% sent)
     mask_lag        1: the mask of step t+1 is chosen at step t and all-gathered behind the next
@@ -60,7 +75,7 @@ class SCAPE(torch.optim.Optimizer):
     bucket_bytes    payload per bucket of overlap_backward
     broadcast_params  start every rank from rank 0's parameters
     total_steps     when given, the last step starts no lagged all-gather (no step would use it);
-                    otherwise call finish() before destroying the process group
+                    otherwise finish() (or interpreter exit) waits for the last one
     wire_dtype      "fp32", or "fp8_e5m2": the payload one byte a value with the core's shared
                     scale, the rounding error kept in the residual (replicated state only)
     """
@@ -75,44 +90,18 @@ class SCAPE(torch.optim.Optimizer):
                  bias_correction: bool = True, overlap_backward: bool = False, bucket_bytes: int = 25_000_000,
                  broadcast_params: bool = True, total_steps: Optional[int] = None, wire_dtype: str = "fp32",
                  group=None):
-        _check_switch(formulation, "formulation", FORMULATIONS)
-        _check_switch(mask_lag, "mask_lag", (0, 1))
-        _check_switch(bool(residual), "residual", (True, False))
-        _check_switch(wire_dtype, "wire_dtype", ("fp32", "fp8_e5m2"))
-        if wire_dtype == "fp8_e5m2" and (sharded or overlap_backward):
-            raise ValueError("wire_dtype: fp8_e5m2 needs sharded=False and overlap_backward=False (the core's fp8 "
-                             "payload is replicated state's)")
-        try:
-            beta1, beta2 = (float(b) for b in betas)
-        except (TypeError, ValueError):
-            raise ValueError(f"betas: expected two numbers, got {betas!r}") from None
-        for name, value in (("betas[0]", beta1), ("betas[1]", beta2)):
-            if not 0.0 <= value < 1.0:
-                raise ValueError(f"{name}: must lie in [0, 1), got {value}")
-        if not eps > 0:
-            raise ValueError(f"eps: must be > 0, got {eps}")
-        if not 0.0 <= residual_decay <= 1.0:
-            raise ValueError(f"residual_decay: must lie in [0, 1], got {residual_decay}")
-        if not clip_grad >= 0:
-            raise ValueError(f"clip_grad: must be >= 0 (0 = off), got {clip_grad}")
-        if not 0.0 < density_start <= 1.0:
-            raise ValueError(f"density_start: must lie in (0, 1], got {density_start}")
-        for name, value in (("density_warmup", density_warmup), ("density_cooldown", density_cooldown),
-                            ("density_cooldown_start", density_cooldown_start)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-                raise ValueError(f"{name}: must be an integer >= 0, got {value!r}")
-        if density_warmup > 0 and density_cooldown > 0:
-            raise ValueError("density_warmup, density_cooldown: a cool-down replaces the warm-up; set one")
-        if overlap_backward and mask_lag != 1:
-            raise ValueError("overlap_backward: needs mask_lag = 1 (the mask must be known before backward)")
-        if total_steps is not None and (isinstance(total_steps, bool) or not isinstance(total_steps, int)
-                                        or total_steps < 1):
-            raise ValueError(f"total_steps: a positive integer or None, got {total_steps!r}")
-        if not isinstance(bucket_bytes, int) or bucket_bytes < 1:
-            raise ValueError(f"bucket_bytes: must be a positive integer, got {bucket_bytes!r}")
+        beta1, beta2 = check_arguments(
+            formulation=formulation, mask_lag=mask_lag, residual=residual, wire_dtype=wire_dtype, sharded=sharded,
+            overlap_backward=overlap_backward, betas=betas, eps=eps, residual_decay=residual_decay,
+            clip_grad=clip_grad, density_start=density_start, density_warmup=density_warmup,
+            density_cooldown=density_cooldown, density_cooldown_start=density_cooldown_start,
+            total_steps=total_steps, bucket_bytes=bucket_bytes)
         defaults = dict(lr=lr, weight_decay=weight_decay, sparsity=sparsity)
-        groups = normalize_groups(params, defaults, list(dense_tensors))
+        self._dense_tensors = list(dense_tensors)
+        groups = normalize_groups(params, defaults, self._dense_tensors)
+        refuse_sharded_parameters(groups, "SCAPE")
         self.device = check_tensors(groups)
+        self._ready = False
         super().__init__(groups, defaults)
         self.beta1, self.beta2, self.eps = beta1, beta2, float(eps)
         self.mask_lag, self.residual, self.residual_decay = mask_lag, bool(residual), float(residual_decay)
@@ -122,15 +111,13 @@ class SCAPE(torch.optim.Optimizer):
         self.fp8 = Fp8Payload() if wire_dtype == "fp8_e5m2" else None
         self._fp8_step = None  # this step's (undelivered error, exponent) until it is kept
         self.comm = Group(group)
-        self._build_layout()
-        self._allocate_state()
-        if broadcast_params:
-            self.comm.broadcast_from_first(self._theta)
-            self._write_back_params()
+        self._overlap_bucket_bytes = bucket_bytes if overlap_backward else None
         self._t = 0
+        self._step_count = torch.tensor(0.0)  # opt.state[p]["step"] of every parameter
         self.skipped_steps = 0
         self._mask: Optional[torch.Tensor] = None      # packed M_t
         self._mask_rho: Optional[List[float]] = None   # per-group density M_t was drawn at
+        self._mask_step = 0                            # the step M_t is for (0: none chosen yet)
         self._next: Optional[Dict[str, Any]] = None    # the lagged all-gather of M_{t+1}
         self._previous_mask: Optional[torch.Tensor] = None
         self._previous_size = 0
@@ -140,12 +127,51 @@ class SCAPE(torch.optim.Optimizer):
         self._exposed = self._mask_wait = self._grad_wait = 0.0
         self._frozen: List[int] = []  # slots without a gradient on any rank this step
         self.overlap = None
-        if overlap_backward:
+        self._build_layout()
+        check_agreement(self.comm, self._settings(), "SCAPE", self.device)
+        self._allocate_state()
+        if broadcast_params:
+            self.comm.broadcast_from_first(self._theta)
+            self.mirror.push()
+        self._attach_overlap()
+        state_io.bind_views(self)
+        self._ready = True
+        _LIVE.add(self)
+
+    def _settings(self):
+        """What every rank of the group must agree on (agreement.py)."""
+        layout = [(s.name, s.numel, s.dense, str(p.dtype)) for s, p in zip(self.layout.slots, self._tensors)]
+        return [*((f"{key} of each param group", [g[key] for g in self.param_groups])
+                  for key in ("lr", "weight_decay", "sparsity")),
+                ("layout (name, numel, dense, dtype)", layout),
+                ("betas", (self.beta1, self.beta2)), ("eps", self.eps), ("mask_lag", self.mask_lag),
+                ("residual", self.residual), ("residual_decay", self.residual_decay), ("clip_grad", self.clip_grad),
+                ("sharded", self.sharded), ("bias_correction", self.bias_correction),
+                ("density schedule", vars(self.density)), ("total_steps", self.total_steps),
+                ("wire_dtype", self.fp8 is not None), ("overlap_backward", self._overlap_bucket_bytes)]
+
+    def _attach_overlap(self) -> None:
+        if self.overlap is not None:
+            self.overlap.detach()
+            self.overlap = None
+        if self._overlap_bucket_bytes is not None:
             from .overlap import BackwardOverlap
-            self.overlap = BackwardOverlap(self, bucket_bytes)
+            self.overlap = BackwardOverlap(self, self._overlap_bucket_bytes)
+
+    def add_param_group(self, param_group: Dict[str, Any]) -> None:
+        """torch's add_param_group; the new tensors join the layout at the next step() (every
+        rank must add the same group), whose mask is then chosen inside that step."""
+        if not getattr(self, "_ready", False):  # torch.optim.Optimizer.__init__ adding the first groups
+            super().add_param_group(param_group)
+            return
+        group = added_group(param_group, self, self._dense_tensors, "SCAPE")
+        super().add_param_group(group)
 
     # ----- layout and state -------------------------------------------------------------------
     def _build_layout(self) -> None:
+        """Slots for the tensors that train now, in the groups' order. A tensor is dense when
+        its group's sparsity is 0 or, where names are unknown, when it has fewer than 2
+        dimensions (norm gains and biases: the shape's stand-in for the name rule)."""
         slots, tensors, at = [], [], 0
         self._group_bounds = []
         for gi, g in enumerate(self.param_groups):
@@ -153,9 +179,11 @@ class SCAPE(torch.optim.Optimizer):
             for name, p in zip(g["names"], g["params"]):
                 if not p.requires_grad:
                     continue
-                slots.append(Slot(name, at, p.numel(), gi, g["sparsity"] == 0.0))
+                local = local_tensor(p)
+                dense = g["sparsity"] == 0.0 or (not g.get("named", True) and local.dim() < 2)
+                slots.append(Slot(name, at, local.numel(), gi, dense))
                 tensors.append(p)
-                at += p.numel()
+                at += local.numel()
             self._group_bounds.append((first, at))
         self.layout = FlatLayout(slots, self.comm.size, self.sharded)
         self._tensors = tensors
@@ -164,7 +192,8 @@ class SCAPE(torch.optim.Optimizer):
 
     def _allocate_state(self) -> None:
         n, dev = self.layout.n, self.device
-        self._theta, self._low_precision = flat_masters(self._tensors, dev)
+        self.mirror = ParamMirror(self._tensors, dev)
+        self._theta = self.mirror.theta
         lo, hi = self._state_range
         self._m = torch.zeros(hi - lo, dtype=torch.float32, device=dev)
         self._e = torch.zeros(n if self.residual else 0, dtype=torch.float32, device=dev)
@@ -175,8 +204,8 @@ class SCAPE(torch.optim.Optimizer):
         self._work_g = torch.empty(n, dtype=torch.float32, device=dev)
         self._spare = torch.empty(n, dtype=torch.float32, device=dev)
 
-    def _write_back_params(self) -> None:
-        write_back(self._low_precision)
+    def _sync_layout(self) -> None:
+        state_io.follow_tensors(self)
 
     def state_bytes_per_parameter(self) -> float:
         """Bytes of optimizer state per parameter on this rank, everything the step keeps
@@ -184,7 +213,7 @@ class SCAPE(torch.optim.Optimizer):
         parameters and the packed masks (docs/python.md, "State")."""
         n = self.layout.n
         total = (self._m.numel() + self._e.numel() + self._q.numel()) * 4
-        total += sum(view.numel() for _, view in self._low_precision) * 4
+        total += sum(view.numel() for view in self.mirror.masters().values()) * 4
         total += 3 * self.layout.mask_byte_count  # M_t, M_{t+1} in flight, the previous mask
         return total / n
 
@@ -207,7 +236,7 @@ class SCAPE(torch.optim.Optimizer):
             if p.grad is None:
                 part.zero_()
             else:
-                part.copy_(p.grad.reshape(-1))
+                part.copy_(local_tensor(p.grad).reshape(-1))
         if grad_scale is not None:
             g.mul_(grad_scale.double().reciprocal().float().to(g.device))
         return g
@@ -250,23 +279,25 @@ class SCAPE(torch.optim.Optimizer):
             return torch.zeros(end - first, dtype=torch.uint8, device=self.device)
         return pack_positions(torch.cat(positions), first, end - first)
 
-    def _gather_mask(self, segment: torch.Tensor, rho: List[float], async_op: bool) -> Dict[str, Any]:
+    def _gather_mask(self, segment: torch.Tensor, rho: List[float], async_op: bool, step: int) -> Dict[str, Any]:
         ranges = [self.layout.mask_bytes(w) for w in range(self.comm.size)]
         recv, work = self.comm.all_gather_uneven(segment, [hi - lo for lo, hi in ranges], "mask_all_gather",
                                                  async_op=async_op)
-        return {"recv": recv, "work": work, "ranges": ranges, "rho": rho}
+        return {"recv": recv, "work": work, "ranges": ranges, "rho": rho, "step": step}
 
     def _complete_mask(self, pending: Dict[str, Any]) -> None:
         if pending["work"] is not None:
             pending["work"].wait()
         self._mask = merge_segments(pending["recv"], pending["ranges"], self.layout.mask_byte_count)
-        self._mask_rho = pending["rho"]
+        self._mask_rho, self._mask_step = pending["rho"], pending["step"]
 
     def finish(self) -> None:
         """Waits for the lagged mask all-gather still in flight after the last step. Call it
-        before destroying the process group: a rank that tears the group down while a peer's
-        part of that collective is still on the wire makes the peer abort. (state_dict() waits
-        too; with total_steps the last step starts none.)"""
+        before destroying the process group; at interpreter exit it is called for every live
+        optimizer that still has one in flight. (state_dict() waits too; with total_steps the
+        last step starts none.)"""
+        if self.overlap is not None:
+            self.overlap.abandon()
         self._wait_next_mask()
 
     def _wait_next_mask(self) -> None:
@@ -275,13 +306,26 @@ class SCAPE(torch.optim.Optimizer):
             pending, self._next = self._next, None
             self._complete_mask(pending)
 
+    def _mask_known(self, t: int) -> bool:
+        """Whether step t's mask was chosen at step t-1 (mask lag 1, not the first step, and no
+        change of layout since)."""
+        if self.mask_lag != 1:
+            return False
+        if self._next is not None:
+            return self._next["step"] == t
+        return self._mask is not None and self._mask_step == t
+
     def _mask_indices(self) -> torch.Tensor:
         return packed_positions(self._mask)
 
     def _shard_counts(self, idx: torch.Tensor) -> List[int]:
+        """How many mask positions fall in each shard: counted, since a mask resumed from a
+        checkpoint of another world size was drawn by other owners."""
         if not self.sharded:
             return []
-        return self._owner_k(self._mask_rho)
+        bounds = torch.tensor([hi for _, hi in self.layout.shard_ranges], dtype=idx.dtype, device=idx.device)
+        ends = torch.searchsorted(idx, bounds).tolist()
+        return [ends[0]] + [ends[r] - ends[r - 1] for r in range(1, len(ends))]
 
     @torch.no_grad()
     def step(self, closure=None):
@@ -297,6 +341,9 @@ class SCAPE(torch.optim.Optimizer):
         found_inf = getattr(self, "found_inf", None)
         scaled = found_inf is not None or grad_scale is not None
         started = time.perf_counter()
+        if self.overlap is None or not self.overlap.in_flight():
+            self._sync_layout()
+        self.mirror.pull()
         if self.overlap is not None and self.overlap.in_flight():
             if scaled:
                 self.overlap.abandon()
@@ -323,7 +370,7 @@ class SCAPE(torch.optim.Optimizer):
         local_bad = (found_inf.to(self.device).float().reshape(1).clamp(max=1.0) if found_inf is not None
                      else (~torch.isfinite(g.sum())).float().reshape(1))  # inf and NaN survive a sum
         local_bad = torch.cat((local_bad, self._has_grad()))
-        mask_known = self.mask_lag == 1 and t > 1
+        mask_known = self._mask_known(t)
         waited = time.perf_counter()
         if mask_known:
             self._wait_next_mask()
@@ -336,7 +383,7 @@ class SCAPE(torch.optim.Optimizer):
             rho = self._rho(t)
             segment = self._select(stat, rho)
             waited = time.perf_counter()
-            self._complete_mask(self._gather_mask(segment, rho, async_op=False))
+            self._complete_mask(self._gather_mask(segment, rho, async_op=False, step=t))
             self._mask_wait = time.perf_counter() - waited
         idx = self._mask_indices()
         waited = time.perf_counter()
@@ -361,6 +408,12 @@ class SCAPE(torch.optim.Optimizer):
 
     def _agreed_skip(self, flags: torch.Tensor, t: int, scaled: bool) -> bool:
         self._frozen = [j for j, count in enumerate(flags[:, 1:].sum(dim=0).tolist()) if count == 0]
+        if self._tensors and len(self._frozen) == len(self._tensors):
+            self._metrics = None
+            raise ValueError(f"step {t}: no parameter of this optimizer has a gradient on any rank, so nothing "
+                             f"would be updated; were the model's parameters replaced after the optimizer was "
+                             f"built (model.load_state_dict(..., assign=True), model.to_empty(), a new module)? "
+                             f"Build the optimizer on the model's current parameters")
         bad = flags[:, 0].gt(0)
         if not bool(bad.any()):
             return False
@@ -385,7 +438,7 @@ class SCAPE(torch.optim.Optimizer):
             if stat is None:
                 stat = self._statistic(c)
             rho_next = self._rho(t + 1)
-            self._next = self._gather_mask(self._select(stat, rho_next), rho_next, async_op=True)
+            self._next = self._gather_mask(self._select(stat, rho_next), rho_next, async_op=True, step=t + 1)
         if self.sharded:
             counts = self._shard_counts(idx)
             first = sum(counts[:self.comm.rank])
@@ -417,12 +470,14 @@ class SCAPE(torch.optim.Optimizer):
                                                     "param_all_gather")
             self._theta.index_copy_(0, idx, values)
         self._restore_untouched(kept)
-        self._write_back_params()
+        self.mirror.push()
         self._metrics = StepMetrics.collect(self, t, idx, clip_factor)
         self._metrics.extra.update(mask_wait_exposed=self._mask_wait, grad_wait_exposed=self._grad_wait,
                                    step_exchange_time=self._exposed)
         self._previous_mask, self._previous_size = self._mask, int(idx.numel())
         self._t = t
+        self._step_count.fill_(float(t))
+        state_io.bind_views(self)  # the residual traded places with the workspace
 
     def _keep_untouched(self, slots: List[int]):
         """A tensor without a gradient on any rank is skipped as torch's optimizers skip it: its
@@ -509,23 +564,8 @@ class SCAPE(torch.optim.Optimizer):
 
     def config(self) -> Dict[str, Any]:
         """The optimizer section of a run config (docs/configuration.md) for what this optimizer
-        computes: the run file records it, and `analysis report` groups runs by it. Per-group
-        values are the first sparse group's."""
-        sparse = [g for g in self.param_groups if g["sparsity"] > 0] or self.param_groups
-        out = {"type": "scape", "formulation": "paper", "inner": "adams", "lr": float(self.defaults["lr"]),
-               "sparsity": float(sparse[0]["sparsity"]), "weight_decay": float(sparse[0]["weight_decay"]),
-               "betas": [self.beta1, self.beta2], "eps": self.eps, "sharded": self.sharded,
-               "mask_lag": self.mask_lag, "residual": self.residual, "mask_encoding": "bitmap",
-               "wire_dtype": "fp8_e5m2" if self.fp8 is not None else "fp32"}
-        if self.residual_decay != 1.0:
-            out["residual_decay"] = self.residual_decay
-        if self.clip_grad > 0:
-            out["clip_grad"] = self.clip_grad
-        if self.density.warmup:
-            out.update(density_warmup=self.density.warmup, density_start=self.density.start)
-        if self.density.cooldown:
-            out.update(density_cooldown=self.density.cooldown, density_cooldown_start=self.density.cooldown_start)
-        return out
+        computes: the run file records it, and `analysis report` groups runs by it."""
+        return run_config(self)
 
     @property
     def steps_done(self) -> int:
@@ -546,7 +586,9 @@ class SCAPE(torch.optim.Optimizer):
         return self._theta
 
     def state_dict(self) -> Dict[str, Any]:
-        return checkpoint.save(self)
+        """torch's form, per parameter (state.py): resumes bit-identically at the same world
+        size and at another through torch.distributed.checkpoint. A collective when W > 1."""
+        return state_io.save(self)
 
     def load_state_dict(self, state_dict: Dict[str, Any]) -> None:
-        checkpoint.load(self, state_dict)
+        state_io.load(self, state_dict)
