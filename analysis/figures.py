@@ -34,7 +34,7 @@ def _legend_name(row):
     run = row.run
     if run.status == "diverged":
         return f"{row.label} (diverged @ {int(run.steps[-1])})"
-    if run.status in ("running", "killed"):
+    if run.status in ("running", "killed", "interrupted"):
         return f"{row.label} ({run.status}, {len(run.steps)} steps)"
     return row.label
 

@@ -184,15 +184,16 @@ def diverged_at(run):
 
 
 def status_text(run):
-    """Status column: completed, 'diverged at step N', 'running (N/T steps)', 'killed (N/T steps)'."""
+    """Status column: completed, 'diverged at step N', 'running (N/T steps)', 'killed (N/T steps)',
+    'interrupted (N/T steps)' (a stop signal ended it at a step boundary)."""
     total = run.config.get("steps", "?")
     if run.status == "diverged":
         return f"**diverged** at step {diverged_at(run)}"
     if run.status == "running":
         # A killed run's file says running until `scape repair FILE` marks it killed.
         return f"running ({len(run.steps)}/{total} steps)"
-    if run.status == "killed":
-        return f"killed ({len(run.steps)}/{total} steps)"
+    if run.status in ("killed", "interrupted"):
+        return f"{run.status} ({len(run.steps)}/{total} steps)"
     if run.status == "completed" and len(run.steps) < run.steps_completed:
         return f"completed ({len(run.steps)} rows)"
     return run.status

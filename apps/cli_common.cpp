@@ -8,11 +8,12 @@ namespace scape::cli {
 
 using nlohmann::json;
 
-int exit_code(tr::RunStatus s) {
-  switch (s) {
+int exit_code(const tr::RunOutcome& outcome) {
+  switch (outcome.status) {
     case tr::RunStatus::completed: return kExitOk;
     case tr::RunStatus::diverged: return kExitDiverged;
     case tr::RunStatus::failed: return kExitFailure;
+    case tr::RunStatus::interrupted: return 128 + outcome.signal;  // as the signal's default action reports it
   }
   return kExitFailure;
 }

@@ -41,7 +41,8 @@ struct Command {
   std::function<std::string()> mpi_backend = [] { return std::string(); };
 };
 
-int exit_code(tr::RunStatus s);
+// 0 completed, 3 diverged, 1 failed, 128 + the signal for a run a stop signal interrupted.
+int exit_code(const tr::RunOutcome& outcome);
 // `backend` (scape run --backend) fills in the defaults that depend on it
 // (experiments::apply_backend_defaults) where the file and the --set overrides leave them out.
 ex::ExperimentConfig load_config(const std::string& file, const std::vector<std::string>& sets,

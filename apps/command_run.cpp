@@ -5,6 +5,7 @@
 #include "run_file/hdf5.hpp"
 #include "run_file/recorder.hpp"
 #include "sim/sim_run.hpp"
+#include "train/stop_signal.hpp"
 
 #ifdef SCAPE_HAVE_MPI
 #include "runtime/mpi_run.hpp"
@@ -76,16 +77,19 @@ int cmd_run(const std::string& file, std::string out, const std::vector<std::str
 #elif defined(SCAPE_HAVE_NCCL_SINGLE)
     const auto outcome = scape::runtime::run_nccl_single_process(config, options);
     print_outcome(config, outcome, out);
-    return exit_code(outcome.status);
+    return exit_code(outcome);
 #else
     throw ex::ConfigError(
         "--backend nccl: this scape was built without the NCCL communicator (it needs nvcc and NCCL: libnccl-dev "
         "or NCCL in the CUDA toolkit, and MPI for more than one rank; rebuild)");
 #endif
   }
+  // SIGTERM and SIGINT stop the simulator at its next step boundary (train/stop_signal.hpp).
+  // Not under MPI: a signal that reaches one rank only would leave the others running.
+  tr::install_stop_handlers();
   const auto outcome = scape::sim::run_simulated(config, options);
   print_outcome(config, outcome, out);
-  return exit_code(outcome.status);
+  return exit_code(outcome);
 }
 
 struct RunArgs {

@@ -138,4 +138,8 @@ struct RepairReport {
 // naming the file when it is not a run file or a flushed table cannot be read.
 RepairReport repair_run_file(const std::filesystem::path& path);
 
+// Whether HDF5 opens the file without SWMR, as h5py.File(p, "r") and h5dump do: false while a
+// writer's "open for writing" flags are set (a live writer, or one killed before it closed).
+bool opens_plainly(const std::filesystem::path& path);
+
 }  // namespace scape::run_file

@@ -12,16 +12,6 @@
 namespace scape::run_file {
 namespace {
 
-// Whether HDF5 opens the file without SWMR: false while the writer's flags are set.
-bool opens_plainly(const std::filesystem::path& path) {
-  const auto lock = lock_hdf5();
-  const hid_t id = H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
-  H5Eclear2(H5E_DEFAULT);
-  if (id < 0) return false;
-  H5Fclose(id);
-  return true;
-}
-
 // Rows of a step table with step <= limit.
 hsize_t kept_rows(const Dataset& steps, long limit) {
   return rows_up_to(read_steps(steps), limit, steps);
@@ -64,6 +54,15 @@ void trim_group(const File& file, const std::string& group, hsize_t rows, const 
 }
 
 }  // namespace
+
+bool opens_plainly(const std::filesystem::path& path) {
+  const auto lock = lock_hdf5();
+  const hid_t id = H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
+  H5Eclear2(H5E_DEFAULT);
+  if (id < 0) return false;
+  H5Fclose(id);
+  return true;
+}
 
 RepairReport repair_run_file(const std::filesystem::path& path) {
   const auto lock = lock_hdf5();

@@ -60,8 +60,9 @@ class MpiExchange final : public train::StepExchange {
     shards_ = Sharding(n, size_);
   }
 
-  bool exchange(int rank, const train::WorkerReport& report,
-                const std::function<bool(std::span<const train::WorkerReport* const>)>& decide) override {
+  train::StepVerdict exchange(
+      int rank, const train::WorkerReport& report,
+      const std::function<train::StepVerdict(std::span<const train::WorkerReport* const>)>& decide) override {
     const std::vector<double> mine = packer_.pack(report);
     const std::size_t width = mine.size();
     const std::size_t w = static_cast<std::size_t>(size_);
@@ -102,10 +103,10 @@ class MpiExchange final : public train::StepExchange {
           static_cast<double>(sizeof(float)) *
           static_cast<double>(gathered.grads.size() + gathered.accumulated.size() + gathered.moment.size());
       own_.diagnostic_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - d0).count();
-      stop = decide(train::rebuild_reports(own_, packer_, gathered, shards_, others_)) ? 1 : 0;
+      stop = static_cast<int>(decide(train::rebuild_reports(own_, packer_, gathered, shards_, others_)));
     }
     SCAPE_MPI_CHECK(MPI_Bcast(&stop, 1, MPI_INT, 0, world_));
-    return stop != 0;
+    return static_cast<train::StepVerdict>(stop);
   }
 
   std::vector<StateMap> gather_states(int rank, const StateMap& mine) override {
@@ -357,7 +358,10 @@ int run_mpi(const experiments::ExperimentConfig& config, train::RunOptions optio
     }
     if (rank == 0) {
       const train::RunOutcome outcome = session->finish("");
-      code = outcome.status == train::RunStatus::completed ? 0 : (outcome.status == train::RunStatus::diverged ? 3 : 1);
+      code = outcome.status == train::RunStatus::completed     ? 0
+             : outcome.status == train::RunStatus::diverged    ? 3
+             : outcome.status == train::RunStatus::interrupted ? 128 + outcome.signal
+                                                               : 1;
       // As the simulator's line: the wall time from setup on (the median step_wall_time times the
       // steps, plus the start-up: data, communicator, run file).
       const double wall_s = session->elapsed_s();

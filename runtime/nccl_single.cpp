@@ -19,8 +19,9 @@ namespace {
 // The only rank's report goes straight to its log; its state is the whole checkpoint.
 class SingleRankExchange final : public train::StepExchange {
  public:
-  bool exchange(int, const train::WorkerReport& report,
-                const std::function<bool(std::span<const train::WorkerReport* const>)>& decide) override {
+  train::StepVerdict exchange(
+      int, const train::WorkerReport& report,
+      const std::function<train::StepVerdict(std::span<const train::WorkerReport* const>)>& decide) override {
     const train::WorkerReport* const reports[] = {&report};
     return decide(reports);
   }

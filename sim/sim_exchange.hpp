@@ -17,8 +17,9 @@ class SimExchange final : public train::StepExchange {
  public:
   SimExchange(int workers, Communicator* const* comms)
       : slots_(static_cast<std::size_t>(workers)), states_(static_cast<std::size_t>(workers)), comms_(comms) {}
-  bool exchange(int rank, const train::WorkerReport& report,
-                const std::function<bool(std::span<const train::WorkerReport* const>)>& decide) override {
+  train::StepVerdict exchange(
+      int rank, const train::WorkerReport& report,
+      const std::function<train::StepVerdict(std::span<const train::WorkerReport* const>)>& decide) override {
     slots_[static_cast<std::size_t>(rank)] = &report;
     comms_[rank]->barrier();
     if (rank == 0) stop_ = decide(slots_);
@@ -39,7 +40,7 @@ class SimExchange final : public train::StepExchange {
   std::vector<const train::WorkerReport*> slots_;
   std::vector<StateMap> states_;
   Communicator* const* comms_;
-  bool stop_ = false;
+  train::StepVerdict stop_ = train::StepVerdict::go_on;
 };
 
 

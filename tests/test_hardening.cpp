@@ -45,15 +45,7 @@ std::string read_file(const fs::path& p) {
   return {std::istreambuf_iterator<char>(in), {}};
 }
 
-// An ordinary open, as h5py.File(p, "r") and h5dump make: refused while a writer's flags are set.
-bool opens_plainly(const fs::path& p) {
-  const auto lock = scape::run_file::lock_hdf5();
-  const hid_t id = H5Fopen(p.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
-  H5Eclear2(H5E_DEFAULT);
-  if (id < 0) return false;
-  H5Fclose(id);
-  return true;
-}
+using scape::run_file::opens_plainly;
 
 std::vector<double> read_metric(const fs::path& file, const std::string& name) {
   return scape::run_file::File::open(file, scape::run_file::Access::read).open_dataset("/metrics/" + name).read_all<double>();
@@ -623,8 +615,8 @@ class SoloComm final : public scape::Communicator {
 
 class SoloExchange final : public tr::StepExchange {
  public:
-  bool exchange(int, const tr::WorkerReport& report,
-                const std::function<bool(std::span<const tr::WorkerReport* const>)>& decide) override {
+  tr::StepVerdict exchange(int, const tr::WorkerReport& report,
+                           const std::function<tr::StepVerdict(std::span<const tr::WorkerReport* const>)>& decide) override {
     const tr::WorkerReport* all[] = {&report};
     return decide(all);
   }

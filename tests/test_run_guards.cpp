@@ -15,6 +15,7 @@
 
 #include "experiments/config.hpp"
 #include "run_file/hdf5.hpp"
+#include "run_file/recorder.hpp"
 #include "run_file/run_lock.hpp"
 #include "run_file/run_summary.hpp"
 #include "test_support.hpp"
@@ -162,4 +163,71 @@ TEST_CASE("one writer per run file: run, --resume and repair of a live run exit 
   CHECK(scape::run_file::read_run_summary(out).status == "completed");
   CHECK(scape::run_file::read_run_summary(out).steps_completed == step + 5);
   CHECK_FALSE(fs::exists(out.string() + ".lock"));  // released with the run
+}
+
+namespace {
+
+using scape::run_file::opens_plainly;
+
+// A long run started, then sent `signal` once it has recorded 50 steps; returns its exit status.
+int signalled_run(const TempDir& dir, const fs::path& out, int signal, const std::vector<std::string>& extra) {
+  scape::testing::write_text_file(dir / "q.json", kLong);
+  std::vector<std::string> args = {"run", (dir / "q.json").string(), "--out", out.string()};
+  args.insert(args.end(), extra.begin(), extra.end());
+  const pid_t pid = start_scape(args, dir / "signalled.log");
+  const bool started = wait_for(
+      [&] {
+        try {
+          return fs::exists(out) && scape::run_file::read_run_summary(out).steps_completed >= 50;
+        } catch (const std::exception&) {
+          return false;  // between creation and the first flush
+        }
+      },
+      120);
+  ::kill(pid, signal);
+  const int code = wait_exit(pid);
+  REQUIRE(started);
+  return code;
+}
+
+}  // namespace
+
+TEST_CASE("SIGTERM: the run stops at a step boundary, checkpoints, marks its file interrupted, exits 143, resumes") {
+  TempDir dir;
+  const fs::path out = dir / "term.h5";
+  // Checkpoints are on, but none falls due: the one on disk is the signal's.
+  CHECK(signalled_run(dir, out, SIGTERM, {"--checkpoint-every", "100000000"}) == 128 + SIGTERM);
+  CHECK(opens_plainly(out));
+  const auto s = scape::run_file::read_run_summary(out);
+  CHECK(s.status == "interrupted");
+  CHECK(s.steps_completed >= 50);
+  const std::string n = std::to_string(s.steps_completed);
+  CHECK(s.error == "SIGTERM after step " + n + "; checkpoint at step " + n + ": --resume continues");
+  CHECK(scape::run_file::File::open(out, scape::run_file::Access::read).open_dataset("metrics/train_loss").dims()[0] ==
+        static_cast<hsize_t>(s.steps_completed));
+  CHECK(checkpoint_step(dir, out) == s.steps_completed);
+  CHECK_FALSE(fs::exists(out.string() + ".lock"));
+  const std::string log = read_file(dir / "signalled.log");
+  CHECK(log.find("quad: interrupted after " + n + "/1000000 steps") != std::string::npos);
+  CHECK(log.find("  SIGTERM after step " + n) != std::string::npos);
+
+  const auto resumed = run_scape("run " + (dir / "q.json").string() + " --out " + out.string() +
+                                 " --quiet --resume --set steps=" + std::to_string(s.steps_completed + 10));
+  CAPTURE(resumed.output);
+  CHECK(resumed.code == 0);
+  const auto after = scape::run_file::read_run_summary(out);
+  CHECK(after.status == "completed");
+  CHECK(after.steps_completed == s.steps_completed + 10);
+}
+
+TEST_CASE("SIGINT without checkpoints: interrupted, exit 130, the file says it cannot be resumed") {
+  TempDir dir;
+  const fs::path out = dir / "int.h5";
+  CHECK(signalled_run(dir, out, SIGINT, {"--quiet"}) == 128 + SIGINT);
+  CHECK(opens_plainly(out));
+  const auto s = scape::run_file::read_run_summary(out);
+  CHECK(s.status == "interrupted");
+  CHECK(s.error == "SIGINT after step " + std::to_string(s.steps_completed) +
+                       "; no checkpoint (--checkpoint-every): it cannot be resumed");
+  CHECK_FALSE(fs::exists(tr::checkpoint_path(out)));
 }

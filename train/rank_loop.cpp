@@ -146,11 +146,13 @@ bool RankLoop::step(int t, const GivenGradient& given) {
   report.grad_wait_exposed_s = comm_.take_exposed_wait(CollectiveKind::reduce_scatter);
   report.optimizer_kernel_wall_s = report.optimizer_wall_s - comm_.take_blocking_seconds() - report.exposed_wait_s -
                                    report.grad_wait_exposed_s;
-  const bool stop = exchange_.exchange(rank, report, [&](std::span<const WorkerReport* const> reports) {
+  const StepVerdict verdict = exchange_.exchange(rank, report, [&](std::span<const WorkerReport* const> reports) {
     return log_->record_step(t, reports, opt_->mask(), *source_, params_);
   });
-  if (stop) return true;
-  if (options_.checkpoint_every > 0 && t % options_.checkpoint_every == 0 && t < config_.steps) {
+  if (verdict == StepVerdict::stop) return true;
+  // A stop signal (only before the last step) checkpoints where checkpoints are on, then stops.
+  const bool interrupted = verdict == StepVerdict::interrupt;
+  if (options_.checkpoint_every > 0 && (t % options_.checkpoint_every == 0 || interrupted) && t < config_.steps) {
     StateMap mine;
     opt_->save_state(mine);
     if (has_outer_loop(config_.optimizer.type)) put_state(mine, kWorkerParams, params_.span());
@@ -158,7 +160,7 @@ bool RankLoop::step(int t, const GivenGradient& given) {
     if (rank == 0) log_->write_checkpoint(t, states, params_);
     exchange_.barrier(rank);
   }
-  return false;
+  return interrupted;
 }
 
 void RankLoop::finish() {

@@ -52,7 +52,8 @@ class RankLoop {
   int first_step() const { return first_; }
   // Step t: the gradient (from the source, or `given` when its span is not empty: N values),
   // the optimizer step, the report to rank 0 and, at the checkpoint interval, the checkpoint.
-  // Collective. Returns true when rank 0 decided to stop (the run diverged).
+  // Collective. Returns true when rank 0 decided to stop (the run diverged, or a stop signal came:
+  // then checkpointed first where checkpoints are on).
   bool step(int t, const GivenGradient& given = {});
   // Ends the run: settles asynchronous collectives, and rank 0 writes the final parameters.
   // Collective; call once, after the last step.

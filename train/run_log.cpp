@@ -11,6 +11,7 @@
 #include "predict/compute_model.hpp"
 #include "train/checkpoint.hpp"
 #include "train/run_metrics.hpp"
+#include "train/stop_signal.hpp"
 
 namespace scape::train {
 namespace detail {
@@ -85,7 +86,7 @@ run_file::RunFileLock take_writer_lock(const std::filesystem::path& out) {
 }  // namespace
 
 const char* to_string(RunStatus s) {
-  constexpr const char* kNames[] = {"completed", "diverged", "failed"};
+  constexpr const char* kNames[] = {"completed", "diverged", "failed", "interrupted"};
   return kNames[static_cast<int>(s)];
 }
 
@@ -114,6 +115,7 @@ RunLog::RunLog(const experiments::ExperimentConfig& config, const ParamLayout& l
       options.resume ? run_file::RunRecorder::open_for_resume(options.out, spec, resume_step)
                      : run_file::RunRecorder::create(options.out, spec));
   outcome_.steps_completed = resume_step;
+  if (options.resume) checkpoint_step_ = resume_step;
   outcome_.n_params = layout.size();
   const double tokens = options.tokens_per_step > 0 ? options.tokens_per_step
                         : config.has_data()          ? static_cast<double>(config.workers) * config.data.batch_size *
@@ -127,8 +129,9 @@ RunLog::RunLog(const experiments::ExperimentConfig& config, const ParamLayout& l
 
 RunLog::~RunLog() = default;
 
-bool RunLog::record_step(int t, std::span<const WorkerReport* const> reports, std::span<const std::uint64_t> mask,
-                         GradientSource& source, std::span<const float> params) {
+StepVerdict RunLog::record_step(int t, std::span<const WorkerReport* const> reports,
+                                std::span<const std::uint64_t> mask, GradientSource& source,
+                                std::span<const float> params) {
   std::lock_guard lock(mutex_);
   using Clock = std::chrono::steady_clock;
   evaluated_last_ = false;
@@ -153,7 +156,7 @@ bool RunLog::record_step(int t, std::span<const WorkerReport* const> reports, st
   }
   if (bad) {
     diverged_ = true;
-    return true;
+    return StepVerdict::stop;
   }
   evaluated_last_ = source.has_validation() && (t % config_.eval.interval == 0 || t == config_.steps);
   if (evaluated_last_) {
@@ -161,7 +164,12 @@ bool RunLog::record_step(int t, std::span<const WorkerReport* const> reports, st
     recorder_->append_eval(t, last_val_);
   }
   progress_->update(t, loss, last_val_, t == config_.steps);
-  return false;
+  // A stop signal after the last step's row changes nothing: the run is complete.
+  if (t < config_.steps && stop_signal() != 0) {
+    interrupted_by_ = stop_signal();
+    return StepVerdict::interrupt;
+  }
+  return StepVerdict::go_on;
 }
 
 void RunLog::write_checkpoint(int t, const std::vector<StateMap>& states, std::span<const float> params) {
@@ -169,6 +177,7 @@ void RunLog::write_checkpoint(int t, const std::vector<StateMap>& states, std::s
   // Rows up to t reach the disk before the checkpoint that resumes after t.
   recorder_->flush();
   train::write_checkpoint(checkpoint_path(options_.out), config_json_, t, states, params);
+  checkpoint_step_ = t;
 }
 
 void RunLog::write_final_params(std::span<const float> params) {
@@ -186,6 +195,16 @@ RunOutcome RunLog::finish(const std::string& failure) {
     outcome_.status = RunStatus::diverged;
     outcome_.error = "non-finite loss or gradient at step " + std::to_string(outcome_.steps_completed);
     recorder_->set_status("diverged", outcome_.error);
+  } else if (interrupted_by_ != 0) {
+    const int t = outcome_.steps_completed;
+    outcome_.status = RunStatus::interrupted;
+    outcome_.signal = interrupted_by_;
+    outcome_.error = std::string(signal_name(interrupted_by_)) + " after step " + std::to_string(t) + "; " +
+                     (checkpoint_step_ == t ? "checkpoint at step " + std::to_string(t) + ": --resume continues"
+                      : checkpoint_step_ > 0
+                          ? "the last checkpoint is at step " + std::to_string(checkpoint_step_) + ": --resume goes on from it"
+                          : std::string("no checkpoint (--checkpoint-every): it cannot be resumed"));
+    recorder_->set_status("interrupted", outcome_.error);
   } else {
     outcome_.status = RunStatus::completed;
     recorder_->set_status("completed", "");

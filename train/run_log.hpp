@@ -48,7 +48,8 @@ struct RunOptions {
   std::string git_sha;
 };
 
-enum class RunStatus { completed, diverged, failed };
+// interrupted: a stop signal ended the run at a step boundary (train/stop_signal.hpp).
+enum class RunStatus { completed, diverged, failed, interrupted };
 const char* to_string(RunStatus s);
 
 struct RunOutcome {
@@ -62,6 +63,7 @@ struct RunOutcome {
   double step_time_model = 0;  // mean modelled step time, seconds
   double wall_s = 0;
   std::size_t n_params = 0;
+  int signal = 0;  // the stop signal of an interrupted run (its exit status is 128 + it)
 };
 
 class StepCombiner;
@@ -75,8 +77,9 @@ class RunLog {
   RunLog(const experiments::ExperimentConfig& config, const ParamLayout& layout, const RunOptions& options,
          int resume_step);
   ~RunLog();
-  // Combines the workers' reports into one row; returns true when the run must stop (diverged).
-  bool record_step(int t, std::span<const WorkerReport* const> reports, std::span<const std::uint64_t> mask,
+  // Combines the workers' reports into one row; returns stop when the run diverged, interrupt when
+  // a stop signal came (train/stop_signal.hpp) before the last step.
+  StepVerdict record_step(int t, std::span<const WorkerReport* const> reports, std::span<const std::uint64_t> mask,
                    GradientSource& source, std::span<const float> params);
   void write_checkpoint(int t, const std::vector<StateMap>& states, std::span<const float> params);
   void write_final_params(std::span<const float> params);
@@ -109,6 +112,8 @@ class RunLog {
   double last_val_ = std::numeric_limits<double>::quiet_NaN();
   double last_loss_ = std::numeric_limits<double>::quiet_NaN();
   bool diverged_ = false;
+  int interrupted_by_ = 0;  // the stop signal that ended the run
+  int checkpoint_step_ = 0;  // the step of the checkpoint on disk (0: none)
   // step_wall_time's index among the columns (none: -1), and the last step that started and when.
   int step_wall_column_ = -1;
   int started_step_ = 0;

@@ -41,6 +41,11 @@ struct WorkerReport {
   double diagnostic_s = 0;
 };
 
+// Rank 0's decision after a step, which every rank returns from StepExchange::exchange: go on,
+// stop (the run diverged), or stop after a checkpoint where checkpoints are on (a stop signal:
+// train/stop_signal.hpp).
+enum class StepVerdict : int { go_on = 0, stop = 1, interrupt = 2 };
+
 // Moves reports to rank 0 and rank 0's decision back. The simulator implements it with
 // shared memory; a multi-process runtime with its own messages. Not counted in the optimizer's
 // ledger: a multi-process exchange reports what its diagnostics sent in rank 0's report
@@ -49,9 +54,9 @@ class StepExchange {
  public:
   virtual ~StepExchange() = default;
   // Every rank calls it; on rank 0, `decide` sees all reports in rank order. Every rank
-  // returns rank 0's decision (true: stop).
-  virtual bool exchange(int rank, const WorkerReport& report,
-                        const std::function<bool(std::span<const WorkerReport* const>)>& decide) = 0;
+  // returns rank 0's decision.
+  virtual StepVerdict exchange(int rank, const WorkerReport& report,
+                               const std::function<StepVerdict(std::span<const WorkerReport* const>)>& decide) = 0;
   // Every rank's optimizer state, in rank order, on rank 0 (empty elsewhere).
   virtual std::vector<StateMap> gather_states(int rank, const StateMap& mine) = 0;
   virtual void barrier(int rank) = 0;

@@ -412,3 +412,37 @@ def test_killed_run_opens_plainly_after_scape_repair(scape, mixed_dir, tmp_path)
         assert f.attrs["status"] == "killed"
         assert f["metrics/step"].shape == (kept,)
     assert status_text(load_run(path)) == f"killed ({kept}/1000000 steps)"
+
+
+def test_interrupted_run_opens_plainly_with_its_status(scape, tmp_path):
+    """SIGTERM stops a run at a step boundary: its file opens plainly, status 'interrupted'."""
+    import signal
+    import time
+
+    from analysis.report import status_text
+    from analysis.runs import load_run
+    from conftest import QUADRATIC
+    cfg = tmp_path / "long.json"
+    cfg.write_text(json.dumps(dict(QUADRATIC, steps=1000000)))
+    path = tmp_path / "q-term.h5"
+    proc = subprocess.Popen([scape, "run", str(cfg), "--out", str(path), "--quiet"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and not (path.exists() and _steps_or_zero(path) >= 20):
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=60) == 128 + signal.SIGTERM
+    with h5py.File(path, "r") as f:
+        assert f.attrs["status"] == "interrupted"
+        kept = int(f.attrs["steps_completed"])
+        assert f["metrics/step"].shape == (kept,)
+    assert kept >= 20
+    assert status_text(load_run(path)) == f"interrupted ({kept}/1000000 steps)"
+
+
+def _steps_or_zero(path):
+    from analysis.runs import load_run
+    try:
+        return len(load_run(path).steps)
+    except Exception:  # noqa: BLE001  between creation and the first flush
+        return 0
