@@ -2,6 +2,7 @@
 #include <cstdio>
 
 #include "apps/cli_common.hpp"
+#include "run_file/hdf5_handle.hpp"
 #include "run_file/recorder.hpp"
 #include "run_file/run_lock.hpp"
 
@@ -30,6 +31,10 @@ int cmd_repair(const std::vector<std::string>& files) {
     } catch (const run_file::RunFileBusy& e) {
       std::fprintf(stderr, "error: %s\n", e.what());
       code = kExitInvalid;
+    } catch (const run_file::H5Error& e) {
+      // Not a run file, or one that cannot be read back: invalid input, left as it was.
+      std::fprintf(stderr, "error: %s; the file is left unchanged\n", e.what());
+      code = kExitInvalid;
     } catch (const std::exception& e) {
       std::fprintf(stderr, "error: %s\n", e.what());
       code = kExitFailure;
@@ -45,7 +50,8 @@ Command add_repair_command(CLI::App& app) {
   auto* repair = app.add_subcommand(
       "repair", "make killed runs' files open plainly (h5py.File(p, 'r'), h5dump): clear the 'open for writing' "
                 "flags their writer left, drop rows of an interrupted flush, read every table back, mark status "
-                "killed. Never on a run that is still running");
+                "killed. A run still writing its file is refused (exit 2); a file that is not a run file or "
+                "cannot be read back is left unchanged (exit 2)");
   repair->add_option("run_files", *files, "run files (RUN.h5)")->required()->check(CLI::ExistingFile);
   Command c;
   c.sub = repair;

@@ -11,6 +11,11 @@
 #include <utility>
 
 namespace scape::run_file {
+namespace {
+
+constexpr unsigned kSwmrReadAttempts = 24;
+
+}  // namespace
 
 File File::create(const std::filesystem::path& path) {
   const auto lock = lock_hdf5();
@@ -39,7 +44,14 @@ File File::open(const std::filesystem::path& path, Access access) {
       // A live SWMR writer, or one that was killed, leaves the superblock marked "open for
       // writing"; plain readers are refused but SWMR readers see every flushed state.
       const std::string plain_failure = error_stack_detail();
-      file = Handle(H5Fopen(name.c_str(), H5F_ACC_RDONLY | H5F_ACC_SWMR_READ, H5P_DEFAULT), H5Fclose);
+      // HDF5 retries a metadata read whose checksum fails 100 times by default in SWMR mode,
+      // sleeping between tries doubling up to an hour: a damaged file held a reader for hours.
+      // 24 tries wait at most 2^24 ns (17 ms) per block, still time for a live writer to finish
+      // writing one (analysis/runs.py bounds its SWMR opens the same way).
+      const Handle fapl(H5Pcreate(H5P_FILE_ACCESS), H5Pclose);
+      if (!fapl || H5Pset_metadata_read_attempts(fapl.get(), kSwmrReadAttempts) < 0)
+        throw_h5_error(name, "set up file access");
+      file = Handle(H5Fopen(name.c_str(), H5F_ACC_RDONLY | H5F_ACC_SWMR_READ, fapl.get()), H5Fclose);
       if (!file) {
         H5Eclear2(H5E_DEFAULT);
         throw_invalid_file(name, "cannot open the file for reading (" + plain_failure + ")");

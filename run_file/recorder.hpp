@@ -134,8 +134,10 @@ struct RepairReport {
 // `scape repair`: clears the "open for writing" flags a killed writer left, drops the rows of a
 // flush the kill interrupted, reads every table back whole, and marks a "running" run
 // "killed"; afterwards the file opens plainly. Harmless on a closed file. Must not run while
-// the writer is alive (HDF5 cannot tell a live SWMR writer from a dead one). Throws H5Error
-// naming the file when it is not a run file or a flushed table cannot be read.
+// the writer is alive (HDF5 cannot tell a live SWMR writer from a dead one: `scape repair` holds
+// the run file's lock). Works on a copy that replaces the file only once repaired: throws
+// H5Error naming the file when it is not a run file or a flushed table cannot be read, and
+// std::filesystem_error when the copy cannot be made, the file left as it was either way.
 RepairReport repair_run_file(const std::filesystem::path& path);
 
 // Whether HDF5 opens the file without SWMR, as h5py.File(p, "r") and h5dump do: false while a

@@ -3,7 +3,12 @@
 // flags set for its whole life, and HDF5 1.10 refuses every ordinary open while they are set;
 // a killed writer never clears them. Opening with the library's clear-status-flags property
 // (what `h5clear -s` does) and closing cleanly rewrites the superblock without them.
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
+#include <system_error>
 
 #include "run_file/hdf5.hpp"
 #include "run_file/recorder.hpp"
@@ -64,14 +69,11 @@ bool opens_plainly(const std::filesystem::path& path) {
   return true;
 }
 
-RepairReport repair_run_file(const std::filesystem::path& path) {
-  const auto lock = lock_hdf5();
-  RepairReport report;
-  const RunFileSummary summary = read_run_summary(path);  // also refuses files that are not run files
-  report.was_open_for_writing = !opens_plainly(path);
-  report.status_before = summary.status;
-  report.steps_completed = report.steps_completed_before = summary.steps_completed;
-  File file = File::open(path, Access::recover);
+namespace {
+
+// The repair itself, on `copy` (a copy of the run file `summary` describes).
+void repair_copy(const std::filesystem::path& copy, const RunFileSummary& summary, RepairReport& report) {
+  File file = File::open(copy, Access::recover);
   // Rows past steps_completed belong to a flush the kill interrupted: they are dropped, as
   // --resume drops them.
   const Dataset step_table = file.open_dataset("metrics/step");
@@ -102,6 +104,61 @@ RepairReport repair_run_file(const std::filesystem::path& path) {
   }
   file.flush();
   file.close();
+}
+
+// Writes `path`'s data to the disk (fsync), so that the rename after it never publishes a file
+// whose bytes are still only in the cache.
+void sync_file(const std::filesystem::path& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0 || ::fsync(fd) != 0) {
+    const int error = errno;
+    if (fd >= 0) ::close(fd);
+    throw std::system_error(error, std::generic_category(), path.string() + ": cannot sync the repaired copy");
+  }
+  ::close(fd);
+}
+
+}  // namespace
+
+// The repair works on a copy beside the file, which replaces it (rename) only once it is
+// repaired, read back whole and opens plainly: a repair that fails anywhere leaves the file as it
+// was, byte for byte. A file with nothing to repair is left as it is.
+RepairReport repair_run_file(const std::filesystem::path& path) {
+  const auto lock = lock_hdf5();
+  RepairReport report;
+  const RunFileSummary summary = read_run_summary(path);  // also refuses files that are not run files
+  report.was_open_for_writing = !opens_plainly(path);
+  report.status_before = summary.status;
+  report.steps_completed = report.steps_completed_before = summary.steps_completed;
+  std::filesystem::path copy = path;
+  copy += ".repair.tmp";
+  std::filesystem::copy_file(path, copy, std::filesystem::copy_options::overwrite_existing);
+  try {
+    try {
+      repair_copy(copy, summary, report);
+      if (!opens_plainly(copy)) throw_invalid_file(copy.string(), "still marked open for writing after the repair");
+      (void)read_run_summary(copy);
+    } catch (const H5Error& e) {
+      // The messages name the copy; the user knows the file.
+      std::string message = e.what();
+      for (std::size_t at; (at = message.find(copy.string())) != std::string::npos;)
+        message.replace(at, copy.string().size(), path.string());
+      throw H5Error(message);
+    }
+    const bool changed = report.was_open_for_writing || !report.trimmed.empty() ||
+                         report.status_after != report.status_before ||
+                         report.steps_completed != report.steps_completed_before;
+    if (changed) {
+      sync_file(copy);
+      std::filesystem::rename(copy, path);
+    } else {
+      std::filesystem::remove(copy);
+    }
+  } catch (...) {
+    std::error_code ec;
+    std::filesystem::remove(copy, ec);
+    throw;
+  }
   return report;
 }
 

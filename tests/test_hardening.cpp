@@ -326,7 +326,7 @@ TEST_CASE("a killed run's file opens plainly after scape repair, marked killed, 
   CHECK(static_cast<long>(read_metric(killed, "train_loss").size()) == before.steps_completed);
   // A second repair finds nothing to clear; a file that is not a run file is refused.
   CHECK(run_scape("repair " + killed.string()).output.find("was closed cleanly; status killed;") != std::string::npos);
-  CHECK(run_scape("repair " + (dir / "q.json").string()).code == 1);
+  CHECK(run_scape("repair " + (dir / "q.json").string()).code == 2);
 
   // The repaired run resumes from its checkpoint, with fewer steps now (allowed on --resume).
   const auto resumed = run_scape("run " + (dir / "q.json").string() + " --out " + killed.string() +

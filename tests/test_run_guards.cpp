@@ -11,6 +11,7 @@
 #include <csignal>
 #include <fstream>
 #include <functional>
+#include <random>
 #include <thread>
 
 #include "experiments/config.hpp"
@@ -230,4 +231,50 @@ TEST_CASE("SIGINT without checkpoints: interrupted, exit 130, the file says it c
   CHECK(s.error == "SIGINT after step " + std::to_string(s.steps_completed) +
                        "; no checkpoint (--checkpoint-every): it cannot be resumed");
   CHECK_FALSE(fs::exists(tr::checkpoint_path(out)));
+}
+
+TEST_CASE("scape repair of damaged files: each ends within seconds; a failing one exits 2 and leaves the file byte for byte") {
+  TempDir dir;
+  const fs::path killed = dir / "killed.h5";
+  killed_run(dir, killed);
+  fs::remove(tr::checkpoint_path(killed));
+  const std::string good = read_file(killed);
+  REQUIRE(good.size() > 8192);
+  // Copies with 40 bytes flipped in the first 4 KiB (superblock, root group, attributes), and cut.
+  std::mt19937 rng(55);
+  std::vector<std::pair<fs::path, std::string>> damaged;
+  for (int i = 0; i < 12; ++i) {
+    std::string bytes = good;
+    for (int k = 0; k < 40; ++k) bytes[rng() % 4096] ^= static_cast<char>(1 + rng() % 255);
+    damaged.emplace_back(dir / ("flip" + std::to_string(i) + ".h5"), bytes);
+  }
+  for (const std::size_t n : {std::size_t{100}, std::size_t{4096}, good.size() / 3})
+    damaged.emplace_back(dir / ("cut" + std::to_string(n) + ".h5"), good.substr(0, n));
+  damaged.emplace_back(dir / "notes.h5", "not a run file\n");
+  int refused = 0;
+  for (const auto& [path, bytes] : damaged) {
+    std::ofstream(path, std::ios::binary) << bytes;
+    const auto r = run_scape("repair " + path.string());
+    CAPTURE(path);
+    CAPTURE(r.output);
+    CHECK(r.seconds < 10);
+    CHECK((r.code == 0 || r.code == 2));
+    CHECK_FALSE(fs::exists(path.string() + ".repair.tmp"));
+    CHECK_FALSE(fs::exists(path.string() + ".lock"));
+    if (r.code == 2) {
+      ++refused;
+      CHECK(read_file(path) == bytes);
+      CHECK(r.output.find("error: HDF5 file '" + path.string() + "'") != std::string::npos);
+      CHECK(r.output.find("the file is left unchanged") != std::string::npos);
+    } else {
+      CHECK(opens_plainly(path));
+    }
+  }
+  CHECK(refused >= 10);
+  // The undamaged file repairs: it opens plainly, marked killed.
+  const auto r = run_scape("repair " + killed.string());
+  CAPTURE(r.output);
+  CHECK(r.code == 0);
+  CHECK(opens_plainly(killed));
+  CHECK(scape::run_file::read_run_summary(killed).status == "killed");
 }
