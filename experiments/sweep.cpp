@@ -4,6 +4,9 @@
 #include <cstdint>
 #include <fstream>
 #include <limits>
+#include <set>
+#include <string>
+#include <vector>
 
 #include "experiments/config.hpp"
 
@@ -14,6 +17,62 @@ using nlohmann::json;
 // A sweep beyond this is a typo (a grid of many keys), not a plan: refused before its points
 // exhaust the memory.
 constexpr std::size_t kMaxSweepPoints = 100000;
+
+namespace {
+
+// A parser callback that refuses an object naming a key twice: nlohmann keeps the last value
+// silently, so `"lr": 0.1, ..., "lr": 0.01` would run with a value the author may not see.
+// Throws ConfigError "<what>: duplicate key 'a.b[2].c'".
+class DuplicateKeyCheck {
+ public:
+  // `prefix`: the dotted key the parsed value goes to (a --set value), named before its own keys.
+  explicit DuplicateKeyCheck(std::string what, std::string prefix = "")
+      : what_(std::move(what)), prefix_(std::move(prefix)) {}
+  bool operator()(int, json::parse_event_t event, json& parsed) {
+    switch (event) {
+      case json::parse_event_t::object_start: frames_.push_back({true, {}, {}, 0}); break;
+      case json::parse_event_t::array_start: frames_.push_back({false, {}, {}, 0}); break;
+      case json::parse_event_t::key: {
+        Frame& top = frames_.back();
+        top.key = parsed.get<std::string>();
+        if (!top.keys.insert(top.key).second)
+          throw ConfigError(what_ + ": duplicate key '" + path() + "' (an object names it twice; give it once)");
+        break;
+      }
+      case json::parse_event_t::object_end:
+      case json::parse_event_t::array_end:
+        frames_.pop_back();
+        [[fallthrough]];
+      case json::parse_event_t::value:
+        if (!frames_.empty() && !frames_.back().object) ++frames_.back().elements;
+        break;
+    }
+    return true;
+  }
+
+ private:
+  struct Frame {
+    bool object;
+    std::set<std::string> keys;
+    std::string key;       // an object's key being read
+    std::size_t elements;  // an array's elements read
+  };
+  std::string path() const {
+    std::string p = prefix_;
+    for (const Frame& f : frames_) {
+      if (f.object) {
+        p += (p.empty() ? "" : ".") + f.key;
+      } else {
+        p += "[" + std::to_string(f.elements) + "]";
+      }
+    }
+    return p;
+  }
+  std::string what_, prefix_;
+  std::vector<Frame> frames_;
+};
+
+}  // namespace
 
 json read_json_file(const std::filesystem::path& path) {
   // The error_code forms: a name the system refuses (too long, say) is a ConfigError like a
@@ -26,7 +85,7 @@ json read_json_file(const std::filesystem::path& path) {
     throw ConfigError(path.string() + ": cannot open the file" + (ec ? " (" + ec.message() + ")" : std::string()));
   }
   try {
-    return json::parse(in);
+    return json::parse(in, DuplicateKeyCheck(path.string()));
   } catch (const json::exception& e) {  // parse_error, or out_of_range for a number beyond double
     throw ConfigError(path.string() + ": invalid JSON: " + e.what());
   }
@@ -48,7 +107,7 @@ void apply_override(json& j, const std::string& assignment) {
   const std::string text = assignment.substr(eq + 1);
   json value;
   try {
-    value = json::parse(text);
+    value = json::parse(text, DuplicateKeyCheck("--set " + assignment, key));
   } catch (const json::exception&) {  // parse_error, or out_of_range for a number beyond double
     value = text;  // not JSON: a plain string such as scape or first_moment
   }

@@ -278,3 +278,33 @@ TEST_CASE("scape repair of damaged files: each ends within seconds; a failing on
   CHECK(opens_plainly(killed));
   CHECK(scape::run_file::read_run_summary(killed).status == "killed");
 }
+
+TEST_CASE("a JSON object that names a key twice is refused with exit 2 naming the key, in configs, sweeps and --set") {
+  TempDir dir;
+  const std::string model = R"("model": {"type": "quadratic", "size": 200})";
+  scape::testing::write_text_file(
+      dir / "dup.json", R"({"name": "q", "workers": 2, "steps": 10, )" + model +
+                            R"(, "optimizer": {"type": "scape", "lr": 0.1, "sparsity": 0.99, "lr": 0.01}})");
+  scape::testing::write_text_file(dir / "top.json", R"({"name": "q", "steps": 10, "workers": 2, "steps": 20, )" + model + "}");
+  scape::testing::write_text_file(dir / "sweep.json", R"({"base": {"name": "q", "workers": 2, "steps": 10, )" + model +
+                                                          R"(}, "points": [{"seed": 1}, {"seed": 2, "seed": 3}]})");
+  scape::testing::write_text_file(dir / "ok.json", R"({"name": "q", "workers": 2, "steps": 10, )" + model + "}");
+  const std::string dup = dir.path.string() + "/dup.json: duplicate key 'optimizer.lr'";
+  for (const auto& [args, named] : std::vector<std::pair<std::string, std::string>>{
+           {"validate " + (dir / "dup.json").string(), dup},
+           {"run " + (dir / "dup.json").string() + " --quiet --out " + (dir / "dup.h5").string(), dup},
+           {"validate " + (dir / "top.json").string(), "top.json: duplicate key 'steps'"},
+           {"validate " + (dir / "sweep.json").string(), "sweep.json: duplicate key 'points[1].seed'"},
+           {"validate " + (dir / "ok.json").string() + R"( --set 'model={"type": "quadratic", "size": 1, "size": 2}')",
+            "duplicate key 'model.size'"}}) {
+    const auto r = run_scape(args);
+    CAPTURE(args);
+    CAPTURE(r.output);
+    CHECK(r.code == 2);
+    CHECK(r.output.find(named) != std::string::npos);
+  }
+  CHECK_FALSE(fs::exists(dir / "dup.h5"));
+  // The same objects without the repetition are valid.
+  CHECK(run_scape("validate " + (dir / "ok.json").string()).code == 0);
+  CHECK(run_scape("validate " + (dir / "ok.json").string() + R"( --set 'model={"type": "quadratic", "size": 100}')").code == 0);
+}
