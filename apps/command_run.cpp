@@ -56,6 +56,9 @@ int cmd_run(const std::string& file, std::string out, const std::vector<std::str
   auto options = options_for(out, quiet);
   options.checkpoint_every = every;
   options.resume = resume;
+  // SIGTERM and SIGINT stop the run at its next step boundary (train/stop_signal.hpp); under MPI
+  // a signal that reaches any rank travels to rank 0 with that rank's report.
+  tr::install_stop_handlers();
   if (backend.name == "mpi") {
 #ifdef SCAPE_HAVE_MPI
     scape::runtime::MpiOptions mpi;
@@ -84,9 +87,6 @@ int cmd_run(const std::string& file, std::string out, const std::vector<std::str
         "or NCCL in the CUDA toolkit, and MPI for more than one rank; rebuild)");
 #endif
   }
-  // SIGTERM and SIGINT stop the simulator at its next step boundary (train/stop_signal.hpp).
-  // Not under MPI: a signal that reaches one rank only would leave the others running.
-  tr::install_stop_handlers();
   const auto outcome = scape::sim::run_simulated(config, options);
   print_outcome(config, outcome, out);
   return exit_code(outcome);

@@ -2,6 +2,7 @@
 // and the failure monitor / watchdog thread.
 #include "runtime/mpi_run.hpp"
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -12,6 +13,7 @@
 #include "runtime/mpi_check.hpp"
 #include "train/run_metrics.hpp"
 #include "train/run_session.hpp"
+#include "train/stop_signal.hpp"
 
 namespace scape::runtime {
 namespace {
@@ -63,15 +65,19 @@ class MpiExchange final : public train::StepExchange {
   train::StepVerdict exchange(
       int rank, const train::WorkerReport& report,
       const std::function<train::StepVerdict(std::span<const train::WorkerReport* const>)>& decide) override {
-    const std::vector<double> mine = packer_.pack(report);
+    // Each rank's stop signal (train/stop_signal.hpp) travels as one more value after its report,
+    // so that a signal that reached any rank stops every rank at the same step.
+    std::vector<double> mine = packer_.pack(report);
     const std::size_t width = mine.size();
+    mine.push_back(static_cast<double>(train::stop_signal()));
     const std::size_t w = static_cast<std::size_t>(size_);
     if (rank == 0) {
-      scalars_.resize(width * w);
+      scalars_.resize((width + 1) * w);
       grads_.resize(n_ * w);
     }
-    SCAPE_MPI_CHECK(MPI_Gather(mine.data(), to_mpi_count(width, "report"), MPI_DOUBLE, scalars_.data(),
-                               to_mpi_count(width, "report"), MPI_DOUBLE, 0, world_));
+    SCAPE_MPI_CHECK(MPI_Gather(mine.data(), to_mpi_count(width + 1, "report"), MPI_DOUBLE, scalars_.data(),
+                               to_mpi_count(width + 1, "report"), MPI_DOUBLE, 0, world_));
+    if (rank == 0) take_stop_signals(width, w);
     // The diagnostics from here on: rank 0 has every report's scalars, so every rank has reached
     // this point and the time below is the gathers' own (the run file's diagnostics_time).
     const auto d0 = std::chrono::steady_clock::now();
@@ -141,6 +147,22 @@ class MpiExchange final : public train::StepExchange {
   void barrier(int) override { SCAPE_MPI_CHECK(MPI_Barrier(world_)); }
 
  private:
+  // Notes the first rank (in rank order) whose report carried a stop signal, and packs the
+  // reports' values back to `width` apiece, as rebuild_reports reads them.
+  void take_stop_signals(std::size_t width, std::size_t w) {
+    for (std::size_t q = 0; q < w; ++q) {
+      const int signal = static_cast<int>(scalars_[q * (width + 1) + width]);
+      if (signal != 0) {
+        train::note_stop_signal(signal, static_cast<int>(q));
+        break;
+      }
+    }
+    for (std::size_t q = 1; q < w; ++q)
+      std::copy_n(scalars_.begin() + static_cast<std::ptrdiff_t>(q * (width + 1)), width,
+                  scalars_.begin() + static_cast<std::ptrdiff_t>(q * width));
+    scalars_.resize(width * w);
+  }
+
   // Every owner's m_prev over its shard, into moment_ on rank 0 (shards are contiguous in rank
   // order, so the gathered vector is m_prev over [0, N)).
   void gather_moments(const train::WorkerReport& report) {
@@ -368,6 +390,7 @@ int run_mpi(const experiments::ExperimentConfig& config, train::RunOptions optio
       std::fprintf(stderr, "%s: %s after %d/%d steps in %.1f s -> %s\n", config.name.c_str(),
                    train::to_string(outcome.status), outcome.steps_completed, config.steps, wall_s,
                    options.out.string().c_str());
+      if (outcome.status == train::RunStatus::interrupted) std::fprintf(stderr, "  %s\n", outcome.error.c_str());
     }
     SCAPE_MPI_CHECK(MPI_Bcast(&code, 1, MPI_INT, 0, world));
   }

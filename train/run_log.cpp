@@ -165,8 +165,9 @@ StepVerdict RunLog::record_step(int t, std::span<const WorkerReport* const> repo
   }
   progress_->update(t, loss, last_val_, t == config_.steps);
   // A stop signal after the last step's row changes nothing: the run is complete.
-  if (t < config_.steps && stop_signal() != 0) {
-    interrupted_by_ = stop_signal();
+  if (const StopRequest stop = stop_request(); t < config_.steps && stop.signal != 0) {
+    interrupted_by_ = stop.signal;
+    interrupted_rank_ = stop.rank;
     return StepVerdict::interrupt;
   }
   return StepVerdict::go_on;
@@ -199,7 +200,9 @@ RunOutcome RunLog::finish(const std::string& failure) {
     const int t = outcome_.steps_completed;
     outcome_.status = RunStatus::interrupted;
     outcome_.signal = interrupted_by_;
-    outcome_.error = std::string(signal_name(interrupted_by_)) + " after step " + std::to_string(t) + "; " +
+    outcome_.error = std::string(signal_name(interrupted_by_)) +
+                     (interrupted_rank_ >= 0 ? " to rank " + std::to_string(interrupted_rank_) : std::string()) +
+                     " after step " + std::to_string(t) + "; " +
                      (checkpoint_step_ == t ? "checkpoint at step " + std::to_string(t) + ": --resume continues"
                       : checkpoint_step_ > 0
                           ? "the last checkpoint is at step " + std::to_string(checkpoint_step_) + ": --resume goes on from it"

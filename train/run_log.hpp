@@ -112,7 +112,8 @@ class RunLog {
   double last_val_ = std::numeric_limits<double>::quiet_NaN();
   double last_loss_ = std::numeric_limits<double>::quiet_NaN();
   bool diverged_ = false;
-  int interrupted_by_ = 0;  // the stop signal that ended the run
+  int interrupted_by_ = 0;     // the stop signal that ended the run
+  int interrupted_rank_ = -1;  // the MPI rank it reached (-1: this process)
   int checkpoint_step_ = 0;  // the step of the checkpoint on disk (0: none)
   // step_wall_time's index among the columns (none: -1), and the last step that started and when.
   int step_wall_column_ = -1;

@@ -32,6 +32,16 @@ void install_stop_handlers() {
 
 int stop_signal() { return g_stop.load(); }
 
+namespace {
+StopRequest g_noted;  // rank 0's exchange thread writes it; its run log reads it on that thread
+}  // namespace
+
+StopRequest stop_request() { return g_noted.signal != 0 ? g_noted : StopRequest{stop_signal(), -1}; }
+
+void note_stop_signal(int signal, int rank) {
+  if (g_noted.signal == 0 && signal != 0) g_noted = {signal, rank};
+}
+
 const char* signal_name(int signal) {
   switch (signal) {
     case SIGTERM: return "SIGTERM";

@@ -6,10 +6,20 @@
 
 namespace scape::train {
 
-// Installs the handlers for SIGTERM and SIGINT (the process's own: `scape run` in the simulator).
+// Installs the handlers for SIGTERM and SIGINT (`scape run`, every backend).
 void install_stop_handlers();
-// The first stop signal received since the handlers were installed, or 0.
+// The first stop signal this process received since the handlers were installed, or 0.
 int stop_signal();
+
+// What rank 0's run log acts on: a signal, and the MPI rank it reached (-1: this process).
+struct StopRequest {
+  int signal = 0;
+  int rank = -1;
+};
+// The request a multi-process exchange noted from the ranks' reports, else this process's signal.
+StopRequest stop_request();
+// A multi-process exchange, on rank 0: `signal` reached `rank` (kept: the first one noted).
+void note_stop_signal(int signal, int rank);
 // "SIGTERM", "SIGINT", else "a signal".
 const char* signal_name(int signal);
 

@@ -14,11 +14,16 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <csignal>
 #include <map>
+#include <thread>
 #include <tuple>
+#include <vector>
 
 #include "run_file/hdf5.hpp"
 #include "run_file/recorder.hpp"
+#include "run_file/run_lock.hpp"
+#include "run_file/run_summary.hpp"
 #include "tests/test_support.hpp"
 
 namespace fs = std::filesystem;
@@ -227,6 +232,74 @@ TEST_CASE("a hung rank is caught by the collective watchdog") {
   CHECK(r.seconds < 30);
   CHECK(r.output.find("watchdog") != std::string::npos);
   CHECK(scape::run_file::read_run_summary(dir.path / "h.h5").status == "failed");
+}
+
+namespace {
+
+// The pids of the processes whose argv[0] is the scape binary and whose command line names `out`.
+std::vector<pid_t> scape_processes(const fs::path& out) {
+  std::vector<pid_t> pids;
+  for (const auto& entry : fs::directory_iterator("/proc")) {
+    const std::string name = entry.path().filename().string();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::ifstream in(entry.path() / "cmdline", std::ios::binary);
+    const std::string cmdline((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    if (cmdline.rfind(std::string(SCAPE_BINARY) + '\0', 0) == 0 &&
+        cmdline.find('\0' + out.string() + '\0') != std::string::npos)
+      pids.push_back(static_cast<pid_t>(std::stol(name)));
+  }
+  return pids;
+}
+
+}  // namespace
+
+TEST_CASE("SIGTERM to one rank stops every rank at one step: checkpoint, 'interrupted' naming the rank, exit 143") {
+  Dir dir;
+  std::ofstream(dir.path / "long.json") << R"({"name": "quad", "seed": 3, "workers": 2, "steps": 1000000,
+    "model": {"type": "quadratic", "size": 2000}, "optimizer": {"type": "scape", "sparsity": 0.99, "lr": 0.01},
+    "log": {"flush_interval": 5}})";
+  const fs::path out = dir.path / "term.h5";
+  const std::string run = (dir.path / "long.json").string() + " --backend mpi --quiet --out " + out.string();
+  const std::string command = mpirun(2, run + " --checkpoint-every 100000000") + " > " + (dir.path / "log").string() + " 2>&1";
+  std::fflush(nullptr);
+  const pid_t shell = ::fork();
+  if (shell == 0) {
+    ::execl("/bin/sh", "sh", "-c", command.c_str(), static_cast<char*>(nullptr));
+    ::_exit(127);
+  }
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+  auto steps = [&]() -> long {
+    try {
+      return scape::run_file::read_run_summary(out).steps_completed;
+    } catch (const std::exception&) {
+      return 0;
+    }
+  };
+  while (steps() < 50 && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  const auto rank0 = scape::run_file::RunFileLock::holder(out);  // rank 0 holds the run file's lock
+  const std::vector<pid_t> ranks = scape::run_file::RunFileLock::holder(out) ? scape_processes(out) : std::vector<pid_t>{};
+  CHECK(ranks.size() == 2);
+  for (const pid_t pid : ranks)
+    if (rank0 && pid != rank0->pid) ::kill(pid, SIGTERM);  // rank 1 only
+  int status = 0;
+  ::waitpid(shell, &status, 0);
+  std::ifstream log_file(dir.path / "log");
+  const std::string log((std::istreambuf_iterator<char>(log_file)), std::istreambuf_iterator<char>());
+  CAPTURE(log);
+  REQUIRE(rank0);
+  CHECK(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 143);
+  const auto s = scape::run_file::read_run_summary(out);
+  CHECK(s.status == "interrupted");
+  const std::string n = std::to_string(s.steps_completed);
+  CHECK(s.error == "SIGTERM to rank 1 after step " + n + "; checkpoint at step " + n + ": --resume continues");
+  CHECK(fs::exists(out.string() + ".ckpt"));
+  const auto resumed = run_command(mpirun(2, run + " --resume --set steps=" + std::to_string(s.steps_completed + 5)));
+  CAPTURE(resumed.output);
+  CHECK(resumed.code == 0);
+  CHECK(scape::run_file::read_run_summary(out).status == "completed");
+  CHECK(scape::run_file::read_run_summary(out).steps_completed == s.steps_completed + 5);
 }
 
 TEST_CASE("a bad data path stops every rank with exit 2, and a wrong rank count is named") {
