@@ -91,7 +91,8 @@ def _copy_archive(src, tmp, block_steps, keep_tensors):
     # quarter of the space of the earliest format; HDF5 1.10, the version scape builds with, reads it.
     with open_run_file(src) as f, h5py.File(tmp, "w", libver=("v110", "v110")) as out:
         for key, value in f.attrs.items():
-            out.attrs[key] = value
+            if key != "checksums":  # of the original's tables, not the archive's block means
+                out.attrs[key] = value
         out.attrs[ARCHIVE_ATTR] = np.int64(block_steps)
         out.attrs["archive_source"] = Path(src).name
         out.attrs["archive_tensors"] = "block means" if keep_tensors else "dropped"

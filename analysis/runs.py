@@ -21,6 +21,7 @@ import shutil
 import socket
 import subprocess
 import time
+import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -305,6 +306,29 @@ def open_run_file(path):
         yield f
 
 
+def _verify_checksums(path, f):
+    """Checks the tables against the `checksums` root attribute scape writes when it closes a run
+    file (docs/run-files.md, "Checksums"): CRC-32 of each table's values as little-endian float64
+    (int64 for integer tables). Raises RunFileError naming the first table that differs."""
+    text = _text(f.attrs.get("checksums", ""))
+    if not text:
+        return
+    try:
+        sums = json.loads(text)
+        if not isinstance(sums, dict):
+            raise ValueError("expected a JSON object")
+    except ValueError as e:
+        raise RunFileError(f"{path}: the 'checksums' attribute is not {{table: CRC-32}} ({e})") from None
+    for name, stored in sums.items():
+        if name not in f:
+            raise RunFileError(f"{path}: checksum mismatch: '{name}' is missing")
+        values = f[name][()]
+        values = values.astype("<i8" if values.dtype.kind in "iu" else "<f8")
+        if zlib.crc32(np.ascontiguousarray(values).tobytes()) != stored:
+            raise RunFileError(f"{path}: checksum mismatch in '{name}': its values differ from those scape wrote "
+                               "when it closed the file")
+
+
 def load_run(path):
     """Reads one run file; raises RunFileError (with the file name and the reason) when it is not one."""
     path = Path(path)
@@ -316,6 +340,7 @@ def load_run(path):
         with open_run_file(path) as f:
             attrs = f.attrs
             _check_layout(path, attrs)
+            _verify_checksums(path, f)
             try:
                 config = json.loads(_text(attrs["config"]))
             except json.JSONDecodeError as e:

@@ -122,6 +122,7 @@ RunRecorder RunRecorder::open_for_resume(const std::filesystem::path& path, cons
   state->file.write_string_attribute("status", "running");
   state->file.write_string_attribute("error", "");
   state->file.write_int_attribute("steps_completed", steps_completed);
+  state->file.write_string_attribute("checksums", "");  // the tables change: new ones at close
   // A resumed run may change steps and log.* (train/checkpoint.hpp): the file records what ran.
   state->file.write_string_attribute("config", spec.config_json);
   // The table that goes with that config (a file written before the attribute existed gains it).

@@ -6,6 +6,7 @@
 
 #include "run_file/run_summary.hpp"
 #include "run_file/step_rows.hpp"
+#include "run_file/table_checksums.hpp"
 
 namespace scape::run_file {
 
@@ -68,6 +69,7 @@ void RunRecorder::State::create_objects() {
   file.write_string_attribute("git_sha", spec.git_sha);
   file.write_int_attribute("layout_version", kRunLayoutVersion);
   if (!spec.optimizer_keys_json.empty()) file.write_string_attribute("optimizer_keys", spec.optimizer_keys_json);
+  file.write_string_attribute("checksums", "");  // written at close (SWMR-write cannot create it then)
 
   step = file.create_dataset("metrics/step", H5T_STD_I64LE, rows_shape({}, kMetricChunkRows));
   for (std::size_t m = 0; m < spec.metric_names.size(); ++m) {
@@ -241,7 +243,16 @@ void RunRecorder::State::read_chunk_rows() {
 }
 
 void RunRecorder::State::close() {
-  if (!write_failure) flush();
+  if (!write_failure) {
+    flush();
+    // Every row is in the file: what a reader checks the tables against from now on. Where
+    // there is no room left for them the file closes without (as one written before them).
+    try {
+      guarded_write("the checksums", kStatusReserve,
+                    [&] { file.write_string_attribute("checksums", table_checksums(file).dump()); });
+    } catch (const H5Error&) {
+    }
+  }
   step.close();
   eval_step.close();
   eval_loss.close();

@@ -13,6 +13,7 @@
 #include "run_file/hdf5.hpp"
 #include "run_file/recorder.hpp"
 #include "run_file/step_rows.hpp"
+#include "run_file/table_checksums.hpp"
 
 namespace scape::run_file {
 namespace {
@@ -78,6 +79,8 @@ void repair_copy(const std::filesystem::path& copy, const RunFileSummary& summar
   // --resume drops them.
   const Dataset step_table = file.open_dataset("metrics/step");
   const hsize_t claimed = kept_rows(step_table, summary.steps_completed);
+  // A file closed with checksums must still hold the values it was closed with.
+  verify_table_checksums(file);
   // A writer older than the flush ordering of recorder_state.cpp could be killed with a table shorter
   // than steps_completed claims: the steps every table holds are kept, and the rest is reported.
   const hsize_t rows =
@@ -102,6 +105,7 @@ void repair_copy(const std::filesystem::path& copy, const RunFileSummary& summar
       error += "; its tables held the steps up to " + std::to_string(report.steps_completed) + " only";
     file.write_string_attribute("error", error);
   }
+  file.write_string_attribute("checksums", table_checksums(file).dump());
   file.flush();
   file.close();
 }

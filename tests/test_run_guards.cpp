@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cmath>
 #include <csignal>
 #include <fstream>
 #include <functional>
@@ -19,6 +20,7 @@
 #include "run_file/recorder.hpp"
 #include "run_file/run_lock.hpp"
 #include "run_file/run_summary.hpp"
+#include "run_file/table_checksums.hpp"
 #include "test_support.hpp"
 #include "train/checkpoint.hpp"
 
@@ -307,4 +309,60 @@ TEST_CASE("a JSON object that names a key twice is refused with exit 2 naming th
   // The same objects without the repetition are valid.
   CHECK(run_scape("validate " + (dir / "ok.json").string()).code == 0);
   CHECK(run_scape("validate " + (dir / "ok.json").string() + R"( --set 'model={"type": "quadratic", "size": 100}')").code == 0);
+}
+
+TEST_CASE("checksums: CRC-32 of each table at close; a value changed afterwards makes repair exit 2 naming the table") {
+  const std::string check = "123456789";  // the CRC-32 check value of the standard
+  CHECK(scape::run_file::crc32({reinterpret_cast<const unsigned char*>(check.data()), check.size()}) == 0xCBF43926u);
+
+  TempDir dir;
+  scape::testing::write_text_file(dir / "q.json", kLong);
+  const fs::path out = dir / "c.h5";
+  const std::string run = "run " + (dir / "q.json").string() + " --quiet --out " + out.string();
+  REQUIRE(run_scape(run + " --set steps=30").code == 0);
+  nlohmann::json sums;
+  {
+    const auto f = scape::run_file::File::open(out, scape::run_file::Access::read);
+    sums = nlohmann::json::parse(f.read_string_attribute("checksums"));
+    // The CRC of /metrics/step, by hand: int64 1..30, little-endian.
+    std::string steps;
+    for (std::int64_t s = 1; s <= 30; ++s)
+      for (int b = 0; b < 8; ++b) steps.push_back(static_cast<char>((s >> (8 * b)) & 0xFF));
+    CHECK(sums.at("metrics/step") ==
+          scape::run_file::crc32({reinterpret_cast<const unsigned char*>(steps.data()), steps.size()}));
+    CHECK(sums.contains("metrics/train_loss"));
+    CHECK(sums.contains("tensors/residual_norm"));
+    CHECK_FALSE(sums.contains("tensors/names"));
+    CHECK(sums == scape::run_file::table_checksums(f));
+  }
+  // A closed file repairs as it is; one value changed by one bit does not.
+  CHECK(run_scape("repair " + out.string()).code == 0);
+  {
+    const auto f = scape::run_file::File::open(out, scape::run_file::Access::read_write);
+    const auto loss = f.open_dataset("metrics/train_loss");
+    std::vector<double> v = loss.read_all<double>();
+    v[7] = std::nextafter(v[7], 1e300);
+    loss.write<double>({0}, {v.size()}, v);
+  }
+  const std::string changed = read_file(out);
+  const auto r = run_scape("repair " + out.string());
+  CAPTURE(r.output);
+  CHECK(r.code == 2);
+  CHECK(r.output.find("checksum mismatch in 'metrics/train_loss'") != std::string::npos);
+  CHECK(read_file(out) == changed);
+
+  // A resumed run: its checksums are cleared while it writes, and new ones cover every row at close.
+  killed_run(dir, dir / "k.h5");
+  const int step = checkpoint_step(dir, dir / "k.h5");
+  {
+    const auto f = scape::run_file::File::open(dir / "k.h5", scape::run_file::Access::read);
+    CHECK(f.read_string_attribute("checksums").empty());
+  }
+  CHECK(run_scape("run " + (dir / "q.json").string() + " --quiet --out " + (dir / "k.h5").string() +
+                  " --resume --set steps=" + std::to_string(step + 3))
+            .code == 0);
+  const auto f = scape::run_file::File::open(dir / "k.h5", scape::run_file::Access::read);
+  const auto after = nlohmann::json::parse(f.read_string_attribute("checksums"));
+  CHECK(after == scape::run_file::table_checksums(f));
+  CHECK(f.open_dataset("metrics/step").dims()[0] == static_cast<hsize_t>(step + 3));
 }

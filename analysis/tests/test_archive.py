@@ -56,7 +56,9 @@ def test_archive_keeps_attributes_and_eval_and_averages_blocks(two_runs, tmp_pat
         src, dst = two_runs / name, tmp_path / "a" / name
         with h5py.File(src, "r") as f, h5py.File(dst, "r") as g:
             for key, value in f.attrs.items():
-                assert g.attrs[key] == value, key
+                if key != "checksums":  # the original's tables' CRC-32s do not describe block means
+                    assert g.attrs[key] == value, key
+            assert f.attrs["checksums"] and "checksums" not in g.attrs
             assert g.attrs["archive_block_steps"] == 5
             assert "tensors" in f and "tensors" not in g
             assert np.array_equal(f["eval/val_loss"][()], g["eval/val_loss"][()])

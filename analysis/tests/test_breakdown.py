@@ -118,6 +118,7 @@ def test_known_columns_give_the_hand_derived_breakdown(mpi_run, tmp_path):
     path = tmp_path / "known.h5"
     shutil.copy(mpi_run, path)
     with h5py.File(path, "r+") as f:
+        del f.attrs["checksums"]  # edited by hand: no longer the tables scape closed
         m = f["metrics"]
         n = m["step"].shape[0]
         for name in m:

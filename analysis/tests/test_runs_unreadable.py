@@ -122,3 +122,34 @@ def test_writer_alive_reads_the_lock_files_pid_and_host(tmp_path):
     assert writer_alive(run)
     lock.write_text("")  # a sweep's lock of an older scape says nothing
     assert not writer_alive(run)
+
+
+def test_a_value_changed_after_close_is_named_by_its_checksum(mixed_dir, tmp_path):
+    """scape closes a run file with the CRC-32 of each table (the `checksums` attribute): the
+    analysis checks them, so one changed value makes the file unreadable, naming the table."""
+    import json
+    import zlib
+
+    import numpy as np
+    from analysis.runs import RunFileError, load_run
+
+    good = tmp_path / "q-adams.h5"
+    shutil.copyfile(mixed_dir / "q-adams.h5", good)
+    with h5py.File(good, "r") as f:  # the checksums, computed here with zlib from h5py's values
+        sums = json.loads(f.attrs["checksums"])
+        assert "metrics/train_loss" in sums and "metrics/step" in sums and "eval/val_loss" in sums
+        assert sums["metrics/train_loss"] == zlib.crc32(f["metrics/train_loss"][()].astype("<f8").tobytes())
+        assert sums["metrics/step"] == zlib.crc32(f["metrics/step"][()].astype("<i8").tobytes())
+    assert len(load_run(good).steps) == 30
+    flipped = tmp_path / "q-flipped.h5"
+    shutil.copyfile(good, flipped)
+    with h5py.File(flipped, "r+") as f:
+        loss = f["metrics/train_loss"]
+        loss[7] = np.nextafter(loss[7], np.inf)  # one bit of one value
+    with pytest.raises(RunFileError, match="checksum mismatch in 'metrics/train_loss'"):
+        load_run(flipped)
+    proc = subprocess.run([sys.executable, "-m", "analysis", "report", str(tmp_path), "--out", str(tmp_path / "rep")],
+                          capture_output=True, text=True, timeout=120, cwd=REPO)
+    assert proc.returncode == 0, proc.stderr
+    assert "q-flipped.h5: checksum mismatch in 'metrics/train_loss'" in proc.stderr
+    assert "1 run file(s) read" in (tmp_path / "rep" / "summary.md").read_text(encoding="utf-8")
