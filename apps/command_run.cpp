@@ -35,6 +35,8 @@ void prepare_out(const std::filesystem::path& out, const ex::ExperimentConfig& c
   if (out.has_parent_path()) std::filesystem::create_directories(out.parent_path(), ec);
   if (ec) throw std::runtime_error("--out " + out.string() + ": cannot create its folder (" + ec.message() + ")");
   if (resume || force || !std::filesystem::exists(out)) return;
+  // An empty file is a run file whose creation never wrote a byte (a full disk): scape's own start.
+  if (std::filesystem::is_regular_file(out, ec) && std::filesystem::file_size(out, ec) == 0 && !ec) return;
   std::string found;
   try {
     const json stored = json::parse(run_file::read_run_summary(out).config_json);

@@ -77,6 +77,21 @@ RunRecorder& RunRecorder::operator=(RunRecorder&& other) noexcept {
   return *this;
 }
 
+namespace {
+
+// " (No space left on device)": the system's words for why HDF5's write failed, found in its
+// message ("error message = '...'"), or "" when it names none.
+std::string system_reason(const std::string& hdf5_message) {
+  const std::string key = "error message = '";
+  const auto at = hdf5_message.find(key);
+  if (at == std::string::npos) return "";
+  const auto end = hdf5_message.find('\'', at + key.size());
+  if (end == std::string::npos) return "";
+  return " (" + hdf5_message.substr(at + key.size(), end - at - key.size()) + ")";
+}
+
+}  // namespace
+
 RunRecorder::~RunRecorder() { close_quietly(); }
 
 RunRecorder::State& RunRecorder::live() const {
@@ -99,12 +114,22 @@ RunRecorder RunRecorder::create(const std::filesystem::path& path, const RunFile
   check_spec(path, spec);
   const auto lock = lock_hdf5();
   auto state = std::make_unique<State>(path, spec);
-  state->file = File::create(path);
-  state->create_objects();
-  state->read_chunk_rows();
-  state->file.flush();
-  // Every attribute and dataset exists now; SWMR-write forbids creating more.
-  state->file.start_swmr_write();
+  try {
+    state->file = File::create(path);
+    state->create_objects();
+    state->read_chunk_rows();
+    state->file.flush();
+    // Every attribute and dataset exists now; SWMR-write forbids creating more.
+    state->file.start_swmr_write();
+  } catch (const H5Error& e) {
+    // A file that could not be made whole (a full disk, a file-size limit) is not left behind
+    // half-written: a rerun would take it for another program's file.
+    state.reset();
+    std::error_code ec;
+    std::filesystem::remove(path, ec);
+    throw H5Error("run file " + in_quotes(path.string()) + " could not be created" + system_reason(e.what()) +
+                  "; nothing is left behind: " + e.what());
+  }
   return RunRecorder(std::move(state));
 }
 

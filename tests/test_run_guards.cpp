@@ -366,3 +366,29 @@ TEST_CASE("checksums: CRC-32 of each table at close; a value changed afterwards 
   CHECK(after == scape::run_file::table_checksums(f));
   CHECK(f.open_dataset("metrics/step").dims()[0] == static_cast<hsize_t>(step + 3));
 }
+
+TEST_CASE("a run file that cannot be created leaves nothing behind and says why in words; an empty file is scape's own start") {
+  TempDir dir;
+  scape::testing::write_text_file(dir / "q.json", kLong);
+  const fs::path out = dir / "full.h5";
+  // No byte may be written to a regular file (a disk full from the start); the output goes to a
+  // pipe, which the limit does not cover, and scape ignores SIGXFSZ.
+  const auto full = scape::testing::run_command("ulimit -f 0; " + std::string(SCAPE_BINARY) + " run " +
+                                                (dir / "q.json").string() + " --quiet --set steps=5 --out " + out.string());
+  CAPTURE(full.output);
+  CHECK(full.code == 1);
+  CHECK(full.output.find("error: run file '" + out.string() +
+                         "' could not be created (File too large); nothing is left behind") != std::string::npos);
+  CHECK_FALSE(fs::exists(out));
+  // The rerun, without the limit, is not refused:
+  const auto rerun = run_scape("run " + (dir / "q.json").string() + " --quiet --set steps=5 --out " + out.string());
+  CHECK(rerun.code == 0);
+  // An empty file where the run file goes (a creation that never wrote a byte) needs no --force.
+  fs::remove(out);
+  std::ofstream(out).close();
+  REQUIRE(fs::file_size(out) == 0);
+  const auto empty = run_scape("run " + (dir / "q.json").string() + " --quiet --set steps=5 --out " + out.string());
+  CAPTURE(empty.output);
+  CHECK(empty.code == 0);
+  CHECK(scape::run_file::read_run_summary(out).status == "completed");
+}
