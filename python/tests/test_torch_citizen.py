@@ -58,10 +58,22 @@ def test_a_dcp_checkpoint_resumes_at_another_world_size(tmp_path, saved, loaded)
     for rank in run_mode(tmp_path, loaded, "reshard", "--ckpt", ckpt):
         for kind in KINDS:
             exact = rank[f"{kind}_carried_exact"]
-            want = {"params", "exp_avg", "step"} | ({"mask", "residual_is_saved_mean"} if kind != "adams" else set())
+            want = {"params", "exp_avg", "step"} | {"scape-replicated": {"mask", "residual_restarts_at_zero"},
+                                                    "scape-sharded": {"mask", "residual_is_saved_mean"},
+                                                    "adams": set()}[kind]
             assert set(exact) == want and all(exact.values()), (kind, exact)
             assert rank[f"{kind}_steps_loaded"] == 4 and rank[f"{kind}_steps_after"] == 7
             assert rank[f"{kind}_loss_finite"] and rank[f"{kind}_replicas_equal"]
+
+
+def test_replicated_state_saved_by_rank_0_alone(tmp_path):
+    """`if rank == 0: torch.save(opt.state_dict())` and the HF Trainer save from one rank: the
+    replicated state_dict() is local (it waits for no other rank), and a rank that loads rank 0's
+    file keeps rank 0's residual only on rank 0 (the others start from zero, warned)."""
+    ranks = run_mode(tmp_path, 2, "rank0_save")
+    for rank in ranks:
+        assert rank["steps"] == 5 and rank["replicas_equal"] and rank["loaded_step"] == 3
+    assert any(ranks[0]["own_residual_loaded"]) and not any(ranks[1]["own_residual_loaded"])
 
 
 def test_ranks_built_differently_raise_on_every_rank_naming_the_setting(tmp_path):
@@ -238,3 +250,12 @@ def test_a_compiled_model_trains_with_scape_as_the_eager_one_does():
         finals.append(torch.cat([p.detach().reshape(-1) for p in model.parameters()]))
     assert opt.steps_done == 5
     assert torch.allclose(finals[0], finals[1], rtol=0, atol=1e-6)
+
+
+def test_an_optimizer_built_before_init_process_group_under_torchrun_is_refused(monkeypatch):
+    """Under torchrun (WORLD_SIZE > 1) without torch.distributed initialized, every rank would
+    train alone, silently (the HF Trainer initializes it in TrainingArguments)."""
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    for make in (lambda: st.SCAPE(model().parameters(), lr=1e-3), lambda: st.AdamS(model().parameters(), lr=1e-3)):
+        with pytest.raises(ValueError, match=r"^group: torch.distributed is not initialized, but WORLD_SIZE is 2"):
+            make()

@@ -1,6 +1,7 @@
 """One torchrun rank of test_torch_citizen.py: scape.torch.SCAPE and AdamS where a PyTorch user
 puts them. Each mode writes <out>/<mode>.rank<r>.json with what it found.
 
+  rank0_save the replicated state_dict() called on rank 0 alone does not wait for the others
   dcp        get_state_dict / dcp.save / dcp.load / set_state_dict at this world size: a resumed
              run ends bit-identical to one never stopped; get_state_dict with no gradients
              changes nothing (torch steps a stateless-looking optimizer to initialise it)
@@ -141,10 +142,12 @@ def reshard(rank, world, out, ckpt):
                 want = carried.get(f"{names[i]}.{key}")
                 if want is not None:
                     exact[key] = exact.get(key, True) and bool(torch.equal(want, entry[key]))
-        if KINDS[kind] is not None:  # each rank now holds the saved ranks' mean residual
+        if kind == "scape-sharded":  # each rank now holds the saved ranks' mean residual
             exact["residual_is_saved_mean"] = all(
                 torch.equal(opt.state[p]["residual"], carried[f"{n}.residual_mean"])
                 for n, p in model.named_parameters())
+        if kind == "scape-replicated":  # no mean without a collective: error feedback restarts
+            exact["residual_restarts_at_zero"] = all(not opt.state[p]["residual"].any() for p in model.parameters())
         found[f"{kind}_carried_exact"] = exact
         found[f"{kind}_steps_loaded"] = opt.steps_done
         loss = train(model, opt, batches_for(world), rank, 5, 3)
@@ -155,6 +158,26 @@ def reshard(rank, world, out, ckpt):
         dist.all_gather(gathered, params_of(model))
         found[f"{kind}_replicas_equal"] = all(torch.equal(gathered[0], g) for g in gathered)
     return found
+
+
+def rank0_save(rank, world, out):
+    """The common `if rank == 0: torch.save(opt.state_dict())` (and the HF Trainer's save):
+    replicated state_dict() is local, so the other ranks are not waited for."""
+    model, opt = make("scape-replicated")
+    batches = batches_for(world)
+    train(model, opt, batches, rank, 1, 3)
+    if rank == 0:
+        torch.save(opt.state_dict(), os.path.join(out, "rank0.pt"))
+    train(model, opt, batches, rank, 4, 2)
+    opt.finish()
+    dist.barrier()
+    reloaded_model, reloaded = make("scape-replicated", seed=99)
+    reloaded.load_state_dict(torch.load(os.path.join(out, "rank0.pt")))  # every rank loads rank 0's
+    gathered = [torch.empty_like(params_of(model)) for _ in range(world)]
+    dist.all_gather(gathered, params_of(model))
+    return {"steps": opt.steps_done, "replicas_equal": all(torch.equal(gathered[0], g) for g in gathered),
+            "loaded_step": reloaded.steps_done,
+            "own_residual_loaded": [bool(reloaded.state[p]["residual"].any()) for p in reloaded_model.parameters()]}
 
 
 def agreement(rank, world, out):
@@ -263,7 +286,7 @@ def teardown(rank, world, out):
     return {"pending": opt._next is not None}  # the lagged all-gather is still in flight
 
 
-MODES = {"dcp": dcp_roundtrip, "agreement": agreement, "clip": clip, "unfreeze": unfreeze, "fsdp2": fsdp2,
+MODES = {"dcp": dcp_roundtrip, "rank0_save": rank0_save, "agreement": agreement, "clip": clip, "unfreeze": unfreeze, "fsdp2": fsdp2,
          "teardown": teardown}
 
 

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Sequence
 
 import atexit
+import os
 import weakref
 
 import torch
@@ -78,6 +79,11 @@ class Group:
         self.distributed = dist.is_available() and dist.is_initialized()
         if group is not None and not self.distributed:
             raise ValueError("group: a process group was given but torch.distributed is not initialized")
+        world = os.environ.get("WORLD_SIZE", "1")
+        if not self.distributed and world.isdigit() and int(world) > 1:
+            raise ValueError(f"group: torch.distributed is not initialized, but WORLD_SIZE is {world} (torchrun): "
+                             f"every rank would train alone. Build the optimizer after "
+                             f"torch.distributed.init_process_group (with the HF Trainer, after TrainingArguments)")
         self.rank = dist.get_rank(group) if self.distributed else 0
         self.size = dist.get_world_size(group) if self.distributed else 1
         self.backend = str(dist.get_backend(group)) if self.distributed else "none"

@@ -7,21 +7,26 @@ Live, `opt.state[p]` holds views of the flat buffers the step works on: "exp_avg
 p when replicated; the 1-D part of p inside this rank's shard when sharded), "residual" (this
 rank's own), "carried_momentum" (sharded), "step".
 
-Saved, every entry is the parameter's whole tensor, the same on every rank, except one:
+Saved, every entry is the parameter's whole tensor, the same on every rank, except the
+residual, which is each rank's own:
   step, exp_avg, carried_momentum (sharded), master (bf16/fp16 parameters), mask and
   previous_mask (the packed bits of the parameter's part of the global masks; all zero, with
-  mask_step 0 or previous_size 0, before there is one), mask_step,
-  mask_density, skipped_steps, world_size, sharded, format: world-size independent;
-  residual_mean: the mean of the ranks' residuals, which is all the next payload needs of
-  them (the reduce adds them up), world-size independent;
+  mask_step 0 or previous_size 0, before there is one), mask_step, mask_density,
+  skipped_steps, world_size, sharded, format: world-size independent;
   residual_rank{r}_of_{W}: rank r's own residual, under a key of its own so that
   torch.distributed.checkpoint keeps each rank's apart (it keeps one copy of a key that every
-  rank saves) and a world of another size never reads it.
-A resume at the same world size is bit-identical. At another world size every rank starts
-from residual_mean: the next payload's mean is then exactly what it would have been, while
-the owners' selection statistics, which read their own residual, start from the mean
-(docs/python.md, "Checkpoints and resharding"). state_dict() is a collective when W > 1 (the
-mean, and the sharded first moment gathered): every rank calls it, as every rank calls FSDP's."""
+  rank saves) and a world of another size never reads it;
+  residual_mean (sharded only): the mean of the ranks' residuals, which is all the next
+  payload needs of them (the reduce adds them up).
+Replicated, state_dict() is local: any one rank may call it (the HF Trainer and the common
+`if rank == 0: torch.save(...)` save from rank 0 alone). Sharded, a rank holds only its shard
+of the first moment, so state_dict() gathers it and the mean residual: a collective, called on
+every rank, as FSDP's is.
+A resume at the same world size is bit-identical. At another world size, sharded state starts
+every rank from residual_mean (the next payload's mean is then exactly what it would have been,
+while the owners' selection statistics, which read their own residual, start from the mean);
+replicated state has no mean without a collective, so its residuals restart from zero, as error
+feedback does at its first step (docs/python.md, "Checkpoints and resharding")."""
 from __future__ import annotations
 
 import warnings
@@ -127,7 +132,7 @@ def whole_tensors(opt, with_mean: bool) -> List[Dict[str, Any]]:
 
 def save(opt) -> Dict[str, Any]:
     opt._wait_next_mask()  # the lagged all-gather lands in the checkpoint, not after it
-    parts = whole_tensors(opt, with_mean=True)
+    parts = whole_tensors(opt, with_mean=opt.sharded)
     index = {id(p): i for i, p in enumerate(p for g in opt.param_groups for p in g["params"])}
     w, r = opt.comm.size, opt.comm.rank
     state = {}
@@ -142,7 +147,8 @@ def save(opt) -> Dict[str, Any]:
             entry["carried_momentum"] = part["carried_momentum"].view(shape).clone()
         if part["residual"] is not None:
             entry[f"residual_rank{r}_of_{w}"] = part["residual"].view(shape).clone()
-            entry["residual_mean"] = part["residual_mean"].view(shape).clone()
+            if part["residual_mean"] is not None:
+                entry["residual_mean"] = part["residual_mean"].view(shape).clone()
         if part["master"] is not None:
             entry["master"] = part["master"].view(shape).clone()
         # Always present and always this size, set or not: torch.distributed.checkpoint loads
@@ -189,11 +195,14 @@ def load(opt, state_dict: Dict[str, Any]) -> None:
     first = entries[0] if entries else {}
     saved_world = int(_value(first, "world_size", "state")) if entries else opt.comm.size
     own_key = f"residual_rank{opt.comm.rank}_of_{opt.comm.size}"
-    residual_key = own_key if saved_world == opt.comm.size else "residual_mean"
-    if opt._e.numel() and entries and residual_key == own_key and own_key not in first:
-        warnings.warn(f"state_dict: rank {opt.comm.rank}'s own residual is not in this state (a full state dict "
-                      f"gathered to one rank?); every rank starts from the ranks' mean residual", stacklevel=3)
-        residual_key = "residual_mean"
+    residual_key = own_key if saved_world == opt.comm.size and own_key in first else "residual_mean"
+    if opt._e.numel() and entries and residual_key not in first:
+        residual_key = None
+    if opt._e.numel() and entries and residual_key != own_key:
+        why = (f"saved at world size {saved_world}" if saved_world != opt.comm.size
+               else f"rank {opt.comm.rank}'s own residual is not in it (saved by one rank for all?)")
+        warnings.warn(f"state_dict: {why}; every rank starts from "
+                      f"{'the ranks' + chr(39) + ' mean residual' if residual_key else 'a zero residual'}", stacklevel=3)
     _fill(opt, entries, residual_key)
     opt._t = int(float(first["step"])) if entries else 0
     opt._step_count.fill_(float(opt._t))
@@ -217,7 +226,7 @@ def load(opt, state_dict: Dict[str, Any]) -> None:
     bind_views(opt)
 
 
-def _fill(opt, entries: List[Dict[str, Any]], residual_key: str) -> None:
+def _fill(opt, entries: List[Dict[str, Any]], residual_key: Optional[str]) -> None:
     lo, hi = opt._state_range
     dev = opt.device
     masters = opt.mirror.masters()
@@ -232,10 +241,11 @@ def _fill(opt, entries: List[Dict[str, Any]], residual_key: str) -> None:
                     raise ValueError(f"state_dict: {slot.name} has no carried_momentum")
                 opt._q[a - lo:b - lo] = q.reshape(-1).to(dev, torch.float32)[a - slot.offset:b - slot.offset]
         if opt._e.numel():
-            e = entry.get(residual_key)
+            e = None if residual_key is None else entry.get(residual_key)
             if e is None:
-                raise ValueError(f"state_dict: {slot.name} has no {residual_key} (saved with residual off?)")
-            opt._e[slot.offset:slot.end] = e.reshape(-1).to(dev, torch.float32)
+                opt._e[slot.offset:slot.end] = 0.0
+            else:
+                opt._e[slot.offset:slot.end] = e.reshape(-1).to(dev, torch.float32)
         if j in masters:
             master = entry.get("master")
             if master is None:
