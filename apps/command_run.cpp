@@ -51,13 +51,14 @@ void prepare_out(const std::filesystem::path& out, const ex::ExperimentConfig& c
 }
 
 int cmd_run(const std::string& file, std::string out, const std::vector<std::string>& sets, bool quiet, int every,
-            bool resume, bool force, const Backend& backend) {
+            bool resume, bool allow_unchecked, bool force, const Backend& backend) {
   const auto config = load_config(file, sets, backend.name);
   if (out.empty()) out = config.name + ".h5";
   prepare_out(out, config, force, resume);
   auto options = options_for(out, quiet);
   options.checkpoint_every = every;
   options.resume = resume;
+  options.allow_unchecked_checkpoint = allow_unchecked;
   // SIGTERM and SIGINT stop the run at its next step boundary (train/stop_signal.hpp); under MPI
   // a signal that reaches any rank travels to rank 0 with that rank's report.
   tr::install_stop_handlers();
@@ -97,7 +98,7 @@ int cmd_run(const std::string& file, std::string out, const std::vector<std::str
 struct RunArgs {
   std::string config_file, out;
   std::vector<std::string> sets;
-  bool quiet = false, resume = false, force = false;
+  bool quiet = false, resume = false, allow_unchecked = false, force = false;
   int every = 0;
   Backend backend;
 };
@@ -116,6 +117,9 @@ Command add_run_command(CLI::App& app) {
   run->add_flag("--resume", a->resume,
                 "continue from OUT.ckpt; ends bit-identical to an uninterrupted run. Only steps and log.* may differ "
                 "from the checkpoint's config (exit 2 listing the keys otherwise)");
+  run->add_flag("--allow-unchecked-checkpoint", a->allow_unchecked,
+                "--resume: accept a checkpoint of the older SCAPECK1 format, which has no checksum (refused with exit 2 "
+                "otherwise)");
   run->add_flag("--force", a->force,
                 "overwrite an existing --out that is not a run file of this config (refused with exit 2 otherwise)");
   run->add_option("--backend", a->backend.name,
@@ -132,7 +136,10 @@ Command add_run_command(CLI::App& app) {
       ->capture_default_str();
   Command c;
   c.sub = run;
-  c.run = [a] { return cmd_run(a->config_file, a->out, a->sets, a->quiet, a->every, a->resume, a->force, a->backend); };
+  c.run = [a] {
+    return cmd_run(a->config_file, a->out, a->sets, a->quiet, a->every, a->resume, a->allow_unchecked, a->force,
+                   a->backend);
+  };
 #ifdef SCAPE_HAVE_NCCL
   c.under_mpi = [a] { return a->backend.name == "mpi" || a->backend.name == "nccl"; };
 #else

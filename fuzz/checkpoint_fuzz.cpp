@@ -65,7 +65,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   const auto run_file = scape::fuzz::scratch() / "run.h5";
   scape::fuzz::write_scratch("run.h5.ckpt", bytes);
   try {
-    const tr::Checkpoint c = tr::load_checkpoint(config(), run_file, kParams);
+    const tr::Checkpoint c = tr::load_checkpoint(config(), run_file, kParams, /*allow_unchecked=*/true);
     if (c.params.size() != kParams || c.states.size() != 2)
       scape::fuzz::invariant_broken("accepted a checkpoint of another shape");
   } catch (const ex::ConfigError&) {

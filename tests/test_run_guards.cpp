@@ -10,6 +10,7 @@
 #include <chrono>
 #include <cmath>
 #include <csignal>
+#include <cstring>
 #include <fstream>
 #include <functional>
 #include <random>
@@ -391,4 +392,33 @@ TEST_CASE("a run file that cannot be created leaves nothing behind and says why 
   CAPTURE(empty.output);
   CHECK(empty.code == 0);
   CHECK(scape::run_file::read_run_summary(out).status == "completed");
+}
+
+TEST_CASE("--resume refuses a SCAPECK1 checkpoint (no checksum) unless --allow-unchecked-checkpoint") {
+  TempDir dir;
+  const fs::path out = dir / "v1.h5";
+  killed_run(dir, out);
+  // The same checkpoint in the older format: the run id instead of the config, no checksum.
+  const std::string v2 = read_file(tr::checkpoint_path(out));
+  std::uint64_t json_size = 0;
+  std::memcpy(&json_size, v2.data() + 8, sizeof json_size);
+  const std::string body = v2.substr(16 + json_size, v2.size() - 16 - json_size - 8);
+  const std::string id = ex::run_id(ex::parse_experiment(nlohmann::json::parse(kLong), dir.path).to_json());
+  std::string v1 = "SCAPECK1";
+  const std::uint64_t id_size = id.size();
+  v1.append(reinterpret_cast<const char*>(&id_size), sizeof id_size);
+  v1 += id + body;
+  std::ofstream(tr::checkpoint_path(out), std::ios::binary | std::ios::trunc) << v1;
+  const std::string resume = "run " + (dir / "q.json").string() + " --out " + out.string() + " --quiet --resume";
+  auto r = run_scape(resume);
+  CAPTURE(r.output);
+  CHECK(r.code == 2);
+  CHECK(r.output.find("a checkpoint of the older SCAPECK1 format, which carries no checksum") != std::string::npos);
+  CHECK(r.output.find("--allow-unchecked-checkpoint") != std::string::npos);
+  // Allowed, it is read (and, as before, must be of the very config: here steps differ).
+  r = run_scape(resume + " --allow-unchecked-checkpoint --set steps=999999");
+  CAPTURE(r.output);
+  CHECK(r.code == 2);
+  CHECK(r.output.find("the checkpoint belongs to another configuration (run id " + id) != std::string::npos);
+  CHECK(read_file(tr::checkpoint_path(out)) == v1);
 }

@@ -283,7 +283,7 @@ TEST_CASE("the StateMap encoding: fixed bytes, round trip, truncation refused") 
   CHECK_THROWS_AS(tr::decode_state_map(bytes + "x"), tr::StateFormatError);
 }
 
-TEST_CASE("a checkpoint in the SCAPECK1 format loads; another config's or a truncated one is refused") {
+TEST_CASE("a checkpoint in the SCAPECK1 format loads when allowed; another config's or a truncated one is refused") {
   scape::testing::TempDir dir;
   const nlohmann::json j = {{"name", "ck"},
                             {"workers", 2},
@@ -318,7 +318,11 @@ TEST_CASE("a checkpoint in the SCAPECK1 format loads; another config's or a trun
   const auto run_file = dir / "run.h5";
   std::ofstream(tr::checkpoint_path(run_file), std::ios::binary) << file.str();
 
-  const tr::Checkpoint c = tr::load_checkpoint(config, run_file, 3);
+  // It carries no checksum: refused unless asked for (--allow-unchecked-checkpoint).
+  CHECK_THROWS_WITH_AS(tr::load_checkpoint(config, run_file, 3),
+                       doctest::Contains("a checkpoint of the older SCAPECK1 format, which carries no checksum"),
+                       scape::experiments::ConfigError);
+  const tr::Checkpoint c = tr::load_checkpoint(config, run_file, 3, true);
   CHECK(c.step == 4);
   CHECK(c.states == std::vector<StateMap>{s0, s1});
   CHECK(c.params == params);
@@ -330,9 +334,9 @@ TEST_CASE("a checkpoint in the SCAPECK1 format loads; another config's or a trun
   CHECK(again.states == c.states);
   CHECK(again.params == c.params);
 
-  CHECK_THROWS_AS(tr::load_checkpoint(config, run_file, 4), scape::experiments::ConfigError);
+  CHECK_THROWS_AS(tr::load_checkpoint(config, run_file, 4, true), scape::experiments::ConfigError);
   std::ofstream(tr::checkpoint_path(run_file), std::ios::binary) << file.str().substr(0, file.str().size() - 5);
-  CHECK_THROWS_WITH_AS(tr::load_checkpoint(config, run_file, 3), doctest::Contains("corrupt checkpoint (truncated)"),
+  CHECK_THROWS_WITH_AS(tr::load_checkpoint(config, run_file, 3, true), doctest::Contains("corrupt checkpoint (truncated)"),
                        scape::experiments::ConfigError);
 }
 

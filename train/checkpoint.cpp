@@ -245,7 +245,7 @@ void write_checkpoint(const std::filesystem::path& path, const std::string& conf
 }
 
 Checkpoint load_checkpoint(const experiments::ExperimentConfig& config, const std::filesystem::path& run_file,
-                           std::size_t n) {
+                           std::size_t n, bool allow_unchecked) {
   const std::filesystem::path path = checkpoint_path(run_file);
   std::ifstream in(path, std::ios::binary);
   if (!in || std::filesystem::is_directory(path))
@@ -257,6 +257,12 @@ Checkpoint load_checkpoint(const experiments::ExperimentConfig& config, const st
     if (magic == kMagicV2) {
       checkpoint = read_v2(bytes, path, config, n);
     } else if (magic == kMagicV1) {
+      if (!allow_unchecked) {
+        throw experiments::ConfigError(
+            path.string() + ": a checkpoint of the older SCAPECK1 format, which carries no checksum: a damaged byte "
+            "would resume unnoticed. Add --allow-unchecked-checkpoint to resume from it anyway, or rerun without "
+            "--resume");
+      }
       checkpoint = read_v1(bytes, path, config, n);
     } else {
       throw StateFormatError("bad magic");

@@ -54,8 +54,10 @@ void write_checkpoint(const std::filesystem::path& path, const std::string& conf
 // The checkpoint of run file `run_file`. Throws ConfigError naming the file when it is missing,
 // corrupt (checksum, truncation, sizes) or from another config: a config that differs in other
 // keys than steps and log.* (listed in the message), another worker count, or not n parameters.
-// Checkpoints of the older SCAPECK1 format carry no checksum and must match the run id exactly.
+// Checkpoints of the older SCAPECK1 format carry no checksum (a damaged byte would resume
+// unnoticed): refused unless `allow_unchecked` (scape run --allow-unchecked-checkpoint), and then
+// they must match the run id exactly.
 Checkpoint load_checkpoint(const experiments::ExperimentConfig& config, const std::filesystem::path& run_file,
-                           std::size_t n);
+                           std::size_t n, bool allow_unchecked = false);
 
 }  // namespace scape::train

@@ -32,6 +32,7 @@ struct RunOptions {
   double progress_every_seconds = 2;
   int checkpoint_every = 0;       // 0: no checkpoints
   bool resume = false;
+  bool allow_unchecked_checkpoint = false;  // --resume may read a SCAPECK1 checkpoint (no checksum)
   // The caller holds the run file's writer lock (run_file/run_lock.hpp) already (a sweep's point);
   // otherwise the run log takes it before it opens the file.
   bool writer_lock_held = false;

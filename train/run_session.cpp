@@ -11,7 +11,8 @@ RunSession::RunSession(const experiments::ExperimentConfig& config, const RunOpt
     : config_(config), options_(options), start_(std::chrono::steady_clock::now()) {
   require_devices(config_, devices.workers_per_device, devices.shared_workspace);
   data_ = load_source_data(config_);
-  if (options_.resume) checkpoint_ = load_checkpoint(config_, options_.out, data_->layout().size());
+  if (options_.resume)
+    checkpoint_ = load_checkpoint(config_, options_.out, data_->layout().size(), options_.allow_unchecked_checkpoint);
 }
 
 RunLog& RunSession::open_log() {
