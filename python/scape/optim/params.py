@@ -215,14 +215,14 @@ class ParamMirror:
             self.views.append(self.theta[at:at + n])
             at += n
         self.stamps: List[Any] = [None] * len(tensors)
+        self.low_precision = [j for j, p in enumerate(tensors) if p.dtype != torch.float32]
         self.pull(everything=True)
-
-    @property
-    def low_precision(self) -> List[int]:
-        return [j for j, p in enumerate(self.tensors) if p.dtype != torch.float32]
 
     @torch.no_grad()
     def pull(self, everything: bool = False) -> None:
+        if not self.low_precision and self.tensors:  # one op, not one a tensor
+            torch.cat([local_tensor(p).reshape(-1) for p in self.tensors], out=self.theta)
+            return
         for j, (p, view) in enumerate(zip(self.tensors, self.views)):
             local = local_tensor(p)
             if p.dtype == torch.float32 or everything:
@@ -235,10 +235,9 @@ class ParamMirror:
     @torch.no_grad()
     def push(self) -> None:
         """The flat values into the parameters (rounded where they are bf16 or fp16)."""
-        for j, (p, view) in enumerate(zip(self.tensors, self.views)):
-            local = local_tensor(p)
-            local.copy_(view.view_as(local))
-            self.stamps[j] = _stamp(p)
+        locals_ = [local_tensor(p) for p in self.tensors]
+        torch._foreach_copy_(locals_, [view.view_as(local) for view, local in zip(self.views, locals_)])
+        self.stamps = [_stamp(p) for p in self.tensors]
 
     def masters(self) -> Dict[int, torch.Tensor]:
         """The fp32 masters of the low-precision tensors, by position."""
