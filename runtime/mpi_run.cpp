@@ -353,16 +353,21 @@ int run_mpi(const experiments::ExperimentConfig& config, train::RunOptions optio
     if (rank == 0) std::fprintf(stderr, "error: %s\n", all_errors.c_str());
     return 1;
   }
+  int open_code = 1;  // a refusal (another writer, another backend's file) is invalid input: 2
   if (rank == 0) {
     try {
       session->open_log();
+    } catch (const experiments::ConfigError& e) {
+      error = e.what();
+      open_code = 2;
     } catch (const std::exception& e) {
       error = e.what();
     }
   }
   if (any_failed(world, error, all_errors)) {
     if (rank == 0) std::fprintf(stderr, "error: %s\n", all_errors.c_str());
-    return 1;
+    SCAPE_MPI_CHECK(MPI_Bcast(&open_code, 1, MPI_INT, 0, world));
+    return open_code;
   }
 
   int code = 0;

@@ -8,6 +8,7 @@
 #include <cstdio>
 
 #include "experiments/config_keys.hpp"
+#include "run_file/hdf5.hpp"
 #include "predict/compute_model.hpp"
 #include "train/checkpoint.hpp"
 #include "train/run_metrics.hpp"
@@ -83,6 +84,32 @@ run_file::RunFileLock take_writer_lock(const std::filesystem::path& out) {
   }
 }
 
+// A file written with the measured columns (--backend mpi or nccl) holds them, one of the
+// simulator does not: --resume under the other kind is refused naming both, not with the lists
+// of columns the recorder would compare.
+void check_resume_backend(const std::filesystem::path& out, const OptimizerConfig& optimizer, bool measured) {
+  std::string marker;  // a column only runs with measured communication have
+  for (const auto& c : metric_columns(optimizer, true)) {
+    if (c.metric->measured_only && c.purpose.empty()) {
+      marker = c.name;
+      break;
+    }
+  }
+  if (marker.empty()) return;
+  bool has_marker = false;
+  try {
+    has_marker = run_file::File::open(out, run_file::Access::read).has_link("metrics/" + marker);
+  } catch (const run_file::H5Error&) {
+    return;  // the recorder's own checks name what is wrong with the file
+  }
+  if (has_marker == measured) return;
+  const char* sim = "the simulator (--backend sim)";
+  const char* ranks = "--backend mpi or nccl";
+  throw experiments::ConfigError(out.string() + ": --resume under " + (measured ? ranks : sim) +
+                                 ", but the run file was written by " + (measured ? sim : ranks) +
+                                 " (its metric columns differ): resume it with the backend that started it");
+}
+
 }  // namespace
 
 const char* to_string(RunStatus s) {
@@ -111,6 +138,7 @@ RunLog::RunLog(const experiments::ExperimentConfig& config, const ParamLayout& l
   spec.final_params_size = config.log.save_params ? layout.size() : 0;
   spec.flush_interval = config.log.flush_interval;
   if (!options.writer_lock_held) writer_lock_ = take_writer_lock(options.out);
+  if (options.resume) check_resume_backend(options.out, config.optimizer, options.measured_comm);
   recorder_ = std::make_unique<run_file::RunRecorder>(
       options.resume ? run_file::RunRecorder::open_for_resume(options.out, spec, resume_step)
                      : run_file::RunRecorder::create(options.out, spec));

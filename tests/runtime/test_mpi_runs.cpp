@@ -302,6 +302,33 @@ TEST_CASE("SIGTERM to one rank stops every rank at one step: checkpoint, 'interr
   CHECK(scape::run_file::read_run_summary(out).steps_completed == s.steps_completed + 5);
 }
 
+TEST_CASE("a simulator run's checkpoint resumed under MPI is refused with exit 2 naming both backends") {
+  Dir dir;
+  std::ofstream(dir.path / "long.json") << R"({"name": "quad", "seed": 3, "workers": 2, "steps": 1000000,
+    "model": {"type": "quadratic", "size": 2000}, "optimizer": {"type": "scape", "sparsity": 0.99, "lr": 0.01}})";
+  const fs::path out = dir.path / "sim.h5";
+  const std::string cfg = (dir.path / "long.json").string();
+  std::fflush(nullptr);
+  const pid_t sim = ::fork();
+  if (sim == 0) {
+    ::execl(SCAPE_BINARY, SCAPE_BINARY, "run", cfg.c_str(), "--out", out.c_str(), "--quiet", "--checkpoint-every", "20",
+            static_cast<char*>(nullptr));
+    ::_exit(127);
+  }
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+  while (!fs::exists(out.string() + ".ckpt") && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  ::kill(sim, SIGKILL);
+  ::waitpid(sim, nullptr, 0);
+  REQUIRE(fs::exists(out.string() + ".ckpt"));
+  const auto r = run_command(mpirun(2, cfg + " --backend mpi --quiet --resume --set steps=2000000 --out " + out.string()));
+  CAPTURE(r.output);
+  CHECK(r.code == 2);
+  CHECK(r.output.find(out.string() + ": --resume under --backend mpi or nccl, but the run file was written by the "
+                      "simulator (--backend sim)") != std::string::npos);
+  CHECK(r.output.size() < 2000);  // not the lists of columns
+}
+
 TEST_CASE("a bad data path stops every rank with exit 2, and a wrong rank count is named") {
   Dir dir;
   std::ofstream(dir.path / "bad.json") << R"({"workers": 2, "steps": 2, "model": {"vocab_size": 256, "n_layer": 1, "n_embd": 16, "n_head": 2},
