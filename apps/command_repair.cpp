@@ -48,10 +48,11 @@ int cmd_repair(const std::vector<std::string>& files) {
 Command add_repair_command(CLI::App& app) {
   const auto files = std::make_shared<std::vector<std::string>>();
   auto* repair = app.add_subcommand(
-      "repair", "make killed runs' files open plainly (h5py.File(p, 'r'), h5dump): clear the 'open for writing' "
-                "flags their writer left, drop rows of an interrupted flush, read every table back, mark status "
-                "killed. A run still writing its file is refused (exit 2); a file that is not a run file or "
-                "cannot be read back is left unchanged (exit 2)");
+      "repair",
+      "make killed runs' files open plainly (h5py.File(p, 'r'), h5dump): clear the 'open for writing' "
+      "flags their writer left, drop rows of an interrupted flush, read every table back, mark status "
+      "killed. A run still writing its file is refused (exit 2); a file that is not a run file or "
+      "cannot be read back is left unchanged (exit 2)");
   repair->add_option("run_files", *files, "run files (RUN.h5)")->required()->check(CLI::ExistingFile);
   Command c;
   c.sub = repair;

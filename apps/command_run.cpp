@@ -117,9 +117,10 @@ Command add_run_command(CLI::App& app) {
   run->add_flag("--resume", a->resume,
                 "continue from OUT.ckpt; ends bit-identical to an uninterrupted run. Only steps and log.* may differ "
                 "from the checkpoint's config (exit 2 listing the keys otherwise)");
-  run->add_flag("--allow-unchecked-checkpoint", a->allow_unchecked,
-                "--resume: accept a checkpoint of the older SCAPECK1 format, which has no checksum (refused with exit 2 "
-                "otherwise)");
+  run->add_flag(
+      "--allow-unchecked-checkpoint", a->allow_unchecked,
+      "--resume: accept a checkpoint of the older SCAPECK1 format, which has no checksum (refused with exit 2 "
+      "otherwise)");
   run->add_flag("--force", a->force,
                 "overwrite an existing --out that is not a run file of this config (refused with exit 2 otherwise)");
   run->add_option("--backend", a->backend.name,

@@ -40,9 +40,7 @@ class DuplicateKeyCheck {
         break;
       }
       case json::parse_event_t::object_end:
-      case json::parse_event_t::array_end:
-        frames_.pop_back();
-        [[fallthrough]];
+      case json::parse_event_t::array_end: frames_.pop_back(); [[fallthrough]];
       case json::parse_event_t::value:
         if (!frames_.empty() && !frames_.back().object) ++frames_.back().elements;
         break;

@@ -22,8 +22,8 @@ namespace scape::run_file {
 
 namespace {
 
-constexpr std::array<std::string_view, 6> kStatuses = {"running", "completed", "diverged", "failed", "killed",
-                                                      "interrupted"};
+constexpr std::array<std::string_view, 6> kStatuses = {"running", "completed", "diverged",
+                                                       "failed",  "killed",    "interrupted"};
 
 [[noreturn]] void bad_argument(const std::filesystem::path& path, const std::string& problem) {
   throw std::invalid_argument("run file " + in_quotes(path.string()) + ": " + problem);
@@ -61,7 +61,8 @@ void check_spec(const std::filesystem::path& path, const RunFileSpec& spec) {
 
 void check_status(const std::filesystem::path& path, std::string_view status) {
   if (std::find(kStatuses.begin(), kStatuses.end(), status) == kStatuses.end())
-    bad_argument(path, "unknown status " + in_quotes(status) + " (running, completed, diverged, failed, killed or interrupted)");
+    bad_argument(
+        path, "unknown status " + in_quotes(status) + " (running, completed, diverged, failed, killed or interrupted)");
 }
 
 }  // namespace

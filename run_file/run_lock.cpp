@@ -124,7 +124,9 @@ std::optional<LockHolder> RunFileLock::holder(const std::filesystem::path& run_f
 }
 
 RunFileLock::RunFileLock(RunFileLock&& other) noexcept
-    : lock_file_(std::move(other.lock_file_)), fd_(std::exchange(other.fd_, -1)), taken_over_(std::move(other.taken_over_)) {}
+    : lock_file_(std::move(other.lock_file_)),
+      fd_(std::exchange(other.fd_, -1)),
+      taken_over_(std::move(other.taken_over_)) {}
 
 RunFileLock& RunFileLock::operator=(RunFileLock&& other) noexcept {
   if (this != &other) {

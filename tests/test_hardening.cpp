@@ -616,8 +616,9 @@ class SoloComm final : public scape::Communicator {
 
 class SoloExchange final : public tr::StepExchange {
  public:
-  tr::StepVerdict exchange(int, const tr::WorkerReport& report,
-                           const std::function<tr::StepVerdict(std::span<const tr::WorkerReport* const>)>& decide) override {
+  tr::StepVerdict exchange(
+      int, const tr::WorkerReport& report,
+      const std::function<tr::StepVerdict(std::span<const tr::WorkerReport* const>)>& decide) override {
     const tr::WorkerReport* all[] = {&report};
     return decide(all);
   }

@@ -84,9 +84,9 @@ int wait_exit(pid_t pid) {
 // on the disk: its file still says running, its checkpoint is good.
 void killed_run(const TempDir& dir, const fs::path& out) {
   scape::testing::write_text_file(dir / "q.json", kLong);
-  const pid_t pid = start_scape({"run", (dir / "q.json").string(), "--out", out.string(), "--quiet",
-                                 "--checkpoint-every", "20"},
-                                dir / "killed.log");
+  const pid_t pid =
+      start_scape({"run", (dir / "q.json").string(), "--out", out.string(), "--quiet", "--checkpoint-every", "20"},
+                  dir / "killed.log");
   REQUIRE(wait_for([&] { return fs::exists(tr::checkpoint_path(out)); }, 120));
   std::this_thread::sleep_for(std::chrono::milliseconds(100));
   ::kill(pid, SIGKILL);
@@ -128,13 +128,15 @@ TEST_CASE("--resume with steps at or below the checkpoint's step: exit 2 naming 
   CHECK_FALSE(fs::exists(tr::checkpoint_path(out)));
 }
 
-TEST_CASE("one writer per run file: run, --resume and repair of a live run exit 2 naming it; a killed one's lock is taken over") {
+TEST_CASE(
+    "one writer per run file: run, --resume and repair of a live run exit 2 naming it; a killed one's lock is taken "
+    "over") {
   TempDir dir;
   const fs::path out = dir / "live.h5";
   scape::testing::write_text_file(dir / "q.json", kLong);
-  const pid_t pid = start_scape({"run", (dir / "q.json").string(), "--out", out.string(), "--quiet",
-                                 "--checkpoint-every", "20"},
-                                dir / "live.log");
+  const pid_t pid =
+      start_scape({"run", (dir / "q.json").string(), "--out", out.string(), "--quiet", "--checkpoint-every", "20"},
+                  dir / "live.log");
   REQUIRE(wait_for([&] { return fs::exists(tr::checkpoint_path(out)); }, 120));
   const auto holder = scape::run_file::RunFileLock::holder(out);
   REQUIRE(holder);
@@ -236,7 +238,9 @@ TEST_CASE("SIGINT without checkpoints: interrupted, exit 130, the file says it c
   CHECK_FALSE(fs::exists(tr::checkpoint_path(out)));
 }
 
-TEST_CASE("scape repair of damaged files: each ends within seconds; a failing one exits 2 and leaves the file byte for byte") {
+TEST_CASE(
+    "scape repair of damaged files: each ends within seconds; a failing one exits 2 and leaves the file byte for "
+    "byte") {
   TempDir dir;
   const fs::path killed = dir / "killed.h5";
   killed_run(dir, killed);
@@ -285,10 +289,11 @@ TEST_CASE("scape repair of damaged files: each ends within seconds; a failing on
 TEST_CASE("a JSON object that names a key twice is refused with exit 2 naming the key, in configs, sweeps and --set") {
   TempDir dir;
   const std::string model = R"("model": {"type": "quadratic", "size": 200})";
-  scape::testing::write_text_file(
-      dir / "dup.json", R"({"name": "q", "workers": 2, "steps": 10, )" + model +
-                            R"(, "optimizer": {"type": "scape", "lr": 0.1, "sparsity": 0.99, "lr": 0.01}})");
-  scape::testing::write_text_file(dir / "top.json", R"({"name": "q", "steps": 10, "workers": 2, "steps": 20, )" + model + "}");
+  scape::testing::write_text_file(dir / "dup.json",
+                                  R"({"name": "q", "workers": 2, "steps": 10, )" + model +
+                                      R"(, "optimizer": {"type": "scape", "lr": 0.1, "sparsity": 0.99, "lr": 0.01}})");
+  scape::testing::write_text_file(dir / "top.json",
+                                  R"({"name": "q", "steps": 10, "workers": 2, "steps": 20, )" + model + "}");
   scape::testing::write_text_file(dir / "sweep.json", R"({"base": {"name": "q", "workers": 2, "steps": 10, )" + model +
                                                           R"(}, "points": [{"seed": 1}, {"seed": 2, "seed": 3}]})");
   scape::testing::write_text_file(dir / "ok.json", R"({"name": "q", "workers": 2, "steps": 10, )" + model + "}");
@@ -309,7 +314,8 @@ TEST_CASE("a JSON object that names a key twice is refused with exit 2 naming th
   CHECK_FALSE(fs::exists(dir / "dup.h5"));
   // The same objects without the repetition are valid.
   CHECK(run_scape("validate " + (dir / "ok.json").string()).code == 0);
-  CHECK(run_scape("validate " + (dir / "ok.json").string() + R"( --set 'model={"type": "quadratic", "size": 100}')").code == 0);
+  CHECK(run_scape("validate " + (dir / "ok.json").string() + R"( --set 'model={"type": "quadratic", "size": 100}')")
+            .code == 0);
 }
 
 TEST_CASE("checksums: CRC-32 of each table at close; a value changed afterwards makes repair exit 2 naming the table") {
@@ -368,14 +374,17 @@ TEST_CASE("checksums: CRC-32 of each table at close; a value changed afterwards 
   CHECK(f.open_dataset("metrics/step").dims()[0] == static_cast<hsize_t>(step + 3));
 }
 
-TEST_CASE("a run file that cannot be created leaves nothing behind and says why in words; an empty file is scape's own start") {
+TEST_CASE(
+    "a run file that cannot be created leaves nothing behind and says why in words; an empty file is scape's own "
+    "start") {
   TempDir dir;
   scape::testing::write_text_file(dir / "q.json", kLong);
   const fs::path out = dir / "full.h5";
   // No byte may be written to a regular file (a disk full from the start); the output goes to a
   // pipe, which the limit does not cover, and scape ignores SIGXFSZ.
-  const auto full = scape::testing::run_command("ulimit -f 0; " + std::string(SCAPE_BINARY) + " run " +
-                                                (dir / "q.json").string() + " --quiet --set steps=5 --out " + out.string());
+  const auto full =
+      scape::testing::run_command("ulimit -f 0; " + std::string(SCAPE_BINARY) + " run " + (dir / "q.json").string() +
+                                  " --quiet --set steps=5 --out " + out.string());
   CAPTURE(full.output);
   CHECK(full.code == 1);
   CHECK(full.output.find("error: run file '" + out.string() +

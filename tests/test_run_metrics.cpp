@@ -336,8 +336,8 @@ TEST_CASE("a checkpoint in the SCAPECK1 format loads when allowed; another confi
 
   CHECK_THROWS_AS(tr::load_checkpoint(config, run_file, 4, true), scape::experiments::ConfigError);
   std::ofstream(tr::checkpoint_path(run_file), std::ios::binary) << file.str().substr(0, file.str().size() - 5);
-  CHECK_THROWS_WITH_AS(tr::load_checkpoint(config, run_file, 3, true), doctest::Contains("corrupt checkpoint (truncated)"),
-                       scape::experiments::ConfigError);
+  CHECK_THROWS_WITH_AS(tr::load_checkpoint(config, run_file, 3, true),
+                       doctest::Contains("corrupt checkpoint (truncated)"), scape::experiments::ConfigError);
 }
 
 // log.gradient_metrics_interval = 3 takes grad_norm and the oracle metrics at steps 1, 4, 7

@@ -259,7 +259,8 @@ Checkpoint load_checkpoint(const experiments::ExperimentConfig& config, const st
     } else if (magic == kMagicV1) {
       if (!allow_unchecked) {
         throw experiments::ConfigError(
-            path.string() + ": a checkpoint of the older SCAPECK1 format, which carries no checksum: a damaged byte "
+            path.string() +
+            ": a checkpoint of the older SCAPECK1 format, which carries no checksum: a damaged byte "
             "would resume unnoticed. Add --allow-unchecked-checkpoint to resume from it anyway, or rerun without "
             "--resume");
       }

@@ -8,8 +8,8 @@
 #include <cstdio>
 
 #include "experiments/config_keys.hpp"
-#include "run_file/hdf5.hpp"
 #include "predict/compute_model.hpp"
+#include "run_file/hdf5.hpp"
 #include "train/checkpoint.hpp"
 #include "train/run_metrics.hpp"
 #include "train/stop_signal.hpp"
@@ -231,10 +231,10 @@ RunOutcome RunLog::finish(const std::string& failure) {
     outcome_.error = std::string(signal_name(interrupted_by_)) +
                      (interrupted_rank_ >= 0 ? " to rank " + std::to_string(interrupted_rank_) : std::string()) +
                      " after step " + std::to_string(t) + "; " +
-                     (checkpoint_step_ == t ? "checkpoint at step " + std::to_string(t) + ": --resume continues"
-                      : checkpoint_step_ > 0
-                          ? "the last checkpoint is at step " + std::to_string(checkpoint_step_) + ": --resume goes on from it"
-                          : std::string("no checkpoint (--checkpoint-every): it cannot be resumed"));
+                     (checkpoint_step_ == t  ? "checkpoint at step " + std::to_string(t) + ": --resume continues"
+                      : checkpoint_step_ > 0 ? "the last checkpoint is at step " + std::to_string(checkpoint_step_) +
+                                                   ": --resume goes on from it"
+                                             : std::string("no checkpoint (--checkpoint-every): it cannot be resumed"));
     recorder_->set_status("interrupted", outcome_.error);
   } else {
     outcome_.status = RunStatus::completed;

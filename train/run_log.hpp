@@ -81,7 +81,7 @@ class RunLog {
   // Combines the workers' reports into one row; returns stop when the run diverged, interrupt when
   // a stop signal came (train/stop_signal.hpp) before the last step.
   StepVerdict record_step(int t, std::span<const WorkerReport* const> reports, std::span<const std::uint64_t> mask,
-                   GradientSource& source, std::span<const float> params);
+                          GradientSource& source, std::span<const float> params);
   void write_checkpoint(int t, const std::vector<StateMap>& states, std::span<const float> params);
   void write_final_params(std::span<const float> params);
   // Sets the final status (failed when `failure` is not empty) and returns the outcome.
@@ -115,7 +115,7 @@ class RunLog {
   bool diverged_ = false;
   int interrupted_by_ = 0;     // the stop signal that ended the run
   int interrupted_rank_ = -1;  // the MPI rank it reached (-1: this process)
-  int checkpoint_step_ = 0;  // the step of the checkpoint on disk (0: none)
+  int checkpoint_step_ = 0;    // the step of the checkpoint on disk (0: none)
   // step_wall_time's index among the columns (none: -1), and the last step that started and when.
   int step_wall_column_ = -1;
   int started_step_ = 0;

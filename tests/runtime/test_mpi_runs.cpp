@@ -10,11 +10,11 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <csignal>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <csignal>
 #include <map>
 #include <thread>
 #include <tuple>
@@ -260,7 +260,8 @@ TEST_CASE("SIGTERM to one rank stops every rank at one step: checkpoint, 'interr
     "log": {"flush_interval": 5}})";
   const fs::path out = dir.path / "term.h5";
   const std::string run = (dir.path / "long.json").string() + " --backend mpi --quiet --out " + out.string();
-  const std::string command = mpirun(2, run + " --checkpoint-every 100000000") + " > " + (dir.path / "log").string() + " 2>&1";
+  const std::string command =
+      mpirun(2, run + " --checkpoint-every 100000000") + " > " + (dir.path / "log").string() + " 2>&1";
   std::fflush(nullptr);
   const pid_t shell = ::fork();
   if (shell == 0) {
@@ -278,7 +279,8 @@ TEST_CASE("SIGTERM to one rank stops every rank at one step: checkpoint, 'interr
   while (steps() < 50 && std::chrono::steady_clock::now() < deadline)
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   const auto rank0 = scape::run_file::RunFileLock::holder(out);  // rank 0 holds the run file's lock
-  const std::vector<pid_t> ranks = scape::run_file::RunFileLock::holder(out) ? scape_processes(out) : std::vector<pid_t>{};
+  const std::vector<pid_t> ranks =
+      scape::run_file::RunFileLock::holder(out) ? scape_processes(out) : std::vector<pid_t>{};
   CHECK(ranks.size() == 2);
   for (const pid_t pid : ranks)
     if (rank0 && pid != rank0->pid) ::kill(pid, SIGTERM);  // rank 1 only
@@ -321,11 +323,12 @@ TEST_CASE("a simulator run's checkpoint resumed under MPI is refused with exit 2
   ::kill(sim, SIGKILL);
   ::waitpid(sim, nullptr, 0);
   REQUIRE(fs::exists(out.string() + ".ckpt"));
-  const auto r = run_command(mpirun(2, cfg + " --backend mpi --quiet --resume --set steps=2000000 --out " + out.string()));
+  const auto r =
+      run_command(mpirun(2, cfg + " --backend mpi --quiet --resume --set steps=2000000 --out " + out.string()));
   CAPTURE(r.output);
   CHECK(r.code == 2);
   CHECK(r.output.find(out.string() + ": --resume under --backend mpi or nccl, but the run file was written by the "
-                      "simulator (--backend sim)") != std::string::npos);
+                                     "simulator (--backend sim)") != std::string::npos);
   CHECK(r.output.size() < 2000);  // not the lists of columns
 }
 
