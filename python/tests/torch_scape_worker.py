@@ -62,6 +62,10 @@ def run_case(case, trace, rank, world, out_dir, device):
     tensors = [p for g in groups for _, p in g["params"]]
     if case["type"] == "adams":
         opt = st.AdamS(groups, lr=lr)
+    elif case["type"] == "diloco":
+        opt = st.DiLoCo(groups, lr=lr, inner_steps=case["inner_steps"], outer_wire=case.get("outer_wire", "fp32"),
+                        streaming_fragments=case.get("streaming_fragments", 1),
+                        overlap_outer=case.get("overlap_outer", False), total_steps=steps)
     else:
         opt = st.SCAPE(groups, lr=lr, sparsity=case["sparsity"], sharded=case["sharded"], mask_lag=case["mask_lag"],
                        clip_grad=case.get("clip_grad", 0.0), density_warmup=case.get("density_warmup", 0),
@@ -76,7 +80,7 @@ def run_case(case, trace, rank, world, out_dir, device):
             offset += p.numel()
         opt.step()
         sched.step()
-        if case["type"] != "adams":
+        if case["type"] == "scape":
             masks.append(np.packbits(opt.mask_bits().cpu().numpy(), bitorder="little"))
     opt.finish()
     np.savez(os.path.join(out_dir, f"{case['name']}.rank{rank}.npz"), params=opt.flat_params().cpu().numpy(),

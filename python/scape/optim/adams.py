@@ -119,7 +119,7 @@ class AdamS(torch.optim.Optimizer):
         flag = (found_inf.to(self.device).float().reshape(1).clamp(max=1.0) if found_inf is not None
                 else (~torch.isfinite(self._g.sum())).float().reshape(1))
         has_grad = torch.tensor([p.grad is not None for p in self._tensors], dtype=torch.float32, device=self.device)
-        g_bar, flags = self.comm.all_reduce_mean(self._g, "grad_all_reduce", torch.cat((flag, has_grad)))
+        g_bar, flags = self._gradient_for_step(torch.cat((flag, has_grad)))
         if bool(flags[:, 0].gt(0).any()):
             if found_inf is not None or grad_scale is not None:
                 self.skipped_steps += 1
@@ -149,13 +149,25 @@ class AdamS(torch.optim.Optimizer):
             m.copy_(m_new)
         for a, b, theta, m in untouched:
             self._theta[a:b], self._m[a:b] = theta, m
+        extra = self._after_update(t)
         self.mirror.push()
         count = self.comm.take_count()
         self._last = {"step": t, "lr": float(self.param_groups[0]["lr"]), "bytes_sent": count.sent,
-                      "bytes_received": count.received, "mask_density": 1.0}
+                      "bytes_received": count.received, "mask_density": 1.0, **extra}
         self._t = t
         self._step_count.fill_(float(t))
         return loss
+
+    def _gradient_for_step(self, flags: torch.Tensor):
+        """The gradient the update uses and every rank's flags [W, e] (non-finite, then which
+        tensors have a gradient): here the rank-order mean over the group, the flags riding
+        beside it."""
+        return self.comm.all_reduce_mean(self._g, "grad_all_reduce", flags)
+
+    def _after_update(self, t: int) -> Dict[str, float]:
+        """What a subclass does to the flat parameters after step t's update (DiLoCo's outer
+        step); returns extra metrics."""
+        return {}
 
     def finish(self) -> None:
         """Nothing is left in flight after a step (SCAPE's finish() waits for its mask)."""

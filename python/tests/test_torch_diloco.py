@@ -1,0 +1,98 @@
+"""scape.torch.DiLoCo in one process (the traces against the core under torchrun are in
+test_torch_scape_vs_core.py): its invariant at W = 1 (α = 1, μ = 0 is the inner AdamS bit for
+bit), the outer step against its formula, the fragment schedule against the core's rule, a
+resume from state_dict (mid-delay) bit-identical, bad arguments named."""
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import scape.torch as st  # noqa: E402
+from scape.optim.diloco import fragment_boundaries, fragment_synced_at  # noqa: E402
+
+
+def model(seed=0):
+    torch.manual_seed(seed)
+    return torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.LayerNorm(16), torch.nn.Linear(16, 4))
+
+
+def train(m, opt, first, steps):
+    for t in range(first, first + steps):
+        torch.manual_seed(t)
+        opt.zero_grad(set_to_none=True)
+        m(torch.randn(4, 8)).pow(2).mean().backward()
+        opt.step()
+    return torch.cat([p.detach().reshape(-1) for p in m.parameters()])
+
+
+@pytest.mark.parametrize("fragments, overlap", [(1, False), (2, False), (1, True), (3, True)])
+def test_at_one_rank_with_alpha_1_and_mu_0_it_is_its_inner_adams(fragments, overlap):
+    """θ_g − (θ_g − θ_i) is θ_i exactly while θ_i/θ_g stays in [1/2, 2] (Sterbenz): the outer
+    step then changes nothing, and DiLoCo is AdamS bit for bit."""
+    def far_from_zero():  # every θ_i/θ_g stays near 1 over these few small steps
+        m = model()
+        with torch.no_grad():
+            for p in m.parameters():
+                p.uniform_(1.0, 2.0, generator=torch.Generator().manual_seed(p.numel()))
+        return m
+    reference = far_from_zero()
+    plain = train(reference, st.AdamS(reference.parameters(), lr=1e-3), 1, 12)
+    m = far_from_zero()
+    opt = st.DiLoCo(m.parameters(), lr=1e-3, inner_steps=3, outer_lr=1.0, outer_momentum=0.0,
+                    streaming_fragments=fragments, overlap_outer=overlap, total_steps=12)
+    assert torch.equal(train(m, opt, 1, 12), plain)
+
+
+def test_one_outer_step_equals_its_formula():
+    """H = 2, W = 1: after step 2, θ_g = θ_0 − α(Δ + μ·Δ) with Δ = θ_0 − θ_2 (b = Δ at the first
+    outer step), and the parameters are θ_g."""
+    m = model()
+    opt = st.DiLoCo(m.parameters(), lr=1e-2, inner_steps=2, outer_lr=0.7, outer_momentum=0.9)
+    theta0 = torch.cat([p.detach().reshape(-1) for p in m.parameters()]).clone()
+    inner = model()
+    theta2 = train(inner, st.AdamS(inner.parameters(), lr=1e-2), 1, 2)
+    got = train(m, opt, 1, 2)
+    delta = torch.neg(theta2).add_(theta0)
+    mu, alpha = 0.9, 0.7
+    update = torch.mul(delta, torch.tensor(mu).item()).add_(delta).mul_(-torch.tensor(alpha).item())
+    assert torch.equal(got, theta0 + update)
+    assert opt.last_metrics["pseudo_grad_norm"] == pytest.approx(float(delta.norm()), rel=1e-6)
+
+
+def test_the_fragment_schedule_is_the_cores():
+    # H = 50, F = 4: fragments synced at steps 12, 25, 37 and 50 of each period (docs/algorithms.md)
+    synced = {t: fragment_synced_at(t, 50, 4) for t in range(1, 101) if fragment_synced_at(t, 50, 4) >= 0}
+    assert synced == {12: 0, 25: 1, 37: 2, 50: 3, 62: 0, 75: 1, 87: 2, 100: 3}
+    assert fragment_boundaries([10, 20, 100], 2) == [0, 20, 100]   # the tensor edge nearest 50 ...
+    assert fragment_boundaries([10, 15, 100], 2) == [0, 15, 100]   # ... ties and nearness by edge
+    assert fragment_boundaries([100], 3) == [0, 33, 66, 100]       # one tensor: even cuts
+
+
+@pytest.mark.parametrize("save_at", [3, 4])
+def test_a_resume_from_state_dict_is_bit_identical(save_at):
+    """H = 3 with the one-step delay: saved right at a sync (the outer step in flight) and one
+    step later."""
+    def make(seed=0):
+        m = model(seed)
+        return m, st.DiLoCo(m.parameters(), lr=1e-2, inner_steps=3, streaming_fragments=3, overlap_outer=True,
+                            total_steps=10)
+    whole = train(*make(), 1, 10)
+    m, opt = make()
+    train(m, opt, 1, save_at)
+    saved = {"model": m.state_dict(), "opt": opt.state_dict()}
+    m, opt = make(seed=7)
+    m.load_state_dict(saved["model"])
+    opt.load_state_dict(saved["opt"])
+    assert torch.equal(train(m, opt, save_at + 1, 10 - save_at), whole)
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"inner": "adamw"}, r"^inner: expected 'adams'"),
+    ({"inner_steps": 0}, r"^inner_steps: must be an integer >= 1"),
+    ({"inner_steps": 2, "streaming_fragments": 3}, r"^streaming_fragments: 3 fragments need inner_steps >= 3"),
+    ({"outer_wire": "fp16"}, r"^outer_wire: expected one of 'fp32', 'bf16', 'fp8_e5m2', got 'fp16'"),
+    ({"outer_momentum": 1.0}, r"^outer_momentum: must lie in \[0, 1\)"),
+    ({"outer_lr": 0.0}, r"^outer_lr: must be > 0"),
+])
+def test_bad_arguments_raise_naming_them(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        st.DiLoCo(model().parameters(), lr=1e-3, **kwargs)
