@@ -266,12 +266,31 @@ def _hdf5_library():
     return None
 
 
+SWMR_PROBE_TIMEOUT_S = 10.0
+"""Where h5py's HDF5 library cannot be found to bound its retries: the seconds a child process
+gets to read the whole file in SWMR mode before this process opens it so."""
+
+
+def _swmr_reads_in_time(path):
+    """Whether a child process reads every dataset of `path` in SWMR mode within SWMR_PROBE_TIMEOUT_S."""
+    import sys
+    probe = ("import h5py, sys\nwith h5py.File(sys.argv[1], 'r', swmr=True) as f:\n"
+             "    f.visititems(lambda n, o: o[()] if isinstance(o, h5py.Dataset) else None)")
+    try:
+        return subprocess.run([sys.executable, "-c", probe, str(path)], capture_output=True,
+                              timeout=SWMR_PROBE_TIMEOUT_S).returncode == 0
+    except subprocess.TimeoutExpired:
+        return False
+
+
 def _open_swmr_bounded(path):
-    """An SWMR open whose metadata reads give up after SWMR_READ_ATTEMPTS attempts."""
+    """An SWMR open whose metadata reads give up after SWMR_READ_ATTEMPTS attempts (where the
+    library is not found: after a child read the whole file in time)."""
     lib = _hdf5_library()
     if lib is None:
-        raise OSError("it needs an SWMR open, and the HDF5 library h5py uses was not found to bound its retries "
-                      "(run `scape repair` on it once its writer has ended)")
+        if not _swmr_reads_in_time(path):
+            raise OSError(f"an SWMR read did not end within {SWMR_PROBE_TIMEOUT_S:g} s (a damaged file)")
+        return h5py.File(path, "r", swmr=True)
     fapl = h5py.h5p.create(h5py.h5p.FILE_ACCESS)
     fapl.set_fclose_degree(h5py.h5f.CLOSE_STRONG)
     if lib.H5Pset_metadata_read_attempts(fapl.id, SWMR_READ_ATTEMPTS) < 0:

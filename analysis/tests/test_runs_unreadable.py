@@ -153,3 +153,27 @@ def test_a_value_changed_after_close_is_named_by_its_checksum(mixed_dir, tmp_pat
     assert proc.returncode == 0, proc.stderr
     assert "q-flipped.h5: checksum mismatch in 'metrics/train_loss'" in proc.stderr
     assert "1 run file(s) read" in (tmp_path / "rep" / "summary.md").read_text(encoding="utf-8")
+
+
+def test_without_the_library_a_child_reads_first(mixed_dir, tmp_path, monkeypatch):
+    """Where h5py's libhdf5 cannot be found (no /proc/self/maps), a file that needs SWMR is read
+    by a child within a time limit first: a killed file still opens, a damaged one fails in time."""
+    from analysis import runs
+
+    monkeypatch.setattr(runs, "_hdf5_library", lambda: None)
+    monkeypatch.setattr(runs, "SWMR_PROBE_TIMEOUT_S", 3.0)
+    killed = tmp_path / "k.h5"
+    shutil.copyfile(mixed_dir / "q-killed.h5", killed)
+    with runs.open_run_file(killed) as f:
+        assert f.attrs["status"] == "running"
+    flipped, _ = damaged_copies(killed, tmp_path, seed=1, flips=4)
+    start = time.monotonic()
+    failed = 0
+    for name in flipped:
+        try:
+            with runs.open_run_file(tmp_path / name) as f:
+                f.visit(lambda n: f[n])
+        except (OSError, RuntimeError, KeyError):
+            failed += 1
+    assert failed >= 3
+    assert time.monotonic() - start < 4 * 4
