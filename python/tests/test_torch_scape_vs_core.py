@@ -52,6 +52,14 @@ for name, extra in (("diloco", {}), ("diloco-streaming", {"streaming_fragments":
                     ("diloco-streaming-overlap", {"streaming_fragments": 2, "overlap_outer": True}),
                     ("diloco-bf16", {"outer_wire": "bf16"}), ("diloco-fp8", {"outer_wire": "fp8_e5m2"})):
     CASES.append({"name": name, "type": "diloco", "lr": 0.01, "inner_steps": 4, **extra})
+# scape.torch.SparseLoCo: chunks of 64 at density 0.1 (k = 7), Templar's quantizer at 2 and 8 bits,
+# the values in fp32 and bf16, the one-step delay.
+SPARSELOCO = ("inner_steps", "sparsity", "chunk", "quant_bits", "wire_dtype", "overlap_outer")
+for name, extra in (("sparseloco-q2", {}), ("sparseloco-q8", {"quant_bits": 8}),
+                    ("sparseloco-q0", {"quant_bits": 0}), ("sparseloco-q0-bf16", {"quant_bits": 0, "wire_dtype": "bf16"}),
+                    ("sparseloco-q2-overlap", {"overlap_outer": True})):
+    CASES.append({"name": name, "type": "sparseloco", "lr": 0.01, "inner_steps": 4, "sparsity": 0.9, "chunk": 64,
+                  "quant_bits": 2, **extra})
 
 
 def write_trace(path, workers, seed=7):
@@ -76,6 +84,9 @@ def core_config(case):
         return {"type": "adams", "lr": case["lr"], "sharded": False}
     if case["type"] == "diloco":
         return {"type": "diloco", "inner": "adams", "lr": case["lr"], **{k: case[k] for k in DILOCO if k in case}}
+    if case["type"] == "sparseloco":
+        return {"type": "sparseloco", "inner": "adams", "lr": case["lr"],
+                **{k: case[k] for k in SPARSELOCO if k in case}}
     cfg = {"type": "scape", "formulation": "paper", "lr": case["lr"], "sparsity": case["sparsity"],
            "sharded": case["sharded"], "mask_lag": case["mask_lag"], "dense_tensors": ["norm", "bias"]}
     for key in ("clip_grad", "density_warmup", "wire_dtype"):
@@ -129,7 +140,7 @@ def test_torch_native_matches_the_core(case, torch_runs, tmp_path, scape_binary)
     want = final_params(run_file)
     ranks = [np.load(root / f"{case['name']}.rank{r}.npz") for r in range(workers)]
     # DiLoCo's ranks differ between syncs: the core's final parameters are worker 0's.
-    for r, got in enumerate(ranks[:1] if case["type"] == "diloco" else ranks):
+    for r, got in enumerate(ranks[:1] if case["type"] in ("diloco", "sparseloco") else ranks):
         err = relative_error(got["params"], want)
         assert err <= 1e-5, f"rank {r}: final parameters {err:.2e} from the core's (relative to its largest)"
         np.testing.assert_allclose(got["params"], want, rtol=1e-5, atol=1e-5 * np.max(np.abs(want)))

@@ -66,6 +66,10 @@ def run_case(case, trace, rank, world, out_dir, device):
         opt = st.DiLoCo(groups, lr=lr, inner_steps=case["inner_steps"], outer_wire=case.get("outer_wire", "fp32"),
                         streaming_fragments=case.get("streaming_fragments", 1),
                         overlap_outer=case.get("overlap_outer", False), total_steps=steps)
+    elif case["type"] == "sparseloco":
+        opt = st.SparseLoCo(groups, lr=lr, inner_steps=case["inner_steps"], sparsity=case["sparsity"],
+                            chunk=case["chunk"], quant_bits=case["quant_bits"], wire_dtype=case.get("wire_dtype", "fp32"),
+                            overlap_outer=case.get("overlap_outer", False), total_steps=steps)
     else:
         opt = st.SCAPE(groups, lr=lr, sparsity=case["sparsity"], sharded=case["sharded"], mask_lag=case["mask_lag"],
                        clip_grad=case.get("clip_grad", 0.0), density_warmup=case.get("density_warmup", 0),

@@ -1,13 +1,15 @@
-"""scape.torch.DiLoCo in one process (the traces against the core under torchrun are in
-test_torch_scape_vs_core.py): its invariant at W = 1 (α = 1, μ = 0 is the inner AdamS bit for
-bit), the outer step against its formula, the fragment schedule against the core's rule, a
-resume from state_dict (mid-delay) bit-identical, bad arguments named."""
+"""scape.torch.DiLoCo and SparseLoCo in one process (the traces against the core under torchrun
+are in test_torch_scape_vs_core.py): DiLoCo's invariant at W = 1 (α = 1, μ = 0 is the inner
+AdamS bit for bit), its outer step against its formula, the fragment schedule against the core's
+rule; SparseLoCo's chunked top-k, k rule and quantizer on hand-computed vectors, its outer step
+against its formula; resumes from state_dict (mid-delay) bit-identical; bad arguments named."""
 import pytest
 
 torch = pytest.importorskip("torch")
 
 import scape.torch as st  # noqa: E402
 from scape.optim.diloco import fragment_boundaries, fragment_synced_at  # noqa: E402
+from scape.optim.sparseloco import chunk_topk, k_for, quantize_statistical  # noqa: E402
 
 
 def model(seed=0):
@@ -67,12 +69,52 @@ def test_the_fragment_schedule_is_the_cores():
     assert fragment_boundaries([100], 3) == [0, 33, 66, 100]       # one tensor: even cuts
 
 
+def test_sparseloco_chunk_topk_k_rule_and_quantizer_by_hand():
+    e = torch.tensor([1.0, -3.0, 3.0, 0.5, 2.0, -2.0, 0.1])
+    # chunks [1, -3, 3], [0.5, 2, -2], [0.1]: ties go to the lower index, the short chunk keeps 1
+    assert chunk_topk(e, 3, 2).tolist() == [1, 2, 4, 5, 6]
+    assert (k_for(0.1, 64), k_for(0.01, 4096), k_for(0.5, 3), k_for(0.3, 10)) == (7, 41, 2, 3)
+    # values 1, 2, 3, 10 at 2 bits: shift 4, centered -3 -2 -1 6, sigma = sqrt(50/3) = 4.08, scale
+    # 6 sigma / 4 = 6.12; codes rint(c/scale + 2) = rint(1.51, 1.67, 1.84, 2.98) = 2, 2, 2, 3; the
+    # bins' means: bin 2 holds -3, -2, -1 (mean -2), bin 3 holds 6, bins 0 and 1 are empty (0)
+    shift, book, codes = quantize_statistical(torch.tensor([1.0, 2.0, 3.0, 10.0]), 2)
+    scale = torch.tensor(6 * (50 / 3) ** 0.5 / 4, dtype=torch.float32)
+    want = torch.round(torch.tensor([-3.0, -2.0, -1.0, 6.0]) / scale + 2).clamp(0, 3)
+    assert shift == 4.0 and codes.tolist() == want.long().tolist() == [2, 2, 2, 3]
+    assert book.tolist() == [0.0, 0.0, -2.0, 6.0]
+
+
+def test_one_sparseloco_outer_step_equals_its_formula():
+    """W = 1, H = 2, q = 0 (values exact), β = 1: e = Δ after step 2; the top-k of each chunk is
+    delivered and θ_g = θ_0 − α · (Δ on the selected positions); e keeps the rest."""
+    m = model()
+    opt = st.SparseLoCo(m.parameters(), lr=1e-2, inner_steps=2, outer_lr=0.9, sparsity=0.75, chunk=8, quant_bits=0,
+                        ef_decay=1.0)
+    theta0 = torch.cat([p.detach().reshape(-1) for p in m.parameters()]).clone()
+    inner = model()
+    theta2 = train(inner, st.AdamS(inner.parameters(), lr=1e-2), 1, 2)
+    got = train(m, opt, 1, 2)
+    delta = torch.neg(theta2).add_(theta0)
+    sent = torch.zeros_like(delta)
+    at = 0
+    for p in m.parameters():
+        idx = chunk_topk(delta[at:at + p.numel()], 8, 2) + at
+        sent[idx] = delta[idx]
+        at += p.numel()
+    assert torch.equal(got, theta0 + sent.mul(-torch.tensor(0.9).item()))
+    assert torch.equal(opt._error, delta - sent)
+
+
 @pytest.mark.parametrize("save_at", [3, 4])
-def test_a_resume_from_state_dict_is_bit_identical(save_at):
+@pytest.mark.parametrize("kind", ["diloco", "sparseloco"])
+def test_a_resume_from_state_dict_is_bit_identical(save_at, kind):
     """H = 3 with the one-step delay: saved right at a sync (the outer step in flight) and one
     step later."""
     def make(seed=0):
         m = model(seed)
+        if kind == "sparseloco":
+            return m, st.SparseLoCo(m.parameters(), lr=1e-2, inner_steps=3, chunk=8, sparsity=0.75,
+                                    overlap_outer=True, total_steps=10)
         return m, st.DiLoCo(m.parameters(), lr=1e-2, inner_steps=3, streaming_fragments=3, overlap_outer=True,
                             total_steps=10)
     whole = train(*make(), 1, 10)
@@ -96,3 +138,15 @@ def test_a_resume_from_state_dict_is_bit_identical(save_at):
 def test_bad_arguments_raise_naming_them(kwargs, message):
     with pytest.raises(ValueError, match=message):
         st.DiLoCo(model().parameters(), lr=1e-3, **kwargs)
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"sparsity": 1.0}, r"^sparsity: must lie in \[0, 1\)"),
+    ({"chunk": 0}, r"^chunk: an integer in \[1, 32768\]"),
+    ({"quant_bits": 4}, r"^quant_bits: expected one of 0, 2, 8, got 4"),
+    ({"ef_decay": 1.5}, r"^ef_decay: must lie in \[0, 1\]"),
+    ({"wire_dtype": "fp8_e5m2"}, r"^wire_dtype: expected one of 'fp32', 'bf16'"),
+])
+def test_sparseloco_bad_arguments_raise_naming_them(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        st.SparseLoCo(model().parameters(), lr=1e-3, **kwargs)
