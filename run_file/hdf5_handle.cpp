@@ -2,6 +2,7 @@
 // part of the wrapper stands on.
 #include "run_file/hdf5_handle.hpp"
 
+#include <atomic>
 #include <utility>
 
 namespace scape::run_file {
@@ -71,10 +72,17 @@ Handle& Handle::operator=(Handle&& other) noexcept {
 
 Handle::~Handle() { close(); }
 
+namespace {
+std::atomic<bool> g_close_failed{false};
+}  // namespace
+
+bool a_close_failed() noexcept { return g_close_failed.load(); }
+
 herr_t Handle::close() noexcept {
   if (id_ < 0 || closer_ == nullptr) return 0;
   const auto lock = lock_hdf5();
   const herr_t status = closer_(std::exchange(id_, H5I_INVALID_HID));
+  if (status < 0) g_close_failed = true;
   return status;
 }
 

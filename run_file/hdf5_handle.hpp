@@ -37,6 +37,11 @@ std::string in_quotes(std::string_view s);
 // reason a failed call gives when the caller reports it itself.
 std::string error_stack_detail();
 
+// Whether an H5*close of this process failed (a full disk under a flush). HDF5 1.10 may then
+// crash in its own clean-up at exit (H5F__close_cb, from its atexit handler), after the error
+// was reported: a program that sees this true ends without it (apps/scape_main.cpp).
+bool a_close_failed() noexcept;
+
 // Owns one hid_t and releases it with the matching H5*close.
 class Handle {
  public:
