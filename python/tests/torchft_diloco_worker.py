@@ -1,0 +1,119 @@
+"""One torchrun rank of test_torch_vs_torchft.py: the same small GPT, data order and seed trained
+by scape.torch.DiLoCo and by torchft's own DiLoCo (torchft.local_sgd.DiLoCo, its code as shipped),
+writing <out>/rank<r>.json with both loss curves and final parameters' relative difference.
+
+torchft's DiLoCo talks to a torchft Manager, which needs a lighthouse server and a quorum; the
+algorithm needs only the Manager's all-reduce (the mean over replicas), so a shim stands in for
+it: all_reduce(SUM) over this gloo group, divided by W, and commit always granted (no failures
+are injected). torchft's inner optimizer is scape.torch.AdamS on a group of this rank alone (so
+it communicates nothing), its outer optimizer torch's SGD(nesterov=True), as torchft's examples
+use it."""
+import argparse
+import json
+import os
+import sys
+
+import torch
+import torch.distributed as dist
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "examples"))
+import scape.torch as st  # noqa: E402
+from tiny_gpt import CorpusBatches, TinyGPT, cross_entropy, markov_corpus  # noqa: E402
+
+
+class _Done:
+    def wait(self, timeout=None):
+        return True
+
+    def get_future(self):
+        future = torch.futures.Future()
+        future.set_result(None)
+        return future
+
+
+class ManagerShim:
+    """The part of torchft.manager.Manager that torchft.local_sgd.DiLoCo calls."""
+    _use_async_quorum = False
+
+    def __init__(self, world):
+        self.world, self.step = world, 0
+
+    def allreduce(self, tensor, should_quantize=False, reduce_op=None):
+        dist.all_reduce(tensor)
+        tensor.div_(self.world)
+        return _Done()
+
+    def should_commit(self, timeout=None):
+        self.step += 1
+        return True
+
+    def current_step(self):
+        return self.step
+
+    def start_quorum(self, *args, **kwargs):
+        pass
+
+    def allow_state_dict_read(self):
+        pass
+
+    def disallow_state_dict_read(self):
+        pass
+
+    def register_state_dict_fn(self, *args, **kwargs):
+        pass
+
+    def errored(self):
+        return None
+
+    def num_participants(self):
+        return self.world
+
+
+def run(kind, rank, world, steps, inner_steps, alone):
+    torch.manual_seed(0)
+    model = TinyGPT(vocab=32, block=16, n_embd=32, n_head=4, n_layer=2, seed=1)
+    batches = CorpusBatches(markov_corpus(vocab=32, tokens=20_000), world, 2, 16, seed=3)
+    if kind == "scape":
+        opt = st.DiLoCo(model.parameters(), lr=3e-3, inner_steps=inner_steps, outer_lr=0.7, outer_momentum=0.9)
+        diloco = None
+    else:
+        from torchft.local_sgd import DiLoCo
+        opt = st.AdamS(model.parameters(), lr=3e-3, group=alone, broadcast_params=False)
+        outer = torch.optim.SGD(model.parameters(), lr=0.7, momentum=0.9, nesterov=True)
+        diloco = DiLoCo(ManagerShim(world), [model], opt, outer, sync_every=inner_steps)
+        diloco.__enter__()
+    losses = []
+    for t in range(1, steps + 1):
+        x, y = batches(t)
+        opt.zero_grad(set_to_none=True)
+        loss = cross_entropy(model(x[rank]), y[rank])
+        loss.backward()
+        opt.step()
+        losses.append(float(loss))
+    if diloco is not None:
+        diloco.__exit__(None, None, None)
+    return losses, torch.cat([p.detach().reshape(-1) for p in model.parameters()])
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--out", required=True)
+    parser.add_argument("--steps", type=int, default=60)
+    parser.add_argument("--inner-steps", type=int, default=10)
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo")
+    rank, world = dist.get_rank(), dist.get_world_size()
+    alone = [dist.new_group([r]) for r in range(world)][rank]  # every rank creates every group
+    ours, ours_params = run("scape", rank, world, args.steps, args.inner_steps, alone)
+    theirs, theirs_params = run("torchft", rank, world, args.steps, args.inner_steps, alone)
+    gap = ours_params - theirs_params
+    with open(os.path.join(args.out, f"rank{rank}.json"), "w") as f:
+        json.dump({"scape": ours, "torchft": theirs,
+                   "params_max_relative": float(gap.abs().max() / ours_params.abs().max()),
+                   "params_l2_relative": float(gap.norm() / ours_params.norm())}, f)
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
