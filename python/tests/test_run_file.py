@@ -184,3 +184,58 @@ def test_a_non_finite_loss_records_a_diverged_run(tmp_path):
         assert f.attrs["status"] == "diverged" and "final" not in f  # scape run keeps no params either
         loss = f["metrics/train_loss"][()]
         assert loss[2] == math.inf and math.isnan(loss[3]) and np.all(np.isnan(f["metrics/mask_jaccard"][()]))
+
+
+def test_one_writer_per_run_file_and_a_killed_writers_lock_is_taken_over(tmp_path, capfd):
+    """The lock `scape run` takes (<file>.lock, flock, "pid host"): a second writer of a live
+    file is refused naming the holder, with nothing written; the lock of a writer killed with
+    SIGKILL is taken over, saying whose; a closed file leaves no lock behind."""
+    path = tmp_path / "live.h5"
+    script = textwrap.dedent(f"""
+        import importlib.util, os, signal, sys, time
+        spec = importlib.util.spec_from_file_location("run_file", {str(MODULE)!r})
+        run_file = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(run_file)
+        log = run_file.RunFileWriter({str(path)!r}, config={{"name": "k", "steps": 100}}, tensors=[("w", 8)])
+        log.write_step(1, {{"train_loss": 3.0}})
+        print("ready", flush=True)
+        sys.stdin.readline()
+        os.kill(os.getpid(), signal.SIGKILL)
+    """)
+    proc = subprocess.Popen([sys.executable, "-c", script], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline().strip() == "ready"
+        before = path.read_bytes()
+        with pytest.raises(ValueError, match=rf"live\.h5': another writer holds it \(pid {proc.pid} on host "):
+            RunFileWriter(path, overwrite=True, config={"name": "x", "steps": 1}, tensors=[("w", 8)])
+        assert path.read_bytes() == before
+    finally:
+        proc.stdin.write("\n")
+        proc.stdin.close()
+        proc.wait(timeout=60)
+    assert proc.returncode == -9
+    capfd.readouterr()
+    log = RunFileWriter(path, overwrite=True, config={"name": "x", "steps": 1}, tensors=[("w", 8)])
+    assert f"took over the lock of pid {proc.pid} on host" in capfd.readouterr().err
+    log.write_step(1, {"train_loss": 1.0})
+    log.close()
+    assert not Path(str(path) + ".lock").exists()
+
+
+def test_checksums_at_close_are_scape_runs_and_catch_a_changed_value(tmp_path):
+    import zlib
+    from analysis.runs import RunFileError, load_run
+    path = tmp_path / "sums.h5"
+    write_run(path, {"type": "scape", "sparsity": 0.99})
+    with h5py.File(path, "r") as f:
+        import json as json_
+        sums = json_.loads(f.attrs["checksums"])
+        assert "metrics/step" in sums and "eval/val_loss" in sums and "tensors/names" not in sums
+        steps = f["metrics/step"][()].astype("<i8")
+        assert sums["metrics/step"] == zlib.crc32(steps.tobytes())
+    assert load_run(path).status == "completed"
+    with h5py.File(path, "r+") as f:
+        loss = f["metrics/train_loss"]
+        loss[3] = loss[3] + 1e-9
+    with pytest.raises(RunFileError, match=r"checksum mismatch in 'metrics/train_loss'"):
+        load_run(path)

@@ -16,12 +16,16 @@ given holds only the keys its loop gave (scape.torch's `opt.config()` gives thos
 """
 from __future__ import annotations
 
+import fcntl
 import importlib.metadata
 import json
 import math
 import operator
+import os
+import socket
 import subprocess
 import sys
+import zlib
 from pathlib import Path
 from typing import Any, Mapping, Sequence, Tuple
 
@@ -81,6 +85,55 @@ def _git_sha() -> str:
     return sha + "-dirty" * bool(dirty) if (Path(top) / "run_file" / "recorder.cpp").is_file() else "unknown"
 
 
+def _take_lock(path: Path, error):
+    """The run file's lock, as `scape run` takes it (run_file/run_lock.hpp): flock(2) on
+    `<file>.lock`, which holds "pid host" so that a refused writer can name the holder. The
+    kernel drops it when its holder exits, so a lock file a killed writer left is taken over."""
+    lock = Path(str(path) + ".lock")
+    fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = os.pread(fd, 256, 0).decode(errors="replace").split()
+        os.close(fd)
+        named = f"pid {holder[0]} on host {holder[1]}" if len(holder) >= 2 else "another process"
+        raise error(f"another writer holds it ({named}, {lock.name}); one writer per run file") from None
+    except OSError:  # a filesystem without flock: write on, unguarded, as scape run does
+        pass
+    left = os.pread(fd, 256, 0).decode(errors="replace").split()
+    if len(left) >= 2:
+        print(f"{lock.name}: took over the lock of pid {left[0]} on host {left[1]}, which ended without "
+              f"releasing it", file=sys.stderr)
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, f"{os.getpid()} {socket.gethostname()}\n".encode(), 0)
+    return fd
+
+
+def _release_lock(path: Path, fd):
+    if fd is not None:
+        try:
+            os.unlink(str(path) + ".lock")
+        except OSError:
+            pass
+        os.close(fd)
+    return None
+
+
+def _write_checksums(path: Path) -> None:
+    """The `checksums` root attribute `scape run` writes at close (docs/run-files.md, "Checksums"):
+    the CRC-32 of every /metrics, /tensors and /eval table as little-endian int64 or float64."""
+    with h5py.File(path, "r+") as f:
+        sums = {}
+        for group in ("metrics", "tensors", "eval"):
+            if group not in f:
+                continue
+            for name, table in f[group].items():
+                if isinstance(table, h5py.Dataset) and not (group == "tensors" and name == "names"):
+                    values = table[()].astype("<i8" if table.dtype.kind in "iu" else "<f8")
+                    sums[f"{group}/{name}"] = zlib.crc32(np.ascontiguousarray(values).tobytes())
+        f.attrs["checksums"] = json.dumps(sums, sort_keys=True)
+
+
 class RunFileWriter:
     """Writes one run file, buffering rows and flushing them every `flush_interval` steps.
 
@@ -114,6 +167,7 @@ class RunFileWriter:
         self.n_params, self._columns = sum(sizes), [c[0] for c in _COLUMNS]
         self._rows, self._last_step, self._last_eval, self._diverged_at = 0, -1, -1, None
         self._pending, self._pending_eval, self._summary, self._file = [], [], None, None
+        self._lock = None
         self._totals = {"bytes_sent": [0.0, 0], "mask_jaccard": [0.0, 0], "step_time_model": [0.0, 0]}
         self._last = {"train_loss": math.nan, "val_loss": math.nan}
         if not self.writes:
@@ -123,7 +177,12 @@ class RunFileWriter:
         if self.path.is_dir() or (self.path.exists() and not overwrite):
             raise self._error("is a folder" if self.path.is_dir() else
                               "the file exists; choose another path, or pass overwrite=True to replace it")
-        self._create()
+        self._lock = _take_lock(self.path, self._error)
+        try:
+            self._create()
+        except BaseException:
+            self._lock = _release_lock(self.path, self._lock)
+            raise
 
     def _error(self, problem: str) -> ValueError:
         return ValueError(f"run file '{self.path}': {problem}")
@@ -286,6 +345,8 @@ class RunFileWriter:
                 if self._file is not None:
                     self._file.close()  # leaves SWMR-write mode: from now on the file opens plainly
                     self._file = None
+            _write_checksums(self.path)
+            self._lock = _release_lock(self.path, self._lock)
         mean = {name: (t[0] / t[1] if t[1] else math.nan) for name, t in self._totals.items()}
         self._summary = {"status": status, "error": str(error), "steps_completed": max(self._last_step, 0),
                          "final_val_loss": self._last["val_loss"], "final_train_loss": self._last["train_loss"],
