@@ -4,6 +4,8 @@
 #include <cmath>
 #include <cstdio>
 
+#include "train/host_memory.hpp"
+
 namespace scape::cli {
 
 using nlohmann::json;
@@ -34,6 +36,17 @@ tr::RunOptions options_for(const std::filesystem::path& out, bool quiet) {
   o.scape_version = SCAPE_VERSION;
   o.git_sha = scape_git_sha();
   return o;
+}
+
+void check_host_memory(const ex::ExperimentConfig& config, int workers_in_process, bool force) {
+  if (force) return;
+  tr::require_host_memory(tr::host_memory_estimate(config, workers_in_process), tr::available_host_memory());
+}
+
+void add_force_memory_flag(CLI::App* sub, bool& force) {
+  sub->add_flag("--force-memory", force,
+                "run even when the host memory estimate (scape validate prints it) exceeds the machine's available "
+                "memory (refused with exit 2 otherwise)");
 }
 
 std::string cell(double x, const char* format) {

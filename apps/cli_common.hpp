@@ -48,6 +48,11 @@ int exit_code(const tr::RunOutcome& outcome);
 ex::ExperimentConfig load_config(const std::string& file, const std::vector<std::string>& sets,
                                  std::string_view backend = "sim");
 tr::RunOptions options_for(const std::filesystem::path& out, bool quiet);
+// Refuses (ConfigError, exit 2) a config whose host memory estimate for `workers_in_process`
+// workers (train/host_memory.hpp) exceeds the machine's MemAvailable, unless `force` (--force-memory).
+void check_host_memory(const ex::ExperimentConfig& config, int workers_in_process, bool force);
+// --force-memory, as run, sweep and validate register it.
+void add_force_memory_flag(CLI::App* sub, bool& force);
 // A table cell: the number, or n/a for a metric that does not apply (NaN).
 std::string cell(double x, const char* format);
 double dense_bytes(const tr::RunOutcome& r, int workers);

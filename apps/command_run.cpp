@@ -51,8 +51,11 @@ void prepare_out(const std::filesystem::path& out, const ex::ExperimentConfig& c
 }
 
 int cmd_run(const std::string& file, std::string out, const std::vector<std::string>& sets, bool quiet, int every,
-            bool resume, bool allow_unchecked, bool force, const Backend& backend) {
+            bool resume, bool allow_unchecked, bool force, bool force_memory, const Backend& backend) {
   const auto config = load_config(file, sets, backend.name);
+  // The simulator holds all W workers in this process; a rank of --backend mpi or nccl holds one,
+  // on a host it may share with others, so only the simulator is checked here.
+  if (backend.name == "sim") check_host_memory(config, config.workers, force_memory);
   if (out.empty()) out = config.name + ".h5";
   prepare_out(out, config, force, resume);
   auto options = options_for(out, quiet);
@@ -98,7 +101,7 @@ int cmd_run(const std::string& file, std::string out, const std::vector<std::str
 struct RunArgs {
   std::string config_file, out;
   std::vector<std::string> sets;
-  bool quiet = false, resume = false, allow_unchecked = false, force = false;
+  bool quiet = false, resume = false, allow_unchecked = false, force = false, force_memory = false;
   int every = 0;
   Backend backend;
 };
@@ -123,6 +126,7 @@ Command add_run_command(CLI::App& app) {
       "otherwise)");
   run->add_flag("--force", a->force,
                 "overwrite an existing --out that is not a run file of this config (refused with exit 2 otherwise)");
+  add_force_memory_flag(run, a->force_memory);
   run->add_option("--backend", a->backend.name,
                   "sim: W threads in this process; mpi: one process per rank under mpirun; nccl: as mpi, one GPU "
                   "per rank, collectives over NCCL, optimizer on the GPU (a build without MPI runs workers = 1 "
@@ -139,7 +143,7 @@ Command add_run_command(CLI::App& app) {
   c.sub = run;
   c.run = [a] {
     return cmd_run(a->config_file, a->out, a->sets, a->quiet, a->every, a->resume, a->allow_unchecked, a->force,
-                   a->backend);
+                   a->force_memory, a->backend);
   };
 #ifdef SCAPE_HAVE_NCCL
   c.under_mpi = [a] { return a->backend.name == "mpi" || a->backend.name == "nccl"; };

@@ -111,7 +111,7 @@ bool is_skipped(const std::string& status, const char* what) {
 }
 
 int cmd_sweep(const std::string& file, const std::string& out_dir, const std::vector<std::string>& sets, int jobs,
-              bool quiet) {
+              bool quiet, bool force_memory) {
   const ex::SweepPlan plan = ex::plan_sweep(file, out_dir, sets);
   std::filesystem::create_directories(out_dir);
   std::vector<SweepRow> rows(plan.points.size());
@@ -153,6 +153,7 @@ int cmd_sweep(const std::string& file, const std::string& out_dir, const std::ve
       if (!finished.empty()) {
         take_finished(row, p.file, finished, " by another sweep");
       } else {
+        check_host_memory(*p.config, p.config->workers, force_memory);  // at its start: points may run in parallel
         row.outcome = scape::sim::run_simulated(*p.config, point_options(p.file, quiet, jobs, k, n, row.label));
         row.status = tr::to_string(row.outcome.status);
         row.note = row.outcome.error.empty() ? p.file.string() : row.outcome.error;
@@ -223,7 +224,7 @@ struct SweepArgs {
   std::string config_file, out_dir;
   std::vector<std::string> sets;
   int jobs = 1;
-  bool quiet = false;
+  bool quiet = false, force_memory = false;
 };
 
 }  // namespace
@@ -240,9 +241,10 @@ Command add_sweep_command(CLI::App& app) {
   sweep->add_option("--jobs", a->jobs, "points run in parallel (default 1)")->check(CLI::Range(1, 64));
   sweep->add_option("--set", a->sets, "override a value in every point: key.path=value");
   sweep->add_flag("--quiet", a->quiet, "no progress output");
+  add_force_memory_flag(sweep, a->force_memory);
   Command c;
   c.sub = sweep;
-  c.run = [a] { return cmd_sweep(a->config_file, a->out_dir, a->sets, a->jobs, a->quiet); };
+  c.run = [a] { return cmd_sweep(a->config_file, a->out_dir, a->sets, a->jobs, a->quiet, a->force_memory); };
   return c;
 }
 

@@ -1,18 +1,26 @@
-// scape validate: a config with every default filled in (and its GPU memory estimate), or every
-// point of a sweep.
+// scape validate: a config with every default filled in, its host memory estimate (and its GPU
+// memory estimate), or every point of a sweep; a config past the machine's available memory is
+// refused as scape run refuses it.
 #include <cstdio>
 #include <iostream>
 
 #include "apps/cli_common.hpp"
 #include "experiments/sweep_plan.hpp"
 #include "train/device_memory.hpp"
+#include "train/host_memory.hpp"
 
 namespace scape::cli {
 namespace {
 
 using nlohmann::json;
 
-int cmd_validate(const std::string& file, const std::vector<std::string>& sets, const std::string& backend) {
+// The workers one process of `scape run --backend B` holds: all of them in the simulator.
+int workers_in_process(const ex::ExperimentConfig& config, const std::string& backend) {
+  return backend == "sim" ? config.workers : 1;
+}
+
+int cmd_validate(const std::string& file, const std::vector<std::string>& sets, const std::string& backend,
+                 bool force_memory) {
   json j = ex::read_json_file(file);
   if (j.is_object() &&
       (j.contains("grid") || j.contains("points") || j.contains("repeat") || j.contains("lr_search"))) {
@@ -25,6 +33,7 @@ int cmd_validate(const std::string& file, const std::vector<std::string>& sets, 
         for (const auto& s : sets) ex::apply_override(p.config, s);
         ex::apply_backend_defaults(p.config, backend);
         const auto config = ex::parse_experiment(p.config, base_dir);
+        if (backend == "sim") check_host_memory(config, config.workers, force_memory);
         std::printf("valid    %s  (run id %s)\n", ex::point_label(p).c_str(), ex::run_id(config.to_json()).c_str());
       } catch (const ex::ConfigError& e) {
         ++invalid;
@@ -35,6 +44,11 @@ int cmd_validate(const std::string& file, const std::vector<std::string>& sets, 
     return invalid ? kExitInvalid : kExitOk;
   }
   const auto config = load_config(file, sets, backend);
+  const auto host = tr::host_memory_estimate(config, workers_in_process(config, backend));
+  const std::size_t available = tr::available_host_memory();
+  std::fprintf(stderr, "%s\n  machine      %12s available (MemAvailable)\n", tr::describe(host).c_str(),
+               available ? tr::format_bytes(static_cast<double>(available)).c_str() : "unknown");
+  if (backend == "sim" && !force_memory) tr::require_host_memory(host, available);
   std::cout << config.to_json().dump(2) << "\n";
   std::fprintf(stderr, "%s: valid (run id %s)\n", file.c_str(), ex::run_id(config.to_json()).c_str());
   if (config.device == scape::kernels::DeviceKind::cuda) {
@@ -48,6 +62,7 @@ struct ValidateArgs {
   std::string config_file;
   std::vector<std::string> sets;
   std::string backend = "sim";
+  bool force_memory = false;
 };
 
 }  // namespace
@@ -56,8 +71,8 @@ Command add_validate_command(CLI::App& app) {
   const auto a = std::make_shared<ValidateArgs>();
   auto* validate = app.add_subcommand(
       "validate",
-      "check a config (print it with every default filled in; with device = cuda, its GPU memory estimate) or every "
-      "point of a sweep");
+      "check a config (print it with every default filled in, its host memory estimate by part; with device = cuda, "
+      "its GPU memory estimate) or every point of a sweep");
   validate->add_option("config", a->config_file, "experiment or sweep JSON file")->required()->check(CLI::ExistingPath);
   validate->add_option("--set", a->sets, "override a config value: key.path=value");
   // The defaults of log.oracle and log.gradient_metrics_interval depend on the backend
@@ -67,9 +82,10 @@ Command add_validate_command(CLI::App& app) {
                        "log.gradient_metrics_interval 100 unless given)")
       ->check(CLI::IsMember({"sim", "mpi", "nccl"}))
       ->capture_default_str();
+  add_force_memory_flag(validate, a->force_memory);
   Command c;
   c.sub = validate;
-  c.run = [a] { return cmd_validate(a->config_file, a->sets, a->backend); };
+  c.run = [a] { return cmd_validate(a->config_file, a->sets, a->backend, a->force_memory); };
   return c;
 }
 

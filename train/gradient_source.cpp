@@ -34,10 +34,10 @@ class LanguageModelData final : public SourceData {
       : spec_(experiments::language_model_spec(c.model)), seed_(c.seed) {
     try {
       spec_.validate();
+      layout_ = spec_.layout();  // past 2^32 - 1 parameters: a config error, not a failure
     } catch (const std::invalid_argument& e) {
       throw experiments::ConfigError(e.what());
     }
-    layout_ = spec_.layout();
     const int vocab_size = spec_.vocab_size();
     const auto& d = c.data;
     try {
