@@ -29,6 +29,7 @@ constexpr std::array<std::uint32_t, 256> kTable = make_table();
 template <typename T>
 std::uint32_t crc_of(const std::vector<T>& values) {
   std::vector<unsigned char> bytes(values.size() * sizeof(T));
+  if (bytes.empty()) return crc32(bytes);  // an empty table's data() may be null, which memcpy may not take
   std::memcpy(bytes.data(), values.data(), bytes.size());
   if constexpr (std::endian::native == std::endian::big) {
     for (std::size_t i = 0; i < bytes.size(); i += sizeof(T))
