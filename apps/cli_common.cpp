@@ -3,6 +3,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 
 #include "train/host_memory.hpp"
 
@@ -41,6 +42,25 @@ tr::RunOptions options_for(const std::filesystem::path& out, bool quiet) {
 void check_host_memory(const ex::ExperimentConfig& config, int workers_in_process, bool force) {
   if (force) return;
   tr::require_host_memory(tr::host_memory_estimate(config, workers_in_process), tr::available_host_memory());
+}
+
+int ranks_on_this_host() {
+  // The launchers' own count of the processes on this node: OpenMPI, MPICH/Hydra, torchrun.
+  for (const char* name : {"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS", "LOCAL_WORLD_SIZE"}) {
+    if (const char* value = std::getenv(name)) {
+      const int n = std::atoi(value);
+      if (n >= 1) return n;
+    }
+  }
+  return 1;
+}
+
+void check_rank_host_memory(const ex::ExperimentConfig& config, bool force) {
+  if (force) return;
+  // Every rank on this host checks the same sum (one worker each), so they refuse together; a
+  // rank that still refuses alone exits before MPI starts, and mpirun ends the others.
+  tr::require_host_memory(tr::times_processes(tr::host_memory_estimate(config, 1), ranks_on_this_host()),
+                          tr::available_host_memory());
 }
 
 void add_force_memory_flag(CLI::App* sub, bool& force) {

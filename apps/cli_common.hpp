@@ -51,6 +51,9 @@ tr::RunOptions options_for(const std::filesystem::path& out, bool quiet);
 // Refuses (ConfigError, exit 2) a config whose host memory estimate for `workers_in_process`
 // workers (train/host_memory.hpp) exceeds the machine's MemAvailable, unless `force` (--force-memory).
 void check_host_memory(const ex::ExperimentConfig& config, int workers_in_process, bool force);
+// The same for a rank of --backend mpi or nccl: one worker a rank, times the ranks the launcher
+// put on this host (OMPI_COMM_WORLD_LOCAL_SIZE, MPI_LOCALNRANKS or LOCAL_WORLD_SIZE; else 1).
+void check_rank_host_memory(const ex::ExperimentConfig& config, bool force);
 // --force-memory, as run, sweep and validate register it.
 void add_force_memory_flag(CLI::App* sub, bool& force);
 // A table cell: the number, or n/a for a metric that does not apply (NaN).

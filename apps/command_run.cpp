@@ -54,8 +54,12 @@ int cmd_run(const std::string& file, std::string out, const std::vector<std::str
             bool resume, bool allow_unchecked, bool force, bool force_memory, const Backend& backend) {
   const auto config = load_config(file, sets, backend.name);
   // The simulator holds all W workers in this process; a rank of --backend mpi or nccl holds one,
-  // on a host it may share with others, so only the simulator is checked here.
-  if (backend.name == "sim") check_host_memory(config, config.workers, force_memory);
+  // beside the other ranks its launcher put on this host.
+  if (backend.name == "sim") {
+    check_host_memory(config, config.workers, force_memory);
+  } else {
+    check_rank_host_memory(config, force_memory);
+  }
   if (out.empty()) out = config.name + ".h5";
   prepare_out(out, config, force, resume);
   auto options = options_for(out, quiet);

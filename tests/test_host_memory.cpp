@@ -176,6 +176,17 @@ TEST_CASE("the parts follow the config: data, parameters, activations by hand") 
   CHECK(tr::host_memory_estimate(batch_config, 1).parameters * 4 == batch.parameters);
 }
 
+TEST_CASE("the ranks on one host: every part of one rank's estimate times their count") {
+  const auto config = ex::parse_experiment(quickstart_with(nlohmann::json::object()), ".");
+  const auto one = scape::train::host_memory_estimate(config, 1);
+  const auto three = scape::train::times_processes(one, 3);
+  CHECK(three.total() == 3 * one.total());
+  CHECK(three.data == 3 * one.data);
+  CHECK(three.program == 3 * one.program);
+  CHECK(three.workers == 3);
+  CHECK(scape::train::times_processes(one, 0).total() == one.total());  // no count: one process
+}
+
 TEST_CASE("the configs of issue 55 are refused with exit 2 before they allocate, naming the largest part") {
   TempDir dir;
   struct Bad {

@@ -121,6 +121,15 @@ std::pair<std::string, std::size_t> HostMemory::largest() const {
   return *std::max_element(p.begin(), p.end(), [](const auto& a, const auto& b) { return a.second < b.second; });
 }
 
+HostMemory times_processes(const HostMemory& one, int processes) {
+  const auto k = static_cast<std::size_t>(std::max(processes, 1));
+  HostMemory m = one;
+  for (std::size_t* part : {&m.data, &m.parameters, &m.gradients, &m.activations, &m.optimizer, &m.logs, &m.program})
+    *part *= k;
+  m.workers = one.workers * static_cast<int>(k);
+  return m;
+}
+
 HostMemory host_memory_estimate(const experiments::ExperimentConfig& config, int workers_in_process) {
   HostMemory m;
   m.workers = workers_in_process;

@@ -39,6 +39,10 @@ struct HostMemory {
 // element limit of a layout, so a model too large to build still gets its estimate.
 HostMemory host_memory_estimate(const experiments::ExperimentConfig& config, int workers_in_process);
 
+// `processes` copies of one process's estimate: the ranks of an MPI or NCCL run that share this
+// host, each holding one worker, its own copy of the data and the program.
+HostMemory times_processes(const HostMemory& one, int processes);
+
 // "412 MiB", "3.21 GiB": bytes in the machine's words.
 std::string format_bytes(double bytes);
 

@@ -20,6 +20,8 @@
 #include <tuple>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "run_file/hdf5.hpp"
 #include "run_file/recorder.hpp"
 #include "run_file/run_lock.hpp"
@@ -330,6 +332,21 @@ TEST_CASE("a simulator run's checkpoint resumed under MPI is refused with exit 2
   CHECK(r.output.find(out.string() + ": --resume under --backend mpi or nccl, but the run file was written by the "
                                      "simulator (--backend sim)") != std::string::npos);
   CHECK(r.output.size() < 2000);  // not the lists of columns
+}
+
+TEST_CASE("a config past the machine's memory is refused by every rank with exit 2 before MPI starts") {
+  // A batch of 2^20 sequences: each rank's activation workspace alone is terabytes (issue 55).
+  Dir dir;
+  auto config = nlohmann::json::parse(kGpt);
+  config["data"]["batch_size"] = 1 << 20;
+  std::ofstream(dir.path / "big.json") << config.dump();
+  const auto out = dir.path / "big.h5";
+  const auto r = run_command(mpirun(2, (dir.path / "big.json").string() + " --backend mpi --quiet --out " + out.string()));
+  CAPTURE(r.output);
+  CHECK(r.code == 2);
+  CHECK(r.output.find("of host memory, the largest part activations") != std::string::npos);
+  CHECK(r.output.find("--force-memory") != std::string::npos);
+  CHECK_FALSE(fs::exists(out));
 }
 
 TEST_CASE("a bad data path stops every rank with exit 2, and a wrong rank count is named") {
