@@ -142,8 +142,10 @@ TEST_CASE("the host memory estimate is within 25% of the peak RSS of five runs o
     table += row;
     CHECK(ratio >= 0.75);
     CHECK(ratio <= 1.25);
-    // The parts, not the program's constant, make up most of what was measured.
-    CHECK(static_cast<double>(est.total() - est.program) > 0.6 * static_cast<double>(rss));
+    // The parts, not the program's constant, make up most of what the run took beyond the
+    // program (a build linked with CUDA starts from 227 MiB of libraries, one without from 20).
+    CHECK(static_cast<double>(est.total() - est.program) >
+          0.6 * (static_cast<double>(rss) - static_cast<double>(est.program)));
   }
   MESSAGE(table);
 }
