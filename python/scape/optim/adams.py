@@ -199,8 +199,16 @@ class AdamS(torch.optim.Optimizer):
                      "exp_avg": self._m[a:b].view(shape).clone()}
             if j in masters:
                 entry["master"] = masters[j].view(shape).clone()
+            entry.update(self._extra_state(a, b, shape))
             state[index[id(p)]] = entry
         return {"state": state, "param_groups": saved_groups(self.param_groups)}
+
+    def _extra_state(self, a: int, b: int, shape) -> Dict[str, Any]:
+        """A subclass's own entries for the tensor at [a, b) of the flat buffer (DiLoCo's)."""
+        return {}
+
+    def _load_extra_state(self, entry: Dict[str, Any], a: int, b: int) -> None:
+        """A subclass's own entries back into [a, b) of its buffers."""
 
     def load_state_dict(self, state_dict: Dict[str, Any]) -> None:
         if not isinstance(state_dict, dict):
@@ -225,6 +233,7 @@ class AdamS(torch.optim.Optimizer):
             self._m[a:b] = entry["exp_avg"].reshape(-1).to(self.device, torch.float32)
             if j in masters:
                 masters[j].copy_(entry["master"].reshape(-1).to(self.device, torch.float32))
+            self._load_extra_state(entry, a, b)
         if entries:
             self._t, self.skipped_steps = int(float(entries[0]["step"])), int(entries[0]["skipped_steps"])
         self._step_count.fill_(float(self._t))

@@ -16,7 +16,7 @@ import torch
 
 from .adams import AdamS
 from .comm import _split
-from .params import local_tensor, trainable_tensors
+from .params import trainable_tensors
 
 WIRES = ("fp32", "bf16", "fp8_e5m2")
 
@@ -194,37 +194,22 @@ class DiLoCo(AdamS):
                    streaming_fragments=self.fragments, overlap_outer=self.overlap_outer)
         return out
 
-    def state_dict(self) -> Dict[str, Any]:
-        """AdamS's entries (this rank's inner first moment) and, per parameter, θ_g, the outer
-        momentum and the delayed step's snapshot: a rank's own, saved and loaded by that rank."""
-        out = super().state_dict()
-        for j, (p, (a, b)) in enumerate(zip(self._tensors, self._ranges)):
-            entry = out["state"][self._index_of(p)]
-            shape = local_tensor(p).shape
-            entry["outer_global"] = self._global[a:b].view(shape).clone()
-            entry["outer_momentum"] = self._outer_m[a:b].view(shape).clone()
-            entry["outer_global_set"] = self._global_set
-            if self._snapshot is not None:
-                entry["outer_snapshot"] = self._snapshot[a:b].view(shape).clone()
+    def _extra_state(self, a: int, b: int, shape) -> Dict[str, Any]:
+        """θ_g, the outer momentum and the delayed step's snapshot of the tensor: a rank's own,
+        saved and loaded by that rank (its parameters differ from the others' between syncs)."""
+        out = {"outer_global": self._global[a:b].view(shape).clone(),
+               "outer_momentum": self._outer_m[a:b].view(shape).clone(), "outer_global_set": self._global_set}
+        if self._snapshot is not None:
+            out["outer_snapshot"] = self._snapshot[a:b].view(shape).clone()
         return out
 
-    def load_state_dict(self, state_dict: Dict[str, Any]) -> None:
-        super().load_state_dict(state_dict)
-        for p, (a, b) in zip(self._tensors, self._ranges):
-            entry = state_dict["state"][self._key_of(state_dict, p)]
-            for key, target in (("outer_global", self._global), ("outer_momentum", self._outer_m),
-                                ("outer_snapshot", self._snapshot)):
-                if target is None:
-                    continue
-                if key not in entry:
-                    raise ValueError(f"state_dict: no {key} (not a scape.torch.DiLoCo state, or saved without "
-                                     f"overlap_outer)")
-                target[a:b] = entry[key].reshape(-1).to(self.device, torch.float32)
-            self._global_set = bool(entry.get("outer_global_set", True))
-
-    def _index_of(self, p) -> int:
-        return next(i for i, q in enumerate(q for g in self.param_groups for q in g["params"]) if q is p)
-
-    def _key_of(self, state_dict, p):
-        saved = [k for g in state_dict["param_groups"] for k in g["params"]]
-        return saved[self._index_of(p)]
+    def _load_extra_state(self, entry: Dict[str, Any], a: int, b: int) -> None:
+        for key, target in (("outer_global", self._global), ("outer_momentum", self._outer_m),
+                            ("outer_snapshot", self._snapshot)):
+            if target is None:
+                continue
+            if key not in entry:
+                raise ValueError(f"state_dict: no {key} (not a scape.torch.DiLoCo state, or saved without "
+                                 f"overlap_outer)")
+            target[a:b] = entry[key].reshape(-1).to(self.device, torch.float32)
+        self._global_set = bool(entry.get("outer_global_set", True))

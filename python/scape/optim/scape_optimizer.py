@@ -477,7 +477,7 @@ class SCAPE(torch.optim.Optimizer):
         self._previous_mask, self._previous_size = self._mask, int(idx.numel())
         self._t = t
         self._step_count.fill_(float(t))
-        state_io.bind_views(self)  # the residual traded places with the workspace
+        state_io.bind_residual_views(self)  # the residual traded places with the workspace
 
     def _keep_untouched(self, slots: List[int]):
         """A tensor without a gradient on any rank is skipped as torch's optimizers skip it: its

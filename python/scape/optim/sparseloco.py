@@ -190,17 +190,11 @@ class SparseLoCo(DiLoCo):
                    ef_decay=self.ef_decay, wire_dtype=self.wire_dtype)
         return out
 
-    def state_dict(self) -> Dict[str, Any]:
-        out = super().state_dict()
-        for p, (a, b) in zip(self._tensors, self._ranges):
-            entry = out["state"][self._index_of(p)]
-            entry["sparseloco_error"] = self._error[a:b].view(p.shape).clone()
-        return out
+    def _extra_state(self, a: int, b: int, shape) -> Dict[str, Any]:
+        return {**super()._extra_state(a, b, shape), "sparseloco_error": self._error[a:b].view(shape).clone()}
 
-    def load_state_dict(self, state_dict: Dict[str, Any]) -> None:
-        super().load_state_dict(state_dict)
-        for p, (a, b) in zip(self._tensors, self._ranges):
-            entry = state_dict["state"][self._key_of(state_dict, p)]
-            if "sparseloco_error" not in entry:
-                raise ValueError("state_dict: no sparseloco_error (not a scape.torch.SparseLoCo state)")
-            self._error[a:b] = entry["sparseloco_error"].reshape(-1).to(self.device, torch.float32)
+    def _load_extra_state(self, entry: Dict[str, Any], a: int, b: int) -> None:
+        super()._load_extra_state(entry, a, b)
+        if "sparseloco_error" not in entry:
+            raise ValueError("state_dict: no sparseloco_error (not a scape.torch.SparseLoCo state)")
+        self._error[a:b] = entry["sparseloco_error"].reshape(-1).to(self.device, torch.float32)

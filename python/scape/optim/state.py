@@ -99,6 +99,15 @@ def follow_tensors(opt) -> None:
     bind_views(opt)
 
 
+def bind_residual_views(opt) -> None:
+    """opt.state[p]["residual"] again after the step's residual traded places with the
+    workspace (the only view a step moves)."""
+    if not opt._e.numel():
+        return
+    for slot, p in zip(opt.layout.slots, opt._tensors):
+        opt.state[p]["residual"] = opt._e[slot.offset:slot.end].view(local_tensor(p).shape)
+
+
 def _full(opt, part: torch.Tensor) -> torch.Tensor:
     """A sharded buffer gathered whole (every rank), or the replicated buffer itself."""
     if not opt.sharded or opt.comm.size == 1:
