@@ -21,13 +21,13 @@ int exit_code(const tr::RunOutcome& outcome) {
   return kExitFailure;
 }
 
-ex::ExperimentConfig load_config(const std::string& file, const std::vector<std::string>& sets,
-                                 std::string_view backend) {
-  json j = ex::read_json_file(file);
-  for (const auto& s : sets) ex::apply_override(j, s);
-  ex::apply_backend_defaults(j, backend);
+cfg::ExperimentConfig load_config(const std::string& file, const std::vector<std::string>& sets,
+                                  std::string_view backend) {
+  json j = cfg::read_json_file(file);
+  for (const auto& s : sets) cfg::apply_override(j, s);
+  cfg::apply_backend_defaults(j, backend);
   const auto base = std::filesystem::absolute(file).parent_path();
-  return ex::parse_experiment(j, base);
+  return cfg::parse_experiment(j, base);
 }
 
 tr::RunOptions options_for(const std::filesystem::path& out, bool quiet) {
@@ -39,7 +39,7 @@ tr::RunOptions options_for(const std::filesystem::path& out, bool quiet) {
   return o;
 }
 
-void check_host_memory(const ex::ExperimentConfig& config, int workers_in_process, bool force) {
+void check_host_memory(const cfg::ExperimentConfig& config, int workers_in_process, bool force) {
   if (force) return;
   tr::require_host_memory(tr::host_memory_estimate(config, workers_in_process), tr::available_host_memory());
 }
@@ -55,7 +55,7 @@ int ranks_on_this_host() {
   return 1;
 }
 
-void check_rank_host_memory(const ex::ExperimentConfig& config, bool force) {
+void check_rank_host_memory(const cfg::ExperimentConfig& config, bool force) {
   if (force) return;
   // Every rank on this host checks the same sum (one worker each), so they refuse together; a
   // rank that still refuses alone exits before MPI starts, and mpirun ends the others.
@@ -81,7 +81,7 @@ double dense_bytes(const tr::RunOutcome& r, int workers) {
   return 2.0 * (workers - 1) / workers * static_cast<double>(r.n_params) * 4.0;
 }
 
-void print_outcome(const ex::ExperimentConfig& c, const tr::RunOutcome& r, const std::filesystem::path& out) {
+void print_outcome(const cfg::ExperimentConfig& c, const tr::RunOutcome& r, const std::filesystem::path& out) {
   std::fprintf(stderr, "%s: %s after %d/%d steps in %.1f s -> %s\n", c.name.c_str(), tr::to_string(r.status),
                r.steps_completed, c.steps, r.wall_s, out.string().c_str());
   if (!r.error.empty()) std::fprintf(stderr, "  %s\n", r.error.c_str());

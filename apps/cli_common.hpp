@@ -11,7 +11,7 @@
 #include <string_view>
 #include <vector>
 
-#include "experiments/config.hpp"
+#include "config/config.hpp"
 #include "train/run_log.hpp"
 
 #ifndef SCAPE_VERSION
@@ -23,7 +23,7 @@ const char* scape_git_sha();
 
 namespace scape::cli {
 
-namespace ex = scape::experiments;
+namespace cfg = scape::config;
 namespace tr = scape::train;
 
 constexpr int kExitOk = 0;
@@ -44,22 +44,22 @@ struct Command {
 // 0 completed, 3 diverged, 1 failed, 128 + the signal for a run a stop signal interrupted.
 int exit_code(const tr::RunOutcome& outcome);
 // `backend` (scape run --backend) fills in the defaults that depend on it
-// (experiments::apply_backend_defaults) where the file and the --set overrides leave them out.
-ex::ExperimentConfig load_config(const std::string& file, const std::vector<std::string>& sets,
-                                 std::string_view backend = "sim");
+// (config::apply_backend_defaults) where the file and the --set overrides leave them out.
+cfg::ExperimentConfig load_config(const std::string& file, const std::vector<std::string>& sets,
+                                  std::string_view backend = "sim");
 tr::RunOptions options_for(const std::filesystem::path& out, bool quiet);
 // Refuses (ConfigError, exit 2) a config whose host memory estimate for `workers_in_process`
 // workers (train/host_memory.hpp) exceeds the machine's MemAvailable, unless `force` (--force-memory).
-void check_host_memory(const ex::ExperimentConfig& config, int workers_in_process, bool force);
+void check_host_memory(const cfg::ExperimentConfig& config, int workers_in_process, bool force);
 // The same for a rank of --backend mpi or nccl: one worker a rank, times the ranks the launcher
 // put on this host (OMPI_COMM_WORLD_LOCAL_SIZE, MPI_LOCALNRANKS or LOCAL_WORLD_SIZE; else 1).
-void check_rank_host_memory(const ex::ExperimentConfig& config, bool force);
+void check_rank_host_memory(const cfg::ExperimentConfig& config, bool force);
 // --force-memory, as run, sweep and validate register it.
 void add_force_memory_flag(CLI::App* sub, bool& force);
 // A table cell: the number, or n/a for a metric that does not apply (NaN).
 std::string cell(double x, const char* format);
 double dense_bytes(const tr::RunOutcome& r, int workers);
-void print_outcome(const ex::ExperimentConfig& c, const tr::RunOutcome& r, const std::filesystem::path& out);
+void print_outcome(const cfg::ExperimentConfig& c, const tr::RunOutcome& r, const std::filesystem::path& out);
 
 // The verbs, in the order `scape --help` lists them (apps/command_<verb>.cpp).
 Command add_run_command(CLI::App& app);

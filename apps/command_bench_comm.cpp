@@ -25,13 +25,13 @@ int cmd_bench_comm(const std::string& backend, const std::string& out, std::size
 #ifdef SCAPE_HAVE_NCCL
     return scape::runtime::bench_comm(MPI_COMM_WORLD, scape::runtime::nccl_bench_backend(), o);
 #else
-    throw ex::ConfigError("bench-comm --backend nccl: this scape was built without the NCCL communicator");
+    throw cfg::ConfigError("bench-comm --backend nccl: this scape was built without the NCCL communicator");
 #endif
   }
   return scape::runtime::bench_comm(MPI_COMM_WORLD, scape::runtime::mpi_bench_backend(), o);
 #else
   (void)backend, (void)out, (void)min_bytes, (void)max_bytes, (void)factor, (void)iters, (void)warmup;
-  throw ex::ConfigError("bench-comm: this scape was built without MPI (install libopenmpi-dev and rebuild)");
+  throw cfg::ConfigError("bench-comm: this scape was built without MPI (install libopenmpi-dev and rebuild)");
 #endif
 }
 

@@ -32,27 +32,27 @@ std::string default_table_hardware() {
 }
 
 int cmd_tables(const std::string& file, const std::string& out, const std::string& csv, const Calibrate& calibrate) {
-  if (!file.empty()) throw ex::ConfigError("--validate and --calibrate-table take no prediction config");
+  if (!file.empty()) throw cfg::ConfigError("--validate and --calibrate-table take no prediction config");
   if (!calibrate.validate.empty() && !calibrate.calibrate_table.empty()) {
-    throw ex::ConfigError("--validate and --calibrate-table: give one");
+    throw cfg::ConfigError("--validate and --calibrate-table: give one");
   }
   if (!calibrate.calibrate_table.empty()) {
     if (!csv.empty() || !calibrate.hardware.empty())
-      throw ex::ConfigError("--calibrate-table takes no --csv or --hardware");
+      throw cfg::ConfigError("--calibrate-table takes no --csv or --hardware");
     const auto table = scape::predict::read_measured_table(calibrate.calibrate_table);
     const std::string hw = out.empty() ? "calibrated-hardware.json" : out;
     scape::predict::calibrate_table(table, hw, std::cout);
     std::fprintf(stderr, "calibrated from %s -> %s\n", calibrate.calibrate_table.c_str(), hw.c_str());
     return kExitOk;
   }
-  if (!out.empty()) throw ex::ConfigError("--validate prints a table (and --csv): no --out");
+  if (!out.empty()) throw cfg::ConfigError("--validate prints a table (and --csv): no --out");
   const std::string hw = calibrate.hardware.empty() ? default_table_hardware() : calibrate.hardware;
-  const nlohmann::json j = ex::read_json_file(hw);
+  const nlohmann::json j = cfg::read_json_file(hw);
   scape::predict::Calibration c;
   try {
     c = scape::predict::calibration_from_hardware(j, hw);
   } catch (const std::invalid_argument& e) {
-    throw ex::ConfigError(std::string("--hardware: ") + e.what());
+    throw cfg::ConfigError(std::string("--hardware: ") + e.what());
   }
   const auto table = scape::predict::read_measured_table(calibrate.validate);
   std::cout << "hardware: " << hw << "\n\n";
@@ -63,9 +63,9 @@ int cmd_tables(const std::string& file, const std::string& out, const std::strin
 int cmd_predict(const std::string& file, std::string out, const std::string& csv, const std::vector<std::string>& sets,
                 const std::string& from_runs, const Calibrate& calibrate) {
   if (!calibrate.validate.empty() || !calibrate.calibrate_table.empty()) return cmd_tables(file, out, csv, calibrate);
-  if (!calibrate.hardware.empty()) throw ex::ConfigError("--hardware goes with --validate");
+  if (!calibrate.hardware.empty()) throw cfg::ConfigError("--hardware goes with --validate");
   if (!calibrate.fit.empty()) {
-    if (!file.empty() || !from_runs.empty()) throw ex::ConfigError("--calibrate takes no config or --from-runs");
+    if (!file.empty() || !from_runs.empty()) throw cfg::ConfigError("--calibrate takes no config or --from-runs");
     if (out.empty()) out = "calibrated-hardware.json";
     scape::predict::calibrate_from_files({calibrate.fit.begin(), calibrate.fit.end()},
                                          {calibrate.held_out.begin(), calibrate.held_out.end()}, out, std::cout, csv,
@@ -73,14 +73,14 @@ int cmd_predict(const std::string& file, std::string out, const std::string& csv
     std::fprintf(stderr, "calibrated from %zu file(s) -> %s\n", calibrate.fit.size(), out.c_str());
     return kExitOk;
   }
-  if (!calibrate.held_out.empty()) throw ex::ConfigError("--held-out goes with --calibrate");
-  if (calibrate.links_from_bench) throw ex::ConfigError("--links-from-bench goes with --calibrate");
-  if (file.empty()) throw ex::ConfigError("predict: a prediction config (or --calibrate RUN.h5 ...) is required");
+  if (!calibrate.held_out.empty()) throw cfg::ConfigError("--held-out goes with --calibrate");
+  if (calibrate.links_from_bench) throw cfg::ConfigError("--links-from-bench goes with --calibrate");
+  if (file.empty()) throw cfg::ConfigError("predict: a prediction config (or --calibrate RUN.h5 ...) is required");
   if (calibrate.config_overlap_only && from_runs.empty()) {
-    throw ex::ConfigError("--config-overlap-only goes with --from-runs");
+    throw cfg::ConfigError("--config-overlap-only goes with --from-runs");
   }
   if (!from_runs.empty()) {
-    if (!out.empty() || !csv.empty()) throw ex::ConfigError("--from-runs prints a table only: no --out or --csv");
+    if (!out.empty() || !csv.empty()) throw cfg::ConfigError("--from-runs prints a table only: no --out or --csv");
     const auto runs = scape::predict::read_completed_runs(from_runs);
     scape::predict::print_at_scale(
         std::cout, scape::predict::predict_from_runs(file, sets, runs, calibrate.config_overlap_only));

@@ -30,7 +30,7 @@ struct Backend {
 
 // --out: its folder is created; an existing file is overwritten only when it is a run of this
 // same config (a rerun), or with --force, so a typo cannot clobber another run's results.
-void prepare_out(const std::filesystem::path& out, const ex::ExperimentConfig& config, bool force, bool resume) {
+void prepare_out(const std::filesystem::path& out, const cfg::ExperimentConfig& config, bool force, bool resume) {
   std::error_code ec;
   if (out.has_parent_path()) std::filesystem::create_directories(out.parent_path(), ec);
   if (ec) throw std::runtime_error("--out " + out.string() + ": cannot create its folder (" + ec.message() + ")");
@@ -40,14 +40,14 @@ void prepare_out(const std::filesystem::path& out, const ex::ExperimentConfig& c
   std::string found;
   try {
     const json stored = json::parse(run_file::read_run_summary(out).config_json);
-    if (ex::run_id(stored) == ex::run_id(config.to_json())) return;
+    if (cfg::run_id(stored) == cfg::run_id(config.to_json())) return;
     found = "the run file of another config (" + stored.value("name", std::string("unnamed")) + ", run id " +
-            ex::run_id(stored) + "; this config is " + ex::run_id(config.to_json()) + ")";
+            cfg::run_id(stored) + "; this config is " + cfg::run_id(config.to_json()) + ")";
   } catch (const std::exception&) {
     found = "not a scape run file";
   }
-  throw ex::ConfigError("--out " + out.string() + ": the file exists and is " + found +
-                        "; choose another --out, or add --force to overwrite it");
+  throw cfg::ConfigError("--out " + out.string() + ": the file exists and is " + found +
+                         "; choose another --out, or add --force to overwrite it");
 }
 
 int cmd_run(const std::string& file, std::string out, const std::vector<std::string>& sets, bool quiet, int every,
@@ -76,12 +76,12 @@ int cmd_run(const std::string& file, std::string out, const std::vector<std::str
     mpi.collective_timeout_s = backend.collective_timeout_s;
     return scape::runtime::run_mpi(config, options, mpi);
 #else
-    throw ex::ConfigError("--backend mpi: this scape was built without MPI (install libopenmpi-dev and rebuild)");
+    throw cfg::ConfigError("--backend mpi: this scape was built without MPI (install libopenmpi-dev and rebuild)");
 #endif
   }
   if (backend.name == "nccl") {
     if (backend.deterministic) {
-      throw ex::ConfigError("--deterministic applies to --backend mpi only (NCCL reduces in its own order)");
+      throw cfg::ConfigError("--deterministic applies to --backend mpi only (NCCL reduces in its own order)");
     }
 #if defined(SCAPE_HAVE_NCCL)
     scape::runtime::MpiOptions mpi;
@@ -92,7 +92,7 @@ int cmd_run(const std::string& file, std::string out, const std::vector<std::str
     print_outcome(config, outcome, out);
     return exit_code(outcome);
 #else
-    throw ex::ConfigError(
+    throw cfg::ConfigError(
         "--backend nccl: this scape was built without the NCCL communicator (it needs nvcc and NCCL: libnccl-dev "
         "or NCCL in the CUDA toolkit, and MPI for more than one rank; rebuild)");
 #endif

@@ -15,7 +15,7 @@ Command add_schema_command(CLI::App& app) {
   Command c;
   c.sub = schema;
   c.run = [predict_schema] {
-    std::cout << (*predict_schema ? scape::predict::predict_schema() : ex::experiment_schema()).dump(2) << "\n";
+    std::cout << (*predict_schema ? scape::predict::predict_schema() : cfg::experiment_schema()).dump(2) << "\n";
     return kExitOk;
   };
   return c;

@@ -5,10 +5,10 @@
 #include <mutex>
 
 #include "apps/cli_common.hpp"
-#include "experiments/sweep_plan.hpp"
+#include "config/compute_model.hpp"
+#include "config/sweep_plan.hpp"
 #include "model/gpt.hpp"
 #include "model/llama.hpp"
-#include "predict/compute_model.hpp"
 #include "run_file/hdf5.hpp"
 #include "run_file/recorder.hpp"
 #include "sim/sim_run.hpp"
@@ -112,12 +112,12 @@ bool is_skipped(const std::string& status, const char* what) {
 
 int cmd_sweep(const std::string& file, const std::string& out_dir, const std::vector<std::string>& sets, int jobs,
               bool quiet, bool force_memory) {
-  const ex::SweepPlan plan = ex::plan_sweep(file, out_dir, sets);
+  const cfg::SweepPlan plan = cfg::plan_sweep(file, out_dir, sets);
   std::filesystem::create_directories(out_dir);
   std::vector<SweepRow> rows(plan.points.size());
   std::size_t same = 0;
   for (std::size_t i = 0; i < plan.points.size(); ++i) {
-    const ex::PlannedPoint& p = plan.points[i];
+    const cfg::PlannedPoint& p = plan.points[i];
     rows[i].label = p.label;
     if (!p.config) {
       rows[i].status = "invalid";
@@ -125,7 +125,7 @@ int cmd_sweep(const std::string& file, const std::string& out_dir, const std::ve
       continue;
     }
     rows[i].workers = p.config->workers;
-    rows[i].time_model = predict::describe_step_time_model(*p.config);
+    rows[i].time_model = config::describe_step_time_model(*p.config);
     if (!p.finished.empty()) {
       take_finished(rows[i], p.file, p.finished, "");
     } else if (!p.rerun_reason.empty()) {
@@ -143,13 +143,13 @@ int cmd_sweep(const std::string& file, const std::string& out_dir, const std::ve
   // Each point is checked again under its run file's lock just before it starts: another sweep
   // into the same folder may have finished it meanwhile, or may be running it now.
   std::mutex mu;
-  ex::ScheduleHooks hooks;
+  cfg::ScheduleHooks hooks;
   hooks.run = [&](std::size_t k, bool) {
-    const ex::PlannedPoint& p = plan.points[plan.to_run[k]];
+    const cfg::PlannedPoint& p = plan.points[plan.to_run[k]];
     SweepRow& row = rows[plan.to_run[k]];
     try {
       std::string why;
-      const std::string finished = ex::finished_status(p.file, why);
+      const std::string finished = cfg::finished_status(p.file, why);
       if (!finished.empty()) {
         take_finished(row, p.file, finished, " by another sweep");
       } else {
@@ -179,7 +179,7 @@ int cmd_sweep(const std::string& file, const std::string& out_dir, const std::ve
     std::fprintf(stderr, "warning: %s: this filesystem does not support flock; points run unlocked, so a second "
                  "sweep into %s at the same time may run them again\n", path.string().c_str(), out_dir.c_str());
   };
-  ex::run_planned(files, jobs, hooks);
+  cfg::run_planned(files, jobs, hooks);
   for (std::size_t i = 0; i < plan.points.size(); ++i) {
     if (!plan.points[i].same_as) continue;
     const std::size_t runner = *plan.points[i].same_as;

@@ -5,7 +5,7 @@
 #include <iostream>
 
 #include "apps/cli_common.hpp"
-#include "experiments/sweep_plan.hpp"
+#include "config/sweep_plan.hpp"
 #include "train/device_memory.hpp"
 #include "train/host_memory.hpp"
 
@@ -15,29 +15,29 @@ namespace {
 using nlohmann::json;
 
 // The workers one process of `scape run --backend B` holds: all of them in the simulator.
-int workers_in_process(const ex::ExperimentConfig& config, const std::string& backend) {
+int workers_in_process(const cfg::ExperimentConfig& config, const std::string& backend) {
   return backend == "sim" ? config.workers : 1;
 }
 
 int cmd_validate(const std::string& file, const std::vector<std::string>& sets, const std::string& backend,
                  bool force_memory) {
-  json j = ex::read_json_file(file);
+  json j = cfg::read_json_file(file);
   if (j.is_object() &&
       (j.contains("grid") || j.contains("points") || j.contains("repeat") || j.contains("lr_search"))) {
     // A sweep: every point must be a valid experiment.
     const auto base_dir = std::filesystem::absolute(file).parent_path();
-    auto points = ex::expand_sweep(j, base_dir);
+    auto points = cfg::expand_sweep(j, base_dir);
     int invalid = 0;
     for (auto& p : points) {
       try {
-        for (const auto& s : sets) ex::apply_override(p.config, s);
-        ex::apply_backend_defaults(p.config, backend);
-        const auto config = ex::parse_experiment(p.config, base_dir);
+        for (const auto& s : sets) cfg::apply_override(p.config, s);
+        cfg::apply_backend_defaults(p.config, backend);
+        const auto config = cfg::parse_experiment(p.config, base_dir);
         if (backend == "sim") check_host_memory(config, config.workers, force_memory);
-        std::printf("valid    %s  (run id %s)\n", ex::point_label(p).c_str(), ex::run_id(config.to_json()).c_str());
-      } catch (const ex::ConfigError& e) {
+        std::printf("valid    %s  (run id %s)\n", cfg::point_label(p).c_str(), cfg::run_id(config.to_json()).c_str());
+      } catch (const cfg::ConfigError& e) {
         ++invalid;
-        std::printf("invalid  %s: %s\n", ex::point_label(p).c_str(), e.what());
+        std::printf("invalid  %s: %s\n", cfg::point_label(p).c_str(), e.what());
       }
     }
     std::fprintf(stderr, "%s: sweep of %zu points, %d invalid\n", file.c_str(), points.size(), invalid);
@@ -50,7 +50,7 @@ int cmd_validate(const std::string& file, const std::vector<std::string>& sets, 
                available ? tr::format_bytes(static_cast<double>(available)).c_str() : "unknown");
   if (backend == "sim" && !force_memory) tr::require_host_memory(host, available);
   std::cout << config.to_json().dump(2) << "\n";
-  std::fprintf(stderr, "%s: valid (run id %s)\n", file.c_str(), ex::run_id(config.to_json()).c_str());
+  std::fprintf(stderr, "%s: valid (run id %s)\n", file.c_str(), cfg::run_id(config.to_json()).c_str());
   if (config.device == scape::kernels::DeviceKind::cuda) {
     std::fprintf(stderr, "device memory estimate (simulator, one GPU): %s\n",
                  scape::train::describe(scape::train::device_memory_estimate(config, config.workers, true)).c_str());

@@ -60,7 +60,7 @@ int main(int argc, char** argv) {
   int code = cli::kExitFailure;
   try {
     code = chosen->run();
-  } catch (const scape::experiments::ConfigError& e) {
+  } catch (const scape::config::ConfigError& e) {
     std::fprintf(stderr, "error: %s\n", e.what());
     code = cli::kExitInvalid;
   } catch (const std::exception& e) {

@@ -10,13 +10,13 @@
 #include <filesystem>
 #include <numeric>
 
-#include "experiments/config.hpp"
+#include "config/config.hpp"
 #include "run_file/hdf5.hpp"
 #include "sim/sim_run.hpp"
 
 namespace {
 
-namespace ex = scape::experiments;
+namespace cfg = scape::config;
 
 double sum_metric(const std::filesystem::path& file, const char* name) {
   auto f = scape::run_file::File::open(file, scape::run_file::Access::read);
@@ -24,7 +24,7 @@ double sum_metric(const std::filesystem::path& file, const char* name) {
   return std::accumulate(v.begin() + 1, v.end(), 0.0);  // step 1 carries one-off warm-up costs
 }
 
-ex::ExperimentConfig quickstart_model(const char* optimizer, int workers) {
+cfg::ExperimentConfig quickstart_model(const char* optimizer, int workers) {
   const nlohmann::json j = {
       {"name", "bench"},
       {"workers", workers},
@@ -35,7 +35,7 @@ ex::ExperimentConfig quickstart_model(const char* optimizer, int workers) {
       {"optimizer", {{"type", optimizer}, {"sparsity", 0.99}}},
       {"eval", {{"interval", 1000}, {"batches", 1}}},
       {"log", {{"flush_interval", 10}}}};
-  return ex::parse_experiment(j, std::filesystem::current_path());
+  return cfg::parse_experiment(j, std::filesystem::current_path());
 }
 
 void BM_HarnessOverhead(benchmark::State& state, const char* optimizer) {

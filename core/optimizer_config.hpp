@@ -1,6 +1,6 @@
 // What configures an optimizer: the type, the update rule, the hyper-parameters and each
 // method's switches, their names and ranges, and the checks that reject an inconsistent
-// combination (docs/algorithms.md, "Switches"; the JSON keys are experiments/config_keys.cpp).
+// combination (docs/algorithms.md, "Switches"; the JSON keys are config/config_keys.cpp).
 #pragma once
 
 #include <cstddef>

@@ -13,20 +13,19 @@
 #include "train/checkpoint.hpp"
 #include "util/fnv1a.hpp"
 
-namespace ex = scape::experiments;
+namespace cfg = scape::config;
 namespace tr = scape::train;
 
 namespace {
 
 constexpr std::size_t kParams = 64;
 
-const ex::ExperimentConfig& config() {
-  static const ex::ExperimentConfig c = ex::parse_experiment(
-      {{"workers", 2},
-       {"steps", 6},
-       {"model", {{"type", "quadratic"}, {"size", kParams}}},
-       {"optimizer", {{"type", "scape"}, {"sparsity", 0.9}}}},
-      scape::fuzz::scratch());
+const cfg::ExperimentConfig& config() {
+  static const cfg::ExperimentConfig c = cfg::parse_experiment({{"workers", 2},
+                                                                {"steps", 6},
+                                                                {"model", {{"type", "quadratic"}, {"size", kParams}}},
+                                                                {"optimizer", {{"type", "scape"}, {"sparsity", 0.9}}}},
+                                                               scape::fuzz::scratch());
   return c;
 }
 
@@ -68,7 +67,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     const tr::Checkpoint c = tr::load_checkpoint(config(), run_file, kParams, /*allow_unchecked=*/true);
     if (c.params.size() != kParams || c.states.size() != 2)
       scape::fuzz::invariant_broken("accepted a checkpoint of another shape");
-  } catch (const ex::ConfigError&) {
+  } catch (const cfg::ConfigError&) {
   }
   try {
     (void)tr::decode_state_map(std::span<const char>(bytes.data(), bytes.size()));

@@ -11,19 +11,19 @@
 #include "train/gradient_source.hpp"
 #include "train/run_log.hpp"
 
-namespace ex = scape::experiments;
+namespace cfg = scape::config;
 namespace tr = scape::train;
 
 namespace {
 
-const ex::ExperimentConfig& config() {
-  static const ex::ExperimentConfig c = ex::parse_experiment(
-      {{"workers", 2},
-       {"steps", 6},
-       {"model", {{"type", "quadratic"}, {"size", 64}}},
-       {"optimizer", {{"type", "scape"}, {"sparsity", 0.9}}},
-       {"log", {{"flush_interval", 2}, {"save_params", true}}}},
-      scape::fuzz::scratch());
+const cfg::ExperimentConfig& config() {
+  static const cfg::ExperimentConfig c =
+      cfg::parse_experiment({{"workers", 2},
+                             {"steps", 6},
+                             {"model", {{"type", "quadratic"}, {"size", 64}}},
+                             {"optimizer", {{"type", "scape"}, {"sparsity", 0.9}}},
+                             {"log", {{"flush_interval", 2}, {"save_params", true}}}},
+                            scape::fuzz::scratch());
   return c;
 }
 

@@ -1,10 +1,10 @@
-// Fuzz target: --set overrides (experiments::apply_override), one per input line, applied to
+// Fuzz target: --set overrides (config::apply_override), one per input line, applied to
 // the repository's quickstart run config, which is then parsed as `scape run --set` does. Both
 // steps may refuse only with a ConfigError.
-#include "experiments/config.hpp"
+#include "config/config.hpp"
 #include "fuzz/fuzz_support.hpp"
 
-namespace ex = scape::experiments;
+namespace cfg = scape::config;
 
 namespace {
 const nlohmann::json& base() {
@@ -24,11 +24,11 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   try {
     while (!text.empty()) {
       const std::size_t end = std::min(text.find('\n'), text.size());
-      ex::apply_override(j, std::string(text.substr(0, end)));
+      cfg::apply_override(j, std::string(text.substr(0, end)));
       text.remove_prefix(std::min(end + 1, text.size()));
     }
-    (void)ex::parse_experiment(j, scape::fuzz::scratch());
-  } catch (const ex::ConfigError&) {
+    (void)cfg::parse_experiment(j, scape::fuzz::scratch());
+  } catch (const cfg::ConfigError&) {
   }
   return 0;
 }

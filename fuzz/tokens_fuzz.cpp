@@ -5,14 +5,14 @@
 #include "fuzz/fuzz_support.hpp"
 #include "train/gradient_source.hpp"
 
-namespace ex = scape::experiments;
+namespace cfg = scape::config;
 namespace tr = scape::train;
 
 namespace {
 
 constexpr int kSections = 4;
 
-ex::ExperimentConfig make_config(int section, const std::filesystem::path& file) {
+cfg::ExperimentConfig make_config(int section, const std::filesystem::path& file) {
   static const char* const kData[kSections] = {
       R"({"type": "text"})", R"({"type": "tokens", "format": "auto"})", R"({"type": "tokens", "format": "nanogpt"})",
       R"({"type": "tokens", "format": "llmc"})"};
@@ -23,13 +23,13 @@ ex::ExperimentConfig make_config(int section, const std::filesystem::path& file)
                       {"data", nlohmann::json::parse(kData[section])}};
   j["data"]["path"] = file.string();
   j["data"]["batch_size"] = 1;
-  return ex::parse_experiment(j, scape::fuzz::scratch());
+  return cfg::parse_experiment(j, scape::fuzz::scratch());
 }
 
 // Parsed once per section: the file is always the same path, only its bytes change.
-const ex::ExperimentConfig& config_for(int section, const std::filesystem::path& file) {
-  static const ex::ExperimentConfig configs[kSections] = {make_config(0, file), make_config(1, file),
-                                                          make_config(2, file), make_config(3, file)};
+const cfg::ExperimentConfig& config_for(int section, const std::filesystem::path& file) {
+  static const cfg::ExperimentConfig configs[kSections] = {make_config(0, file), make_config(1, file),
+                                                           make_config(2, file), make_config(3, file)};
   return configs[section];
 }
 
@@ -38,11 +38,11 @@ const ex::ExperimentConfig& config_for(int section, const std::filesystem::path&
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   if (size == 0) return 0;
   const auto file = scape::fuzz::write_scratch("data.bin", scape::fuzz::as_text(data + 1, size - 1));
-  const ex::ExperimentConfig& config = config_for(data[0] % kSections, file);
+  const cfg::ExperimentConfig& config = config_for(data[0] % kSections, file);
   std::unique_ptr<tr::SourceData> source;
   try {
     source = tr::load_source_data(config);
-  } catch (const ex::ConfigError&) {
+  } catch (const cfg::ConfigError&) {
     return 0;
   }
   std::vector<float> params(source->layout().size()), grads(params.size());

@@ -7,7 +7,7 @@
 #include "run_file/hdf5.hpp"
 #include "train/gradient_source.hpp"
 
-namespace ex = scape::experiments;
+namespace cfg = scape::config;
 namespace tr = scape::train;
 
 namespace {
@@ -45,12 +45,12 @@ const scape::fuzz::H5Vocabulary& vocabulary() {
   return v;
 }
 
-ex::ExperimentConfig replay_config(const std::filesystem::path& trace) {
+cfg::ExperimentConfig replay_config(const std::filesystem::path& trace) {
   const nlohmann::json j = {{"workers", 2},
                             {"steps", 1},
                             {"model", {{"type", "replay"}, {"path", trace.string()}}},
                             {"optimizer", {{"type", "scape"}, {"sparsity", 0.5}}}};
-  return ex::parse_experiment(j, scape::fuzz::scratch());
+  return cfg::parse_experiment(j, scape::fuzz::scratch());
 }
 
 }  // namespace
@@ -61,11 +61,11 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   const auto path = scape::fuzz::write_scratch("trace.h5", template_bytes());
   FuzzedDataProvider input(data, size);
   scape::fuzz::mutate_hdf5(path, input, vocabulary());
-  static const ex::ExperimentConfig config = replay_config(path);  // the path never changes
+  static const cfg::ExperimentConfig config = replay_config(path);  // the path never changes
   std::unique_ptr<tr::SourceData> source;
   try {
     source = tr::load_source_data(config);
-  } catch (const ex::ConfigError&) {
+  } catch (const cfg::ConfigError&) {
     return 0;
   }
   if (source->layout().size() > kMaxReadValues) return 0;

@@ -5,7 +5,7 @@
 #include <cmath>
 #include <cstdio>
 
-#include "experiments/json_section.hpp"
+#include "config/json_section.hpp"
 #include "predict/report.hpp"
 #include "run_file/hdf5.hpp"
 #include "run_file/recorder.hpp"
@@ -13,7 +13,7 @@
 namespace scape::predict {
 namespace {
 
-namespace ex = scape::experiments;
+namespace cfg = scape::config;
 using nlohmann::json;
 
 double mean_of_finite(const std::vector<double>& v) {
@@ -87,7 +87,7 @@ std::string run_label(const MeasuredRun& r) {
 
 std::vector<MeasuredRun> read_completed_runs(const std::filesystem::path& dir) {
   std::error_code ec;
-  if (!std::filesystem::is_directory(dir, ec)) throw ex::ConfigError("--from-runs: no such folder " + dir.string());
+  if (!std::filesystem::is_directory(dir, ec)) throw cfg::ConfigError("--from-runs: no such folder " + dir.string());
   std::vector<std::filesystem::path> files;
   for (const auto& e : std::filesystem::directory_iterator(dir)) {
     if (e.is_regular_file() && e.path().extension() == ".h5") files.push_back(e.path());
@@ -136,7 +136,7 @@ std::vector<AtScaleRow> predict_from_runs(const std::filesystem::path& config_fi
     with_run.emplace_back(std::string("overlap.param_gather=") + (other ? "true" : "false"));
     rows.push_back({&run, rows.back().dense, other, predict_at_largest(config_file, with_run)});
   }
-  if (rows.empty()) throw ex::ConfigError("--from-runs: no completed " + type + " run in the folder");
+  if (rows.empty()) throw cfg::ConfigError("--from-runs: no completed " + type + " run in the folder");
   return rows;
 }
 

@@ -6,22 +6,22 @@
 #include <cstdio>
 #include <fstream>
 
+#include "config/config.hpp"
+#include "config/json_section.hpp"
+#include "config/model_shapes.hpp"
 #include "core/schedule.hpp"
-#include "experiments/config.hpp"
-#include "experiments/json_section.hpp"
-#include "experiments/model_shapes.hpp"
 #include "optimizers/volume.hpp"
-#include "predict/compute_model.hpp"
+#include "run_file/bench_comm_file.hpp"
 #include "run_file/hdf5.hpp"
 
 namespace scape::predict {
 namespace {
 
-namespace ex = experiments;
+namespace cfg = config;
 using nlohmann::json;
 
 [[noreturn]] void bad_file(const std::filesystem::path& file, const std::string& what) {
-  throw ex::ConfigError(file.string() + ": " + what);
+  throw cfg::ConfigError(file.string() + ": " + what);
 }
 
 run_file::File open_measurements(const std::filesystem::path& file) {
@@ -55,11 +55,11 @@ std::vector<double> rows_in(const std::vector<double>& steps, const std::vector<
   return out;
 }
 
-ex::ExperimentConfig run_config(const run_file::File& f, const std::filesystem::path& file) {
+cfg::ExperimentConfig run_config(const run_file::File& f, const std::filesystem::path& file) {
   if (!f.has_attribute("config")) bad_file(file, "missing attribute config (not a scape run file)");
   try {
-    return ex::parse_experiment(json::parse(f.read_string_attribute("config")),
-                                std::filesystem::absolute(file).parent_path());
+    return cfg::parse_experiment(json::parse(f.read_string_attribute("config")),
+                                 std::filesystem::absolute(file).parent_path());
   } catch (const std::exception& e) {
     bad_file(file, std::string("its config does not parse: ") + e.what());
   }
@@ -191,7 +191,7 @@ double harness_metric_bytes(const OptimizerConfig& optimizer, std::uint64_t n_pa
 
 bool is_bench_comm_file(const std::filesystem::path& file) {
   const run_file::File f = open_measurements(file);
-  return f.has_attribute("format") && f.read_string_attribute("format") == kBenchCommFormat;
+  return f.has_attribute("format") && f.read_string_attribute("format") == run_file::kBenchCommFormat;
 }
 
 std::vector<CollectiveSample> read_bench_comm(const std::filesystem::path& file) {
@@ -218,7 +218,7 @@ std::vector<CollectiveSample> read_bench_comm(const std::filesystem::path& file)
 
 RunMeasurement read_run_measurement(const std::filesystem::path& file) {
   const run_file::File f = open_measurements(file);
-  const ex::ExperimentConfig config = run_config(f, file);
+  const cfg::ExperimentConfig config = run_config(f, file);
   const bool slept = config.compute.type == "sleep";
   if (config.model.type != "gpt" && !slept) {
     bad_file(file, "model.type " + config.model.type +
@@ -242,8 +242,8 @@ RunMeasurement read_run_measurement(const std::filesystem::path& file) {
   r.optimizer = config.optimizer;
   r.workers = config.workers;
   if (config.model.type == "gpt") {
-    const presets::ModelSpec spec = scape::experiments::predictor_model_spec(config.model);
-    r.layout = scape::experiments::language_model_spec(config.model).layout();
+    const presets::ModelSpec spec = scape::config::predictor_model_spec(config.model);
+    r.layout = scape::config::language_model_spec(config.model).layout();
     r.flops_per_token = presets::training_flops_per_token(spec, config.model.block_size, presets::AttentionFlops::causal);
     r.tokens_per_gpu = static_cast<double>(config.data.batch_size) * config.model.block_size;
   } else {
@@ -346,24 +346,26 @@ void calibrate_from_files(const std::vector<std::filesystem::path>& fit_files,
     collectives.insert(collectives.end(), s.begin(), s.end());
   }
   if (links_from_bench && collectives.empty()) {
-    throw ex::ConfigError("--calibrate --links-from-bench: no bench-comm file among the inputs to fit the links to");
+    throw cfg::ConfigError("--calibrate --links-from-bench: no bench-comm file among the inputs to fit the links to");
   }
   for (const auto& file : held_out) {
     runs.push_back(read_run_measurement(file));
     fitted.push_back(false);
     if (compute.empty() && !runs.back().compute_slept()) {
-      throw ex::ConfigError("--calibrate: " + file.string() +
-                            " measures its compute, but every fitted run's compute slept: fit on a run whose "
-                            "compute is measured too");
+      throw cfg::ConfigError("--calibrate: " + file.string() +
+                             " measures its compute, but every fitted run's compute slept: fit on a run whose "
+                             "compute is measured too");
     }
   }
-  if (fitted.empty()) throw ex::ConfigError("--calibrate: no run file among the inputs (bench-comm files alone fit "
-                                            "only the links; compute and the optimizer step need a run)");
+  if (fitted.empty())
+    throw cfg::ConfigError(
+        "--calibrate: no run file among the inputs (bench-comm files alone fit "
+        "only the links; compute and the optimizer step need a run)");
   Calibration c;
   try {
     c = calibrate(compute, optimizer, collectives);
   } catch (const std::invalid_argument& e) {
-    throw ex::ConfigError(std::string("--calibrate: ") + e.what());
+    throw cfg::ConfigError(std::string("--calibrate: ") + e.what());
   }
   for (const auto& file : fit_files) c.sources.push_back(file.string());
   std::ofstream o(out);

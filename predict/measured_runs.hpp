@@ -16,9 +16,6 @@
 
 namespace scape::predict {
 
-// The "format" attribute of a `scape bench-comm` file.
-inline constexpr const char* kBenchCommFormat = "scape-bench-comm-1";
-
 struct MeasuredCollective {
   std::string purpose;
   CollectiveKind kind = CollectiveKind::all_reduce;
@@ -74,7 +71,7 @@ double harness_metric_bytes(const OptimizerConfig& optimizer, std::uint64_t n_pa
 // Below this CPU share a run counts as oversubscribed and its times are scaled by the share.
 inline constexpr double kOversubscribedShare = 0.9;
 
-// Throws experiments::ConfigError naming the file and what is missing (a dataset, a gpt
+// Throws config::ConfigError naming the file and what is missing (a dataset, a gpt
 // model or a slept compute, enough steps) when the file cannot be calibrated from.
 RunMeasurement read_run_measurement(const std::filesystem::path& file);
 // The rows of a bench-comm file. Throws ConfigError naming the file and the missing dataset.

@@ -6,12 +6,12 @@
 #include <fstream>
 #include <sstream>
 
-#include "experiments/json_section.hpp"
+#include "config/json_section.hpp"
 
 namespace scape::predict {
 namespace {
 
-using experiments::ConfigError;
+using config::ConfigError;
 
 std::vector<std::string> split_csv(const std::string& line) {
   std::vector<std::string> cells;

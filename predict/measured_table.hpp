@@ -36,7 +36,7 @@ struct MeasuredTable {
   std::vector<MeasuredRow> rows;
 };
 
-// Throws experiments::ConfigError naming the file (and the row and column) for a missing or
+// Throws config::ConfigError naming the file (and the row and column) for a missing or
 // unreadable file, a header that is neither format, a missing, negative, zero, non-numeric or
 // non-finite cell, an unknown model or method, a non-integer or non-positive gpus, and a row
 // that repeats an earlier (model, method, gpus).

@@ -1,5 +1,5 @@
 // Strict parsing of prediction configs with the shared section parser
-// (experiments/json_section.hpp) and the keys of predict_keys.cpp: unknown keys get a "did you
+// (config/json_section.hpp) and the keys of predict_keys.cpp: unknown keys get a "did you
 // mean", wrong types and out-of-range values name the JSON path. What remains here are the
 // defaults that follow from other keys (presets, family, worker counts) and the checks that
 // span keys.
@@ -7,19 +7,19 @@
 
 #include <algorithm>
 
-#include "experiments/config.hpp"
+#include "config/config.hpp"
 #include "predict/predict_keys.hpp"
 #include "presets/network_presets.hpp"
 
 namespace scape::predict {
 namespace {
 
+using config::comma_list;
+using config::config_error;
+using config::ConfigError;
+using config::fail;
+using config::Section;
 using nlohmann::json;
-using experiments::ConfigError;
-using experiments::comma_list;
-using experiments::config_error;
-using experiments::fail;
-using experiments::Section;
 
 std::vector<std::string> names_of(const auto& presets) {
   std::vector<std::string> out;
@@ -128,7 +128,7 @@ OverlapModel parse_overlap(const Section& s) {
 OptimizerConfig parse_optimizer_section(const json& j, const std::string& path) {
   const json run = {{"model", {{"type", "quadratic"}}}, {"optimizer", j}};
   try {
-    const OptimizerConfig c = experiments::parse_experiment(run, ".").optimizer;
+    const OptimizerConfig c = config::parse_experiment(run, ".").optimizer;
     // PowerSGD's factors follow the tensor shapes, which a prediction (N only) does not have.
     if (c.type == OptimizerType::powersgd) {
       throw ConfigError("optimizer.type: powersgd cannot be predicted: its bytes depend on the tensor shapes, and "
@@ -227,7 +227,7 @@ json link_json(const LinkSpec& l) {
 }
 
 json optimizer_json(const OptimizerConfig& o) {
-  experiments::ExperimentConfig run;
+  config::ExperimentConfig run;
   run.optimizer = o;
   return run.to_json()["optimizer"];
 }
@@ -287,7 +287,7 @@ PredictConfig parse_predict_config(const json& j) {
 void merge_hardware(json& j, const std::filesystem::path& base_dir) {
   if (!j.is_object() || !j.contains("hardware") || !j.at("hardware").is_string()) return;
   const std::filesystem::path file = base_dir / j.at("hardware").get<std::string>();
-  const json hw = experiments::read_json_file(file);
+  const json hw = config::read_json_file(file);
   if (!hw.is_object() || hw.value("format", "") != kHardwareFormat) {
     throw ConfigError("hardware: " + file.string() + " is not a hardware description (no \"format\": \"" +
                       kHardwareFormat + "\"; `scape predict --calibrate` writes one)");
@@ -312,7 +312,7 @@ void merge_hardware(json& j, const std::filesystem::path& base_dir) {
 }
 
 json predict_schema() {
-  using experiments::section_schema;
+  using config::section_schema;
   json schema = section_schema(top_fields());
   schema["$schema"] = "https://json-schema.org/draft/2020-12/schema";
   schema["title"] = "scape prediction";
@@ -327,14 +327,14 @@ json predict_schema() {
   by_kind = section_schema(collectives_fields());
   for (const auto& f : collectives_fields()) by_kind["properties"][f.key] = section_schema(measured_link_fields());
   p["overlap"] = section_schema(overlap_fields());
-  p["optimizer"] = experiments::experiment_schema()["properties"]["optimizer"];
+  p["optimizer"] = config::experiment_schema()["properties"]["optimizer"];
   p["baseline"] = p["optimizer"];
   return schema;
 }
 
 PredictConfig load_predict_config(const std::filesystem::path& file, const std::vector<std::string>& sets) {
-  json j = experiments::read_json_file(file);
-  for (const auto& s : sets) experiments::apply_override(j, s);
+  json j = config::read_json_file(file);
+  for (const auto& s : sets) config::apply_override(j, s);
   merge_hardware(j, std::filesystem::absolute(file).parent_path());
   return parse_predict_config(j);
 }

@@ -1,6 +1,6 @@
 // Prediction configuration: strict JSON -> typed config, with the section parser of the
-// experiment configs (experiments/json_section.hpp): unknown keys, wrong types and out-of-range
-// values are experiments::ConfigErrors naming the JSON path, so `scape predict` exits with
+// experiment configs (config/json_section.hpp): unknown keys, wrong types and out-of-range
+// values are config::ConfigErrors naming the JSON path, so `scape predict` exits with
 // status 2. The keys are declared in predict_keys.cpp; the optimizer section is parsed by the
 // run-config parser itself. docs/PREDICTING.md lists every field and default.
 #pragma once
@@ -76,7 +76,7 @@ struct PredictConfig {
 // AdamW) with the same sharding and wire precisions; a dense optimizer is its own baseline.
 OptimizerConfig default_baseline(const OptimizerConfig& c);
 
-// Throws experiments::ConfigError naming the field.
+// Throws config::ConfigError naming the field.
 PredictConfig parse_predict_config(const nlohmann::json& j);
 // Puts the gpu and network sections of the hardware description that `j["hardware"]` names
 // (relative to `base_dir`) under the config's own; nothing without that key. Throws ConfigError

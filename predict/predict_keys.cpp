@@ -4,19 +4,19 @@
 
 #include <limits>
 
-#include "experiments/config_keys.hpp"
+#include "config/config_keys.hpp"
 #include "predict/predict_config.hpp"
 
 namespace scape::predict {
 namespace {
 
-using experiments::Kind;
+using config::Kind;
 using nlohmann::json;
 
 constexpr double kInf = std::numeric_limits<double>::infinity();
 
 std::vector<Field> link_fields(const char* default_preset) {
-  std::vector<Field> f = experiments::network_keys().fields;
+  std::vector<Field> f = config::network_keys().fields;
   for (auto& field : f) {
     if (std::string(field.key) == "preset") field.default_value = default_preset;
   }
@@ -121,7 +121,7 @@ const std::vector<Field>& collectives_fields() {
 const std::vector<Field>& measured_link_fields() {
   static const std::vector<Field> f = [] {
     std::vector<Field> out;
-    for (const auto& field : experiments::network_keys().fields) {
+    for (const auto& field : config::network_keys().fields) {
       if (std::string(field.key) != "preset") out.push_back(field);
     }
     return out;

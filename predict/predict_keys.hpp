@@ -6,11 +6,11 @@
 
 #include <vector>
 
-#include "experiments/json_section.hpp"
+#include "config/json_section.hpp"
 
 namespace scape::predict {
 
-using experiments::Field;
+using config::Field;
 
 const std::vector<Field>& top_fields();
 const std::vector<Field>& model_fields();

@@ -8,7 +8,7 @@
 #include <set>
 #include <string>
 
-#include "experiments/json_section.hpp"
+#include "config/json_section.hpp"
 #include "predict/table_model.hpp"
 
 namespace scape::predict {
@@ -55,7 +55,7 @@ void print_table_check(std::ostream& out, const MeasuredTable& table, const Tabl
       << table.file.filename().string() << "\n";
   if (csv.empty()) return;
   std::ofstream f(csv);
-  if (!f) throw experiments::ConfigError("--csv: cannot write " + csv.string());
+  if (!f) throw config::ConfigError("--csv: cannot write " + csv.string());
   f << "model,method,gpus,measured_" << unit << ",predicted_" << unit << ",error\n";
   for (const auto& r : check.rows) {
     f << r.row.model << ',' << r.row.method << ',' << (table.memory ? "" : std::to_string(r.row.gpus)) << ','
@@ -90,7 +90,7 @@ void calibrate_table(const MeasuredTable& table, const std::filesystem::path& ha
                       ": peak_TFLOPs is the achieved compute (mfu 1), the throughputs the optimizer kernels' "
                       "fitted one, the inter link the fitted alpha-beta of blocking collectives";
   std::ofstream f(hardware_out);
-  if (!f) throw experiments::ConfigError("--out: cannot write " + hardware_out.string());
+  if (!f) throw config::ConfigError("--out: cannot write " + hardware_out.string());
   f << hw.dump(2) << "\n";
 }
 

@@ -63,7 +63,7 @@ struct RunFileSpec {
   std::string config_json, scape_version, git_sha;
   // Written as the root attribute optimizer_keys when not empty: JSON text that tells readers of
   // the config what they cannot learn from the file otherwise (train/run_log.cpp fills it with
-  // experiments::optimizer_key_types()); this layer stores it as given.
+  // config::optimizer_key_types()); this layer stores it as given.
   std::string optimizer_keys_json;
   std::vector<std::string> metric_names;         // excluding "step"
   std::vector<MetricDescription> metric_descriptions;  // empty, or one per metric name

@@ -6,8 +6,7 @@
 #include <cstring>
 #include <vector>
 
-#include "predict/measured_runs.hpp"
-#include "run_file/hdf5.hpp"
+#include "run_file/bench_comm_file.hpp"
 #include "runtime/mpi_check.hpp"
 #include "runtime/mpi_comm.hpp"
 
@@ -28,12 +27,6 @@ constexpr Collective kCollectives[] = {
     {"all_gather", CollectiveKind::all_gather, sizeof(float)},
     {"all_gather_words", CollectiveKind::all_gather, sizeof(std::uint64_t)},
     {"all_to_all", CollectiveKind::all_to_all, sizeof(float)},  // 1-bit Adam's compressed exchange
-};
-
-struct Row {
-  std::string collective;
-  CollectiveKind kind;
-  double workers, payload_bytes, latency_steps, bytes_sent_per_worker, time_s, algbw_GBps, busbw_GBps;
 };
 
 // One call on `n` elements in total (a multiple of W).
@@ -61,31 +54,6 @@ void call(Communicator& comm, const Collective& c, void* send, void* recv, std::
       break;
     }
   }
-}
-
-void write_rows(const std::filesystem::path& out, const std::string& backend, const std::vector<Row>& rows) {
-  run_file::File f = run_file::File::create(out);
-  f.write_string_attribute("format", predict::kBenchCommFormat);
-  f.write_string_attribute("backend", backend);
-  std::vector<std::string> names, kinds;
-  for (const auto& r : rows) {
-    names.push_back(r.collective);
-    kinds.push_back(to_string(r.kind));
-  }
-  f.create_string_dataset("collective", names);
-  f.create_string_dataset("kind", kinds);
-  const std::pair<const char*, double Row::*> columns[] = {
-      {"workers", &Row::workers},       {"payload_bytes", &Row::payload_bytes},
-      {"latency_steps", &Row::latency_steps}, {"bytes_sent_per_worker", &Row::bytes_sent_per_worker},
-      {"time_s", &Row::time_s},         {"algbw_GBps", &Row::algbw_GBps},
-      {"busbw_GBps", &Row::busbw_GBps}};
-  for (const auto& [name, field] : columns) {
-    std::vector<double> v;
-    for (const auto& r : rows) v.push_back(r.*field);
-    const hsize_t n = v.size();
-    f.create_dataset(name, H5T_IEEE_F64LE, run_file::DatasetShape{{n}, {}, {}, {}}).write<double>({0}, {n}, v);
-  }
-  f.close();
 }
 
 std::string check_options(const BenchCommOptions& o) {
@@ -140,7 +108,7 @@ int bench_comm(MPI_Comm world, const BenchBackend& backend, const BenchCommOptio
   const std::size_t capacity = o.max_bytes + w * sizeof(std::uint64_t);
   void* send = backend.allocate(capacity);
   void* recv = backend.allocate(capacity);
-  std::vector<Row> rows;
+  std::vector<run_file::BenchCommRow> rows;
   if (rank == 0) {
     std::printf("# scape bench-comm --backend %s, %d ranks, %d iterations (%d warm-up) per size; time of the slowest "
                 "rank\n#%17s %14s %12s %12s %12s %12s\n", backend.name.c_str(), size, o.iters, o.warmup, "collective",
@@ -154,9 +122,10 @@ int bench_comm(MPI_Comm world, const BenchBackend& backend, const BenchCommOptio
       const double payload = static_cast<double>(n * c.element_bytes);
       const double t = time_calls(world, *comm, c, send, recv, n, o);
       const double algbw = payload / t / 1e9;
-      rows.push_back(
-          Row{c.name, c.kind, static_cast<double>(size), payload, static_cast<double>(ring_latency_steps(c.kind, size)),
-              ring_bytes_sent_per_worker(c.kind, size, payload), t, algbw, algbw * bus_factor(c.kind, size)});
+      rows.push_back(run_file::BenchCommRow{c.name, to_string(c.kind), static_cast<double>(size), payload,
+                                            static_cast<double>(ring_latency_steps(c.kind, size)),
+                                            ring_bytes_sent_per_worker(c.kind, size, payload), t, algbw,
+                                            algbw * bus_factor(c.kind, size)});
       if (rank == 0) {
         std::printf(" %17s %14.0f %12zu %12.2f %12.3f %12.3f\n", c.name, payload, n, t * 1e6, algbw,
                     rows.back().busbw_GBps);
@@ -168,7 +137,7 @@ int bench_comm(MPI_Comm world, const BenchBackend& backend, const BenchCommOptio
   int code = 0;
   if (rank == 0) {
     try {
-      write_rows(o.out, backend.name, rows);
+      run_file::write_bench_comm_file(o.out, backend.name, rows);
       std::fprintf(stderr, "bench-comm: %zu rows -> %s\n", rows.size(), o.out.string().c_str());
     } catch (const std::exception& e) {
       std::fprintf(stderr, "error: %s\n", e.what());

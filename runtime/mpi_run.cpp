@@ -54,7 +54,7 @@ bool any_failed(MPI_Comm world, const std::string& error, std::string& all_error
 // as floats, optimizer states in the checkpoint's StateMap encoding.
 class MpiExchange final : public train::StepExchange {
  public:
-  MpiExchange(MPI_Comm world, const experiments::ExperimentConfig& config, std::size_t n, std::size_t tensors)
+  MpiExchange(MPI_Comm world, const config::ExperimentConfig& config, std::size_t n, std::size_t tensors)
       : world_(world), n_(n), packer_(config.optimizer, tensors) {
     SCAPE_MPI_CHECK(MPI_Comm_size(world, &size_));
     with_moment_ = config.log.oracle && config.optimizer.type == OptimizerType::scape &&
@@ -303,7 +303,7 @@ void install_step_hook(train::RunOptions& options, std::atomic<int>& current_ste
 
 }  // namespace
 
-int run_mpi(const experiments::ExperimentConfig& config, train::RunOptions options, const MpiOptions& mpi) {
+int run_mpi(const config::ExperimentConfig& config, train::RunOptions options, const MpiOptions& mpi) {
   CommBackend backend;
   backend.make = [mpi](MPI_Comm world, const NetworkModel& net) -> std::unique_ptr<Communicator> {
     return std::make_unique<MpiComm>(world, net, mpi);
@@ -312,7 +312,7 @@ int run_mpi(const experiments::ExperimentConfig& config, train::RunOptions optio
   return run_mpi(config, std::move(options), mpi, backend);
 }
 
-int run_mpi(const experiments::ExperimentConfig& config, train::RunOptions options, const MpiOptions& mpi,
+int run_mpi(const config::ExperimentConfig& config, train::RunOptions options, const MpiOptions& mpi,
             const CommBackend& backend) {
   MPI_Comm world = MPI_COMM_WORLD;
   int rank = 0, size = 0;
@@ -357,7 +357,7 @@ int run_mpi(const experiments::ExperimentConfig& config, train::RunOptions optio
   if (rank == 0) {
     try {
       session->open_log();
-    } catch (const experiments::ConfigError& e) {
+    } catch (const config::ConfigError& e) {
       error = e.what();
       open_code = 2;
     } catch (const std::exception& e) {

@@ -7,7 +7,7 @@
 #include <functional>
 #include <memory>
 
-#include "experiments/config.hpp"
+#include "config/config.hpp"
 #include "runtime/mpi_comm.hpp"
 #include "train/train_loop.hpp"
 
@@ -16,7 +16,7 @@ namespace scape::runtime {
 // Call between MPI_Init_thread(MPI_THREAD_MULTIPLE) and MPI_Finalize, on every rank with the
 // same arguments. Returns the exit status of the run (0, 2, 3, 1 as `scape run`), the same on
 // every rank. Trains over MpiComm.
-int run_mpi(const experiments::ExperimentConfig& config, train::RunOptions options, const MpiOptions& mpi);
+int run_mpi(const config::ExperimentConfig& config, train::RunOptions options, const MpiOptions& mpi);
 
 // The communicator a run trains over, for runners other than MpiComm (runtime/nccl_run.hpp).
 struct CommBackend {
@@ -30,7 +30,7 @@ struct CommBackend {
   std::function<double(const Communicator&)> blocked_for;
 };
 
-int run_mpi(const experiments::ExperimentConfig& config, train::RunOptions options, const MpiOptions& mpi,
+int run_mpi(const config::ExperimentConfig& config, train::RunOptions options, const MpiOptions& mpi,
             const CommBackend& backend);
 
 }  // namespace scape::runtime

@@ -11,8 +11,8 @@
 
 namespace scape::runtime {
 
-int run_nccl(const experiments::ExperimentConfig& config, train::RunOptions options, const MpiOptions& mpi) {
-  experiments::ExperimentConfig on_gpu = config;
+int run_nccl(const config::ExperimentConfig& config, train::RunOptions options, const MpiOptions& mpi) {
+  config::ExperimentConfig on_gpu = config;
   on_gpu.optimizer.device = kernels::DeviceKind::cuda;
   CommBackend backend;
   backend.check = [&on_gpu] {

@@ -31,23 +31,21 @@ class SingleRankExchange final : public train::StepExchange {
 
 }  // namespace
 
-train::RunOutcome run_nccl_single_process(const experiments::ExperimentConfig& config,
-                                          const train::RunOptions& options_in) {
+train::RunOutcome run_nccl_single_process(const config::ExperimentConfig& config, const train::RunOptions& options_in) {
   if (config.workers != 1) {
-    throw experiments::ConfigError("workers: " + std::to_string(config.workers) +
-                                   ": --backend nccl in a scape built without MPI runs one rank, in this process; set "
-                                   "workers = 1, or rebuild with MPI and start one rank per GPU with mpirun");
+    throw config::ConfigError("workers: " + std::to_string(config.workers) +
+                              ": --backend nccl in a scape built without MPI runs one rank, in this process; set "
+                              "workers = 1, or rebuild with MPI and start one rank per GPU with mpirun");
   }
-  experiments::ExperimentConfig on_gpu = config;
+  config::ExperimentConfig on_gpu = config;
   on_gpu.optimizer.device = kernels::DeviceKind::cuda;
   try {
     on_gpu.optimizer.validate();
   } catch (const std::invalid_argument& e) {
-    throw experiments::ConfigError(std::string("--backend nccl runs the optimizer on the GPU: ") + e.what());
+    throw config::ConfigError(std::string("--backend nccl runs the optimizer on the GPU: ") + e.what());
   }
   if (kernels::cuda::visible_device_count() == 0) {
-    throw experiments::ConfigError(
-        "--backend nccl: no CUDA device is visible (check CUDA_VISIBLE_DEVICES and the driver)");
+    throw config::ConfigError("--backend nccl: no CUDA device is visible (check CUDA_VISIBLE_DEVICES and the driver)");
   }
   train::RunOptions options = options_in;
   options.measured_comm = true;

@@ -3,15 +3,14 @@
 // clique, and the run log, checkpoints and outcome of the other runners.
 #pragma once
 
-#include "experiments/config.hpp"
+#include "config/config.hpp"
 #include "train/train_loop.hpp"
 
 namespace scape::runtime {
 
 // Runs `config` as the one NCCL rank of this process, with the optimizer on the GPU as
-// `--backend nccl` places it. Throws experiments::ConfigError, before anything is written, when
+// `--backend nccl` places it. Throws config::ConfigError, before anything is written, when
 // workers is not 1, no CUDA device is visible, or the optimizer has no CUDA path.
-train::RunOutcome run_nccl_single_process(const experiments::ExperimentConfig& config,
-                                          const train::RunOptions& options);
+train::RunOutcome run_nccl_single_process(const config::ExperimentConfig& config, const train::RunOptions& options);
 
 }  // namespace scape::runtime

@@ -12,7 +12,7 @@
 #include "train/train_loop.hpp"
 
 namespace scape::sim {
-train::RunOutcome run_simulated(const experiments::ExperimentConfig& config, const train::RunOptions& options) {
+train::RunOutcome run_simulated(const config::ExperimentConfig& config, const train::RunOptions& options) {
   // On a GPU the workers take turns with one model and workspace (W copies of the activations
   // would not fit a large model; the GPU runs one worker's batch at full width anyway).
   const bool share = config.has_data() && (config.device == kernels::DeviceKind::cuda || options.share_model);

@@ -7,12 +7,12 @@
 
 namespace scape::sim {
 
-SteppedSimulator::SteppedSimulator(experiments::ExperimentConfig config, std::unique_ptr<train::ExternalData> data,
+SteppedSimulator::SteppedSimulator(config::ExperimentConfig config, std::unique_ptr<train::ExternalData> data,
                                    train::RunOptions options)
     : config_(std::move(config)), data_(std::move(data)), options_(std::move(options)), group_(config_.workers) {
   if (config_.model.type != "external") {
-    throw experiments::ConfigError("model.type: the stepped simulator takes \"external\" gradients, got \"" +
-                                   config_.model.type + "\"");
+    throw config::ConfigError("model.type: the stepped simulator takes \"external\" gradients, got \"" +
+                              config_.model.type + "\"");
   }
   log_ = std::make_unique<train::RunLog>(config_, data_->layout(), options_, 0);
   for (int r = 0; r < config_.workers; ++r) {

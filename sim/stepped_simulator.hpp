@@ -13,7 +13,7 @@
 #include <utility>
 #include <vector>
 
-#include "experiments/config.hpp"
+#include "config/config.hpp"
 #include "sim/emulated_comm.hpp"
 #include "train/gradient_source.hpp"
 #include "train/rank_loop.hpp"
@@ -26,8 +26,8 @@ class SimExchange;
 class SteppedSimulator {
  public:
   // `config` must have model.type "external"; `data` holds the layout and initial parameters.
-  // Creates the run file at options.out. Throws experiments::ConfigError for another model type.
-  SteppedSimulator(experiments::ExperimentConfig config, std::unique_ptr<train::ExternalData> data,
+  // Creates the run file at options.out. Throws config::ConfigError for another model type.
+  SteppedSimulator(config::ExperimentConfig config, std::unique_ptr<train::ExternalData> data,
                    train::RunOptions options);
   // Closes the run (close()) when the caller did not.
   ~SteppedSimulator();
@@ -39,7 +39,7 @@ class SteppedSimulator {
   int steps_done() const { return steps_done_; }
   std::size_t size() const { return data_->layout().size(); }
   const ParamLayout& layout() const { return data_->layout(); }
-  const experiments::ExperimentConfig& config() const { return config_; }
+  const config::ExperimentConfig& config() const { return config_; }
 
   // Step steps_done() + 1: worker w's gradient is grads[w] (size() values) with training loss
   // losses[w] (NaN: none). Returns true when the run diverged (a non-finite gradient, loss or
@@ -68,7 +68,7 @@ class SteppedSimulator {
   void fail(const std::string& failure);
   void release_log();
 
-  experiments::ExperimentConfig config_;
+  config::ExperimentConfig config_;
   std::unique_ptr<train::ExternalData> data_;
   train::RunOptions options_;
   std::unique_ptr<train::RunLog> log_;  // until the run closes

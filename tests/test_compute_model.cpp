@@ -10,17 +10,17 @@
 #include <tuple>
 #include <vector>
 
-#include "experiments/config.hpp"
-#include "experiments/model_shapes.hpp"
+#include "config/compute_model.hpp"
+#include "config/config.hpp"
+#include "config/model_shapes.hpp"
 #include "model/gpt.hpp"
-#include "predict/compute_model.hpp"
 #include "predict/step_model.hpp"
 #include "presets/gpu_presets.hpp"
 #include "run_file/hdf5.hpp"
 #include "sim/sim_run.hpp"
 #include "test_support.hpp"
 
-namespace ex = scape::experiments;
+namespace cfg = scape::config;
 using nlohmann::json;
 
 namespace {
@@ -38,12 +38,12 @@ json quickstart_like(const json& compute) {
           {"compute", compute}};
 }
 
-ex::ExperimentConfig parse(const json& j) { return ex::parse_experiment(j, "."); }
+cfg::ExperimentConfig parse(const json& j) { return cfg::parse_experiment(j, "."); }
 
 std::string error_of(const json& j) {
   try {
     parse(j);
-  } catch (const ex::ConfigError& e) {
+  } catch (const cfg::ConfigError& e) {
     return e.what();
   }
   return "";
@@ -58,7 +58,7 @@ TEST_CASE("the run's gpt shape has the parameters the model lays out") {
                            {{"n_layer", layers}, {"n_head", heads}, {"n_embd", width}, {"block_size", block},
                             {"vocab_size", vocab}}}});
     scape::model::GptConfig g{layers, heads, width, block, vocab};
-    CHECK(scape::presets::parameter_count(scape::experiments::predictor_model_spec(c.model)) ==
+    CHECK(scape::presets::parameter_count(scape::config::predictor_model_spec(c.model)) ==
           scape::model::transformer_layout(scape::model::transformer_shape(g)).size());
   }
 }
@@ -69,11 +69,10 @@ TEST_CASE("the run's llama shape has the parameters the model lays out (grouped 
     const auto c = parse({{"model",
                            {{"type", "llama"}, {"n_layer", layers}, {"n_head", heads}, {"n_kv_head", kv_heads},
                             {"n_embd", width}, {"block_size", 32}, {"vocab_size", 64}, {"ffn_hidden", ffn}}}});
-    const auto spec = scape::experiments::predictor_model_spec(c.model);
+    const auto spec = scape::config::predictor_model_spec(c.model);
     CHECK(spec.family == scape::presets::Family::llama);
     CHECK_FALSE(spec.tied_embeddings);
-    CHECK(scape::presets::parameter_count(spec) ==
-          scape::experiments::language_model_spec(c.model).layout().size());
+    CHECK(scape::presets::parameter_count(spec) == scape::config::language_model_spec(c.model).layout().size());
   }
 }
 
@@ -82,13 +81,14 @@ TEST_CASE("flops: FLOPs per token and seconds per step against hand values") {
   // N = V d + T d + L (12 d^2 + 13 d) + 2 d = 4096 + 4096 + 2 * 50048 + 128 = 108288; the
   // position table (T d = 4096) is only looked up: N_matmul = 104192. Causal attention adds
   // 6 L T d = 6 * 2 * 64 * 64 = 49152. 6 * 104192 + 49152 = 674304 FLOPs per token.
-  CHECK(scape::presets::training_flops_per_token(scape::experiments::predictor_model_spec(c.model), 64,
+  CHECK(scape::presets::training_flops_per_token(scape::config::predictor_model_spec(c.model), 64,
                                                  scape::presets::AttentionFlops::causal) == 674304.0);
   // 4 sequences of 64 tokens on a GH200 (989 TFLOP/s dense bf16) at MFU 0.4.
-  CHECK(scape::predict::modelled_compute_seconds(c) == doctest::Approx(674304.0 * 256 / (989e12 * 0.4)).epsilon(1e-12));
+  CHECK(scape::config::modelled_compute_seconds(c) == doctest::Approx(674304.0 * 256 / (989e12 * 0.4)).epsilon(1e-12));
   const auto a100 = parse(quickstart_like({{"type", "flops"}, {"device", "a100"}, {"mfu", 0.5}}));
-  CHECK(scape::predict::modelled_compute_seconds(a100) == doctest::Approx(674304.0 * 256 / (312e12 * 0.5)).epsilon(1e-12));
-  CHECK(std::isnan(scape::predict::modelled_compute_seconds(parse(quickstart_like({{"type", "measured"}})))));
+  CHECK(scape::config::modelled_compute_seconds(a100) ==
+        doctest::Approx(674304.0 * 256 / (312e12 * 0.5)).epsilon(1e-12));
+  CHECK(std::isnan(scape::config::modelled_compute_seconds(parse(quickstart_like({{"type", "measured"}})))));
 }
 
 TEST_CASE("flops: the same seconds as scape predict's compute for that shape, batch and GPU") {
@@ -96,14 +96,14 @@ TEST_CASE("flops: the same seconds as scape predict's compute for that shape, ba
     CAPTURE(device);
     const auto c = parse(quickstart_like({{"type", "flops"}, {"device", device}, {"mfu", 0.3}}));
     scape::predict::StepInputs in;
-    in.n_params = scape::presets::parameter_count(scape::experiments::predictor_model_spec(c.model));
-    in.flops_per_token = scape::presets::training_flops_per_token(scape::experiments::predictor_model_spec(c.model), 64,
+    in.n_params = scape::presets::parameter_count(scape::config::predictor_model_spec(c.model));
+    in.flops_per_token = scape::presets::training_flops_per_token(scape::config::predictor_model_spec(c.model), 64,
                                                                   scape::presets::AttentionFlops::causal);
     const auto& preset = scape::presets::find_gpu_preset(device, "gpu.preset");
     in.gpu.peak_TFLOPs = preset.peak_bf16_TFLOPs;
     in.gpu.memory_TBps = preset.memory_TBps;
     in.gpu.mfu = 0.3;
-    CHECK(scape::predict::predict_step(in, 1, 4.0 * 64).compute_s() == scape::predict::modelled_compute_seconds(c));
+    CHECK(scape::predict::predict_step(in, 1, 4.0 * 64).compute_s() == scape::config::modelled_compute_seconds(c));
   }
 }
 
@@ -143,7 +143,7 @@ TEST_CASE("a simulated run: compute_time_model is the FLOP time (flops) or compu
     REQUIRE(model.size() == 3);
     for (std::size_t t = 0; t < model.size(); ++t) {
       CAPTURE(t);
-      CHECK(model[t] == (std::string(type) == "flops" ? scape::predict::modelled_compute_seconds(c) : measured[t]));
+      CHECK(model[t] == (std::string(type) == "flops" ? scape::config::modelled_compute_seconds(c) : measured[t]));
       // The lagged mask all-gather (the overlapped part) hides behind the compute up to its length.
       const double overlapped = comm[t] - exposed[t];
       CHECK(step[t] == doctest::Approx(model[t] + exposed[t] + std::max(0.0, overlapped - model[t])).epsilon(1e-12));
@@ -155,8 +155,8 @@ TEST_CASE("compute.type sleep: each rank's step takes at least compute.seconds, 
   const json sleep = {{"type", "sleep"}, {"seconds", 0.05}};
   const auto c = parse(quickstart_like(sleep));
   CHECK(c.to_json()["compute"] == sleep);  // device and mfu do not apply: not recorded
-  CHECK(scape::predict::modelled_compute_seconds(c) == 0.05);
-  CHECK(scape::predict::describe_step_time_model(c).find("0.05 s a step slept") != std::string::npos);
+  CHECK(scape::config::modelled_compute_seconds(c) == 0.05);
+  CHECK(scape::config::describe_step_time_model(c).find("0.05 s a step slept") != std::string::npos);
   CHECK(error_of(quickstart_like({{"type", "sleep"}})).find("compute.seconds") != std::string::npos);
   CHECK(error_of(quickstart_like({{"type", "sleep"}, {"seconds", 0}})).find("compute.seconds") != std::string::npos);
   CHECK(error_of(quickstart_like({{"type", "flops"}, {"seconds", 1}})).find("compute.seconds") != std::string::npos);

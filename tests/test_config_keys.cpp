@@ -9,14 +9,14 @@
 #include <sstream>
 #include <string>
 
-#include "experiments/config.hpp"
-#include "experiments/config_keys.hpp"
+#include "config/config.hpp"
+#include "config/config_keys.hpp"
 #include "predict/predict_config.hpp"
 #include "run_file/hdf5.hpp"
 #include "sim/sim_run.hpp"
 #include "test_support.hpp"
 
-namespace ex = scape::experiments;
+namespace cfg = scape::config;
 using nlohmann::json;
 
 namespace {
@@ -80,7 +80,7 @@ void check_documented(const json& schema, const std::string& file) {
 }  // namespace
 
 TEST_CASE("docs/configuration.md lists every key of an experiment config") {
-  check_documented(ex::experiment_schema(), "docs/configuration.md");
+  check_documented(cfg::experiment_schema(), "docs/configuration.md");
 }
 
 TEST_CASE("docs/PREDICTING.md lists every key of a prediction config") {
@@ -88,8 +88,8 @@ TEST_CASE("docs/PREDICTING.md lists every key of a prediction config") {
 }
 
 TEST_CASE("the schema's defaults are what a config that gives nothing resolves to") {
-  const json resolved = ex::parse_experiment(json::object(), ".").to_json();
-  const json schema = ex::experiment_schema();
+  const json resolved = cfg::parse_experiment(json::object(), ".").to_json();
+  const json schema = cfg::experiment_schema();
   std::vector<std::string> keys;
   collect_keys(schema, "", keys);
   int checked = 0;
@@ -106,16 +106,16 @@ TEST_CASE("the schema's defaults are what a config that gives nothing resolves t
   CHECK(checked >= 25);
   CHECK(schema["properties"]["optimizer"]["properties"]["offload_chunk"]["default"] ==
         scape::OptimizerConfig{}.scape.offload_chunk);
-  CHECK(schema["properties"]["name"]["default"] == ex::ExperimentConfig{}.name);
+  CHECK(schema["properties"]["name"]["default"] == cfg::ExperimentConfig{}.name);
 }
 
 TEST_CASE("the resolved optimizer section keeps exactly the keys its type reads") {
-  const json keys = ex::experiment_schema()["properties"]["optimizer"]["properties"];
+  const json keys = cfg::experiment_schema()["properties"]["optimizer"]["properties"];
   for (const char* type : {"adamw", "adams", "scape", "topk_ef", "randk_ef"}) {
     CAPTURE(type);
     json config = {{"optimizer", {{"type", type}}}};
     if (std::string(type) == "topk_ef") config["optimizer"]["sharded"] = false;  // randk_ef: by default
-    const json resolved = ex::parse_experiment(config, ".").to_json()["optimizer"];
+    const json resolved = cfg::parse_experiment(config, ".").to_json()["optimizer"];
     for (const auto& [key, spec] : keys.items()) {
       const auto& types = spec.at("x-applies-to");
       CAPTURE(key);
@@ -129,38 +129,38 @@ TEST_CASE("the resolved optimizer section keeps exactly the keys its type reads"
   for (const char* type : {"adamw", "adams"}) {
     CAPTURE(type);
     const json config = {{"optimizer", {{"type", type}, {"overlap_grad_reduce", true}}}};
-    const json resolved = ex::parse_experiment(config, ".").to_json();
+    const json resolved = cfg::parse_experiment(config, ".").to_json();
     CHECK(resolved["optimizer"]["overlap_grad_reduce"] == true);
-    const json off = ex::parse_experiment({{"optimizer", {{"type", type}}}}, ".").to_json();
-    CHECK(ex::run_id(resolved) != ex::run_id(off));
-    CHECK(ex::parse_experiment(resolved, ".").to_json() == resolved);  // the recorded config parses back
+    const json off = cfg::parse_experiment({{"optimizer", {{"type", type}}}}, ".").to_json();
+    CHECK(cfg::run_id(resolved) != cfg::run_id(off));
+    CHECK(cfg::parse_experiment(resolved, ".").to_json() == resolved);  // the recorded config parses back
   }
+  CHECK_THROWS_WITH_AS(cfg::parse_experiment({{"optimizer", {{"type", "scape"}, {"overlap_grad_reduce", true}}}}, "."),
+                       doctest::Contains("overlap_grad_reduce"), cfg::ConfigError);
   CHECK_THROWS_WITH_AS(
-      ex::parse_experiment({{"optimizer", {{"type", "scape"}, {"overlap_grad_reduce", true}}}}, "."),
-      doctest::Contains("overlap_grad_reduce"), ex::ConfigError);
+      cfg::parse_experiment({{"optimizer", {{"type", "adamw"}, {"overlap_grad_reduce", true}, {"sharded", false}}}},
+                            "."),
+      doctest::Contains("optimizer.overlap_grad_reduce: buckets are reduce-scattered"), cfg::ConfigError);
   CHECK_THROWS_WITH_AS(
-      ex::parse_experiment({{"optimizer", {{"type", "adamw"}, {"overlap_grad_reduce", true}, {"sharded", false}}}}, "."),
-      doctest::Contains("optimizer.overlap_grad_reduce: buckets are reduce-scattered"), ex::ConfigError);
-  CHECK_THROWS_WITH_AS(
-      ex::parse_experiment({{"optimizer", {{"type", "adams"}, {"overlap_grad_reduce", true}, {"wire_dtype", "bf16"}}}},
-                           "."),
-      doctest::Contains("optimizer.overlap_grad_reduce: the buckets go at fp32"), ex::ConfigError);
-  CHECK_THROWS_WITH_AS(ex::parse_experiment({{"optimizer", {{"type", "adams"}, {"overlap_grad_reduce", 1}}}}, "."),
-                       doctest::Contains("optimizer.overlap_grad_reduce"), ex::ConfigError);
+      cfg::parse_experiment({{"optimizer", {{"type", "adams"}, {"overlap_grad_reduce", true}, {"wire_dtype", "bf16"}}}},
+                            "."),
+      doctest::Contains("optimizer.overlap_grad_reduce: the buckets go at fp32"), cfg::ConfigError);
+  CHECK_THROWS_WITH_AS(cfg::parse_experiment({{"optimizer", {{"type", "adams"}, {"overlap_grad_reduce", 1}}}}, "."),
+                       doctest::Contains("optimizer.overlap_grad_reduce"), cfg::ConfigError);
 }
 
 // Run files carry the table the analysis needs (attribute optimizer_keys): the schema's
 // "x-applies-to" of every optimizer key, so analysis/runs.py reads it from the file instead of
 // asking `scape schema`.
 TEST_CASE("a fresh run file's optimizer_keys attribute is the schema's x-applies-to of every optimizer key") {
-  const json keys = ex::experiment_schema()["properties"]["optimizer"]["properties"];
+  const json keys = cfg::experiment_schema()["properties"]["optimizer"]["properties"];
   scape::testing::TempDir dir;
   scape::train::RunOptions options;
   options.out = dir / "keys.h5";
   options.quiet = true;
   const json config = {{"workers", 2}, {"steps", 2}, {"model", {{"type", "quadratic"}, {"size", 256}}},
                        {"optimizer", {{"type", "adams"}}}};
-  REQUIRE(scape::sim::run_simulated(ex::parse_experiment(config, "."), options).status ==
+  REQUIRE(scape::sim::run_simulated(cfg::parse_experiment(config, "."), options).status ==
           scape::train::RunStatus::completed);
   const auto file = scape::run_file::File::open(options.out, scape::run_file::Access::read);
   REQUIRE(file.has_attribute("optimizer_keys"));
@@ -172,13 +172,13 @@ TEST_CASE("a fresh run file's optimizer_keys attribute is the schema's x-applies
     REQUIRE(stored.contains(key));
     CHECK(stored[key] == spec.at("x-applies-to"));
   }
-  CHECK(stored == ex::optimizer_key_types());
+  CHECK(stored == cfg::optimizer_key_types());
 }
 
 TEST_CASE("the prediction schema shares the optimizer keys and states the fixed defaults") {
   const json schema = scape::predict::predict_schema();
   const json& p = schema["properties"];
-  CHECK(p["optimizer"] == ex::experiment_schema()["properties"]["optimizer"]);
+  CHECK(p["optimizer"] == cfg::experiment_schema()["properties"]["optimizer"]);
   CHECK(p["baseline"] == p["optimizer"]);
   const json config = {{"workers", {1, 2}}, {"model", {{"preset", "gpt2-124m"}}}, {"batch", {{"global_sequences", 8}}}};
   const json resolved = scape::predict::parse_predict_config(config).to_json();
@@ -201,41 +201,41 @@ TEST_CASE("predict and experiment configs share one strict section parser") {
                  {"overlap", {{"bucket_mb", 25}}}};
   CHECK_THROWS_WITH_AS(scape::predict::parse_predict_config(config),
                        doctest::Contains("overlap.bucket_mb: unknown key (did you mean 'bucket_MB'?)"),
-                       ex::ConfigError);
+                       cfg::ConfigError);
   config = {{"log", {{"flush_intervall", 3}}}};
-  CHECK_THROWS_WITH_AS(ex::parse_experiment(config, "."),
+  CHECK_THROWS_WITH_AS(cfg::parse_experiment(config, "."),
                        doctest::Contains("log.flush_intervall: unknown key (did you mean 'flush_interval'?)"),
-                       ex::ConfigError);
+                       cfg::ConfigError);
 }
 
 TEST_CASE("device: absent means cpu (run ids unchanged); cuda moves the optimizer with the model") {
   const json gpt = {{"model", {{"type", "gpt"}}}, {"optimizer", {{"type", "scape"}}}};
   json on_cpu = gpt;
   on_cpu["device"] = "cpu";
-  const json resolved = ex::parse_experiment(gpt, ".").to_json();
+  const json resolved = cfg::parse_experiment(gpt, ".").to_json();
   CHECK_FALSE(resolved.contains("device"));
-  CHECK(ex::run_id(ex::parse_experiment(on_cpu, ".").to_json()) == ex::run_id(resolved));
+  CHECK(cfg::run_id(cfg::parse_experiment(on_cpu, ".").to_json()) == cfg::run_id(resolved));
 
   for (const char* type : {"scape", "adams", "adamw"}) {
     CAPTURE(type);
     json on_gpu = gpt;
     on_gpu["device"] = "cuda";
     on_gpu["optimizer"]["type"] = type;
-    const auto c = ex::parse_experiment(on_gpu, ".");  // parsing checks no hardware
+    const auto c = cfg::parse_experiment(on_gpu, ".");  // parsing checks no hardware
     CHECK(c.device == scape::kernels::DeviceKind::cuda);
     CHECK(c.optimizer.device == scape::kernels::DeviceKind::cuda);
     const json recorded = c.to_json();
     CHECK(recorded["device"] == "cuda");
-    CHECK(ex::run_id(recorded) != ex::run_id(resolved));
+    CHECK(cfg::run_id(recorded) != cfg::run_id(resolved));
     // The recorded config parses back to the same placement and id.
-    const auto again = ex::parse_experiment(recorded, ".");
+    const auto again = cfg::parse_experiment(recorded, ".");
     CHECK(again.optimizer.device == scape::kernels::DeviceKind::cuda);
-    CHECK(ex::run_id(again.to_json()) == ex::run_id(recorded));
+    CHECK(cfg::run_id(again.to_json()) == cfg::run_id(recorded));
   }
   // A host model with the SCAPE optimizer alone on the GPU stays possible.
   json split = gpt;
   split["optimizer"]["device"] = "cuda";
-  const auto c = ex::parse_experiment(split, ".");
+  const auto c = cfg::parse_experiment(split, ".");
   CHECK(c.device == scape::kernels::DeviceKind::cpu);
   CHECK(c.optimizer.device == scape::kernels::DeviceKind::cuda);
 }
@@ -245,15 +245,15 @@ TEST_CASE("model.precision: absent means fp32 (run ids unchanged); bf16 is recor
   json fp32 = gpt, bf16 = gpt;
   fp32["model"]["precision"] = "fp32";
   bf16["model"]["precision"] = "bf16";
-  const json resolved = ex::parse_experiment(gpt, ".").to_json();
+  const json resolved = cfg::parse_experiment(gpt, ".").to_json();
   CHECK_FALSE(resolved["model"].contains("precision"));
-  CHECK(ex::run_id(ex::parse_experiment(fp32, ".").to_json()) == ex::run_id(resolved));
-  const json recorded = ex::parse_experiment(bf16, ".").to_json();
+  CHECK(cfg::run_id(cfg::parse_experiment(fp32, ".").to_json()) == cfg::run_id(resolved));
+  const json recorded = cfg::parse_experiment(bf16, ".").to_json();
   CHECK(recorded["model"]["precision"] == "bf16");
-  CHECK(ex::run_id(recorded) != ex::run_id(resolved));
-  CHECK(ex::parse_experiment(recorded, ".").model.precision == "bf16");
+  CHECK(cfg::run_id(recorded) != cfg::run_id(resolved));
+  CHECK(cfg::parse_experiment(recorded, ".").model.precision == "bf16");
   json quadratic = {{"model", {{"type", "quadratic"}, {"precision", "bf16"}}}};
-  CHECK_THROWS_WITH_AS(ex::parse_experiment(quadratic, "."), doctest::Contains("model.precision"), ex::ConfigError);
+  CHECK_THROWS_WITH_AS(cfg::parse_experiment(quadratic, "."), doctest::Contains("model.precision"), cfg::ConfigError);
 }
 
 TEST_CASE("every shipped run and sweep config under experiments/configs parses, every sweep point included") {
@@ -264,11 +264,11 @@ TEST_CASE("every shipped run and sweep config under experiments/configs parses, 
     const fs::path& file = entry.path();
     if (file.extension() != ".json" || file.parent_path().filename() == "predict") continue;
     CAPTURE(file.string());
-    const json j = ex::read_json_file(file);
+    const json j = cfg::read_json_file(file);
     const bool sweep = j.contains("base") || j.contains("base_file");
     std::vector<json> configs;
     if (sweep) {
-      for (const auto& p : ex::expand_sweep(j, file.parent_path())) configs.push_back(p.config);
+      for (const auto& p : cfg::expand_sweep(j, file.parent_path())) configs.push_back(p.config);
     } else {
       configs.push_back(j);
     }
@@ -280,7 +280,7 @@ TEST_CASE("every shipped run and sweep config under experiments/configs parses, 
       ++skipped;
       continue;
     }
-    for (const auto& c : configs) CHECK_NOTHROW(ex::parse_experiment(c, file.parent_path()));
+    for (const auto& c : configs) CHECK_NOTHROW(cfg::parse_experiment(c, file.parent_path()));
     ++files;
     points += static_cast<int>(configs.size());
   }
@@ -290,42 +290,42 @@ TEST_CASE("every shipped run and sweep config under experiments/configs parses, 
 
 TEST_CASE("backend defaults: mpi and nccl turn the rank-0 diagnostics down; the simulator's config is untouched") {
   const std::string path = std::string(SCAPE_SOURCE_DIR) + "/experiments/configs/quickstart-run.json";
-  const json file = ex::read_json_file(path);
+  const json file = cfg::read_json_file(path);
   json sim = file;
-  ex::apply_backend_defaults(sim, "sim");
+  cfg::apply_backend_defaults(sim, "sim");
   CHECK(sim == file);
   // The simulator's run id, pinned: the run files of earlier scape versions stay this config's.
-  const auto sim_config = ex::parse_experiment(sim, ".");
-  CHECK(ex::run_id(sim_config.to_json()) == "46e127c99d6414c6");
+  const auto sim_config = cfg::parse_experiment(sim, ".");
+  CHECK(cfg::run_id(sim_config.to_json()) == "46e127c99d6414c6");
   CHECK(sim_config.log.oracle);
   CHECK(sim_config.log.gradient_metrics_interval == 1);
   for (const char* backend : {"mpi", "nccl"}) {
     CAPTURE(std::string(backend));
     json multi = file;
-    ex::apply_backend_defaults(multi, backend);
-    const auto c = ex::parse_experiment(multi, ".");
+    cfg::apply_backend_defaults(multi, backend);
+    const auto c = cfg::parse_experiment(multi, ".");
     CHECK_FALSE(c.log.oracle);
-    CHECK(c.log.gradient_metrics_interval == ex::kMultiProcessGradientMetricsInterval);
+    CHECK(c.log.gradient_metrics_interval == cfg::kMultiProcessGradientMetricsInterval);
     // The resolved config records what runs.
     const json recorded = c.to_json();
     CHECK(recorded["log"]["oracle"] == false);
     CHECK(recorded["log"]["gradient_metrics_interval"] == 100);
-    CHECK(ex::run_id(recorded) != ex::run_id(sim_config.to_json()));
+    CHECK(cfg::run_id(recorded) != cfg::run_id(sim_config.to_json()));
     // Keys the config gives are kept, and a recorded config resolves to itself.
     json asked = file;
     asked["log"]["oracle"] = true;
     asked["log"]["gradient_metrics_interval"] = 1;
-    ex::apply_backend_defaults(asked, backend);
-    CHECK(ex::run_id(ex::parse_experiment(asked, ".").to_json()) == ex::run_id(sim_config.to_json()));
+    cfg::apply_backend_defaults(asked, backend);
+    CHECK(cfg::run_id(cfg::parse_experiment(asked, ".").to_json()) == cfg::run_id(sim_config.to_json()));
     json again = recorded;
-    ex::apply_backend_defaults(again, backend);
-    CHECK(ex::parse_experiment(again, ".").to_json() == recorded);
+    cfg::apply_backend_defaults(again, backend);
+    CHECK(cfg::parse_experiment(again, ".").to_json() == recorded);
   }
   // A config without a log section gets one; a wrong type is left for the parser to name.
   json bare = {{"model", {{"type", "quadratic"}}}};
-  ex::apply_backend_defaults(bare, "mpi");
+  cfg::apply_backend_defaults(bare, "mpi");
   CHECK(bare["log"] == json{{"oracle", false}, {"gradient_metrics_interval", 100}});
   json wrong = {{"log", 3}};
-  ex::apply_backend_defaults(wrong, "mpi");
+  cfg::apply_backend_defaults(wrong, "mpi");
   CHECK(wrong["log"] == 3);
 }

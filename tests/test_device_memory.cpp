@@ -13,14 +13,14 @@
 #include <string>
 #include <vector>
 
-#include "experiments/config.hpp"
+#include "config/config.hpp"
 #include "kernels/backend.hpp"
 #include "run_file/hdf5.hpp"
 #include "sim/sim_run.hpp"
 #include "tests/test_support.hpp"
 #include "train/device_memory.hpp"
 
-namespace ex = scape::experiments;
+namespace cfg = scape::config;
 namespace tr = scape::train;
 
 namespace {
@@ -38,7 +38,7 @@ nlohmann::json small_run(const char* model, int workers, nlohmann::json optimize
 }
 
 // The peak of the CPU backends' allocations during one run, above what was held before it.
-std::size_t measured_peak(const ex::ExperimentConfig& config, bool share_model) {
+std::size_t measured_peak(const cfg::ExperimentConfig& config, bool share_model) {
   scape::testing::TempDir dir;
   tr::RunOptions options;
   options.out = dir.path / "run.h5";
@@ -66,7 +66,7 @@ TEST_CASE("the device memory estimate is within 2% of what the run allocates") {
       for (const auto& optimizer : optimizers) {
         for (const bool shared : {false, true}) {
           if (shared && workers == 1) continue;  // one worker: the same allocations
-          const auto config = ex::parse_experiment(small_run(model, workers, optimizer), ".");
+          const auto config = cfg::parse_experiment(small_run(model, workers, optimizer), ".");
           const tr::DeviceMemory estimate = tr::device_memory_estimate(config, workers, shared);
           const std::size_t peak = measured_peak(config, shared);
           CAPTURE(model);
@@ -95,7 +95,7 @@ TEST_CASE("a 124M GPT at W = 8 fits in 80 GB: 8 sequences per worker with the sh
     if (std::string(type) == "adams") run["optimizer"].erase("sparsity");
     const auto at = [&](int batch, bool shared) {
       run["data"]["batch_size"] = batch;
-      return tr::device_memory_estimate(ex::parse_experiment(run, "."), 8, shared);
+      return tr::device_memory_estimate(cfg::parse_experiment(run, "."), 8, shared);
     };
     CAPTURE(tr::describe(at(4, false)));
     CAPTURE(tr::describe(at(8, false)));
@@ -117,7 +117,7 @@ TEST_CASE("workers sharing one model and workspace train bit-identically to a mo
     nlohmann::json run = small_run(model, 3, {{"type", "scape"}, {"sparsity", 0.9}, {"lr", 1e-2}});
     run["steps"] = 6;
     run["log"]["save_params"] = true;
-    const auto config = ex::parse_experiment(run, ".");
+    const auto config = cfg::parse_experiment(run, ".");
     scape::testing::TempDir dir;
     std::vector<std::filesystem::path> files;
     for (const bool shared : {false, true}) {

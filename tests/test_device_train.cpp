@@ -18,14 +18,14 @@
 #include <string>
 #include <vector>
 
-#include "experiments/config.hpp"
+#include "config/config.hpp"
 #include "kernels/backend.hpp"
 #include "run_file/hdf5.hpp"
 #include "sim/sim_run.hpp"
 #include "tests/run_file_losses.hpp"
 #include "tests/test_support.hpp"
 
-namespace ex = scape::experiments;
+namespace cfg = scape::config;
 namespace fs = std::filesystem;
 using scape::testing::losses_within;
 using scape::testing::read_series;
@@ -51,7 +51,7 @@ fs::path train_on(nlohmann::json json, const char* device, const fs::path& dir, 
   json["device"] = device;
   json["model"]["precision"] = precision;
   if (json["optimizer"]["type"] != "scape") json["optimizer"].erase("sparsity");
-  const auto config = ex::parse_experiment(json, dir);
+  const auto config = cfg::parse_experiment(json, dir);
   scape::train::RunOptions options;
   options.out = dir / (std::string(device) + "-" + precision + ".h5");
   options.quiet = true;

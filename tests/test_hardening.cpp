@@ -20,7 +20,7 @@
 #include <memory>
 #include <thread>
 
-#include "experiments/config.hpp"
+#include "config/config.hpp"
 #include "kernels/backend.hpp"
 #include "run_file/hdf5.hpp"
 #include "run_file/recorder.hpp"
@@ -30,7 +30,7 @@
 #include "train/train_loop.hpp"
 
 namespace fs = std::filesystem;
-namespace ex = scape::experiments;
+namespace cfg = scape::config;
 namespace tr = scape::train;
 using scape::testing::TempDir;
 
@@ -58,11 +58,11 @@ const char* kQuadratic = R"({
   "log": {"flush_interval": 5, "oracle": false}
 })";
 
-ex::ExperimentConfig small_config(const fs::path& dir, const std::string& sets = "") {
+cfg::ExperimentConfig small_config(const fs::path& dir, const std::string& sets = "") {
   nlohmann::json j = {{"name", "ck"}, {"workers", 2}, {"steps", 10},
                       {"model", {{"type", "quadratic"}, {"size", 64}}}, {"optimizer", {{"type", "adams"}}}};
-  if (!sets.empty()) ex::apply_override(j, sets);
-  return ex::parse_experiment(j, dir);
+  if (!sets.empty()) cfg::apply_override(j, sets);
+  return cfg::parse_experiment(j, dir);
 }
 
 std::uint64_t fnv1a_by_hand(const std::string& bytes) {
@@ -139,11 +139,11 @@ TEST_CASE("checkpoints: SCAPECK2 bytes by hand, a checksum that refuses any dama
     std::ofstream(tr::checkpoint_path(run_file), std::ios::binary | std::ios::trunc) << bad;
     CHECK_THROWS_WITH_AS(tr::load_checkpoint(config, run_file, 3),
                          doctest::Contains((tr::checkpoint_path(run_file).string() + ": corrupt checkpoint").c_str()),
-                         ex::ConfigError);
+                         cfg::ConfigError);
   }
   std::ofstream(tr::checkpoint_path(run_file), std::ios::binary | std::ios::trunc) << bytes.substr(0, bytes.size() - 3);
   CHECK_THROWS_WITH_AS(tr::load_checkpoint(config, run_file, 3), doctest::Contains("checksum mismatch"),
-                       ex::ConfigError);
+                       cfg::ConfigError);
 }
 
 TEST_CASE("--resume may change steps and log.* only; other keys are listed and refused") {
@@ -157,7 +157,7 @@ TEST_CASE("--resume may change steps and log.* only; other keys are listed and r
   CHECK_THROWS_WITH_AS(tr::load_checkpoint(small_config(dir.path, "optimizer.lr=0.5"), run_file, 3),
                        doctest::Contains("these keys differ from the checkpoint's: optimizer.lr (0.0006 -> 0.5), "
                                          "optimizer.min_lr (5.9999999999999995e-05 -> 0.05)"),
-                       ex::ConfigError);
+                       cfg::ConfigError);
   const std::string both = scape::testing::error_of(
       [&] { tr::load_checkpoint(small_config(dir.path, "seed=9"), run_file, 3); });
   CHECK(both.find("seed (1 -> 9)") != std::string::npos);
@@ -420,13 +420,13 @@ TEST_CASE("--out: a missing folder is created; another config's file or a non-ru
 
 TEST_CASE("fuzz regressions: sweeps with a non-string base_file or a grid of millions of points are ConfigErrors") {
   TempDir dir;
-  CHECK_THROWS_WITH_AS(ex::expand_sweep(nlohmann::json::parse(R"({"base_file": 7, "grid": {"seed": [1]}})"), dir.path),
-                       "sweep.base_file: expected a file name, got an integer", ex::ConfigError);
+  CHECK_THROWS_WITH_AS(cfg::expand_sweep(nlohmann::json::parse(R"({"base_file": 7, "grid": {"seed": [1]}})"), dir.path),
+                       "sweep.base_file: expected a file name, got an integer", cfg::ConfigError);
   // 3^20 points: refused at once rather than built until the memory runs out.
   nlohmann::json sweep = {{"base", {{"name", "x"}}}, {"grid", nlohmann::json::object()}};
   for (int k = 0; k < 20; ++k) sweep["grid"][std::string(1, 'k').append(std::to_string(k))] = {1, 2, 3};
-  CHECK_THROWS_WITH_AS(ex::expand_sweep(sweep, dir.path), doctest::Contains("more than 100000; split it"),
-                       ex::ConfigError);
+  CHECK_THROWS_WITH_AS(cfg::expand_sweep(sweep, dir.path), doctest::Contains("more than 100000; split it"),
+                       cfg::ConfigError);
   write_file(dir / "s.json", sweep.dump());
   const auto r = run_scape("sweep " + (dir / "s.json").string() + " --out " + (dir / "o").string());
   CHECK(r.code == 2);
@@ -434,8 +434,8 @@ TEST_CASE("fuzz regressions: sweeps with a non-string base_file or a grid of mil
   // A base_file name longer than the system allows (found by CI's fuzz stage): a ConfigError
   // saying so, where std::filesystem::is_directory threw a filesystem_error.
   const nlohmann::json long_name = {{"base_file", std::string(5000, 'b') + ".json"}, {"grid", {{"seed", {1}}}}};
-  CHECK_THROWS_WITH_AS(ex::expand_sweep(long_name, dir.path), doctest::Contains("cannot open the file (File name too long)"),
-                       ex::ConfigError);
+  CHECK_THROWS_WITH_AS(cfg::expand_sweep(long_name, dir.path),
+                       doctest::Contains("cannot open the file (File name too long)"), cfg::ConfigError);
 }
 
 TEST_CASE("fuzz regression: a trace whose layout repeats a name or has a zero size is a ConfigError naming it") {
@@ -455,7 +455,7 @@ TEST_CASE("fuzz regression: a trace whose layout repeats a name or has a zero si
   };
   const auto load = [&](const fs::path& trace) {
     const nlohmann::json j = {{"workers", 2}, {"steps", 1}, {"model", {{"type", "replay"}, {"path", trace.string()}}}};
-    return scape::testing::error_of([&] { (void)tr::load_source_data(ex::parse_experiment(j, dir.path)); });
+    return scape::testing::error_of([&] { (void)tr::load_source_data(cfg::parse_experiment(j, dir.path)); });
   };
   write_trace(dir / "repeat.h5", {"w", "w"}, {2, 3});
   CHECK(load(dir / "repeat.h5") ==
@@ -492,9 +492,9 @@ TEST_CASE("fuzz regression (set_override): a --set value that is not UTF-8 is a 
   TempDir dir;
   // The input libFuzzer saved (fuzz_set_override), two of its lines.
   nlohmann::json j = {{"model", {{"type", "quadratic"}}}};
-  CHECK_THROWS_WITH_AS(ex::apply_override(j, "optimizer.betas=[0.9,0\xff\xff\xff.95]"),
-                       doctest::Contains(": not valid UTF-8"), ex::ConfigError);
-  CHECK_THROWS_WITH_AS(ex::apply_override(j, "na\xffme=x"), doctest::Contains(": not valid UTF-8"), ex::ConfigError);
+  CHECK_THROWS_WITH_AS(cfg::apply_override(j, "optimizer.betas=[0.9,0\xff\xff\xff.95]"),
+                       doctest::Contains(": not valid UTF-8"), cfg::ConfigError);
+  CHECK_THROWS_WITH_AS(cfg::apply_override(j, "na\xffme=x"), doctest::Contains(": not valid UTF-8"), cfg::ConfigError);
   write_file(dir / "q.json", kQuadratic);
   const auto r = run_scape("validate " + (dir / "q.json").string() + " --set optimizer.type=$(printf '\\377')");
   CHECK(r.code == 2);
@@ -510,13 +510,13 @@ TEST_CASE("fuzz regression (checkpoint): numbers beyond double in a checkpoint's
   std::ofstream(tr::checkpoint_path(run_file), std::ios::binary)
       << tr::encode_checkpoint(R"({"seed": 4.9999999999999995e99999999995})", 4, {{}, {}}, std::vector<float>(3));
   CHECK_THROWS_WITH_AS(tr::load_checkpoint(config, run_file, 3),
-                       doctest::Contains("corrupt checkpoint (its config is not JSON)"), ex::ConfigError);
+                       doctest::Contains("corrupt checkpoint (its config is not JSON)"), cfg::ConfigError);
   // The same number in a config file, and in a --set value (then read as a string).
   write_file(dir / "big.json", R"({"name": "x", "seed": 1e999})");
-  CHECK_THROWS_WITH_AS(ex::read_json_file(dir / "big.json"), doctest::Contains("big.json: invalid JSON"),
-                       ex::ConfigError);
+  CHECK_THROWS_WITH_AS(cfg::read_json_file(dir / "big.json"), doctest::Contains("big.json: invalid JSON"),
+                       cfg::ConfigError);
   nlohmann::json j = {{"optimizer", {{"type", "adamw"}}}};
-  ex::apply_override(j, "optimizer.lr=1e999");
+  cfg::apply_override(j, "optimizer.lr=1e999");
   CHECK(j["optimizer"]["lr"] == "1e999");
   const auto r = run_scape("validate " + (dir / "big.json").string());
   CHECK(r.code == 2);
@@ -530,7 +530,7 @@ TEST_CASE("fuzz regressions (trace, run_file): corrupt extents and attribute sha
     f.create_dataset("layout/names", H5T_STD_I64LE, {{hsize_t{1} << 32}, {}, {1024}, {}}).close();
   }
   const nlohmann::json replay = {{"workers", 2}, {"steps", 1}, {"model", {{"type", "replay"}, {"path", (dir / "t.h5").string()}}}};
-  CHECK(scape::testing::error_of([&] { (void)tr::load_source_data(ex::parse_experiment(replay, dir.path)); }) ==
+  CHECK(scape::testing::error_of([&] { (void)tr::load_source_data(cfg::parse_experiment(replay, dir.path)); }) ==
         "model.path: HDF5 file '" + (dir / "t.h5").string() +
             "': '/layout/names' holds 4294967296 strings, more than the 1048576 it may");
 
@@ -633,11 +633,12 @@ class SoloExchange final : public tr::StepExchange {
 // freed. train_rank's guard does that while the unwinding has freed nothing yet.
 TEST_CASE("a failing rank aborts its communicator before any of its memory is freed; a good run never does") {
   TempDir dir;
-  const auto config = ex::parse_experiment(nlohmann::json::parse(R"({
+  const auto config = cfg::parse_experiment(nlohmann::json::parse(R"({
       "workers": 1, "steps": 6,
       "model": {"type": "gpt", "n_layer": 1, "n_head": 2, "n_embd": 32, "block_size": 16, "vocab_size": 64},
       "data": {"type": "synthetic", "batch_size": 2, "tokens": 20000},
-      "optimizer": {"type": "scape", "sparsity": 0.9}, "eval": {"interval": 3, "batches": 1}})"), ".");
+      "optimizer": {"type": "scape", "sparsity": 0.9}, "eval": {"interval": 3, "batches": 1}})"),
+                                            ".");
   const auto data = tr::load_source_data(config);
   const std::size_t rank_bytes = 2 * data->layout().size() * sizeof(float);  // parameters and gradients
   for (const bool fail : {false, true}) {

@@ -12,14 +12,14 @@
 #include <string>
 #include <vector>
 
-#include "experiments/config.hpp"
-#include "experiments/model_shapes.hpp"
+#include "config/config.hpp"
+#include "config/model_shapes.hpp"
 #include "model/transformer.hpp"
 #include "test_support.hpp"
 #include "train/host_memory.hpp"
 
 namespace fs = std::filesystem;
-namespace ex = scape::experiments;
+namespace cfg = scape::config;
 namespace tr = scape::train;
 using scape::testing::run_scape;
 using scape::testing::TempDir;
@@ -47,7 +47,7 @@ std::string guarded(const std::string& args) {
   return (kSanitized ? std::string() : std::string("ulimit -v 4000000; ")) + SCAPE_BINARY + " " + args;
 }
 
-ex::ExperimentConfig parse(const std::string& text) { return ex::parse_experiment(nlohmann::json::parse(text), "."); }
+cfg::ExperimentConfig parse(const std::string& text) { return cfg::parse_experiment(nlohmann::json::parse(text), "."); }
 
 // `scape run CONFIG --quiet --out OUT`: its exit status and its peak resident set in bytes.
 std::pair<int, std::size_t> run_measured(const fs::path& config, const fs::path& out) {
@@ -153,7 +153,7 @@ TEST_CASE("the host memory estimate is within 25% of the peak RSS of five runs o
 TEST_CASE("the parts follow the config: data, parameters, activations by hand") {
   // 1e10 synthetic tokens: uint16 each, with their train/validation copy while they load.
   auto tokens =
-      tr::host_memory_estimate(ex::parse_experiment(quickstart_with({{"data", {{"tokens", 10000000000LL}}}}), "."), 4);
+      tr::host_memory_estimate(cfg::parse_experiment(quickstart_with({{"data", {{"tokens", 10000000000LL}}}}), "."), 4);
   CHECK(tokens.data == 40000000000ULL);
   CHECK(tokens.largest().first == "data");
   // The quadratic of 4e9: curvature and optimum (8 bytes a coordinate), 4 workers' parameters and
@@ -168,9 +168,9 @@ TEST_CASE("the parts follow the config: data, parameters, activations by hand") 
   CHECK(quad.optimizer == 4 * (2 * 4ULL * 1000000000ULL + 8 * ((4000000000ULL + 8191) / 8192)));
   // A batch of 2^20 sequences: the model's workspace for it (model/transformer.hpp) and the
   // token ids, per worker.
-  const auto batch_config = ex::parse_experiment(quickstart_with({{"data", {{"batch_size", 1 << 20}}}}), ".");
+  const auto batch_config = cfg::parse_experiment(quickstart_with({{"data", {{"batch_size", 1 << 20}}}}), ".");
   const auto batch = tr::host_memory_estimate(batch_config, 4);
-  const auto shape = ex::language_model_spec(batch_config.model).shape();
+  const auto shape = cfg::language_model_spec(batch_config.model).shape();
   const std::size_t B = 1 << 20, T = 64;
   CHECK(batch.activations == 4 * (scape::model::workspace_bytes(shape, B, T) + 8 * B * T));
   CHECK(batch.largest().first == "activations");
@@ -179,7 +179,7 @@ TEST_CASE("the parts follow the config: data, parameters, activations by hand") 
 }
 
 TEST_CASE("the ranks on one host: every part of one rank's estimate times their count") {
-  const auto config = ex::parse_experiment(quickstart_with(nlohmann::json::object()), ".");
+  const auto config = cfg::parse_experiment(quickstart_with(nlohmann::json::object()), ".");
   const auto one = scape::train::host_memory_estimate(config, 1);
   const auto three = scape::train::times_processes(one, 3);
   CHECK(three.total() == 3 * one.total());
@@ -216,7 +216,7 @@ TEST_CASE("the configs of issue 55 are refused with exit 2 before they allocate,
   for (const auto& b : bad) {
     const std::string what = b.what;
     CAPTURE(what);
-    const auto est = tr::host_memory_estimate(ex::parse_experiment(b.config, "."), b.config.value("workers", 4));
+    const auto est = tr::host_memory_estimate(cfg::parse_experiment(b.config, "."), b.config.value("workers", 4));
     CHECK(est.largest().first == b.largest);
     if (est.total() <= available) {
       MESSAGE("skipped: this machine has " << tr::format_bytes(available) << " available, the estimate is "
@@ -277,7 +277,7 @@ TEST_CASE("scape sweep checks each point as it starts: a point past the machine'
   auto base = quickstart_with({{"steps", 2}, {"log", {{"flush_interval", 1}}}});
   const nlohmann::json sweep = {{"base", base}, {"points", {{{"data.batch_size", 4}}, {{"data.batch_size", 1 << 20}}}}};
   const auto big =
-      tr::host_memory_estimate(ex::parse_experiment(quickstart_with({{"data", {{"batch_size", 1 << 20}}}}), "."), 4);
+      tr::host_memory_estimate(cfg::parse_experiment(quickstart_with({{"data", {{"batch_size", 1 << 20}}}}), "."), 4);
   if (big.total() <= tr::available_host_memory()) {
     MESSAGE("skipped: the estimate " << tr::format_bytes(big.total()) << " fits this machine");
     return;

@@ -10,10 +10,10 @@
 #include <functional>
 #include <vector>
 
+#include "config/config.hpp"
 #include "optimizers/baselines/outer_loop.hpp"
 #include "optimizers/baselines/sparseloco_codec.hpp"
 #include "optimizers/make_optimizer.hpp"
-#include "experiments/config.hpp"
 #include "run_file/hdf5.hpp"
 #include "sim/emulated_comm.hpp"
 #include "sim/sim_run.hpp"
@@ -451,7 +451,7 @@ TEST_CASE("scape run: a run killed between outer steps resumes from its checkpoi
         {"optimizer", {{"type", type}, {"lr", 0.01}, {"inner_steps", 4}, {"overlap_outer", true}, {"chunk", 64},
                        {"sparsity", 0.9}}},
         {"log", {{"save_params", true}}}};
-    const auto config = experiments::parse_experiment(j, dir.path);
+    const auto config = config::parse_experiment(j, dir.path);
     train::RunOptions whole;
     whole.quiet = true;
     whole.out = dir.path / (std::string(type) + "-whole.h5");

@@ -9,8 +9,8 @@
 #include <map>
 #include <vector>
 
+#include "config/config.hpp"
 #include "core/metrics.hpp"
-#include "experiments/config.hpp"
 #include "run_file/hdf5.hpp"
 #include "sim/sim_run.hpp"
 #include "test_support.hpp"
@@ -19,7 +19,7 @@
 
 using namespace scape;
 namespace tr = scape::train;
-namespace ex = scape::experiments;
+namespace cfg = scape::config;
 
 namespace {
 
@@ -217,13 +217,15 @@ TEST_CASE("update_sign_flip counts only the coordinates the optimizer stepped in
 TEST_CASE("whole runs: the owner's view is the average at W = 1, and the sign flips ignore decay") {
   scape::testing::TempDir dir;
   auto run = [&](const std::string& name, int workers, const std::string& statistic, const std::string& update) {
-    const auto config = ex::parse_experiment(nlohmann::json::parse(R"({
-      "name": ")" + name + R"(", "workers": )" + std::to_string(workers) + R"(, "steps": 8,
+    const auto config = cfg::parse_experiment(nlohmann::json::parse(R"({
+      "name": ")" + name + R"(", "workers": )" + std::to_string(workers) +
+                                                                    R"(, "steps": 8,
       "model": {"type": "quadratic", "size": 3000},
-      "optimizer": {"type": "scape", "formulation": "frozen_momentum", "mask_scope": "shard", "sparsity": 0.9, "lr": 0.01, "mask_statistic": ")" + statistic +
-                                                                    R"(", "update": ")" + update + R"(",
+      "optimizer": {"type": "scape", "formulation": "frozen_momentum", "mask_scope": "shard", "sparsity": 0.9, "lr": 0.01, "mask_statistic": ")" +
+                                                                    statistic + R"(", "update": ")" + update + R"(",
                     "density_warmup": 3},
-      "log": {"flush_interval": 4}})"), dir.path);
+      "log": {"flush_interval": 4}})"),
+                                              dir.path);
     train::RunOptions o;
     o.out = dir.path / (name + ".h5");
     o.quiet = true;

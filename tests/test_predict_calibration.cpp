@@ -12,19 +12,20 @@
 #include <string>
 #include <vector>
 
-#include "experiments/config.hpp"
-#include "experiments/model_shapes.hpp"
+#include "config/compute_model.hpp"
+#include "config/config.hpp"
+#include "config/model_shapes.hpp"
 #include "optimizers/volume.hpp"
 #include "predict/calibration.hpp"
-#include "predict/compute_model.hpp"
 #include "predict/measured_runs.hpp"
 #include "predict/predict_config.hpp"
+#include "run_file/bench_comm_file.hpp"
 #include "run_file/hdf5.hpp"
 #include "test_support.hpp"
 #include "train/gradient_source.hpp"
 
 namespace fs = std::filesystem;
-namespace ex = scape::experiments;
+namespace cfg = scape::config;
 using namespace scape;
 using namespace scape::predict;
 using namespace scape::presets;
@@ -71,7 +72,7 @@ json gpt_run_config(const char* type, int workers, double sparsity) {
   j["workers"] = workers;
   j["optimizer"] = {{"type", type}, {"sharded", true}};
   if (std::string(type) == "scape") j["optimizer"]["sparsity"] = sparsity;
-  return ex::parse_experiment(j, ".").to_json();
+  return cfg::parse_experiment(j, ".").to_json();
 }
 
 Calibration truth_calibration(const Truth& t) {
@@ -97,15 +98,15 @@ void write_column(const scape::run_file::File& f, const std::string& name, const
 // A slept run's compute holds no core: its thread CPU time is about zero.
 fs::path write_measured_run(const fs::path& dir, const std::string& name, const json& config, const Truth& t,
                             const std::string& skip = "") {
-  const auto c = ex::parse_experiment(config, ".");
+  const auto c = cfg::parse_experiment(config, ".");
   const bool slept = c.compute.type == "sleep";
   StepInputs in;
   double tokens = 1;
   if (c.model.type == "gpt") {
-    const ModelSpec spec = scape::experiments::predictor_model_spec(c.model);
+    const ModelSpec spec = scape::config::predictor_model_spec(c.model);
     const double fpt = training_flops_per_token(spec, c.model.block_size, AttentionFlops::causal);
     in = calibrated_inputs(truth_calibration(t), c.optimizer, parameter_count(spec), fpt, 1.0);
-    in.layout = scape::experiments::language_model_spec(c.model).layout();  // SCAPE's per-tensor k, as the reader counts
+    in.layout = scape::config::language_model_spec(c.model).layout();  // SCAPE's per-tensor k, as the reader counts
     tokens = static_cast<double>(c.data.batch_size) * c.model.block_size;
   } else {
     in = calibrated_inputs(truth_calibration(t), c.optimizer, static_cast<std::uint64_t>(c.model.size), 0, 1.0);
@@ -291,7 +292,7 @@ TEST_CASE("bad measurement files: ConfigError naming the file and what is missin
   const auto error_of = [](const fs::path& f) -> std::string {
     try {
       (void)read_run_measurement(f);
-    } catch (const ex::ConfigError& e) {
+    } catch (const cfg::ConfigError& e) {
       return e.what();
     }
     return "";
@@ -308,7 +309,8 @@ TEST_CASE("bad measurement files: ConfigError naming the file and what is missin
   // A run whose reduce-scatter ran in buckets beside the backward pass measured no link alone.
   json bucketed = gpt_run_config("adams", 2, 0);
   bucketed["optimizer"]["overlap_grad_reduce"] = true;
-  const fs::path overlapped = write_measured_run(dir.path, "bucketed", ex::parse_experiment(bucketed, ".").to_json(), t);
+  const fs::path overlapped =
+      write_measured_run(dir.path, "bucketed", cfg::parse_experiment(bucketed, ".").to_json(), t);
   CHECK(error_of(overlapped).find("bucketed.h5: optimizer.overlap_grad_reduce: its reduce-scatter runs in buckets") !=
         std::string::npos);
 }
@@ -317,7 +319,7 @@ namespace {
 // A bench-comm file of `samples` in the format `scape bench-comm` writes.
 fs::path write_bench_comm(const fs::path& file, const std::vector<CollectiveSample>& samples) {
   scape::run_file::File f = scape::run_file::File::create(file);
-  f.write_string_attribute("format", kBenchCommFormat);
+  f.write_string_attribute("format", scape::run_file::kBenchCommFormat);
   f.write_string_attribute("backend", "synthetic");
   std::vector<std::string> kinds;
   std::vector<double> workers, steps, sent, time;
@@ -385,7 +387,7 @@ TEST_CASE("--links-from-bench: the links from the bench-comm file alone, compute
   // Without a bench-comm file there is nothing to fit the links to.
   std::ostringstream ignored;
   CHECK_THROWS_WITH_AS(calibrate_from_files({fit[1], fit[2]}, {}, dir.path / "x.json", ignored, {}, true),
-                       doctest::Contains("no bench-comm file"), ex::ConfigError);
+                       doctest::Contains("no bench-comm file"), cfg::ConfigError);
 }
 
 namespace {
@@ -397,7 +399,7 @@ json slept_run_config(const char* type, int workers, double sparsity, double sec
             {"optimizer", {{"type", type}, {"sharded", std::string(type) != "scape"}}},
             {"compute", {{"type", "sleep"}, {"seconds", seconds}}}};
   if (std::string(type) == "scape") j["optimizer"]["sparsity"] = sparsity;
-  return ex::parse_experiment(j, ".").to_json();
+  return cfg::parse_experiment(j, ".").to_json();
 }
 }  // namespace
 
@@ -429,14 +431,15 @@ TEST_CASE("runs whose compute slept: compute given, not fitted; the optimizer an
   std::ostringstream ignored;
   CHECK_THROWS_WITH_AS(calibrate_from_files(fit, {gpt}, dir.path / "x.json", ignored, {}, true),
                        doctest::Contains("gpt.h5 measures its compute, but every fitted run's compute slept"),
-                       ex::ConfigError);
+                       cfg::ConfigError);
   // A quadratic whose compute is measured has no FLOPs to fit.
   json measured = slept_run_config("adams", 2, 0, 0.03);
   measured["compute"] = {{"type", "measured"}};
-  const fs::path quadratic = write_measured_run(dir.path, "quadratic", ex::parse_experiment(measured, ".").to_json(), t);
+  const fs::path quadratic =
+      write_measured_run(dir.path, "quadratic", cfg::parse_experiment(measured, ".").to_json(), t);
   CHECK_THROWS_WITH_AS((void)read_run_measurement(quadratic),
                        doctest::Contains("quadratic.h5: model.type quadratic: calibration fits compute per FLOP"),
-                       ex::ConfigError);
+                       cfg::ConfigError);
 }
 
 TEST_CASE("the optimizer kernels: each rank's own remainder where the run recorded it, else the remainder of the maxima") {

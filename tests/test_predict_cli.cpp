@@ -11,8 +11,8 @@
 #include <fstream>
 #include <string>
 
+#include "config/config.hpp"
 #include "core/schedule.hpp"
-#include "experiments/config.hpp"
 #include "optimizers/volume.hpp"
 #include "predict/model_layout.hpp"
 #include "predict/predict_config.hpp"
@@ -22,7 +22,7 @@
 #include "test_support.hpp"
 
 namespace fs = std::filesystem;
-namespace ex = scape::experiments;
+namespace cfg = scape::config;
 using namespace scape::predict;
 using namespace scape::presets;
 using nlohmann::json;
@@ -220,7 +220,7 @@ TEST_CASE("parser: defaults, explicit models and the derived baseline") {
   // The resolved config parses back to the same prediction inputs.
   const auto again = parse_predict_config(parse_predict_config(small_config()).to_json());
   CHECK(again.to_json() == parse_predict_config(small_config()).to_json());
-  CHECK_THROWS_AS(parse_predict_config(json::parse(R"({"workers": [1]})")), ex::ConfigError);
+  CHECK_THROWS_AS(parse_predict_config(json::parse(R"({"workers": [1]})")), cfg::ConfigError);
 }
 
 TEST_CASE("predict --calibrate: bad run files exit 2 naming the file and the missing dataset") {

@@ -8,7 +8,7 @@
 #include <fstream>
 #include <string>
 
-#include "experiments/json_section.hpp"
+#include "config/json_section.hpp"
 #include "predict/measured_table.hpp"
 #include "predict/table_model.hpp"
 #include "predict/table_report.hpp"
@@ -30,7 +30,7 @@ fs::path write(const TempDir& dir, const std::string& name, const std::string& t
 std::string read_error(const fs::path& p) {
   try {
     read_measured_table(p);
-  } catch (const scape::experiments::ConfigError& e) {
+  } catch (const scape::config::ConfigError& e) {
     return e.what();
   }
   return "no error";

@@ -16,7 +16,7 @@
 #include <random>
 #include <thread>
 
-#include "experiments/config.hpp"
+#include "config/config.hpp"
 #include "run_file/hdf5.hpp"
 #include "run_file/recorder.hpp"
 #include "run_file/run_lock.hpp"
@@ -26,7 +26,7 @@
 #include "train/checkpoint.hpp"
 
 namespace fs = std::filesystem;
-namespace ex = scape::experiments;
+namespace cfg = scape::config;
 namespace tr = scape::train;
 using scape::testing::run_scape;
 using scape::testing::TempDir;
@@ -94,7 +94,7 @@ void killed_run(const TempDir& dir, const fs::path& out) {
 }
 
 int checkpoint_step(const TempDir& dir, const fs::path& out) {
-  const auto config = ex::parse_experiment(nlohmann::json::parse(kLong), dir.path);
+  const auto config = cfg::parse_experiment(nlohmann::json::parse(kLong), dir.path);
   return tr::load_checkpoint(config, out, 2000).step;
 }
 
@@ -424,7 +424,7 @@ TEST_CASE("--resume refuses a SCAPECK1 checkpoint (no checksum) unless --allow-u
   std::uint64_t json_size = 0;
   std::memcpy(&json_size, v2.data() + 8, sizeof json_size);
   const std::string body = v2.substr(16 + json_size, v2.size() - 16 - json_size - 8);
-  const std::string id = ex::run_id(ex::parse_experiment(nlohmann::json::parse(kLong), dir.path).to_json());
+  const std::string id = cfg::run_id(cfg::parse_experiment(nlohmann::json::parse(kLong), dir.path).to_json());
   std::string v1 = "SCAPECK1";
   const std::uint64_t id_size = id.size();
   v1.append(reinterpret_cast<const char*>(&id_size), sizeof id_size);

@@ -15,7 +15,7 @@
 #include <string>
 #include <vector>
 
-#include "experiments/config.hpp"
+#include "config/config.hpp"
 #include "optimizers/make_optimizer.hpp"
 #include "run_file/hdf5.hpp"
 #include "sim/sim_run.hpp"
@@ -31,7 +31,7 @@
 namespace {
 
 namespace tr = scape::train;
-namespace ex = scape::experiments;
+namespace cfg = scape::config;
 using scape::StateMap;
 
 std::vector<std::string> doc_lines() {
@@ -290,8 +290,8 @@ TEST_CASE("a checkpoint in the SCAPECK1 format loads when allowed; another confi
                             {"steps", 10},
                             {"model", {{"type", "quadratic"}, {"size", 64}}},
                             {"optimizer", {{"type", "adams"}}}};
-  const auto config = scape::experiments::parse_experiment(j, dir.path);
-  const std::string id = scape::experiments::run_id(config.to_json());
+  const auto config = scape::config::parse_experiment(j, dir.path);
+  const std::string id = scape::config::run_id(config.to_json());
   StateMap s0, s1;
   scape::put_state_value(s0, "t", 4);
   scape::put_state(s1, "v", std::vector<float>{0.5f});
@@ -321,7 +321,7 @@ TEST_CASE("a checkpoint in the SCAPECK1 format loads when allowed; another confi
   // It carries no checksum: refused unless asked for (--allow-unchecked-checkpoint).
   CHECK_THROWS_WITH_AS(tr::load_checkpoint(config, run_file, 3),
                        doctest::Contains("a checkpoint of the older SCAPECK1 format, which carries no checksum"),
-                       scape::experiments::ConfigError);
+                       scape::config::ConfigError);
   const tr::Checkpoint c = tr::load_checkpoint(config, run_file, 3, true);
   CHECK(c.step == 4);
   CHECK(c.states == std::vector<StateMap>{s0, s1});
@@ -334,10 +334,10 @@ TEST_CASE("a checkpoint in the SCAPECK1 format loads when allowed; another confi
   CHECK(again.states == c.states);
   CHECK(again.params == c.params);
 
-  CHECK_THROWS_AS(tr::load_checkpoint(config, run_file, 4, true), scape::experiments::ConfigError);
+  CHECK_THROWS_AS(tr::load_checkpoint(config, run_file, 4, true), scape::config::ConfigError);
   std::ofstream(tr::checkpoint_path(run_file), std::ios::binary) << file.str().substr(0, file.str().size() - 5);
   CHECK_THROWS_WITH_AS(tr::load_checkpoint(config, run_file, 3, true),
-                       doctest::Contains("corrupt checkpoint (truncated)"), scape::experiments::ConfigError);
+                       doctest::Contains("corrupt checkpoint (truncated)"), scape::config::ConfigError);
 }
 
 // log.gradient_metrics_interval = 3 takes grad_norm and the oracle metrics at steps 1, 4, 7
@@ -359,7 +359,7 @@ TEST_CASE("gradient metrics every k steps: the every-step values at those steps,
     tr::RunOptions options;
     options.out = dir.path / ("every" + std::to_string(interval) + ".h5");
     options.quiet = true;
-    REQUIRE(scape::sim::run_simulated(ex::parse_experiment(j, "."), options).status == tr::RunStatus::completed);
+    REQUIRE(scape::sim::run_simulated(cfg::parse_experiment(j, "."), options).status == tr::RunStatus::completed);
     return scape::run_file::File::open(options.out, scape::run_file::Access::read);
   };
   auto every = train(1), sparse = train(3);

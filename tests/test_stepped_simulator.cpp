@@ -9,14 +9,14 @@
 #include <string>
 #include <vector>
 
-#include "experiments/config.hpp"
+#include "config/config.hpp"
 #include "run_file/hdf5.hpp"
 #include "sim/sim_run.hpp"
 #include "sim/stepped_simulator.hpp"
 #include "test_support.hpp"
 #include "train/noisy_quadratic.hpp"
 
-namespace ex = scape::experiments;
+namespace cfg = scape::config;
 namespace tr = scape::train;
 namespace fs = std::filesystem;
 using scape::testing::TempDir;
@@ -33,7 +33,7 @@ nlohmann::json quadratic_config(const nlohmann::json& optimizer) {
           {"log", {{"save_params", true}}}};
 }
 
-scape::train::NoisyQuadratic problem_of(const ex::ExperimentConfig& c) {
+scape::train::NoisyQuadratic problem_of(const cfg::ExperimentConfig& c) {
   scape::train::QuadraticSpec spec;
   spec.seed = c.seed;
   spec.noise = c.model.noise;
@@ -79,7 +79,7 @@ std::vector<float> final_params(const fs::path& file) {
 // The quadratic's run, once through run_simulated and once stepped with the same gradients.
 void check_stepped_equals_run(const nlohmann::json& optimizer) {
   TempDir dir;
-  const ex::ExperimentConfig run_config = ex::parse_experiment(quadratic_config(optimizer), dir.path);
+  const cfg::ExperimentConfig run_config = cfg::parse_experiment(quadratic_config(optimizer), dir.path);
   tr::RunOptions run_options;
   run_options.out = dir.path / "run.h5";
   run_options.quiet = true;
@@ -87,7 +87,7 @@ void check_stepped_equals_run(const nlohmann::json& optimizer) {
 
   nlohmann::json external = quadratic_config(optimizer);
   external["model"] = {{"type", "external"}};
-  ex::ExperimentConfig stepped_config = ex::parse_experiment(external, dir.path);
+  cfg::ExperimentConfig stepped_config = cfg::parse_experiment(external, dir.path);
   const auto problem = problem_of(run_config);
   scape::ParamLayout layout;
   layout.add("theta", {static_cast<std::size_t>(kSize)}, true);
@@ -137,7 +137,7 @@ TEST_CASE("stepped simulator: wrong gradients, steps past the end and an early c
   tr::RunOptions options;
   options.out = dir.path / "e.h5";
   options.quiet = true;
-  scape::sim::SteppedSimulator sim(ex::parse_experiment(j, dir.path),
+  scape::sim::SteppedSimulator sim(cfg::parse_experiment(j, dir.path),
                                    std::make_unique<tr::ExternalData>(layout, std::vector<float>(64, 0.5f)), options);
   std::vector<float> g(64, 0.1f), short_g(63, 0.1f);
   std::vector<std::span<const float>> two(2, std::span<const float>(g));
@@ -156,6 +156,6 @@ TEST_CASE("stepped simulator: wrong gradients, steps past the end and an early c
 
 TEST_CASE("external model type: scape run's loader refuses it, naming the key") {
   TempDir dir;
-  const auto config = ex::parse_experiment({{"model", {{"type", "external"}}}}, dir.path);
+  const auto config = cfg::parse_experiment({{"model", {{"type", "external"}}}}, dir.path);
   CHECK(scape::testing::error_of([&] { (void)tr::load_source_data(config); }).rfind("model.type: \"external\"", 0) == 0);
 }

@@ -1,4 +1,4 @@
-// Sweep expansion (experiments/sweep.cpp): repeat and lr_search give the points, in the order
+// Sweep expansion (config/sweep.cpp): repeat and lr_search give the points, in the order
 // and with the configs that an explicit grid over seed and optimizer.lr gives (so the run ids,
 // and the files a re-run skips, are the same), and bad values are errors naming the key; the
 // run-file lock that keeps two sweeps into one folder from running a point twice.
@@ -16,12 +16,12 @@
 #include <string>
 #include <vector>
 
-#include "experiments/config.hpp"
-#include "experiments/sweep_plan.hpp"
+#include "config/config.hpp"
+#include "config/sweep_plan.hpp"
 #include "run_file/run_lock.hpp"
 #include "test_support.hpp"
 
-namespace ex = scape::experiments;
+namespace cfg = scape::config;
 using nlohmann::json;
 using scape::testing::error_of;
 
@@ -33,16 +33,16 @@ const json kBase = json::parse(R"({
   "optimizer": {"type": "scape", "sparsity": 0.9, "lr": 0.01}
 })");
 
-std::vector<ex::SweepPoint> expand(const json& sweep) { return ex::expand_sweep(sweep, "."); }
+std::vector<cfg::SweepPoint> expand(const json& sweep) { return cfg::expand_sweep(sweep, "."); }
 
 // The run id of every point, in expansion order.
-std::vector<std::string> run_ids(const std::vector<ex::SweepPoint>& points) {
+std::vector<std::string> run_ids(const std::vector<cfg::SweepPoint>& points) {
   std::vector<std::string> ids;
-  for (const auto& p : points) ids.push_back(ex::run_id(ex::parse_experiment(p.config, ".").to_json()));
+  for (const auto& p : points) ids.push_back(cfg::run_id(cfg::parse_experiment(p.config, ".").to_json()));
   return ids;
 }
 
-std::string label(const ex::SweepPoint& p) {
+std::string label(const cfg::SweepPoint& p) {
   std::string s;
   for (const auto& [k, v] : p.assignment) s += (s.empty() ? "" : " ") + k + "=" + v.dump();
   return s;
@@ -65,7 +65,7 @@ TEST_CASE("repeat and lr_search: every point/grid combination at each lr and eac
   CHECK(label(points[6]) == R"(optimizer.type="adams" workers=4 optimizer.lr=0.001 seed=5)");
   CHECK(label(points[23]) == R"(optimizer.type="scape" workers=4 optimizer.lr=0.01 seed=6)");
   for (const auto& p : points) {
-    const auto c = ex::parse_experiment(p.config, ".");
+    const auto c = cfg::parse_experiment(p.config, ".");
     CHECK((c.seed == 5 || c.seed == 6));
     CHECK((c.optimizer.lr == 0.001 || c.optimizer.lr == 0.003 || c.optimizer.lr == 0.01));
     CHECK(c.optimizer.sparsity == 0.9);  // the base's other settings stay
@@ -90,7 +90,7 @@ TEST_CASE("repeat and lr_search give the run ids of the explicit grid over seed 
   CHECK(!kBase.contains("seed"));
   const auto p = expand(json{{"base", kBase}, {"repeat", 3}});
   REQUIRE(p.size() == 3u);
-  for (std::size_t i = 0; i < 3; ++i) CHECK(ex::parse_experiment(p[i].config, ".").seed == 1 + i);
+  for (std::size_t i = 0; i < 3; ++i) CHECK(cfg::parse_experiment(p[i].config, ".").seed == 1 + i);
 }
 
 TEST_CASE("repeat counts from each point's own seed; a point's lr_search replaces the sweep's") {
@@ -112,7 +112,7 @@ TEST_CASE("repeat counts from each point's own seed; a point's lr_search replace
                       R"(optimizer.type="adamw" optimizer.lr=0.0003 seed=2)",
                       R"(optimizer.type="scape" optimizer.lr=0.01 seed=10)",
                       R"(optimizer.type="scape" optimizer.lr=0.01 seed=11)"});
-  CHECK(ex::parse_experiment(points[5].config, ".").seed == 11);
+  CHECK(cfg::parse_experiment(points[5].config, ".").seed == 11);
   // A point's lr_search is not a config key: it is never written into the config.
   CHECK(!points[0].config.contains("lr_search"));
 }
@@ -197,7 +197,7 @@ TEST_CASE("the sweep plan: equal resolved configs share one run, bad points are 
                .dump();
   }
   const auto out_dir = dir / "runs";
-  const ex::SweepPlan plan = ex::plan_sweep(sweep_file, out_dir, {"steps=3"});
+  const cfg::SweepPlan plan = cfg::plan_sweep(sweep_file, out_dir, {"steps=3"});
   REQUIRE(plan.points.size() == 4);
   CHECK(plan.points[0].label == "optimizer.sparsity=0.9 optimizer.type=adams");  // keys in sorted order
   CHECK(plan.points[0].config->steps == 3);  // the --set override reaches every point
@@ -212,7 +212,7 @@ TEST_CASE("the sweep plan: equal resolved configs share one run, bad points are 
   // A file that is not a run file there runs again, saying why.
   std::filesystem::create_directories(out_dir);
   std::ofstream(plan.points[3].file) << "not hdf5";
-  const ex::SweepPlan again = ex::plan_sweep(sweep_file, out_dir, {"steps=3"});
+  const cfg::SweepPlan again = cfg::plan_sweep(sweep_file, out_dir, {"steps=3"});
   CHECK(again.to_run == std::vector<std::size_t>{0, 3});
   CHECK(again.points[3].finished.empty());
   CHECK_FALSE(again.points[3].rerun_reason.empty());
@@ -226,7 +226,7 @@ TEST_CASE("the locked schedule runs every point once, defers a point another swe
   std::mutex mu;
   std::vector<std::pair<std::size_t, bool>> ran;
   std::vector<std::size_t> deferred, waited;
-  ex::ScheduleHooks hooks;
+  cfg::ScheduleHooks hooks;
   hooks.run = [&](std::size_t k, bool after_wait) {
     std::lock_guard guard(mu);
     ran.emplace_back(k, after_wait);
@@ -241,15 +241,15 @@ TEST_CASE("the locked schedule runs every point once, defers a point another swe
     held.reset();  // the other sweep finishes while this one waits
   };
   hooks.unlocked = [](const std::filesystem::path&) {};
-  ex::run_planned(files, 2, hooks);
+  cfg::run_planned(files, 2, hooks);
   CHECK(deferred == std::vector<std::size_t>{1});
   CHECK(waited == std::vector<std::size_t>{1});
   std::sort(ran.begin(), ran.end());
   CHECK(ran == std::vector<std::pair<std::size_t, bool>>{{0, false}, {1, true}, {2, false}});
 
-  ex::ScheduleHooks failing = hooks;
+  cfg::ScheduleHooks failing = hooks;
   failing.run = [](std::size_t k, bool) {
     if (k == 2) throw std::runtime_error("point 2 broke");
   };
-  CHECK(error_of([&] { ex::run_planned(files, 1, failing); }) == "point 2 broke");
+  CHECK(error_of([&] { cfg::run_planned(files, 1, failing); }) == "point 2 broke");
 }

@@ -92,7 +92,7 @@ void flatten(const nlohmann::json& j, const std::string& prefix, std::map<std::s
 bool may_change_on_resume(const std::string& key) { return key == "steps" || key.rfind("log.", 0) == 0; }
 
 void check_same_config(const std::filesystem::path& path, const std::string& stored_json,
-                       const experiments::ExperimentConfig& config) {
+                       const config::ExperimentConfig& config) {
   nlohmann::json stored;
   try {
     stored = nlohmann::json::parse(stored_json);
@@ -111,14 +111,16 @@ void check_same_config(const std::filesystem::path& path, const std::string& sto
   for (const auto& [key, is] : now)
     if (!before.count(key)) note(key, "absent", is);
   if (!differing.empty()) {
-    throw experiments::ConfigError(path.string() + ": --resume with a changed configuration; only steps and log.* "
-                                   "may change, but these keys differ from the checkpoint's: " + differing);
+    throw config::ConfigError(path.string() +
+                              ": --resume with a changed configuration; only steps and log.* "
+                              "may change, but these keys differ from the checkpoint's: " +
+                              differing);
   }
 }
 
 // SCAPECK2: the checksum is checked before anything else is read.
-Checkpoint read_v2(const std::string& bytes, const std::filesystem::path& path,
-                   const experiments::ExperimentConfig& config, std::size_t n) {
+Checkpoint read_v2(const std::string& bytes, const std::filesystem::path& path, const config::ExperimentConfig& config,
+                   std::size_t n) {
   if (bytes.size() < kMagicSize + kChecksumSize) throw StateFormatError("truncated");
   const std::size_t body = bytes.size() - kChecksumSize;
   std::uint64_t stored = 0;
@@ -133,14 +135,14 @@ Checkpoint read_v2(const std::string& bytes, const std::filesystem::path& path,
   return c;
 }
 
-Checkpoint read_v1(const std::string& bytes, const std::filesystem::path& path,
-                   const experiments::ExperimentConfig& config, std::size_t n) {
+Checkpoint read_v1(const std::string& bytes, const std::filesystem::path& path, const config::ExperimentConfig& config,
+                   std::size_t n) {
   std::istringstream in(bytes.substr(kMagicSize), std::ios::binary);
   const std::string stored_id = as_string(get_bytes(in, kMaxRunIdBytes));
-  const std::string run_id = experiments::run_id(config.to_json());
+  const std::string run_id = config::run_id(config.to_json());
   if (stored_id != run_id) {
-    throw experiments::ConfigError(path.string() + ": the checkpoint belongs to another configuration (run id " +
-                                   stored_id + ", this config is " + run_id + ")");
+    throw config::ConfigError(path.string() + ": the checkpoint belongs to another configuration (run id " + stored_id +
+                              ", this config is " + run_id + ")");
   }
   Checkpoint c;
   read_body(in, config.workers, n, c);
@@ -244,12 +246,12 @@ void write_checkpoint(const std::filesystem::path& path, const std::string& conf
   }
 }
 
-Checkpoint load_checkpoint(const experiments::ExperimentConfig& config, const std::filesystem::path& run_file,
-                           std::size_t n, bool allow_unchecked) {
+Checkpoint load_checkpoint(const config::ExperimentConfig& config, const std::filesystem::path& run_file, std::size_t n,
+                           bool allow_unchecked) {
   const std::filesystem::path path = checkpoint_path(run_file);
   std::ifstream in(path, std::ios::binary);
   if (!in || std::filesystem::is_directory(path))
-    throw experiments::ConfigError(path.string() + ": no checkpoint to resume from");
+    throw config::ConfigError(path.string() + ": no checkpoint to resume from");
   const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   Checkpoint checkpoint;
   try {
@@ -258,7 +260,7 @@ Checkpoint load_checkpoint(const experiments::ExperimentConfig& config, const st
       checkpoint = read_v2(bytes, path, config, n);
     } else if (magic == kMagicV1) {
       if (!allow_unchecked) {
-        throw experiments::ConfigError(
+        throw config::ConfigError(
             path.string() +
             ": a checkpoint of the older SCAPECK1 format, which carries no checksum: a damaged byte "
             "would resume unnoticed. Add --allow-unchecked-checkpoint to resume from it anyway, or rerun without "
@@ -269,16 +271,16 @@ Checkpoint load_checkpoint(const experiments::ExperimentConfig& config, const st
       throw StateFormatError("bad magic");
     }
   } catch (const StateFormatError& e) {
-    throw experiments::ConfigError(path.string() + ": corrupt checkpoint (" + e.what() + "); delete it and rerun "
-                                   "without --resume, or restore a good copy");
+    throw config::ConfigError(path.string() + ": corrupt checkpoint (" + e.what() +
+                              "); delete it and rerun "
+                              "without --resume, or restore a good copy");
   }
   // A run resumed to no further step would record itself completed past its config's steps and
   // remove the checkpoint: refused before anything is written.
   if (config.steps <= checkpoint.step) {
-    throw experiments::ConfigError(path.string() + ": --resume with steps " + std::to_string(config.steps) +
-                                   ", at or below the checkpoint's step " + std::to_string(checkpoint.step) +
-                                   "; give steps above " + std::to_string(checkpoint.step) +
-                                   " (the checkpoint is kept)");
+    throw config::ConfigError(path.string() + ": --resume with steps " + std::to_string(config.steps) +
+                              ", at or below the checkpoint's step " + std::to_string(checkpoint.step) +
+                              "; give steps above " + std::to_string(checkpoint.step) + " (the checkpoint is kept)");
   }
   return checkpoint;
 }

@@ -10,8 +10,8 @@
 #include <string>
 #include <vector>
 
+#include "config/config.hpp"
 #include "core/state.hpp"
-#include "experiments/config.hpp"
 
 namespace scape::train {
 
@@ -57,7 +57,7 @@ void write_checkpoint(const std::filesystem::path& path, const std::string& conf
 // Checkpoints of the older SCAPECK1 format carry no checksum (a damaged byte would resume
 // unnoticed): refused unless `allow_unchecked` (scape run --allow-unchecked-checkpoint), and then
 // they must match the run id exactly.
-Checkpoint load_checkpoint(const experiments::ExperimentConfig& config, const std::filesystem::path& run_file,
-                           std::size_t n, bool allow_unchecked = false);
+Checkpoint load_checkpoint(const config::ExperimentConfig& config, const std::filesystem::path& run_file, std::size_t n,
+                           bool allow_unchecked = false);
 
 }  // namespace scape::train

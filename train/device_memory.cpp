@@ -3,21 +3,20 @@
 
 #include <cstdio>
 
-#include "experiments/model_shapes.hpp"
+#include "config/model_shapes.hpp"
 #include "optimizers/device_state.hpp"
 #include "train/gradient_source.hpp"
 
 namespace scape::train {
 
-DeviceMemory device_memory_estimate(const experiments::ExperimentConfig& config, int workers, bool shared_workspace) {
+DeviceMemory device_memory_estimate(const config::ExperimentConfig& config, int workers, bool shared_workspace) {
   if (!config.has_data()) {
-    throw experiments::ConfigError("model.type: \"" + config.model.type + "\" has no device memory estimate");
+    throw config::ConfigError("model.type: \"" + config.model.type + "\" has no device memory estimate");
   }
   if (!runs_on_cuda(config.optimizer.type)) {
-    throw experiments::ConfigError(std::string("optimizer.type: ") + to_string(config.optimizer.type) +
-                                   " has no CUDA path");
+    throw config::ConfigError(std::string("optimizer.type: ") + to_string(config.optimizer.type) + " has no CUDA path");
   }
-  const model::LanguageModelSpec spec = experiments::language_model_spec(config.model);
+  const model::LanguageModelSpec spec = config::language_model_spec(config.model);
   const std::size_t n = spec.layout().size();
   DeviceMemory m;
   m.workers = workers;

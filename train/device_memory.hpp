@@ -10,7 +10,7 @@
 #include <cstddef>
 #include <string>
 
-#include "experiments/config.hpp"
+#include "config/config.hpp"
 
 namespace scape::train {
 
@@ -28,9 +28,9 @@ struct DeviceMemory {
 };
 
 // `workers` on one GPU, with one shared activation workspace or one each. For gpt and llama
-// models with an optimizer that has a CUDA path; throws experiments::ConfigError naming the key
+// models with an optimizer that has a CUDA path; throws config::ConfigError naming the key
 // otherwise.
-DeviceMemory device_memory_estimate(const experiments::ExperimentConfig& config, int workers, bool shared_workspace);
+DeviceMemory device_memory_estimate(const config::ExperimentConfig& config, int workers, bool shared_workspace);
 
 // "8 workers x (params 0.46 + grads 0.46 + optimizer 0.64 GiB) + activations 5.60 GiB = 18.1 GiB"
 // (shared workspace; otherwise the activations are inside the parentheses).

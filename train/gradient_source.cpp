@@ -7,7 +7,7 @@
 #include <limits>
 #include <mutex>
 
-#include "experiments/model_shapes.hpp"
+#include "config/model_shapes.hpp"
 #include "model/data.hpp"
 #include "model/language_model.hpp"
 #include "run_file/trace.hpp"
@@ -30,13 +30,13 @@ model::TokenFormat detect_format(const std::filesystem::path& path, const std::s
 
 class LanguageModelData final : public SourceData {
  public:
-  explicit LanguageModelData(const experiments::ExperimentConfig& c)
-      : spec_(experiments::language_model_spec(c.model)), seed_(c.seed) {
+  explicit LanguageModelData(const config::ExperimentConfig& c)
+      : spec_(config::language_model_spec(c.model)), seed_(c.seed) {
     try {
       spec_.validate();
       layout_ = spec_.layout();  // past 2^32 - 1 parameters: a config error, not a failure
     } catch (const std::invalid_argument& e) {
-      throw experiments::ConfigError(e.what());
+      throw config::ConfigError(e.what());
     }
     const int vocab_size = spec_.vocab_size();
     const auto& d = c.data;
@@ -50,9 +50,8 @@ class LanguageModelData final : public SourceData {
         split_ = model::synthetic_corpus(mc, static_cast<std::size_t>(d.tokens), d.val_fraction);
       } else if (d.type == "text") {
         if (vocab_size < 256) {
-          throw experiments::ConfigError(
-              "model.vocab_size: text data is read as bytes and needs vocab_size >= 256, got " +
-              std::to_string(vocab_size));
+          throw config::ConfigError("model.vocab_size: text data is read as bytes and needs vocab_size >= 256, got " +
+                                    std::to_string(vocab_size));
         }
         split_ = model::load_text_bytes(d.path.string(), d.val_fraction);
       } else {
@@ -60,15 +59,15 @@ class LanguageModelData final : public SourceData {
         split_ = model::split_tokens(tokens, d.val_fraction, vocab_size);
       }
     } catch (const model::DataError& e) {
-      throw experiments::ConfigError(std::string("data.path: ") + e.what());
+      throw config::ConfigError(std::string("data.path: ") + e.what());
     } catch (const std::invalid_argument& e) {
-      throw experiments::ConfigError(std::string("data: ") + e.what());
+      throw config::ConfigError(std::string("data: ") + e.what());
     }
     const auto need = static_cast<std::size_t>(spec_.block_size()) + 1;
     if (split_.train.size() < need || split_.val.size() < need) {
-      throw experiments::ConfigError("data: the train split has " + std::to_string(split_.train.size()) +
-                                     " tokens and the validation split " + std::to_string(split_.val.size()) +
-                                     "; each needs at least block_size + 1 = " + std::to_string(need));
+      throw config::ConfigError("data: the train split has " + std::to_string(split_.train.size()) +
+                                " tokens and the validation split " + std::to_string(split_.val.size()) +
+                                "; each needs at least block_size + 1 = " + std::to_string(need));
     }
   }
   const ParamLayout& layout() const override { return layout_; }
@@ -85,7 +84,7 @@ class LanguageModelData final : public SourceData {
 
 class LanguageModelSource final : public GradientSource {
  public:
-  LanguageModelSource(const experiments::ExperimentConfig& c, const LanguageModelData& data, int rank,
+  LanguageModelSource(const config::ExperimentConfig& c, const LanguageModelData& data, int rank,
                       kernels::KernelBackend& backend, SharedModel* shared)
       : own_(shared == nullptr ? data.spec().make(backend) : nullptr),
         backend_(shared == nullptr ? backend : *shared->backend),
@@ -139,20 +138,19 @@ class LanguageModelSource final : public GradientSource {
 
 class ReplayData final : public SourceData {
  public:
-  explicit ReplayData(const experiments::ExperimentConfig& c) {
+  explicit ReplayData(const config::ExperimentConfig& c) {
     try {
       trace_ = std::make_unique<run_file::GradientTrace>(c.model.path);
     } catch (const std::exception& e) {
-      throw experiments::ConfigError(std::string("model.path: ") + e.what());
+      throw config::ConfigError(std::string("model.path: ") + e.what());
     }
     if (trace_->workers() != c.workers) {
-      throw experiments::ConfigError("workers: " + std::to_string(c.workers) + " but the trace " +
-                                     c.model.path.string() + " holds gradients of " +
-                                     std::to_string(trace_->workers()) + " workers");
+      throw config::ConfigError("workers: " + std::to_string(c.workers) + " but the trace " + c.model.path.string() +
+                                " holds gradients of " + std::to_string(trace_->workers()) + " workers");
     }
     if (c.steps > trace_->steps()) {
-      throw experiments::ConfigError("steps: " + std::to_string(c.steps) + " exceeds the " +
-                                     std::to_string(trace_->steps()) + " steps recorded in " + c.model.path.string());
+      throw config::ConfigError("steps: " + std::to_string(c.steps) + " exceeds the " +
+                                std::to_string(trace_->steps()) + " steps recorded in " + c.model.path.string());
     }
     const auto& names = trace_->names();
     const auto& sizes = trace_->sizes();
@@ -161,8 +159,8 @@ class ReplayData final : public SourceData {
       for (std::size_t i = 0; i < names.size(); ++i) layout_.add(names[i], {sizes[i]}, decay[i]);
     } catch (const std::invalid_argument& e) {
       // An empty or repeated name, or a zero size, read from the file.
-      throw experiments::ConfigError("model.path: " + c.model.path.string() + ": '/layout' is not a valid layout (" +
-                                     e.what() + ")");
+      throw config::ConfigError("model.path: " + c.model.path.string() + ": '/layout' is not a valid layout (" +
+                                e.what() + ")");
     }
   }
   const ParamLayout& layout() const override { return layout_; }
@@ -192,7 +190,7 @@ class ReplaySource final : public GradientSource {
 
 class QuadraticData final : public SourceData {
  public:
-  explicit QuadraticData(const experiments::ExperimentConfig& c)
+  explicit QuadraticData(const config::ExperimentConfig& c)
       : problem_(static_cast<std::size_t>(c.model.size), spec(c)) {
     layout_.add("theta", {static_cast<std::size_t>(c.model.size)}, true);
   }
@@ -201,7 +199,7 @@ class QuadraticData final : public SourceData {
   const train::NoisyQuadratic& problem() const { return problem_; }
 
  private:
-  static train::QuadraticSpec spec(const experiments::ExperimentConfig& c) {
+  static train::QuadraticSpec spec(const config::ExperimentConfig& c) {
     train::QuadraticSpec s;
     s.seed = c.seed;
     s.noise = c.model.noise;
@@ -258,18 +256,18 @@ ExternalData::ExternalData(ParamLayout layout, std::vector<float> init, Validati
 
 void ExternalData::init_params(std::span<float> params) const { std::copy(init_.begin(), init_.end(), params.begin()); }
 
-std::unique_ptr<SourceData> load_source_data(const experiments::ExperimentConfig& config) {
+std::unique_ptr<SourceData> load_source_data(const config::ExperimentConfig& config) {
   if (config.has_data()) return std::make_unique<LanguageModelData>(config);
   if (config.model.type == "replay") return std::make_unique<ReplayData>(config);
   if (config.model.type == "external") {
-    throw experiments::ConfigError(
+    throw config::ConfigError(
         "model.type: \"external\" gradients are handed in by a caller (the Python package's scape.Simulator and "
         "scape.torch); scape run has none to give: use gpt, llama, replay or quadratic");
   }
   return std::make_unique<QuadraticData>(config);
 }
 
-std::unique_ptr<SharedModel> make_shared_model(const experiments::ExperimentConfig& config, const SourceData& data,
+std::unique_ptr<SharedModel> make_shared_model(const config::ExperimentConfig& config, const SourceData& data,
                                                kernels::KernelBackend& backend) {
   if (!config.has_data()) return nullptr;
   auto shared = std::make_unique<SharedModel>();
@@ -278,9 +276,8 @@ std::unique_ptr<SharedModel> make_shared_model(const experiments::ExperimentConf
   return shared;
 }
 
-std::unique_ptr<GradientSource> make_gradient_source(const experiments::ExperimentConfig& config,
-                                                     const SourceData& data, int rank,
-                                                     kernels::KernelBackend& backend, SharedModel* shared) {
+std::unique_ptr<GradientSource> make_gradient_source(const config::ExperimentConfig& config, const SourceData& data,
+                                                     int rank, kernels::KernelBackend& backend, SharedModel* shared) {
   if (config.has_data()) {
     return std::make_unique<LanguageModelSource>(config, static_cast<const LanguageModelData&>(data), rank, backend,
                                                  shared);

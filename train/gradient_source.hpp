@@ -10,8 +10,8 @@
 #include <mutex>
 #include <span>
 
+#include "config/config.hpp"
 #include "core/layout.hpp"
-#include "experiments/config.hpp"
 #include "kernels/backend.hpp"
 #include "kernels/device_span.hpp"
 #include "model/language_model.hpp"
@@ -67,7 +67,7 @@ class ExternalData final : public SourceData {
 
 // Throws ConfigError naming the file or field for missing or corrupt input, and for model.type
 // "external", whose data only its caller can build (ExternalData).
-std::unique_ptr<SourceData> load_source_data(const experiments::ExperimentConfig& config);
+std::unique_ptr<SourceData> load_source_data(const config::ExperimentConfig& config);
 // One language model, and so one activation workspace, that every worker of a simulated run
 // uses in turn, holding `mutex` for a forward/backward or an evaluation: the workspace is
 // allocated once instead of W times (the simulator on a GPU). Results are those of per-worker
@@ -80,15 +80,14 @@ struct SharedModel {
 };
 
 // nullptr for the quadratic and replay sources (no model).
-std::unique_ptr<SharedModel> make_shared_model(const experiments::ExperimentConfig& config, const SourceData& data,
+std::unique_ptr<SharedModel> make_shared_model(const config::ExperimentConfig& config, const SourceData& data,
                                                kernels::KernelBackend& backend);
 
 // A language model runs on `backend` (its memory must hold params and grads), or is `shared`'s
 // when given; the quadratic and replay sources compute on the host (config parsing keeps them
 // on the CPU).
-std::unique_ptr<GradientSource> make_gradient_source(const experiments::ExperimentConfig& config,
-                                                     const SourceData& data, int rank,
-                                                     kernels::KernelBackend& backend = kernels::cpu_backend(),
+std::unique_ptr<GradientSource> make_gradient_source(const config::ExperimentConfig& config, const SourceData& data,
+                                                     int rank, kernels::KernelBackend& backend = kernels::cpu_backend(),
                                                      SharedModel* shared = nullptr);
 
 }  // namespace scape::train

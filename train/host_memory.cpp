@@ -6,7 +6,7 @@
 #include <fstream>
 #include <sstream>
 
-#include "experiments/model_shapes.hpp"
+#include "config/model_shapes.hpp"
 #include "model/transformer.hpp"
 #include "optimizers/device_state.hpp"
 #include "run_file/trace.hpp"
@@ -39,7 +39,7 @@ Z size_of_file(const std::filesystem::path& p) {
 
 // The corpus at its peak while it loads: the tokens (uint16) and their train/validation copies,
 // with the file's bytes for text (read as bytes, widened) and token files (read, decoded).
-Z data_bytes(const experiments::ExperimentConfig& c) {
+Z data_bytes(const config::ExperimentConfig& c) {
   if (c.has_data()) {
     const auto& d = c.data;
     if (d.type == "synthetic") return 2 * sizeof(std::uint16_t) * static_cast<Z>(d.tokens);
@@ -52,9 +52,9 @@ Z data_bytes(const experiments::ExperimentConfig& c) {
 
 // Parameters of the model: a language model's from its shape (unbounded, so a model past the
 // layout's 2^32 elements still counts), the quadratic's size, a trace's layout.
-Z parameter_count(const experiments::ExperimentConfig& c) {
+Z parameter_count(const config::ExperimentConfig& c) {
   if (c.has_data()) {
-    return model::transformer_layout(experiments::language_model_spec(c.model).shape(), ParamLayout::kUnbounded).size();
+    return model::transformer_layout(config::language_model_spec(c.model).shape(), ParamLayout::kUnbounded).size();
   }
   if (c.model.type == "quadratic") return static_cast<Z>(c.model.size);
   if (c.model.type == "replay") {
@@ -86,14 +86,14 @@ Z extra_floats(OptimizerType t) {
 }
 
 // One worker's optimizer state.
-Z optimizer_bytes(const experiments::ExperimentConfig& c, Z n) {
+Z optimizer_bytes(const config::ExperimentConfig& c, Z n) {
   const auto& o = c.optimizer;
   if (n == 0) return 0;  // a trace that cannot be read: the run's own load names it
   if (runs_on_cuda(o.type) && n <= ParamLayout::kMaxIndexed) {
     // The same buffers as on a GPU (optimizers/device_state.hpp), on the host.
     ParamLayout layout;
     if (c.has_data()) {
-      layout = experiments::language_model_spec(c.model).layout();
+      layout = config::language_model_spec(c.model).layout();
     } else {
       layout.add("theta", {n}, true);  // a trace's tensors as one: the same buffers but per-tensor k
     }
@@ -136,7 +136,7 @@ HostMemory times_processes(const HostMemory& one, int processes) {
   return m;
 }
 
-HostMemory host_memory_estimate(const experiments::ExperimentConfig& config, int workers_in_process) {
+HostMemory host_memory_estimate(const config::ExperimentConfig& config, int workers_in_process) {
   HostMemory m;
   m.workers = workers_in_process;
   const Z w = static_cast<Z>(std::max(workers_in_process, 1));
@@ -147,7 +147,7 @@ HostMemory host_memory_estimate(const experiments::ExperimentConfig& config, int
     m.parameters = w * kFloat * n;
     m.gradients = w * kFloat * n;
     if (config.has_data()) {
-      const auto spec = experiments::language_model_spec(config.model);
+      const auto spec = config::language_model_spec(config.model);
       const Z B = static_cast<Z>(config.data.batch_size), T = static_cast<Z>(spec.block_size());
       // The workspace, and the batch's input and target ids (int32).
       m.activations = w * (model::workspace_bytes(spec.shape(), B, T) + 2 * sizeof(std::int32_t) * B * T);
@@ -201,7 +201,7 @@ std::size_t available_host_memory() {
 void require_host_memory(const HostMemory& need, std::size_t available) {
   if (available == 0 || need.total() <= available) return;
   const auto [name, bytes] = need.largest();
-  throw experiments::ConfigError(
+  throw config::ConfigError(
       "the run needs about " + format_bytes(static_cast<double>(need.total())) + " of host memory, the largest part " +
       name + " (" + format_bytes(static_cast<double>(bytes)) + "), but this machine has " +
       format_bytes(static_cast<double>(available)) +

@@ -12,7 +12,7 @@
 #include <utility>
 #include <vector>
 
-#include "experiments/config.hpp"
+#include "config/config.hpp"
 
 namespace scape::train {
 
@@ -37,7 +37,7 @@ struct HostMemory {
 // For `workers_in_process` workers in one process (the simulator: config.workers; a rank of an
 // MPI run: 1). A language model's parameter count comes from its shape without the 2^32
 // element limit of a layout, so a model too large to build still gets its estimate.
-HostMemory host_memory_estimate(const experiments::ExperimentConfig& config, int workers_in_process);
+HostMemory host_memory_estimate(const config::ExperimentConfig& config, int workers_in_process);
 
 // `processes` copies of one process's estimate: the ranks of an MPI or NCCL run that share this
 // host, each holding one worker, its own copy of the data and the program.
@@ -52,7 +52,7 @@ std::string describe(const HostMemory& m);
 // MemAvailable of /proc/meminfo in bytes; 0 where it cannot be read.
 std::size_t available_host_memory();
 
-// Throws experiments::ConfigError when the estimate exceeds `available` bytes (0: unknown,
+// Throws config::ConfigError when the estimate exceeds `available` bytes (0: unknown,
 // nothing checked), naming the largest part, the estimate and the machine's memory.
 void require_host_memory(const HostMemory& need, std::size_t available);
 

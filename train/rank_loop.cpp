@@ -47,7 +47,7 @@ void require_next_step(bool closed, const char* closed_what, bool stopped, int s
     throw std::logic_error("step: all " + std::to_string(total) + " steps of the run were taken");
 }
 
-RankLoop::RankLoop(const experiments::ExperimentConfig& config, const SourceData& data, const RunOptions& options,
+RankLoop::RankLoop(const config::ExperimentConfig& config, const SourceData& data, const RunOptions& options,
                    Communicator& comm, StepExchange& exchange, RunLog* log, const Checkpoint* resume,
                    SharedModel* shared)
     : config_(config), options_(options), comm_(comm), exchange_(exchange), log_(log) {

@@ -9,9 +9,9 @@
 #include <string>
 #include <vector>
 
+#include "config/config.hpp"
 #include "core/communicator.hpp"
 #include "core/optimizer.hpp"
-#include "experiments/config.hpp"
 #include "kernels/backend.hpp"
 #include "kernels/device_span.hpp"
 #include "model/gradient_ready.hpp"
@@ -42,7 +42,7 @@ void require_next_step(bool closed, const char* closed_what, bool stopped, int s
 class RankLoop {
  public:
   // As train_rank's arguments; `log` is rank 0's (nullptr elsewhere).
-  RankLoop(const experiments::ExperimentConfig& config, const SourceData& data, const RunOptions& options,
+  RankLoop(const config::ExperimentConfig& config, const SourceData& data, const RunOptions& options,
            Communicator& comm, StepExchange& exchange, RunLog* log, const Checkpoint* resume, SharedModel* shared);
   ~RankLoop();
   RankLoop(const RankLoop&) = delete;
@@ -68,7 +68,7 @@ class RankLoop {
   const Optimizer& optimizer() const { return *opt_; }
 
  private:
-  const experiments::ExperimentConfig& config_;
+  const config::ExperimentConfig& config_;
   const RunOptions& options_;
   Communicator& comm_;
   StepExchange& exchange_;

@@ -7,8 +7,8 @@
 #include <cmath>
 #include <cstdio>
 
-#include "experiments/config_keys.hpp"
-#include "predict/compute_model.hpp"
+#include "config/compute_model.hpp"
+#include "config/config_keys.hpp"
 #include "run_file/hdf5.hpp"
 #include "train/checkpoint.hpp"
 #include "train/run_metrics.hpp"
@@ -80,7 +80,7 @@ run_file::RunFileLock take_writer_lock(const std::filesystem::path& out) {
     if (lock.taken_over()) std::fprintf(stderr, "%s\n", lock.taken_over_note().c_str());
     return lock;
   } catch (const run_file::RunFileBusy& e) {
-    throw experiments::ConfigError(e.what());
+    throw config::ConfigError(e.what());
   }
 }
 
@@ -105,9 +105,9 @@ void check_resume_backend(const std::filesystem::path& out, const OptimizerConfi
   if (has_marker == measured) return;
   const char* sim = "the simulator (--backend sim)";
   const char* ranks = "--backend mpi or nccl";
-  throw experiments::ConfigError(out.string() + ": --resume under " + (measured ? ranks : sim) +
-                                 ", but the run file was written by " + (measured ? sim : ranks) +
-                                 " (its metric columns differ): resume it with the backend that started it");
+  throw config::ConfigError(out.string() + ": --resume under " + (measured ? ranks : sim) +
+                            ", but the run file was written by " + (measured ? sim : ranks) +
+                            " (its metric columns differ): resume it with the backend that started it");
 }
 
 }  // namespace
@@ -117,7 +117,7 @@ const char* to_string(RunStatus s) {
   return kNames[static_cast<int>(s)];
 }
 
-RunLog::RunLog(const experiments::ExperimentConfig& config, const ParamLayout& layout, const RunOptions& options,
+RunLog::RunLog(const config::ExperimentConfig& config, const ParamLayout& layout, const RunOptions& options,
                int resume_step)
     : config_(config), options_(options) {
   const nlohmann::json resolved = config.to_json();
@@ -128,7 +128,7 @@ RunLog::RunLog(const experiments::ExperimentConfig& config, const ParamLayout& l
   spec.scape_version = options.scape_version;
   spec.git_sha = options.git_sha;
   // Which optimizer types read which key: the analysis reads it here, not from `scape schema`.
-  spec.optimizer_keys_json = experiments::optimizer_key_types().dump();
+  spec.optimizer_keys_json = config::optimizer_key_types().dump();
   describe_metrics(columns, spec);
   for (const auto& c : columns) {
     if (c.name == "step_wall_time") step_wall_column_ = static_cast<int>(column_names_.size());
@@ -152,7 +152,7 @@ RunLog::RunLog(const experiments::ExperimentConfig& config, const ParamLayout& l
   progress_ = std::make_unique<detail::Progress>(config.steps, tokens, options.quiet, options.progress_label,
                                                 options.progress_every_seconds);
   combiner_ = std::make_unique<StepCombiner>(config.optimizer, config.log.oracle, layout, std::move(columns));
-  combiner_->set_modelled_compute(predict::modelled_compute_seconds(config));
+  combiner_->set_modelled_compute(config::modelled_compute_seconds(config));
 }
 
 RunLog::~RunLog() = default;

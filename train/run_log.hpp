@@ -14,9 +14,9 @@
 #include <utility>
 #include <vector>
 
+#include "config/config.hpp"
 #include "core/layout.hpp"
 #include "core/state.hpp"
-#include "experiments/config.hpp"
 #include "run_file/recorder.hpp"
 #include "run_file/run_lock.hpp"
 #include "train/gradient_source.hpp"
@@ -75,8 +75,7 @@ class Progress;
 class RunLog {
  public:
   // Creates the run file, or reopens it at `resume_step` with options.resume.
-  RunLog(const experiments::ExperimentConfig& config, const ParamLayout& layout, const RunOptions& options,
-         int resume_step);
+  RunLog(const config::ExperimentConfig& config, const ParamLayout& layout, const RunOptions& options, int resume_step);
   ~RunLog();
   // Combines the workers' reports into one row; returns stop when the run diverged, interrupt when
   // a stop signal came (train/stop_signal.hpp) before the last step.
@@ -97,7 +96,7 @@ class RunLog {
   std::vector<std::pair<std::string, double>> last_row() const;
 
  private:
-  const experiments::ExperimentConfig& config_;
+  const config::ExperimentConfig& config_;
   const RunOptions& options_;
   std::string config_json_;  // the resolved config, compact: what a checkpoint records
   std::optional<run_file::RunFileLock> writer_lock_;  // released after the recorder closed the file

@@ -7,7 +7,7 @@
 
 namespace scape::train {
 
-RunSession::RunSession(const experiments::ExperimentConfig& config, const RunOptions& options, DeviceUse devices)
+RunSession::RunSession(const config::ExperimentConfig& config, const RunOptions& options, DeviceUse devices)
     : config_(config), options_(options), start_(std::chrono::steady_clock::now()) {
   require_devices(config_, devices.workers_per_device, devices.shared_workspace);
   data_ = load_source_data(config_);

@@ -10,7 +10,7 @@
 #include <memory>
 #include <string>
 
-#include "experiments/config.hpp"
+#include "config/config.hpp"
 #include "train/checkpoint.hpp"
 #include "train/gradient_source.hpp"
 #include "train/run_log.hpp"
@@ -28,8 +28,8 @@ struct DeviceUse {
 class RunSession {
  public:
   // Checks the devices, loads the source data and, with options.resume, the checkpoint.
-  // Throws experiments::ConfigError naming the field or file; nothing is written then.
-  RunSession(const experiments::ExperimentConfig& config, const RunOptions& options, DeviceUse devices);
+  // Throws config::ConfigError naming the field or file; nothing is written then.
+  RunSession(const config::ExperimentConfig& config, const RunOptions& options, DeviceUse devices);
 
   // Creates (or reopens, when resuming) the run file: rank 0 only. Throws when it cannot.
   RunLog& open_log();
@@ -46,7 +46,7 @@ class RunSession {
   double elapsed_s() const;
 
  private:
-  const experiments::ExperimentConfig& config_;
+  const config::ExperimentConfig& config_;
   const RunOptions& options_;
   const std::chrono::steady_clock::time_point start_;
   std::unique_ptr<SourceData> data_;

@@ -36,7 +36,7 @@ class AbandonOnFailure {
 
 }  // namespace
 
-void train_rank(const experiments::ExperimentConfig& config, const SourceData& data, const RunOptions& options,
+void train_rank(const config::ExperimentConfig& config, const SourceData& data, const RunOptions& options,
                 Communicator& comm, StepExchange& exchange, RunLog* log, const Checkpoint* resume,
                 SharedModel* shared) {
   RankLoop loop(config, data, options, comm, exchange, log, resume, shared);
@@ -52,17 +52,17 @@ namespace {
 void require_device(kernels::DeviceKind device, const char* key) {
   if (device != kernels::DeviceKind::cuda) return;
   if (!kernels::cuda_built()) {
-    throw experiments::ConfigError(std::string(key) +
-                                   ": cuda, but this scape was built without CUDA (no nvcc at configure time)");
+    throw config::ConfigError(std::string(key) +
+                              ": cuda, but this scape was built without CUDA (no nvcc at configure time)");
   }
   if (kernels::cuda_device_count() == 0) {
-    throw experiments::ConfigError(std::string(key) + ": cuda, but no CUDA device is visible on this machine");
+    throw config::ConfigError(std::string(key) + ": cuda, but no CUDA device is visible on this machine");
   }
 }
 
 }  // namespace
 
-void require_devices(const experiments::ExperimentConfig& config, int workers_per_device, bool shared_workspace) {
+void require_devices(const config::ExperimentConfig& config, int workers_per_device, bool shared_workspace) {
   require_device(config.device, "device");
   require_device(config.optimizer.device, "optimizer.device");
   if (config.device != kernels::DeviceKind::cuda) return;
@@ -71,8 +71,8 @@ void require_devices(const experiments::ExperimentConfig& config, int workers_pe
   if (free > 0 && need.total() > free) {
     char have[64];
     std::snprintf(have, sizeof have, "%.1f GiB", static_cast<double>(free) / (1024.0 * 1024.0 * 1024.0));
-    throw experiments::ConfigError("device: cuda: the run needs about " + describe(need) + " on the GPU, but " + have +
-                                   " are free: lower workers, data.batch_size or model.block_size");
+    throw config::ConfigError("device: cuda: the run needs about " + describe(need) + " on the GPU, but " + have +
+                              " are free: lower workers, data.batch_size or model.block_size");
   }
 }
 

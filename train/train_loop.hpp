@@ -2,8 +2,8 @@
 // shard -> forward/backward -> optimizer step -> report to rank 0, whose RunLog writes the row.
 #pragma once
 
+#include "config/config.hpp"
 #include "core/communicator.hpp"
-#include "experiments/config.hpp"
 #include "train/checkpoint.hpp"
 #include "train/gradient_source.hpp"
 #include "train/run_log.hpp"
@@ -14,15 +14,15 @@ namespace scape::train {
 // One rank's part of a run, shared by every runner: `log` is rank 0's (nullptr elsewhere),
 // `resume` the checkpoint to continue from (nullptr for a fresh run), `shared` the model every
 // worker of the simulator uses in turn (nullptr: this rank makes its own).
-void train_rank(const experiments::ExperimentConfig& config, const SourceData& data, const RunOptions& options,
+void train_rank(const config::ExperimentConfig& config, const SourceData& data, const RunOptions& options,
                 Communicator& comm, StepExchange& exchange, RunLog* log, const Checkpoint* resume,
                 SharedModel* shared = nullptr);
 
-// Throws experiments::ConfigError naming `device` or `optimizer.device` when it asks for cuda
+// Throws config::ConfigError naming `device` or `optimizer.device` when it asks for cuda
 // and this build has no CUDA or this machine no visible device, or when the run's memory
 // estimate (train/device_memory.hpp) for `workers_per_device` workers on one GPU (sharing one
 // activation workspace when `shared_workspace`) exceeds the
 // device's free memory (checked before anything is written).
-void require_devices(const experiments::ExperimentConfig& config, int workers_per_device, bool shared_workspace);
+void require_devices(const config::ExperimentConfig& config, int workers_per_device, bool shared_workspace);
 
 }  // namespace scape::train

@@ -12,10 +12,10 @@ const char* scape_git_sha();
 
 namespace scape::python {
 
-experiments::ExperimentConfig parse_config(const std::string& config_json) {
+config::ExperimentConfig parse_config(const std::string& config_json) {
   try {
-    return experiments::parse_experiment(nlohmann::json::parse(config_json), std::filesystem::current_path());
-  } catch (const experiments::ConfigError& e) {
+    return config::parse_experiment(nlohmann::json::parse(config_json), std::filesystem::current_path());
+  } catch (const config::ConfigError& e) {
     throw nb::value_error(e.what());
   } catch (const nlohmann::json::exception& e) {
     throw nb::value_error((std::string("config: ") + e.what()).c_str());

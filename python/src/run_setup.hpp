@@ -10,7 +10,7 @@
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>
 
-#include "experiments/config.hpp"
+#include "config/config.hpp"
 #include "train/gradient_source.hpp"
 #include "train/run_log.hpp"
 
@@ -22,7 +22,7 @@ namespace nb = nanobind;
 using TensorSpec = std::tuple<std::string, std::vector<std::size_t>, bool>;
 
 // Parses the config JSON; a ConfigError or a JSON error becomes ValueError with its text.
-experiments::ExperimentConfig parse_config(const std::string& config_json);
+config::ExperimentConfig parse_config(const std::string& config_json);
 // The layout and the initial parameters (`params`: N float32 values, or None for zeros), and
 // the validation callback (None: no validation), wrapped to hold the GIL and to turn a Python
 // exception into a C++ one.

@@ -75,13 +75,13 @@ void bind_simulator(nb::module_& m) {
           [](SimulatorHandle* self, const std::string& config_json, const std::vector<TensorSpec>& layout,
              const nb::object& params, const std::string& log, bool quiet, double tokens_per_step,
              const nb::object& validation) {
-            experiments::ExperimentConfig config = parse_config(config_json);
+            config::ExperimentConfig config = parse_config(config_json);
             auto data = external_data(layout, params, validation);
             train::RunOptions options = run_options(log, quiet, tokens_per_step);
             std::unique_ptr<sim::SteppedSimulator> sim;
             try {
               sim = std::make_unique<sim::SteppedSimulator>(std::move(config), std::move(data), options);
-            } catch (const experiments::ConfigError& e) {
+            } catch (const config::ConfigError& e) {
               throw nb::value_error(e.what());
             }
             new (self) SimulatorHandle{std::move(sim)};

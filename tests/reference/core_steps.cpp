@@ -16,9 +16,9 @@
 #include <stdexcept>
 #include <vector>
 
+#include "config/config.hpp"
 #include "core/layout.hpp"
 #include "core/optimizer.hpp"
-#include "experiments/config.hpp"
 #include "optimizers/make_optimizer.hpp"
 #include "optimizers/scape/scape_optimizer.hpp"
 #include "sim/emulated_comm.hpp"
@@ -46,7 +46,7 @@ void write_raw(const fs::path& path, const std::vector<T>& data) {
 }
 
 int run(const fs::path& dir) {
-  const nlohmann::json spec = experiments::read_json_file(dir / "spec.json");
+  const nlohmann::json spec = config::read_json_file(dir / "spec.json");
   const int workers = spec.at("workers").get<int>(), steps = spec.at("steps").get<int>();
   ParamLayout layout;
   for (const auto& t : spec.at("layout")) {
@@ -58,7 +58,7 @@ int run(const fs::path& dir) {
                                  {"steps", steps},
                                  {"model", {{"type", "quadratic"}, {"size", std::max<std::size_t>(n, 64)}}},
                                  {"optimizer", spec.at("optimizer")}};
-  const OptimizerConfig optimizer = experiments::parse_experiment(config, dir).optimizer;
+  const OptimizerConfig optimizer = config::parse_experiment(config, dir).optimizer;
   const auto theta0 = read_raw<float>(dir / "theta0.f32", n);
   const auto grads = read_raw<float>(dir / "grads.f32", static_cast<std::size_t>(steps) * w_count * n);
 

@@ -15,7 +15,7 @@
 #include <string>
 #include <vector>
 
-#include "experiments/config.hpp"
+#include "config/config.hpp"
 #include "kernels/backend.hpp"
 #include "run_file/hdf5.hpp"
 #include "runtime/nccl_single.hpp"
@@ -23,13 +23,13 @@
 #include "tests/run_file_losses.hpp"
 #include "tests/test_support.hpp"
 
-namespace ex = scape::experiments;
+namespace cfg = scape::config;
 namespace fs = std::filesystem;
 namespace tr = scape::train;
 
 namespace {
 
-ex::ExperimentConfig run_config(int workers, const fs::path& dir, const std::string& set = "") {
+cfg::ExperimentConfig run_config(int workers, const fs::path& dir, const std::string& set = "") {
   nlohmann::json j = {
       {"name", "nccl-single"},
       {"seed", 5},
@@ -42,8 +42,8 @@ ex::ExperimentConfig run_config(int workers, const fs::path& dir, const std::str
       {"optimizer", {{"type", "scape"}, {"sparsity", 0.9}, {"lr", 3e-3}, {"warmup_steps", 5}}},
       {"eval", {{"interval", 10}, {"batches", 2}}},
       {"log", {{"flush_interval", 10}}}};
-  if (!set.empty()) ex::apply_override(j, set);
-  return ex::parse_experiment(j, dir);
+  if (!set.empty()) cfg::apply_override(j, set);
+  return cfg::parse_experiment(j, dir);
 }
 
 tr::RunOptions options_for(const fs::path& out) {
@@ -55,7 +55,7 @@ tr::RunOptions options_for(const fs::path& out) {
 
 // Runs `on_gpu` as one NCCL rank into `nccl` and `reference` in the simulator into `simulated`;
 // both must complete with losses within 1e-3.
-void nccl_matches_simulator(const ex::ExperimentConfig& on_gpu, const ex::ExperimentConfig& reference,
+void nccl_matches_simulator(const cfg::ExperimentConfig& on_gpu, const cfg::ExperimentConfig& reference,
                             const fs::path& nccl, const fs::path& simulated) {
   const tr::RunOutcome ran = scape::runtime::run_nccl_single_process(on_gpu, options_for(nccl));
   INFO(ran.error);
@@ -71,11 +71,11 @@ TEST_CASE("errors: workers other than 1, or no visible GPU, exit before anything
   const fs::path out = dir / "run.h5";
   CHECK_THROWS_WITH_AS(scape::runtime::run_nccl_single_process(run_config(2, dir.path), options_for(out)),
                        doctest::Contains("workers: 2: --backend nccl in a scape built without MPI runs one rank"),
-                       ex::ConfigError);
+                       cfg::ConfigError);
   CHECK_FALSE(fs::exists(out));
   if (scape::kernels::cuda_device_count() == 0) {
     CHECK_THROWS_WITH_AS(scape::runtime::run_nccl_single_process(run_config(1, dir.path), options_for(out)),
-                         doctest::Contains("--backend nccl: no CUDA device is visible"), ex::ConfigError);
+                         doctest::Contains("--backend nccl: no CUDA device is visible"), cfg::ConfigError);
     CHECK_FALSE(fs::exists(out));
   }
 }

@@ -1,5 +1,5 @@
 // The sweep planner and its locked schedule (sweep_plan.hpp).
-#include "experiments/sweep_plan.hpp"
+#include "config/sweep_plan.hpp"
 
 #include <algorithm>
 #include <atomic>
@@ -10,7 +10,7 @@
 #include "run_file/recorder.hpp"
 #include "run_file/run_lock.hpp"
 
-namespace scape::experiments {
+namespace scape::config {
 
 std::string point_label(const SweepPoint& p) {
   std::string s;
@@ -73,8 +73,8 @@ void run_planned(const std::vector<std::filesystem::path>& files, int jobs, cons
   auto run_point = [&](std::size_t k, bool wait) {
     try {
       if (wait) hooks.waiting(k);
-      auto lock = wait ? std::optional(run_file::RunFileLock::acquire(files[k]))
-                       : run_file::RunFileLock::try_acquire(files[k]);
+      auto lock =
+          wait ? std::optional(run_file::RunFileLock::acquire(files[k])) : run_file::RunFileLock::try_acquire(files[k]);
       if (!lock) {
         {
           std::lock_guard guard(mu);
@@ -106,4 +106,4 @@ void run_planned(const std::vector<std::filesystem::path>& files, int jobs, cons
   if (failure) std::rethrow_exception(failure);
 }
 
-}  // namespace scape::experiments
+}  // namespace scape::config

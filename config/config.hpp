@@ -1,7 +1,7 @@
 // Experiment configuration: strict JSON -> typed config. Unknown keys, wrong types and
 // out-of-range values are ConfigErrors naming the JSON path (with the nearest valid key for a
 // typo). The defaults are the members' initial values below (and OptimizerConfig's); the keys
-// are declared once in experiments/config_keys.cpp (optimizer_keys.cpp for the optimizer) and listed in
+// are declared once in config/config_keys.cpp (optimizer_keys.cpp for the optimizer) and listed in
 // docs/configuration.md. The resolved config, defaults filled in, is what a run records.
 #pragma once
 
@@ -13,12 +13,12 @@
 
 #include <nlohmann/json.hpp>
 
+#include "config/json_section.hpp"
 #include "core/ledger.hpp"
 #include "core/optimizer.hpp"
-#include "experiments/json_section.hpp"
 #include "presets/gpu_presets.hpp"
 
-namespace scape::experiments {
+namespace scape::config {
 
 struct ModelSection {
   std::string type = "gpt";  // gpt | llama | replay | quadratic | external
@@ -153,4 +153,4 @@ struct SweepPoint {
 };
 std::vector<SweepPoint> expand_sweep(const nlohmann::json& sweep, const std::filesystem::path& base_dir);
 
-}  // namespace scape::experiments
+}  // namespace scape::config

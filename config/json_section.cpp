@@ -1,11 +1,11 @@
 // The strict section parser and the JSON Schema of a section, from one list of Fields.
-#include "experiments/json_section.hpp"
+#include "config/json_section.hpp"
 
 #include <algorithm>
 #include <cmath>
 #include <sstream>
 
-namespace scape::experiments {
+namespace scape::config {
 namespace {
 
 using nlohmann::json;
@@ -104,9 +104,7 @@ std::string type_name(const json& v) {
   return std::string("a ") + v.type_name();
 }
 
-std::string join_path(const std::string& path, const std::string& key) {
-  return path.empty() ? key : path + "." + key;
-}
+std::string join_path(const std::string& path, const std::string& key) { return path.empty() ? key : path + "." + key; }
 
 std::size_t edit_distance(const std::string& a, const std::string& b) {
   std::vector<std::size_t> prev(b.size() + 1), cur(b.size() + 1);
@@ -207,4 +205,4 @@ json section_schema(const std::vector<Field>& fields, const char* type_field) {
   return {{"type", "object"}, {"additionalProperties", false}, {"properties", props}};
 }
 
-}  // namespace scape::experiments
+}  // namespace scape::config

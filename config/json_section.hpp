@@ -11,7 +11,7 @@
 
 #include <nlohmann/json.hpp>
 
-namespace scape::experiments {
+namespace scape::config {
 
 // Invalid configuration or input: the command exits with status 2.
 class ConfigError : public std::runtime_error {
@@ -97,4 +97,4 @@ class Section {
 // applies_to; each field of such a section says the types it applies to in "x-applies-to".
 nlohmann::json section_schema(const std::vector<Field>& fields, const char* type_field = nullptr);
 
-}  // namespace scape::experiments
+}  // namespace scape::config

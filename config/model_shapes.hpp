@@ -2,11 +2,11 @@
 // predictor counts its parameters and FLOPs: one reading of the section for both.
 #pragma once
 
-#include "experiments/config.hpp"
+#include "config/config.hpp"
 #include "model/language_model.hpp"
 #include "presets/model_presets.hpp"
 
-namespace scape::experiments {
+namespace scape::config {
 
 // The GPT or Llama shape of a model section (gpt and llama types).
 model::LanguageModelSpec language_model_spec(const ModelSection& m);
@@ -16,4 +16,4 @@ model::LanguageModelSpec language_model_spec(const ModelSection& m);
 // grouped-query attention and the SwiGLU width the model builds (model/llama.hpp).
 presets::ModelSpec predictor_model_spec(const ModelSection& m);
 
-}  // namespace scape::experiments
+}  // namespace scape::config

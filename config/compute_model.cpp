@@ -1,19 +1,19 @@
 // FLOP-based compute time of a simulated worker (compute.type = "flops").
-#include "predict/compute_model.hpp"
+#include "config/compute_model.hpp"
 
 #include <cstdio>
 #include <limits>
 
-#include "experiments/model_shapes.hpp"
+#include "config/model_shapes.hpp"
 #include "presets/gpu_presets.hpp"
 
-namespace scape::predict {
+namespace scape::config {
 
-double modelled_compute_seconds(const experiments::ExperimentConfig& c) {
+double modelled_compute_seconds(const ExperimentConfig& c) {
   if (c.compute.type == "sleep") return c.compute.seconds;
   if (c.compute.type != "flops") return std::numeric_limits<double>::quiet_NaN();
-  const double per_token = presets::training_flops_per_token(experiments::predictor_model_spec(c.model),
-                                                             c.model.block_size, presets::AttentionFlops::causal);
+  const double per_token = presets::training_flops_per_token(predictor_model_spec(c.model), c.model.block_size,
+                                                             presets::AttentionFlops::causal);
   const double tokens = static_cast<double>(c.data.batch_size) * c.model.block_size;
   const auto& device = presets::find_gpu_preset(c.compute.device, "compute.device");
   presets::GpuSpec gpu;
@@ -25,7 +25,7 @@ double modelled_compute_seconds(const experiments::ExperimentConfig& c) {
   return forward + 2.0 * forward;
 }
 
-std::string describe_step_time_model(const experiments::ExperimentConfig& c) {
+std::string describe_step_time_model(const ExperimentConfig& c) {
   char figure[32];
   std::snprintf(figure, sizeof figure, "%g", c.compute.type == "sleep" ? c.compute.seconds : c.compute.mfu);
   std::string compute = "measured CPU time of this machine";
@@ -38,4 +38,4 @@ std::string describe_step_time_model(const experiments::ExperimentConfig& c) {
          " workers; optimizer step not modelled";
 }
 
-}  // namespace scape::predict
+}  // namespace scape::config

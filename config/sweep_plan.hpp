@@ -12,9 +12,9 @@
 #include <string>
 #include <vector>
 
-#include "experiments/config.hpp"
+#include "config/config.hpp"
 
-namespace scape::experiments {
+namespace scape::config {
 
 // "k=v k=v" of a point's assignment, or "base".
 std::string point_label(const SweepPoint& p);
@@ -62,4 +62,4 @@ struct ScheduleHooks {
 // ends the sweep with that exception after the running points finish.
 void run_planned(const std::vector<std::filesystem::path>& files, int jobs, const ScheduleHooks& hooks);
 
-}  // namespace scape::experiments
+}  // namespace scape::config

@@ -1,20 +1,29 @@
 // The model section read for the model library and for the predictor.
-#include "experiments/model_shapes.hpp"
+#include "config/model_shapes.hpp"
 
 #include <cstdint>
 
 #include "model/llama.hpp"
 
-namespace scape::experiments {
+namespace scape::config {
 
 model::LanguageModelSpec language_model_spec(const ModelSection& m) {
   model::LanguageModelSpec spec;
   spec.type = m.type;
-  spec.gpt = {.n_layer = m.n_layer, .n_head = m.n_head, .n_embd = m.n_embd, .block_size = m.block_size,
-              .vocab_size = m.vocab_size, .precision = model::parse_precision(m.precision)};
-  spec.llama = {.n_layer = m.n_layer, .n_head = m.n_head, .n_kv_head = m.n_kv_head, .n_embd = m.n_embd,
-                .block_size = m.block_size, .vocab_size = m.vocab_size,
-                .precision = model::parse_precision(m.precision), .ffn_hidden = m.ffn_hidden};
+  spec.gpt = {.n_layer = m.n_layer,
+              .n_head = m.n_head,
+              .n_embd = m.n_embd,
+              .block_size = m.block_size,
+              .vocab_size = m.vocab_size,
+              .precision = model::parse_precision(m.precision)};
+  spec.llama = {.n_layer = m.n_layer,
+                .n_head = m.n_head,
+                .n_kv_head = m.n_kv_head,
+                .n_embd = m.n_embd,
+                .block_size = m.block_size,
+                .vocab_size = m.vocab_size,
+                .precision = model::parse_precision(m.precision),
+                .ffn_hidden = m.ffn_hidden};
   return spec;
 }
 
@@ -39,4 +48,4 @@ presets::ModelSpec predictor_model_spec(const ModelSection& m) {
   return s;
 }
 
-}  // namespace scape::experiments
+}  // namespace scape::config

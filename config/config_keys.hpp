@@ -11,10 +11,10 @@
 
 #include <nlohmann/json.hpp>
 
-#include "experiments/config.hpp"
-#include "experiments/json_section.hpp"
+#include "config/config.hpp"
+#include "config/json_section.hpp"
 
-namespace scape::experiments {
+namespace scape::config {
 
 // Where a key's default comes from: the default-built struct, other keys (min_lr is lr/10;
 // alpha_us follows the preset), or nowhere (a path the type needs).
@@ -23,7 +23,7 @@ enum class Default { member, derived, required };
 template <typename Config>
 struct Key {
   Field field;
-  nlohmann::json (*read)(const Config&) = nullptr;       // the value the resolved config records
+  nlohmann::json (*read)(const Config&) = nullptr;          // the value the resolved config records
   void (*write)(Config&, const nlohmann::json&) = nullptr;  // from a value the Section checked
   Default default_from = Default::member;
 };
@@ -105,4 +105,4 @@ void check_applicable(const Section& s, const KeyTable<Config>& table, const std
   }
 }
 
-}  // namespace scape::experiments
+}  // namespace scape::config

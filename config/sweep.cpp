@@ -8,9 +8,9 @@
 #include <string>
 #include <vector>
 
-#include "experiments/config.hpp"
+#include "config/config.hpp"
 
-namespace scape::experiments {
+namespace scape::config {
 
 using nlohmann::json;
 
@@ -107,7 +107,7 @@ void apply_override(json& j, const std::string& assignment) {
   try {
     value = json::parse(text, DuplicateKeyCheck("--set " + assignment, key));
   } catch (const json::exception&) {  // parse_error, or out_of_range for a number beyond double
-    value = text;  // not JSON: a plain string such as scape or first_moment
+    value = text;                     // not JSON: a plain string such as scape or first_moment
   }
   json* node = &j;
   std::size_t start = 0;
@@ -153,8 +153,9 @@ void check_top_keys(const json& sweep) {
   }
   if (!sweep.contains("grid") && !sweep.contains("points") && !sweep.contains("repeat") &&
       !sweep.contains("lr_search")) {
-    throw ConfigError("sweep: give a grid {\"dotted.key\": [values, ...]}, points [{\"dotted.key\": value}, ...], "
-                      "repeat or lr_search");
+    throw ConfigError(
+        "sweep: give a grid {\"dotted.key\": [values, ...]}, points [{\"dotted.key\": value}, ...], "
+        "repeat or lr_search");
   }
   if (sweep.contains("grid") && !sweep.at("grid").is_object()) {
     throw ConfigError("sweep.grid: expected an object {\"dotted.key\": [values, ...]}");
@@ -306,4 +307,4 @@ std::vector<SweepPoint> expand_sweep(const json& sweep, const std::filesystem::p
   return points;
 }
 
-}  // namespace scape::experiments
+}  // namespace scape::config

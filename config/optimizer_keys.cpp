@@ -1,12 +1,12 @@
 // The optimizer section's key table, whose ranges core declares, and the run files' optimizer_key_types().
-#include "experiments/config_keys.hpp"
+#include "config/config_keys.hpp"
 
 #include <string>
 #include <vector>
 
-#include "experiments/key_table_support.hpp"
+#include "config/key_table_support.hpp"
 
-namespace scape::experiments {
+namespace scape::config {
 namespace {
 
 using namespace key_table_support;
@@ -313,7 +313,8 @@ const KeyTable<OptimizerConfig>& optimizer_keys() {
        SCAPE_MEMBER(C, diloco.outer_wire)},
       {{"streaming_fragments",
         Kind::integer,
-        "diloco: fragments F <= inner_steps of the flat buffer, each synced once every inner_steps steps at staggered offsets (Streaming DiLoCo; 1 = off)",
+        "diloco: fragments F <= inner_steps of the flat buffer, each synced once every inner_steps steps at staggered "
+        "offsets (Streaming DiLoCo; 1 = off)",
         core_range("streaming_fragments"),
         {},
         kDiloco},
@@ -352,4 +353,4 @@ json optimizer_key_types() {
 
 #undef SCAPE_MEMBER
 
-}  // namespace scape::experiments
+}  // namespace scape::config

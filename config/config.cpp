@@ -1,14 +1,14 @@
-// Experiment configs: the sections parsed with their key tables (experiments/config_keys.cpp),
+// Experiment configs: the sections parsed with their key tables (config/config_keys.cpp),
 // the checks that span keys, the resolved config and its run id, and the JSON Schema.
-#include "experiments/config.hpp"
+#include "config/config.hpp"
 
 #include <cstdio>
 
-#include "experiments/config_keys.hpp"
+#include "config/config_keys.hpp"
 #include "presets/network_presets.hpp"
 #include "util/fnv1a.hpp"
 
-namespace scape::experiments {
+namespace scape::config {
 namespace {
 
 using nlohmann::json;
@@ -77,7 +77,7 @@ OptimizerConfig parse_optimizer(const json& j, std::uint64_t seed, kernels::Devi
   OptimizerConfig as_scape = c;
   as_scape.type = OptimizerType::scape;
   as_scape.scape.mask_partition = MaskPartition::partitioned;  // no cross-key rule of local_union applies
-  as_scape.overlap_grad_reduce = false;  // a dense switch, checked above
+  as_scape.overlap_grad_reduce = false;                        // a dense switch, checked above
   config_error([&] { as_scape.validate(); });
   return c;
 }
@@ -111,8 +111,8 @@ ComputeSection parse_compute(const json& j, const ModelSection& model) {
     fail("compute.seconds", "compute.type \"sleep\" needs the seconds of forward and backward a step stands for");
   }
   if (c.type == "flops" && model.type != "gpt") {
-    fail("compute.type", "\"flops\" needs model.type \"gpt\" (the FLOPs come from the gpt shape), got \"" +
-                             model.type + "\"");
+    fail("compute.type",
+         "\"flops\" needs model.type \"gpt\" (the FLOPs come from the gpt shape), got \"" + model.type + "\"");
   }
   return c;
 }
@@ -215,4 +215,4 @@ json experiment_schema() {
   return schema;
 }
 
-}  // namespace scape::experiments
+}  // namespace scape::config

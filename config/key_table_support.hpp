@@ -13,9 +13,9 @@
 
 #include <nlohmann/json.hpp>
 
-#include "experiments/config.hpp"
+#include "config/config.hpp"
 
-namespace scape::experiments::key_table_support {
+namespace scape::config::key_table_support {
 
 using nlohmann::json;
 
@@ -23,10 +23,7 @@ inline constexpr double kInf = std::numeric_limits<double>::infinity();
 
 // The value a resolved config records for a member.
 template <typename T>
-  requires std::is_arithmetic_v<T>
-json recorded(T v) {
-  return v;
-}
+requires std::is_arithmetic_v<T> json recorded(T v) { return v; }
 inline json recorded(const std::string& v) { return v; }
 inline json recorded(const std::filesystem::path& v) { return v.string(); }
 inline json recorded(OptimizerType v) { return to_string(v); }
@@ -46,8 +43,8 @@ inline json recorded(kernels::DeviceKind v) { return kernels::to_string(v); }
 // below cannot fail; only an integer too large for the member's type remains.
 template <std::integral T>
 void assign(T& out, const json& v) {
-  const bool fits = v.is_number_unsigned() ? std::in_range<T>(v.get<std::uint64_t>())
-                                           : std::in_range<T>(v.get<std::int64_t>());
+  const bool fits =
+      v.is_number_unsigned() ? std::in_range<T>(v.get<std::uint64_t>()) : std::in_range<T>(v.get<std::int64_t>());
   if (!fits) {
     throw std::out_of_range(v.dump() + " is out of range [" + std::to_string(std::numeric_limits<T>::min()) + ", " +
                             std::to_string(std::numeric_limits<T>::max()) + "]");
@@ -77,4 +74,4 @@ inline void assign(kernels::DeviceKind& out, const json& v) {
 #define SCAPE_MEMBER(Config, member) \
   [](const Config& c) -> json { return recorded(c.member); }, [](Config& c, const json& v) { assign(c.member, v); }
 
-}  // namespace scape::experiments::key_table_support
+}  // namespace scape::config::key_table_support

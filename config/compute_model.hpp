@@ -5,18 +5,18 @@
 
 #include <string>
 
-#include "experiments/config.hpp"
+#include "config/config.hpp"
 #include "presets/model_presets.hpp"
 
-namespace scape::predict {
+namespace scape::config {
 
 // Seconds of forward + backward of one worker's micro-batch (data.batch_size sequences of
 // model.block_size tokens), causal attention FLOPs; compute.seconds with compute.type = "sleep";
 // NaN with compute.type = "measured".
-double modelled_compute_seconds(const experiments::ExperimentConfig& c);
+double modelled_compute_seconds(const ExperimentConfig& c);
 
 // What step_time_model adds up, for a table header: "compute: FLOPs on gh200 at MFU 0.4 +
 // alpha-beta communication on ib_ndr400 (optimizer step not modelled)".
-std::string describe_step_time_model(const experiments::ExperimentConfig& c);
+std::string describe_step_time_model(const ExperimentConfig& c);
 
-}  // namespace scape::predict
+}  // namespace scape::config
