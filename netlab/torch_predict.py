@@ -75,8 +75,10 @@ def predicted_exposed_s(scape, folder, method, workers, hardware):
         json.dump(prediction_config(method, workers, hardware), f, indent=1)
     table = os.path.join(folder, f"predict-{method}.csv")
     with open(os.path.join(folder, f"predict-{method}.txt"), "w") as report:
-        subprocess.run([scape, "predict", config, "--out", os.path.join(folder, f"predict-{method}.h5"),
-                        "--csv", table], check=True, stdout=report)
+        done = subprocess.run([scape, "predict", config, "--out", os.path.join(folder, f"predict-{method}.h5"),
+                               "--csv", table], stdout=report, stderr=subprocess.PIPE, text=True)
+    if done.returncode != 0:
+        sys.exit(f"netlab torch_predict: scape predict {config} failed: {done.stderr.strip()}")
     with open(table, newline="") as f:
         return float(next(r for r in csv.DictReader(f) if r["config"] == "optimizer")["exposed_comm_s"])
 
