@@ -49,16 +49,6 @@ Analysis of scape run files (HDF5, docs/run-files.md).
       arithmetic and is its own arm (optimizer.overlap_outer).
       --no-figures writes summary.md and the CSV files only.
 
-  netlab --steps STEPS.csv... [--scaling STEPS.csv...] --out OUTDIR
-      The netlab's measured study (docs/NETLAB.md; analysis/netlab.py): the steps.csv files of
-      repeated `scripts/netlab bench` runs give per runtime, rate and method the median step
-      with [min, max] over the runs, the predicted step and its error, the exposed
-      communication, the bytes and the speedup against dense AdamS; those of
-      `scripts/netlab-strong-scaling` the strong-scaling efficiency. Writes OUTDIR/netlab.md
-      (also printed), netlab-steps.png (step time split into exposed communication and the rest,
-      predicted as a marker) and netlab-scaling.png (efficiency against nodes, the paper's
-      64-GPU figures beside it).
-
   archive DIR_OR_FILES... --out OUTDIR [--block-steps K] [--keep-tensors]
       Compact copies of ended run files, to keep or publish a sweep (analysis/archive.py,
       docs/run-files.md "Archives"): the same layout and file names, root attributes and
@@ -114,33 +104,7 @@ def _parser():
                    help="steps averaged into one row (default: %(default)s)")
     a.add_argument("--keep-tensors", action="store_true",
                    help="keep the per-tensor tables (as block means); dropped by default")
-    n = sub.add_parser("netlab", help="tables and figures of the netlab's measured study (docs/NETLAB.md)",
-                       description="Tables and figures from the steps.csv of scripts/netlab bench and "
-                                   "scripts/netlab-strong-scaling.")
-    n.add_argument("--steps", nargs="*", default=[], metavar="STEPS.csv", help="steps.csv of repeated bench runs")
-    n.add_argument("--scaling", nargs="*", default=[], metavar="STEPS.csv",
-                   help="steps.csv of repeated strong-scaling runs")
-    n.add_argument("--out", required=True, metavar="OUTDIR", help="folder for netlab.md and the figures")
-    n.add_argument("--no-figures", action="store_true", help="write netlab.md only")
     return p
-
-
-def netlab_main(args):
-    """`netlab`: 2 for a missing or unreadable file, else 0."""
-    from .netlab import report
-    if not args.steps and not args.scaling:
-        print("analysis: netlab: give --steps or --scaling files", file=sys.stderr)
-        return 2
-    for path in args.steps + args.scaling:
-        if not Path(path).is_file():
-            print(f"analysis: netlab: {path}: no such file", file=sys.stderr)
-            return 2
-    try:
-        print(report(args.steps, args.scaling, args.out, figures=not args.no_figures), end="")
-    except (KeyError, ValueError) as e:
-        print(f"analysis: netlab: not a steps.csv of the netlab ({e})", file=sys.stderr)
-        return 2
-    return 0
 
 
 def archive_main(args):
@@ -171,8 +135,6 @@ def main(argv=None):
     for stream in (sys.stdout, sys.stderr):  # a summary with µ and × must not crash on an ASCII terminal
         if hasattr(stream, "reconfigure"):
             stream.reconfigure(errors="replace")
-    if args.command == "netlab":
-        return netlab_main(args)
     if args.command == "archive":
         return archive_main(args)
     from .report import write_report  # heavy imports after argument parsing (fast --help)

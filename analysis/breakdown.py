@@ -29,6 +29,14 @@ slowest rank's), and what the parts miss or overcount is shown as `rank_skew`: t
 its parts, 0 when one rank is the slowest in every part. Files written before that column
 existed take the kernels as the remainder of the maxima (their skew is 0 by construction, and
 their kernels can come out negative under imbalance).
+
+Exposed communication, the one definition every table uses (`exposed_comm`; the netlab's
+`exposed_comm_ms` is its median): per step, the seconds of the step spent waiting for
+communication = every blocking collective's `comm_time_measured_<purpose>` + the waits for the
+asynchronous ones, `mask_wait_exposed` (the lagged mask all-gather) and `grad_wait_exposed` (the
+gradient buckets); an absent or NaN part counts 0. The asynchronous collectives' own times are
+not in it: they run beside compute. Callers choose the steps and the statistic (this section:
+the mean over the steady steps, so the parts add up; the netlab: the median).
 """
 
 import csv
@@ -40,7 +48,29 @@ import numpy as np
 MEASURED_PREFIX = "comm_time_measured_"
 LAGGED = "async_all_gather"
 BUCKETS = "async_reduce_scatter"
+EXPOSED_WAITS = ("mask_wait_exposed", "grad_wait_exposed")
 FIRST_STEADY_STEP = 4
+
+
+def is_blocking(name):
+    """Whether a run-file column is a blocking collective's measured time, all of it in the step."""
+    return name.startswith(MEASURED_PREFIX) and name[len(MEASURED_PREFIX):] not in (LAGGED, BUCKETS)
+
+
+def exposed_columns(names):
+    """The columns whose per-step sum is the step's exposed communication (module docstring)."""
+    return sorted(n for n in names if is_blocking(n)) + [w for w in EXPOSED_WAITS if w in names]
+
+
+def exposed_comm(metrics, rows=None):
+    """Exposed communication in seconds, one value a step: `metrics` maps column names to per-step
+    series (a Run's `metrics`, a run file's /metrics group) taken at `rows` (an index or slice;
+    None: as they are, also scalars such as one step's `last_metrics` of scape.torch)."""
+    total = 0.0
+    for name in exposed_columns(metrics):
+        values = metrics[name] if rows is None else metrics[name][rows]
+        total = total + np.nan_to_num(np.asarray(values, dtype=np.float64), nan=0.0)
+    return total
 
 
 @dataclass
@@ -79,7 +109,7 @@ class Breakdown:
 
     @property
     def exposed_comm(self):
-        """Communication the step waited for: the blocking collectives and the asynchronous ones' waits."""
+        """The mean of `exposed_comm` over the steady steps, as the sum of its parts' means."""
         return self.mask_wait + self.grad_wait + sum(self.collectives.values())
 
 
@@ -140,7 +170,7 @@ def breakdown(run, label):
     zero_nan = lambda name: np.nan_to_num(run.metric(name)[rows], nan=0.0)  # noqa: E731  absent part: 0 s
     collectives = {}
     for name in sorted(run.metrics):
-        if name.startswith(MEASURED_PREFIX) and name[len(MEASURED_PREFIX):] not in (LAGGED, BUCKETS):
+        if is_blocking(name):
             collectives[name[len(MEASURED_PREFIX):]] = zero_nan(name)
     wait = zero_nan("mask_wait_exposed")
     grad_wait = zero_nan("grad_wait_exposed") if "grad_wait_exposed" in run.metrics else np.zeros(rows.size)

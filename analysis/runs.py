@@ -108,7 +108,7 @@ class Run:
     attribute, None when it has none (files written before it existed, and RunFileWriter's)."""
     config_as_given: bool = False
     """The `config_as_given` attribute: the config is as its writer gave it, not resolved by scape
-    (scape.optim.run_file.RunFileWriter), so it holds no default its optimizer does not read."""
+    (scape.run_file.RunFileWriter), so it holds no default its optimizer does not read."""
     archive_block_steps: int = 1
     """Steps each per-step row stands for: 1 in a run file, K in an archive (analysis/archive.py),
     whose rows are means over blocks of K steps."""

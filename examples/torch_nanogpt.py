@@ -23,7 +23,7 @@ import torch.distributed as dist
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import scape.torch as st  # noqa: E402
-from scape.optim.run_file import RunFileWriter  # noqa: E402
+from scape.run_file import RunFileWriter  # noqa: E402
 from tiny_gpt import CorpusBatches, TinyGPT, cross_entropy, markov_corpus  # noqa: E402
 
 

@@ -1,6 +1,6 @@
 // Reader of recorded gradient traces, which let the simulator replay real per-worker gradients.
 //
-// Trace file format (HDF5; written by analysis/trace_writer.py or any HDF5 writer):
+// Trace file format (HDF5; written by the package's scape.trace or any HDF5 writer):
 //   /layout/names  strings [L]       tensor names, in flat-parameter order
 //   /layout/sizes  int64 [L]         elements per tensor; they sum to N
 //   /layout/decay  uint8 [L]         1 where the tensor takes weight decay

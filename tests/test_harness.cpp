@@ -536,7 +536,7 @@ TEST_CASE("repeat and lr_search: a sweep made with an explicit grid over seed an
 TEST_CASE("replay: a recorded gradient trace drives the optimizer; workers and steps are checked against it") {
   TempDir dir;
   const fs::path trace = dir.path / "trace.h5";
-  const std::string py = "cd " + std::string(SCAPE_SOURCE_DIR) + " && /usr/bin/python3 -m analysis.trace_writer --demo " +
+  const std::string py = "cd " + std::string(SCAPE_SOURCE_DIR) + " && PYTHONPATH=python /usr/bin/python3 -m scape.trace --demo " +
                          trace.string() + " --steps 6 --workers 3 > /dev/null 2>&1";
   if (std::system(py.c_str()) != 0) {
     MESSAGE("skipped: /usr/bin/python3 with h5py and numpy is needed to write the trace");

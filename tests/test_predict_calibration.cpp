@@ -391,7 +391,7 @@ TEST_CASE("--links-from-bench: the links from the bench-comm file alone, compute
 }
 
 namespace {
-// The netlab's strong-scaling runs (scripts/netlab-strong-scaling): a quadratic of n parameters
+// The netlab's strong-scaling runs (scripts/netlab strong-scaling): a quadratic of n parameters
 // whose ranks sleep `seconds` a step for a GPU's forward and backward.
 json slept_run_config(const char* type, int workers, double sparsity, double seconds) {
   json j = {{"name", "slept"}, {"seed", 1}, {"steps", 12}, {"workers", workers},

@@ -1,4 +1,4 @@
-// GradientTrace: traces written through the plain HDF5 C API and by analysis/trace_writer.py
+// GradientTrace: traces written through the plain HDF5 C API and by the package's scape.trace (python/scape/trace.py)
 // read back exactly; malformed traces name the file and dataset; concurrent reads are correct.
 #include <doctest/doctest.h>
 
@@ -104,13 +104,13 @@ void write_c_trace(const fs::path& path, const Defects& defects = {}) {
   REQUIRE(H5Fclose(file) >= 0);
 }
 
-// The Python equivalent, through analysis/trace_writer.py.
+// The Python equivalent, through scape.trace's TraceWriter.
 std::string python_trace_script(const fs::path& path) {
   return R"(
 import sys
-sys.path.insert(0, ".")
+sys.path.insert(0, "python")
 import numpy as np
-from analysis.trace_writer import TraceWriter
+from scape.trace import TraceWriter
 names = ["wte", "h0.attn.w", "h0.attn.b", "ln_f.b"]
 sizes = [40, 24, 6, 3]
 n = sum(sizes)
@@ -156,19 +156,19 @@ TEST_CASE("a trace written through the C API reads back exactly") {
   check_trace(GradientTrace(dir / "trace.h5"));
 }
 
-TEST_CASE("a trace written by analysis/trace_writer.py reads back exactly") {
+TEST_CASE("a trace written by the package's scape.trace (python/scape/trace.py) reads back exactly") {
   if (skip_without_h5py()) return;
   TempDir dir;
   REQUIRE(run_python(dir, python_trace_script(dir / "trace.h5")) == 0);
   check_trace(GradientTrace(dir / "trace.h5"));
 }
 
-TEST_CASE("the trace_writer demo writes a trace the reader accepts") {
+TEST_CASE("the scape.trace demo writes a trace the reader accepts") {
   if (skip_without_h5py()) return;
   TempDir dir;
   const fs::path out = dir / "demo.h5";
   const std::string command = "cd '" + source_dir().string() +
-                              "' && /usr/bin/python3 -m analysis.trace_writer --demo '" + out.string() +
+                              "' && PYTHONPATH=python /usr/bin/python3 -m scape.trace --demo '" + out.string() +
                               "' --steps 3 --workers 2 >/dev/null";
   REQUIRE(std::system(command.c_str()) == 0);
   const GradientTrace trace(out);

@@ -111,6 +111,33 @@ def test_a_bucketed_dense_run_waits_for_its_buckets_and_lists_them_beside_comput
     assert b.mask_wait == 0 and not np.isfinite(b.lagged_all_gather)
 
 
+
+def test_exposed_communication_per_step_is_the_one_definition(bucketed_run, mpi_run):
+    """exposed_comm (the netlab's medians read it too) gives per step the blocking collectives plus
+    both waits: its mean over the steady steps is the breakdown's exposed communication, and on
+    the bucketed run it holds the wait for the gradient buckets, not the buckets' own time."""
+    from analysis import load_run
+    from analysis.breakdown import breakdown, exposed_columns, exposed_comm, steady_rows
+
+    for path, label in ((bucketed_run, "bucketed"), (mpi_run, "scape")):
+        run = load_run(path)
+        rows = steady_rows(run)
+        per_step = exposed_comm(run.metrics, rows)
+        assert per_step.shape == (rows.size,)
+        assert float(np.mean(per_step)) == pytest.approx(breakdown(run, label).exposed_comm, rel=1e-12)
+        with h5py.File(path, "r", swmr=True) as f:  # a run file's own /metrics group, read as the netlab does
+            m = f["metrics"]
+            by_hand = sum(np.nan_to_num(m[c][()][rows]) for c in m if c.startswith("comm_time_measured_")
+                          and "async" not in c) + np.nan_to_num(m["mask_wait_exposed"][()][rows])
+            by_hand += np.nan_to_num(m["grad_wait_exposed"][()][rows]) if "grad_wait_exposed" in m else 0.0
+            np.testing.assert_allclose(exposed_comm(m, slice(3, -1)), by_hand, rtol=1e-12)
+    bucketed = load_run(bucketed_run)
+    assert "grad_wait_exposed" in exposed_columns(bucketed.metrics)
+    assert not any("async" in c for c in exposed_columns(bucketed.metrics))
+    # One step of scape.torch's last_metrics: scalars, no measured collectives.
+    assert exposed_comm({"mask_wait_exposed": 0.25, "grad_wait_exposed": 0.5, "bytes_sent": 7.0}) == 0.75
+
+
 def test_known_columns_give_the_hand_derived_breakdown(mpi_run, tmp_path):
     from analysis import load_run
     from analysis.breakdown import breakdown

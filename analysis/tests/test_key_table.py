@@ -163,9 +163,9 @@ def test_a_malformed_table_is_named(tmp_path):
 
 
 def test_files_of_the_python_writer_need_no_binary(tmp_path):
-    """scape.optim.run_file.RunFileWriter stores the config as given and says so (config_as_given):
+    """scape.run_file.RunFileWriter stores the config as given and says so (config_as_given):
     the report drops none of its keys and needs no scape binary."""
-    spec = importlib.util.spec_from_file_location("scape_run_file", REPO / "python" / "scape" / "optim" / "run_file.py")
+    spec = importlib.util.spec_from_file_location("scape_run_file", REPO / "python" / "scape" / "run_file.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     runs_dir = tmp_path / "runs"

@@ -15,8 +15,11 @@ Package layout, top first (a module imports only its own layer or lower ones; do
   scape.engine            bindings of the C++ engine (Simulator; loads the extension scape._core)
   scape.optim             the torch-native optimizers (imports nothing else of the package)
   scape._layout           Layout, TensorSpec, as_layout
+  scape.run_file          RunFileWriter: the run file of a loop scape does not drive (h5py)
+  scape.trace             TraceWriter: gradient traces for `model.type = "replay"` (h5py)
 
-`import scape` needs only numpy; the extension `scape._core` is loaded when first used.
+`import scape` needs only numpy; the extension `scape._core` is loaded when first used, so the
+writers (scape.run_file, scape.trace) run under a Python without torch or the extension.
 """
 from __future__ import annotations
 

@@ -59,3 +59,27 @@ def test_without_the_extension_the_engine_says_so_when_used(tmp_path):
             "except ImportError as error:\n"
             "    print('scape._core' in str(error))\n")
     assert run_python(code, tmp_path) == ["True"]
+
+
+def test_the_writers_run_without_torch_or_the_extension(tmp_path):
+    """scape.trace and scape.run_file under Debian's /usr/bin/python3 (h5py and numpy, no torch),
+    from a copy of the package without `_core`: the trace demo is written and reads back."""
+    debian = Path("/usr/bin/python3")
+    if not debian.exists():
+        pytest.skip("no /usr/bin/python3 here")
+    shutil.copytree(Path(scape.__file__).parent, tmp_path / "scape",
+                    ignore=shutil.ignore_patterns("_core*", "__pycache__"))
+    out = tmp_path / "demo.h5"
+    env = dict(os.environ, PYTHONPATH=str(tmp_path))
+    demo = subprocess.run([str(debian), "-m", "scape.trace", "--demo", str(out), "--steps", "3", "--workers", "2"],
+                          capture_output=True, text=True, env=env, cwd=tmp_path)
+    if demo.returncode != 0 and "No module named 'h5py'" in demo.stderr:
+        pytest.skip("/usr/bin/python3 has no h5py")
+    assert demo.returncode == 0, demo.stderr
+    assert demo.stdout.strip() == f"wrote {out}: 3 steps x 2 workers"
+    code = ("import sys, h5py, scape.run_file, scape.trace\n"
+            f"f = h5py.File({str(out)!r}, 'r')\n"
+            "print(f['grads'].shape, list(f['layout/sizes'][()]), 'torch' in sys.modules, 'scape._core' in sys.modules)\n")
+    check = subprocess.run([str(debian), "-c", code], capture_output=True, text=True, env=env, cwd=tmp_path)
+    assert check.returncode == 0, check.stderr
+    assert check.stdout.split() == ["(3,", "2,", "208)", "[64,", "128,", "16]", "False", "False"]

@@ -23,7 +23,7 @@ OPTIMIZERS = {
 @pytest.fixture(scope="module")
 def trace(tmp_path_factory):
     path = tmp_path_factory.mktemp("trace") / "trace.h5"
-    from analysis.trace_writer import write_demo
+    from scape.trace import write_demo
     write_demo(str(path), steps=STEPS, workers=WORKERS, seed=3)
     return path
 

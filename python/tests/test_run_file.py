@@ -1,7 +1,6 @@
-"""scape.optim.run_file: a run file written from a training loop, read back with h5py, by
+"""scape.run_file: a run file written from a training loop, read back with h5py, by
 analysis.load_run and by `python3 -m analysis report`."""
 import csv
-import importlib.util
 import math
 import os
 import subprocess
@@ -13,23 +12,10 @@ import h5py
 import numpy as np
 import pytest
 
+from scape import run_file  # imports neither torch nor the extension
+
 REPO = Path(__file__).resolve().parents[2]
-MODULE = REPO / "python" / "scape" / "optim" / "run_file.py"
-
-
-def _load_module():
-    """The module, also where `import scape` still needs the built C++ extension (scape._core)."""
-    try:
-        from scape.optim import run_file
-        return run_file
-    except ImportError:
-        spec = importlib.util.spec_from_file_location("scape_optim_run_file", MODULE)
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-        return module
-
-
-run_file = _load_module()
+MODULE = REPO / "python" / "scape" / "run_file.py"
 RunFileWriter = run_file.RunFileWriter
 TENSORS = [("wte", 4096), ("h.0.attn.weight", 3072), ("h.0.ln.bias", 64), ("lm_head", 4096)]
 N = sum(n for _, n in TENSORS)

@@ -1,16 +1,16 @@
-#!/usr/bin/env python3
-"""One node of `scripts/netlab bench`: trains the example's GPT (examples/tiny_gpt.py) for a few
+"""One node of `scripts/netlab bench` (the torch runtime; the venv's python, `-m netlab.torch_bench`
+with python/ and the repository root on PYTHONPATH, as the driver sets them): trains the example's GPT (examples/tiny_gpt.py) for a few
 steps under each method, over the process group the netlab's variables describe, and rank 0
 appends one row a method to a CSV: the median measured step (zero_grad to the end of step(),
 after warm-up), the seconds step() spent in communication it could not hide (SCAPE's mask and
-payload waits; for the others the whole step(), or DDP's all-reduce inside backward, measured
-as backward time minus the no-communication backward), and the bytes this rank sent a step.
+payload waits, analysis.breakdown.exposed_comm of its `last_metrics`; the others time no
+collective of their own: dense AdamS's whole step(), DDP's whole backward, whose all-reduce runs
+inside it), and the bytes this rank sent a step.
 
 Methods: dense AdamS (scape.torch.AdamS), DDP with torch's AdamW, DDP with torch's PowerSGD
 comm hook (rank chosen so its bytes match SCAPE 99%'s), SCAPE 90% and 99% (mask lag 1), SCAPE
 99% with lag 0, SCAPE 99% with overlap_backward."""
 import argparse
-import csv
 import os
 import statistics
 import sys
@@ -19,18 +19,20 @@ import time
 import torch
 import torch.distributed as dist
 
-ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
-sys.path.insert(0, os.path.join(ROOT, "examples"))
-import scape.torch as st  # noqa: E402
-from tiny_gpt import CorpusBatches, TinyGPT, cross_entropy, markov_corpus  # noqa: E402
-from gloo_bench_comm import leave_process_group  # noqa: E402  (this folder, the script's own)
+import scape.torch as st
+from analysis.breakdown import exposed_comm
+from netlab import steps_csv
+from netlab.gloo_bench_comm import leave_process_group
+from netlab.torch_predict import TORCH_MODEL, TORCH_SEQUENCES  # the model torch_predict describes
 
-COLUMNS = ["runtime", "method", "workers", "rate_mbit", "measured_step_ms", "predicted_step_ms",
-           "exposed_comm_ms", "bytes_per_step"]
+ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
+sys.path.insert(0, os.path.join(ROOT, "examples"))
+from tiny_gpt import CorpusBatches, TinyGPT, cross_entropy, markov_corpus  # noqa: E402
 
 
 def model_and_groups(width):
-    model = TinyGPT(vocab=64, block=64, n_embd=width, n_head=4, n_layer=2, seed=1)
+    model = TinyGPT(vocab=TORCH_MODEL["vocab_size"], block=TORCH_MODEL["context"], n_embd=width,
+                    n_head=TORCH_MODEL["n_head"], n_layer=TORCH_MODEL["n_layer"], seed=1)
     named = list(model.named_parameters())
     groups = [{"params": [p for n, p in named if p.dim() >= 2], "weight_decay": 0.1},
               {"params": [p for n, p in named if p.dim() < 2], "weight_decay": 0.0, "sparsity": 0.0}]
@@ -72,7 +74,7 @@ def measure(method, width, steps, warmup, batches, rank, world):
             times.append(end - began)
             if hasattr(opt, "last_metrics") and "mask_wait_exposed" in opt.last_metrics:
                 m = opt.last_metrics
-                exposed.append(m["mask_wait_exposed"] + m["grad_wait_exposed"])
+                exposed.append(float(exposed_comm(m)))
                 bytes_sent.append(m["bytes_sent"])
             elif method == "adams":
                 exposed.append(end - backward_done)
@@ -98,7 +100,8 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", required=True, help="CSV to append to (rank 0)")
     parser.add_argument("--rate-mbit", type=float, required=True, help="the link rate, for the CSV")
-    parser.add_argument("--width", type=int, default=64)
+    parser.add_argument("--width", type=int, default=TORCH_MODEL["n_embd"],
+                        help="the GPT's width (torch_predict describes the default one)")
     parser.add_argument("--steps", type=int, default=40)
     parser.add_argument("--warmup", type=int, default=8)
     parser.add_argument("--methods", default="adams,ddp,ddp-powersgd,scape-90,scape-99,scape-99-lag0,scape-99-overlap")
@@ -106,7 +109,8 @@ def main():
     torch.set_num_threads(1)
     dist.init_process_group("gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
-    batches = CorpusBatches(markov_corpus(vocab=64, tokens=50_000), world, 4, 64, seed=1)
+    batches = CorpusBatches(markov_corpus(vocab=TORCH_MODEL["vocab_size"], tokens=50_000), world, TORCH_SEQUENCES,
+                            TORCH_MODEL["context"], seed=1)
     rows = []
     for method in args.methods.split(","):
         step, exposed, sent = measure(method, args.width, args.steps, args.warmup, batches, rank, world)
@@ -116,12 +120,7 @@ def main():
         if rank == 0:
             print(f"{method:18} step {step * 1e3:8.2f} ms, exposed {exposed * 1e3:8.2f} ms, {sent:10.0f} B", flush=True)
     if rank == 0:
-        new = not os.path.exists(args.out)
-        with open(args.out, "a", newline="") as f:
-            writer = csv.DictWriter(f, fieldnames=COLUMNS)
-            if new:
-                writer.writeheader()
-            writer.writerows(rows)
+        steps_csv.append(args.out, rows)
     leave_process_group()
 
 

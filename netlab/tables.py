@@ -1,5 +1,7 @@
 """The netlab's measured study (docs/NETLAB.md): tables and figures from the steps.csv files of
-`scripts/netlab bench` (repeated runs) and `scripts/netlab-strong-scaling`.
+`scripts/netlab bench` (repeated runs) and `scripts/netlab strong-scaling`; its command is
+`scripts/netlab tables` (`/usr/bin/python3 -m netlab.tables` with the repository root on
+PYTHONPATH; Debian's matplotlib).
 
 A cell is (runtime, rate, workers, method). Over the repeated bench runs a cell reports the
 median of the runs' measured steps with [min, max], the median predicted step and its error
@@ -7,9 +9,12 @@ against that median, the median exposed communication and the bytes a rank sends
 and the speedup of its median step against the same runtime's dense AdamS in the same setting.
 """
 
-import csv
+import argparse
 import statistics
+import sys
 from pathlib import Path
+
+from netlab import steps_csv
 
 DENSE = {"adams", "dense"}
 PAPER_EFFICIENCY_64 = {"dense": 0.176, "scape": 0.55}  # arXiv 2607.01678, 64 GPUs (docs/REPRODUCING.md)
@@ -19,10 +24,9 @@ def read_rows(paths):
     """Every row of the given steps.csv files, each tagged with the index of its file (its run)."""
     rows = []
     for run, path in enumerate(paths):
-        with open(path, newline="") as f:
-            for row in csv.DictReader(f):
-                row["run"] = run
-                rows.append(row)
+        for row in steps_csv.read(path):
+            row["run"] = run
+            rows.append(row)
     return rows
 
 
@@ -172,3 +176,38 @@ def report(steps_files, scaling_files, out_dir, figures=True):
                          out_dir / "netlab-scaling.png")
     (out_dir / "netlab.md").write_text(text)
     return text
+
+
+def main(argv=None):
+    """`scripts/netlab tables`: 2 for a missing or unreadable file, else 0."""
+    parser = argparse.ArgumentParser(
+        prog="scripts/netlab tables",
+        description="Tables and figures of the netlab's measured study (docs/NETLAB.md): the steps.csv files of "
+                    "repeated `scripts/netlab bench` runs give per runtime, rate and method the median step with "
+                    "[min, max] over the runs, the predicted step and its error, the exposed communication, the "
+                    "bytes and the speedup against dense AdamS; those of `scripts/netlab strong-scaling` the "
+                    "strong-scaling efficiency. Writes OUTDIR/netlab.md (also printed), netlab-steps.png and "
+                    "netlab-scaling.png.")
+    parser.add_argument("--steps", nargs="*", default=[], metavar="STEPS.csv", help="steps.csv of repeated bench runs")
+    parser.add_argument("--scaling", nargs="*", default=[], metavar="STEPS.csv",
+                        help="steps.csv of repeated strong-scaling runs")
+    parser.add_argument("--out", required=True, metavar="OUTDIR", help="folder for netlab.md and the figures")
+    parser.add_argument("--no-figures", action="store_true", help="write netlab.md only")
+    args = parser.parse_args(argv)
+    if not args.steps and not args.scaling:
+        print("netlab tables: give --steps or --scaling files", file=sys.stderr)
+        return 2
+    for path in args.steps + args.scaling:
+        if not Path(path).is_file():
+            print(f"netlab tables: {path}: no such file", file=sys.stderr)
+            return 2
+    try:
+        print(report(args.steps, args.scaling, args.out, figures=not args.no_figures), end="")
+    except (KeyError, ValueError) as e:
+        print(f"netlab tables: not a steps.csv of the netlab ({e})", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,4 +1,6 @@
-"""Writes gradient traces that the scape simulator replays (run_file/trace.hpp).
+"""scape.trace: writes gradient traces that the scape simulator replays (run_file/trace.hpp;
+`model.type = "replay"`). It imports only h5py and numpy, and `import scape` loads neither torch
+nor the extension, so it runs under Debian's /usr/bin/python3 as well as in the venv.
 
 Format: /layout/names (strings), /layout/sizes (int64), /layout/decay (uint8), /init/params
 (float32 [N]) and /grads (float32 [T, W, N], one step per chunk [1, W, N]).
@@ -6,7 +8,7 @@ Format: /layout/names (strings), /layout/sizes (int64), /layout/decay (uint8), /
 Recording a trace from PyTorch, W workers' gradients per step at shared parameters::
 
     import numpy as np, torch
-    from analysis.trace_writer import TraceWriter
+    from scape.trace import TraceWriter
 
     named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
     flat = lambda ts: torch.cat([t.detach().reshape(-1) for t in ts]).float().cpu().numpy()
@@ -23,9 +25,9 @@ Recording a trace from PyTorch, W workers' gradients per step at shared paramete
             trace.append(np.stack(grads))               # [W, N]
             optimizer.step()                            # whatever trajectory to record along
 
-Demo: ``/usr/bin/python3 -m analysis.trace_writer --demo out.h5`` (from the repository root)
-or ``/usr/bin/python3 analysis/trace_writer.py --demo out.h5`` writes a small random trace.
-Only h5py and numpy are needed.
+Demo: ``PYTHONPATH=python /usr/bin/python3 -m scape.trace --demo out.h5`` (from the repository
+root; or with the package installed, ``python -m scape.trace --demo out.h5``) writes a small
+random trace.
 """
 
 import argparse

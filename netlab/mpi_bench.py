@@ -1,6 +1,6 @@
-#!/usr/bin/python3
 """The MPI runtime's part of `scripts/netlab bench`, and the row of one MPI run file that it and
-`scripts/netlab-strong-scaling` report (Debian's python3 with h5py; docs/NETLAB.md).
+`scripts/netlab strong-scaling` report (Debian's python3 with h5py; docs/NETLAB.md). Run as
+`/usr/bin/python3 -m netlab.mpi_bench` with the repository root on PYTHONPATH.
 
 At one rate, on the nodes `scripts/netlab up` made, it:
 1. times the links with `scape bench-comm` through `scripts/netlab mpirun` (16 KiB to 16 MiB);
@@ -25,9 +25,10 @@ import sys
 import h5py
 import numpy as np
 
-ROOT = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
-COLUMNS = ["runtime", "method", "workers", "rate_mbit", "measured_step_ms", "predicted_step_ms",
-           "exposed_comm_ms", "bytes_per_step"]
+from analysis.breakdown import exposed_comm
+from netlab import steps_csv
+
+ROOT = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 DENSE = "experiments/configs/calibrate/mpi-dense.json"
 SCAPE = "experiments/configs/calibrate/mpi-scape.json"
 # method: (config, overrides, role in the calibration: fitted on, held out, or not predicted)
@@ -44,13 +45,13 @@ METHODS = {
 
 def run_row(path, skip=2):
     """Medians over a run's steps past the first `skip` (start-up and SCAPE's first lagged mask):
-    the wall step, the communication it waited for (every blocking collective plus the lagged mask's
-    exposed wait), the bytes one rank sent, and its forward/backward."""
+    the wall step, the communication it waited for (analysis.breakdown.exposed_comm: every blocking
+    collective and the waits for the lagged mask and the gradient buckets), the bytes one rank sent,
+    and its forward/backward."""
     with h5py.File(path, "r") as f:
         m = f["metrics"]
         keep = slice(skip, None)
-        blocking = sum(np.nan_to_num(m[k][keep]) for k in m if k.startswith("comm_time_measured_") and "async" not in k)
-        exposed = blocking + np.nan_to_num(m["mask_wait_exposed"][keep])
+        exposed = exposed_comm(m, keep)
         return {"measured_step_ms": 1e3 * float(np.median(m["step_wall_time"][keep])),
                 "exposed_comm_ms": 1e3 * float(np.median(exposed)),
                 "bytes_per_step": float(np.median(m["bytes_sent"][keep])),
@@ -60,12 +61,12 @@ def run_row(path, skip=2):
 def mpirun(nodes, args, tries=3):
     """`scripts/netlab mpirun`, retried when OpenMPI's launch fails before any rank ran."""
     for attempt in range(1, tries + 1):
-        done = subprocess.run([f"{ROOT}/scripts/netlab", "mpirun", "--nodes", str(nodes), "--"] + args,
+        done = subprocess.run([f"{ROOT}/netlab/netlab", "mpirun", "--nodes", str(nodes), "--"] + args,
                               stdin=subprocess.DEVNULL, env=dict(os.environ, OMP_NUM_THREADS="1"))
         if done.returncode == 0:
             return
-        print(f"netlab_runs: mpirun failed with status {done.returncode} (try {attempt} of {tries})", file=sys.stderr)
-    sys.exit(f"netlab_runs: {' '.join(args[:3])} failed {tries} times")
+        print(f"netlab mpi_bench: mpirun failed with status {done.returncode} (try {attempt} of {tries})", file=sys.stderr)
+    sys.exit(f"netlab mpi_bench: {' '.join(args[:3])} failed {tries} times")
 
 
 def calibrate(scape, here, fit, held_out, name):
@@ -84,16 +85,16 @@ def from_fastest_rate(scape, out):
     """Predicts every MPI run at each slower rate from the fastest rate's compute and optimizer
     fit and the slower rate's links; rewrites those rows of out/steps.csv."""
     path = os.path.join(out, "steps.csv")
-    rows = list(csv.DictReader(open(path)))
+    rows = steps_csv.read(path)
     rates = sorted({float(r["rate_mbit"]) for r in rows if r["runtime"] == "mpi"})
     if len(rates) < 2:
-        print("netlab_runs: one MPI rate only: its own calibration stands", file=sys.stderr)
+        print("netlab mpi_bench: one MPI rate only: its own calibration stands", file=sys.stderr)
         return
     fastest = os.path.join(out, f"mpi-{rates[-1]:g}mbit")
     fit_runs = [os.path.join(fastest, f"{m}.h5") for m, spec in METHODS.items() if spec[2] == "fitted"]
     missing = [f for f in fit_runs if not os.path.exists(f)]
     if missing:
-        sys.exit(f"netlab_runs: --from-fastest-rate needs {', '.join(missing)}")
+        sys.exit(f"netlab mpi_bench: --from-fastest-rate needs {', '.join(missing)}")
     for rate in rates[:-1]:
         here = os.path.join(out, f"mpi-{rate:g}mbit")
         runs = [os.path.join(here, f"{m}.h5") for m, spec in METHODS.items()
@@ -107,10 +108,7 @@ def from_fastest_rate(scape, out):
             print(f"mpi {r['method']:14} at {rate:g} Mbit/s: step {float(p['measured_step_ms']):9.2f} ms, predicted "
                   f"{float(p['predicted_step_ms']):9.2f} ms ({100 * float(p['error']):+.1f}%; compute and optimizer "
                   f"from {rates[-1]:g} Mbit/s)", flush=True)
-    with open(path, "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
-        writer.writeheader()
-        writer.writerows(rows)
+    steps_csv.rewrite(path, rows)
 
 
 def main():
@@ -125,16 +123,16 @@ def main():
     args = parser.parse_args()
     scape = os.environ.get("SCAPE_BINARY", f"{ROOT}/build/release/apps/scape")
     if not os.access(scape, os.X_OK):
-        sys.exit(f"netlab_runs: no scape binary at {scape} (set SCAPE_BINARY)")
+        sys.exit(f"netlab mpi_bench: no scape binary at {scape} (set SCAPE_BINARY)")
     if args.from_fastest_rate:
         from_fastest_rate(scape, args.out)
         return
     if args.nodes is None or args.rate_mbit is None:
-        sys.exit("netlab_runs: --nodes and --rate-mbit are required (or --from-fastest-rate)")
+        sys.exit("netlab mpi_bench: --nodes and --rate-mbit are required (or --from-fastest-rate)")
     methods = args.methods.split(",")
     unknown = [m for m in methods if m not in METHODS]
     if unknown:
-        sys.exit(f"netlab_runs: unknown method(s) {','.join(unknown)}; known: {','.join(METHODS)}")
+        sys.exit(f"netlab mpi_bench: unknown method(s) {','.join(unknown)}; known: {','.join(METHODS)}")
     here = os.path.join(args.out, f"mpi-{args.rate_mbit:g}mbit")
     os.makedirs(here, exist_ok=True)
     bench = os.path.join(here, "bench-comm.h5")
@@ -150,7 +148,7 @@ def main():
         if role:
             (fit if role == "fitted" else held_out).append(run)
     if len(fit) == 1:
-        sys.exit("netlab_runs: --methods needs adams or scape-90, the runs the calibration fits")
+        sys.exit("netlab mpi_bench: --methods needs adams or scape-90, the runs the calibration fits")
     predicted = calibrate(scape, here, fit, held_out, "calibration")
     rows = []
     for method in methods:
@@ -163,19 +161,13 @@ def main():
                      "measured_step_ms": p["measured_step_ms"], "predicted_step_ms": p["predicted_step_ms"],
                      "exposed_comm_ms": f"{row['exposed_comm_ms']:.2f}", "bytes_per_step": f"{row['bytes_per_step']:.0f}"})
         if p.get("cpu_share") and float(p["cpu_share"]) < 0.9:
-            print(f"netlab_runs: warning: {method}'s forward/backward had {float(p['cpu_share']):.2f} of a core: "
+            print(f"netlab mpi_bench: warning: {method}'s forward/backward had {float(p['cpu_share']):.2f} of a core: "
                   "something else ran on the cores, and its measured step is the wall step scaled by that share "
                   "(rerun on quiet cores)", file=sys.stderr)
         error = f"{100 * float(p['error']):+.1f}%, " if p["predicted_step_ms"] else ""
         print(f"mpi {method:14} step {float(p['measured_step_ms']):9.2f} ms, predicted {p['predicted_step_ms'] or '-':>9} "
               f"ms ({error}{p['role']}), exposed {row['exposed_comm_ms']:8.2f} ms", flush=True)
-    steps = os.path.join(args.out, "steps.csv")
-    new = not os.path.exists(steps)
-    with open(steps, "a", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=COLUMNS)
-        if new:
-            writer.writeheader()
-        writer.writerows(rows)
+    steps_csv.append(os.path.join(args.out, "steps.csv"), rows)
 
 
 if __name__ == "__main__":

@@ -1,5 +1,6 @@
-"""The run file (docs/run-files.md) of a training loop scape does not drive, e.g. a PyTorch loop
-stepping scape.torch.SCAPE, for `python3 -m analysis report` to read as it reads `scape run`'s:
+"""scape.run_file: the run file (docs/run-files.md) of a training loop scape does not drive, e.g.
+a PyTorch loop stepping scape.torch.SCAPE, for `python3 -m analysis report` to read as it reads
+`scape run`'s:
 
     with RunFileWriter("runs/gpt.h5", config=config, tensors=[(n, p.numel()) for n, p in named]) as log:
         for t in range(1, T + 1):

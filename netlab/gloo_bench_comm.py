@@ -1,11 +1,10 @@
-#!/usr/bin/env python3
 """`scape bench-comm` for the torch runtime: times the collectives `scape.torch`'s optimizers
 issue (scape.optim.comm.Group: the rank-order reduce-scatter, all-gather and all-reduce, and the
 all-to-all under them) over a range of sizes, on the process group torchrun's (or
 `scripts/netlab run`'s) variables describe, and writes the rows in bench-comm's format
 ("scape-bench-comm-1") for `scape predict --calibrate` (docs/NETLAB.md, docs/PREDICTING.md).
 
-    scripts/netlab run -- python python/bench/gloo_bench_comm.py --out gloo.h5
+    PYTHONPATH=python:. scripts/netlab run -- python -m netlab.gloo_bench_comm --out gloo.h5
 
 Each size: --warmup untimed calls, then --iters timed ones after a barrier; the time is the
 slowest rank's mean. Columns as `scape bench-comm`: the ledger's ring bytes sent per worker and
@@ -20,8 +19,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
-from scape.optim.comm import Group, _split  # noqa: E402
+from scape.optim.comm import Group, _split
 
 FORMAT = "scape-bench-comm-1"
 # name: (ledger kind, the call on a float tensor of n elements)

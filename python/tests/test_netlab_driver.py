@@ -1,9 +1,10 @@
-"""scripts/netlab, the emulated cluster network: two node namespaces at 100 Mbit/s come up, a
-socket between them measures the set rate within 20%, scape.torch.SCAPE trained across them
-equals the same run over loopback bit for bit, a killed node makes `run` exit non-zero naming
-it with no process left, and `down` leaves no namespace behind. Where this machine forbids
-network namespaces (not root, no CAP_NET_ADMIN, or a sandbox without them) every test skips,
-saying why."""
+"""The netlab's driver (scripts/netlab, forwarding to netlab/netlab), the emulated cluster
+network: two node namespaces at 100 Mbit/s come up, a socket between them measures the set rate
+within 20%, scape.torch.SCAPE trained across them equals the same run over loopback bit for bit,
+a killed node makes `run` exit non-zero naming it with no process left, and `down` leaves no
+namespace behind. Where this machine forbids network namespaces (not root, no CAP_NET_ADMIN, or
+a sandbox without them) every test skips, saying why. The netlab's other tests (its tables, the
+strong-scaling plan, the torch prediction) are netlab/tests'."""
 import os
 import subprocess
 import sys
@@ -14,7 +15,7 @@ import pytest
 
 from conftest import REPO, write_json
 
-NETLAB = REPO / "scripts" / "netlab"
+NETLAB = REPO / "scripts" / "netlab"  # the documented command, forwarding to netlab/netlab
 PREFIX = "snt"  # the tests' own names, apart from a user's netlab (default prefix snl)
 HERE = Path(__file__).resolve().parent
 

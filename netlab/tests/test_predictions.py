@@ -1,0 +1,58 @@
+"""The netlab's predictions through `scape predict`: torch_predict's config of a torch method gives
+the predictor's α-β time of that method's collectives (checked against the ring formula by hand),
+and the strong-scaling plan scales Vista's predicted compute and Llama-500M's N as documented."""
+import csv
+import json
+import subprocess
+
+import pytest
+
+from netlab import scaling, torch_predict
+
+N_TORCH = 112_384  # the example GPT of torch_bench: V d + T d + L (12 d^2 + 13 d) + 2 d + V d (untied)
+
+
+def hardware(tmp_path, alpha_us, bandwidth_GBps):
+    path = tmp_path / "gloo-hardware.json"
+    path.write_text(json.dumps({"format": "scape-hardware-1",
+                                "network": {"inter": {"alpha_us": alpha_us, "bandwidth_GBps": bandwidth_GBps}}}))
+    return path
+
+
+def test_dense_adams_is_one_ring_all_reduce_of_the_gradient(scape, tmp_path):
+    exposed = torch_predict.predicted_exposed_s(scape, str(tmp_path), "adams", 2, hardware(tmp_path, 200.0, 0.0125))
+    # W = 2: 2 (W - 1) latency steps, 2 (W - 1) / W of the fp32 gradient sent, nothing hides it.
+    assert exposed == pytest.approx(2 * 200e-6 + 4 * N_TORCH / 12.5e6, rel=1e-6)
+    config = json.loads((tmp_path / "predict-adams.json").read_text())
+    assert config["workers"] == [2] and config["batch"]["global_sequences"] == 8
+    assert "N = 112,384 parameters" in (tmp_path / "predict-adams.txt").read_text()
+
+
+def test_sparse_methods_cost_less_and_lag_zero_exposes_the_mask(scape, tmp_path):
+    link = hardware(tmp_path, 200.0, 0.0125)
+    times = {m: torch_predict.predicted_exposed_s(scape, str(tmp_path), m, 2, link) for m in torch_predict.METHODS}
+    dense = 2 * 200e-6 + 4 * N_TORCH / 12.5e6
+    assert times["scape-99"] < times["scape-90"] < dense / 5
+    assert times["scape-99-lag0"] > times["scape-99"]  # the blocking mask all-gather
+
+
+def test_the_strong_scaling_plan_scales_vista_to_the_link(scape, tmp_path):
+    subprocess.run([scape, "predict", str(scaling.ROOT) + "/experiments/configs/predict/vista-llama-500m.json",
+                    "--set", "workers=[16,32]", "--out", str(tmp_path / "vista-prediction.h5"),
+                    "--csv", str(tmp_path / "vista-prediction.csv")],
+                   check=True, stdout=open(tmp_path / "vista-prediction.txt", "w"))
+    scaling.plan(str(tmp_path), "100mbit", 256.0, 12, [2, 4], ablations=True)
+    lines = (tmp_path / "plan.txt").read_text().split("\n")
+    assert [line.split()[:2] for line in lines if line] == [
+        ["2", "dense"], ["2", "scape90"], ["2", "scape99"], ["4", "dense"], ["4", "scape90"], ["4", "scape99"],
+        ["4", "scape99_lag0"], ["4", "scape99_union"], ["4", "scape99_frozen_one_buffer"],
+        ["4", "scape99_frozen_two_collectives"]]
+    dense = json.loads((tmp_path / "dense-n4.json").read_text())
+    assert dense["model"] == {"type": "quadratic", "size": round(513_590_784 / 256)}
+    assert dense["workers"] == 4 and dense["steps"] == 12 and dense["optimizer"]["sharded"] is True
+    vista = json.load(open(scaling.ROOT + "/experiments/hardware/tacc-vista-measured.json"))
+    factor = vista["network"]["inter"]["bandwidth_GBps"] * 1e9 / (1e8 / 8) / 256
+    compute = {int(r["workers"]): float(r["compute_s"]) for r in csv.DictReader(open(tmp_path / "vista-prediction.csv"))
+               if r["config"] == "baseline"}
+    assert dense["compute"] == {"type": "sleep", "seconds": pytest.approx(compute[32] * factor, rel=1e-12)}
+    assert json.loads((tmp_path / "scape99_lag0-n4.json").read_text())["optimizer"]["mask_lag"] == 0
