@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "kernels/backend.hpp"
-#include "optimizers/scape/residual_store.hpp"
+#include "optimizers/feedback/residual_store.hpp"
 #include "tests/earlier_formulation.hpp"
 #include "tests/quadratic_run.hpp"
 

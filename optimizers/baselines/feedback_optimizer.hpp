@@ -9,7 +9,7 @@
 
 #include "core/optimizer_base.hpp"
 #include "core/schedule.hpp"
-#include "optimizers/scape/error_feedback.hpp"
+#include "optimizers/feedback/error_feedback.hpp"
 
 namespace scape {
 

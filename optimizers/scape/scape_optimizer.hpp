@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "core/optimizer_base.hpp"
-#include "optimizers/scape/error_feedback.hpp"
+#include "optimizers/feedback/error_feedback.hpp"
 #include "optimizers/scape/mask_exchange.hpp"
 #include "optimizers/scape/mask_ownership.hpp"
 

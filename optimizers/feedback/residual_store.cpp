@@ -1,5 +1,5 @@
 // Resident and offloaded residual (docs/algorithms.md, "Devices and residual offload").
-#include "optimizers/scape/residual_store.hpp"
+#include "optimizers/feedback/residual_store.hpp"
 
 #include <algorithm>
 #include <cstring>
@@ -8,8 +8,7 @@
 
 namespace scape {
 
-ResidualStore::ResidualStore(kernels::KernelBackend& backend, std::size_t n, bool offload,
-                             std::size_t chunk_elements)
+ResidualStore::ResidualStore(kernels::KernelBackend& backend, std::size_t n, bool offload, std::size_t chunk_elements)
     : backend_(backend), n_(n), resident_(backend) {
   if (!offload) {
     resident_.assign_zero(n);
@@ -67,8 +66,6 @@ std::span<const float> ResidualStore::host_view() const {
   return copier_ ? std::span<const float>(host_, n_) : resident_.span();
 }
 
-std::size_t ResidualStore::device_bytes() const {
-  return copier_ ? copier_->device_bytes() : n_ * sizeof(float);
-}
+std::size_t ResidualStore::device_bytes() const { return copier_ ? copier_->device_bytes() : n_ * sizeof(float); }
 
 }  // namespace scape

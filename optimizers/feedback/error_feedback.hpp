@@ -13,7 +13,7 @@
 #include "core/metrics.hpp"
 #include "core/state.hpp"
 #include "kernels/backend.hpp"
-#include "optimizers/scape/residual_store.hpp"
+#include "optimizers/feedback/residual_store.hpp"
 
 namespace scape {
 
@@ -58,8 +58,8 @@ class ErrorFeedback {
   kernels::Buffer<std::uint64_t> previous_mask_{kernels_};
   std::unique_ptr<metrics::RangeCounter> tensor_counts_;  // the mask metrics' counts (built on first use)
   bool have_previous_mask_ = false;
-  int measured_step_ = -1;  // the step whose residual metrics measure_residual took
-  kernels::Buffer<double> partial_{kernels_};                           // block sums of the residual metrics
+  int measured_step_ = -1;                     // the step whose residual metrics measure_residual took
+  kernels::Buffer<double> partial_{kernels_};  // block sums of the residual metrics
   kernels::Buffer<double> host_partial_{kernels::cpu_backend()};  // the same for an offloaded residual
   metrics::StalenessTracker staleness_;
   std::vector<double> residual_sums_, grad_sums_;  // per-tensor sums of squares for clip()

@@ -1,5 +1,5 @@
 // Residual, delivery staleness and previous mask of the sparse policies (see error_feedback.hpp).
-#include "optimizers/scape/error_feedback.hpp"
+#include "optimizers/feedback/error_feedback.hpp"
 
 #include <cmath>
 
