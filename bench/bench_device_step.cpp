@@ -12,6 +12,7 @@
 
 #include "core/optimizer.hpp"
 #include "kernels/backend.hpp"
+#include "optimizers/optimizer_config.hpp"
 #include "optimizers/scape/scape_optimizer.hpp"
 #include "sim/emulated_comm.hpp"
 #include "util/rng.hpp"
@@ -25,8 +26,8 @@ scape::OptimizerConfig config_for(DeviceKind device, bool offload, std::size_t c
   c.type = scape::OptimizerType::scape;
   c.sparsity = 0.99;
   c.device = device;
-  c.scape.residual_offload = offload;
-  c.scape.offload_chunk = chunk;
+  c.residual_offload = offload;
+  c.offload_chunk = chunk;
   return c;
 }
 
@@ -60,8 +61,10 @@ void BM_OffloadOverhead(benchmark::State& state, DeviceKind device) {
   double resident_s = 0, offloaded_s = 0;
   std::size_t device_bytes_resident = 0, device_bytes_offloaded = 0;
   scape::sim::run_ranks(1, scape::NetworkModel{}, [&](scape::Communicator& comm) {
-    scape::ScapeOptimizer resident(config_for(device, false, chunk), layout, comm, 1000000);
-    scape::ScapeOptimizer offloaded(config_for(device, true, chunk), layout, comm, 1000000);
+    const auto resident_config = config_for(device, false, chunk);
+    const auto offloaded_config = config_for(device, true, chunk);
+    scape::ScapeOptimizer resident(resident_config, resident_config.scape, layout, comm, 1000000);
+    scape::ScapeOptimizer offloaded(offloaded_config, offloaded_config.scape, layout, comm, 1000000);
     device_bytes_resident = resident.residual_device_bytes();
     device_bytes_offloaded = offloaded.residual_device_bytes();
     // Two warm-up steps: the first computes its mask in place, the second receives a lagged one.

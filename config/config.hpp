@@ -16,6 +16,7 @@
 #include "config/json_section.hpp"
 #include "core/ledger.hpp"
 #include "core/optimizer.hpp"
+#include "optimizers/optimizer_config.hpp"
 #include "presets/gpu_presets.hpp"
 
 namespace scape::config {

@@ -21,7 +21,7 @@ void check_step_sizes(std::span<const float> params, std::span<const float> grad
   }
 }
 
-kernels::AdamScalars adam_scalars(const OptimizerConfig& c, double eta, int t, bool decayed) {
+kernels::AdamScalars adam_scalars(const CommonOptimizerConfig& c, double eta, int t, bool decayed) {
   kernels::AdamScalars s;
   s.lr = eta;
   s.beta1 = c.beta1;
@@ -34,8 +34,8 @@ kernels::AdamScalars adam_scalars(const OptimizerConfig& c, double eta, int t, b
   return s;
 }
 
-void apply_weight_decay(kernels::KernelBackend& k, const ParamLayout& layout, std::span<float> theta,
-                        std::size_t begin, std::size_t end, const OptimizerConfig& c, double eta) {
+void apply_weight_decay(kernels::KernelBackend& k, const ParamLayout& layout, std::span<float> theta, std::size_t begin,
+                        std::size_t end, const CommonOptimizerConfig& c, double eta) {
   const float factor = static_cast<float>(1.0 - eta * c.weight_decay);
   for_each_tensor_piece(layout, begin, end, [&](std::size_t lo, std::size_t hi, bool decay) {
     if (decay) k.scale(theta.subspan(lo, hi - lo), factor);
@@ -44,7 +44,7 @@ void apply_weight_decay(kernels::KernelBackend& k, const ParamLayout& layout, st
 
 void dense_inner_step(kernels::KernelBackend& k, InnerRule rule, const ParamLayout& layout, std::span<float> theta,
                       std::size_t begin, std::size_t end, std::span<float> m, std::span<float> v,
-                      std::span<const float> g, const OptimizerConfig& c, double eta, int t) {
+                      std::span<const float> g, const CommonOptimizerConfig& c, double eta, int t) {
   for_each_tensor_piece(layout, begin, end, [&](std::size_t lo, std::size_t hi, bool decay) {
     const auto s = adam_scalars(c, eta, t, decay);
     const std::size_t n = hi - lo;

@@ -17,7 +17,7 @@ namespace scape::detail {
 void check_step_sizes(std::span<const float> params, std::span<const float> grads, std::size_t n);
 
 // Scalars of step t with learning rate eta; `decayed` selects the theta multiplier 1 - eta*lambda.
-kernels::AdamScalars adam_scalars(const OptimizerConfig& c, double eta, int t, bool decayed);
+kernels::AdamScalars adam_scalars(const CommonOptimizerConfig& c, double eta, int t, bool decayed);
 
 // Calls fn(lo, hi, decay) for every piece of [begin, end) that lies in one tensor.
 template <typename Fn>
@@ -30,14 +30,14 @@ void for_each_tensor_piece(const ParamLayout& layout, std::size_t begin, std::si
 }
 
 // theta[j] *= 1 - eta*lambda for every flagged j in [begin, end), on backend k.
-void apply_weight_decay(kernels::KernelBackend& k, const ParamLayout& layout, std::span<float> theta,
-                        std::size_t begin, std::size_t end, const OptimizerConfig& c, double eta);
+void apply_weight_decay(kernels::KernelBackend& k, const ParamLayout& layout, std::span<float> theta, std::size_t begin,
+                        std::size_t end, const CommonOptimizerConfig& c, double eta);
 
 // One dense AdamW or AdamS step on [begin, end) of theta (full buffer), with decay by tensor
 // flag, on backend k. m, v and g are indexed from `begin` (v is unused for AdamS).
 void dense_inner_step(kernels::KernelBackend& k, InnerRule rule, const ParamLayout& layout, std::span<float> theta,
                       std::size_t begin, std::size_t end, std::span<float> m, std::span<float> v,
-                      std::span<const float> g, const OptimizerConfig& c, double eta, int t);
+                      std::span<const float> g, const CommonOptimizerConfig& c, double eta, int t);
 
 // Global-norm clipping (docs/algorithms.md, clip_grad): the factor kappa / (nu + 1e-6) by which
 // the synchronized gradient is scaled when it is below 1, else 1 (and 1 when clip_grad = 0).

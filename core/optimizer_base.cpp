@@ -7,36 +7,14 @@
 #include "core/adam_step.hpp"
 
 namespace scape {
-namespace {
 
-InnerRule update_rule(const OptimizerConfig& config) {
-  switch (config.type) {
-    case OptimizerType::adamw:
-    case OptimizerType::onebit_adam:  // Adam: its variance is frozen, not dropped
-      return InnerRule::adamw;
-    case OptimizerType::adams:
-    case OptimizerType::demo:  // a sign step on its own momentum: no v
-      return InnerRule::adams;
-    case OptimizerType::scape:
-    case OptimizerType::topk_ef:
-    case OptimizerType::randk_ef:
-    case OptimizerType::powersgd:
-    case OptimizerType::diloco:
-    case OptimizerType::sparseloco:
-      break;
-  }
-  return config.inner;
-}
-
-}  // namespace
-
-OptimizerBase::OptimizerBase(const OptimizerConfig& config, const ParamLayout& layout, Communicator& comm,
-                             int total_steps)
+OptimizerBase::OptimizerBase(const CommonOptimizerConfig& config, InnerRule rule, const ParamLayout& layout,
+                             Communicator& comm, int total_steps)
     : config_(config),
       layout_(layout),
       comm_(comm),
       schedule_{config.lr, config.resolved_min_lr(), config.warmup_steps, total_steps},
-      rule_(update_rule(config)),
+      rule_(rule),
       sharding_(layout.size(), comm.size()),
       n_(layout.size()),
       rank_(comm.rank()),

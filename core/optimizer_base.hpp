@@ -34,7 +34,9 @@ class OptimizerBase : public Optimizer {
   void load_state(const StateMap& state) final;
 
  protected:
-  OptimizerBase(const OptimizerConfig& config, const ParamLayout& layout, Communicator& comm, int total_steps);
+  // `rule` is the update rule the method steps with (AdamW or AdamS).
+  OptimizerBase(const CommonOptimizerConfig& config, InnerRule rule, const ParamLayout& layout, Communicator& comm,
+                int total_steps);
 
   // The policy's step t_ (already counted): params and grads are spans the backend's kernels
   // can address; out already holds step and lr. On return the kernels may
@@ -54,11 +56,11 @@ class OptimizerBase : public Optimizer {
   // outlives the optimizer's base, as a member of the policy does).
   void keep_in_checkpoint(std::string name, kernels::Buffer<float>& buffer);
 
-  const OptimizerConfig config_;
+  const CommonOptimizerConfig config_;
   const ParamLayout& layout_;
   Communicator& comm_;
   const LrSchedule schedule_;
-  const InnerRule rule_;  // AdamW or AdamS (the type for dense optimizers, `inner` otherwise)
+  const InnerRule rule_;  // AdamW or AdamS
   const Sharding sharding_;
   const std::size_t n_;
   const int rank_;

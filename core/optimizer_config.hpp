@@ -1,10 +1,13 @@
-// What configures an optimizer: the type, the update rule, the hyper-parameters and each
-// method's switches, their names and ranges, and the checks that reject an inconsistent
-// combination (docs/algorithms.md, "Switches"; the JSON keys are config/config_keys.cpp).
+// What every optimizer, or several, read from their config: the hyper-parameters, the update
+// rule, the density schedule, the error-feedback residual and the wires, with their names,
+// ranges and checks. Each method's own switches sit beside the method (optimizers/scape/,
+// optimizers/baselines/); optimizers/optimizer_config.hpp assembles them with the method type
+// (docs/algorithms.md, "Switches"; the JSON keys are config/optimizer_keys.cpp).
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -15,54 +18,26 @@
 
 namespace scape {
 
-
-enum class OptimizerType { adamw, adams, scape, topk_ef, randk_ef, onebit_adam, powersgd, demo, diloco, sparseloco };
 enum class InnerRule { adams, adamw };
-enum class UpdateMode { masked, dense };
-enum class MaskStatistic { first_moment, gradient, momentum_only, random };
-enum class MaskPartition { partitioned, local_union };
-enum class SecondMoment { single_buffer, two_collectives };
-// How SCAPE's partitioned mask crosses the wire (docs/algorithms.md, "Mask coding"); "auto"
-// picks per step and shard the smallest of the other three.
+// How a mask crosses the wire (SCAPE, topk_ef, SparseLoCo; docs/algorithms.md, "Mask coding");
+// "auto" picks per step and shard the smallest of the other three.
 enum class MaskEncoding { bitmap, elias_fano, delta, auto_select };
-// SCAPE's algorithm (docs/algorithms.md, "SCAPE"): the authors' as their artifact computes it
-// (paper), the artifact's code with its two quirks (artifact), or this project's earlier
-// specification with the residual in gradient units and m frozen off the mask (frozen_momentum).
-enum class Formulation { paper, artifact, frozen_momentum };
-// Where SCAPE counts k: per parameter tensor (or its fragment in a shard), or per whole shard.
-enum class MaskScope { tensor, shard };
 // Where AdamS's bias corrections sit: on v and m as the artifact's AdamS.py (artifact), or on
-// m_prev inside the root (momentum_corrected); automatic resolves per optimizer
-// (OptimizerConfig::resolved_adams_form).
+// m_prev inside the root (momentum_corrected); automatic is the artifact's form unless the
+// method resolves it first (SCAPE's frozen_momentum: momentum_corrected).
 enum class AdamsForm { automatic, artifact, momentum_corrected };
 
 // Parsers for switch values; an unknown value throws std::invalid_argument naming the
 // parameter, the value and the accepted values.
-OptimizerType parse_optimizer_type(std::string_view v);
 InnerRule parse_inner_rule(std::string_view v);
-UpdateMode parse_update_mode(std::string_view v);
-MaskStatistic parse_mask_statistic(std::string_view v);
-MaskPartition parse_mask_partition(std::string_view v);
-SecondMoment parse_second_moment(std::string_view v);
 MaskEncoding parse_mask_encoding(std::string_view v);
-Formulation parse_formulation(std::string_view v);
-MaskScope parse_mask_scope(std::string_view v);
 AdamsForm parse_adams_form(std::string_view v);  // "automatic" is not a name users give
-const char* to_string(OptimizerType v);
 const char* to_string(InnerRule v);
-const char* to_string(UpdateMode v);
-const char* to_string(MaskStatistic v);
-const char* to_string(MaskPartition v);
-const char* to_string(SecondMoment v);
 const char* to_string(MaskEncoding v);
-const char* to_string(Formulation v);
-const char* to_string(MaskScope v);
 const char* to_string(AdamsForm v);
-// The accepted names of an enum switch ("type", "inner", "update", "mask_statistic",
-// "mask_partition", "second_moment", "mask_encoding", "formulation", "mask_scope", "adams_form"), in the order errors
-// list them; the config key table reads them from here so each name is written once. Throws std::invalid_argument for
-// another key.
-std::vector<std::string> optimizer_switch_names(std::string_view key);
+// The accepted names of the enum switches above ("inner", "mask_encoding", "adams_form"), in the
+// order errors list them; an empty list for another key.
+std::vector<std::string> common_switch_names(std::string_view key);
 
 // The range of a numeric optimizer key, written once: OptimizerConfig::validate() enforces it
 // and the config key table publishes it in the JSON Schema. NaN is never in range.
@@ -74,79 +49,21 @@ struct OptimizerKeyRange {
   bool exclusive_maximum;
   const char* rule;  // how an error states the range
 };
-// The range of `key` ("lr", "sparsity", ...); throws std::invalid_argument for a key without one.
-const OptimizerKeyRange& optimizer_key_range(std::string_view key);
+// The range of `key` among `ranges`, or nullptr.
+const OptimizerKeyRange* find_key_range(std::span<const OptimizerKeyRange> ranges, std::string_view key);
+// The ranges of the keys of CommonOptimizerConfig ("lr", "sparsity", ...).
+std::span<const OptimizerKeyRange> common_key_ranges();
+// Throws std::invalid_argument "optimizer.<key>: <value> is out of range (<rule>)" unless value
+// lies in the range of `key` in `ranges` (which must declare one).
+void check_key_range(std::span<const OptimizerKeyRange> ranges, const char* key, double value);
+// The range check's error, for checks a range cannot state.
+[[noreturn]] void reject_out_of_range(const std::string& parameter, double value, const std::string& rule);
+// Throws std::invalid_argument "optimizer.<key>: <why>".
+[[noreturn]] void reject_switch(const std::string& key, const std::string& why);
 
-// SCAPE's own switches (optimizer.type = "scape"; docs/algorithms.md, "SCAPE" and "Switches").
-// The JSON keys stay flat: optimizer.mask_lag sets scape.mask_lag.
-struct ScapeSwitches {
-  UpdateMode update = UpdateMode::masked;
-  MaskStatistic mask_statistic = MaskStatistic::first_moment;
-  MaskPartition mask_partition = MaskPartition::partitioned;
-  int mask_lag = 1;
-  SecondMoment second_moment = SecondMoment::single_buffer;
-  // The algorithm, where it counts k, and the tensors always on its mask (by name substring;
-  // absent from a config: {"norm", "bias"} under mask_scope = tensor, {} under shard).
-  Formulation formulation = Formulation::paper;
-  MaskScope mask_scope = MaskScope::tensor;
-  std::vector<std::string> dense_tensors = {"norm", "bias"};
-  // Keep the residual in (pinned) host memory and stream it through two device chunks of
-  // offload_chunk elements each (docs/algorithms.md, "Devices and residual offload").
-  bool residual_offload = false;
-  std::size_t offload_chunk = std::size_t{1} << 22;
-};
-
-// 1-bit Adam: dense AdamW steps before the variance is frozen, and the coordinates that share
-// one scale of the sign compression.
-struct OnebitAdamSwitches {
-  int freeze_step = 100;
-  std::size_t sign_chunk = 2048;
-};
-
-// PowerSGD: the rank r of each matrix's factors (clipped to min(rows, cols)).
-struct PowersgdSwitches {
-  int rank = 4;
-};
-
-// DeMo (decoupled momentum): coordinates per DCT chunk of the flat buffer, and coefficients each
-// chunk sends.
-struct DecoMomentumSwitches {
-  std::size_t chunk = 64;
-  std::size_t topk = 4;
-};
-
-// The outer loop DiLoCo and SparseLoCo share (docs/algorithms.md, "DiLoCo"): each worker takes
-// inner_steps = H steps of its own AdamW or AdamS (`inner`), then the workers exchange their
-// pseudo-gradients and take one outer step.
-struct OuterLoopSwitches {
-  int inner_steps = 10;
-  double outer_lr = -1.0;  // negative: the type's default, resolved_outer_lr()
-  // DiLoCoX's one-step delay: the outer step's result is applied one inner step later, so that its
-  // collective overlaps that step's compute.
-  bool overlap_outer = false;
-};
-
-// DiLoCo's outer Nesterov momentum, the wire of its pseudo-gradient all-reduce, and Streaming
-// DiLoCo's fragments (F contiguous parts of the flat buffer, one synced every H / F steps).
-struct DilocoSwitches {
-  double outer_momentum = 0.9;
-  WireType outer_wire = WireType::fp32;
-  int streaming_fragments = 1;
-};
-
-// SparseLoCo: the coordinates of a tensor that share one top-k (`sparsity` sets the density), the
-// bits of each sent value (0: the value at wire_dtype) and the error-feedback decay beta.
-struct SparselocoSwitches {
-  std::size_t chunk = 4096;
-  int quant_bits = 2;
-  double ef_decay = 0.999;
-};
-
-// Hyper-parameters and switches. Defaults are the documented ones (docs/algorithms.md). The
-// fields every method reads, or several do, sit at the top level; one method's own switches in
-// its sub-struct.
-struct OptimizerConfig {
-  OptimizerType type = OptimizerType::scape;
+// The fields every method reads, or several do. Defaults are the documented ones
+// (docs/algorithms.md).
+struct CommonOptimizerConfig {
   double lr = 6e-4;
   double min_lr = -1.0;  // negative: lr / 10
   int warmup_steps = 0;
@@ -165,6 +82,10 @@ struct OptimizerConfig {
   InnerRule inner = InnerRule::adams;     // SCAPE, topk_ef, randk_ef and powersgd
   MaskEncoding mask_encoding = MaskEncoding::elias_fano;  // SCAPE and topk_ef
   bool residual = true;
+  // Keep the residual in (pinned) host memory and stream it through two device chunks of
+  // offload_chunk elements each (SCAPE only; docs/algorithms.md, "Devices and residual offload").
+  bool residual_offload = false;
+  std::size_t offload_chunk = std::size_t{1} << 22;
   // Off the mask the residual keeps residual_decay * a_i (1 keeps it all, 0 equals residual =
   // false); residual_clip > 0 caps each tensor's ||e_i|| at that multiple of its ||g_i|| before
   // step 1 (0 = off). SCAPE, topk_ef and randk_ef.
@@ -184,56 +105,21 @@ struct OptimizerConfig {
   // docs/algorithms.md, "Devices and residual offload").
   kernels::DeviceKind device = kernels::DeviceKind::cpu;
 
-  ScapeSwitches scape;
-  OnebitAdamSwitches onebit;
-  PowersgdSwitches powersgd;
-  DecoMomentumSwitches demo;
-  OuterLoopSwitches outer;
-  DilocoSwitches diloco;
-  SparselocoSwitches sparseloco;
-
   double density() const { return 1.0 - sparsity; }
   double resolved_min_lr() const { return min_lr < 0 ? lr / 10.0 : min_lr; }
-  // outer_lr, with a negative value resolved: 0.7 for DiLoCo (the DiLoCo paper's), 0.9 for
-  // SparseLoCo (Templar's outer_learning_rate; docs/algorithms.md, "SparseLoCo").
-  double resolved_outer_lr() const;
-  // adams_form, with automatic resolved: momentum_corrected for SCAPE's frozen_momentum, the
-  // artifact's form for everything else.
-  AdamsForm resolved_adams_form() const;
+  // adams_form with automatic as the artifact's form (a method that resolves it otherwise has
+  // done so before its base sees the config).
+  AdamsForm resolved_adams_form() const {
+    return adams_form == AdamsForm::automatic ? AdamsForm::artifact : adams_form;
+  }
   DensitySchedule density_schedule() const {
     return {density(), density_start, density_warmup, density_cooldown, density_cooldown_start};
   }
-  // SCAPE with a momentum-unit residual (paper, artifact) and sharded state: the owner keeps
-  // every worker's undelivered b1 m_prev over its shard (docs/algorithms.md, "SCAPE").
-  bool carries_owner_momentum() const {
-    return type == OptimizerType::scape && scape.formulation != Formulation::frozen_momentum && sharded &&
-           residual && residual_decay > 0;
-  }
-  // Whether a tensor of this name is always on SCAPE's mask.
-  bool dense_tensor(std::string_view name) const;
-  // Throws std::invalid_argument naming the first offending parameter and its value.
-  void validate() const;
+  // The checks of the fields every method reads (lr, min_lr, warmup_steps, betas, eps,
+  // weight_decay); throws std::invalid_argument naming the first offending parameter and its value.
+  void validate_hyperparameters() const;
+  // The checks of the density schedule and the residual, for the methods that read them.
+  void validate_sparse_fields() const;
 };
-
-
-// The local-SGD methods: H inner steps on each worker's own parameters, then an outer step.
-inline bool has_outer_loop(OptimizerType t) { return t == OptimizerType::diloco || t == OptimizerType::sparseloco; }
-
-// The comparison baselines (topk_ef, randk_ef, onebit_adam, powersgd, demo, diloco, sparseloco)
-// keep replicated optimizer state only.
-inline bool replicated_only(OptimizerType t) {
-  return t == OptimizerType::topk_ef || t == OptimizerType::randk_ef || t == OptimizerType::onebit_adam ||
-         t == OptimizerType::powersgd || t == OptimizerType::demo || has_outer_loop(t);
-}
-
-// The types with a CUDA path (device = cuda): SCAPE and the dense AdamW and AdamS; the
-// baselines run on the CPU.
-inline bool runs_on_cuda(OptimizerType t) {
-  return t == OptimizerType::scape || t == OptimizerType::adamw || t == OptimizerType::adams;
-}
-
-// Whether the optimizer reports the sparse metrics (mask, residual, staleness): SCAPE, topk_ef
-// and randk_ef.
-bool has_sparse_metrics(const OptimizerConfig& c);
 
 }  // namespace scape

@@ -30,7 +30,7 @@ std::size_t scape_bytes(const OptimizerConfig& c, const ParamLayout& layout, int
   const std::size_t own = c.sharded ? shards.size(0) : n;
   // The densest mask of the run: all of N while a density warm-up runs.
   const double rho = c.density_warmup > 0 ? 1.0 : c.density();
-  const MaskOwnership owners(layout, workers, c);
+  const MaskOwnership owners(layout, workers, c, c.scape);
   std::size_t k_total = 0, coded = 0;
   for (int w = 0; w < workers; ++w) {
     const std::size_t k = owners.k(w, rho);
@@ -47,10 +47,9 @@ std::size_t scape_bytes(const OptimizerConfig& c, const ParamLayout& layout, int
   bytes += kWord * kernels::words_for(n);                   // ErrorFeedback::previous_mask_
   bytes += sizeof(double) * (n / kMetricBlock + 64);        // ErrorFeedback::partial_ (per tensor, rounded up)
   // The residual e_i, or the two device chunks it streams through (ResidualStore: at most N each).
-  bytes += c.scape.residual_offload
-               ? 2 * kFloat * std::min<std::size_t>(c.scape.offload_chunk, std::max<std::size_t>(n, 1))
-               : kFloat * n;
-  if (c.scape.residual_offload) bytes += kIndex * k_total;       // chunk_idx_
+  bytes += c.residual_offload ? 2 * kFloat * std::min<std::size_t>(c.offload_chunk, std::max<std::size_t>(n, 1))
+                              : kFloat * n;
+  if (c.residual_offload) bytes += kIndex * k_total;        // chunk_idx_
   bytes += kIndex * k_total + kFloat * k_total;             // idx_, b_
   if (c.scape.second_moment == SecondMoment::two_collectives)
     bytes += kFloat * (k_total + updated);                  // a_packed_, a_bar_

@@ -8,6 +8,7 @@
 
 #include "core/layout.hpp"
 #include "core/optimizer.hpp"
+#include "optimizers/optimizer_config.hpp"
 
 namespace scape {
 

@@ -66,26 +66,26 @@ std::unique_ptr<Optimizer> make_optimizer(const OptimizerConfig& config, const P
   config.validate();
   if (total_steps < 1) throw std::invalid_argument("steps: must be >= 1, got " + std::to_string(total_steps));
   if (layout.size() == 0) throw std::invalid_argument("make_optimizer: the parameter layout is empty");
+  // Each method gets the common fields and its own switches; only here are they assembled.
+  const CommonOptimizerConfig& common = config;
   switch (config.type) {
     case OptimizerType::adamw:
+      return std::make_unique<DenseOptimizer>(common, InnerRule::adamw, layout, comm, total_steps);
     case OptimizerType::adams:
-      return std::make_unique<DenseOptimizer>(config, layout, comm, total_steps);
-    case OptimizerType::scape:
-      return std::make_unique<ScapeOptimizer>(config, layout, comm, total_steps);
-    case OptimizerType::topk_ef:
-      return std::make_unique<TopkEfOptimizer>(config, layout, comm, total_steps);
-    case OptimizerType::randk_ef:
-      return std::make_unique<RandkEfOptimizer>(config, layout, comm, total_steps);
+      return std::make_unique<DenseOptimizer>(common, InnerRule::adams, layout, comm, total_steps);
+    case OptimizerType::scape: return std::make_unique<ScapeOptimizer>(common, config.scape, layout, comm, total_steps);
+    case OptimizerType::topk_ef: return std::make_unique<TopkEfOptimizer>(common, layout, comm, total_steps);
+    case OptimizerType::randk_ef: return std::make_unique<RandkEfOptimizer>(common, layout, comm, total_steps);
     case OptimizerType::onebit_adam:
-      return std::make_unique<OnebitAdamOptimizer>(config, layout, comm, total_steps);
+      return std::make_unique<OnebitAdamOptimizer>(common, config.onebit, layout, comm, total_steps);
     case OptimizerType::powersgd:
-      return std::make_unique<PowersgdOptimizer>(config, layout, comm, total_steps);
+      return std::make_unique<PowersgdOptimizer>(common, config.powersgd, layout, comm, total_steps);
     case OptimizerType::demo:
-      return std::make_unique<DecoMomentumOptimizer>(config, layout, comm, total_steps);
+      return std::make_unique<DecoMomentumOptimizer>(common, config.demo, layout, comm, total_steps);
     case OptimizerType::diloco:
-      return std::make_unique<DilocoOptimizer>(config, layout, comm, total_steps);
+      return std::make_unique<DilocoOptimizer>(common, config.outer, config.diloco, layout, comm, total_steps);
     case OptimizerType::sparseloco:
-      return std::make_unique<SparselocoOptimizer>(config, layout, comm, total_steps);
+      return std::make_unique<SparselocoOptimizer>(common, config.outer, config.sparseloco, layout, comm, total_steps);
   }
   throw std::invalid_argument("optimizer.type: unknown optimizer");
 }

@@ -9,6 +9,7 @@
 #include "core/communicator.hpp"
 #include "core/layout.hpp"
 #include "core/optimizer.hpp"
+#include "optimizers/optimizer_config.hpp"
 
 namespace scape {
 

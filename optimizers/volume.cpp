@@ -106,7 +106,7 @@ std::size_t union_mask_size(std::size_t k, std::size_t n, int workers, std::opti
 void record_scape(ByteLedger& ledger, const OptimizerConfig& c, const ParamLayout& layout, int workers, int t,
                   int total, std::optional<std::size_t> union_size, double kept_fraction) {
   const std::size_t n = layout.size();
-  const MaskOwnership owners(layout, workers, c);
+  const MaskOwnership owners(layout, workers, c, c.scape);
   const auto rho_at = [&](int step) { return step < 1 ? 0.0 : density_at(c.density_schedule(), step); };
   const double rho = rho_at(t);
   // Step 2: the mask of step t is gathered now (lag 0, and step 1 under lag 1), coded against
@@ -188,7 +188,7 @@ void record_outer_loop(ByteLedger& ledger, const OptimizerConfig& c, const Param
   if (f < 0) return;
   const bool overlapped = c.outer.overlap_outer && t < total;
   if (c.type == OptimizerType::sparseloco) {
-    const std::uint64_t message = sparseloco_plan(layout, c).message_bytes();
+    const std::uint64_t message = sparseloco_plan(layout, c, c.sparseloco).message_bytes();
     ledger.record(CollectiveKind::all_gather, "sparseloco_all_gather", static_cast<std::uint64_t>(workers) * message,
                   overlapped);
     return;
@@ -242,7 +242,7 @@ std::size_t mask_k(const OptimizerConfig& config, const ParamLayout& layout, int
       break;
   }
   if (!partitioned(config)) return k_for(rho, n_params);
-  return MaskOwnership(layout, workers, config).k_total(rho);
+  return MaskOwnership(layout, workers, config, config.scape).k_total(rho);
 }
 
 namespace {

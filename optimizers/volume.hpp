@@ -12,6 +12,7 @@
 #include "core/layout.hpp"
 #include "core/ledger.hpp"
 #include "core/optimizer.hpp"
+#include "optimizers/optimizer_config.hpp"
 
 namespace scape {
 

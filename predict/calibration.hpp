@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/ledger.hpp"
+#include "optimizers/optimizer_config.hpp"
 #include "predict/step_model.hpp"
 
 namespace scape::predict {

@@ -12,6 +12,7 @@
 
 #include "core/layout.hpp"
 #include "core/optimizer.hpp"
+#include "optimizers/optimizer_config.hpp"
 #include "predict/calibration.hpp"
 
 namespace scape::predict {

@@ -15,6 +15,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/optimizer.hpp"
+#include "optimizers/optimizer_config.hpp"
 #include "predict/step_model.hpp"
 #include "predict/topology.hpp"
 #include "presets/gpu_presets.hpp"

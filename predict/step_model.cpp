@@ -69,10 +69,10 @@ OptimizerBytes topk_step_bytes(const OptimizerConfig& c, std::uint64_t n, int wo
 // backward pass, lag 1; two otherwise) and the copies of each, up and down.
 void add_offload(StepPrediction& s, const StepInputs& in) {
   const OptimizerConfig& c = in.optimizer;
-  if (c.type != OptimizerType::scape || !c.scape.residual_offload) return;
+  if (c.type != OptimizerType::scape || !c.residual_offload) return;
   const double n = static_cast<double>(in.n_params);
   const int passes = c.scape.mask_lag == 1 ? 1 : 2;
-  const double chunks = std::ceil(n / static_cast<double>(c.scape.offload_chunk));
+  const double chunks = std::ceil(n / static_cast<double>(c.offload_chunk));
   const double copy_s = 4.0 * n / in.gpu.host_link_Bps();
   // The kernels that stream the residual: accumulate, statistic and selection, packing.
   const double kernels_s = kAccumulate * n / in.gpu.memory_Bps() + s.select_s + s.pack_s;

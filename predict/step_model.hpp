@@ -11,6 +11,7 @@
 #include "core/layout.hpp"
 #include "core/ledger.hpp"
 #include "core/optimizer.hpp"
+#include "optimizers/optimizer_config.hpp"
 #include "predict/topology.hpp"
 #include "presets/gpu_presets.hpp"
 

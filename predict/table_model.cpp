@@ -136,7 +136,7 @@ OptimizerConfig table_optimizer(std::string_view method) {
     // "CPUOffload" row offloads the parameter replica only; d = 0.01 offloads both in its
     // "CPUOffload" row and nothing otherwise. The memory rows say it in their names.
     const bool offload_row = m.find("offload") != std::string::npos;
-    c.scape.residual_offload = known_memory ? offload_row : (tenth ? !offload_row : offload_row);
+    c.residual_offload = known_memory ? offload_row : (tenth ? !offload_row : offload_row);
   }
   c.validate();
   return c;
@@ -183,7 +183,7 @@ MemoryPrediction predict_memory(const MeasuredRow& row, int gpus) {
   m.weights = 2 * n;
   m.grads = 4 * n;
   m.state = 8 * n / (opt.sharded ? gpus : 1);
-  m.residual = scape && !opt.scape.residual_offload ? 4 * n : 0;
+  m.residual = scape && !opt.residual_offload ? 4 * n : 0;
   m.replica = scape && opt.sharded ? 8 * n : 0;
   m.activations = 34 * sbh * s.spec.n_layer;
   m.logits = 6.0 * s.seq_len * s.micro_batch * static_cast<double>(s.spec.vocab_size);

@@ -6,6 +6,7 @@
 #pragma once
 
 #include "core/optimizer.hpp"
+#include "optimizers/optimizer_config.hpp"
 
 namespace scape::testing {
 

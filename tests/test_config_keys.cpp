@@ -105,7 +105,7 @@ TEST_CASE("the schema's defaults are what a config that gives nothing resolves t
   }
   CHECK(checked >= 25);
   CHECK(schema["properties"]["optimizer"]["properties"]["offload_chunk"]["default"] ==
-        scape::OptimizerConfig{}.scape.offload_chunk);
+        scape::OptimizerConfig{}.offload_chunk);
   CHECK(schema["properties"]["name"]["default"] == cfg::ExperimentConfig{}.name);
 }
 

@@ -67,8 +67,8 @@ TEST_CASE("An offloaded residual on the GPU equals the resident one (many chunks
     cpu.sparsity = 0.99;
     OptimizerConfig gpu = cpu;
     gpu.device = kernels::DeviceKind::cuda;
-    gpu.scape.residual_offload = true;
-    gpu.scape.offload_chunk = 1 << 14;
+    gpu.residual_offload = true;
+    gpu.offload_chunk = 1 << 14;
     const auto a = testing::run_quadratic(cpu, layout, workers, 20);
     const auto b = testing::run_quadratic(gpu, layout, workers, 20);
     testing::require_identical_runs(a, b);

@@ -213,7 +213,7 @@ TEST_CASE("mask_scope = tensor: exactly k = max(1, floor(rho n)) bits per tensor
       CAPTURE(sharded);
       CAPTURE(workers);
       const OptimizerConfig c = paper(0.9, sharded);
-      const MaskOwnership owners(layout, workers, c);
+      const MaskOwnership owners(layout, workers, c, c.scape);
       const auto steps = run(c, layout, workers, 4);
       for (const auto& s : steps) {
         for (int w = 0; w < workers; ++w) {

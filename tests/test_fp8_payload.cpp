@@ -100,6 +100,6 @@ TEST_CASE("fp8 payload: the configurations it has no meaning for exit naming the
   sharded.sharded = true;
   CHECK_THROWS_WITH_AS(sharded.validate(), doctest::Contains("set optimizer.sharded = false"), std::invalid_argument);
   OptimizerConfig offload = c;
-  offload.scape.residual_offload = true;
+  offload.residual_offload = true;
   CHECK_THROWS_WITH_AS(offload.validate(), doctest::Contains("residual_offload"), std::invalid_argument);
 }

@@ -159,13 +159,13 @@ TEST_CASE("optimizer step terms: selection, packing and offload at their own thr
   CHECK(slow.pack_s == doctest::Approx(8 * base.pack_s));
   CHECK(slow.state_s == base.state_s);
   // Offload: N floats up and down per pass, one pass at lag 1, on a 64 GB/s link.
-  in.optimizer.scape.residual_offload = true;
+  in.optimizer.residual_offload = true;
   in.gpu.host_link_GBps = 64;
   const StepPrediction off = predict_step(in, 8, 8192);
   const double n = 134'217'728.0;
   CHECK(off.offload_s == doctest::Approx(2 * 4 * n / 64e9));
   const double kernels = 12.0 * n / 4e12 + slow.select_s + slow.pack_s;
-  const double chunks = std::ceil(n / static_cast<double>(in.optimizer.scape.offload_chunk));
+  const double chunks = std::ceil(n / static_cast<double>(in.optimizer.offload_chunk));
   CHECK(off.offload_exposed_s == doctest::Approx(double_buffered_exposed(4 * n / 64e9, kernels, chunks)));
   CHECK(off.optimizer_s == doctest::Approx(slow.optimizer_s + off.offload_exposed_s));
   in.optimizer.scape.mask_lag = 0;  // two passes

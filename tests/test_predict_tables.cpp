@@ -98,12 +98,12 @@ TEST_CASE("the table methods are the artifact's: offloads as its launch scripts 
   CHECK(table_optimizer("adams_do").sharded);
   const auto tenth = table_optimizer("scape_0.1");
   CHECK(tenth.sparsity == doctest::Approx(0.9));
-  CHECK(tenth.scape.residual_offload);  // d = 0.1 offloads the residual in its plain and DO rows
-  CHECK(table_optimizer("scape_0.1_do").scape.residual_offload);
-  CHECK_FALSE(table_optimizer("scape_0.1_do_offload").scape.residual_offload);  // its replica only
+  CHECK(tenth.residual_offload);  // d = 0.1 offloads the residual in its plain and DO rows
+  CHECK(table_optimizer("scape_0.1_do").residual_offload);
+  CHECK_FALSE(table_optimizer("scape_0.1_do_offload").residual_offload);  // its replica only
   CHECK(replica_offload("scape_0.1_do_offload"));
-  CHECK_FALSE(table_optimizer("scape_0.01").scape.residual_offload);
-  CHECK(table_optimizer("scape_0.01_do_offload").scape.residual_offload);
+  CHECK_FALSE(table_optimizer("scape_0.01").residual_offload);
+  CHECK(table_optimizer("scape_0.01_do_offload").residual_offload);
   CHECK(replica_offload("scape_0.01_do_offload"));
   CHECK(table_optimizer("scape_0.01").scape.formulation == scape::Formulation::artifact);
   CHECK_THROWS_AS(table_optimizer("scape_0.5"), std::invalid_argument);

@@ -63,7 +63,7 @@ OptimizerConfig scape_config(bool paper = false) {
   c.type = OptimizerType::scape;
   c.lr = 0.05;
   c.sparsity = 0.9;
-  c.scape.offload_chunk = 1024;
+  c.offload_chunk = 1024;
   return c;
 }
 
@@ -84,7 +84,7 @@ TEST_CASE("SCAPE with an offloaded residual equals the resident residual, bit fo
       OptimizerConfig resident = scape_config(paper);
       v.apply(resident);
       OptimizerConfig offloaded = resident;
-      offloaded.scape.residual_offload = true;
+      offloaded.residual_offload = true;
       if (!testing::accepted(offloaded)) continue;  // fp8, and the variants paper rejects
       ++compared;
       const auto a = testing::run_quadratic(resident, layout, workers, 12);
@@ -101,9 +101,9 @@ TEST_CASE("SCAPE with an offloaded residual equals the resident residual, bit fo
 TEST_CASE("The offloaded residual reports the device memory it saves") {
   const ParamLayout layout = testing::mixed_layout(4);
   OptimizerConfig c = scape_config();
-  c.scape.residual_offload = true;
+  c.residual_offload = true;
   sim::run_ranks(1, NetworkModel{}, [&](Communicator& comm) {
-    ScapeOptimizer opt(c, layout, comm, 3);
+    ScapeOptimizer opt(c, c.scape, layout, comm, 3);
     CHECK(opt.residual_device_bytes() == 2 * 1024 * sizeof(float));
     const std::string summary = opt.device_summary();
     CHECK(summary.find("residual offloaded") != std::string::npos);
@@ -120,10 +120,10 @@ TEST_CASE("Bad device settings are rejected naming the field") {
   c.sharded = true;
   CHECK_NOTHROW(c.validate());
   c.device = kernels::DeviceKind::cpu;
-  c.scape.residual_offload = true;
+  c.residual_offload = true;
   CHECK_THROWS_WITH_AS(c.validate(), doctest::Contains("optimizer.residual_offload"), std::invalid_argument);
   c = scape_config();
-  c.scape.offload_chunk = 10;
+  c.offload_chunk = 10;
   CHECK_THROWS_WITH_AS(c.validate(), doctest::Contains("optimizer.offload_chunk"), std::invalid_argument);
   CHECK_THROWS_WITH_AS(kernels::parse_device_kind("gpu", "optimizer.device"), doctest::Contains("cpu or cuda"),
                        std::invalid_argument);

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "core/optimizer.hpp"
+#include "optimizers/optimizer_config.hpp"
 #include "run_file/recorder.hpp"
 #include "train/worker_report.hpp"
 

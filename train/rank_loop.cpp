@@ -60,7 +60,7 @@ RankLoop::RankLoop(const config::ExperimentConfig& config, const SourceData& dat
   backend_ = device_ ? device_.get() : &kernels::cpu_backend();
   source_ = make_gradient_source(config, data, rank, *backend_, shared);
   opt_ = make_optimizer(config.optimizer, layout, comm, config.steps);
-  const bool moved = config.optimizer.device != kernels::DeviceKind::cpu || config.optimizer.scape.residual_offload;
+  const bool moved = config.optimizer.device != kernels::DeviceKind::cpu || config.optimizer.residual_offload;
   if (rank == 0 && !options.quiet) {
     if (device_) {
       std::fprintf(stderr, "model: %s; memory estimate %s\n", device_->description().c_str(),

@@ -2,6 +2,7 @@
 // (docs/algorithms.md, "DeMo"). The transforms, selection and step run as backend kernels;
 // coding and packing the message is host work on synchronized buffers, as for every collective.
 #include "optimizers/baselines/deco_momentum.hpp"
+#include "optimizers/baselines/deco_momentum_config.hpp"
 
 #include <cmath>
 #include <cstring>
@@ -26,12 +27,14 @@ std::vector<float> dct_basis(std::size_t len) {
   return basis;
 }
 
-DecoMomentumOptimizer::DecoMomentumOptimizer(const OptimizerConfig& config, const ParamLayout& layout,
-                                             Communicator& comm, int total_steps)
-    : OptimizerBase(config, layout, comm, total_steps),
-      chunk_(config.demo.chunk),
-      tail_(layout.size() % config.demo.chunk),
-      entries_(kernels::chunk_topk_count(layout.size(), config.demo.chunk, config.demo.topk)) {
+// A sign step on its own momentum: AdamS, no v.
+DecoMomentumOptimizer::DecoMomentumOptimizer(const CommonOptimizerConfig& config, const DecoMomentumSwitches& demo,
+                                             const ParamLayout& layout, Communicator& comm, int total_steps)
+    : OptimizerBase(config, InnerRule::adams, layout, comm, total_steps),
+      demo_(demo),
+      chunk_(demo.chunk),
+      tail_(layout.size() % demo.chunk),
+      entries_(kernels::chunk_topk_count(layout.size(), demo.chunk, demo.topk)) {
   const std::vector<float> basis = dct_basis(chunk_), tail = dct_basis(tail_);
   basis_.assign_zero(basis.size());
   tail_basis_.assign_zero(tail.size());
@@ -60,7 +63,7 @@ void DecoMomentumOptimizer::transform(std::span<const float> x, bool inverse, st
 
 void DecoMomentumOptimizer::extract() {
   transform(m_.span(), false, coeffs_.span());
-  kernels_.chunk_topk(coeffs_.span(), chunk_, config_.demo.topk, idx_.span(), values_.span());
+  kernels_.chunk_topk(coeffs_.span(), chunk_, demo_.topk, idx_.span(), values_.span());
   // m <- m - IDCT(extracted): the extracted coefficients alone, inverted, negated and added.
   kernels_.fill(coeffs_.span(), 0.0f);
   kernels_.expand(values_.span(), idx_.span(), coeffs_.span());
@@ -112,6 +115,23 @@ void DecoMomentumOptimizer::update(std::span<float> params, std::span<const floa
   transform(coeffs_.span(), true, removed_.span());
   detail::apply_weight_decay(kernels_, layout_, params, 0, n_, config_, out.lr);
   kernels_.sign_descent(params, removed_.span(), static_cast<float>(out.lr));
+}
+
+namespace {
+constexpr OptimizerKeyRange kDemoRanges[] = {
+    {"demo_chunk", 1, 4096, false, false, "must be in [1, 4096] elements (the DCT basis is chunk^2 floats)"},
+    {"demo_topk", 1, 4096, false, false, "must be in [1, demo_chunk]"},
+};
+}  // namespace
+
+std::span<const OptimizerKeyRange> deco_momentum_key_ranges() { return kDemoRanges; }
+
+void validate_deco_momentum_switches(const DecoMomentumSwitches& demo) {
+  check_key_range(kDemoRanges, "demo_chunk", static_cast<double>(demo.chunk));
+  check_key_range(kDemoRanges, "demo_topk", static_cast<double>(demo.topk));
+  if (demo.topk > demo.chunk) {
+    reject_out_of_range("optimizer.demo_topk", static_cast<double>(demo.topk), "must be in [1, demo_chunk]");
+  }
 }
 
 }  // namespace scape

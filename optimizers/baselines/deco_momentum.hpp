@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "core/optimizer_base.hpp"
+#include "optimizers/baselines/deco_momentum_config.hpp"
 
 namespace scape {
 
@@ -20,7 +21,8 @@ std::vector<float> dct_basis(std::size_t len);
 
 class DecoMomentumOptimizer final : public OptimizerBase {
  public:
-  DecoMomentumOptimizer(const OptimizerConfig& config, const ParamLayout& layout, Communicator& comm, int total_steps);
+  DecoMomentumOptimizer(const CommonOptimizerConfig& config, const DecoMomentumSwitches& demo,
+                        const ParamLayout& layout, Communicator& comm, int total_steps);
 
  private:
   void update(std::span<float> params, std::span<const float> grads, StepMetrics& out) override;
@@ -31,6 +33,7 @@ class DecoMomentumOptimizer final : public OptimizerBase {
   // The all-gather of every worker's coefficients; their mean, in rank order, into coeffs_.
   void exchange();
 
+  const DecoMomentumSwitches demo_;
   const std::size_t chunk_, tail_, entries_;  // chunk, the short last chunk (0: none), K per worker
   kernels::Buffer<float> basis_{kernels_}, tail_basis_{kernels_};
   // coeffs_: DCT coefficients (the momentum's, the extracted ones, then the mean); removed_:

@@ -11,9 +11,9 @@
 
 namespace scape {
 
-DenseOptimizer::DenseOptimizer(const OptimizerConfig& config, const ParamLayout& layout, Communicator& comm,
-                               int total_steps)
-    : OptimizerBase(config, layout, comm, total_steps) {
+DenseOptimizer::DenseOptimizer(const CommonOptimizerConfig& config, InnerRule rule, const ParamLayout& layout,
+                               Communicator& comm, int total_steps)
+    : OptimizerBase(config, rule, layout, comm, total_steps) {
   g_bar_.assign_zero(state_end_ - state_begin_);
   kernels_.synchronize();
 }

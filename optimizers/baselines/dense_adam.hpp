@@ -11,7 +11,9 @@ namespace scape {
 
 class DenseOptimizer final : public OptimizerBase {
  public:
-  DenseOptimizer(const OptimizerConfig& config, const ParamLayout& layout, Communicator& comm, int total_steps);
+  // `rule`: AdamW for optimizer.type = adamw, AdamS for adams.
+  DenseOptimizer(const CommonOptimizerConfig& config, InnerRule rule, const ParamLayout& layout, Communicator& comm,
+                 int total_steps);
 
   bool reduces_in_backward() const override { return config_.overlap_grad_reduce; }
   // Starts the reduce-scatter of grads[begin, end): each rank receives the part of the range

@@ -10,15 +10,16 @@
 
 namespace scape {
 
-DilocoOptimizer::DilocoOptimizer(const OptimizerConfig& config, const ParamLayout& layout, Communicator& comm,
+DilocoOptimizer::DilocoOptimizer(const CommonOptimizerConfig& config, const OuterLoopSwitches& outer,
+                                 const DilocoSwitches& diloco, const ParamLayout& layout, Communicator& comm,
                                  int total_steps)
-    : OuterLoopOptimizer(config, layout, comm, total_steps, config.diloco.streaming_fragments) {
+    : OuterLoopOptimizer(config, outer, layout, comm, total_steps, diloco.streaming_fragments), diloco_(diloco) {
   momentum_.assign_zero(n_);
   keep_in_checkpoint("diloco.momentum", momentum_);
   delta_.assign_zero(n_);
   mean_.assign_zero(n_);
   scratch_.assign_zero(n_);
-  if (config.diloco.outer_wire == WireType::fp8_e5m2) {
+  if (diloco.outer_wire == WireType::fp8_e5m2) {
     fp8_values_.assign_zero(n_);
     fp8_error_.assign_zero(n_);
   }
@@ -26,7 +27,7 @@ DilocoOptimizer::DilocoOptimizer(const OptimizerConfig& config, const ParamLayou
 }
 
 void DilocoOptimizer::all_reduce_pseudo_gradient(std::span<float> x) {
-  const WireType wire = config_.diloco.outer_wire;
+  const WireType wire = diloco_.outer_wire;
   if (wire != WireType::fp8_e5m2) {
     comm_.all_reduce_mean(x, wire, "outer_all_reduce");
     return;
@@ -66,14 +67,14 @@ void DilocoOptimizer::outer_step(std::span<const float> params, std::size_t lo, 
   out.param_drift = metrics::device_l2_norm(kernels_, norm_partial_, scratch);
   // torch.optim.SGD(nesterov=True, dampening=0): buf = mu buf + D; step = D + mu buf;
   // theta_global -= outer_lr step.
-  const auto mu = static_cast<float>(config_.diloco.outer_momentum);
+  const auto mu = static_cast<float>(diloco_.outer_momentum);
   const std::span<float> buf = momentum_.span().subspan(lo, n);
   kernels_.scale(buf, mu);
   kernels_.accumulate(buf, mean);
   kernels_.copy_bytes(buf.data(), scratch.data(), buf.size_bytes());
   kernels_.scale(scratch, mu);
   kernels_.accumulate(scratch, mean);
-  kernels_.scale(scratch, -static_cast<float>(config_.resolved_outer_lr()));
+  kernels_.scale(scratch, -static_cast<float>(outer_.resolved_outer_lr(kDilocoOuterLr)));
   kernels_.accumulate(global_.span().subspan(lo, n), scratch);
 }
 

@@ -13,7 +13,8 @@ namespace scape {
 
 class DilocoOptimizer final : public OuterLoopOptimizer {
  public:
-  DilocoOptimizer(const OptimizerConfig& config, const ParamLayout& layout, Communicator& comm, int total_steps);
+  DilocoOptimizer(const CommonOptimizerConfig& config, const OuterLoopSwitches& outer, const DilocoSwitches& diloco,
+                  const ParamLayout& layout, Communicator& comm, int total_steps);
 
  private:
   void outer_step(std::span<const float> params, std::size_t lo, std::size_t hi, StepMetrics& out) override;
@@ -21,6 +22,7 @@ class DilocoOptimizer final : public OuterLoopOptimizer {
   // scaled by a shared power of two and rounded to e5m2 before the sum).
   void all_reduce_pseudo_gradient(std::span<float> x);
 
+  const DilocoSwitches diloco_;
   kernels::Buffer<float> momentum_{kernels_};  // the outer momentum buffer over [0, N)
   kernels::Buffer<float> delta_{kernels_}, mean_{kernels_}, scratch_{kernels_};  // one fragment each
   kernels::Buffer<float> fp8_values_{kernels_}, fp8_error_{kernels_};              // outer_wire = fp8_e5m2

@@ -19,8 +19,8 @@ class FeedbackOptimizer : public OptimizerBase {
   std::span<const float> residual() const override { return feedback_.residual().host_view(); }
 
  protected:
-  FeedbackOptimizer(const OptimizerConfig& config, const ParamLayout& layout, Communicator& comm, int total_steps)
-      : OptimizerBase(config, layout, comm, total_steps), feedback_(kernels_, n_, config) {
+  FeedbackOptimizer(const CommonOptimizerConfig& config, const ParamLayout& layout, Communicator& comm, int total_steps)
+      : OptimizerBase(config, config.inner, layout, comm, total_steps), feedback_(kernels_, n_, config) {
     mask_.assign_zero(kernels::words_for(n_));
     kernels_.synchronize();
   }

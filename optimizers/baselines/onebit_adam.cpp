@@ -2,9 +2,11 @@
 // arithmetic runs as backend kernels; packing wire segments is host work on synchronized
 // buffers, as for every collective.
 #include "optimizers/baselines/onebit_adam.hpp"
+#include "optimizers/baselines/onebit_adam_config.hpp"
 
 #include <cmath>
 #include <cstring>
+#include <limits>
 
 #include "core/adam_step.hpp"
 #include "core/metrics.hpp"
@@ -12,10 +14,11 @@
 
 namespace scape {
 
-OnebitAdamOptimizer::OnebitAdamOptimizer(const OptimizerConfig& config, const ParamLayout& layout,
-                                         Communicator& comm, int total_steps)
-    : OptimizerBase(config, layout, comm, total_steps) {
-  const std::size_t chunk = config.onebit.sign_chunk;
+// Adam: its variance is frozen, not dropped.
+OnebitAdamOptimizer::OnebitAdamOptimizer(const CommonOptimizerConfig& config, const OnebitAdamSwitches& onebit,
+                                         const ParamLayout& layout, Communicator& comm, int total_steps)
+    : OptimizerBase(config, InnerRule::adamw, layout, comm, total_steps), onebit_(onebit) {
+  const std::size_t chunk = onebit.sign_chunk;
   std::size_t scale_offset = 0, byte_offset = 0;
   for (int w = 0; w < comm.size(); ++w) {
     Segment s{sharding_.begin(w), sharding_.size(w), 0, scale_offset, 0, byte_offset};
@@ -48,7 +51,7 @@ void OnebitAdamOptimizer::update(std::span<float> params, std::span<const float>
   std::size_t nonfinite = 0;
   for (float g : grads) nonfinite += !std::isfinite(g);
   out.nonfinite_grads = nonfinite;
-  if (t_ <= config_.onebit.freeze_step) {
+  if (t_ <= onebit_.freeze_step) {
     warmup_step(params, grads, out.lr);
     return;
   }
@@ -66,7 +69,7 @@ void OnebitAdamOptimizer::warmup_step(std::span<float> params, std::span<const f
 
 void OnebitAdamOptimizer::compress(std::span<float> x, const Segment& s) {
   if (s.size == 0) return;
-  const std::size_t chunk = config_.onebit.sign_chunk;
+  const std::size_t chunk = onebit_.sign_chunk;
   partial_.resize(s.scales);
   kernels_.block_sum_squares(x, chunk, partial_.span());
   kernels_.synchronize();
@@ -94,8 +97,8 @@ void OnebitAdamOptimizer::unpack(const Segment& s, const std::byte* wire) {
 
 void OnebitAdamOptimizer::expand_add(const Segment& s, std::span<float> acc) {
   if (s.size == 0) return;
-  kernels_.sign_expand_add(words_.span().subspan(s.begin / 64, kernels::words_for(s.size)), config_.onebit.sign_chunk,
-                     scales_.span().subspan(s.scale_offset, s.scales), acc);
+  kernels_.sign_expand_add(words_.span().subspan(s.begin / 64, kernels::words_for(s.size)), onebit_.sign_chunk,
+                           scales_.span().subspan(s.scale_offset, s.scales), acc);
 }
 
 void OnebitAdamOptimizer::synchronize_momentum(std::span<const float> grads) {
@@ -135,7 +138,7 @@ void OnebitAdamOptimizer::synchronize_momentum(std::span<const float> grads) {
 void OnebitAdamOptimizer::frozen_variance_step(std::span<float> params, double eta, int t) {
   // AdamW's kernel with beta1 = 0 (m <- m_sync exactly) and beta2 = 1 (v unchanged): the
   // decay, then theta -= eta (m / c1) / (sqrt(v / c2) + eps) with c2 of the freeze step.
-  const double c2 = config_.bias_correction ? 1.0 - std::pow(config_.beta2, config_.onebit.freeze_step) : 1.0;
+  const double c2 = config_.bias_correction ? 1.0 - std::pow(config_.beta2, onebit_.freeze_step) : 1.0;
   detail::for_each_tensor_piece(layout_, 0, n_, [&](std::size_t lo, std::size_t hi, bool decay) {
     kernels::AdamScalars s = detail::adam_scalars(config_, eta, t, decay);
     s.beta1 = 0.0;
@@ -145,6 +148,21 @@ void OnebitAdamOptimizer::frozen_variance_step(std::span<float> params, double e
     kernels_.adamw_step(params.subspan(lo, n), m_.span().subspan(lo, n), v_.span().subspan(lo, n),
                   m_sync_.span().subspan(lo, n), s);
   });
+}
+
+namespace {
+constexpr OptimizerKeyRange kOnebitRanges[] = {
+    {"freeze_step", 1, std::numeric_limits<double>::infinity(), false, true,
+     "must be >= 1 (the variance is frozen after a dense Adam step)"},
+    {"sign_chunk", 1, 1 << 30, false, false, "must be in [1, 2^30] elements"},
+};
+}  // namespace
+
+std::span<const OptimizerKeyRange> onebit_adam_key_ranges() { return kOnebitRanges; }
+
+void validate_onebit_adam_switches(const OnebitAdamSwitches& onebit) {
+  check_key_range(kOnebitRanges, "freeze_step", onebit.freeze_step);
+  check_key_range(kOnebitRanges, "sign_chunk", static_cast<double>(onebit.sign_chunk));
 }
 
 }  // namespace scape

@@ -10,16 +10,20 @@
 #include <vector>
 
 #include "core/optimizer_base.hpp"
+#include "optimizers/baselines/onebit_adam_config.hpp"
 
 namespace scape {
 
 class OnebitAdamOptimizer final : public OptimizerBase {
  public:
-  OnebitAdamOptimizer(const OptimizerConfig& config, const ParamLayout& layout, Communicator& comm, int total_steps);
+  OnebitAdamOptimizer(const CommonOptimizerConfig& config, const OnebitAdamSwitches& onebit, const ParamLayout& layout,
+                      Communicator& comm, int total_steps);
   // The worker error e_i of the momentum compression.
   std::span<const float> residual() const override { return worker_error_.span(); }
 
  private:
+  const OnebitAdamSwitches onebit_;
+
   void update(std::span<float> params, std::span<const float> grads, StepMetrics& out) override;
 
   // One segment per shard: its sign words, then its scales.

@@ -1,8 +1,10 @@
 // The outer loop of DiLoCo and SparseLoCo: inner steps, the sync schedule, theta_global and the
 // one-step delay (docs/algorithms.md, "DiLoCo").
 #include "optimizers/baselines/outer_loop.hpp"
+#include "optimizers/baselines/outer_loop_config.hpp"
 
 #include <cmath>
+#include <limits>
 #include <stdexcept>
 #include <string>
 
@@ -50,14 +52,15 @@ int fragment_synced_at(int step, int inner_steps, int fragments) {
   return -1;
 }
 
-OuterLoopOptimizer::OuterLoopOptimizer(const OptimizerConfig& config, const ParamLayout& layout, Communicator& comm,
-                                       int total_steps, int fragments)
-    : OptimizerBase(config, layout, comm, total_steps),
+OuterLoopOptimizer::OuterLoopOptimizer(const CommonOptimizerConfig& config, const OuterLoopSwitches& outer,
+                                       const ParamLayout& layout, Communicator& comm, int total_steps, int fragments)
+    : OptimizerBase(config, config.inner, layout, comm, total_steps),
+      outer_(outer),
       total_steps_(total_steps),
       bounds_(fragment_boundaries(layout, fragments)) {
   global_.assign_zero(n_);
   keep_in_checkpoint("outer.global", global_);
-  if (config.outer.overlap_outer) {
+  if (outer.overlap_outer) {
     snapshot_.assign_zero(n_);
     keep_in_checkpoint("outer.snapshot", snapshot_);
   }
@@ -85,9 +88,9 @@ void OuterLoopOptimizer::update(std::span<float> params, std::span<const float> 
   if (t_ == 1) kernels_.copy_bytes(params.data(), global_.data(), params.size_bytes());
   out.nonfinite_grads = kernels_.count_nonfinite(grads);
   detail::dense_inner_step(kernels_, rule_, layout_, params, 0, n_, m_.span(), v_.span(), grads, config_, out.lr, t_);
-  const int inner_steps = config_.outer.inner_steps;
+  const int inner_steps = outer_.inner_steps;
   const int fragments = static_cast<int>(bounds_.size()) - 1;
-  const bool overlap = config_.outer.overlap_outer;
+  const bool overlap = outer_.overlap_outer;
   const auto lo_of = [&](int f) { return bounds_[static_cast<std::size_t>(f)]; };
   const auto hi_of = [&](int f) { return bounds_[static_cast<std::size_t>(f) + 1]; };
   // The outer step started at the previous step arrives after this step's inner step.
@@ -107,6 +110,51 @@ void OuterLoopOptimizer::update(std::span<float> params, std::span<const float> 
     kernels_.copy_bytes(params.data() + lo, snapshot_.data() + lo, (hi - lo) * sizeof(float));
   } else {
     kernels_.copy_bytes(global_.data() + lo, params.data() + lo, (hi - lo) * sizeof(float));
+  }
+}
+
+namespace {
+constexpr double kInf = std::numeric_limits<double>::infinity();
+constexpr OptimizerKeyRange kOuterRanges[] = {
+    {"inner_steps", 1, 1e6, false, false, "must be in [1, 10^6]"},
+    {"outer_lr", 0, kInf, true, true, "must be finite and > 0"},
+    {"outer_momentum", 0, 1, false, true, "must be in [0, 1)"},
+    {"streaming_fragments", 1, 1024, false, false, "must be in [1, 1024] and at most optimizer.inner_steps"},
+    {"chunk", 1, 1 << 24, false, false, "must be in [1, 2^24] elements"},
+    {"quant_bits", 0, 8, false, false, "must be 0 (off), 2 or 8"},
+    {"ef_decay", 0, 1, false, false, "must be in [0, 1]"},
+};
+}  // namespace
+
+std::span<const OptimizerKeyRange> outer_loop_key_ranges() { return kOuterRanges; }
+
+void validate_outer_loop_switches(const OuterLoopSwitches& outer, double method_default_outer_lr) {
+  check_key_range(kOuterRanges, "inner_steps", outer.inner_steps);
+  check_key_range(kOuterRanges, "outer_lr", outer.resolved_outer_lr(method_default_outer_lr));
+}
+
+void validate_diloco_switches(const OuterLoopSwitches& outer, const DilocoSwitches& diloco) {
+  check_key_range(kOuterRanges, "outer_momentum", diloco.outer_momentum);
+  check_key_range(kOuterRanges, "streaming_fragments", diloco.streaming_fragments);
+  if (diloco.streaming_fragments > outer.inner_steps) {
+    reject_switch("streaming_fragments",
+                  std::to_string(diloco.streaming_fragments) +
+                      " is more than optimizer.inner_steps = " + std::to_string(outer.inner_steps) +
+                      " (each fragment is synced at its own step of every inner_steps)");
+  }
+}
+
+void validate_sparseloco_switches(const CommonOptimizerConfig& common, const SparselocoSwitches& sparseloco) {
+  check_key_range(common_key_ranges(), "sparsity", common.sparsity);
+  check_key_range(kOuterRanges, "chunk", static_cast<double>(sparseloco.chunk));
+  check_key_range(kOuterRanges, "quant_bits", sparseloco.quant_bits);
+  const int bits = sparseloco.quant_bits;
+  if (bits != 0 && bits != 2 && bits != 8) reject_out_of_range("optimizer.quant_bits", bits, "must be 0 (off), 2 or 8");
+  check_key_range(kOuterRanges, "ef_decay", sparseloco.ef_decay);
+  if (common.mask_encoding != MaskEncoding::bitmap && common.mask_encoding != MaskEncoding::elias_fano) {
+    reject_switch("mask_encoding", std::string(to_string(common.mask_encoding)) +
+                                       " codes a mask against the previous step's; sparseloco sends its indices as "
+                                       "bitmap (each within its chunk) or elias_fano");
   }
 }
 

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "core/optimizer_base.hpp"
+#include "optimizers/baselines/outer_loop_config.hpp"
 
 namespace scape {
 
@@ -28,8 +29,8 @@ int fragment_synced_at(int step, int inner_steps, int fragments);
 
 class OuterLoopOptimizer : public OptimizerBase {
  protected:
-  OuterLoopOptimizer(const OptimizerConfig& config, const ParamLayout& layout, Communicator& comm, int total_steps,
-                     int fragments);
+  OuterLoopOptimizer(const CommonOptimizerConfig& config, const OuterLoopSwitches& outer, const ParamLayout& layout,
+                     Communicator& comm, int total_steps, int fragments);
 
   // The method's outer step on [lo, hi): forms this worker's pseudo-gradient from global_ and
   // params, exchanges it and writes the new theta_global into global_[lo, hi). Fills
@@ -39,6 +40,7 @@ class OuterLoopOptimizer : public OptimizerBase {
   // delta = global_[lo, lo + delta.size()) - params[lo, ...), rounded once (negate, then add).
   void pseudo_gradient(std::span<const float> params, std::size_t lo, std::span<float> delta);
 
+  const OuterLoopSwitches outer_;
   kernels::Buffer<float> global_{kernels_};  // theta_global over [0, N)
 
  private:

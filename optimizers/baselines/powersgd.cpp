@@ -2,6 +2,7 @@
 // factorisation runs as backend kernels; the factors of all matrices travel packed, in two
 // all-reduces, and the vectors in a third.
 #include "optimizers/baselines/powersgd.hpp"
+#include "optimizers/baselines/powersgd_config.hpp"
 
 #include <algorithm>
 #include <vector>
@@ -36,9 +37,9 @@ PowersgdPlan powersgd_plan(const ParamLayout& layout, int rank) {
   return plan;
 }
 
-PowersgdOptimizer::PowersgdOptimizer(const OptimizerConfig& config, const ParamLayout& layout, Communicator& comm,
-                                     int total_steps)
-    : OptimizerBase(config, layout, comm, total_steps), plan_(powersgd_plan(layout, config.powersgd.rank)) {
+PowersgdOptimizer::PowersgdOptimizer(const CommonOptimizerConfig& config, const PowersgdSwitches& powersgd,
+                                     const ParamLayout& layout, Communicator& comm, int total_steps)
+    : OptimizerBase(config, config.inner, layout, comm, total_steps), plan_(powersgd_plan(layout, powersgd.rank)) {
   error_.assign_zero(n_);
   p_.assign_zero(plan_.p_size);
   keep_in_checkpoint("powersgd.error", error_);
@@ -108,6 +109,16 @@ void PowersgdOptimizer::update(std::span<float> params, std::span<const float> g
   detail::clip_gradient(kernels_, clip_partial_, comm_, g_bar_.span(), config_.clip_grad, false);
   detail::dense_inner_step(kernels_, rule_, layout_, params, 0, n_, m_.span(), v_.span(), g_bar_.span(), config_,
                            out.lr, t_);
+}
+
+namespace {
+constexpr OptimizerKeyRange kPowersgdRanges[] = {{"powersgd_rank", 1, 4096, false, false, "must be in [1, 4096]"}};
+}  // namespace
+
+std::span<const OptimizerKeyRange> powersgd_key_ranges() { return kPowersgdRanges; }
+
+void validate_powersgd_switches(const PowersgdSwitches& powersgd) {
+  check_key_range(kPowersgdRanges, "powersgd_rank", powersgd.rank);
 }
 
 }  // namespace scape

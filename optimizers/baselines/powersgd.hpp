@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "core/optimizer_base.hpp"
+#include "optimizers/baselines/powersgd_config.hpp"
 
 namespace scape {
 
@@ -33,7 +34,8 @@ PowersgdPlan powersgd_plan(const ParamLayout& layout, int rank);
 
 class PowersgdOptimizer final : public OptimizerBase {
  public:
-  PowersgdOptimizer(const OptimizerConfig& config, const ParamLayout& layout, Communicator& comm, int total_steps);
+  PowersgdOptimizer(const CommonOptimizerConfig& config, const PowersgdSwitches& powersgd, const ParamLayout& layout,
+                    Communicator& comm, int total_steps);
   // The error-feedback residual e_i over [0, N) (zero on the vectors, which travel whole).
   std::span<const float> residual() const override { return error_.span(); }
 

@@ -14,7 +14,7 @@ constexpr std::uint64_t kRandkPurpose = 0x72616e646b;  // "randk"
 
 }  // namespace
 
-RandkEfOptimizer::RandkEfOptimizer(const OptimizerConfig& config, const ParamLayout& layout, Communicator& comm,
+RandkEfOptimizer::RandkEfOptimizer(const CommonOptimizerConfig& config, const ParamLayout& layout, Communicator& comm,
                                    int total_steps)
     : FeedbackOptimizer(config, layout, comm, total_steps) {
   draw_.assign_zero(n_);

@@ -13,7 +13,7 @@ namespace scape {
 
 class RandkEfOptimizer final : public FeedbackOptimizer {
  public:
-  RandkEfOptimizer(const OptimizerConfig& config, const ParamLayout& layout, Communicator& comm, int total_steps);
+  RandkEfOptimizer(const CommonOptimizerConfig& config, const ParamLayout& layout, Communicator& comm, int total_steps);
 
  private:
   void update(std::span<float> params, std::span<const float> grads, StepMetrics& out) override;

@@ -13,9 +13,12 @@
 
 namespace scape {
 
-SparselocoOptimizer::SparselocoOptimizer(const OptimizerConfig& config, const ParamLayout& layout,
+SparselocoOptimizer::SparselocoOptimizer(const CommonOptimizerConfig& config, const OuterLoopSwitches& outer,
+                                         const SparselocoSwitches& sparseloco, const ParamLayout& layout,
                                          Communicator& comm, int total_steps)
-    : OuterLoopOptimizer(config, layout, comm, total_steps, 1), plan_(sparseloco_plan(layout, config)) {
+    : OuterLoopOptimizer(config, outer, layout, comm, total_steps, 1),
+      sparseloco_(sparseloco),
+      plan_(sparseloco_plan(layout, config, sparseloco)) {
   error_.assign_zero(n_);
   keep_in_checkpoint("sparseloco.error", error_);
   delta_.assign_zero(n_);
@@ -77,7 +80,7 @@ void SparselocoOptimizer::encode(std::byte* message) {
     std::memcpy(message, code_.data(), plan_.index_bytes);
   }
   std::byte* values = message + plan_.index_bytes;
-  const int bits = config_.sparseloco.quant_bits;
+  const int bits = sparseloco_.quant_bits;
   if (bits == 0) {
     const std::size_t width = wire_bytes(config_.wire_dtype);
     for (std::size_t i = 0; i < total; ++i) {
@@ -126,7 +129,7 @@ void SparselocoOptimizer::decode(const std::byte* message, std::span<std::uint32
     kernels_.synchronize();
   }
   const std::byte* from = message + plan_.index_bytes;
-  const int bits = config_.sparseloco.quant_bits;
+  const int bits = sparseloco_.quant_bits;
   if (bits == 0) {
     const std::size_t width = wire_bytes(config_.wire_dtype);
     for (std::size_t i = 0; i < total; ++i) values[i] = read_wire_value(from + i * width, config_.wire_dtype);
@@ -155,7 +158,7 @@ void SparselocoOptimizer::outer_step(std::span<const float> params, std::size_t 
   pseudo_gradient(params, lo, delta);
   out.pseudo_grad_norm = metrics::device_l2_norm(kernels_, norm_partial_, delta);
   // e_i <- beta e_i + Delta_i, then its top-k per chunk, quantized.
-  kernels_.scale(error_.span(), static_cast<float>(config_.sparseloco.ef_decay));
+  kernels_.scale(error_.span(), static_cast<float>(sparseloco_.ef_decay));
   kernels_.accumulate(error_.span(), delta);
   select();
   encode(send_.data());
@@ -179,7 +182,7 @@ void SparselocoOptimizer::outer_step(std::span<const float> params, std::size_t 
                          recv_values_.span().subspan(r * total, total));
   }
   kernels_.divide(mean_.span(), static_cast<float>(workers));
-  kernels_.scale(mean_.span(), -static_cast<float>(config_.resolved_outer_lr()));
+  kernels_.scale(mean_.span(), -static_cast<float>(outer_.resolved_outer_lr(kSparselocoOuterLr)));
   kernels_.accumulate(global_.span(), mean_.span());
 }
 

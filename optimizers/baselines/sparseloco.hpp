@@ -17,7 +17,9 @@ namespace scape {
 
 class SparselocoOptimizer final : public OuterLoopOptimizer {
  public:
-  SparselocoOptimizer(const OptimizerConfig& config, const ParamLayout& layout, Communicator& comm, int total_steps);
+  SparselocoOptimizer(const CommonOptimizerConfig& config, const OuterLoopSwitches& outer,
+                      const SparselocoSwitches& sparseloco, const ParamLayout& layout, Communicator& comm,
+                      int total_steps);
   // The error-feedback accumulator e_i.
   std::span<const float> residual() const override { return error_.span(); }
 
@@ -31,6 +33,7 @@ class SparselocoOptimizer final : public OuterLoopOptimizer {
   // A message's positions and delivered values.
   void decode(const std::byte* message, std::span<std::uint32_t> idx, std::span<float> values);
 
+  const SparselocoSwitches sparseloco_;
   const SparselocoPlan plan_;
   kernels::Buffer<float> error_{kernels_};  // e_i over [0, N)
   kernels::Buffer<float> delta_{kernels_}, mean_{kernels_};

@@ -12,9 +12,10 @@
 
 namespace scape {
 
-SparselocoPlan sparseloco_plan(const ParamLayout& layout, const OptimizerConfig& config) {
+SparselocoPlan sparseloco_plan(const ParamLayout& layout, const CommonOptimizerConfig& config,
+                               const SparselocoSwitches& sparseloco) {
   SparselocoPlan p;
-  p.chunk = config.sparseloco.chunk;
+  p.chunk = sparseloco.chunk;
   p.k = k_for(config.density(), p.chunk);
   for (const auto& slot : layout.slots()) {
     const std::size_t entries = kernels::chunk_topk_count(slot.numel(), p.chunk, p.k);
@@ -26,7 +27,7 @@ SparselocoPlan sparseloco_plan(const ParamLayout& layout, const OptimizerConfig&
   p.index_bytes = config.mask_encoding == MaskEncoding::bitmap
                       ? kernels::words_for(p.total * p.index_bits) * sizeof(std::uint64_t)
                       : kernels::ef_words(layout.size(), p.total) * sizeof(std::uint64_t);
-  const int bits = config.sparseloco.quant_bits;
+  const int bits = sparseloco.quant_bits;
   if (bits > 0) {
     p.codebook_bytes = p.quantized_tensors * ((std::size_t{1} << bits) + 1) * sizeof(float);
     p.value_bytes = kernels::words_for(p.total * static_cast<std::size_t>(bits)) * sizeof(std::uint64_t);

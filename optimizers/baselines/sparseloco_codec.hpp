@@ -11,6 +11,7 @@
 
 #include "core/layout.hpp"
 #include "core/optimizer_config.hpp"
+#include "optimizers/baselines/outer_loop_config.hpp"
 
 namespace scape {
 
@@ -27,7 +28,8 @@ struct SparselocoPlan {
   std::size_t value_bytes = 0;     // q > 0: 8 ceil(K q / 64); q = 0: K at the wire width
   std::size_t message_bytes() const { return index_bytes + codebook_bytes + value_bytes; }
 };
-SparselocoPlan sparseloco_plan(const ParamLayout& layout, const OptimizerConfig& config);
+SparselocoPlan sparseloco_plan(const ParamLayout& layout, const CommonOptimizerConfig& config,
+                               const SparselocoSwitches& sparseloco);
 
 // Templar's statistical quantizer of one tensor's selected values v_0 .. v_{K-1} with B = 2^bits
 // bins: shift = mean v (summed in double), c = f32(v - shift), sigma = sqrt(sum c^2 / (K - 1)) (in

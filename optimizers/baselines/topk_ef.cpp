@@ -29,7 +29,7 @@ void read_record(const std::byte* p, WireType wire, std::uint32_t& index, float&
 
 }  // namespace
 
-TopkEfOptimizer::TopkEfOptimizer(const OptimizerConfig& config, const ParamLayout& layout, Communicator& comm,
+TopkEfOptimizer::TopkEfOptimizer(const CommonOptimizerConfig& config, const ParamLayout& layout, Communicator& comm,
                                  int total_steps)
     : FeedbackOptimizer(config, layout, comm, total_steps) {
   g_bar_.assign_zero(n_);

@@ -12,7 +12,7 @@ namespace scape {
 
 class TopkEfOptimizer final : public FeedbackOptimizer {
  public:
-  TopkEfOptimizer(const OptimizerConfig& config, const ParamLayout& layout, Communicator& comm, int total_steps);
+  TopkEfOptimizer(const CommonOptimizerConfig& config, const ParamLayout& layout, Communicator& comm, int total_steps);
 
  private:
   void update(std::span<float> params, std::span<const float> grads, StepMetrics& out) override;

@@ -7,12 +7,12 @@
 
 namespace scape {
 
-ErrorFeedback::ErrorFeedback(kernels::KernelBackend& k, std::size_t n, const OptimizerConfig& config)
+ErrorFeedback::ErrorFeedback(kernels::KernelBackend& k, std::size_t n, const CommonOptimizerConfig& config)
     : kernels_(k),
       keep_(config.residual && config.residual_decay > 0),
       decay_(static_cast<float>(config.residual_decay)),
       clip_(config.residual_clip),
-      e_(k, n, config.scape.residual_offload, config.scape.offload_chunk),
+      e_(k, n, config.residual_offload, config.offload_chunk),
       staleness_(n) {
   previous_mask_.assign_zero(kernels::words_for(n));
   kernels_.synchronize();

@@ -21,7 +21,7 @@ class ErrorFeedback {
  public:
   // The residual lives on backend k, resident or (config.residual_offload) streamed in
   // chunks; config also gives the switches residual, residual_decay and residual_clip.
-  ErrorFeedback(kernels::KernelBackend& k, std::size_t n, const OptimizerConfig& config);
+  ErrorFeedback(kernels::KernelBackend& k, std::size_t n, const CommonOptimizerConfig& config);
 
   ResidualStore& residual() { return e_; }
   const ResidualStore& residual() const { return e_; }

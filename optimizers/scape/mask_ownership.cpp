@@ -44,11 +44,11 @@ std::vector<MaskPiece> tensor_runs(const ParamLayout& layout, int workers) {
   return runs;
 }
 
-MaskOwnership::MaskOwnership(const ParamLayout& layout, int workers, const OptimizerConfig& config)
+MaskOwnership::MaskOwnership(const ParamLayout& layout, int workers, const CommonOptimizerConfig& config,
+                             const ScapeSwitches& scape)
     : n_(layout.size()),
       // local_union masks are not partitioned: each worker ranks the whole buffer.
-      per_tensor_(config.scape.mask_scope == MaskScope::tensor &&
-                  config.scape.mask_partition == MaskPartition::partitioned) {
+      per_tensor_(scape.mask_scope == MaskScope::tensor && scape.mask_partition == MaskPartition::partitioned) {
   if (workers < 1) throw std::invalid_argument("MaskOwnership: workers must be >= 1");
   if (per_tensor_ && !config.sharded) {  // whole tensors for replicated state
     ranges_ = tensor_runs(layout, workers);
@@ -66,7 +66,7 @@ MaskOwnership::MaskOwnership(const ParamLayout& layout, int workers, const Optim
     }
     for (const auto& slot : layout.slots()) {
       const std::size_t lo = std::max(slot.offset, range.begin), hi = std::min(slot.end(), range.end);
-      if (lo < hi) pieces_[w].push_back({lo, hi, config.dense_tensor(slot.name)});
+      if (lo < hi) pieces_[w].push_back({lo, hi, scape.dense_tensor(slot.name)});
     }
   }
 }

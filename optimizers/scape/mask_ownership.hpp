@@ -14,6 +14,7 @@
 
 #include "core/layout.hpp"
 #include "core/optimizer.hpp"
+#include "optimizers/scape/scape_config.hpp"
 
 namespace scape {
 
@@ -25,7 +26,8 @@ struct MaskPiece {
 class MaskOwnership {
  public:
   // Throws std::invalid_argument when workers < 1.
-  MaskOwnership(const ParamLayout& layout, int workers, const OptimizerConfig& config);
+  MaskOwnership(const ParamLayout& layout, int workers, const CommonOptimizerConfig& config,
+                const ScapeSwitches& scape);
 
   int workers() const { return static_cast<int>(ranges_.size()); }
   std::size_t n() const { return n_; }

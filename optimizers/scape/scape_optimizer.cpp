@@ -40,10 +40,11 @@ std::string human_bytes(std::size_t bytes) {
 
 }  // namespace
 
-ScapeOptimizer::ScapeOptimizer(const OptimizerConfig& config, const ParamLayout& layout, Communicator& comm,
-                               int total_steps)
-    : OptimizerBase(config, layout, comm, total_steps),
-      owners_(layout, comm.size(), config),
+ScapeOptimizer::ScapeOptimizer(const CommonOptimizerConfig& config, const ScapeSwitches& scape,
+                               const ParamLayout& layout, Communicator& comm, int total_steps)
+    : OptimizerBase(with_scape_adams_form(config, scape), config.inner, layout, comm, total_steps),
+      scape_(scape),
+      owners_(layout, comm.size(), config, scape),
       own_begin_(owners_.begin(rank_)),
       own_end_(owners_.end(rank_)),
       feedback_(kernels_, n_, config),
@@ -84,8 +85,7 @@ std::size_t ScapeOptimizer::k_total(double rho) const {
 }
 
 bool ScapeOptimizer::statistic_reads_residual() const {
-  return config_.scape.mask_statistic == MaskStatistic::first_moment ||
-         config_.scape.mask_statistic == MaskStatistic::gradient;
+  return scape_.mask_statistic == MaskStatistic::first_moment || scape_.mask_statistic == MaskStatistic::gradient;
 }
 
 std::size_t ScapeOptimizer::residual_pass(std::span<const float> grads, bool accumulate, bool statistic, bool deliver) {
@@ -121,7 +121,7 @@ void ScapeOptimizer::statistic_part(std::span<const float> a, std::size_t first)
   float* s = stat_.data() + (first - statistic_begin());
   // The paper formulation ranks |c_i|: the residual already holds it, but for the owner's b1 m_prev
   // and its carried momentum in sharded mode, which are added here in that order.
-  const bool copy = config_.scape.mask_statistic == MaskStatistic::gradient || (momentum_units() && !config_.sharded);
+  const bool copy = scape_.mask_statistic == MaskStatistic::gradient || (momentum_units() && !config_.sharded);
   if (copy) {
     kernels_.copy_bytes(a.data(), s, a.size_bytes());
     return;
@@ -172,10 +172,10 @@ void ScapeOptimizer::deliver_part(std::size_t begin, std::span<float> a) {
 void ScapeOptimizer::prepare_statistic(int use_step) {
   const std::size_t lo = statistic_begin();
   const std::size_t count = statistic_end() - lo;
-  if (config_.scape.mask_statistic == MaskStatistic::momentum_only) {
+  if (scape_.mask_statistic == MaskStatistic::momentum_only) {
     stat_.resize(count);
     kernels_.copy_bytes(m_.data() + (lo - state_begin_), stat_.data(), count * sizeof(float));
-  } else if (config_.scape.mask_statistic == MaskStatistic::random) {
+  } else if (scape_.mask_statistic == MaskStatistic::random) {
     // Keyed by the step that uses the mask and, for local_union, by the worker.
     std::uint64_t key =
         rng::derive(rng::derive(config_.seed, kRandomMaskPurpose), static_cast<std::uint64_t>(use_step));
@@ -187,7 +187,7 @@ void ScapeOptimizer::prepare_statistic(int use_step) {
 
 void ScapeOptimizer::select_local(double rho) {
   selected_rho_ = rho;
-  if (partitioned() && config_.scape.mask_scope == MaskScope::tensor) {
+  if (partitioned() && scape_.mask_scope == MaskScope::tensor) {
     select_pieces(rho);
   } else if (partitioned()) {
     kernels_.topk_abs_mask(stat_.span(), k_for(rho, own_end_ - own_begin_), local_bits_.span());
@@ -289,7 +289,7 @@ void ScapeOptimizer::synchronize() {
     update_idx_.resize(own);
     kernels_.rebase_indices(idx_.span().subspan(update_offset_, own), static_cast<std::uint32_t>(state_begin_),
                       update_idx_.span());
-    const bool artifact = config_.scape.formulation == Formulation::artifact;
+    const bool artifact = scape_.formulation == Formulation::artifact;
     if (artifact) {
       // The artifact's sharded quirk: each rank fills only its own part of a zero buffer, with
       // its whole candidate (a_i + b1 m_prev) + q, so the mean holds the owner's c over W.
@@ -376,8 +376,8 @@ void ScapeOptimizer::update(std::span<float> params, std::span<const float> grad
   out.target_density = rho;
 
   // The mask M_t: received (lag 1 after the first step) or computed from this step's a_i.
-  const bool mask_known = config_.scape.mask_lag == 1 && t > 1;
-  const bool lagged_next = config_.scape.mask_lag == 1 && t < schedule_.total_steps;
+  const bool mask_known = scape_.mask_lag == 1 && t > 1;
+  const bool lagged_next = scape_.mask_lag == 1 && t < schedule_.total_steps;
   if (mask_known) {
     receive_mask();
     index_mask();
@@ -394,8 +394,8 @@ void ScapeOptimizer::update(std::span<float> params, std::span<const float> grad
     index_mask();
     residual_pass(grads, false, false, true);
   }
-  if (config_.scape.formulation == Formulation::artifact && !config_.sharded) double_count_residual(grads);
-  if (config_.scape.formulation == Formulation::artifact && config_.sharded) drop_unowned_residual();
+  if (scape_.formulation == Formulation::artifact && !config_.sharded) double_count_residual(grads);
+  if (scape_.formulation == Formulation::artifact && config_.sharded) drop_unowned_residual();
   if (fp8()) quantize_payload(t);
   feedback_.measure_residual(layout_, t, out);  // final for this step, and still in cache
   // Step 8's statistic is taken from m_prev and a_i as they were before this step's update;
@@ -411,7 +411,7 @@ void ScapeOptimizer::update(std::span<float> params, std::span<const float> grad
   reconstruct_gradient();
   clip_reconstructed();
   if (carries_momentum()) carry_momentum();
-  if (config_.scape.update == UpdateMode::dense) {
+  if (scape_.update == UpdateMode::dense) {
     update_dense(params, out.lr, t);
   } else {
     update_masked(params, out.lr, t);

@@ -18,7 +18,8 @@ namespace scape {
 
 class ScapeOptimizer final : public OptimizerBase {
  public:
-  ScapeOptimizer(const OptimizerConfig& config, const ParamLayout& layout, Communicator& comm, int total_steps);
+  ScapeOptimizer(const CommonOptimizerConfig& config, const ScapeSwitches& scape, const ParamLayout& layout,
+                 Communicator& comm, int total_steps);
   ~ScapeOptimizer() override;
 
   void finish() override;
@@ -48,19 +49,19 @@ class ScapeOptimizer final : public OptimizerBase {
   }
   // A masked update steps M_t only (decay alone moves the rest); a dense one steps everything.
   std::span<const std::uint64_t> stepped_coordinates() const override {
-    return config_.scape.update == UpdateMode::masked ? mask_.span() : std::span<const std::uint64_t>{};
+    return scape_.update == UpdateMode::masked ? mask_.span() : std::span<const std::uint64_t>{};
   }
   void save_policy_state(StateMap& state) const override;
   void load_policy_state(const StateMap& state) override;
 
-  bool partitioned() const { return config_.scape.mask_partition == MaskPartition::partitioned; }
+  bool partitioned() const { return scape_.mask_partition == MaskPartition::partitioned; }
   // The paper and artifact formulations: the residual in momentum units, m zero off the mask.
-  bool momentum_units() const { return config_.scape.formulation != Formulation::frozen_momentum; }
+  bool momentum_units() const { return scape_.formulation != Formulation::frozen_momentum; }
   // Sharded momentum-unit residuals: the owner keeps the momentum part (carried_m_).
-  bool carries_momentum() const { return config_.carries_owner_momentum(); }
+  bool carries_momentum() const { return carries_owner_momentum(config_, scape_); }
   // The mask (partitioned) or the index lists (local_union) cross the wire coded.
   bool coded() const { return config_.mask_encoding != MaskEncoding::bitmap; }
-  bool two_collectives() const { return config_.scape.second_moment == SecondMoment::two_collectives; }
+  bool two_collectives() const { return scape_.second_moment == SecondMoment::two_collectives; }
   std::size_t k_total(double rho) const;
   // The range the ranking statistic covers: the own shard (partitioned) or the whole buffer.
   std::size_t statistic_begin() const { return partitioned() ? own_begin_ : 0; }
@@ -102,6 +103,7 @@ class ScapeOptimizer final : public OptimizerBase {
   void update_dense(std::span<float> params, double eta, int t);
   std::vector<std::size_t> mask_counts_per_shard();
 
+  const ScapeSwitches scape_;
   const MaskOwnership owners_;       // who selects which mask bits
   std::size_t own_begin_, own_end_;  // this worker's range (it computes its mask bits)
 
