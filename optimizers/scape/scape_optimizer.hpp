@@ -77,7 +77,8 @@ class ScapeOptimizer final : public OptimizerBase {
   std::size_t residual_pass(std::span<const float> grads, bool accumulate, bool statistic, bool deliver);
   void deliver_part(std::size_t begin, std::span<float> a);
   // The statistic and selection of the mask (mask_selection.cpp): step 9, and step 2 when the
-  // mask is chosen within the step. The part of the statistic that reads the residual's a.
+  // mask is chosen within the step. statistic_part: the part that reads the residual pass's
+  // chunk a, starting at position `first`.
   void statistic_part(std::span<const float> a, std::size_t first);
   // The statistic where it does not read a_i (momentum_only, random keyed by `use_step`).
   void prepare_statistic(int use_step);
