@@ -53,12 +53,12 @@ std::size_t scape_bytes(const OptimizerConfig& c, const ParamLayout& layout, int
   bytes += kIndex * k_total + kFloat * k_total;             // idx_, b_
   if (c.scape.second_moment == SecondMoment::two_collectives)
     bytes += kFloat * (k_total + updated);                  // a_packed_, a_bar_
-  bytes += (kIndex + 3 * kFloat) * updated;                 // update_idx_, b_bar_, g_bar_, own_values_
+  bytes += (kIndex + 3 * kFloat) * updated;                 // update_idx_, b_bar_, g_hat_, own_values_
   bytes += kFloat * k_total;                                // all_values_
   if (c.scape.update == UpdateMode::dense) bytes += kFloat * own; // dense_g_
   bytes += kWord * (coded + coded / static_cast<std::size_t>(workers) + 2 + static_cast<std::size_t>(workers));
   // mask_scope = tensor: the selected positions of worker 0, its largest piece's top-k, and
-  // its dense tensors' positions (optimizers/scape/scape_formulation.cpp, select_pieces).
+  // its dense tensors' positions (optimizers/scape/mask_selection.cpp, select_pieces).
   if (c.scape.mask_scope == MaskScope::tensor && c.scape.mask_partition == MaskPartition::partitioned) {
     std::size_t largest = 0, dense = 0;
     for (const auto& p : owners.pieces(0)) {

@@ -109,7 +109,7 @@ struct Reference {
     }
   }
 
-  // Step 3 off the mask: gamma a_i (a_i itself at gamma = 1), nothing without a residual.
+  // Step 4 off the mask: gamma a_i (a_i itself at gamma = 1), nothing without a residual.
   float kept(float a) const {
     if (!c.residual || c.residual_decay == 0) return 0.0f;
     return c.residual_decay == 1 ? a : float(c.residual_decay) * a;

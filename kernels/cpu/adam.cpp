@@ -1,4 +1,4 @@
-// Elementwise AdamW / AdamS steps (docs/algorithms.md, "Dense references", "SCAPE step 6"),
+// Elementwise AdamW / AdamS steps (docs/algorithms.md, "Dense references", "SCAPE step 7"),
 // and the plain elementwise passes beside them: scale, divide, accumulate.
 #include <cmath>
 #include <cstdint>

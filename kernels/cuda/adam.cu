@@ -1,5 +1,5 @@
 // Elementwise AdamW / AdamS steps on the GPU (docs/algorithms.md, "Dense references", "SCAPE
-// step 6"): the expressions of kernels/cpu/adam.cpp, term for term, so that with --fmad=false
+// step 7"): the expressions of kernels/cpu/adam.cpp, term for term, so that with --fmad=false
 // and IEEE sqrtf/division every output is bit-identical to the CPU kernel.
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/kernels.hpp"

@@ -1,5 +1,5 @@
 // SCAPE elementwise passes on the GPU (kernels/kernel_list.inc; docs/algorithms.md,
-// "SCAPE" steps 2, 4, 5 and 8): the CPU expressions in the CPU order, bit-identical with
+// "SCAPE" steps 1, 3, 5, 6 and 9): the CPU expressions in the CPU order, bit-identical with
 // --fmad=false. random_statistic runs util/rng.hpp's counter-based generator on the device.
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/kernels.hpp"

@@ -1,7 +1,7 @@
 // The per-worker state of the sparse communication policies (SCAPE, top-k): the
 // error-feedback residual e_i, the step each coordinate was last delivered, and the previous
 // step's mask; with the metrics and checkpoint entries they produce (docs/algorithms.md,
-// "SCAPE" step 3, "Baseline" and "Metrics").
+// "SCAPE" step 4, "Baseline" and "Metrics").
 #pragma once
 
 #include <cstddef>
@@ -29,7 +29,7 @@ class ErrorFeedback {
   // tensor's norm of grads (which live on the backend) down to that bound. Returns the norm of
   // what was removed (0 when the switch is off).
   double clip(const ParamLayout& layout, std::span<const float> grads);
-  // Step 3 on a piece of a_i (a chunk, or the whole buffer) whose delivered positions, relative
+  // SCAPE's step 4 on a piece of a_i (a chunk, or the whole buffer) whose delivered positions, relative
   // to it, are `delivered`: they restart from zero and the rest keeps residual_decay * a_i;
   // without a residual (residual = false or residual_decay = 0) the whole piece becomes +0.
   void keep_off_mask(std::span<float> a, std::span<const std::uint32_t> delivered);

@@ -1,6 +1,10 @@
-// SCAPE step (docs/algorithms.md, "SCAPE"): the numbered comments refer to steps 1-8 there.
-// Kernels are queued on the backend; the host reads a buffer only after kernels_.synchronize(), and
-// every collective is handed synchronized buffers.
+// SCAPE's step, shared by its formulations (docs/algorithms.md, "SCAPE"). The numbered comments
+// are the steps of "The paper formulation, one step" there, numbered as in
+// python/scape/optim/scape_optimizer.py; where the frozen_momentum formulation branches, the comment
+// gives its own step number ("frozen_momentum: its step 5"), and where the artifact's quirks branch,
+// it says so. The formulations' own passes: scape_formulation.cpp; the statistic and the selection
+// of the mask: mask_selection.cpp. Kernels are queued on the backend; the host reads a buffer only
+// after kernels_.synchronize(), and every collective is handed synchronized buffers.
 #include "optimizers/scape/scape_optimizer.hpp"
 
 #include <algorithm>
@@ -12,12 +16,9 @@
 
 #include "core/adam_step.hpp"
 #include "kernels/kernel_types.hpp"
-#include "util/rng.hpp"
 
 namespace scape {
 namespace {
-
-constexpr std::uint64_t kRandomMaskPurpose = 0x6d61736b;  // "mask"
 
 template <typename T>
 void copy_buffer(kernels::KernelBackend& k, const kernels::Buffer<T>& from, kernels::Buffer<T>& to) {
@@ -52,7 +53,7 @@ ScapeOptimizer::ScapeOptimizer(const CommonOptimizerConfig& config, const ScapeS
   mask_.assign_zero(kernels::words_for(n_));
   next_mask_.assign_zero(kernels::words_for(n_));
   local_bits_.assign_zero(owners_.word_count(rank_));
-  if (carries_momentum()) carried_m_.assign_zero(state_end_ - state_begin_);
+  if (carries_momentum()) q_.assign_zero(state_end_ - state_begin_);
   // The dense tensors' positions in the own segment (bit 0 = element 64 word_begin), once.
   std::vector<std::uint32_t> dense;
   const std::size_t base = 64 * owners_.word_begin(rank_);
@@ -95,9 +96,9 @@ std::size_t ScapeOptimizer::residual_pass(std::span<const float> grads, bool acc
   std::size_t nonfinite = 0;
   const float b1 = static_cast<float>(config_.beta1);
   feedback_.residual().for_each_chunk(accumulate || deliver, [&](std::size_t begin, std::span<float> a) {
-    // Step 1, held in the residual until step 3 writes it back: a_i = e_i + g_i (frozen_momentum),
-    // or the candidate momentum c_i = (b1 m_prev + (1-b1) g_i) + e_i, whose b1 m_prev a sharded
-    // worker leaves to the owner.
+    // Step 1, held in the residual until step 4 writes it back: the candidate momentum
+    // c_i = (b1 m_prev + (1-b1) g_i) + e_i, whose b1 m_prev a sharded worker leaves to the owner
+    // (a_i = (1-b1) g_i + e_i). frozen_momentum: its step 1, a_i = e_i + g_i.
     if (accumulate && !momentum_units()) nonfinite += kernels_.accumulate(a, grads.subspan(begin, a.size()));
     if (accumulate && momentum_units()) {
       const auto m =
@@ -115,35 +116,12 @@ std::size_t ScapeOptimizer::residual_pass(std::span<const float> grads, bool acc
   return nonfinite;
 }
 
-void ScapeOptimizer::statistic_part(std::span<const float> a, std::size_t first) {
-  // Step 8: the owner's view of this step's first moment, m~ = b1 m_prev + (1-b1) a, before
-  // masking; the gradient statistic ranks |a| instead.
-  float* s = stat_.data() + (first - statistic_begin());
-  // The paper formulation ranks |c_i|: the residual already holds it, but for the owner's b1 m_prev
-  // and its carried momentum in sharded mode, which are added here in that order.
-  const bool copy = scape_.mask_statistic == MaskStatistic::gradient || (momentum_units() && !config_.sharded);
-  if (copy) {
-    kernels_.copy_bytes(a.data(), s, a.size_bytes());
-    return;
-  }
-  if (momentum_units()) {
-    const auto m = m_.span().subspan(first - state_begin_, a.size());
-    const std::span<float> out(s, a.size());
-    kernels_.first_moment_statistic(m, a, static_cast<float>(config_.beta1), 1.0f, out);
-    if (carries_momentum())
-      kernels_.candidate_momentum(out, carried_m_.span().subspan(first - state_begin_, a.size()), {}, 1.0f, 0.0f);
-    return;
-  }
-  const auto m = m_.span().subspan(first - state_begin_, a.size());
-  kernels_.first_moment_statistic(m, a, static_cast<float>(config_.beta1), static_cast<float>(1.0 - config_.beta1),
-                            std::span<float>(s, a.size()));
-}
-
 void ScapeOptimizer::deliver_part(std::size_t begin, std::span<float> a) {
-  // Steps 2-3 on the mask positions inside [begin, begin + |a|): the single buffer
-  // b_i = b1 m_prev + (1-b1) a_i in mask order (a worker without m_prev for a coordinate,
-  // sharded, sends (1-b1) a_i and the owner adds b1 m_prev), then the residual keeps
-  // gamma a_i off the mask and delivered coordinates restart from zero.
+  // On the mask positions inside [begin, begin + |a|): step 3's payload in mask order, c_i itself
+  // (sharded: a_i, and the owner adds b1 m_prev + q after the reduction); then step 4, the
+  // residual keeps gamma c_i off the mask and delivered coordinates restart from zero.
+  // frozen_momentum: its step 3, the single buffer b_i = b1 m_prev + (1-b1) a_i (sharded:
+  // (1-b1) a_i, the owner adds b1 m_prev), and its step 4, gamma a_i off the mask.
   const auto all = idx_.span();
   const auto first = std::lower_bound(all.begin(), all.end(), static_cast<std::uint32_t>(begin));
   const auto last = std::lower_bound(first, all.end(), static_cast<std::uint32_t>(begin + a.size()));
@@ -169,34 +147,6 @@ void ScapeOptimizer::deliver_part(std::size_t begin, std::span<float> a) {
   feedback_.keep_off_mask(a, ids);
 }
 
-void ScapeOptimizer::prepare_statistic(int use_step) {
-  const std::size_t lo = statistic_begin();
-  const std::size_t count = statistic_end() - lo;
-  if (scape_.mask_statistic == MaskStatistic::momentum_only) {
-    stat_.resize(count);
-    kernels_.copy_bytes(m_.data() + (lo - state_begin_), stat_.data(), count * sizeof(float));
-  } else if (scape_.mask_statistic == MaskStatistic::random) {
-    // Keyed by the step that uses the mask and, for local_union, by the worker.
-    std::uint64_t key =
-        rng::derive(rng::derive(config_.seed, kRandomMaskPurpose), static_cast<std::uint64_t>(use_step));
-    if (!partitioned()) key = rng::derive(key, static_cast<std::uint64_t>(rank_));
-    stat_.resize(count);
-    kernels_.random_statistic(key, lo, stat_.span());
-  }
-}
-
-void ScapeOptimizer::select_local(double rho) {
-  selected_rho_ = rho;
-  if (partitioned() && scape_.mask_scope == MaskScope::tensor) {
-    select_pieces(rho);
-  } else if (partitioned()) {
-    kernels_.topk_abs_mask(stat_.span(), k_for(rho, own_end_ - own_begin_), local_bits_.span());
-  } else {
-    local_indices_.resize(k_for(rho, n_));
-    kernels_.topk_abs_indices(stat_.span(), local_indices_.size(), local_indices_.span());
-  }
-}
-
 std::vector<std::size_t> ScapeOptimizer::mask_word_counts() const {
   std::vector<std::size_t> counts(static_cast<std::size_t>(owners_.workers()));
   for (int w = 0; w < owners_.workers(); ++w) counts[static_cast<std::size_t>(w)] = owners_.word_count(w);
@@ -213,6 +163,8 @@ void ScapeOptimizer::start_coded_exchange(bool overlapped) {
   }
 }
 
+// Step 2 when M_t is chosen within the step (lag 0, and step 1 under lag 1): the parts
+// select_local drew, all-gathered now.
 void ScapeOptimizer::gather_mask_now() {
   kernels_.synchronize();
   if (coded()) {
@@ -233,6 +185,7 @@ void ScapeOptimizer::gather_mask_now() {
   kernels_.indices_to_bits(gathered_indices_.span(), 0, mask_.span());
 }
 
+// Step 9: the all-gather of the next mask's parts starts; receive_mask() completes it.
 void ScapeOptimizer::start_mask_gather() {
   kernels_.synchronize();
   if (coded()) {
@@ -251,6 +204,7 @@ void ScapeOptimizer::start_mask_gather() {
                                           "index_all_gather");
 }
 
+// Step 2 under lag 1: M_t is the mask step t-1's all-gather brought.
 void ScapeOptimizer::receive_mask() {
   pending_.wait();
   exchange_.complete(mask_.span(), next_mask_.span());
@@ -279,8 +233,9 @@ void ScapeOptimizer::index_mask() {
   counts_ = partitioned() ? mask_counts_per_shard() : std::vector<std::size_t>{};
 }
 
-void ScapeOptimizer::synchronize() {
-  // Step 4: one collective (two with second_moment = two_collectives).
+void ScapeOptimizer::reduce_payload() {
+  // Step 3: one collective on M_t in mask order, b_bar = mean_i c_i (frozen_momentum: its step 5,
+  // b_bar = mean_i b_i; two collectives with second_moment = two_collectives).
   const float b1 = static_cast<float>(config_.beta1);
   kernels_.synchronize();
   if (config_.sharded) {
@@ -291,13 +246,13 @@ void ScapeOptimizer::synchronize() {
                       update_idx_.span());
     const bool artifact = scape_.formulation == Formulation::artifact;
     if (artifact) {
-      // The artifact's sharded quirk: each rank fills only its own part of a zero buffer, with
-      // its whole candidate (a_i + b1 m_prev) + q, so the mean holds the owner's c over W.
+      // artifact, sharded (its second quirk): each rank fills only its own part of a zero buffer,
+      // with its whole candidate (a_i + b1 m_prev) + q, so the mean holds the owner's c over W.
       const auto mine = b_.span().subspan(update_offset_, own);
       kernels_.fill(b_.span().first(update_offset_), 0.0f);
       kernels_.fill(b_.span().subspan(update_offset_ + own), 0.0f);
       kernels_.add_momentum(mine, m_.span(), update_idx_.span(), b1);
-      if (carries_momentum()) kernels_.add_momentum(mine, carried_m_.span(), update_idx_.span(), 1.0f);
+      if (carries_momentum()) kernels_.add_momentum(mine, q_.span(), update_idx_.span(), 1.0f);
       kernels_.synchronize();
     }
     b_bar_.resize(own);
@@ -307,9 +262,9 @@ void ScapeOptimizer::synchronize() {
       comm_.reduce_scatter_mean(a_packed_.span(), a_bar_.span(), counts_, config_.wire_dtype, "accum_reduce_scatter");
     }
     if (artifact) return;
-    // The owner adds b1 m_prev (and, in momentum units, the momentum it carries for every worker).
+    // The owner adds b1 m_prev (and, paper, q: the momentum it carries for every worker).
     kernels_.add_momentum(b_bar_.span(), m_.span(), update_idx_.span(), b1);
-    if (carries_momentum()) kernels_.add_momentum(b_bar_.span(), carried_m_.span(), update_idx_.span(), 1.0f);
+    if (carries_momentum()) kernels_.add_momentum(b_bar_.span(), q_.span(), update_idx_.span(), 1.0f);
     return;
   }
   update_offset_ = 0;
@@ -326,26 +281,28 @@ void ScapeOptimizer::synchronize() {
 }
 
 void ScapeOptimizer::reconstruct_gradient() {
-  // Step 5: g_bar = (b_bar - b1 m_prev) / (1 - b1) on the mask; no second collective.
+  // Step 5: g_hat = (b_bar - b1 m_prev) / (1 - b1) on the mask (frozen_momentum: its step 6,
+  // where the doc writes it g_bar; with second_moment = two_collectives, g_hat = mean_i a_i).
   if (two_collectives()) {
-    copy_buffer(kernels_, a_bar_, g_bar_);
+    copy_buffer(kernels_, a_bar_, g_hat_);
     return;
   }
-  g_bar_.resize(update_idx_.size());
+  g_hat_.resize(update_idx_.size());
   kernels_.reconstruct_gradient(b_bar_.span(), m_.span(), update_idx_.span(), static_cast<float>(config_.beta1),
-                          static_cast<float>(1.0 - config_.beta1), g_bar_.span());
+                                static_cast<float>(1.0 - config_.beta1), g_hat_.span());
 }
 
 void ScapeOptimizer::update_masked(std::span<float> params, double eta, int t) {
-  // Step 6: decay every flagged coordinate on every worker, then the inner rule on the mask
-  // with m <- b_bar. Step 7: the K updated values are all-gathered (sharded).
+  // Step 7: decay every flagged coordinate on every worker, then the inner rule on the mask
+  // with m <- b_bar, then m <- 0 off the mask (frozen_momentum: its step 7, m untouched off
+  // it). Step 8: the K updated values are all-gathered (sharded).
   detail::apply_weight_decay(kernels_, layout_, params, 0, n_, config_, eta);
   const auto s = detail::adam_scalars(config_, eta, t, false);
   auto theta = params.subspan(state_begin_, state_end_ - state_begin_);
   if (rule_ == InnerRule::adamw) {
-    kernels_.adamw_step_masked(theta, m_.span(), v_.span(), update_idx_.span(), b_bar_.span(), g_bar_.span(), s);
+    kernels_.adamw_step_masked(theta, m_.span(), v_.span(), update_idx_.span(), b_bar_.span(), g_hat_.span(), s);
   } else {
-    kernels_.adams_step_masked(theta, m_.span(), update_idx_.span(), b_bar_.span(), g_bar_.span(), s);
+    kernels_.adams_step_masked(theta, m_.span(), update_idx_.span(), b_bar_.span(), g_hat_.span(), s);
   }
   if (momentum_units()) zero_momentum_off_mask();
   if (!config_.sharded) return;
@@ -358,10 +315,10 @@ void ScapeOptimizer::update_masked(std::span<float> params, double eta, int t) {
 }
 
 void ScapeOptimizer::update_dense(std::span<float> params, double eta, int t) {
-  // Step 6 with update = dense: g_bar = 0 off the mask and the inner rule runs everywhere;
-  // sharded mode then all-gathers every parameter.
+  // frozen_momentum's step 7 with update = dense: g_hat = 0 off the mask and the inner rule runs
+  // everywhere; its step 8 (sharded) then all-gathers every parameter.
   dense_g_.assign_zero(state_end_ - state_begin_);
-  kernels_.expand(g_bar_.span(), update_idx_.span(), dense_g_.span());
+  kernels_.expand(g_hat_.span(), update_idx_.span(), dense_g_.span());
   detail::dense_inner_step(kernels_, rule_, layout_, params, state_begin_, state_end_, m_.span(), v_.span(),
                            dense_g_.span(), config_, eta, t);
   if (!config_.sharded) return;
@@ -375,15 +332,17 @@ void ScapeOptimizer::update(std::span<float> params, std::span<const float> grad
   const double rho = density_at(config_.density_schedule(), t);
   out.target_density = rho;
 
-  // The mask M_t: received (lag 1 after the first step) or computed from this step's a_i.
+  // Step 2, the mask M_t: received (lag 1 after the first step) or computed from this step's c_i
+  // (frozen_momentum: a_i).
   const bool mask_known = scape_.mask_lag == 1 && t > 1;
   const bool lagged_next = scape_.mask_lag == 1 && t < schedule_.total_steps;
   if (mask_known) {
     receive_mask();
     index_mask();
   }
-  // One pass over the residual when the mask is known (steps 1, 8's statistic, 2 and 3);
-  // otherwise the mask is selected between the accumulate pass and the delivery pass.
+  // One pass over the residual when the mask is known (step 1, step 9's statistic, step 3's
+  // payload and step 4's residual); otherwise the mask is selected between the accumulate pass
+  // and the delivery pass. residual_clip acts before step 1.
   const bool statistic_needed = !mask_known || lagged_next;
   out.residual_clipped_norm = feedback_.clip(layout_, grads);
   out.nonfinite_grads = residual_pass(grads, true, statistic_needed && statistic_reads_residual(), mask_known);
@@ -394,12 +353,14 @@ void ScapeOptimizer::update(std::span<float> params, std::span<const float> grad
     index_mask();
     residual_pass(grads, false, false, true);
   }
+  // artifact: its two quirks in step 4's residual (resident and replicated: step 4 twice; sharded:
+  // nothing kept outside the own shard).
   if (scape_.formulation == Formulation::artifact && !config_.sharded) double_count_residual(grads);
   if (scape_.formulation == Formulation::artifact && config_.sharded) drop_unowned_residual();
   if (fp8()) quantize_payload(t);
   feedback_.measure_residual(layout_, t, out);  // final for this step, and still in cache
-  // Step 8's statistic is taken from m_prev and a_i as they were before this step's update;
-  // its all-gather starts at the end of the step.
+  // Step 9's statistic is taken from m_prev, q and c_i (a_i) as they were before this step
+  // changed them; its all-gather starts after step 8.
   if (lagged_next) {
     prepare_statistic(t + 1);
     select_local(density_at(config_.density_schedule(), t + 1));
@@ -407,16 +368,16 @@ void ScapeOptimizer::update(std::span<float> params, std::span<const float> grad
   kernels_.synchronize();
   feedback_.deliver(idx_.span(), t);
 
-  synchronize();
-  reconstruct_gradient();
-  clip_reconstructed();
-  if (carries_momentum()) carry_momentum();
+  reduce_payload();                          // step 3 (frozen_momentum: its step 5)
+  reconstruct_gradient();                    // step 5 (frozen_momentum: its step 6)
+  clip_reconstructed();                      // step 6
+  if (carries_momentum()) carry_momentum();  // step 4 for the owner's q, before step 7 changes m
   if (scape_.update == UpdateMode::dense) {
-    update_dense(params, out.lr, t);
+    update_dense(params, out.lr, t);  // frozen_momentum only: its steps 7 and 8
   } else {
-    update_masked(params, out.lr, t);
+    update_masked(params, out.lr, t);  // steps 7 and 8
   }
-  if (lagged_next) start_mask_gather();
+  if (lagged_next) start_mask_gather();  // step 9
   feedback_.record_mask(layout_, mask_, k_total(rho), out);
   out.mask_codec_s = exchange_.take_codec_seconds();
 }
@@ -433,7 +394,7 @@ void ScapeOptimizer::save_policy_state(StateMap& state) const {
   put_state(state, "mask", mask_.span());
   put_state(state, "next_mask", next_mask_.span());
   put_state(state, "gathered_indices", gathered_indices_.span());
-  if (carries_momentum()) put_state(state, "carried_momentum", carried_m_.span());
+  if (carries_momentum()) put_state(state, "carried_momentum", q_.span());
   if (fp8()) {
     put_state_value(state, "fp8_exponent", fp8_exponent_);
     put_state_value(state, "fp8_scaled", fp8_scaled_ ? 1 : 0);
@@ -445,7 +406,7 @@ void ScapeOptimizer::load_policy_state(const StateMap& state) {
   get_state_exact(state, "mask", mask_.span());
   get_state_exact(state, "next_mask", next_mask_.span());
   get_state(state, "gathered_indices", gathered_indices_);
-  if (carries_momentum()) get_state_exact(state, "carried_momentum", carried_m_.span());
+  if (carries_momentum()) get_state_exact(state, "carried_momentum", q_.span());
   if (fp8()) {
     fp8_exponent_ = get_state_value<int>(state, "fp8_exponent");
     fp8_scaled_ = get_state_value<int>(state, "fp8_scaled") != 0;

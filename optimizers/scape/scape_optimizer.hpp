@@ -1,7 +1,10 @@
 // SCAPE: AdamS (or AdamW) with sparse communication on first-moment top-k masks, partitioned
-// per owner shard, lagged by one step, one synchronized buffer, per-worker error feedback
-// (docs/algorithms.md, "SCAPE", steps 1-8 and the switches). Every buffer lives in the
-// memory of a KernelBackend (CPU or CUDA) and every pass over it is a backend kernel.
+// per owner shard, lagged by one step, one reduced payload, per-worker error feedback
+// (docs/algorithms.md, "SCAPE": steps 1-9 of the paper formulation, the frozen_momentum
+// formulation's own 1-9, and the switches). The step is scape_optimizer.cpp, the formulations'
+// passes scape_formulation.cpp, the statistic and selection of the mask mask_selection.cpp.
+// Every buffer lives in the memory of a KernelBackend (CPU or CUDA) and every pass over it is a
+// backend kernel.
 #pragma once
 
 #include <cstddef>
@@ -37,7 +40,7 @@ class ScapeOptimizer final : public OptimizerBase {
   // the owner over its shard; empty otherwise. Under paper it is part of every worker's e_i
   // (residual() + this on the shard); under artifact, whose sharded ranks keep no residual
   // outside their own shard, of the owner's alone.
-  std::span<const float> carried_momentum() const { return carried_m_.span(); }
+  std::span<const float> carried_momentum() const { return q_.span(); }
   const MaskOwnership& owners() const { return owners_; }
   // Device memory the residual occupies (N floats resident, two chunks offloaded).
   std::size_t residual_device_bytes() const { return feedback_.residual().device_bytes(); }
@@ -57,7 +60,7 @@ class ScapeOptimizer final : public OptimizerBase {
   bool partitioned() const { return scape_.mask_partition == MaskPartition::partitioned; }
   // The paper and artifact formulations: the residual in momentum units, m zero off the mask.
   bool momentum_units() const { return scape_.formulation != Formulation::frozen_momentum; }
-  // Sharded momentum-unit residuals: the owner keeps the momentum part (carried_m_).
+  // Sharded momentum-unit residuals: the owner keeps the momentum part (q_).
   bool carries_momentum() const { return carries_owner_momentum(config_, scape_); }
   // The mask (partitioned) or the index lists (local_union) cross the wire coded.
   bool coded() const { return config_.mask_encoding != MaskEncoding::bitmap; }
@@ -68,20 +71,23 @@ class ScapeOptimizer final : public OptimizerBase {
   std::size_t statistic_end() const { return partitioned() ? own_end_ : n_; }
   bool statistic_reads_residual() const;
 
-  // One pass over the residual, chunk by chunk: step 1 (a_i = e_i + g_i) when `accumulate`,
-  // the part of step 8's statistic that reads a_i when `statistic`, steps 2-3 (payload on
-  // the mask, delivered coordinates restart from zero) when `deliver`. Returns how many
-  // gradient entries were not finite.
+  // One pass over the residual, chunk by chunk: step 1 (c_i; frozen_momentum: a_i = e_i + g_i)
+  // when `accumulate`, the part of step 9's statistic that reads it when `statistic`, step 3's
+  // payload on the mask and step 4's residual (delivered coordinates restart from zero) when
+  // `deliver`. Returns how many gradient entries were not finite.
   std::size_t residual_pass(std::span<const float> grads, bool accumulate, bool statistic, bool deliver);
-  void statistic_part(std::span<const float> a, std::size_t first);
   void deliver_part(std::size_t begin, std::span<float> a);
+  // The statistic and selection of the mask (mask_selection.cpp): step 9, and step 2 when the
+  // mask is chosen within the step. statistic_part: the part that reads the residual pass's
+  // chunk a, starting at position `first`.
+  void statistic_part(std::span<const float> a, std::size_t first);
   // The statistic where it does not read a_i (momentum_only, random keyed by `use_step`).
   void prepare_statistic(int use_step);
   // Selects this worker's part of the mask for density rho from stat_ into its send buffer.
   void select_local(double rho);
   // mask_scope = tensor: top-k of every tensor piece separately, and every bit of a dense one.
   void select_pieces(double rho);
-  // The paper and artifact formulations' passes beside the shared ones (scape_formulation.cpp).
+  // The formulations' passes beside the shared ones (scape_formulation.cpp).
   void carry_momentum();
   void double_count_residual(std::span<const float> grads);
   void drop_unowned_residual();
@@ -97,7 +103,8 @@ class ScapeOptimizer final : public OptimizerBase {
   void receive_mask();
   // idx_ (mask positions, ascending), payload sizes and the per-shard counts of mask_.
   void index_mask();
-  void synchronize();
+  // Step 3 (frozen_momentum: its step 5): reduces the payload b_ on M_t into b_bar_ (and a_bar_).
+  void reduce_payload();
   void reconstruct_gradient();
   void update_masked(std::span<float> params, double eta, int t);
   void update_dense(std::span<float> params, double eta, int t);
@@ -115,7 +122,7 @@ class ScapeOptimizer final : public OptimizerBase {
   kernels::Buffer<std::uint64_t> local_bits_{kernels_};          // partitioned: own segment words (send buffer)
   kernels::Buffer<std::uint32_t> piece_idx_{kernels_}, piece_top_{kernels_};  // mask_scope = tensor: selected positions
   kernels::Buffer<std::uint32_t> dense_idx_{kernels_};           // positions of dense tensors in the own segment
-  kernels::Buffer<float> carried_m_{kernels_};                   // carries_momentum(): q over the own shard
+  kernels::Buffer<float> q_{kernels_};                           // carries_momentum(): q over the own shard
   kernels::Buffer<float> fp8_q_{kernels_}, fp8_error_{kernels_};       // fp8(): the quantized payload and its error
   int fp8_exponent_ = 0;                                   // fp8(): the shared scale 2^exponent
   bool fp8_scaled_ = false;                                // fp8(): the exponent has been taken
@@ -132,9 +139,9 @@ class ScapeOptimizer final : public OptimizerBase {
   kernels::Buffer<std::uint32_t> update_idx_{kernels_};  // positions this worker updates, relative to state_begin_
   std::size_t update_offset_ = 0;                  // where update_idx_ starts inside idx_
   kernels::Buffer<float> b_{kernels_}, a_packed_{kernels_};    // send payloads
-  kernels::Buffer<float> b_bar_{kernels_}, a_bar_{kernels_};   // synchronized values for update_idx_
-  kernels::Buffer<float> g_bar_{kernels_};               // reconstructed gradient for update_idx_
-  kernels::Buffer<float> dense_g_{kernels_};             // update = dense: g_bar over the state range
+  kernels::Buffer<float> b_bar_{kernels_}, a_bar_{kernels_};   // reduced values for update_idx_
+  kernels::Buffer<float> g_hat_{kernels_};                     // reconstructed gradient for update_idx_
+  kernels::Buffer<float> dense_g_{kernels_};                   // update = dense: g_hat over the state range
   kernels::Buffer<float> own_values_{kernels_}, all_values_{kernels_};  // parameter all-gather of updated values
 };
 

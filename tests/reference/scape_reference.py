@@ -338,7 +338,7 @@ def _new_residual(opt, sc, c, p, e, g, idx, left, shard_owner):
         # Reading: an fp8 error (in b units) is kept in gradient units, divided by (1 - b1).
         new[:, idx] = left / sc["omb1"]
     elif opt["formulation"] == "artifact" and not opt["sharded"]:
-        new = F32(2.0) * p + e  # step 3 run twice: (1-M)(2(b1 m + (1-b1) g_i) + e_i)
+        new = F32(2.0) * p + e  # step 4 run twice: (1-M)(2(b1 m + (1-b1) g_i) + e_i)
         new[:, idx] = left
     else:
         new = c.copy()
