@@ -35,6 +35,20 @@ inline void gemm(int M, int N, int K, std::size_t a, std::size_t b, std::size_t 
   require_elements(c, elements(M, N), "gemm: c");
 }
 
+// The embedding's forward and backward: activations `acts` (out or dout) of [B T, C], B T
+// tokens, and the position table `positions` (wpe or dwpe) of [T, C] when the model has one
+// (`has_positions`). Names the argument as "op: <name>". Returns B T.
+inline std::size_t embedding(const char* op, int B, int T, int C, std::size_t acts, const char* acts_name,
+                             std::size_t tokens, bool has_positions, std::size_t positions,
+                             const char* positions_name) {
+  const std::string prefix = std::string(op) + ": ";
+  const std::size_t N = elements(B, T);
+  require_elements(acts, elements(static_cast<long long>(N), C), (prefix + acts_name).c_str());
+  require_elements(tokens, N, (prefix + "tokens").c_str());
+  if (has_positions) require_elements(positions, elements(T, C), (prefix + positions_name).c_str());
+  return N;
+}
+
 // A row-wise op over [N, C] rows with per-row statistics (norms).
 inline void rows(const char* op, int N, int C, std::size_t out, std::size_t x, std::size_t stats) {
   require_shape(N >= 0 && C >= 1, std::string(op) + ": N = " + std::to_string(N) + ", C = " + std::to_string(C));

@@ -40,10 +40,7 @@ using scape::testing::run_scape;
 
 void write_file(const fs::path& p, const std::string& text) { scape::testing::write_text_file(p, text); }
 
-std::string read_file(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  return {std::istreambuf_iterator<char>(in), {}};
-}
+using scape::testing::read_file;
 
 using scape::run_file::opens_plainly;
 
@@ -51,12 +48,7 @@ std::vector<double> read_metric(const fs::path& file, const std::string& name) {
   return scape::run_file::File::open(file, scape::run_file::Access::read).open_dataset("/metrics/" + name).read_all<double>();
 }
 
-const char* kQuadratic = R"({
-  "name": "quad", "seed": 3, "workers": 2, "steps": 4000,
-  "model": {"type": "quadratic", "size": 2000},
-  "optimizer": {"type": "scape", "sparsity": 0.99, "lr": 0.01},
-  "log": {"flush_interval": 5, "oracle": false}
-})";
+const std::string kQuadratic = scape::testing::quadratic_scape_config(4000);
 
 cfg::ExperimentConfig small_config(const fs::path& dir, const std::string& sets = "") {
   nlohmann::json j = {{"name", "ck"}, {"workers", 2}, {"steps", 10},

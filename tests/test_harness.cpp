@@ -32,6 +32,13 @@ using scape::testing::run_scape;
 
 void write_file(const fs::path& p, const std::string& text) { scape::testing::write_text_file(p, text); }
 
+// `config` written to DIR/NAME.json and run, quiet, into DIR/NAME.h5.
+scape::testing::CommandResult run_config(const TempDir& dir, const std::string& name, const std::string& config) {
+  write_file(dir.path / (name + ".json"), config);
+  return run_scape("run " + (dir.path / (name + ".json")).string() + " --out " + (dir.path / (name + ".h5")).string() +
+                   " --quiet");
+}
+
 std::vector<double> read_metric(const fs::path& file, const std::string& name) {
   auto f = scape::run_file::File::open(file, scape::run_file::Access::read);
   return f.open_dataset("/metrics/" + name).read_all<double>();
@@ -58,8 +65,7 @@ const char* kTinyGpt = R"({
 
 TEST_CASE("scape run: the run file's bytes equal the closed forms; densities and Jaccard lie in range") {
   TempDir dir;
-  write_file(dir.path / "q.json", kQuadratic);
-  const auto r = run_scape("run " + (dir.path / "q.json").string() + " --out " + (dir.path / "q.h5").string() + " --quiet");
+  const auto r = run_config(dir, "q", kQuadratic);
   CHECK(r.code == 0);
   CAPTURE(r.output);
   const auto summary = scape::run_file::read_run_summary(dir.path / "q.h5");
@@ -116,8 +122,7 @@ TEST_CASE("scape run on a Llama: it trains; bad shapes exit 2 naming the key") {
   std::string cfg = kTinyGpt;
   const std::string gpt = "\"type\": \"gpt\",";
   cfg.replace(cfg.find(gpt), gpt.size(), "\"type\": \"llama\", \"n_kv_head\": 1,");
-  write_file(dir.path / "l.json", cfg);
-  auto r = run_scape("run " + (dir.path / "l.json").string() + " --out " + (dir.path / "l.h5").string() + " --quiet");
+  auto r = run_config(dir, "l", cfg);
   CAPTURE(r.output);
   CHECK(r.code == 0);
   const auto loss = read_metric(dir.path / "l.h5", "train_loss");
@@ -136,8 +141,7 @@ TEST_CASE("scape run on a Llama: it trains; bad shapes exit 2 naming the key") {
 
 TEST_CASE("scape run on a GPT: validation, final parameters and dense metrics as NaN") {
   TempDir dir;
-  write_file(dir.path / "g.json", kTinyGpt);
-  auto r = run_scape("run " + (dir.path / "g.json").string() + " --out " + (dir.path / "g.h5").string() + " --quiet");
+  auto r = run_config(dir, "g", kTinyGpt);
   CHECK(r.code == 0);
   auto f = scape::run_file::File::open(dir.path / "g.h5", scape::run_file::Access::read);
   CHECK(f.open_dataset("/eval/step").read_all<std::int64_t>() == std::vector<std::int64_t>{3, 6});
@@ -545,8 +549,7 @@ TEST_CASE("replay: a recorded gradient trace drives the optimizer; workers and s
   const std::string cfg = R"({"name": "rep", "workers": 3, "steps": 6,
     "model": {"type": "replay", "path": "trace.h5"},
     "optimizer": {"type": "scape", "sparsity": 0.9, "lr": 0.01}, "log": {"save_params": true}})";
-  write_file(dir.path / "r.json", cfg);
-  auto r = run_scape("run " + (dir.path / "r.json").string() + " --out " + (dir.path / "r.h5").string() + " --quiet");
+  auto r = run_config(dir, "r", cfg);
   CAPTURE(r.output);
   CHECK(r.code == 0);
   const auto loss = read_metric(dir.path / "r.h5", "train_loss");

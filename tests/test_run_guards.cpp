@@ -28,22 +28,13 @@
 namespace fs = std::filesystem;
 namespace cfg = scape::config;
 namespace tr = scape::train;
+using scape::testing::read_file;
 using scape::testing::run_scape;
 using scape::testing::TempDir;
 
 namespace {
 
-const char* kLong = R"({
-  "name": "quad", "seed": 3, "workers": 2, "steps": 1000000,
-  "model": {"type": "quadratic", "size": 2000},
-  "optimizer": {"type": "scape", "sparsity": 0.99, "lr": 0.01},
-  "log": {"flush_interval": 5, "oracle": false}
-})";
-
-std::string read_file(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  return {std::istreambuf_iterator<char>(in), {}};
-}
+const std::string kLong = scape::testing::quadratic_scape_config(1000000);
 
 // `scape ARGS...` started in the background, its output to `log`; returns its pid.
 pid_t start_scape(const std::vector<std::string>& args, const fs::path& log) {

@@ -1,6 +1,6 @@
 // Helpers shared by the test programs: a temporary directory removed with its contents, a
-// shell command run with its exit status, output and duration, the message a call throws, and
-// the h5py check.
+// shell command run with its exit status, output and duration, a file's bytes, the SCAPE run the
+// end-to-end tests kill and resume, the message a call throws, and the h5py check.
 #pragma once
 
 #include <doctest/doctest.h>
@@ -14,6 +14,7 @@
 #include <exception>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <stdexcept>
 #include <string>
 
@@ -60,6 +61,22 @@ inline CommandResult run_command(const std::string& command) {
 inline void write_text_file(const std::filesystem::path& path, const std::string& text) {
   std::ofstream out(path);
   out << text;
+}
+
+// Every byte of a file (run files, checkpoints, logs), for comparisons byte for byte.
+inline std::string read_file(const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), {}};
+}
+
+// The end-to-end tests' run to kill, interrupt and resume: SCAPE on the noisy quadratic at W = 2,
+// `steps` long; a flush every 5 steps and no oracle make its steps fast and its file current.
+inline std::string quadratic_scape_config(long steps) {
+  return R"({"name": "quad", "seed": 3, "workers": 2, "steps": )" + std::to_string(steps) + R"(,
+  "model": {"type": "quadratic", "size": 2000},
+  "optimizer": {"type": "scape", "sparsity": 0.99, "lr": 0.01},
+  "log": {"flush_interval": 5, "oracle": false}
+})";
 }
 
 #ifdef SCAPE_BINARY

@@ -148,28 +148,32 @@ std::size_t popcount_combined(std::span<const std::uint64_t> a, std::span<const 
   return total;
 }
 
+// f(w, first, len) for word w of a bitmask over n flags: flags [first, first + len) of it, len 64
+// but in a partial last word. Words are independent, so large masks split them across threads.
+template <class F>
+void for_each_word(std::size_t n_words, std::size_t n, F f) {
+  const auto nw = static_cast<std::int64_t>(n_words);
+#pragma omp parallel for schedule(static) if (nw > kParallelWords)
+  for (std::int64_t w = 0; w < nw; ++w) {
+    const std::size_t first = 64 * static_cast<std::size_t>(w);
+    f(static_cast<std::size_t>(w), first, std::min<std::size_t>(64, n - first));
+  }
+}
+
 }  // namespace
 
 void pack_bits(std::span<const std::uint8_t> flags, std::span<std::uint64_t> words) {
   require_words(words.size(), flags.size(), "pack_bits");
-  const std::size_t n = flags.size();
-  const auto nw = static_cast<std::int64_t>(words.size());
-#pragma omp parallel for schedule(static) if (nw > kParallelWords)
-  for (std::int64_t w = 0; w < nw; ++w) {
-    const std::size_t first = 64 * static_cast<std::size_t>(w);
-    words[static_cast<std::size_t>(w)] = pack_word(flags.data() + first, std::min<std::size_t>(64, n - first));
-  }
+  for_each_word(words.size(), flags.size(), [&](std::size_t w, std::size_t first, std::size_t len) {
+    words[w] = pack_word(flags.data() + first, len);
+  });
 }
 
 void unpack_bits(std::span<const std::uint64_t> words, std::span<std::uint8_t> flags) {
   require_words(words.size(), flags.size(), "unpack_bits");
-  const std::size_t n = flags.size();
-  const auto nw = static_cast<std::int64_t>(words.size());
-#pragma omp parallel for schedule(static) if (nw > kParallelWords)
-  for (std::int64_t w = 0; w < nw; ++w) {
-    const std::size_t first = 64 * static_cast<std::size_t>(w);
-    unpack_word(words[static_cast<std::size_t>(w)], flags.data() + first, std::min<std::size_t>(64, n - first));
-  }
+  for_each_word(words.size(), flags.size(), [&](std::size_t w, std::size_t first, std::size_t len) {
+    unpack_word(words[w], flags.data() + first, len);
+  });
 }
 
 std::size_t popcount(std::span<const std::uint64_t> words) {

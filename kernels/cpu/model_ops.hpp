@@ -78,10 +78,9 @@ void residual_add(std::span<const R> a, std::span<const R> b, std::span<R> out) 
 template <class R>
 void embedding_forward(std::span<R> out, std::span<const R> wte, std::span<const R> wpe,
                        std::span<const std::int32_t> tokens, int B, int T, int C) {
-  const Index N = Index(B) * T, rows = static_cast<Index>(wte.size()) / std::max(C, 1);
-  checks::require_elements(out.size(), checks::elements(N, C), "embedding_forward: out");
-  checks::require_elements(tokens.size(), checks::elements(N, 1), "embedding_forward: tokens");
-  if (!wpe.empty()) checks::require_elements(wpe.size(), checks::elements(T, C), "embedding_forward: wpe");
+  const auto N = static_cast<Index>(checks::embedding("embedding_forward", B, T, C, out.size(), "out", tokens.size(),
+                                                      !wpe.empty(), wpe.size(), "wpe"));
+  const Index rows = static_cast<Index>(wte.size()) / std::max(C, 1);
   for (const std::int32_t token : tokens) check_token(token, rows, "embedding_forward");
 #pragma omp parallel for schedule(static) if (parallel_worth(double(N) * C))
   for (Index i = 0; i < N; ++i) {
@@ -97,10 +96,9 @@ void embedding_forward(std::span<R> out, std::span<const R> wte, std::span<const
 template <class R>
 void embedding_backward(std::span<R> dwte, std::span<R> dwpe, std::span<const R> dout,
                         std::span<const std::int32_t> tokens, int B, int T, int C) {
-  const Index N = Index(B) * T, rows = static_cast<Index>(dwte.size()) / std::max(C, 1);
-  checks::require_elements(dout.size(), checks::elements(N, C), "embedding_backward: dout");
-  checks::require_elements(tokens.size(), checks::elements(N, 1), "embedding_backward: tokens");
-  if (!dwpe.empty()) checks::require_elements(dwpe.size(), checks::elements(T, C), "embedding_backward: dwpe");
+  const auto N = static_cast<Index>(checks::embedding("embedding_backward", B, T, C, dout.size(), "dout", tokens.size(),
+                                                      !dwpe.empty(), dwpe.size(), "dwpe"));
+  const Index rows = static_cast<Index>(dwte.size()) / std::max(C, 1);
   for (const std::int32_t token : tokens) check_token(token, rows, "embedding_backward");
   if (!dwpe.empty()) {
 #pragma omp parallel for schedule(static) if (parallel_worth(double(N) * C))

@@ -241,10 +241,7 @@ void residual_add(std::span<const float> a, std::span<const float> b, std::span<
 
 void embedding_forward(std::span<float> out, std::span<const float> wte, std::span<const float> wpe,
                        std::span<const std::int32_t> tokens, int B, int T, int C) {
-  const std::size_t N = checks::elements(B, T);
-  checks::require_elements(out.size(), checks::elements(static_cast<long long>(N), C), "embedding_forward: out");
-  checks::require_elements(tokens.size(), N, "embedding_forward: tokens");
-  if (!wpe.empty()) checks::require_elements(wpe.size(), checks::elements(T, C), "embedding_forward: wpe");
+  checks::embedding("embedding_forward", B, T, C, out.size(), "out", tokens.size(), !wpe.empty(), wpe.size(), "wpe");
   if (out.empty()) return;
   launch(embedding_forward_kernel, out.size(), out.data(), wte.data(), wpe.empty() ? nullptr : wpe.data(),
          tokens.data(), T, C, out.size(), static_cast<int>(wte.size() / C));
@@ -252,10 +249,8 @@ void embedding_forward(std::span<float> out, std::span<const float> wte, std::sp
 
 void embedding_backward(std::span<float> dwte, std::span<float> dwpe, std::span<const float> dout,
                         std::span<const std::int32_t> tokens, int B, int T, int C) {
-  const std::size_t N = checks::elements(B, T);
-  checks::require_elements(dout.size(), checks::elements(static_cast<long long>(N), C), "embedding_backward: dout");
-  checks::require_elements(tokens.size(), N, "embedding_backward: tokens");
-  if (!dwpe.empty()) checks::require_elements(dwpe.size(), checks::elements(T, C), "embedding_backward: dwpe");
+  const std::size_t N = checks::embedding("embedding_backward", B, T, C, dout.size(), "dout", tokens.size(),
+                                          !dwpe.empty(), dwpe.size(), "dwpe");
   if (dout.empty()) return;
   if (!dwpe.empty()) launch(embedding_backward_wpe_kernel, dwpe.size(), dwpe.data(), dout.data(), B, T, C);
   launch(embedding_backward_wte_kernel, static_cast<std::size_t>(C), dwte.data(), dout.data(), tokens.data(), N, C,
