@@ -2,6 +2,7 @@
 // (docs/algorithms.md, "DeMo"). The transforms, selection and step run as backend kernels;
 // coding and packing the message is host work on synchronized buffers, as for every collective.
 #include "optimizers/baselines/deco_momentum.hpp"
+#include "optimizers/baselines/coded_message.hpp"
 #include "optimizers/baselines/deco_momentum_config.hpp"
 
 #include <cmath>
@@ -74,28 +75,17 @@ void DecoMomentumOptimizer::extract() {
 
 void DecoMomentumOptimizer::exchange() {
   const auto workers = static_cast<std::size_t>(comm_.size());
-  const std::size_t value_bytes = wire_bytes(config_.wire_dtype);
-  const std::size_t code_bytes = code_.bytes();
   const std::size_t message = send_.size();
   // Positions of the coefficients among N, ascending (chunk by chunk, ascending within each).
   kernels_.zero_bytes(positions_.data(), positions_.bytes());
   kernels_.indices_to_bits(idx_.span(), 0, positions_.span());
   kernels_.ef_encode(positions_.span(), n_, entries_, code_.span());
   kernels_.synchronize();
-  std::memcpy(send_.data(), code_.data(), code_bytes);
-  for (std::size_t i = 0; i < entries_; ++i) {
-    write_wire_value(send_.data() + code_bytes + i * value_bytes, values_.data()[i], config_.wire_dtype);
-  }
+  pack_coded_message(code_.span(), values_.span(), config_.wire_dtype, send_.data());
   const std::vector<std::size_t> counts(workers, message);
   comm_.all_gather_bytes(send_, recv_, counts, "demo_all_gather");
-  for (std::size_t r = 0; r < workers; ++r) {
-    const std::byte* from = recv_.data() + r * message;
-    std::memcpy(code_.data(), from, code_bytes);
-    kernels_.ef_decode_indices(code_.span(), n_, entries_, recv_idx_.span().subspan(r * entries_, entries_));
-    for (std::size_t i = 0; i < entries_; ++i) {
-      recv_values_.data()[r * entries_ + i] = read_wire_value(from + code_bytes + i * value_bytes, config_.wire_dtype);
-    }
-  }
+  unpack_coded_messages(kernels_, recv_, workers, n_, entries_, config_.wire_dtype, code_, recv_idx_.span(),
+                        recv_values_.span());
   // The mean coefficient: summed one worker after another in rank order, then divided by W.
   kernels_.fill(coeffs_.span(), 0.0f);
   for (std::size_t r = 0; r < workers; ++r) {

@@ -22,6 +22,7 @@ class FeedbackOptimizer : public OptimizerBase {
   FeedbackOptimizer(const CommonOptimizerConfig& config, const ParamLayout& layout, Communicator& comm, int total_steps)
       : OptimizerBase(config, config.inner, layout, comm, total_steps), feedback_(kernels_, n_, config) {
     mask_.assign_zero(kernels::words_for(n_));
+    g_bar_.assign_zero(n_);
     kernels_.synchronize();
   }
 
@@ -36,6 +37,8 @@ class FeedbackOptimizer : public OptimizerBase {
 
   ErrorFeedback feedback_;
   kernels::Buffer<std::uint64_t> mask_{kernels_};  // this worker's mask of the last step
+  kernels::Buffer<std::uint32_t> idx_{kernels_};   // the same mask's coordinates, ascending
+  kernels::Buffer<float> g_bar_{kernels_};         // the step's synchronized gradient over [0, N)
 
  private:
   void fill_final_metrics(StepMetrics& out) override {

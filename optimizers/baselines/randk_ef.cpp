@@ -18,7 +18,6 @@ RandkEfOptimizer::RandkEfOptimizer(const CommonOptimizerConfig& config, const Pa
                                    int total_steps)
     : FeedbackOptimizer(config, layout, comm, total_steps) {
   draw_.assign_zero(n_);
-  g_bar_.assign_zero(n_);
   kernels_.synchronize();
 }
 

@@ -22,10 +22,8 @@ class RandkEfOptimizer final : public FeedbackOptimizer {
   // by (seed, t), into idx_ (ascending) and mask_.
   void draw_mask(int t, std::size_t k);
 
-  kernels::Buffer<float> draw_{kernels_};         // the uniform draw the mask is selected from
-  kernels::Buffer<std::uint32_t> idx_{kernels_};  // the shared mask, ascending
-  kernels::Buffer<float> values_{kernels_};       // a_i on the mask, then their mean over workers
-  kernels::Buffer<float> g_bar_{kernels_};
+  kernels::Buffer<float> draw_{kernels_};    // the uniform draw the shared mask is selected from
+  kernels::Buffer<float> values_{kernels_};  // a_i on the mask, then their mean over workers
 };
 
 }  // namespace scape

@@ -2,6 +2,7 @@
 // arithmetic runs as backend kernels; packing the wire records is host work on synchronized
 // buffers, as for every collective.
 #include "optimizers/baselines/topk_ef.hpp"
+#include "optimizers/baselines/coded_message.hpp"
 
 #include <chrono>
 #include <cstring>
@@ -32,7 +33,6 @@ void read_record(const std::byte* p, WireType wire, std::uint32_t& index, float&
 TopkEfOptimizer::TopkEfOptimizer(const CommonOptimizerConfig& config, const ParamLayout& layout, Communicator& comm,
                                  int total_steps)
     : FeedbackOptimizer(config, layout, comm, total_steps) {
-  g_bar_.assign_zero(n_);
   union_mask_.assign_zero(kernels::words_for(n_));
   kernels_.synchronize();
 }
@@ -66,21 +66,12 @@ void TopkEfOptimizer::exchange_coded() {
   kernels_.ef_encode(mask_.span(), n_, k, code_.span());
   kernels_.synchronize();
   codec_s_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - clock).count();
-  std::memcpy(send_.data(), code_.data(), code_bytes);
-  for (std::size_t i = 0; i < k; ++i) {
-    write_wire_value(send_.data() + code_bytes + i * value_bytes, sent_values_.data()[i], config_.wire_dtype);
-  }
+  pack_coded_message(code_.span(), sent_values_.span(), config_.wire_dtype, send_.data());
   const std::vector<std::size_t> counts(workers, message);
   comm_.all_gather_bytes(send_.span(), recv_.span(), counts, "topk_all_gather");
   clock = std::chrono::steady_clock::now();
-  for (std::size_t r = 0; r < workers; ++r) {
-    const std::byte* from = recv_.data() + r * message;
-    std::memcpy(code_.data(), from, code_bytes);
-    kernels_.ef_decode_indices(code_.span(), n_, k, recv_idx_.span().subspan(r * k, k));
-    for (std::size_t i = 0; i < k; ++i) {
-      recv_values_.data()[r * k + i] = read_wire_value(from + code_bytes + i * value_bytes, config_.wire_dtype);
-    }
-  }
+  unpack_coded_messages(kernels_, recv_.span(), workers, n_, k, config_.wire_dtype, code_, recv_idx_.span(),
+                        recv_values_.span());
   codec_s_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - clock).count();
 }
 

@@ -28,8 +28,6 @@ class TopkEfOptimizer final : public FeedbackOptimizer {
   // returns how many coordinates some worker delivered.
   std::size_t average_delivered(std::size_t k);
 
-  kernels::Buffer<float> g_bar_{kernels_};
-  kernels::Buffer<std::uint32_t> idx_{kernels_};      // L_i, ascending
   kernels::Buffer<float> sent_values_{kernels_};      // a_i on L_i, in idx_ order
   kernels::Buffer<std::byte> send_{kernels_}, recv_{kernels_};  // wire records
   kernels::Buffer<std::uint32_t> recv_idx_{kernels_};  // every worker's L_i, in rank order
