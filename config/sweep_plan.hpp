@@ -1,7 +1,7 @@
 // The plan of `scape sweep` (docs/configuration.md, "Sweeps"): which points run, which share
 // another point's run, which a finished run file already answers; and the schedule that runs the
 // planned points on threads, each under its run file's lock, so two sweeps into one folder never
-// run a point twice. What a point runs is the caller's (apps/command_sweep.cpp runs the
+// run a point twice. What a point runs is the caller's (sim/sweep_run.cpp runs the
 // simulator).
 #pragma once
 
