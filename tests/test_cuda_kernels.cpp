@@ -12,7 +12,6 @@
 // double on the host by the same code; and each kernel keeps the CPU's operation order. The
 // only allowed difference is the payload of a NaN produced by arithmetic (x86 propagates an
 // operand's payload, the GPU returns the canonical NaN), so two NaNs compare equal.
-#define DOCTEST_CONFIG_IMPLEMENT
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -1365,14 +1364,4 @@ TEST_CASE("CudaChunkCopier round trip: upload, kernel on the slot, download, rel
   CHECK(second[5] == host[kChunk + 5]);
   copier.reset();
   b.deallocate_pinned_host(host);
-}
-
-int main(int argc, char** argv) {
-  if (sk::cuda_device_count() == 0) {
-    std::puts("no CUDA device visible: GPU kernel tests skipped");
-    return 77;
-  }
-  doctest::Context context;
-  context.applyCommandLine(argc, argv);
-  return context.run();
 }

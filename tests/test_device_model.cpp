@@ -3,7 +3,6 @@
 // agrees within 1e-4 relative and every gradient tensor within 1e-4 relative L2 error (fp32
 // rounding through a few layers of GEMMs, norms and softmaxes summed in different orders; a
 // wrong op is O(1) off). Without a visible device the program prints why and exits 77.
-#define DOCTEST_CONFIG_IMPLEMENT
 #include <doctest/doctest.h>
 
 #include <cmath>
@@ -81,14 +80,4 @@ TEST_CASE("a double-precision model refuses a CUDA backend") {
   const GptConfig cfg{.n_layer = 1, .n_head = 2, .n_embd = 16, .block_size = 8, .vocab_size = 16};
   auto make = [&cfg] { GptDouble model(cfg, gpu()); };
   CHECK_THROWS_AS(make(), std::invalid_argument);
-}
-
-int main(int argc, char** argv) {
-  if (sk::cuda_device_count() == 0) {
-    std::puts("no CUDA device visible: GPU model tests skipped");
-    return 77;
-  }
-  doctest::Context context;
-  context.applyCommandLine(argc, argv);
-  return context.run();
 }

@@ -67,41 +67,46 @@ std::pair<int, std::size_t> run_measured(const fs::path& config, const fs::path&
 }
 
 struct Shape {
-  const char* name;
-  const char* config;
+  std::string name;
+  std::string config;
 };
+
+// A run of `steps` steps on the synthetic corpus, evaluated and flushed at its last step.
+std::string synthetic_run(const char* name, int workers, int steps, const nlohmann::json& model, int batch,
+                          long tokens, const nlohmann::json& optimizer) {
+  const nlohmann::json run = {{"name", name},
+                              {"workers", workers},
+                              {"steps", steps},
+                              {"model", model},
+                              {"data", {{"type", "synthetic"}, {"batch_size", batch}, {"tokens", tokens}}},
+                              {"optimizer", optimizer},
+                              {"eval", {{"interval", steps}, {"batches", 1}}},
+                              {"log", {{"flush_interval", steps}}}};
+  return run.dump();
+}
+
+nlohmann::json gpt(int n_head, int n_embd, int block_size, int vocab_size) {
+  return {{"type", "gpt"}, {"n_layer", 2}, {"n_head", n_head}, {"n_embd", n_embd}, {"block_size", block_size},
+          {"vocab_size", vocab_size}};
+}
 
 // Small enough to run in a few seconds each on 2 cores; large enough that the parts, not the
 // program, make up most of the total.
-const Shape kShapes[] = {
-    {"GPT small, SCAPE, W = 4",
-     R"({"name": "gpt-small", "workers": 4, "steps": 3,
-         "model": {"type": "gpt", "n_layer": 2, "n_head": 4, "n_embd": 128, "block_size": 128, "vocab_size": 512},
-         "data": {"type": "synthetic", "batch_size": 8, "tokens": 2000000},
-         "optimizer": {"type": "scape", "sparsity": 0.99, "lr": 0.001},
-         "eval": {"interval": 3, "batches": 1}, "log": {"flush_interval": 3}})"},
+const std::vector<Shape> kShapes = {
+    {"GPT small, SCAPE, W = 4", synthetic_run("gpt-small", 4, 3, gpt(4, 128, 128, 512), 8, 2000000,
+                                               {{"type", "scape"}, {"sparsity", 0.99}, {"lr", 0.001}})},
     {"GPT wider, AdamW, W = 2",
-     R"({"name": "gpt-wide", "workers": 2, "steps": 2,
-         "model": {"type": "gpt", "n_layer": 2, "n_head": 8, "n_embd": 512, "block_size": 64, "vocab_size": 4096},
-         "data": {"type": "synthetic", "batch_size": 4, "tokens": 200000},
-         "optimizer": {"type": "adamw", "lr": 0.001},
-         "eval": {"interval": 2, "batches": 1}, "log": {"flush_interval": 2}})"},
+     synthetic_run("gpt-wide", 2, 2, gpt(8, 512, 64, 4096), 4, 200000, {{"type", "adamw"}, {"lr", 0.001}})},
     {"Llama, AdamS, W = 2",
-     R"({"name": "llama", "workers": 2, "steps": 2,
-         "model": {"type": "llama", "n_layer": 2, "n_head": 4, "n_kv_head": 2, "n_embd": 256, "block_size": 128,
-                   "vocab_size": 1024},
-         "data": {"type": "synthetic", "batch_size": 8, "tokens": 200000},
-         "optimizer": {"type": "adams", "lr": 0.001},
-         "eval": {"interval": 2, "batches": 1}, "log": {"flush_interval": 2}})"},
+     synthetic_run("llama", 2, 2,
+                   {{"type", "llama"}, {"n_layer", 2}, {"n_head", 4}, {"n_kv_head", 2}, {"n_embd", 256},
+                    {"block_size", 128}, {"vocab_size", 1024}},
+                   8, 200000, {{"type", "adams"}, {"lr", 0.001}})},
     {"quadratic of 1e7, SCAPE, W = 4",
      R"({"name": "quad-large", "workers": 4, "steps": 2, "model": {"type": "quadratic", "size": 10000000},
          "optimizer": {"type": "scape", "sparsity": 0.9, "lr": 0.01}, "log": {"flush_interval": 2}})"},
     {"tiny GPT, DiLoCo, W = 128",
-     R"({"name": "many-workers", "workers": 128, "steps": 2,
-         "model": {"type": "gpt", "n_layer": 2, "n_head": 4, "n_embd": 64, "block_size": 64, "vocab_size": 64},
-         "data": {"type": "synthetic", "batch_size": 4, "tokens": 400000},
-         "optimizer": {"type": "diloco", "lr": 0.001},
-         "eval": {"interval": 2, "batches": 1}, "log": {"flush_interval": 2}})"},
+     synthetic_run("many-workers", 128, 2, gpt(4, 64, 64, 64), 4, 400000, {{"type", "diloco"}, {"lr", 0.001}})},
 };
 
 const char* kQuickstart = R"({"name": "quickstart-run", "seed": 1, "workers": 4, "steps": 300,
@@ -137,7 +142,7 @@ TEST_CASE("the host memory estimate is within 25% of the peak RSS of five runs o
     REQUIRE(code == 0);
     const double ratio = static_cast<double>(est.total()) / static_cast<double>(rss);
     char row[160];
-    std::snprintf(row, sizeof row, "| %s | %.1f | %.1f | %.3f |\n", s.name, est.total() / 1048576.0, rss / 1048576.0,
+    std::snprintf(row, sizeof row, "| %s | %.1f | %.1f | %.3f |\n", s.name.c_str(), est.total() / 1048576.0, rss / 1048576.0,
                   ratio);
     table += row;
     CHECK(ratio >= 0.75);
