@@ -184,29 +184,38 @@ void or_bits(std::span<const std::uint64_t> src, std::span<std::uint64_t> dst) {
   launch(or_kernel, src.size(), src.data(), dst.data(), src.size());
 }
 
+// The running count of set bits of `positions` before each of its words (device scratch) and
+// their total: where each word's bits go in a packed buffer (extract_bits, deposit_bits).
+namespace {
+struct PackedOffsets {
+  PackedOffsets(std::span<const std::uint64_t> positions, cudaStream_t stream)
+      : offsets(positions.size() + 1, stream),
+        set(rank_offsets(positions.data(), positions.size(), 0, 64 * positions.size(), offsets.get(), stream)) {}
+  Scratch<std::uint64_t> offsets;
+  std::uint64_t set;
+};
+}  // namespace
+
 void extract_bits(std::span<const std::uint64_t> source, std::span<const std::uint64_t> positions,
                   std::span<std::uint64_t> out) {
   checks::require_same_words(source.size(), positions.size(), "extract_bits");
   const cudaStream_t stream = current_stream();
-  const std::size_t nw = positions.size();
-  Scratch<std::uint64_t> offsets(nw + 1, stream);
-  const std::uint64_t set = rank_offsets(positions.data(), nw, 0, 64 * nw, offsets.get(), stream);
-  checks::packed_bits_sizes(source.size(), positions.size(), out.size(), set, "extract_bits");
+  const PackedOffsets packed(positions, stream);
+  checks::packed_bits_sizes(source.size(), positions.size(), out.size(), packed.set, "extract_bits");
   if (!out.empty()) SCAPE_CUDA_CHECK(cudaMemsetAsync(out.data(), 0, out.size_bytes(), stream));
-  if (nw == 0) return;
-  launch(extract_kernel, nw, source.data(), positions.data(), nw, offsets.get(), as_atomic(out.data()));
+  if (positions.empty()) return;
+  launch(extract_kernel, positions.size(), source.data(), positions.data(), positions.size(), packed.offsets.get(),
+         as_atomic(out.data()));
 }
 
-void deposit_bits(std::span<const std::uint64_t> packed, std::span<const std::uint64_t> positions,
+void deposit_bits(std::span<const std::uint64_t> packed_bits, std::span<const std::uint64_t> positions,
                   std::span<std::uint64_t> out) {
   checks::require_same_words(out.size(), positions.size(), "deposit_bits");
-  const cudaStream_t stream = current_stream();
-  const std::size_t nw = positions.size();
-  Scratch<std::uint64_t> offsets(nw + 1, stream);
-  const std::uint64_t set = rank_offsets(positions.data(), nw, 0, 64 * nw, offsets.get(), stream);
-  checks::packed_bits_sizes(out.size(), positions.size(), packed.size(), set, "deposit_bits");
-  if (nw == 0) return;
-  launch(deposit_kernel, nw, packed.data(), positions.data(), nw, offsets.get(), out.data());
+  const PackedOffsets packed(positions, current_stream());
+  checks::packed_bits_sizes(out.size(), positions.size(), packed_bits.size(), packed.set, "deposit_bits");
+  if (positions.empty()) return;
+  launch(deposit_kernel, positions.size(), packed_bits.data(), positions.data(), positions.size(), packed.offsets.get(),
+         out.data());
 }
 
 void ef_encode(std::span<const std::uint64_t> words, std::size_t n_bits, std::size_t k, std::span<std::uint64_t> out) {
