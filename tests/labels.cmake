@@ -41,7 +41,7 @@ set(scape_test_map
     "test_model_train model"
     "test_device_model model kernels"
     # config/
-    "test_config_keys config"
+    "test_config_keys config optimizers"
     "test_compute_model config predict sim"
     "test_sweep config run_file"
     # predict/
@@ -60,11 +60,11 @@ set(scape_test_map
     "test_stepped_simulator sim"
     "test_device_train sim train model"
     # apps/: the scape command end to end
-    "test_harness apps train run_file"
+    "test_harness apps train run_file sim"
     "test_hardening apps run_file train fuzz"
     "test_run_guards apps run_file train"
     "test_host_memory apps train"
-    "test_sweep_concurrency apps run_file"
+    "test_sweep_concurrency apps run_file sim"
     "test_quickstart scripts predict"
     # runtime/ and the communicators (tests/runtime/)
     "test_comm sim core"
