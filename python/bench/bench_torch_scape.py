@@ -9,7 +9,11 @@
    backward standing in for a GPU's time (the CPU free meanwhile): the exposed seconds of the
    mask all-gather under mask lag 0 (inside the step) against lag 1 (behind the next forward and
    backward pass), and of the payload's collective with overlap_backward off and on. Over
-   loopback both are small; a link of chosen bandwidth is scripts/netlab's (issue of the netlab).
+   loopback both are small; a link of chosen bandwidth is scripts/netlab's (issue of the netlab);
+3. (--layouts) one rank, real model layouts with norms and biases in the dense group (named so
+   that SCAPE's default dense_tensors catches them): SCAPE 99% and 90% against
+   torch.optim.AdamW(fused=True) and (foreach=True) on the same parameters, medians of the step,
+   and the aten ops one step runs, counted with torch.profiler (CPU; nested ops included).
 
     PYTHONPATH=build/release/python ~/.cache/scape/venv/bin/python python/bench/bench_torch_scape.py
 """
@@ -66,6 +70,87 @@ def one_rank(n, sparsity):
             "threads": torch.get_num_threads()}
 
 
+def gpt2_layout(n_layer=12, d=192, vocab=50257, block=1024):
+    """GPT-2 (tied head): at d = 192 (1/4 width) 148 tensors, 15.2M parameters; d = 768 is GPT-2 small."""
+    shapes = [("wte.weight", (vocab, d)), ("wpe.weight", (block, d))]
+    for i in range(n_layer):
+        for name, shape in (("norm_1.weight", (d,)), ("norm_1.bias", (d,)), ("attn.c_attn.weight", (d, 3 * d)),
+                            ("attn.c_attn.bias", (3 * d,)), ("attn.c_proj.weight", (d, d)),
+                            ("attn.c_proj.bias", (d,)), ("norm_2.weight", (d,)), ("norm_2.bias", (d,)),
+                            ("mlp.c_fc.weight", (d, 4 * d)), ("mlp.c_fc.bias", (4 * d,)),
+                            ("mlp.c_proj.weight", (4 * d, d)), ("mlp.c_proj.bias", (d,))):
+            shapes.append((f"h.{i}.{name}", shape))
+    return shapes + [("norm_f.weight", (d,)), ("norm_f.bias", (d,))]
+
+
+def llama_layout(n_layer=16, d=256, kv=64, ffn=683, vocab=32000):
+    """Llama (untied head, grouped KV, SwiGLU of 8d/3): at d = 256 147 tensors, 27.4M parameters."""
+    shapes = [("embed.weight", (vocab, d))]
+    for i in range(n_layer):
+        for name, shape in (("attn_norm.weight", (d,)), ("q.weight", (d, d)), ("k.weight", (kv, d)),
+                            ("v.weight", (kv, d)), ("o.weight", (d, d)), ("mlp_norm.weight", (d,)),
+                            ("gate.weight", (ffn, d)), ("up.weight", (ffn, d)), ("down.weight", (d, ffn))):
+            shapes.append((f"layers.{i}.{name}", shape))
+    return shapes + [("norm.weight", (d,)), ("lm_head.weight", (vocab, d))]
+
+
+LAYOUTS = {"gpt2-1/4": lambda: gpt2_layout(), "llama16-1/4": lambda: llama_layout(),
+           "gpt2-small": lambda: gpt2_layout(d=768), "llama16-full": lambda: llama_layout(d=1024, kv=256, ffn=2731)}
+
+
+def ops_per_step(step):
+    """aten ops one call of step runs (torch.profiler, CPU; nested ops counted too)."""
+    from torch.profiler import ProfilerActivity, profile
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        step()
+    return sum(1 for e in prof.events() if e.name.startswith("aten::"))
+
+
+def median_ms(step, repeats):
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        step()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times) * 1e3, (max(times) - min(times)) * 1e3
+
+
+def layout_rank(shapes, repeats):
+    """SCAPE 99% and 90% and AdamW fused and foreach on the same named parameters and gradients."""
+    import scape.torch as st
+    gen = torch.Generator().manual_seed(0)
+    named = [(name, torch.nn.Parameter(torch.randn(shape, generator=gen) * 0.02)) for name, shape in shapes]
+    for _, p in named:
+        p.grad = torch.randn(p.shape, generator=gen) * 1e-3
+    params = [p for _, p in named]
+    makers = {"SCAPE 99%": lambda: st.SCAPE(named, lr=1e-3, sparsity=0.99),
+              "SCAPE 90%": lambda: st.SCAPE(named, lr=1e-3, sparsity=0.9),
+              "AdamW fused": lambda: torch.optim.AdamW(params, lr=1e-3, fused=True),
+              "AdamW foreach": lambda: torch.optim.AdamW(params, lr=1e-3, foreach=True)}
+    out = {}
+    for label, make in makers.items():
+        opt = make()
+        opt.step()  # SCAPE's step 1 selects its own mask; the timed steps receive theirs (lag 1)
+        opt.step()
+        ms, spread = median_ms(opt.step, repeats)
+        out[label] = (ms, spread, ops_per_step(opt.step))
+        del opt
+    return len(params), sum(p.numel() for p in params), out
+
+
+def layouts(names, repeats):
+    print(f"3. one rank, real layouts (norms and biases dense), {torch.get_num_threads()} threads, torch "
+          f"{torch.__version__}; median ms of {repeats} steps (max - min), aten ops per step")
+    print(f"   {'layout':14} {'tensors':>7} {'params':>8} {'optimizer':14} {'ms':>8} {'spread':>7} "
+          f"{'× fused':>8} {'ops':>6}")
+    for name in names:
+        tensors, n, r = layout_rank(LAYOUTS[name](), repeats)
+        fused = r["AdamW fused"][0]
+        for label, (ms, spread, ops) in r.items():
+            print(f"   {name:14} {tensors:7d} {n / 1e6:7.1f}M {label:14} {ms:8.1f} {spread:7.1f} "
+                  f"{ms / fused:8.1f} {ops:6d}", flush=True)
+
+
 def rank_main(rank, world, port, n, sparsity, compute_ms, results):
     import torch.distributed as dist
     import scape.torch as st
@@ -120,7 +205,13 @@ def main():
     parser.add_argument("--compute-ms", type=float, default=20.0,
                         help="part 2: sleep spread over the layers' backward, standing in for a GPU's "
                              "(default %(default)s)")
+    parser.add_argument("--layouts", nargs="*", choices=sorted(LAYOUTS),
+                        help="run part 3 only, on these layouts (none named: the two at 1/4 width)")
+    parser.add_argument("--repeats", type=int, default=7, help="part 3: timed steps (default %(default)s)")
     args = parser.parse_args()
+    if args.layouts is not None:
+        layouts(args.layouts or ["gpt2-1/4", "llama16-1/4"], args.repeats)
+        return
     r = one_rank(args.n, args.sparsity)
     print(f"1. one rank, N = {args.n} in {TENSORS} tensors, sparsity {args.sparsity}, {r['threads']} threads; "
           f"yardstick: one pass over 12 B a parameter = {r['stream'] * 1e3:.2f} ms")
