@@ -14,6 +14,7 @@ import atexit
 import math
 import time
 import weakref
+from dataclasses import replace
 from typing import Any, Dict, List, Optional, Sequence
 
 import torch
@@ -25,11 +26,12 @@ from .arith import AdamScalars, adams_update, decay_factor, f32
 from .comm import Group
 from .layout import FlatLayout, Slot
 from .fp8 import Fp8Payload
-from .masks import merge_segments, pack_positions, packed_positions, topk_indices, unpack_bits
+from .masks import merge_segments, packed_positions, unpack_bits
 from .metrics import StepMetrics
 from .params import (ParamMirror, added_group, check_tensors, local_tensor, normalize_groups,
                      refuse_sharded_parameters, trainable_tensors)
 from .schedule import DensitySchedule, k_piece
+from .selection import RangeSelector
 
 DEFAULT_DENSE_TENSORS = ("norm", "bias")
 
@@ -127,6 +129,8 @@ class SCAPE(torch.optim.Optimizer):
         self._exposed = self._mask_wait = self._grad_wait = 0.0
         self._frozen: List[int] = []  # slots without a gradient on any rank this step
         self.overlap = None
+        self._selector = None  # (the layout it was built for, its RangeSelector)
+        self._grad_views = None  # (the gradient workspace, its views shaped as the tensors)
         self._build_layout()
         check_agreement(self.comm, self._settings(), "SCAPE", self.device)
         self._allocate_state()
@@ -229,14 +233,21 @@ class SCAPE(torch.optim.Optimizer):
         return ks
 
     def _flat_grads(self, grad_scale: Optional[torch.Tensor]) -> torch.Tensor:
-        """This step's local gradient in layout order, unscaled (in the reused workspace)."""
+        """This step's local gradient in layout order, unscaled (in the reused workspace), copied
+        in by one foreach op into views of the workspace shaped as the tensors."""
         g = self._work_g
-        for slot, p in zip(self.layout.slots, self._tensors):
-            part = g[slot.offset:slot.end]
-            if p.grad is None:
-                part.zero_()
-            else:
-                part.copy_(local_tensor(p.grad).reshape(-1))
+        if self._grad_views is None or self._grad_views[0] is not g:
+            self._grad_views = (g, [g[s.offset:s.end].view(local_tensor(p).shape)
+                                    for s, p in zip(self.layout.slots, self._tensors)])
+        views = self._grad_views[1]
+        grads = [p.grad for p in self._tensors]
+        have = [j for j, grad in enumerate(grads) if grad is not None]
+        if len(have) == len(grads):
+            torch._foreach_copy_(views, [local_tensor(grad) for grad in grads])
+        else:
+            if have:
+                torch._foreach_copy_([views[j] for j in have], [local_tensor(grads[j]) for j in have])
+            torch._foreach_zero_([views[j] for j, grad in enumerate(grads) if grad is None])
         if grad_scale is not None:
             g.mul_(grad_scale.double().reciprocal().float().to(g.device))
         return g
@@ -267,17 +278,13 @@ class SCAPE(torch.optim.Optimizer):
 
     def _select(self, stat: torch.Tensor, rho: List[float]) -> torch.Tensor:
         """This owner's bits of the mask at densities rho, packed as its byte segment."""
-        lo, hi = self._own_range
         pieces = self.layout.pieces[self.comm.rank]
-        sparse = [p for p in pieces if not p.dense]
-        picks = topk_indices([stat[p.begin - lo:p.end - lo] for p in sparse],
-                             [k_piece(rho[self.layout.slots[p.slot].group], p.size) for p in sparse])
-        positions = [chosen + p.begin for p, chosen in zip(sparse, picks)]
-        positions += [torch.arange(p.begin, p.end, device=self.device) for p in pieces if p.dense]
-        first, end = self.layout.mask_bytes(self.comm.rank)
-        if not positions:
-            return torch.zeros(end - first, dtype=torch.uint8, device=self.device)
-        return pack_positions(torch.cat(positions), first, end - first)
+        if self._selector is None or self._selector[0] is not self.layout:
+            lo, hi = self._own_range
+            self._selector = (self.layout, RangeSelector(lo, hi, pieces, self.layout.mask_bytes(self.comm.rank),
+                                                         self.device))
+        ks = [p.size if p.dense else k_piece(rho[self.layout.slots[p.slot].group], p.size) for p in pieces]
+        return self._selector[1].select(stat, ks)
 
     def _gather_mask(self, segment: torch.Tensor, rho: List[float], async_op: bool, step: int) -> Dict[str, Any]:
         ranges = [self.layout.mask_bytes(w) for w in range(self.comm.size)]
@@ -432,7 +439,7 @@ class SCAPE(torch.optim.Optimizer):
         of it when sharded)."""
         lo, hi = self._state_range
         b1, omb1 = f32(self.beta1), f32(1.0 - self.beta1)
-        kept = self._keep_untouched(self._frozen)
+        kept = state_io.keep_untouched(self, self._frozen)
         # Step 9, from m_prev and q before this step changes them (none after the last step).
         if self.mask_lag == 1 and t != self.total_steps:
             if stat is None:
@@ -469,7 +476,7 @@ class SCAPE(torch.optim.Optimizer):
             values, _ = self.comm.all_gather_uneven(self._theta.index_select(0, own_idx), counts,
                                                     "param_all_gather")
             self._theta.index_copy_(0, idx, values)
-        self._restore_untouched(kept)
+        state_io.restore_untouched(self, kept)
         self.mirror.push()
         self._metrics = StepMetrics.collect(self, t, idx, clip_factor)
         self._metrics.extra.update(mask_wait_exposed=self._mask_wait, grad_wait_exposed=self._grad_wait,
@@ -478,32 +485,6 @@ class SCAPE(torch.optim.Optimizer):
         self._t = t
         self._step_count.fill_(float(t))
         state_io.bind_residual_views(self)  # the residual traded places with the workspace
-
-    def _keep_untouched(self, slots: List[int]):
-        """A tensor without a gradient on any rank is skipped as torch's optimizers skip it: its
-        parameter (no decay), first moment and residual stay as they were."""
-        lo, hi = self._state_range
-        kept = []
-        for j in slots:
-            s = self.layout.slots[j]
-            a, b = max(s.offset, lo), min(s.end, hi)
-            kept.append((s, self._theta[s.offset:s.end].clone(),
-                         self._e[s.offset:s.end].clone() if self._e.numel() else None,
-                         (a, b, self._m[a - lo:b - lo].clone(), self._q[a - lo:b - lo].clone() if self._q.numel() else None)
-                         if a < b else None))
-        return kept
-
-    def _restore_untouched(self, kept) -> None:
-        lo = self._state_range[0]
-        for s, theta, e, state in kept:
-            self._theta[s.offset:s.end] = theta
-            if e is not None:
-                self._e[s.offset:s.end] = e
-            if state is not None:
-                a, b, m, q = state
-                self._m[a - lo:b - lo] = m
-                if q is not None:
-                    self._q[a - lo:b - lo] = q
 
     def _keep_residual(self, c: torch.Tensor, idx: torch.Tensor) -> None:
         if not self.residual:
@@ -534,22 +515,27 @@ class SCAPE(torch.optim.Optimizer):
 
     def _update(self, t: int, own_idx, local, m_prev, b_bar, g_hat) -> None:
         """Step 7: weight decay on every decayed coordinate of every replica, the AdamS step on
-        the mask, m = b_bar on the mask and 0 off it."""
-        for (first, end), group in zip(self._group_bounds, self.param_groups):
-            if group["weight_decay"] and end > first:
-                self._theta[first:end].mul_(decay_factor(group["lr"], group["weight_decay"]))
-        cuts = torch.searchsorted(own_idx, torch.tensor([b for b, _ in self._group_bounds[1:]],
-                                                        dtype=own_idx.dtype, device=own_idx.device)).tolist()
-        edges = [0] + cuts + [own_idx.numel()]
-        new_theta = torch.empty_like(b_bar)
-        theta_on_mask = self._theta.index_select(0, own_idx)
-        for gi, group in enumerate(self.param_groups):
-            a, b = edges[gi], edges[gi + 1]
-            if b <= a:
-                continue
-            s = AdamScalars.at(group["lr"], self.beta1, self.beta2, self.eps, t, self.bias_correction)
-            new_theta[a:b] = adams_update(theta_on_mask[a:b], m_prev[a:b], b_bar[a:b], g_hat[a:b], s)
-        self._theta.index_copy_(0, own_idx, new_theta)
+        the mask, m = b_bar on the mask and 0 off it. The groups differ only in lr and weight
+        decay, so both are spread over the coordinates as vectors where they differ and the
+        arithmetic runs once (a factor of 1 and the same fp32 products leave the values equal)."""
+        groups = [(first, end, g) for (first, end), g in zip(self._group_bounds, self.param_groups)]
+        factors = [decay_factor(g["lr"], g["weight_decay"]) if g["weight_decay"] else 1.0 for _, _, g in groups]
+        if len(set(factors)) > 1:
+            sizes = torch.tensor([end - first for first, end, _ in groups], device=self.device)
+            self._theta.mul_(torch.tensor(factors, dtype=torch.float32, device=self.device)
+                             .repeat_interleave(sizes, output_size=self._theta.numel()))
+        elif factors and factors[0] != 1.0:
+            self._theta.mul_(factors[0])
+        s = AdamScalars.at(self.param_groups[0]["lr"], self.beta1, self.beta2, self.eps, t, self.bias_correction)
+        lrs = [f32(g["lr"]) for _, _, g in groups]
+        if len(set(lrs)) > 1:
+            bounds = torch.tensor([end for _, end, _ in groups[:-1]], dtype=own_idx.dtype, device=own_idx.device)
+            edges = torch.cat((own_idx.new_zeros(1), torch.searchsorted(own_idx, bounds),
+                               own_idx.new_full((1,), own_idx.numel())))
+            s = replace(s, lr=torch.tensor(lrs, dtype=torch.float32, device=self.device)
+                        .repeat_interleave(edges[1:] - edges[:-1], output_size=own_idx.numel()))
+        self._theta.index_copy_(0, own_idx, adams_update(self._theta.index_select(0, own_idx), m_prev, b_bar,
+                                                         g_hat, s))
         self._m.zero_()
         self._m.index_copy_(0, local, b_bar)
 

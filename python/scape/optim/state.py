@@ -3,6 +3,9 @@
 "param_groups": [...]}) so that torch.distributed.checkpoint (get_state_dict, set_state_dict,
 dcp.save, dcp.load) keeps it, and a checkpoint written at one world size resumes at another.
 
+keep_untouched and restore_untouched hold the state of the tensors that had no gradient on any
+rank across a step, which leaves them as they were.
+
 Live, `opt.state[p]` holds views of the flat buffers the step works on: "exp_avg" (shaped like
 p when replicated; the 1-D part of p inside this rank's shard when sharded), "residual" (this
 rank's own), "carried_momentum" (sharded), "step".
@@ -268,3 +271,32 @@ def _global_mask(opt, entries: List[Dict[str, Any]], key: str) -> Optional[torch
     bits = torch.cat([unpack_bits(e[key].to(opt.device), slot.numel)
                       for slot, e in zip(opt.layout.slots, entries)])
     return pack_bits(bits)
+
+
+def keep_untouched(opt, slots: List[int]):
+    """A tensor without a gradient on any rank is skipped as torch's optimizers skip it: its
+    parameter (no decay), first moment and residual stay as they were."""
+    lo, hi = opt._state_range
+    kept = []
+    for j in slots:
+        s = opt.layout.slots[j]
+        a, b = max(s.offset, lo), min(s.end, hi)
+        kept.append((s, opt._theta[s.offset:s.end].clone(),
+                     opt._e[s.offset:s.end].clone() if opt._e.numel() else None,
+                     (a, b, opt._m[a - lo:b - lo].clone(), opt._q[a - lo:b - lo].clone() if opt._q.numel() else None)
+                     if a < b else None))
+    return kept
+
+
+def restore_untouched(opt, kept) -> None:
+    """Puts back what keep_untouched kept, after the step."""
+    lo = opt._state_range[0]
+    for s, theta, e, state in kept:
+        opt._theta[s.offset:s.end] = theta
+        if e is not None:
+            opt._e[s.offset:s.end] = e
+        if state is not None:
+            a, b, m, q = state
+            opt._m[a - lo:b - lo] = m
+            if q is not None:
+                opt._q[a - lo:b - lo] = q

@@ -1,0 +1,140 @@
+"""One owner's top-k selection over its whole range of the flat buffer at once: exactly k per
+tensor piece, equal magnitudes to the lower index (kernels/cpu/select.cpp's rule, as
+masks.topk_indices), in a number of torch ops that does not grow with the number of pieces.
+
+Per piece, a sample of its magnitudes (every P-th, P prime so that rows of a matrix are not
+sampled in the same columns) brackets the k-th largest between a ceiling and a floor, with a
+margin of several standard deviations of the sample's rank. Everything above the ceiling is
+selected; the band between floor and ceiling is small and is ranked by (magnitude descending,
+position ascending) in one stable sort of all pieces' bands together. Counting checks the
+bracket per piece (at most k above the ceiling, at least k above the floor); a piece where the
+sample misled (or a NaN hid) is selected on its own by masks.topk_indices, so the result is
+exact either way, only slower for that piece."""
+from __future__ import annotations
+
+import math
+from typing import List, Sequence
+
+import torch
+
+from .masks import pack_bits, topk_indices
+
+_STRIDE = 127          # the sample's stride in large pieces
+_SAMPLE_MIN = 256      # pieces of fewer than this many sample points are sampled whole
+_MARGIN_SIGMAS = 4.0   # the bracket's half-width, in standard deviations of the sample rank
+
+
+def _float_keys(values: torch.Tensor) -> torch.Tensor:
+    """Non-negative fp32 values as int64 keys of the same order (their IEEE bits)."""
+    return values.contiguous().view(torch.int32).to(torch.int64)
+
+
+class RangeSelector:
+    """The cached index structure of one owner's range [lo, hi) with its pieces: begin, end
+    (global), dense flag, in layout order and covering the range."""
+
+    def __init__(self, lo: int, hi: int, pieces: Sequence, byte_range, device: torch.device):
+        self.lo, self.hi, self.device = lo, hi, device
+        self.pieces = list(pieces)
+        self.sizes = [p.end - p.begin for p in self.pieces]
+        self.sizes_t = torch.tensor(self.sizes, dtype=torch.int64, device=device)
+        ends = torch.tensor([p.end - lo for p in self.pieces], dtype=torch.int64, device=device)
+        self.ends_t = ends
+        # The sample of every sparse piece, as positions in the range, with each piece's count.
+        self.sample_start, self.sample_count, self.strides, parts, seg = [], [], [], [], []
+        at = 0
+        for j, p in enumerate(self.pieces):
+            size = p.end - p.begin
+            stride = 1 if p.dense or size < _STRIDE * _SAMPLE_MIN else _STRIDE
+            count = 0 if p.dense else (size + stride - 1) // stride
+            self.sample_start.append(at)
+            self.sample_count.append(count)
+            self.strides.append(stride)
+            if count:
+                parts.append(torch.arange(p.begin - lo, p.end - lo, stride, dtype=torch.int64, device=device))
+                seg.append(torch.full((count,), j, dtype=torch.int64, device=device))
+            at += count
+        self.sample_total = at
+        self.sample_idx = torch.cat(parts) if parts else torch.zeros(0, dtype=torch.int64, device=device)
+        self.sample_seg = torch.cat(seg) if seg else torch.zeros(0, dtype=torch.int64, device=device)
+        self.sample_seg_key = self.sample_seg << 32
+        dense = torch.zeros(hi - lo, dtype=torch.bool, device=device)
+        for p in self.pieces:
+            if p.dense:
+                dense[p.begin - lo:p.end - lo] = True
+        self.dense = dense
+        self.first_byte, self.end_byte = byte_range
+        self._sentinels = torch.tensor([math.inf, -1.0, math.nan], dtype=torch.float32, device=device)
+
+    def _bracket(self, ks: List[int]) -> List[int]:
+        """Indices into [sorted sample, +inf, -1, NaN] of each piece's ceiling, then floor."""
+        inf, low, nan = self.sample_total, self.sample_total + 1, self.sample_total + 2
+        ceilings, floors = [], []
+        for j, p in enumerate(self.pieces):
+            n, count = self.sizes[j], self.sample_count[j]
+            if p.dense or not count:
+                ceilings.append(inf)
+                floors.append(nan)
+                continue
+            q = ks[j] * count / n            # the k-th largest's expected rank in the sample, from the top
+            margin = _MARGIN_SIGMAS * math.sqrt(q) + 2 if self.strides[j] > 1 else 0
+            top = self.sample_start[j] + count  # one past the piece's largest sample value
+            r_ceiling = math.floor(q - margin) if self.strides[j] > 1 else ks[j]
+            r_floor = math.ceil(q + margin) if self.strides[j] > 1 else ks[j]
+            # the r-th largest sample is at top - r; the ceiling leaves fewer than k above it
+            ceilings.append(top - r_ceiling if r_ceiling >= 1 else inf)
+            floors.append(top - r_floor if 1 <= r_floor <= count else low)
+        return ceilings + floors
+
+    def select(self, stat: torch.Tensor, ks: List[int]) -> torch.Tensor:
+        """The owner's packed byte segment of the mask for a statistic over [lo, hi) (ks: one k
+        per piece, ignored for dense pieces)."""
+        n_pieces, dev = len(self.pieces), self.device
+        if not n_pieces:
+            return torch.zeros(self.end_byte - self.first_byte, dtype=torch.uint8, device=dev)
+        a = stat.abs()
+        sample = a.index_select(0, self.sample_idx)
+        ordered = torch.sort(self.sample_seg_key | _float_keys(sample)).values
+        values = torch.cat(((ordered & 0xFFFFFFFF).to(torch.int32).view(torch.float32), self._sentinels))
+        picks = torch.tensor(self._bracket(ks), dtype=torch.int64, device=dev)
+        bounds = values.index_select(0, picks)
+        ceiling = bounds[:n_pieces].repeat_interleave(self.sizes_t, output_size=a.numel())
+        floor = bounds[n_pieces:].repeat_interleave(self.sizes_t, output_size=a.numel())
+        bits = torch.zeros(8 * (self.end_byte - self.first_byte), dtype=torch.bool, device=dev)
+        skip = self.lo - 8 * self.first_byte
+        mask = bits[skip:skip + a.numel()]
+        torch.gt(a, ceiling, out=mask)
+        band = torch.ge(a, floor).logical_and_(mask.logical_not())
+        del ceiling, floor
+        running = torch.cumsum(mask, 0, dtype=torch.int32 if a.numel() < 2 ** 31 else torch.int64)
+        above = running.index_select(0, self.ends_t - 1)
+        above = (above - torch.cat((above.new_zeros(1), above[:-1]))).to(torch.int64)
+        del running
+        where = band.nonzero().view(-1)
+        seg = torch.searchsorted(self.ends_t, where, right=True)
+        in_band = torch.bincount(seg, minlength=n_pieces)
+        k_t = torch.tensor([0 if p.dense else k for p, k in zip(self.pieces, ks)], dtype=torch.int64, device=dev)
+        need = k_t - above
+        # Rank each band by magnitude descending, then position ascending (the sort is stable
+        # and the positions come ascending), pieces apart; keep the first `need` of each.
+        keys = (seg << 32) | (0x7FFFFFFF - _float_keys(a.index_select(0, where)))
+        order = torch.sort(keys, stable=True).indices
+        seg_sorted = seg.index_select(0, order)
+        starts = torch.cumsum(in_band, 0) - in_band
+        rank = torch.arange(where.numel(), device=dev) - starts.index_select(0, seg_sorted)
+        chosen = where.index_select(0, order).masked_select(rank < need.index_select(0, seg_sorted))
+        mask.index_fill_(0, chosen, True)
+        mask.logical_or_(self.dense)
+        misled = ((need < 0) | (need > in_band)).nonzero().view(-1).tolist()
+        if misled:
+            self._select_alone(a, mask, misled, ks)
+        return pack_bits(bits)
+
+    def _select_alone(self, a: torch.Tensor, mask: torch.Tensor, pieces: List[int], ks: List[int]) -> None:
+        """The pieces whose bracket did not hold, each ranked on its own."""
+        spans = [(self.pieces[j].begin - self.lo, self.pieces[j].end - self.lo) for j in pieces]
+        picks = topk_indices([a[b:e] for b, e in spans], [ks[j] for j in pieces])
+        for (b, e), chosen in zip(spans, picks):
+            part = mask[b:e]
+            part.zero_()
+            part.index_fill_(0, chosen, True)
