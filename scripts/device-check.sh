@@ -22,7 +22,9 @@
 #                                     against the CPU step on one trace, the loop checks; and
 #                                     test_torch_scape.py), its step time against
 #                                     AdamW(fused=True) at 100M and 500M parameters
-#                                     (python/bench/bench_torch_gpu.py), and a 2 × 600-step
+#                                     (python/bench/bench_torch_gpu.py) and on GPT-2 and Llama
+#                                     layouts at full and 1/4 width with its kernels a step
+#                                     (bench_torch_scape.py --layouts), and a 2 × 600-step
 #                                     convergence run of examples/torch_nanogpt.py (width 384,
 #                                     6 blocks) under SCAPE 90% and AdamS. Results in $OUT.
 #   scripts/device-check.sh build     On a GPU machine that has the Debian packages (or can
@@ -196,6 +198,9 @@ torch_checks() {
     failed=1
   echo "== step time"
   timeout 90 python3 python/bench/bench_torch_gpu.py 2>&1 | tee "$OUT/torch-bench.log" || failed=1
+  echo "== step time on model layouts (GPT-2 small, Llama 16 layers, full and 1/4 width) against fused AdamW"
+  timeout 100 python3 python/bench/bench_torch_scape.py --device cuda --repeats 5 \
+    --layouts gpt2-1/4 llama16-1/4 gpt2-small llama16-full 2>&1 | tee "$OUT/torch-bench-layouts.log" || failed=1
   echo "== convergence: examples/torch_nanogpt.py, width 384, 6 blocks, 600 steps (at most 100 s) each"
   for opt in scape adams; do
     timeout 100 python3 examples/torch_nanogpt.py --device cuda --optimizer "$opt" --width 384 --layers 6 \

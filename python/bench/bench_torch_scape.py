@@ -13,9 +13,11 @@
 3. (--layouts) one rank, real model layouts with norms and biases in the dense group (named so
    that SCAPE's default dense_tensors catches them): SCAPE 99% and 90% against
    torch.optim.AdamW(fused=True) and (foreach=True) on the same parameters, medians of the step,
-   and the aten ops one step runs, counted with torch.profiler (CPU; nested ops included).
+   and the aten ops one step dispatches and runs, counted with torch.profiler; --device cuda
+   adds the kernels a step launches (scripts/device-check.sh torch runs it on the GPU machine).
 
     PYTHONPATH=build/release/python ~/.cache/scape/venv/bin/python python/bench/bench_torch_scape.py
+    ... bench_torch_scape.py --layouts [gpt2-1/4 llama16-1/4 gpt2-small llama16-full] [--threads 1]
 """
 import argparse
 import os
@@ -98,30 +100,44 @@ LAYOUTS = {"gpt2-1/4": lambda: gpt2_layout(), "llama16-1/4": lambda: llama_layou
            "gpt2-small": lambda: gpt2_layout(d=768), "llama16-full": lambda: llama_layout(d=1024, kv=256, ffn=2731)}
 
 
-def ops_per_step(step):
-    """aten ops one call of step runs (torch.profiler, CPU; nested ops counted too)."""
+def ops_per_step(step, device):
+    """aten ops one call of step dispatches from Python (top level) and runs in all (nested ones
+    included), counted with torch.profiler on the CPU; on CUDA also the kernels it launches."""
     from torch.profiler import ProfilerActivity, profile
-    with profile(activities=[ProfilerActivity.CPU]) as prof:
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
+    with profile(activities=activities) as prof:
         step()
-    return sum(1 for e in prof.events() if e.name.startswith("aten::"))
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+    events = prof.events()
+    aten = [e for e in events if e.name.startswith("aten::")]
+    top = [e for e in aten if e.cpu_parent is None or not e.cpu_parent.name.startswith("aten::")]
+    kernels = sum(1 for e in events if e.device_type == torch.autograd.DeviceType.CUDA) if device.type == "cuda" else 0
+    return len(top), len(aten), kernels
 
 
-def median_ms(step, repeats):
-    times = []
+def median_ms(step, repeats, device):
+    """Median wall ms of a step, its spread (max - min), and the median process CPU ms (on a shared
+    machine the CPU time is the steadier figure: waiting for a core is not counted)."""
+    wall, cpu = [], []
     for _ in range(repeats):
-        start = time.perf_counter()
+        start, start_cpu = time.perf_counter(), time.process_time()
         step()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times) * 1e3, (max(times) - min(times)) * 1e3
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        wall.append(time.perf_counter() - start)
+        cpu.append(time.process_time() - start_cpu)
+    return statistics.median(wall) * 1e3, (max(wall) - min(wall)) * 1e3, statistics.median(cpu) * 1e3
 
 
-def layout_rank(shapes, repeats):
+def layout_rank(shapes, repeats, device):
     """SCAPE 99% and 90% and AdamW fused and foreach on the same named parameters and gradients."""
     import scape.torch as st
-    gen = torch.Generator().manual_seed(0)
-    named = [(name, torch.nn.Parameter(torch.randn(shape, generator=gen) * 0.02)) for name, shape in shapes]
+    gen = torch.Generator(device=device).manual_seed(0)
+    named = [(name, torch.nn.Parameter(torch.randn(shape, generator=gen, device=device) * 0.02))
+             for name, shape in shapes]
     for _, p in named:
-        p.grad = torch.randn(p.shape, generator=gen) * 1e-3
+        p.grad = torch.randn(p.shape, generator=gen, device=device) * 1e-3
     params = [p for _, p in named]
     makers = {"SCAPE 99%": lambda: st.SCAPE(named, lr=1e-3, sparsity=0.99),
               "SCAPE 90%": lambda: st.SCAPE(named, lr=1e-3, sparsity=0.9),
@@ -132,23 +148,23 @@ def layout_rank(shapes, repeats):
         opt = make()
         opt.step()  # SCAPE's step 1 selects its own mask; the timed steps receive theirs (lag 1)
         opt.step()
-        ms, spread = median_ms(opt.step, repeats)
-        out[label] = (ms, spread, ops_per_step(opt.step))
+        out[label] = (*median_ms(opt.step, repeats, device), *ops_per_step(opt.step, device))
         del opt
     return len(params), sum(p.numel() for p in params), out
 
 
-def layouts(names, repeats):
-    print(f"3. one rank, real layouts (norms and biases dense), {torch.get_num_threads()} threads, torch "
-          f"{torch.__version__}; median ms of {repeats} steps (max - min), aten ops per step")
-    print(f"   {'layout':14} {'tensors':>7} {'params':>8} {'optimizer':14} {'ms':>8} {'spread':>7} "
-          f"{'× fused':>8} {'ops':>6}")
+def layouts(names, repeats, device):
+    print(f"3. one rank, real layouts (norms and biases dense), {device}, {torch.get_num_threads()} threads, "
+          f"torch {torch.__version__}; median wall ms of {repeats} steps (max - min), median CPU ms, "
+          f"aten ops per step (top level / all), CUDA kernels per step")
+    print(f"   {'layout':14} {'tensors':>7} {'params':>8} {'optimizer':14} {'ms':>8} {'spread':>7} {'cpu ms':>8} "
+          f"{'× fused':>8} {'cpu×fused':>9} {'ops':>11} {'kernels':>7}")
     for name in names:
-        tensors, n, r = layout_rank(LAYOUTS[name](), repeats)
-        fused = r["AdamW fused"][0]
-        for label, (ms, spread, ops) in r.items():
-            print(f"   {name:14} {tensors:7d} {n / 1e6:7.1f}M {label:14} {ms:8.1f} {spread:7.1f} "
-                  f"{ms / fused:8.1f} {ops:6d}", flush=True)
+        tensors, n, r = layout_rank(LAYOUTS[name](), repeats, device)
+        fused, fused_cpu = r["AdamW fused"][0], r["AdamW fused"][2]
+        for label, (ms, spread, cpu, top, ops, kernels) in r.items():
+            print(f"   {name:14} {tensors:7d} {n / 1e6:7.1f}M {label:14} {ms:8.1f} {spread:7.1f} {cpu:8.1f} "
+                  f"{ms / fused:8.1f} {cpu / fused_cpu:9.1f} {f'{top}/{ops}':>11} {kernels:7d}", flush=True)
 
 
 def rank_main(rank, world, port, n, sparsity, compute_ms, results):
@@ -208,9 +224,13 @@ def main():
     parser.add_argument("--layouts", nargs="*", choices=sorted(LAYOUTS),
                         help="run part 3 only, on these layouts (none named: the two at 1/4 width)")
     parser.add_argument("--repeats", type=int, default=7, help="part 3: timed steps (default %(default)s)")
+    parser.add_argument("--device", default="cpu", help="part 3: the device (default %(default)s)")
+    parser.add_argument("--threads", type=int, default=0, help="torch's CPU threads (default: torch's own)")
     args = parser.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
     if args.layouts is not None:
-        layouts(args.layouts or ["gpt2-1/4", "llama16-1/4"], args.repeats)
+        layouts(args.layouts or ["gpt2-1/4", "llama16-1/4"], args.repeats, torch.device(args.device))
         return
     r = one_rank(args.n, args.sparsity)
     print(f"1. one rank, N = {args.n} in {TENSORS} tensors, sparsity {args.sparsity}, {r['threads']} threads; "
