@@ -40,6 +40,9 @@ class RangeSelector:
         self.sizes_t = torch.tensor(self.sizes, dtype=torch.int64, device=device)
         ends = torch.tensor([p.end - lo for p in self.pieces], dtype=torch.int64, device=device)
         self.ends_t = ends
+        # Each position's piece, so that per-piece bounds spread over the range by one gather
+        # (repeat_interleave recounts the offsets every call and was several times slower).
+        self.piece_of = torch.arange(len(self.pieces), dtype=torch.int32, device=device).repeat_interleave(self.sizes_t)
         # The sample of every sparse piece, as positions in the range, with each piece's count.
         self.sample_start, self.sample_count, self.strides, parts, seg = [], [], [], [], []
         at = 0
@@ -98,8 +101,8 @@ class RangeSelector:
         values = torch.cat(((ordered & 0xFFFFFFFF).to(torch.int32).view(torch.float32), self._sentinels))
         picks = torch.tensor(self._bracket(ks), dtype=torch.int64, device=dev)
         bounds = values.index_select(0, picks)
-        ceiling = bounds[:n_pieces].repeat_interleave(self.sizes_t, output_size=a.numel())
-        floor = bounds[n_pieces:].repeat_interleave(self.sizes_t, output_size=a.numel())
+        ceiling = bounds[:n_pieces].index_select(0, self.piece_of)
+        floor = bounds[n_pieces:].index_select(0, self.piece_of)
         bits = torch.zeros(8 * (self.end_byte - self.first_byte), dtype=torch.bool, device=dev)
         skip = self.lo - 8 * self.first_byte
         mask = bits[skip:skip + a.numel()]
