@@ -214,6 +214,9 @@ class ParamMirror:
             n = local_tensor(p).numel()
             self.views.append(self.theta[at:at + n])
             at += n
+        # Views shaped as the tensors, made once: the copies in and out are then one foreach op
+        # a step, not a reshape and a copy a tensor.
+        self.shaped = [view.view(local_tensor(p).shape) for view, p in zip(self.views, tensors)]
         self.stamps: List[Any] = [None] * len(tensors)
         self.low_precision = [j for j, p in enumerate(tensors) if p.dtype != torch.float32]
         self.pull(everything=True)
@@ -221,7 +224,7 @@ class ParamMirror:
     @torch.no_grad()
     def pull(self, everything: bool = False) -> None:
         if not self.low_precision and self.tensors:  # one op, not one a tensor
-            torch.cat([local_tensor(p).reshape(-1) for p in self.tensors], out=self.theta)
+            torch._foreach_copy_(self.shaped, [local_tensor(p) for p in self.tensors])
             return
         for j, (p, view) in enumerate(zip(self.tensors, self.views)):
             local = local_tensor(p)
@@ -236,7 +239,7 @@ class ParamMirror:
     def push(self) -> None:
         """The flat values into the parameters (rounded where they are bf16 or fp16)."""
         locals_ = [local_tensor(p) for p in self.tensors]
-        torch._foreach_copy_(locals_, [view.view_as(local) for view, local in zip(self.views, locals_)])
+        torch._foreach_copy_(locals_, self.shaped)
         self.stamps = [_stamp(p) for p in self.tensors]
 
     def masters(self) -> Dict[int, torch.Tensor]:

@@ -131,7 +131,7 @@ class SCAPE(torch.optim.Optimizer):
         self.overlap = None
         self._selector = None  # (the layout it was built for, its RangeSelector)
         self._grad_views = None  # (the gradient workspace, its views shaped as the tensors)
-        self._group_of = None    # (the layout, each position's param group)
+        self._decay = None       # (the layout, the groups' decay factors, spread over the layout)
         self._build_layout()
         check_agreement(self.comm, self._settings(), "SCAPE", self.device)
         self._allocate_state()
@@ -521,13 +521,12 @@ class SCAPE(torch.optim.Optimizer):
         arithmetic runs once (a factor of 1 and the same fp32 products leave the values equal)."""
         groups = [(first, end, g) for (first, end), g in zip(self._group_bounds, self.param_groups)]
         factors = [decay_factor(g["lr"], g["weight_decay"]) if g["weight_decay"] else 1.0 for _, _, g in groups]
-        if len(set(factors)) > 1:
-            if self._group_of is None or self._group_of[0] is not self.layout:
+        if len(set(factors)) > 1:  # the spread factors are kept while the layout and factors stay
+            if self._decay is None or self._decay[:2] != (self.layout, factors):
                 sizes = torch.tensor([end - first for first, end, _ in groups], device=self.device)
-                self._group_of = (self.layout, torch.arange(len(groups), dtype=torch.int32, device=self.device)
-                                  .repeat_interleave(sizes, output_size=self._theta.numel()))
-            self._theta.mul_(torch.tensor(factors, dtype=torch.float32, device=self.device)
-                             .index_select(0, self._group_of[1]))
+                self._decay = (self.layout, factors, torch.tensor(factors, dtype=torch.float32, device=self.device)
+                               .repeat_interleave(sizes, output_size=self._theta.numel()))
+            self._theta.mul_(self._decay[2])
         elif factors and factors[0] != 1.0:
             self._theta.mul_(factors[0])
         s = AdamScalars.at(self.param_groups[0]["lr"], self.beta1, self.beta2, self.eps, t, self.bias_correction)

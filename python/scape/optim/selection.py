@@ -17,7 +17,7 @@ from typing import List, Sequence
 
 import torch
 
-from .masks import pack_bits, topk_indices
+from .masks import topk_indices
 
 _STRIDE = 127          # the sample's stride in large pieces
 _SAMPLE_MIN = 256      # pieces of fewer than this many sample points are sampled whole
@@ -27,6 +27,14 @@ _MARGIN_SIGMAS = 4.0   # the bracket's half-width, in standard deviations of the
 def _float_keys(values: torch.Tensor) -> torch.Tensor:
     """Non-negative fp32 values as int64 keys of the same order (their IEEE bits)."""
     return values.contiguous().view(torch.int32).to(torch.int64)
+
+
+def _pack_words(bits: torch.Tensor) -> torch.Tensor:
+    """bool [8 m] -> uint8 [m] as masks.pack_bits, eight flags a 64-bit word at once (read
+    little-endian, as on every device torch runs on): the product with 0x0102040810204080
+    gathers byte j's low bit into bit 56 + j."""
+    words = bits.view(torch.uint8).view(torch.int64)
+    return ((words * 0x0102040810204080) >> 56).bitwise_and_(0xFF).to(torch.uint8)
 
 
 class RangeSelector:
@@ -67,6 +75,7 @@ class RangeSelector:
                 dense[p.begin - lo:p.end - lo] = True
         self.dense = dense
         self.first_byte, self.end_byte = byte_range
+        self._ws = None
         self._sentinels = torch.tensor([math.inf, -1.0, math.nan], dtype=torch.float32, device=device)
 
     def _bracket(self, ks: List[int]) -> List[int]:
@@ -89,30 +98,39 @@ class RangeSelector:
             floors.append(top - r_floor if 1 <= r_floor <= count else low)
         return ceilings + floors
 
+    def _workspaces(self, n: int):
+        """Buffers reused every call: a fresh CPU allocation of N values a step faults every page
+        in anew, which cost as much as the pass that fills it."""
+        if self._ws is None:
+            words = self.end_byte - self.first_byte
+            bits = torch.zeros(8 * words, dtype=torch.bool, device=self.device)
+            self._ws = (torch.empty(n, dtype=torch.float32, device=self.device),
+                        torch.empty(n, dtype=torch.float32, device=self.device),
+                        bits, torch.empty(n, dtype=torch.bool, device=self.device))
+        return self._ws
+
     def select(self, stat: torch.Tensor, ks: List[int]) -> torch.Tensor:
         """The owner's packed byte segment of the mask for a statistic over [lo, hi) (ks: one k
         per piece, ignored for dense pieces)."""
         n_pieces, dev = len(self.pieces), self.device
         if not n_pieces:
             return torch.zeros(self.end_byte - self.first_byte, dtype=torch.uint8, device=dev)
-        a = stat.abs()
+        a, bound, bits, band = self._workspaces(stat.numel())
+        torch.abs(stat, out=a)
         sample = a.index_select(0, self.sample_idx)
         ordered = torch.sort(self.sample_seg_key | _float_keys(sample)).values
         values = torch.cat(((ordered & 0xFFFFFFFF).to(torch.int32).view(torch.float32), self._sentinels))
         picks = torch.tensor(self._bracket(ks), dtype=torch.int64, device=dev)
         bounds = values.index_select(0, picks)
-        ceiling = bounds[:n_pieces].index_select(0, self.piece_of)
-        floor = bounds[n_pieces:].index_select(0, self.piece_of)
-        bits = torch.zeros(8 * (self.end_byte - self.first_byte), dtype=torch.bool, device=dev)
         skip = self.lo - 8 * self.first_byte
         mask = bits[skip:skip + a.numel()]
-        torch.gt(a, ceiling, out=mask)
-        band = torch.ge(a, floor).logical_and_(mask.logical_not())
-        del ceiling, floor
-        running = torch.cumsum(mask, 0, dtype=torch.int32 if a.numel() < 2 ** 31 else torch.int64)
-        above = running.index_select(0, self.ends_t - 1)
-        above = (above - torch.cat((above.new_zeros(1), above[:-1]))).to(torch.int64)
-        del running
+        torch.index_select(bounds[:n_pieces], 0, self.piece_of, out=bound)
+        torch.gt(a, bound, out=mask)
+        torch.index_select(bounds[n_pieces:], 0, self.piece_of, out=bound)
+        torch.ge(a, bound, out=band)
+        band.logical_xor_(mask)  # the floor is at most the ceiling: above the ceiling is above the floor
+        above = torch.bincount(torch.searchsorted(self.ends_t, mask.nonzero().view(-1), right=True),
+                               minlength=n_pieces)
         where = band.nonzero().view(-1)
         seg = torch.searchsorted(self.ends_t, where, right=True)
         in_band = torch.bincount(seg, minlength=n_pieces)
@@ -131,7 +149,7 @@ class RangeSelector:
         misled = ((need < 0) | (need > in_band)).nonzero().view(-1).tolist()
         if misled:
             self._select_alone(a, mask, misled, ks)
-        return pack_bits(bits)
+        return _pack_words(bits)
 
     def _select_alone(self, a: torch.Tensor, mask: torch.Tensor, pieces: List[int], ks: List[int]) -> None:
         """The pieces whose bracket did not hold, each ranked on its own."""
