@@ -561,8 +561,10 @@ class SCAPE(torch.optim.Optimizer):
         return self._t
 
     def workspace_bytes_per_parameter(self) -> float:
-        """Bytes per parameter of the step's reusable workspaces (gradient, candidate)."""
-        return (self._work_g.numel() + self._spare.numel()) * 4 / self.layout.n
+        """Bytes per parameter of the step's reusable workspaces (gradient, candidate, and the
+        selection's over this rank's own range)."""
+        selection = self._selector[1].workspace_bytes() if self._selector is not None else 0
+        return ((self._work_g.numel() + self._spare.numel()) * 4 + selection) / self.layout.n
 
     def mask_bits(self) -> torch.Tensor:
         """The mask of the last step as bools over the flat layout (empty before step 1)."""

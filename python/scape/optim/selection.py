@@ -78,6 +78,14 @@ class RangeSelector:
         self._ws = None
         self._sentinels = torch.tensor([math.inf, -1.0, math.nan], dtype=torch.float32, device=device)
 
+    def workspace_bytes(self) -> int:
+        """Bytes of the buffers kept between calls: each position's piece (4), and once the first
+        selection ran the magnitudes and bounds (4 + 4) and two flags (1 + 1)."""
+        kept = self.piece_of.numel() * 4 + self.dense.numel()
+        if self._ws is not None:
+            kept += sum(t.numel() * t.element_size() for t in self._ws)
+        return kept
+
     def _bracket(self, ks: List[int]) -> List[int]:
         """Indices into [sorted sample, +inf, -1, NaN] of each piece's ceiling, then floor."""
         inf, low, nan = self.sample_total, self.sample_total + 1, self.sample_total + 2

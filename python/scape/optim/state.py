@@ -107,8 +107,17 @@ def bind_residual_views(opt) -> None:
     workspace (the only view a step moves)."""
     if not opt._e.numel():
         return
-    for slot, p in zip(opt.layout.slots, opt._tensors):
-        opt.state[p]["residual"] = opt._e[slot.offset:slot.end].view(local_tensor(p).shape)
+    # The residual alternates between two buffers, so the views of each are made once (a slice
+    # and a view a tensor every step were most of the ops a step dispatched).
+    cache = getattr(opt, "_residual_views", None)
+    if cache is None or cache[0] is not opt.layout:
+        cache = opt._residual_views = (opt.layout, {})
+    key = opt._e.data_ptr()
+    if key not in cache[1]:
+        cache[1][key] = (opt._e, [opt._e[slot.offset:slot.end].view(local_tensor(p).shape)
+                                  for slot, p in zip(opt.layout.slots, opt._tensors)])
+    for p, view in zip(opt._tensors, cache[1][key][1]):
+        opt.state[p]["residual"] = view
 
 
 def _full(opt, part: torch.Tensor) -> torch.Tensor:
