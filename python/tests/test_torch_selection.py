@@ -1,0 +1,68 @@
+"""scape.optim.selection.RangeSelector held to masks.topk_indices, the per-tensor selection the C++
+core's rule was first checked on: exactly k per piece, equal magnitudes to the lower index, dense
+pieces whole, the bits placed in the owner's byte range. The trace tests' tensors are all small
+enough to be sampled whole, so the strided sample's bracket (and the lone ranking of a piece
+whose bracket fails, here on ties and zeros) is held here, on pieces large enough to use it."""
+import random
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from scape.optim.layout import Piece  # noqa: E402
+from scape.optim.masks import topk_indices, unpack_bits  # noqa: E402
+from scape.optim.selection import RangeSelector  # noqa: E402
+
+
+def expected_bits(stat, pieces, ks, lo):
+    want = torch.zeros(stat.numel(), dtype=torch.bool)
+    sparse = [(p, k) for p, k in zip(pieces, ks) if not p.dense]
+    picks = topk_indices([stat[p.begin - lo:p.end - lo] for p, _ in sparse], [k for _, k in sparse])
+    for (p, _), chosen in zip(sparse, picks):
+        want[chosen + p.begin - lo] = True
+    for p in pieces:
+        if p.dense:
+            want[p.begin - lo:p.end - lo] = True
+    return want
+
+
+@pytest.mark.parametrize("values", ["normal", "ties", "half-zero", "sample-misled"])
+@pytest.mark.parametrize("density", [0.01, 0.1, 0.5, 1.0])
+def test_the_range_selection_equals_the_per_tensor_one(values, density, monkeypatch):
+    alone = []
+    lone_ranking = RangeSelector._select_alone
+    monkeypatch.setattr(RangeSelector, "_select_alone",
+                        lambda self, *args: (alone.append(args[2]), lone_ranking(self, *args))[1])
+    rng = random.Random(f"{values}-{density}")
+    torch.manual_seed(rng.randrange(2 ** 31))
+    for _ in range(4):
+        lo = rng.choice([0, 3, 13, 64])
+        pieces, at = [], lo
+        for j in range(rng.randint(1, 7)):
+            size = rng.choice([5, 300, 4000, 40000, 70000])
+            pieces.append(Piece(at, at + size, j, rng.random() < 0.2))
+            at += size
+        stat = torch.randn(at - lo)
+        if values == "ties":
+            stat = torch.randint(-3, 4, (at - lo,)).float()
+        elif values == "half-zero":
+            stat[:(at - lo) // 2] = 0.0
+        elif values == "sample-misled":  # the sampled positions hold the smallest magnitudes
+            stat = 1.0 + torch.rand(at - lo)
+            for p in pieces:
+                stat[p.begin - lo:p.end - lo:127] = 1e-3 * torch.rand(len(range(p.begin, p.end, 127)))
+        ks = [p.size if p.dense else max(1, int(density * p.size)) for p in pieces]
+        first, end = lo // 8, (at + 7) // 8
+        selector = RangeSelector(lo, at, pieces, (first, end), torch.device("cpu"))
+        for _ in range(2):  # the second call runs on the reused buffers
+            packed = selector.select(stat, ks)
+            assert packed.dtype == torch.uint8 and packed.numel() == end - first
+            bits = unpack_bits(packed, 8 * packed.numel())
+            skip = lo - 8 * first
+            assert not bits[:skip].any() and not bits[skip + at - lo:].any()
+            got = bits[skip:skip + at - lo]
+            assert torch.equal(got, expected_bits(stat, pieces, ks, lo))
+            for p, k in zip(pieces, ks):
+                assert int(got[p.begin - lo:p.end - lo].sum()) == (p.size if p.dense else k)
+    if values == "sample-misled" and density in (0.1, 0.5):  # the bracket failed and was caught
+        assert alone  # (at 1% the margin reaches the sample's top: the band is the whole piece)
