@@ -561,10 +561,11 @@ class SCAPE(torch.optim.Optimizer):
         return self._t
 
     def workspace_bytes_per_parameter(self) -> float:
-        """Bytes per parameter of the step's reusable workspaces (gradient, candidate, and the
-        selection's over this rank's own range)."""
+        """Bytes per parameter of the step's reusable workspaces (gradient, candidate, the
+        selection's over this rank's own range, the decay factors where groups differ)."""
         selection = self._selector[1].workspace_bytes() if self._selector is not None else 0
-        return ((self._work_g.numel() + self._spare.numel()) * 4 + selection) / self.layout.n
+        decay = self._decay[2].numel() * 4 if self._decay is not None else 0
+        return ((self._work_g.numel() + self._spare.numel()) * 4 + selection + decay) / self.layout.n
 
     def mask_bits(self) -> torch.Tensor:
         """The mask of the last step as bools over the flat layout (empty before step 1)."""
