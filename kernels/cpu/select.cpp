@@ -12,7 +12,6 @@
 #include <algorithm>
 #include <bit>
 #include <functional>
-#include <memory>
 #include <stdexcept>
 #include <utility>
 #include <vector>
@@ -94,6 +93,15 @@ BucketPick pick_bucket(const std::vector<std::uint32_t>& per_chunk, std::size_t 
     above += count;
   }
   throw std::logic_error("topk_abs_mask: histogram holds fewer entries than the rank sought");
+}
+
+// Per-thread scratch words, reused across calls and not cleared (every word is written before it
+// is read): allocating them afresh maps and faults in new pages on every call, 16 pieces a step.
+std::uint64_t* scratch_words(std::size_t size, int which) {
+  thread_local std::vector<std::uint64_t> storage[2];
+  std::vector<std::uint64_t>& words = storage[which];
+  if (words.size() < size) words.resize(size);
+  return words.data();
 }
 
 // Per-thread histogram storage, cleared on every call: allocating 0.1-0.4 MB afresh faults in
@@ -331,12 +339,16 @@ std::vector<std::vector<std::uint32_t>> mark_at_least(const float* values, const
   return keys;
 }
 
+// Below this many marked keys the take pass, which reads only the n/64 marked words and the
+// keys (both in cache), costs less than waking the other threads for it.
+constexpr std::size_t kParallelTakeMinKeys = std::size_t{1} << 16;
+
 // Among the marked keys, takes those above `threshold` and, per chunk, the first ties_taken[c]
 // equal to it; writes every word of the mask.
 void take_marked(const Chunking& chunks, const std::uint64_t* inside,
                  const std::vector<std::vector<std::uint32_t>>& keys, std::uint32_t threshold,
-                 const std::vector<std::uint64_t>& ties_taken, std::uint64_t* words) {
-  for_each_chunk(chunks, [&](std::size_t chunk) {
+                 const std::vector<std::uint64_t>& ties_taken, std::size_t marked, std::uint64_t* words) {
+  const auto take_chunk = [&](std::size_t chunk) {
     const std::uint32_t* next = keys[chunk].data();
     std::uint64_t ties = ties_taken[chunk];
     for (std::size_t w = chunks.first_word(chunk); w < chunks.first_word(chunk + 1); ++w) {
@@ -349,7 +361,12 @@ void take_marked(const Chunking& chunks, const std::uint64_t* inside,
       }
       words[w] = taken;
     }
-  });
+  };
+  if (marked >= kParallelTakeMinKeys) {
+    for_each_chunk(chunks, take_chunk);
+    return;
+  }
+  for (std::size_t c = 0; c < chunks.count; ++c) take_chunk(c);
 }
 
 // The sampled path (k <= n/8): one pass marks the keys at or above the sampled threshold
@@ -364,7 +381,8 @@ bool select_sampled(const float* values, const Chunking& chunks, std::uint64_t k
   const std::vector<std::vector<std::uint32_t>> keys = mark_at_least(values, chunks, least, inside);
   std::vector<std::uint32_t> all;
   for (const auto& part : keys) all.insert(all.end(), part.begin(), part.end());
-  if (all.size() < k || all.size() > chunks.n / 4) return false;
+  const std::size_t marked = all.size();
+  if (marked < k || marked > chunks.n / 4) return false;
   const KthKey kth = kth_largest_key(std::move(all), k);
   std::uint64_t needed = kth.ties;
   std::vector<std::uint64_t> ties_taken(chunks.count, 0);
@@ -373,7 +391,7 @@ bool select_sampled(const float* values, const Chunking& chunks, std::uint64_t k
     ties_taken[c] = std::min<std::uint64_t>(needed, ties);
     needed -= ties_taken[c];
   }
-  take_marked(chunks, inside, keys, kth.key, ties_taken, words);
+  take_marked(chunks, inside, keys, kth.key, ties_taken, marked, words);
   return true;
 }
 
@@ -408,20 +426,20 @@ void topk_abs_mask(std::span<const float> values, std::size_t k, std::span<std::
   }
   const Chunking chunks = make_chunking(n);
   // Candidate bits for the threshold bucket; every word is written before it is read.
-  const auto inside = std::make_unique_for_overwrite<std::uint64_t[]>(chunks.words);
-  if (k <= n / kSampledMaxDensityInverse && select_sampled(values.data(), chunks, k, mask_words.data(), inside.get())) {
+  std::uint64_t* inside = scratch_words(chunks.words, 0);
+  if (k <= n / kSampledMaxDensityInverse && select_sampled(values.data(), chunks, k, mask_words.data(), inside)) {
     return;
   }
   if (n < kRadixMinElements) {
-    select_small(values.data(), chunks, k, mask_words.data(), inside.get());
+    select_small(values.data(), chunks, k, mask_words.data(), inside);
   } else {
-    select_radix(values.data(), chunks, k, mask_words.data(), inside.get());
+    select_radix(values.data(), chunks, k, mask_words.data(), inside);
   }
 }
 
 std::size_t topk_abs_indices(std::span<const float> values, std::size_t k, std::span<std::uint32_t> out) {
   checks::topk_abs_indices_sizes(k, out.size());
-  std::vector<std::uint64_t> mask(words_for(values.size()));
+  const std::span<std::uint64_t> mask(scratch_words(words_for(values.size()), 1), words_for(values.size()));
   topk_abs_mask(values, k, mask);
   return bits_to_indices(mask, 0, out.first(k));
 }
