@@ -108,6 +108,12 @@ inline void first_moment_statistic_sizes(std::size_t m, std::size_t a, std::size
   require_size(a, out, "first_moment_statistic: a");
 }
 
+inline void carried_first_moment_statistic_sizes(std::size_t m, std::size_t a, std::size_t q, std::size_t out) {
+  require_size(m, out, "carried_first_moment_statistic: m");
+  require_size(a, out, "carried_first_moment_statistic: a");
+  require_size(q, out, "carried_first_moment_statistic: q");
+}
+
 // Sign compression: a chunk > 0, ceil(n / chunk) scales, words_for(n) words.
 inline void sign_chunk_sizes(std::size_t n, std::size_t chunk, std::size_t scales, std::size_t words,
                              const char* what) {

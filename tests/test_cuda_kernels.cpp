@@ -51,7 +51,7 @@ constexpr std::string_view kComparedKernels[] = {
     "pack_bits", "unpack_bits", "popcount", "popcount_and", "popcount_or", "mask_range_counts", "bits_to_indices", "indices_to_bits",
     "and_not_bits", "or_bits", "extract_bits", "deposit_bits", "ef_encode", "ef_decode", "ef_decode_indices",
     "compact", "expand", "zero_at", "scatter_add",
-    "first_moment_statistic", "candidate_momentum", "quantize_e5m2", "momentum_from_gradient", "random_statistic", "pack_payload", "rebase_indices", "add_momentum",
+    "first_moment_statistic", "carried_first_moment_statistic", "candidate_momentum", "quantize_e5m2", "momentum_from_gradient", "random_statistic", "pack_payload", "rebase_indices", "add_momentum",
     "reconstruct_gradient", "round_to_bf16", "fill",
     "block_sum_squares", "max_magnitude", "count_nonfinite", "update_statistics",
     "sign_compress", "sign_expand_add",
@@ -555,7 +555,7 @@ TEST_CASE("count_nonfinite and update_statistics (the update metrics) match the 
 
 // ---- SCAPE passes ---------------------------------------------------------------------------
 
-TEST_CASE("first_moment_statistic and random_statistic match the CPU") {
+TEST_CASE("first_moment_statistic, its carried form and random_statistic match the CPU") {
   std::uint32_t seed = 700;
   const float b1 = 0.9f, omb1 = static_cast<float>(1.0 - 0.9);
   for (std::size_t n : {std::size_t{0}, std::size_t{1}, std::size_t{65}, std::size_t{1000}, std::size_t{300'007}, kLarge}) {
@@ -568,6 +568,13 @@ TEST_CASE("first_moment_statistic and random_statistic match the CPU") {
     sk::Buffer<float> out(gpu(), n);
     gpu().first_moment_statistic(dm, da, b1, omb1, out);
     check_equal(cpu, to_host(out), "first_moment_statistic " + what);
+
+    const std::vector<float> q = make_values(Family::special, n, ++seed);
+    std::vector<float> cpu_carried(n);
+    sk::carried_first_moment_statistic(m, a, q, b1, cpu_carried);
+    const sk::Buffer<float> dq = to_gpu(q);
+    gpu().carried_first_moment_statistic(dm, da, dq, b1, out);
+    check_equal(cpu_carried, to_host(out), "carried_first_moment_statistic " + what);
 
     // candidate_momentum in its three modes (m and g, g only, m only), with its non-finite count.
     const std::vector<float> e = make_values(Family::normal, n, ++seed);

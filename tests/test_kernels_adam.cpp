@@ -1,6 +1,7 @@
 // Tests for the AdamW / AdamS kernels (kernels/cpu/adam.cpp): double-precision references of
 // the formulas in kernels/kernel_list.inc on random data, a hand-computed AdamW trajectory with
-// PyTorch semantics, non-finite counting in accumulate, and size checks.
+// PyTorch semantics, non-finite counting in accumulate, SCAPE's one-pass carried statistic
+// against the two passes it replaces, and size checks.
 #include <doctest/doctest.h>
 
 #include <bit>
@@ -317,6 +318,59 @@ TEST_CASE("divide divides every entry, IEEE-rounded") {
   std::vector<float> big(200'000, 6.0f);  // the parallel path
   sk::divide(big, 4.0f);
   CHECK(big == std::vector<float>(200'000, 1.5f));
+}
+
+// The owner's statistic q + (b1 m + a) in one pass must round exactly as the two passes it
+// replaced (first_moment_statistic with omb1 = 1, then candidate_momentum adding q), NaN and
+// infinities included, on the serial and the parallel path.
+TEST_CASE("carried_first_moment_statistic equals the two passes it fuses") {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const float inf = std::numeric_limits<float>::infinity();
+  for (const std::size_t n : {std::size_t{0}, std::size_t{7}, std::size_t{200'003}}) {
+    CAPTURE(n);
+    std::mt19937 rng(static_cast<std::uint32_t>(n + 5));
+    std::normal_distribution<float> normal(0.0f, 1.0f);
+    std::vector<float> m(n), a(n), q(n);
+    for (std::size_t j = 0; j < n; ++j) {
+      m[j] = normal(rng);
+      a[j] = normal(rng) * 1e-3f;
+      q[j] = normal(rng);
+    }
+    if (n > 6) {
+      a[1] = nan;
+      q[2] = -inf;
+      m[3] = inf;
+      a[3] = -inf;  // inf - inf: NaN
+      q[4] = nan;
+      m[5] = 3.0e38f;  // overflows to inf in b1 m + a + q
+      q[5] = 3.0e38f;
+    }
+    const float b1 = 0.9f;
+    std::vector<float> two_pass(n), fused(n, -1.0f);
+    sk::first_moment_statistic(m, a, b1, 1.0f, two_pass);
+    CHECK(sk::candidate_momentum(two_pass, q, {}, 1.0f, 0.0f) == 0);
+    sk::carried_first_moment_statistic(m, a, q, b1, fused);
+    std::size_t differ = 0, off_formula = 0;
+    for (std::size_t j = 0; j < n; ++j) {
+      differ += std::bit_cast<std::uint32_t>(fused[j]) != std::bit_cast<std::uint32_t>(two_pass[j]) ? 1 : 0;
+      const float expected = q[j] + (b1 * m[j] + a[j]);
+      const bool same = std::isnan(expected) ? std::isnan(fused[j]) : fused[j] == expected;
+      off_formula += same ? 0 : 1;
+    }
+    CHECK(differ == 0);
+    CHECK(off_formula == 0);
+    if (n > 6) {
+      CHECK(std::isnan(fused[1]));
+      CHECK(fused[2] == -inf);
+      CHECK(std::isnan(fused[3]));
+      CHECK(std::isnan(fused[4]));
+      CHECK(fused[5] == inf);
+    }
+  }
+  std::vector<float> a(4), shorter(3);
+  CHECK_THROWS_AS(sk::carried_first_moment_statistic(shorter, a, a, 0.9f, a), std::invalid_argument);
+  CHECK_THROWS_AS(sk::carried_first_moment_statistic(a, shorter, a, 0.9f, a), std::invalid_argument);
+  CHECK_THROWS_AS(sk::carried_first_moment_statistic(a, a, shorter, 0.9f, a), std::invalid_argument);
 }
 
 TEST_CASE("adam kernels reject mismatched sizes") {

@@ -215,6 +215,25 @@ TEST_CASE("topk with a misleading sample: the sparse path's estimate fails and t
   }
 }
 
+// Sparse selections of a large input take the sampled path with its chunks in parallel: the
+// threshold's ties, NaN and inf must still go to the lowest indices across chunk boundaries.
+TEST_CASE("topk on the sampled path across chunks matches the reference") {
+  const std::size_t n = (std::size_t{1} << 20) + 7;
+  std::vector<float> x = rounded_normals(n, 6, 61);
+  for (std::size_t j = 3; j < n; j += n / 5) x[j] = kNaN;
+  for (std::size_t j = 5; j < n; j += n / 7) x[j] = -kInf;
+  const auto order = reference_order(x);
+  for (const int threads : {2, 4}) {
+    CAPTURE(threads);
+    for (const std::size_t k : {std::size_t{0}, std::size_t{3}, n / 1000, n / 100, n / 8}) {
+      with_threads(threads, [&] {
+        check_against_reference(x, order, k);
+        return 0;
+      });
+    }
+  }
+}
+
 TEST_CASE("topk with NaN, inf and signed zeros in a large input") {
   const std::size_t n = 100'000;
   std::vector<float> x = normal_values(n, 41);

@@ -27,6 +27,18 @@ void first_moment_statistic(std::span<const float> m, std::span<const float> a, 
   for (Index j = 0; j < n; ++j) s[j] = b1 * mm[j] + omb1 * aa[j];
 }
 
+void carried_first_moment_statistic(std::span<const float> m, std::span<const float> a, std::span<const float> q,
+                                    float b1, std::span<float> out) {
+  checks::carried_first_moment_statistic_sizes(m.size(), a.size(), q.size(), out.size());
+  const float* __restrict mm = m.data();
+  const float* __restrict aa = a.data();
+  const float* __restrict qq = q.data();
+  float* __restrict s = out.data();
+  const Index n = static_cast<Index>(out.size());
+#pragma omp parallel for simd schedule(static) if (parallel : n > 65536)
+  for (Index j = 0; j < n; ++j) s[j] = qq[j] + (b1 * mm[j] + aa[j]);
+}
+
 std::size_t candidate_momentum(std::span<float> e, std::span<const float> m, std::span<const float> g, float b1,
                                float omb1) {
   checks::candidate_momentum_sizes(e.size(), m.size(), g.size());

@@ -5,13 +5,13 @@
 // and the ties at it, lowest indices first (an introselect replaces the low histogram when the
 // bucket holds few candidates). Only passes 1 and 2 read all of the input. Below 2^16 elements
 // an introselect on a copy of the keys replaces the two histogram passes. A sparse selection
-// (k <= n/8) on one chunk first tries a threshold estimated from a strided sample: one pass keeps
-// every key at or above it, and an introselect on those candidates finds the exact threshold;
-// when the estimate keeps fewer than k keys (or too many), the paths above run instead.
+// (k <= n/8) first tries a threshold estimated from a strided sample: one pass, its chunks in
+// parallel, keeps every key at or above it, and an introselect on those candidates finds the
+// exact threshold; when the estimate keeps fewer than k keys (or too many), the paths above run
+// instead. The one pass replaces the two histogram passes, so it is the path sparse masks take.
 #include <algorithm>
 #include <bit>
 #include <functional>
-#include <memory>
 #include <stdexcept>
 #include <utility>
 #include <vector>
@@ -93,6 +93,15 @@ BucketPick pick_bucket(const std::vector<std::uint32_t>& per_chunk, std::size_t 
     above += count;
   }
   throw std::logic_error("topk_abs_mask: histogram holds fewer entries than the rank sought");
+}
+
+// Per-thread scratch words, reused across calls and not cleared (every word is written before it
+// is read): allocating them afresh maps and faults in new pages on every call, 16 pieces a step.
+std::uint64_t* scratch_words(std::size_t size, int which) {
+  thread_local std::vector<std::uint64_t> storage[2];
+  std::vector<std::uint64_t>& words = storage[which];
+  if (words.size() < size) words.resize(size);
+  return words.data();
 }
 
 // Per-thread histogram storage, cleared on every call: allocating 0.1-0.4 MB afresh faults in
@@ -298,49 +307,91 @@ std::uint64_t at_least_word(const float* v, std::size_t len, std::uint32_t least
 constexpr std::uint64_t kSampledMaxDensityInverse = 8;
 constexpr std::size_t kSampleSize = 2048;
 
-// The sampled path (one chunk, k <= n/8): the key of rank ~1.25 k of a strided sample, lowered
-// by a margin of 8 sample ranks, is a threshold at or below the k-th largest key unless the
-// sample was unlucky; one pass marks the keys at or above it (`inside`), and if they number at
-// least k (and at most n/4, past which ties make the gather cost more than the histograms) an
-// introselect on them gives the exact k-th key, whose ties go to the lowest indices. Returns
-// false, having written nothing final, when the estimate does not hold.
-bool select_sampled(const float* values, std::size_t n, std::uint64_t k, std::uint64_t* words, std::uint64_t* inside) {
+// The sampled threshold: the key of rank ~1.25 k of a strided sample, lowered by a margin of 8
+// sample ranks, is at or below the k-th largest key unless the sample was unlucky. 0 when
+// every key would qualify (nothing gained).
+std::uint32_t sampled_threshold(const float* values, std::size_t n, std::uint64_t k) {
   const std::size_t s = std::min(n, kSampleSize), stride = n / s;
   std::vector<std::uint32_t> sample(s);
   for (std::size_t i = 0; i < s; ++i) sample[i] = magnitude_key(values[i * stride]);
   const std::size_t rank = std::min<std::size_t>(s, (5 * k * s + 4 * n - 1) / (4 * n) + 8);
   const auto pick = sample.begin() + static_cast<std::ptrdiff_t>(rank - 1);
   std::nth_element(sample.begin(), pick, sample.end(), std::greater<>());
-  const std::uint32_t least = *pick;
-  if (least == 0) return false;  // every key qualifies: nothing gained
-  const std::size_t nw = words_for(n);
-  std::uint64_t kept = 0;
-  for (std::size_t w = 0; w < nw; ++w) {
-    inside[w] = at_least_word(values + 64 * w, std::min<std::size_t>(64, n - 64 * w), least);
-    kept += static_cast<std::uint64_t>(std::popcount(inside[w]));
-  }
-  if (kept < k || kept > n / 4) return false;
-  std::vector<std::uint32_t> keys;
-  keys.reserve(kept);
-  for (std::size_t w = 0; w < nw; ++w) {
-    for (std::uint64_t bits = inside[w]; bits != 0; bits &= bits - 1) {
-      keys.push_back(magnitude_key(values[64 * w + static_cast<std::size_t>(std::countr_zero(bits))]));
+  return *pick;
+}
+
+// One pass, chunk by chunk: inside[] marks the keys at or above `least`, and keys[c] gets
+// chunk c's marked keys in index order. A chunk stops once it holds more than n/4 keys: the
+// sampled path is then abandoned, and the ties that cause it should not fill memory.
+std::vector<std::vector<std::uint32_t>> mark_at_least(const float* values, const Chunking& chunks, std::uint32_t least,
+                                                      std::uint64_t* inside) {
+  std::vector<std::vector<std::uint32_t>> keys(chunks.count);
+  for_each_chunk(chunks, [&](std::size_t chunk) {
+    std::vector<std::uint32_t>& out = keys[chunk];
+    for (std::size_t w = chunks.first_word(chunk); w < chunks.first_word(chunk + 1); ++w) {
+      if (out.size() > chunks.n / 4) break;
+      inside[w] = at_least_word(values + 64 * w, std::min<std::size_t>(64, chunks.n - 64 * w), least);
+      for (std::uint64_t bits = inside[w]; bits != 0; bits &= bits - 1) {
+        out.push_back(magnitude_key(values[64 * w + static_cast<std::size_t>(std::countr_zero(bits))]));
+      }
     }
-  }
-  const KthKey kth = kth_largest_key(keys, k);
-  const std::uint32_t threshold = kth.key;
-  std::uint64_t ties = kth.ties;
-  std::size_t next = 0;
-  for (std::size_t w = 0; w < nw; ++w) {
-    std::uint64_t taken = 0;
-    for (std::uint64_t bits = inside[w]; bits != 0; bits &= bits - 1) {
-      const std::uint32_t key = keys[next++];
-      const bool tie_taken = key == threshold && ties > 0;
-      ties -= tie_taken ? 1 : 0;
-      if (key > threshold || tie_taken) taken |= bits & (~bits + 1);  // the lowest set bit
+  });
+  return keys;
+}
+
+// Below this many marked keys the take pass, which reads only the n/64 marked words and the
+// keys (both in cache), costs less than waking the other threads for it.
+constexpr std::size_t kParallelTakeMinKeys = std::size_t{1} << 16;
+
+// Among the marked keys, takes those above `threshold` and, per chunk, the first ties_taken[c]
+// equal to it; writes every word of the mask.
+void take_marked(const Chunking& chunks, const std::uint64_t* inside,
+                 const std::vector<std::vector<std::uint32_t>>& keys, std::uint32_t threshold,
+                 const std::vector<std::uint64_t>& ties_taken, std::size_t marked, std::uint64_t* words) {
+  const auto take_chunk = [&](std::size_t chunk) {
+    const std::uint32_t* next = keys[chunk].data();
+    std::uint64_t ties = ties_taken[chunk];
+    for (std::size_t w = chunks.first_word(chunk); w < chunks.first_word(chunk + 1); ++w) {
+      std::uint64_t taken = 0;
+      for (std::uint64_t bits = inside[w]; bits != 0; bits &= bits - 1) {
+        const std::uint32_t key = *next++;
+        const bool tie_taken = key == threshold && ties > 0;
+        ties -= tie_taken ? 1 : 0;
+        if (key > threshold || tie_taken) taken |= bits & (~bits + 1);  // the lowest set bit
+      }
+      words[w] = taken;
     }
-    words[w] = taken;
+  };
+  if (marked >= kParallelTakeMinKeys) {
+    for_each_chunk(chunks, take_chunk);
+    return;
   }
+  for (std::size_t c = 0; c < chunks.count; ++c) take_chunk(c);
+}
+
+// The sampled path (k <= n/8): one pass marks the keys at or above the sampled threshold
+// (`inside`), and if they number at least k (and at most n/4, past which ties make the gather
+// cost more than the histograms) an introselect on them gives the exact k-th key, whose ties go
+// to the lowest indices, chunk by chunk. Returns false, having written nothing final, when the
+// estimate does not hold.
+bool select_sampled(const float* values, const Chunking& chunks, std::uint64_t k, std::uint64_t* words,
+                    std::uint64_t* inside) {
+  const std::uint32_t least = sampled_threshold(values, chunks.n, k);
+  if (least == 0) return false;
+  const std::vector<std::vector<std::uint32_t>> keys = mark_at_least(values, chunks, least, inside);
+  std::vector<std::uint32_t> all;
+  for (const auto& part : keys) all.insert(all.end(), part.begin(), part.end());
+  const std::size_t marked = all.size();
+  if (marked < k || marked > chunks.n / 4) return false;
+  const KthKey kth = kth_largest_key(std::move(all), k);
+  std::uint64_t needed = kth.ties;
+  std::vector<std::uint64_t> ties_taken(chunks.count, 0);
+  for (std::size_t c = 0; c < chunks.count; ++c) {
+    const auto ties = static_cast<std::uint64_t>(std::count(keys[c].begin(), keys[c].end(), kth.key));
+    ties_taken[c] = std::min<std::uint64_t>(needed, ties);
+    needed -= ties_taken[c];
+  }
+  take_marked(chunks, inside, keys, kth.key, ties_taken, marked, words);
   return true;
 }
 
@@ -375,21 +426,20 @@ void topk_abs_mask(std::span<const float> values, std::size_t k, std::span<std::
   }
   const Chunking chunks = make_chunking(n);
   // Candidate bits for the threshold bucket; every word is written before it is read.
-  const auto inside = std::make_unique_for_overwrite<std::uint64_t[]>(chunks.words);
-  if (chunks.count == 1 && k <= n / kSampledMaxDensityInverse &&
-      select_sampled(values.data(), n, k, mask_words.data(), inside.get())) {
+  std::uint64_t* inside = scratch_words(chunks.words, 0);
+  if (k <= n / kSampledMaxDensityInverse && select_sampled(values.data(), chunks, k, mask_words.data(), inside)) {
     return;
   }
   if (n < kRadixMinElements) {
-    select_small(values.data(), chunks, k, mask_words.data(), inside.get());
+    select_small(values.data(), chunks, k, mask_words.data(), inside);
   } else {
-    select_radix(values.data(), chunks, k, mask_words.data(), inside.get());
+    select_radix(values.data(), chunks, k, mask_words.data(), inside);
   }
 }
 
 std::size_t topk_abs_indices(std::span<const float> values, std::size_t k, std::span<std::uint32_t> out) {
   checks::topk_abs_indices_sizes(k, out.size());
-  std::vector<std::uint64_t> mask(words_for(values.size()));
+  const std::span<std::uint64_t> mask(scratch_words(words_for(values.size()), 1), words_for(values.size()));
   topk_abs_mask(values, k, mask);
   return bits_to_indices(mask, 0, out.first(k));
 }

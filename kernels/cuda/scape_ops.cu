@@ -17,6 +17,12 @@ __global__ void first_moment_kernel(const float* __restrict__ mm, const float* _
   for (std::size_t j = global_thread(); j < n; j += grid_threads()) s[j] = b1 * mm[j] + one_minus_b1 * aa[j];
 }
 
+__global__ void carried_first_moment_kernel(const float* __restrict__ mm, const float* __restrict__ aa,
+                                            const float* __restrict__ qq, float b1, float* __restrict__ s,
+                                            std::size_t n) {
+  for (std::size_t j = global_thread(); j < n; j += grid_threads()) s[j] = qq[j] + (b1 * mm[j] + aa[j]);
+}
+
 // mode 0: m and g; 1: g only; 2: m only (kernel_list.inc, candidate_momentum).
 __global__ void candidate_momentum_kernel(float* __restrict__ e, const float* __restrict__ mm,
                                           const float* __restrict__ gg, float b1, float one_minus_b1, int mode,
@@ -126,6 +132,13 @@ void first_moment_statistic(std::span<const float> m, std::span<const float> a, 
   checks::first_moment_statistic_sizes(m.size(), a.size(), out.size());
   if (out.empty()) return;
   launch(first_moment_kernel, out.size(), m.data(), a.data(), b1, one_minus_b1, out.data(), out.size());
+}
+
+void carried_first_moment_statistic(std::span<const float> m, std::span<const float> a, std::span<const float> q,
+                                    float b1, std::span<float> out) {
+  checks::carried_first_moment_statistic_sizes(m.size(), a.size(), q.size(), out.size());
+  if (out.empty()) return;
+  launch(carried_first_moment_kernel, out.size(), m.data(), a.data(), q.data(), b1, out.data(), out.size());
 }
 
 std::size_t candidate_momentum(std::span<float> e, std::span<const float> m, std::span<const float> g, float b1,

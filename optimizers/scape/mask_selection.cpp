@@ -31,9 +31,12 @@ void ScapeOptimizer::statistic_part(std::span<const float> a, std::size_t first)
   if (momentum_units()) {
     const auto m = m_.span().subspan(first - state_begin_, a.size());
     const std::span<float> out(s, a.size());
-    kernels_.first_moment_statistic(m, a, static_cast<float>(config_.beta1), 1.0f, out);
-    if (carries_momentum())
-      kernels_.candidate_momentum(out, q_.span().subspan(first - state_begin_, a.size()), {}, 1.0f, 0.0f);
+    const auto b1 = static_cast<float>(config_.beta1);
+    if (carries_momentum()) {
+      kernels_.carried_first_moment_statistic(m, a, q_.span().subspan(first - state_begin_, a.size()), b1, out);
+    } else {
+      kernels_.first_moment_statistic(m, a, b1, 1.0f, out);
+    }
     return;
   }
   const auto m = m_.span().subspan(first - state_begin_, a.size());
