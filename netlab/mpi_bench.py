@@ -58,10 +58,12 @@ def run_row(path, skip=2):
                 "compute_ms": 1e3 * float(np.median(m["compute_wall_time"][keep]))}
 
 
-def mpirun(nodes, args, tries=3):
-    """`scripts/netlab mpirun`, retried when OpenMPI's launch fails before any rank ran."""
+def mpirun(nodes, args, prefix="snl", tries=3):
+    """`scripts/netlab mpirun` on the nodes named `prefix` (the driver's --prefix), retried when
+    OpenMPI's launch fails before any rank ran."""
     for attempt in range(1, tries + 1):
-        done = subprocess.run([f"{ROOT}/netlab/netlab", "mpirun", "--nodes", str(nodes), "--"] + args,
+        done = subprocess.run([f"{ROOT}/netlab/netlab", "mpirun", "--prefix", prefix, "--nodes", str(nodes), "--"]
+                              + args,
                               stdin=subprocess.DEVNULL, env=dict(os.environ, OMP_NUM_THREADS="1"))
         if done.returncode == 0:
             return
@@ -117,6 +119,8 @@ def main():
     parser.add_argument("--from-fastest-rate", action="store_true",
                         help="instead: predict every slower rate's runs again from the fastest rate's fit (see above)")
     parser.add_argument("--nodes", type=int)
+    parser.add_argument("--prefix", default="snl", help="the netlab's name prefix, as `scripts/netlab up` made it "
+                        "(default snl)")
     parser.add_argument("--rate-mbit", type=float, help="the link rate now up, for the CSV")
     parser.add_argument("--steps", type=int, default=16, help="steps a run (default 16)")
     parser.add_argument("--methods", default=",".join(METHODS), help=f"default {','.join(METHODS)}")
@@ -137,14 +141,14 @@ def main():
     os.makedirs(here, exist_ok=True)
     bench = os.path.join(here, "bench-comm.h5")
     mpirun(args.nodes, [scape, "bench-comm", "--backend", "mpi", "--out", bench, "--min-bytes", "16384",
-                        "--max-bytes", "16777216", "--factor", "4", "--iters", "3", "--warmup", "1"])
+                        "--max-bytes", "16777216", "--factor", "4", "--iters", "3", "--warmup", "1"], args.prefix)
     fit, held_out = [bench], []
     for method in methods:
         config, overrides, role = METHODS[method]
         run = os.path.join(here, f"{method}.h5")
         sets = [a for o in overrides + [f"steps={args.steps}", f"workers={args.nodes}"] for a in ("--set", o)]
         mpirun(args.nodes, [scape, "run", f"{ROOT}/{config}", "--backend", "mpi", "--quiet", "--force",
-                            "--out", run] + sets)
+                            "--out", run] + sets, args.prefix)
         if role:
             (fit if role == "fitted" else held_out).append(run)
     if len(fit) == 1:

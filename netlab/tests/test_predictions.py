@@ -56,3 +56,21 @@ def test_the_strong_scaling_plan_scales_vista_to_the_link(scape, tmp_path):
                if r["config"] == "baseline"}
     assert dense["compute"] == {"type": "sleep", "seconds": pytest.approx(compute[32] * factor, rel=1e-12)}
     assert json.loads((tmp_path / "scape99_lag0-n4.json").read_text())["optimizer"]["mask_lag"] == 0
+
+
+def test_mpi_bench_launches_on_the_prefix_it_is_given(monkeypatch):
+    """`scripts/netlab bench --prefix X` reaches the MPI runs: mpi_bench's mpirun names X."""
+    from netlab import mpi_bench
+
+    launched = []
+
+    def fake_run(command, **kwargs):
+        launched.append(command)
+        return subprocess.CompletedProcess(command, 0)
+
+    monkeypatch.setattr(mpi_bench.subprocess, "run", fake_run)
+    mpi_bench.mpirun(2, ["scape", "bench-comm"], "xyz")
+    mpi_bench.mpirun(3, ["scape", "run"])
+    assert launched[0][1:6] == ["mpirun", "--prefix", "xyz", "--nodes", "2"]
+    assert launched[0][-2:] == ["scape", "bench-comm"]
+    assert launched[1][1:6] == ["mpirun", "--prefix", "snl", "--nodes", "3"]
