@@ -107,15 +107,20 @@ class RangeSelector:
         return ceilings + floors
 
     def _workspaces(self, n: int):
-        """Buffers reused every call: a fresh CPU allocation of N values a step faults every page
-        in anew, which cost as much as the pass that fills it."""
-        if self._ws is None:
-            words = self.end_byte - self.first_byte
-            bits = torch.zeros(8 * words, dtype=torch.bool, device=self.device)
-            self._ws = (torch.empty(n, dtype=torch.float32, device=self.device),
-                        torch.empty(n, dtype=torch.float32, device=self.device),
-                        bits, torch.empty(n, dtype=torch.bool, device=self.device))
-        return self._ws
+        """The step's buffers. On the CPU they are kept between calls: a fresh allocation of N
+        values a step faults every page in anew, which cost as much as the pass that fills it. On
+        an accelerator the caching allocator reuses freed blocks at no such cost, so they are
+        made per call and their memory is free for the forward and backward passes in between."""
+        if self._ws is not None:
+            return self._ws
+        words = self.end_byte - self.first_byte
+        made = (torch.empty(n, dtype=torch.float32, device=self.device),
+                torch.empty(n, dtype=torch.float32, device=self.device),
+                torch.zeros(8 * words, dtype=torch.bool, device=self.device),
+                torch.empty(n, dtype=torch.bool, device=self.device))
+        if self.device.type == "cpu":
+            self._ws = made
+        return made
 
     def select(self, stat: torch.Tensor, ks: List[int]) -> torch.Tensor:
         """The owner's packed byte segment of the mask for a statistic over [lo, hi) (ks: one k
