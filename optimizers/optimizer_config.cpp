@@ -17,6 +17,11 @@ constexpr EnumName<OptimizerType> kTypes[] = {
     {"powersgd", OptimizerType::powersgd}, {"demo", OptimizerType::demo},
     {"diloco", OptimizerType::diloco},     {"sparseloco", OptimizerType::sparseloco}};
 
+// The outer learning rate a negative outer_lr stands for.
+double default_outer_lr(OptimizerType t) {
+  return t == OptimizerType::sparseloco ? kSparselocoOuterLr : kDilocoOuterLr;
+}
+
 bool sparse_type(OptimizerType t) {
   return t == OptimizerType::scape || t == OptimizerType::topk_ef || t == OptimizerType::randk_ef;
 }
@@ -87,9 +92,7 @@ const OptimizerKeyRange& optimizer_key_range(std::string_view key) {
   throw std::invalid_argument("optimizer_key_range: '" + std::string(key) + "' has no declared range");
 }
 
-double OptimizerConfig::resolved_outer_lr() const {
-  return outer.resolved_outer_lr(type == OptimizerType::sparseloco ? kSparselocoOuterLr : kDilocoOuterLr);
-}
+double OptimizerConfig::resolved_outer_lr() const { return outer.resolved_outer_lr(default_outer_lr(type)); }
 
 AdamsForm OptimizerConfig::resolved_adams_form() const {
   if (type == OptimizerType::scape) return with_scape_adams_form(*this, scape).resolved_adams_form();
@@ -107,7 +110,7 @@ void OptimizerConfig::validate() const {
   check_key_range(common_key_ranges(), "clip_grad", clip_grad);
   check_clip(*this);
   if (has_outer_loop(type)) {
-    validate_outer_loop_switches(outer, type == OptimizerType::sparseloco ? kSparselocoOuterLr : kDilocoOuterLr);
+    validate_outer_loop_switches(outer, default_outer_lr(type));
     if (type == OptimizerType::diloco) validate_diloco_switches(outer, diloco);
     if (type == OptimizerType::sparseloco) validate_sparseloco_switches(*this, sparseloco);
   }
