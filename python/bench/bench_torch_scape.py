@@ -17,7 +17,7 @@
    adds the kernels a step launches (scripts/device-check.sh torch runs it on the GPU machine).
 
     PYTHONPATH=build/release/python ~/.cache/scape/venv/bin/python python/bench/bench_torch_scape.py
-    ... bench_torch_scape.py --layouts [gpt2-1/4 llama16-1/4 gpt2-small llama16-full] [--threads 1]
+    ... bench_torch_scape.py --layouts [gpt2-1/4 llama16-1/4 gpt2-small llama16-full] [--threads 1] [--compile]
 """
 import argparse
 import os
@@ -130,7 +130,7 @@ def median_ms(step, repeats, device):
     return statistics.median(wall) * 1e3, (max(wall) - min(wall)) * 1e3, statistics.median(cpu) * 1e3
 
 
-def layout_rank(shapes, repeats, device):
+def layout_rank(shapes, repeats, device, compiled=False):
     """SCAPE 99% and 90% and AdamW fused and foreach on the same named parameters and gradients."""
     import scape.torch as st
     gen = torch.Generator(device=device).manual_seed(0)
@@ -143,6 +143,9 @@ def layout_rank(shapes, repeats, device):
               "SCAPE 90%": lambda: st.SCAPE(named, lr=1e-3, sparsity=0.9),
               "AdamW fused": lambda: torch.optim.AdamW(params, lr=1e-3, fused=True),
               "AdamW foreach": lambda: torch.optim.AdamW(params, lr=1e-3, foreach=True)}
+    if compiled:  # the candidate fused by torch.compile (its first step compiles it, untimed)
+        makers["SCAPE 99% comp"] = lambda: st.SCAPE(named, lr=1e-3, sparsity=0.99, compile=True)
+        makers["SCAPE 90% comp"] = lambda: st.SCAPE(named, lr=1e-3, sparsity=0.9, compile=True)
     out = {}
     for label, make in makers.items():
         opt = make()
@@ -153,14 +156,14 @@ def layout_rank(shapes, repeats, device):
     return len(params), sum(p.numel() for p in params), out
 
 
-def layouts(names, repeats, device):
+def layouts(names, repeats, device, compiled=False):
     print(f"3. one rank, real layouts (norms and biases dense), {device}, {torch.get_num_threads()} threads, "
           f"torch {torch.__version__}; median wall ms of {repeats} steps (max - min), median CPU ms, "
           f"aten ops per step (top level / all), CUDA kernels per step")
     print(f"   {'layout':14} {'tensors':>7} {'params':>8} {'optimizer':14} {'ms':>8} {'spread':>7} {'cpu ms':>8} "
           f"{'× fused':>8} {'cpu×fused':>9} {'ops':>11} {'kernels':>7}")
     for name in names:
-        tensors, n, r = layout_rank(LAYOUTS[name](), repeats, device)
+        tensors, n, r = layout_rank(LAYOUTS[name](), repeats, device, compiled)
         fused, fused_cpu = r["AdamW fused"][0], r["AdamW fused"][2]
         for label, (ms, spread, cpu, top, ops, kernels) in r.items():
             print(f"   {name:14} {tensors:7d} {n / 1e6:7.1f}M {label:14} {ms:8.1f} {spread:7.1f} {cpu:8.1f} "
@@ -221,6 +224,8 @@ def main():
     parser.add_argument("--compute-ms", type=float, default=20.0,
                         help="part 2: sleep spread over the layers' backward, standing in for a GPU's "
                              "(default %(default)s)")
+    parser.add_argument("--compile", action="store_true",
+                        help="part 3: also SCAPE(compile=True), the candidate fused by torch.compile")
     parser.add_argument("--layouts", nargs="*", choices=sorted(LAYOUTS),
                         help="run part 3 only, on these layouts (none named: the two at 1/4 width)")
     parser.add_argument("--repeats", type=int, default=7, help="part 3: timed steps (default %(default)s)")
@@ -230,7 +235,7 @@ def main():
     if args.threads:
         torch.set_num_threads(args.threads)
     if args.layouts is not None:
-        layouts(args.layouts or ["gpt2-1/4", "llama16-1/4"], args.repeats, torch.device(args.device))
+        layouts(args.layouts or ["gpt2-1/4", "llama16-1/4"], args.repeats, torch.device(args.device), args.compile)
         return
     r = one_rank(args.n, args.sparsity)
     print(f"1. one rank, N = {args.n} in {TENSORS} tensors, sparsity {args.sparsity}, {r['threads']} threads; "

@@ -86,11 +86,16 @@ def pack_positions(positions: torch.Tensor, begin_byte: int, count: int) -> torc
 
 
 def packed_positions(packed: torch.Tensor) -> torch.Tensor:
-    """The ascending set positions of a packed mask, touching each byte once and only the set
-    bytes' bits."""
+    """The ascending set positions of a packed mask. A sparse mask touches only its set bytes'
+    bits; where more than a quarter of the bytes are set (a 10% mask sets about 57%), the eight
+    int64 candidates a set byte makes cost more than unpacking every bit and scanning once
+    (measured 2.6x faster at 10% density, 2x slower at 1%)."""
     nonzero = packed.nonzero().view(-1)
+    weights = _weights(packed.device)
+    if 4 * nonzero.numel() > packed.numel():
+        return (packed.view(-1, 1) & weights).ne_(0).view(-1).nonzero().view(-1)
     bytes_ = packed.index_select(0, nonzero)
-    bits = (bytes_.view(-1, 1) & _weights(packed.device)).ne(0)
+    bits = (bytes_.view(-1, 1) & weights).ne(0)
     return (nonzero.view(-1, 1) * 8 + torch.arange(8, device=packed.device)).masked_select(bits)
 
 

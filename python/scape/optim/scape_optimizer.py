@@ -24,6 +24,7 @@ from .agreement import check_agreement
 from .arguments import check_arguments, run_config
 from .arith import AdamScalars, adams_update, decay_factor, f32
 from .comm import Group
+from .compiled import candidate_compiled, candidate_eager
 from .layout import FlatLayout, Slot
 from .fp8 import Fp8Payload
 from .masks import merge_segments, packed_positions, unpack_bits
@@ -80,6 +81,10 @@ class SCAPE(torch.optim.Optimizer):
                     otherwise finish() (or interpreter exit) waits for the last one
     wire_dtype      "fp32", or "fp8_e5m2": the payload one byte a value with the core's shared
                     scale, the rounding error kept in the residual (replicated state only)
+    compile         True: the candidate c = (b1 m + (1-b1) g) + e runs as one kernel fused by
+                    torch.compile (one pass over the layout, equal bit for bit to the eager
+                    ops; the first step compiles it, seconds to a minute, and needs a C++
+                    compiler on the CPU or Triton on a GPU); see docs/python.md, "Speed"
     """
 
     _step_supports_amp_scaling = True  # GradScaler hands grad_scale and found_inf to step()
@@ -91,13 +96,13 @@ class SCAPE(torch.optim.Optimizer):
                  sharded: bool = False, dense_tensors: Sequence[str] = DEFAULT_DENSE_TENSORS,
                  bias_correction: bool = True, overlap_backward: bool = False, bucket_bytes: int = 25_000_000,
                  broadcast_params: bool = True, total_steps: Optional[int] = None, wire_dtype: str = "fp32",
-                 group=None):
+                 compile: bool = False, group=None):
         beta1, beta2 = check_arguments(
             formulation=formulation, mask_lag=mask_lag, residual=residual, wire_dtype=wire_dtype, sharded=sharded,
             overlap_backward=overlap_backward, betas=betas, eps=eps, residual_decay=residual_decay,
             clip_grad=clip_grad, density_start=density_start, density_warmup=density_warmup,
             density_cooldown=density_cooldown, density_cooldown_start=density_cooldown_start,
-            total_steps=total_steps, bucket_bytes=bucket_bytes)
+            total_steps=total_steps, bucket_bytes=bucket_bytes, compile=compile)
         defaults = dict(lr=lr, weight_decay=weight_decay, sparsity=sparsity)
         self._dense_tensors = list(dense_tensors)
         groups = normalize_groups(params, defaults, self._dense_tensors)
@@ -110,6 +115,7 @@ class SCAPE(torch.optim.Optimizer):
         self.clip_grad, self.sharded, self.bias_correction = float(clip_grad), bool(sharded), bool(bias_correction)
         self.density = DensitySchedule(density_warmup, float(density_start), density_cooldown, density_cooldown_start)
         self.total_steps = total_steps
+        self.compile_kernels = bool(compile)
         self.fp8 = Fp8Payload() if wire_dtype == "fp8_e5m2" else None
         self._fp8_step = None  # this step's (undelivered error, exponent) until it is kept
         self.comm = Group(group)
@@ -257,13 +263,15 @@ class SCAPE(torch.optim.Optimizer):
         """Step 1: c = (b1 m_prev + (1-b1) g) + e (replicated); a = (1-b1) g + e (sharded, where
         the owner adds b1 m_prev and the carried momentum after the reduction)."""
         c = self._spare
+        e = self._e if self.residual else None
+        if not self.sharded:
+            kernel = candidate_compiled() if self.compile_kernels else candidate_eager
+            kernel(self._m, g, e, f32(self.beta1), f32(1.0 - self.beta1), c)
+            return c
         g.mul_(f32(1.0 - self.beta1))
-        if self.sharded:
-            c.copy_(g)
-        else:
-            torch.mul(self._m, f32(self.beta1), out=c).add_(g)
-        if self.residual:
-            c.add_(self._e)
+        c.copy_(g)
+        if e is not None:
+            c.add_(e)
         return c
 
     def _statistic(self, c: torch.Tensor) -> torch.Tensor:

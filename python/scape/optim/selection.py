@@ -29,12 +29,21 @@ def _float_keys(values: torch.Tensor) -> torch.Tensor:
     return values.contiguous().view(torch.int32).to(torch.int64)
 
 
+def above_floor(stat: torch.Tensor, piece_of: torch.Tensor, floors: torch.Tensor, hit: torch.Tensor,
+                magnitude: torch.Tensor, floor: torch.Tensor) -> None:
+    """hit = |stat| >= its piece's floor (NaN: false), through the workspaces magnitude and floor."""
+    torch.abs(stat, out=magnitude)
+    torch.index_select(floors, 0, piece_of, out=floor)
+    torch.ge(magnitude, floor, out=hit)
+
+
 def _pack_words(bits: torch.Tensor) -> torch.Tensor:
     """bool [8 m] -> uint8 [m] as masks.pack_bits, eight flags a 64-bit word at once (read
     little-endian, as on every device torch runs on): the product with 0x0102040810204080
-    gathers byte j's low bit into bit 56 + j."""
+    gathers byte j's low bit into bit 56 + j, the word's last byte, which is read in place (a
+    shift and a mask of the words cost four times the product)."""
     words = bits.view(torch.uint8).view(torch.int64)
-    return ((words * 0x0102040810204080) >> 56).bitwise_and_(0xFF).to(torch.uint8)
+    return (words * 0x0102040810204080).view(torch.uint8).view(-1, 8)[:, 7].contiguous()
 
 
 class RangeSelector:
@@ -80,7 +89,7 @@ class RangeSelector:
 
     def workspace_bytes(self) -> int:
         """Bytes of the buffers kept between calls: each position's piece (4), and once the first
-        selection ran the magnitudes and bounds (4 + 4) and two flags (1 + 1)."""
+        selection ran the magnitudes and floors (4 + 4) and two flags (1 + 1)."""
         kept = self.piece_of.numel() * 4 + self.dense.numel()
         if self._ws is not None:
             kept += sum(t.numel() * t.element_size() for t in self._ws)
@@ -128,30 +137,32 @@ class RangeSelector:
         n_pieces, dev = len(self.pieces), self.device
         if not n_pieces:
             return torch.zeros(self.end_byte - self.first_byte, dtype=torch.uint8, device=dev)
-        a, bound, bits, band = self._workspaces(stat.numel())
-        torch.abs(stat, out=a)
-        sample = a.index_select(0, self.sample_idx)
+        a, bound, bits, hit = self._workspaces(stat.numel())
+        sample = stat.index_select(0, self.sample_idx).abs_()
         ordered = torch.sort(self.sample_seg_key | _float_keys(sample)).values
         values = torch.cat(((ordered & 0xFFFFFFFF).to(torch.int32).view(torch.float32), self._sentinels))
         picks = torch.tensor(self._bracket(ks), dtype=torch.int64, device=dev)
         bounds = values.index_select(0, picks)
         skip = self.lo - 8 * self.first_byte
-        mask = bits[skip:skip + a.numel()]
-        torch.index_select(bounds[:n_pieces], 0, self.piece_of, out=bound)
-        torch.gt(a, bound, out=mask)
-        torch.index_select(bounds[n_pieces:], 0, self.piece_of, out=bound)
-        torch.ge(a, bound, out=band)
-        band.logical_xor_(mask)  # the floor is at most the ceiling: above the ceiling is above the floor
-        above = torch.bincount(torch.searchsorted(self.ends_t, mask.nonzero().view(-1), right=True),
-                               minlength=n_pieces)
-        where = band.nonzero().view(-1)
-        seg = torch.searchsorted(self.ends_t, where, right=True)
+        mask = bits[skip:skip + stat.numel()]
+        above_floor(stat, self.piece_of, bounds[n_pieces:], hit, a, bound)
+        # One scan finds what lies at or above the floor; among those (about k, plus the band)
+        # the ceiling, which is at least the floor, separates the certain from the band.
+        found = hit.nonzero().view(-1)
+        found_seg = torch.searchsorted(self.ends_t, found, right=True)
+        is_above = torch.gt(stat.index_select(0, found).abs_(), bounds[:n_pieces].index_select(0, found_seg))
+        above = torch.bincount(found_seg.masked_select(is_above), minlength=n_pieces)
+        mask.zero_()
+        mask.index_fill_(0, found.masked_select(is_above), True)
+        in_band_flags = is_above.logical_not_()
+        where = found.masked_select(in_band_flags)
+        seg = found_seg.masked_select(in_band_flags)
         in_band = torch.bincount(seg, minlength=n_pieces)
         k_t = torch.tensor([0 if p.dense else k for p, k in zip(self.pieces, ks)], dtype=torch.int64, device=dev)
         need = k_t - above
         # Rank each band by magnitude descending, then position ascending (the sort is stable
         # and the positions come ascending), pieces apart; keep the first `need` of each.
-        keys = (seg << 32) | (0x7FFFFFFF - _float_keys(a.index_select(0, where)))
+        keys = (seg << 32) | (0x7FFFFFFF - _float_keys(stat.index_select(0, where).abs_()))
         order = torch.sort(keys, stable=True).indices
         seg_sorted = seg.index_select(0, order)
         starts = torch.cumsum(in_band, 0) - in_band
@@ -161,13 +172,13 @@ class RangeSelector:
         mask.logical_or_(self.dense)
         misled = ((need < 0) | (need > in_band)).nonzero().view(-1).tolist()
         if misled:
-            self._select_alone(a, mask, misled, ks)
+            self._select_alone(stat, mask, misled, ks)
         return _pack_words(bits)
 
-    def _select_alone(self, a: torch.Tensor, mask: torch.Tensor, pieces: List[int], ks: List[int]) -> None:
+    def _select_alone(self, stat: torch.Tensor, mask: torch.Tensor, pieces: List[int], ks: List[int]) -> None:
         """The pieces whose bracket did not hold, each ranked on its own."""
         spans = [(self.pieces[j].begin - self.lo, self.pieces[j].end - self.lo) for j in pieces]
-        picks = topk_indices([a[b:e] for b, e in spans], [ks[j] for j in pieces])
+        picks = topk_indices([stat[b:e] for b, e in spans], [ks[j] for j in pieces])
         for (b, e), chosen in zip(spans, picks):
             part = mask[b:e]
             part.zero_()
