@@ -46,16 +46,17 @@ for case in CASES:
 CASES.append({"name": "adams", "type": "adams", "lr": 0.01})
 # scape.torch.DiLoCo: H = 4 over the 10 steps (syncs at 4 and 8), Streaming with 2 fragments (a
 # fragment every 2 steps), the one-step delay, and the bf16 and fp8 wires.
-DILOCO = ("inner_steps", "outer_wire", "streaming_fragments", "overlap_outer")
-for name, extra in (("diloco", {}), ("diloco-streaming", {"streaming_fragments": 2}),
+DILOCO = ("inner", "inner_steps", "outer_wire", "streaming_fragments", "overlap_outer")
+for name, extra in (("diloco", {}), ("diloco-adamw", {"inner": "adamw"}),
+                    ("diloco-streaming", {"streaming_fragments": 2}),
                     ("diloco-overlap", {"overlap_outer": True}),
                     ("diloco-streaming-overlap", {"streaming_fragments": 2, "overlap_outer": True}),
                     ("diloco-bf16", {"outer_wire": "bf16"}), ("diloco-fp8", {"outer_wire": "fp8_e5m2"})):
     CASES.append({"name": name, "type": "diloco", "lr": 0.01, "inner_steps": 4, **extra})
 # scape.torch.SparseLoCo: chunks of 64 at density 0.1 (k = 7), Templar's quantizer at 2 and 8 bits,
 # the values in fp32 and bf16, the one-step delay.
-SPARSELOCO = ("inner_steps", "sparsity", "chunk", "quant_bits", "wire_dtype", "overlap_outer")
-for name, extra in (("sparseloco-q2", {}), ("sparseloco-q8", {"quant_bits": 8}),
+SPARSELOCO = ("inner", "inner_steps", "sparsity", "chunk", "quant_bits", "wire_dtype", "overlap_outer")
+for name, extra in (("sparseloco-q2", {}), ("sparseloco-q2-adamw", {"inner": "adamw"}), ("sparseloco-q8", {"quant_bits": 8}),
                     ("sparseloco-q0", {"quant_bits": 0}), ("sparseloco-q0-bf16", {"quant_bits": 0, "wire_dtype": "bf16"}),
                     ("sparseloco-q2-overlap", {"overlap_outer": True})):
     CASES.append({"name": name, "type": "sparseloco", "lr": 0.01, "inner_steps": 4, "sparsity": 0.9, "chunk": 64,

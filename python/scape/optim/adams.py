@@ -10,12 +10,13 @@ from typing import Any, Dict, List
 import torch
 
 from .agreement import check_agreement
-from .arith import AdamScalars, adams_update, decay_factor, f32, momentum
+from .arith import AdamScalars, adams_update, adamw_update, decay_factor, f32, momentum
 from .comm import Group
 from .params import (ParamMirror, added_group, check_tensors, local_tensor, normalize_groups,
                      refuse_sharded_parameters, saved_groups, state_by_param, trainable_tensors)
 
 FORMAT = 2
+INNER_RULES = ("adams", "adamw")
 
 
 class AdamS(torch.optim.Optimizer):
@@ -25,6 +26,8 @@ class AdamS(torch.optim.Optimizer):
     first moment) and "step"."""
 
     _step_supports_amp_scaling = True
+
+    _inner_rule = "adams"  # DiLoCo and SparseLoCo take "adamw" too: a second moment, exp_avg_sq
 
     def __init__(self, params, lr: float, betas=(0.9, 0.95), eps: float = 1e-8, weight_decay: float = 0.1, *,
                  bias_correction: bool = True, broadcast_params: bool = True, group=None):
@@ -67,14 +70,22 @@ class AdamS(torch.optim.Optimizer):
             self._ranges.append((at, at + local_tensor(p).numel()))
             at += local_tensor(p).numel()
         self._m = torch.zeros_like(self._theta)
+        self._v = torch.zeros_like(self._theta) if self._inner_rule == "adamw" else None
         self._g = torch.zeros_like(self._theta)
         for p, (a, b) in zip(self._tensors, self._ranges):
-            saved = (kept or {}).get(id(p))
-            if saved is None and "exp_avg" in self.state.get(p, {}):
-                saved = self.state[p]["exp_avg"].reshape(-1)  # a tensor that left and came back
-            if saved is not None:
-                self._m[a:b] = saved
-            self.state[p] = {"step": self._step_count, "exp_avg": self._m[a:b].view(local_tensor(p).shape)}
+            shape = local_tensor(p).shape
+            for key, buffer in self._moments():
+                saved = (kept or {}).get((key, id(p)))
+                if saved is None and key in self.state.get(p, {}):
+                    saved = self.state[p][key].reshape(-1)  # a tensor that left and came back
+                if saved is not None:
+                    buffer[a:b] = saved
+            self.state[p] = {"step": self._step_count,
+                             **{key: buffer[a:b].view(shape) for key, buffer in self._moments()}}
+
+    def _moments(self):
+        """The per-parameter moments as (torch's state key, flat buffer)."""
+        return [("exp_avg", self._m)] + ([("exp_avg_sq", self._v)] if self._v is not None else [])
 
     def _settings(self):
         layout = [(n, local_tensor(p).numel(), str(p.dtype)) for g in self.param_groups
@@ -95,9 +106,10 @@ class AdamS(torch.optim.Optimizer):
     def _sync_layout(self) -> None:
         if [id(p) for p in trainable_tensors(self.param_groups)] == [id(p) for p in self._tensors]:
             return
-        kept = {id(p): self._m[a:b].clone() for p, (a, b) in zip(self._tensors, self._ranges)}
+        kept = {(key, id(p)): buffer[a:b].clone() for p, (a, b) in zip(self._tensors, self._ranges)
+                for key, buffer in self._moments()}
         for p in self._tensors:
-            self.state[p] = {"exp_avg": kept[id(p)]}
+            self.state[p] = {key: kept[(key, id(p))] for key, _ in self._moments()}
         self._build(kept)
         check_agreement(self.comm, self._settings(), f"AdamS at step {self._t + 1} (tensors joined or left)",
                         self.device)
@@ -135,7 +147,8 @@ class AdamS(torch.optim.Optimizer):
         t = self._t + 1
         b1, omb1 = f32(self.beta1), f32(1.0 - self.beta1)
         # A tensor without a gradient on any rank is skipped, as torch's optimizers skip it.
-        untouched = [(a, b, self._theta[a:b].clone(), self._m[a:b].clone())
+        buffers = [self._theta] + [buffer for _, buffer in self._moments()]
+        untouched = [(a, b, [buffer[a:b].clone() for buffer in buffers])
                      for (a, b), count in zip(self._ranges, counts) if count == 0]
         for (first, end), group in zip(self._bounds, self.param_groups):
             if end <= first:
@@ -144,11 +157,15 @@ class AdamS(torch.optim.Optimizer):
             if group["weight_decay"]:
                 theta.mul_(decay_factor(group["lr"], group["weight_decay"]))
             s = AdamScalars.at(group["lr"], self.beta1, self.beta2, self.eps, t, self.bias_correction)
+            if self._v is not None:
+                theta.copy_(adamw_update(theta, m, self._v[first:end], g, s))
+                continue
             m_new = momentum(m, g, b1, omb1)
             theta.copy_(adams_update(theta, m, m_new, g, s))
             m.copy_(m_new)
-        for a, b, theta, m in untouched:
-            self._theta[a:b], self._m[a:b] = theta, m
+        for a, b, saved in untouched:
+            for buffer, values in zip(buffers, saved):
+                buffer[a:b] = values
         extra = self._after_update(t)
         self.mirror.push()
         count = self.comm.take_count()
@@ -196,7 +213,7 @@ class AdamS(torch.optim.Optimizer):
         for j, (p, (a, b)) in enumerate(zip(self._tensors, self._ranges)):
             shape = local_tensor(p).shape
             entry = {"format": FORMAT, "step": torch.tensor(float(self._t)), "skipped_steps": self.skipped_steps,
-                     "exp_avg": self._m[a:b].view(shape).clone()}
+                     **{key: buffer[a:b].view(shape).clone() for key, buffer in self._moments()}}
             if j in masters:
                 entry["master"] = masters[j].view(shape).clone()
             entry.update(self._extra_state(a, b, shape))
@@ -223,14 +240,19 @@ class AdamS(torch.optim.Optimizer):
                 entry = by_param.get(id(p))
                 if entry is None or entry.get("format") != FORMAT or "exp_avg" not in entry:
                     raise ValueError(f"state_dict: no scape.torch.AdamS state (format {FORMAT}) for {name}")
-                if entry["exp_avg"].numel() != local_tensor(p).numel():
-                    raise ValueError(f"state_dict: {name}'s exp_avg has {entry['exp_avg'].numel()} values, the "
-                                     f"parameter {local_tensor(p).numel()}")
+                for key, _ in self._moments():
+                    if key not in entry:
+                        raise ValueError(f"state_dict: {name} has no {key} (saved with another inner rule than "
+                                         f"this optimizer's {self._inner_rule!r}?)")
+                    if entry[key].numel() != local_tensor(p).numel():
+                        raise ValueError(f"state_dict: {name}'s {key} has {entry[key].numel()} values, the "
+                                         f"parameter {local_tensor(p).numel()}")
                 entries.append(entry)
         self.mirror.pull()
         masters = self.mirror.masters()
         for j, (entry, (a, b)) in enumerate(zip(entries, self._ranges)):
-            self._m[a:b] = entry["exp_avg"].reshape(-1).to(self.device, torch.float32)
+            for key, buffer in self._moments():
+                buffer[a:b] = entry[key].reshape(-1).to(self.device, torch.float32)
             if j in masters:
                 masters[j].copy_(entry["master"].reshape(-1).to(self.device, torch.float32))
             self._load_extra_state(entry, a, b)

@@ -26,13 +26,14 @@ class AdamScalars:
     eps: float
     inv_bc1: float
     inv_sqrt_bc2: float
+    step_size: float  # lr / c1, AdamW's
 
     @staticmethod
     def at(lr: float, beta1: float, beta2: float, eps: float, t: int, bias_correction: bool = True) -> "AdamScalars":
         bc1 = 1.0 - math.pow(beta1, t) if bias_correction else 1.0
         bc2 = 1.0 - math.pow(beta2, t) if bias_correction else 1.0
         return AdamScalars(f32(lr), f32(beta1), f32(beta2), f32(1.0 - beta1), f32(1.0 - beta2), f32(eps),
-                           f32(1.0 / bc1), f32(1.0 / math.sqrt(bc2)))
+                           f32(1.0 / bc1), f32(1.0 / math.sqrt(bc2)), f32(lr / bc1))
 
 
 def decay_factor(lr: float, weight_decay: float) -> float:
@@ -50,6 +51,17 @@ def adams_update(theta: torch.Tensor, m_prev: torch.Tensor, m_new: torch.Tensor,
     den = v.sqrt_().mul_(s.inv_sqrt_bc2).add_(s.eps)
     step = torch.mul(m_new, s.inv_bc1).mul_(s.lr).div_(den)
     return theta - step
+
+
+def adamw_update(theta: torch.Tensor, m: torch.Tensor, v: torch.Tensor, g: torch.Tensor,
+                 s: AdamScalars) -> torch.Tensor:
+    """AdamW (kernels/cpu/adam.cpp, adamw_range): m and v are updated in place,
+    m = b1 m + (1-b1) g, v = b2 v + ((1-b2) g) g, and the new theta values are returned:
+    theta - (lr/c1) m / (sqrt(v)/sqrt(c2) + eps) (theta already decayed by the caller)."""
+    m.copy_(momentum(m, g, s.beta1, s.one_minus_b1))
+    v.mul_(s.beta2).add_(torch.mul(g, s.one_minus_b2).mul_(g))
+    den = v.sqrt().mul_(s.inv_sqrt_bc2).add_(s.eps)
+    return theta - torch.mul(m, s.step_size).div_(den)
 
 
 def momentum(m_prev: torch.Tensor, g: torch.Tensor, beta1: float, one_minus_b1: float) -> torch.Tensor:

@@ -1,6 +1,6 @@
 """scape.torch.DiLoCo: local SGD with an outer optimizer, as the C++ core's `type = "diloco"`
 computes it (docs/algorithms.md, "DiLoCo and Streaming DiLoCo"), in torch ops over any process
-group. Each rank takes AdamS steps on its own gradient (no collective); at the steps that sync
+group. Each rank takes AdamS (or AdamW) steps on its own gradient (no collective); at the steps that sync
 fragment f (every H = inner_steps steps, at f's offset), the ranks all-reduce the
 pseudo-gradient Δ_i = θ_g − θ_i of the fragment in rank order at `outer_wire`, and take torch's
 Nesterov SGD step on θ_g (OpenDiLoCo's and torchft's outer optimizer), which every rank then
@@ -14,7 +14,7 @@ from typing import Any, Dict, List, Optional
 
 import torch
 
-from .adams import AdamS
+from .adams import INNER_RULES, AdamS
 from .comm import _split
 from .params import trainable_tensors
 
@@ -58,8 +58,10 @@ def fragment_synced_at(step: int, inner_steps: int, fragments: int) -> int:
 
 class DiLoCo(AdamS):
     """DiLoCo (and Streaming DiLoCo, `streaming_fragments` > 1) on this rank of `group`, with
-    AdamS inner steps (lr, betas, eps, weight_decay as AdamS's).
+    AdamS or AdamW inner steps (lr, betas, eps, weight_decay as AdamS's).
 
+    inner            "adams" (default) or "adamw" (the core's AdamW: a second moment, exp_avg_sq,
+                     kept per rank beside exp_avg)
     inner_steps      H, the steps between two syncs of a fragment (default 10)
     outer_lr, outer_momentum   α and μ of the outer Nesterov SGD (defaults 0.7, 0.9)
     outer_wire       "fp32", "bf16" (Δ_i and the mean rounded to bf16) or "fp8_e5m2" (a shared
@@ -75,9 +77,9 @@ class DiLoCo(AdamS):
                  outer_wire: str = "fp32", streaming_fragments: int = 1, overlap_outer: bool = False,
                  total_steps: Optional[int] = None, bias_correction: bool = True, broadcast_params: bool = True,
                  group=None):
-        if inner != "adams":
-            raise ValueError(f"inner: expected 'adams', got {inner!r} (the core's adamw inner step is not in "
-                             f"scape.torch yet)")
+        if inner not in INNER_RULES:
+            raise ValueError(f"inner: expected one of {', '.join(map(repr, INNER_RULES))}, got {inner!r}")
+        self._inner_rule = inner
         for name, value in (("inner_steps", inner_steps), ("streaming_fragments", streaming_fragments)):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name}: must be an integer >= 1, got {value!r}")
@@ -189,7 +191,7 @@ class DiLoCo(AdamS):
 
     def config(self) -> Dict[str, Any]:
         out = super().config()
-        out.update(type="diloco", inner="adams", inner_steps=self.inner_steps, outer_lr=self.outer_lr,
+        out.update(type="diloco", inner=self._inner_rule, inner_steps=self.inner_steps, outer_lr=self.outer_lr,
                    outer_momentum=self.outer_momentum, outer_wire=self.outer_wire,
                    streaming_fragments=self.fragments, overlap_outer=self.overlap_outer)
         return out

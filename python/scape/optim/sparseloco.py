@@ -66,7 +66,7 @@ def quantize_statistical(values: torch.Tensor, bits: int) -> Tuple[float, torch.
 
 
 class SparseLoCo(DiLoCo):
-    """SparseLoCo on this rank of `group`, with AdamS inner steps.
+    """SparseLoCo on this rank of `group`, with AdamS or AdamW inner steps (`inner`, as DiLoCo's).
 
     inner_steps, outer_lr   H and α (defaults 10, 0.9)
     sparsity        1 − the density of each chunk (default 0.99)
