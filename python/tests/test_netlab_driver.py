@@ -1,11 +1,13 @@
 """The netlab's driver (scripts/netlab, forwarding to netlab/netlab), the emulated cluster
 network: two node namespaces at 100 Mbit/s come up, a socket between them measures the set rate
 within 20%, scape.torch.SCAPE trained across them equals the same run over loopback bit for bit,
-a killed node makes `run` exit non-zero naming it with no process left, and `down` leaves no
-namespace behind. Where this machine forbids network namespaces (not root, no CAP_NET_ADMIN, or
+a killed node makes `run` exit non-zero naming it with no process left, `down` leaves no
+namespace behind, and nodes of two ranks place ranks I·G .. I·G+G-1 on node I (run and mpirun),
+their traffic inside the node unshaped. Where this machine forbids network namespaces (not root, no CAP_NET_ADMIN, or
 a sandbox without them) every test skips, saying why. The netlab's other tests (its tables, the
 strong-scaling plan, the torch prediction) are netlab/tests'."""
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -121,6 +123,79 @@ def test_a_killed_node_stops_the_run_naming_it(two_nodes):
 def test_bad_arguments_exit_2_naming_them():
     for args, message in ((("up", "--nodes", "0", "--rate", "1gbit"), "--nodes: a whole number"),
                           (("up", "--nodes", "2", "--rate", "fast"), "--rate: a number and bit"),
-                          (("up", "--nodes", "2", "--rate", "1gbit", "--speed", "1"), "unknown option '--speed'")):
+                          (("up", "--nodes", "2", "--rate", "1gbit", "--speed", "1"), "unknown option '--speed'"),
+                          (("up", "--nodes", "2", "--rate", "1gbit", "--ranks-per-node", "0"),
+                           "--ranks-per-node: a whole number from 1 to 64")):
         result = subprocess.run([str(NETLAB), *args], capture_output=True, text=True, timeout=60)
         assert result.returncode == 2 and message in result.stderr
+
+
+PLACEMENT_AND_RATES = """
+import os, socket, subprocess, time
+env = {k: int(os.environ[k]) for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK")}
+where = subprocess.run(["ip", "netns", "identify", str(os.getpid())], capture_output=True, text=True).stdout.strip()
+print("PLACE", *env.values(), where, flush=True)
+rank, addr, size = env["RANK"], os.environ["MASTER_ADDR"], 8_000_000
+def receive(port):
+    s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); s.bind((addr, port)); s.listen(1)
+    c, _ = s.accept(); got, start = 0, None
+    while got < size:
+        b = c.recv(1 << 20)
+        if not b: break
+        start = start or time.perf_counter(); got += len(b)
+    c.sendall(b"x")
+    return got * 8 / (time.perf_counter() - start) / 1e6
+def send(port):
+    for _ in range(100):
+        try:
+            c = socket.create_connection((addr, port)); break
+        except OSError:
+            time.sleep(0.1)
+    chunk, sent = b"\\0" * (1 << 20), 0
+    while sent < size:
+        c.sendall(chunk[: min(len(chunk), size - sent)]); sent += min(len(chunk), size - sent)
+    c.recv(1)
+# rank 1 (node 0, like rank 0) first, then rank 2 (node 1): one transfer at a time
+if rank == 0:
+    print(f"INSIDE {receive(29611):.1f}", flush=True)
+    print(f"ACROSS {receive(29612):.1f}", flush=True)
+elif rank == 1:
+    send(29611)
+elif rank == 2:
+    time.sleep(1.0)
+    send(29612)
+"""
+
+
+def test_nodes_of_two_ranks_talk_inside_over_loopback_and_across_over_the_shaped_link():
+    """--ranks-per-node 2: four ranks, node I's ranks I*2 and I*2+1 in its namespace with their
+    local ranks (run and mpirun alike); two ranks of one node move bytes far above the 100 Mbit/s
+    of the link that ranks of two nodes share."""
+    up = netlab("up", "--nodes", 2, "--rate", "100mbit", "--ranks-per-node", 2)
+    if up.returncode != 0:
+        netlab("down")
+        pytest.skip(f"network namespaces are not available here, so the netlab is not tested: {up.stderr.strip()}")
+    try:
+        assert "2 ranks a node" in up.stdout
+        result = run_on_nodes(sys.executable, "-c", PLACEMENT_AND_RATES, timeout=120)
+        assert result.returncode == 0, result.stderr[-2000:]
+        places = sorted(tuple(l.split()[2:]) for l in result.stdout.splitlines() if " PLACE " in l)
+        assert places == [("0", "4", "0", "2", "0", f"{PREFIX}-n0"), ("1", "4", "1", "2", "0", f"{PREFIX}-n0"),
+                          ("2", "4", "0", "2", "1", f"{PREFIX}-n1"), ("3", "4", "1", "2", "1", f"{PREFIX}-n1")]
+        assert any(l.startswith("[node1.1] PLACE") for l in result.stdout.splitlines())
+        rates = {l.split()[1]: float(l.split()[2]) for l in result.stdout.splitlines() if "INSIDE" in l or "ACROSS" in l}
+        assert 80 <= rates["ACROSS"] <= 120, rates
+        assert rates["INSIDE"] > 5 * rates["ACROSS"], rates
+        mpi = subprocess.run([str(NETLAB), "mpirun", "--prefix", PREFIX, "--", "sh", "-c",
+                              'echo MPIPLACE $OMPI_COMM_WORLD_RANK $(ip netns identify $$)'],
+                             capture_output=True, text=True, timeout=120, env=dict(os.environ, OMP_NUM_THREADS="1"))
+        if shutil.which("mpirun"):  # OpenMPI comes with the C++ build's dependencies
+            assert mpi.returncode == 0, mpi.stderr[-2000:]
+            got = sorted(tuple(l.split()[1:]) for l in mpi.stdout.splitlines() if l.startswith("MPIPLACE"))
+            assert got == [("0", f"{PREFIX}-n0"), ("1", f"{PREFIX}-n0"), ("2", f"{PREFIX}-n1"), ("3", f"{PREFIX}-n1")]
+        refused = subprocess.run([str(NETLAB), "run", "--prefix", PREFIX, "--ranks-per-node", "3", "--", "true"],
+                                 capture_output=True, text=True, timeout=60)
+        assert refused.returncode == 2 and "--ranks-per-node belongs to 'up'" in refused.stderr
+    finally:
+        down = netlab("down")
+        assert down.returncode == 0, down.stderr
