@@ -21,27 +21,36 @@ NETLAB = REPO / "scripts" / "netlab"  # the documented command, forwarding to ne
 PREFIX = "snt"  # the tests' own names, apart from a user's netlab (default prefix snl)
 HERE = Path(__file__).resolve().parent
 
-LINK_SPEED = """
-import os, socket, sys, time
-rank, addr, size = int(os.environ["RANK"]), os.environ["MASTER_ADDR"], 4_000_000
-if rank == 0:
-    s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); s.bind((addr, 29601)); s.listen(1)
+# A socket's rate between two ranks: receive() on one, send() on the other, same port.
+SOCKETS = """
+import os, socket, subprocess, time
+addr = os.environ["MASTER_ADDR"]
+def receive(port, size):
+    s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); s.bind((addr, port)); s.listen(1)
     c, _ = s.accept(); got, start = 0, None
     while got < size:
         b = c.recv(1 << 20)
         if not b: break
         start = start or time.perf_counter(); got += len(b)
-    print(f"MBITS {got * 8 / (time.perf_counter() - start) / 1e6:.2f}", flush=True); c.sendall(b"x")
-else:
-    for _ in range(50):
+    c.sendall(b"x")
+    return got * 8 / (time.perf_counter() - start) / 1e6
+def send(port, size):
+    for _ in range(100):
         try:
-            c = socket.create_connection((addr, 29601)); break
+            c = socket.create_connection((addr, port)); break
         except OSError:
             time.sleep(0.1)
     chunk, sent = b"\\0" * (1 << 20), 0
     while sent < size:
         c.sendall(chunk[: min(len(chunk), size - sent)]); sent += min(len(chunk), size - sent)
     c.recv(1)
+"""
+
+LINK_SPEED = SOCKETS + """
+if int(os.environ["RANK"]) == 0:
+    print(f"MBITS {receive(29601, 4_000_000):.2f}", flush=True)
+else:
+    send(29601, 4_000_000)
 """
 
 
@@ -130,40 +139,19 @@ def test_bad_arguments_exit_2_naming_them():
         assert result.returncode == 2 and message in result.stderr
 
 
-PLACEMENT_AND_RATES = """
-import os, socket, subprocess, time
+PLACEMENT_AND_RATES = SOCKETS + """
 env = {k: int(os.environ[k]) for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK")}
 where = subprocess.run(["ip", "netns", "identify", str(os.getpid())], capture_output=True, text=True).stdout.strip()
 print("PLACE", *env.values(), where, flush=True)
-rank, addr, size = env["RANK"], os.environ["MASTER_ADDR"], 8_000_000
-def receive(port):
-    s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); s.bind((addr, port)); s.listen(1)
-    c, _ = s.accept(); got, start = 0, None
-    while got < size:
-        b = c.recv(1 << 20)
-        if not b: break
-        start = start or time.perf_counter(); got += len(b)
-    c.sendall(b"x")
-    return got * 8 / (time.perf_counter() - start) / 1e6
-def send(port):
-    for _ in range(100):
-        try:
-            c = socket.create_connection((addr, port)); break
-        except OSError:
-            time.sleep(0.1)
-    chunk, sent = b"\\0" * (1 << 20), 0
-    while sent < size:
-        c.sendall(chunk[: min(len(chunk), size - sent)]); sent += min(len(chunk), size - sent)
-    c.recv(1)
 # rank 1 (node 0, like rank 0) first, then rank 2 (node 1): one transfer at a time
-if rank == 0:
-    print(f"INSIDE {receive(29611):.1f}", flush=True)
-    print(f"ACROSS {receive(29612):.1f}", flush=True)
-elif rank == 1:
-    send(29611)
-elif rank == 2:
+if env["RANK"] == 0:
+    print(f"INSIDE {receive(29611, 8_000_000):.1f}", flush=True)
+    print(f"ACROSS {receive(29612, 8_000_000):.1f}", flush=True)
+elif env["RANK"] == 1:
+    send(29611, 8_000_000)
+elif env["RANK"] == 2:
     time.sleep(1.0)
-    send(29612)
+    send(29612, 8_000_000)
 """
 
 
