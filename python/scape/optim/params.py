@@ -140,33 +140,75 @@ def local_tensor(t: torch.Tensor) -> torch.Tensor:
     return t.to_local() if is_dtensor(t) else t
 
 
-def refuse_sharded_parameters(groups: List[Dict[str, Any]], optimizer: str) -> None:
-    """FSDP2's parameters are DTensors sharded over a mesh. On a 1-D mesh FSDP's own dense
-    reduce-scatter has already sent every gradient byte before step(): a sparse optimizer has
-    nothing left to save there. Composing with HSDP (SCAPE between replicas) is the
-    hierarchical path, not this one."""
+MESH_DIMS = ("inter", "intra")
+
+
+def check_mesh(mesh, group, optimizer: str):
+    """The 2-D mesh of a hierarchical run (None: none) checked; returns the process group the
+    optimizer communicates over: the mesh's "inter" dimension, one rail (local rank l of every
+    node) of the node-major layout that init_device_mesh((nodes, G), ("inter", "intra")) makes."""
+    if mesh is None:
+        return group
+    if group is not None:
+        raise ValueError(f"mesh, group: give one ({optimizer} communicates over the mesh's \"inter\" dimension)")
+    dims = tuple(getattr(mesh, "mesh_dim_names", None) or ())
+    if getattr(mesh, "ndim", None) != 2 or dims != MESH_DIMS:
+        raise ValueError(f"mesh: expected a 2-D DeviceMesh with mesh_dim_names {MESH_DIMS} (replicate between "
+                         f"nodes, shard within, as HSDP), got {getattr(mesh, 'ndim', '?')}-D {dims or '(unnamed)'}")
+    return mesh["inter"].get_group()
+
+
+def _sharded_on_rows_over(p, intra) -> bool:
+    """Whether DTensor p is FSDP2's Shard(0) over the mesh dimension `intra` alone."""
+    from torch.distributed.tensor import Shard
+    same_mesh = (tuple(p.device_mesh.mesh_dim_names or ()) == ("intra",)
+                 and torch.equal(p.device_mesh.mesh.flatten(), intra.mesh.flatten()))
+    return same_mesh and len(p.placements) == 1 and isinstance(p.placements[0], Shard) and p.placements[0].dim == 0
+
+
+def refuse_sharded_parameters(groups: List[Dict[str, Any]], optimizer: str, mesh=None) -> None:
+    """FSDP2's parameters are DTensors sharded over a mesh. On a 1-D mesh of the whole world
+    FSDP's own dense reduce-scatter has already sent every gradient byte before step(): a sparse
+    optimizer has nothing left to save there. With `mesh` (2-D, ("inter", "intra")) the
+    parameters may be sharded by FSDP2 over its "intra" dimension on dim 0: FSDP reduce-scatters
+    inside the node and the optimizer runs between nodes on the local shards (the hierarchy's
+    rail_split = "rows"). Plain tensors with a mesh are the hierarchy without FSDP, not built."""
+    intra = mesh["intra"] if mesh is not None else None
     for g in groups:
         for name, p in zip(g["names"], g["params"]):
             if not is_dtensor(p):
+                if mesh is not None:
+                    raise ValueError(f"params: {name} is a plain tensor, but a mesh was given; shard the model "
+                                     f"inside the node first (fully_shard(model, mesh=mesh[\"intra\"])): "
+                                     f"{optimizer} then runs between nodes on the local shards (docs/python.md, "
+                                     f"\"FSDP2 and HSDP\"). Its own dense reduce-scatter inside the node for "
+                                     f"unsharded parameters is not built")
                 continue
-            mesh = p.device_mesh
-            dims = tuple(mesh.mesh_dim_names or ())
             placements = ", ".join(str(x) for x in p.placements)
-            if mesh.ndim == 1:
+            if intra is not None:
+                if not _sharded_on_rows_over(p, intra):
+                    raise ValueError(f"params: {name} is a DTensor on {tuple(p.device_mesh.mesh_dim_names or ())} "
+                                     f"({placements}); with a mesh, {optimizer} expects FSDP2's Shard(0) over "
+                                     f"mesh[\"intra\"] (fully_shard(model, mesh=mesh[\"intra\"]))")
+                continue
+            mesh_ = p.device_mesh
+            dims = tuple(mesh_.mesh_dim_names or ())
+            if mesh_.ndim == 1:
                 raise ValueError(f"params: {name} is a DTensor sharded by FSDP2 (fully_shard) over a 1-D mesh "
                                  f"({placements}); FSDP reduce-scatters every gradient densely before step(), so "
                                  f"{optimizer} would save no bytes. Use DDP (with scape.torch.local_gradients_hook) "
                                  f"or plain torch.distributed, or HSDP with {optimizer} between replicas "
                                  f"(docs/python.md, \"FSDP2 and HSDP\")")
-            raise ValueError(f"params: {name} is a DTensor on a {mesh.ndim}-D mesh {dims or ''} ({placements}); "
-                             f"{optimizer} as the replicate dimension's optimizer of HSDP is not implemented yet "
-                             f"(docs/python.md, \"FSDP2 and HSDP\")")
+            raise ValueError(f"params: {name} is a DTensor on a {mesh_.ndim}-D mesh {dims or ''} ({placements}); "
+                             f"as HSDP's replicate-dimension optimizer {optimizer} takes FSDP2 sharded over "
+                             f"the node only: fully_shard(model, mesh=mesh[\"intra\"]) and {optimizer}(..., "
+                             f"mesh=mesh) (docs/python.md, \"FSDP2 and HSDP\")")
 
 
 def added_group(param_group: Dict[str, Any], opt, dense_tensors: Sequence[str], optimizer: str) -> Dict[str, Any]:
     """A group handed to add_param_group after construction, checked as the first ones were."""
     [group] = normalize_groups([param_group], opt.defaults, dense_tensors, len(opt.param_groups))
-    refuse_sharded_parameters([group], optimizer)
+    refuse_sharded_parameters([group], optimizer, getattr(opt, "mesh", None))
     device = check_tensors([group])
     if device != opt.device:
         raise ValueError(f"add_param_group: its tensors are on {device}, the others on {opt.device}")

@@ -29,7 +29,7 @@ from .layout import FlatLayout, Slot
 from .fp8 import Fp8Payload
 from .masks import merge_segments, packed_positions, unpack_bits
 from .metrics import StepMetrics
-from .params import (ParamMirror, added_group, check_tensors, local_tensor, normalize_groups,
+from .params import (ParamMirror, added_group, check_mesh, check_tensors, local_tensor, normalize_groups,
                      refuse_sharded_parameters, trainable_tensors)
 from .schedule import DensitySchedule, k_piece
 from .selection import RangeSelector
@@ -81,6 +81,12 @@ class SCAPE(torch.optim.Optimizer):
                     otherwise finish() (or interpreter exit) waits for the last one
     wire_dtype      "fp32", or "fp8_e5m2": the payload one byte a value with the core's shared
                     scale, the rounding error kept in the residual (replicated state only)
+    mesh            a 2-D DeviceMesh with dims ("inter", "intra") (nodes × ranks a node), the
+                    parameters FSDP2's shards inside the node (fully_shard(model,
+                    mesh=mesh["intra"])): FSDP2 reduce-scatters and all-gathers inside the node,
+                    SCAPE runs between nodes on the local shards, over mesh["inter"] (the
+                    core's optimizer.hierarchy = "node" with rail_split = "rows"); instead of
+                    `group`
     compile         True: the candidate c = (b1 m + (1-b1) g) + e runs as one kernel fused by
                     torch.compile (one pass over the layout, equal bit for bit to the eager
                     ops; the first step compiles it, seconds to a minute, and needs a C++
@@ -96,7 +102,7 @@ class SCAPE(torch.optim.Optimizer):
                  sharded: bool = False, dense_tensors: Sequence[str] = DEFAULT_DENSE_TENSORS,
                  bias_correction: bool = True, overlap_backward: bool = False, bucket_bytes: int = 25_000_000,
                  broadcast_params: bool = True, total_steps: Optional[int] = None, wire_dtype: str = "fp32",
-                 compile: bool = False, group=None):
+                 compile: bool = False, group=None, mesh=None):
         beta1, beta2 = check_arguments(
             formulation=formulation, mask_lag=mask_lag, residual=residual, wire_dtype=wire_dtype, sharded=sharded,
             overlap_backward=overlap_backward, betas=betas, eps=eps, residual_decay=residual_decay,
@@ -106,7 +112,9 @@ class SCAPE(torch.optim.Optimizer):
         defaults = dict(lr=lr, weight_decay=weight_decay, sparsity=sparsity)
         self._dense_tensors = list(dense_tensors)
         groups = normalize_groups(params, defaults, self._dense_tensors)
-        refuse_sharded_parameters(groups, "SCAPE")
+        group = check_mesh(mesh, group, "SCAPE")
+        refuse_sharded_parameters(groups, "SCAPE", mesh)
+        self.mesh = mesh
         self.device = check_tensors(groups)
         self._ready = False
         super().__init__(groups, defaults)
