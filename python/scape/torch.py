@@ -1,6 +1,7 @@
 """scape for PyTorch training loops (docs/python.md): the package's torch entry point.
 
-SCAPE, AdamS, DiLoCo and SparseLoCo are torch-native optimizers (torch.optim.Optimizer subclasses in torch ops,
+SCAPE, AdamS, DiLoCo and SparseLoCo (and Hierarchical, dense inside the node around any of
+them) are torch-native optimizers (torch.optim.Optimizer subclasses in torch ops,
 scape.optim, re-exported here): they run in a user's own training loop on any device, over any
 torch.distributed process group, and need no extension module. `simulate` trains any
 torch.nn.Module on W simulated workers of the C++ core (scape.engine's Simulator; per-worker
@@ -20,11 +21,12 @@ from ._layout import Layout
 from .engine import Simulator, failure_text
 from .optim.adams import AdamS
 from .optim.diloco import DiLoCo
+from .optim.hierarchy import Hierarchical
 from .optim.sparseloco import SparseLoCo
 from .optim.ddp import local_gradients_hook
 from .optim.scape_optimizer import SCAPE, NonFiniteGradient
 
-__all__ = ["SCAPE", "AdamS", "DiLoCo", "SparseLoCo", "NonFiniteGradient", "local_gradients_hook", "simulate", "flat_views"]
+__all__ = ["SCAPE", "AdamS", "DiLoCo", "SparseLoCo", "Hierarchical", "NonFiniteGradient", "local_gradients_hook", "simulate", "flat_views"]
 
 
 def _tensor_view(array: np.ndarray) -> torch.Tensor:

@@ -7,8 +7,12 @@ test_torch_scape_vs_core.py:
   between nodes on the local shards, equals flat SCAPE over the same rail group on plain tensors
   of the same dim-0 slices whose gradients are the node means taken by hand (rank order), bit
   for bit: masks at every step, the rail's parameters and the whole model;
+- scape.torch.Hierarchical around SCAPE on the whole tensors, doing the node's collectives
+  itself, equals the FSDP2 path bit for bit under rail_split "rows"; its node bytes are the
+  closed form under both splits;
 - a mesh refused, naming the argument: not 2-D ("inter", "intra"), given with a group, or with
   plain (unsharded) parameters."""
+import json
 from pathlib import Path
 
 import numpy as np
@@ -17,7 +21,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from conftest import write_json  # noqa: E402
-from test_torch_scape_vs_core import STEPS, torchrun, write_trace  # noqa: E402
+from test_torch_scape_vs_core import LAYOUT, STEPS, torchrun, write_trace  # noqa: E402
 
 import scape.torch as st  # noqa: E402
 
@@ -56,6 +60,37 @@ def test_fsdp_inside_the_node_then_scape_between_equals_flat_scape_on_the_node_m
         not np.array_equal(load(hsdp_runs, case, "fsdp", 0)["masks"], load(hsdp_runs, case, "fsdp", 1)["masks"])
 
 
+@pytest.mark.parametrize("case", CASES, ids=[c["name"] for c in CASES])
+def test_hierarchical_with_row_slices_equals_scape_on_fsdps_shards(case, hsdp_runs):
+    """scape.torch.Hierarchical's own reduce-scatter and all-gather inside the node, around SCAPE
+    on the whole tensors: the same masks, rail parameters and model as FSDP2's, bit for bit."""
+    for rank in range(NODES * RANKS_PER_NODE):
+        fsdp, hier = load(hsdp_runs, case, "fsdp", rank), load(hsdp_runs, case, "hier-rows", rank)
+        np.testing.assert_array_equal(hier["masks"], fsdp["masks"])
+        np.testing.assert_array_equal(hier["params"], fsdp["params"])
+        np.testing.assert_array_equal(hier["model"], fsdp["model"])
+
+
+@pytest.mark.parametrize("split", ["rows", "tensors"])
+def test_the_node_bytes_are_the_other_rails_parts_in_and_this_rails_part_out(split, hsdp_runs):
+    """bytes_sent_intra = 4 (N - own) for the reduce-scatter (every other rail's part of this
+    rank's gradient) + 4 own (G - 1) for the all-gather, own the rail's part; the split "tensors"
+    deals whole tensors largest first to the lightest rail."""
+    n = sum(size for _, size, _ in LAYOUT)
+    assert n == 4304
+    # tensors, dealt by hand: 1024 -> 0, 1024 -> 1, 1024 -> 0, 768 -> 1, 320 -> 1, 64 -> 0 (tie:
+    # the lower rail), 48 -> 0, 16 -> 1, 16 -> 1: rails of 2160 and 2144; rows: every size is
+    # even, so each rail holds half of each tensor, 2152.
+    own = {0: 2160, 1: 2144} if split == "tensors" else {0: 2152, 1: 2152}
+    for rank in range(NODES * RANKS_PER_NODE):
+        metrics = json.loads(str(load(hsdp_runs, CASES[0], f"hier-{split}", rank)["last_metrics"]))
+        mine = own[rank % RANKS_PER_NODE]
+        assert metrics["bytes_sent_node_reduce_scatter"] == 4 * (n - mine)
+        assert metrics["bytes_sent_node_all_gather"] == 4 * mine * (RANKS_PER_NODE - 1)
+        assert metrics["bytes_sent_intra"] == 4 * (n - mine) + 4 * mine * (RANKS_PER_NODE - 1)
+        assert metrics["bytes_sent"] == metrics["bytes_sent_intra"] + metrics["bytes_sent_inter"] > 0
+
+
 @pytest.fixture(scope="module")
 def one_rank_mesh(tmp_path_factory):
     import torch.distributed as dist
@@ -86,3 +121,20 @@ def test_a_bad_mesh_is_refused_naming_it(one_rank_mesh):
     fully_shard(whole_world, mesh=flat_mesh)
     with pytest.raises(ValueError, match=r"^params: weight is a DTensor on \('dp',\)"):
         st.SCAPE(whole_world.named_parameters(), lr=1e-3, mesh=one_rank_mesh)
+
+
+def test_rail_pieces_follow_the_cores_rules_on_hand_cut_cases():
+    from scape.optim.hierarchy import rail_pieces
+    shapes = [torch.Size((7, 3)), torch.Size((5,)), torch.Size((2, 2))]
+    # rows: torch.chunk's ceil(d0/G) rows a slice; 5 rows into 3 rails are 2, 2, 1
+    assert rail_pieces(shapes, 3, "rows") == [
+        [(0, 0, torch.Size((3, 3))), (1, 0, torch.Size((2,))), (2, 0, torch.Size((1, 2)))],
+        [(0, 9, torch.Size((3, 3))), (1, 2, torch.Size((2,))), (2, 2, torch.Size((1, 2)))],
+        [(0, 18, torch.Size((1, 3))), (1, 4, torch.Size((1,)))]]  # the 2-row tensor has no third slice
+    # tensors: 21 -> rail 0, 5 -> rail 1, 4 -> rail 1 (5 < 21); each rail in parameter order
+    assert rail_pieces(shapes, 2, "tensors") == [[(0, 0, torch.Size((7, 3)))],
+                                                 [(1, 0, torch.Size((5,))), (2, 0, torch.Size((2, 2)))]]
+    with pytest.raises(ValueError, match=r"^rail_split: 'tensors' leaves rail 3 of 4 without parameters \(3 tensors\)"):
+        rail_pieces(shapes, 4, "tensors")
+    with pytest.raises(ValueError, match=r"^rail_split: expected one of 'tensors', 'rows', got 'cols'"):
+        rail_pieces(shapes, 2, "cols")

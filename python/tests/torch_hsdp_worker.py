@@ -10,6 +10,9 @@ dim-0 slice. Each case runs twice:
   node means taken here (the node's rows gathered, summed in rank order, halved), SCAPE over the
   same rail group mesh["inter"] as a flat optimizer.
 
+- "hier-rows", "hier-tensors": scape.torch.Hierarchical around SCAPE on the whole tensors, the
+  node's reduce-scatter and all-gather its own, under either rail split.
+
 Rank r writes <out>/<case>.<mode>.rank<r>.npz: the rail's mask at every step, its final fp32
 parameters, and the full model's final parameters in trace order."""
 import argparse
@@ -82,15 +85,19 @@ def run_case(case, trace, mesh, node_group, ranks_per_node, mode, out_dir):
     for size in sizes:
         full.append(torch.from_numpy(init[offset:offset + size].copy()))
         offset += size
+    options = dict(lr=lr, sparsity=case["sparsity"], mask_lag=case["mask_lag"], sharded=case.get("sharded", False))
     if mode == "fsdp":
         model = TraceModel(names, full)
         fully_shard(model, mesh=mesh["intra"])
         params = [model.tensors[k] for k in model.keys]
-    else:
+        opt = st.SCAPE(groups_of(names, decay, params), mesh=mesh, **options)
+    elif mode == "manual":
         params = [torch.nn.Parameter(row_slice(t, local, ranks_per_node).clone()) for t in full]
-    opt = st.SCAPE(groups_of(names, decay, params), lr=lr, sparsity=case["sparsity"], mask_lag=case["mask_lag"],
-                   sharded=case.get("sharded", False),
-                   **({"mesh": mesh} if mode == "fsdp" else {"group": mesh["inter"].get_group()}))
+        opt = st.SCAPE(groups_of(names, decay, params), group=mesh["inter"].get_group(), **options)
+    else:  # Hierarchical around SCAPE on the whole (unsharded) tensors, rail_split "rows" or "tensors"
+        params = [torch.nn.Parameter(t.clone()) for t in full]
+        opt = st.Hierarchical(groups_of(names, decay, params), mesh, st.SCAPE, rail_split=mode.split("-")[1],
+                              **options)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda k: core_lr(lr, k + 1, steps) / lr)
     masks = []
     for t in range(steps):
@@ -101,19 +108,25 @@ def run_case(case, trace, mesh, node_group, ranks_per_node, mode, out_dir):
         opt.zero_grad(set_to_none=True)
         if mode == "fsdp":
             model(row).backward()
+        elif mode != "manual":
+            for p, g in zip(params, row):
+                p.grad = g.view_as(p)
         else:
             for p, g in zip(params, row):
                 p.grad = row_slice(node_mean(g, node_group, ranks_per_node), local, ranks_per_node).clone()
         opt.step()
         sched.step()
-        masks.append(np.packbits(opt.mask_bits().numpy(), bitorder="little"))
+        scape = opt.inner if mode.startswith("hier") else opt
+        masks.append(np.packbits(scape.mask_bits().numpy(), bitorder="little"))
     opt.finish()
     if mode == "fsdp":
         whole = torch.cat([p.detach().full_tensor().reshape(-1) for p in params])
-    else:
+    elif mode == "manual":
         whole = torch.cat([gathered_rows(p.detach(), node_group, ranks_per_node) for p in params])
+    else:
+        whole = torch.cat([p.detach().reshape(-1) for p in params])
     np.savez(os.path.join(out_dir, f"{case['name']}.{mode}.rank{rank}.npz"), masks=np.array(masks),
-             params=opt.flat_params().numpy(), model=whole.numpy())
+             params=scape.flat_params().numpy(), model=whole.numpy(), last_metrics=json.dumps(opt.last_metrics))
 
 
 def gathered_rows(slice_, node_group, ranks_per_node):
@@ -141,7 +154,7 @@ def main():
     node_group = mesh["intra"].get_group()
     trace = read_trace(args.trace)
     for case in json.loads(open(args.cases).read()):
-        for mode in ("fsdp", "manual"):
+        for mode in ("fsdp", "manual", "hier-rows", "hier-tensors"):
             run_case(case, trace, mesh, node_group, g, mode, args.out)
     dist.destroy_process_group()
 

@@ -12,7 +12,7 @@ import torch
 from .agreement import check_agreement
 from .arith import AdamScalars, adams_update, adamw_update, decay_factor, f32, momentum
 from .comm import Group
-from .params import (ParamMirror, added_group, check_tensors, local_tensor, normalize_groups,
+from .params import (ParamMirror, added_group, check_tensors, closure_loss, local_tensor, normalize_groups,
                      refuse_sharded_parameters, saved_groups, state_by_param, trainable_tensors)
 
 FORMAT = 2
@@ -116,10 +116,7 @@ class AdamS(torch.optim.Optimizer):
 
     @torch.no_grad()
     def step(self, closure=None):
-        loss = None
-        if closure is not None:
-            with torch.enable_grad():
-                loss = closure()
+        loss = closure_loss(closure)
         grad_scale, found_inf = getattr(self, "grad_scale", None), getattr(self, "found_inf", None)
         self._sync_layout()
         self.mirror.pull()

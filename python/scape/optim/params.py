@@ -135,6 +135,15 @@ def is_dtensor(t: torch.Tensor) -> bool:
     return isinstance(t, DTensor)
 
 
+def closure_loss(closure):
+    """torch's step(closure): the closure's loss, computed with gradients on (the steps run
+    under no_grad); None without one."""
+    if closure is None:
+        return None
+    with torch.enable_grad():
+        return closure()
+
+
 def local_tensor(t: torch.Tensor) -> torch.Tensor:
     """The part of `t` this rank holds: a DTensor's local shard (FSDP2, HSDP), else t itself."""
     return t.to_local() if is_dtensor(t) else t

@@ -29,8 +29,8 @@ from .layout import FlatLayout, Slot
 from .fp8 import Fp8Payload
 from .masks import merge_segments, packed_positions, unpack_bits
 from .metrics import StepMetrics
-from .params import (ParamMirror, added_group, check_mesh, check_tensors, local_tensor, normalize_groups,
-                     refuse_sharded_parameters, trainable_tensors)
+from .params import (ParamMirror, added_group, check_mesh, check_tensors, closure_loss, local_tensor,
+                     normalize_groups, refuse_sharded_parameters, trainable_tensors)
 from .schedule import DensitySchedule, k_piece
 from .selection import RangeSelector
 
@@ -357,10 +357,7 @@ class SCAPE(torch.optim.Optimizer):
         .grad counts as zeros. Under GradScaler a step whose gradients are not finite on any
         rank is skipped on every rank; without one it raises NonFiniteGradient on every rank,
         naming the step, with nothing changed."""
-        loss = None
-        if closure is not None:
-            with torch.enable_grad():
-                loss = closure()
+        loss = closure_loss(closure)
         grad_scale = getattr(self, "grad_scale", None)
         found_inf = getattr(self, "found_inf", None)
         scaled = found_inf is not None or grad_scale is not None
