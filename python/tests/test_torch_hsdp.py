@@ -85,8 +85,8 @@ def test_the_node_bytes_are_the_other_rails_parts_in_and_this_rails_part_out(spl
     for rank in range(NODES * RANKS_PER_NODE):
         metrics = json.loads(str(load(hsdp_runs, CASES[0], f"hier-{split}", rank)["last_metrics"]))
         mine = own[rank % RANKS_PER_NODE]
-        assert metrics["bytes_sent_node_reduce_scatter"] == 4 * (n - mine)
-        assert metrics["bytes_sent_node_all_gather"] == 4 * mine * (RANKS_PER_NODE - 1)
+        assert metrics["bytes_sent_node_grad_reduce_scatter"] == 4 * (n - mine)
+        assert metrics["bytes_sent_node_param_all_gather"] == 4 * mine * (RANKS_PER_NODE - 1)
         assert metrics["bytes_sent_intra"] == 4 * (n - mine) + 4 * mine * (RANKS_PER_NODE - 1)
         assert metrics["bytes_sent"] == metrics["bytes_sent_intra"] + metrics["bytes_sent_inter"] > 0
 

@@ -122,15 +122,17 @@ class Hierarchical(torch.optim.Optimizer):
     def step(self, closure=None):
         loss = closure_loss(closure)
         for j, first, rail_param in self._mine:  # the parameters are the truth, as in SCAPE's mirror
-            rail_param.copy_(self._tensors[j].detach().reshape(-1)[first:first + rail_param.numel()].view_as(rail_param))
-        mean, _ = self.node.reduce_scatter_mean(self._gradient_in_rail_order(), self._counts, "node_reduce_scatter")
+            whole = self._tensors[j].detach().reshape(-1)
+            rail_param.copy_(whole[first:first + rail_param.numel()].view_as(rail_param))
+        gradient = self._gradient_in_rail_order()
+        mean, _ = self.node.reduce_scatter_mean(gradient, self._counts, "node_grad_reduce_scatter")
         at = 0
         for _, _, rail_param in self._mine:
             rail_param.grad = mean[at:at + rail_param.numel()].view_as(rail_param).to(rail_param.dtype)
             at += rail_param.numel()
         self.inner.step()
         own = torch.cat([rail_param.detach().reshape(-1).float() for _, _, rail_param in self._mine])
-        gathered, _ = self.node.all_gather_uneven(own, self._counts, "node_all_gather")
+        gathered, _ = self.node.all_gather_uneven(own, self._counts, "node_param_all_gather")
         at = 0
         for part in self._parts:
             for j, first, shape in part:
