@@ -60,10 +60,16 @@ def arguments(argv=None):
     return args
 
 
+def fail(message, status=2):
+    """Stops the race: exit 2 for what the user gave, a failing run's own status otherwise."""
+    print(f"netlab race: {message}", file=sys.stderr)
+    sys.exit(status)
+
+
 def python():
     path = os.environ.get("SCAPE_PYTHON", os.path.expanduser("~/.cache/scape/venv/bin/python"))
     if not os.access(path, os.X_OK):
-        sys.exit(f"netlab race: no python with torch at {path} (scripts/setup-python makes it; or set SCAPE_PYTHON)")
+        fail(f"no python with torch at {path} (scripts/setup-python makes it; or set SCAPE_PYTHON)")
     return path
 
 
@@ -78,7 +84,7 @@ def on_nodes(args, node_args):
     status = subprocess.run(command, env=env).returncode
     if status != 0:
         arm = node_args[node_args.index("--arm") + 1]
-        sys.exit(f"netlab race: the {arm} run failed (exit {status}): {' '.join(command)}")
+        fail(f"the {arm} run failed (exit {status}): {' '.join(command)}", status)
 
 
 def measure(args, arm, scratch):
@@ -120,7 +126,7 @@ def race_at(args, rate):
                     "--subnet", args.subnet], check=True)
     csv_path = os.path.join(args.out, f"race-{args.date}-{rate}.csv")
     if os.path.exists(csv_path):
-        sys.exit(f"netlab race: {csv_path} exists; give another --out or --date (a race is never appended to another)")
+        fail(f"{csv_path} exists; give another --out or --date (a race is never appended to another)")
     plan = {"rate": rate, "ddp_steps": args.ddp_steps, "arms": {}}
     with tempfile.TemporaryDirectory(prefix="race-") as scratch:
         ctx = {"scratch": scratch, "rate_mbit": rate_mbit, "pending": [], "csv": csv_path}
