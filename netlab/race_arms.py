@@ -20,6 +20,7 @@ import torch
 import torch.distributed as dist
 
 import scape.torch as st
+from netlab import race_plan
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 BETAS = (0.9, 0.95)
@@ -27,10 +28,9 @@ OUTER = {"outer_lr": 0.7, "outer_momentum": 0.9}  # DiLoCo's published outer ste
 
 
 def char_corpus(paths=None):
-    """The bytes of the repository's own prose (README.md and docs/*.md, sorted) as a char-level
-    corpus: the tokens (indices into the sorted set of bytes present) and the vocabulary size.
-    Text the checkout always has, so every node reads the same corpus without a download."""
-    paths = paths or [ROOT / "README.md"] + sorted((ROOT / "docs").glob("*.md"))
+    """The bytes of race_plan.corpus_paths (or `paths`) as a char-level corpus: the tokens
+    (indices into the sorted set of bytes present) and the vocabulary size."""
+    paths = paths or race_plan.corpus_paths(ROOT)
     data = np.frombuffer(b"".join(pathlib.Path(p).read_bytes() for p in paths), dtype=np.uint8)
     alphabet = np.unique(data)
     lookup = np.zeros(256, dtype=np.int64)

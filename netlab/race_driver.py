@@ -127,7 +127,9 @@ def race_at(args, rate):
     csv_path = os.path.join(args.out, f"race-{args.date}-{rate}.csv")
     if os.path.exists(csv_path):
         fail(f"{csv_path} exists; give another --out or --date (a race is never appended to another)")
-    plan = {"rate": rate, "ddp_steps": args.ddp_steps, "arms": {}}
+    plan = {"rate": rate, "ddp_steps": args.ddp_steps, "corpus_sha256": race_plan.corpus_digest(ROOT),
+            "settings": {k: getattr(args, k) for k in ("nodes", "seeds", "width", "layers", "batch", "block",
+                                                       "eval_points", "measure_steps")}, "arms": {}}
     with tempfile.TemporaryDirectory(prefix="race-") as scratch:
         ctx = {"scratch": scratch, "rate_mbit": rate_mbit, "pending": [], "csv": csv_path}
         best = grid(args, ctx, race_plan.BASELINE, args.ddp_steps)

@@ -7,7 +7,9 @@ Equal wall clock, not equal steps: the budget B is DDP AdamW's wall time for its
 every other arm measures its steady step time on the same link and gets floor(B / step) steps,
 with its warm-up + cosine schedule stretched over that count."""
 import csv
+import hashlib
 import math
+import pathlib
 
 # arm: (what runs, its learning-rate grid of 3). The grids sit around the rates the example and
 # torch_bench use (AdamW 1e-3, SCAPE 3e-3); a local-SGD arm's rate is its inner optimizer's.
@@ -31,6 +33,21 @@ SYNC_EVERY = {"torchft-diloco": 10, "diloco-h10": 10, "diloco-h50": 50, "diloco-
 
 COLUMNS = ["rate_mbit", "arm", "seed", "lr", "planned_steps", "budget_s", "step", "wall_s", "val_loss",
            "bytes_sent"]
+
+
+def corpus_paths(root):
+    """The race's char-level corpus: the repository's own prose, README.md and docs/*.md sorted
+    (text every checkout has, so every node reads the same corpus with no download)."""
+    root = pathlib.Path(root)
+    return [root / "README.md"] + sorted((root / "docs").glob("*.md"))
+
+
+def corpus_digest(root):
+    """sha256 of the corpus: the docs change with the commits, so a race records what it read."""
+    digest = hashlib.sha256()
+    for path in corpus_paths(root):
+        digest.update(path.read_bytes())
+    return digest.hexdigest()
 
 
 class RaceInputError(ValueError):

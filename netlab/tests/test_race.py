@@ -3,6 +3,7 @@ the steps that fit a budget, the schedule over them, time to target on hand-buil
 interval over seeds against a hand computation, the CSV round trip, and bad input named. No torch,
 no root: the nodes' side (netlab/race_node.py) runs in the smoke run docs/NETLAB.md describes."""
 import csv
+import hashlib
 import math
 import subprocess
 
@@ -172,3 +173,14 @@ def test_driver_arguments_are_checked_before_anything_runs():
     done = subprocess.run([str(REPO / "scripts" / "netlab"), "race", "--rate", "9zbit", "--ddp-steps", "5"],
                           capture_output=True, text=True)
     assert done.returncode == 2 and "9zbit" in done.stderr
+
+
+def test_corpus_is_the_repositorys_prose_and_its_digest_follows_it(tmp_path):
+    (tmp_path / "docs").mkdir()
+    for name, text in (("README.md", b"readme"), ("docs/b.md", b"bee"), ("docs/a.md", b"ay"), ("docs/c.txt", b"no")):
+        (tmp_path / name).write_bytes(text)
+    assert [p.name for p in race_plan.corpus_paths(tmp_path)] == ["README.md", "a.md", "b.md"]
+    before = race_plan.corpus_digest(tmp_path)
+    assert before == hashlib.sha256(b"readmeaybee").hexdigest()
+    (tmp_path / "docs" / "a.md").write_bytes(b"AY")
+    assert race_plan.corpus_digest(tmp_path) != before
