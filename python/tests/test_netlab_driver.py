@@ -1,11 +1,14 @@
 """The netlab's driver (scripts/netlab, forwarding to netlab/netlab), the emulated cluster
 network: two node namespaces at 100 Mbit/s come up, a socket between them measures the set rate
 within 20%, scape.torch.SCAPE trained across them equals the same run over loopback bit for bit,
-a killed node makes `run` exit non-zero naming it with no process left, `down` leaves no
+a killed node makes `run` exit non-zero naming it with no process left, a tiny `race` runs from
+`up` to its table with the budget, step counts, grids and seeds as planned, `down` leaves no
 namespace behind, and nodes of two ranks place ranks I·G .. I·G+G-1 on node I (run and mpirun),
-their traffic inside the node unshaped. Where this machine forbids network namespaces (not root, no CAP_NET_ADMIN, or
+their traffic inside the node unshaped. Where this machine forbids network namespaces (not root,
+no CAP_NET_ADMIN, or
 a sandbox without them) every test skips, saying why. The netlab's other tests (its tables, the
 strong-scaling plan, the torch prediction) are netlab/tests'."""
+import json
 import os
 import shutil
 import subprocess
@@ -16,6 +19,7 @@ import numpy as np
 import pytest
 
 from conftest import REPO, write_json
+from netlab import race_plan
 
 NETLAB = REPO / "scripts" / "netlab"  # the documented command, forwarding to netlab/netlab
 PREFIX = "snt"  # the tests' own names, apart from a user's netlab (default prefix snl)
@@ -187,3 +191,32 @@ def test_nodes_of_two_ranks_talk_inside_over_loopback_and_across_over_the_shaped
     finally:
         down = netlab("down")
         assert down.returncode == 0, down.stderr
+
+
+def test_a_tiny_race_runs_from_up_to_table(two_nodes, tmp_path):
+    """`scripts/netlab race` end to end on the nodes (a tiny model, 2 arms, 2 seeds): B is DDP
+    AdamW's wall time at its grid's best rate, SCAPE 99% gets floor(B / its measured step), each
+    arm's grid runs on seed 1 and seed 2 at the best rate, and the table comes out."""
+    env = dict(os.environ, OMP_NUM_THREADS="1", SCAPE_PYTHON=sys.executable)
+    args = ["race", "--rate", "100mbit", "--ddp-steps", 20, "--arms", "scape-99", "--seeds", "1,2", "--width", 32,
+            "--layers", 1, "--batch", 2, "--block", 16, "--eval-points", 2, "--measure-steps", 5,
+            "--prefix", PREFIX, "--date", "test", "--out", tmp_path]
+    done = subprocess.run([str(NETLAB), *map(str, args)], capture_output=True, text=True, timeout=900, env=env)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "**100 Mbit/s**: B = " in done.stdout and "| scape-99 |" in done.stdout
+    rows = race_plan.read(tmp_path / "race-test-100mbit.csv")
+    plan = json.loads((tmp_path / "race-test-100mbit.plan.json").read_text())
+    runs = race_plan.runs(rows)
+    best = plan["arms"]["ddp-adamw"]["lr"]
+    assert plan["budget_s"] == runs[(100.0, "ddp-adamw", 1, best)][-1]["wall_s"]
+    assert all(r["budget_s"] == pytest.approx(plan["budget_s"], abs=1e-3) for r in rows)
+    scape = plan["arms"]["scape-99"]
+    assert scape["steps"] == race_plan.steps_in_budget(plan["budget_s"], scape["step_s"])
+    for arm, steps, grid in (("ddp-adamw", 20, race_plan.ARMS["ddp-adamw"][1]), ("scape-99", scape["steps"],
+                                                                               race_plan.ARMS["scape-99"][1])):
+        chosen = plan["arms"][arm]["lr"]
+        assert chosen == race_plan.best_lr(rows, 100.0, arm)
+        assert sorted(k for k in runs if k[1] == arm) == sorted([(100.0, arm, 1, lr) for lr in grid] + [(100.0, arm, 2, chosen)])
+        assert all(c[-1]["step"] == steps == c[-1]["planned_steps"] for k, c in runs.items() if k[1] == arm)
+    again = subprocess.run([str(NETLAB), *map(str, args)], capture_output=True, text=True, timeout=120, env=env)
+    assert again.returncode == 2 and "race-test-100mbit.csv exists" in again.stderr

@@ -5,9 +5,9 @@ writing <out>/rank<r>.json with both loss curves and final parameters' relative 
 torchft's DiLoCo talks to a torchft Manager, which needs a lighthouse server and a quorum; the
 algorithm needs only the Manager's all-reduce (the mean over replicas), so a shim stands in for
 it: all_reduce(SUM) over this gloo group, divided by W, and commit always granted (no failures
-are injected). torchft's inner optimizer is scape.torch.AdamS on a group of this rank alone (so
-it communicates nothing), its outer optimizer torch's SGD(nesterov=True), as torchft's examples
-use it."""
+are injected): netlab/race_arms.py's CountingManager, which the race's torchft arm uses too.
+torchft's inner optimizer is scape.torch.AdamS on a group of this rank alone (so it communicates
+nothing), its outer optimizer torch's SGD(nesterov=True), as torchft's examples use it."""
 import argparse
 import json
 import os
@@ -16,57 +16,11 @@ import sys
 import torch
 import torch.distributed as dist
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "examples"))
+REPO = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
+sys.path[:0] = [os.path.join(REPO, "examples"), REPO]
 import scape.torch as st  # noqa: E402
+from netlab.race_arms import CountingManager as ManagerShim  # noqa: E402
 from tiny_gpt import CorpusBatches, TinyGPT, cross_entropy, markov_corpus  # noqa: E402
-
-
-class _Done:
-    def wait(self, timeout=None):
-        return True
-
-    def get_future(self):
-        future = torch.futures.Future()
-        future.set_result(None)
-        return future
-
-
-class ManagerShim:
-    """The part of torchft.manager.Manager that torchft.local_sgd.DiLoCo calls."""
-    _use_async_quorum = False
-
-    def __init__(self, world):
-        self.world, self.step = world, 0
-
-    def allreduce(self, tensor, should_quantize=False, reduce_op=None):
-        dist.all_reduce(tensor)
-        tensor.div_(self.world)
-        return _Done()
-
-    def should_commit(self, timeout=None):
-        self.step += 1
-        return True
-
-    def current_step(self):
-        return self.step
-
-    def start_quorum(self, *args, **kwargs):
-        pass
-
-    def allow_state_dict_read(self):
-        pass
-
-    def disallow_state_dict_read(self):
-        pass
-
-    def register_state_dict_fn(self, *args, **kwargs):
-        pass
-
-    def errored(self):
-        return None
-
-    def num_participants(self):
-        return self.world
 
 
 def run(kind, rank, world, steps, inner_steps, alone):

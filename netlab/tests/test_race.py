@@ -1,0 +1,186 @@
+"""The race's plan and analysis (netlab/race_plan.py, netlab/race.py; `scripts/netlab race`):
+the steps that fit a budget, the schedule over them, time to target on hand-built curves, the t
+interval over seeds against a hand computation, the CSV round trip, and bad input named. No torch,
+no root: the nodes' side (netlab/race_node.py) runs in the smoke run docs/NETLAB.md describes."""
+import csv
+import hashlib
+import math
+import subprocess
+
+import pytest
+
+from conftest import REPO
+from netlab import race, race_driver, race_plan
+from netlab.race_plan import RaceInputError
+
+
+def test_steps_in_budget_from_a_measured_step():
+    assert race_plan.steps_in_budget(173.0, 0.0974) == 1776  # floor(1776.18)
+    assert race_plan.steps_in_budget(10.0, 0.1) == 100  # an exact fit is not lost to rounding
+    assert race_plan.steps_in_budget(0.05, 0.1) == 1  # slower than the budget: one step, one evaluation
+    for bad in (0.0, -1.0, float("nan"), float("inf")):
+        with pytest.raises(RaceInputError, match="step time"):
+            race_plan.steps_in_budget(10.0, bad)
+    with pytest.raises(RaceInputError, match="budget"):
+        race_plan.steps_in_budget(0.0, 0.1)
+
+
+def test_warmup_and_cosine_over_the_arms_own_count():
+    assert race_plan.warmup_steps(1776) == 89 and race_plan.warmup_steps(10) == 1
+    total, warmup = 105, 5
+    assert race_plan.lr_factor(1, total, warmup) == pytest.approx(0.2)
+    assert race_plan.lr_factor(5, total, warmup) == pytest.approx(1.0)
+    assert race_plan.lr_factor(55, total, warmup) == pytest.approx(0.55)  # half-way down the cosine
+    assert race_plan.lr_factor(105, total, warmup) == pytest.approx(0.1)
+    after = [race_plan.lr_factor(s, total, warmup) for s in range(warmup, total + 1)]
+    assert all(a >= b for a, b in zip(after, after[1:]))
+    # the same shape stretched over twice the steps: a faster arm's schedule ends where the slow one's does
+    assert race_plan.lr_factor(210, 210, 10) == pytest.approx(race_plan.lr_factor(105, 105, 5))
+
+
+def test_eval_steps_fall_on_syncs_and_end_at_the_last_step():
+    assert race_plan.eval_steps(100, 4) == [25, 50, 75, 100]
+    assert race_plan.eval_steps(95, 4, every=10) == [30, 50, 80, 95]
+    assert race_plan.eval_steps(3, 10) == [1, 2, 3]
+    with pytest.raises(RaceInputError, match="eval-points"):
+        race_plan.eval_steps(10, 0)
+
+
+def curve(arm, seed, lr, losses, step_s=1.0, every=10, rate=100.0, budget=40.0, bytes_a_step=1000):
+    return [{"rate_mbit": rate, "arm": arm, "seed": seed, "lr": lr, "planned_steps": every * len(losses),
+             "budget_s": budget, "step": every * (i + 1), "wall_s": step_s * every * (i + 1), "val_loss": loss,
+             "bytes_sent": bytes_a_step * every * (i + 1)} for i, loss in enumerate(losses)]
+
+
+def write(path, rows, columns=race_plan.COLUMNS):
+    with open(path, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=columns, extrasaction="ignore")
+        w.writeheader()
+        w.writerows(rows)
+    return str(path)
+
+
+def test_time_to_target_is_the_first_evaluation_at_or_below_it():
+    c = curve("scape-99", 1, 3e-3, [3.0, 2.5, 2.1, 1.9])  # walls 10, 20, 30, 40
+    assert race.time_to_target(c, 2.1)["wall_s"] == 30.0  # equal counts as reached
+    hit = race.time_to_target(c, 2.0)
+    assert (hit["wall_s"], hit["step"], hit["bytes_sent"]) == (40.0, 40, 40_000)  # not interpolated to 35
+    assert race.time_to_target(c, 1.8) is None
+
+
+def test_t_interval_against_a_hand_computation():
+    mean, low, high = race.t_interval([30.0, 40.0, 44.0])
+    sd = math.sqrt((8 ** 2 + 2 ** 2 + 6 ** 2) / 2)  # 7.2111
+    half = 4.303 * sd / math.sqrt(3)  # t(0.975, 2) = 4.303: 17.915
+    assert mean == 38.0 and low == pytest.approx(38 - half) and high == pytest.approx(38 + half)
+    assert low == pytest.approx(20.085, abs=1e-3)
+    assert race.t_interval([5.0]) == (5.0, None, None)
+
+
+def race_rows():
+    """DDP AdamW (grid on seed 1: 1e-3 wins), SCAPE 99% faster and reaching, PowerSGD whose
+    seed 2 never reaches. DDP's losses at B: 2.00, 2.04, 2.02 -> target 2.02 + 0.02 = 2.04."""
+    rows = curve("ddp-adamw", 1, 5e-4, [3.0, 2.6, 2.3, 2.2]) + curve("ddp-adamw", 1, 2e-3, [3.0, 2.7, 2.4, 2.3])
+    rows += curve("ddp-adamw", 1, 1e-3, [3.0, 2.5, 2.1, 2.00]) + curve("ddp-adamw", 2, 1e-3, [3.0, 2.5, 2.2, 2.04])
+    rows += curve("ddp-adamw", 3, 1e-3, [3.0, 2.5, 2.2, 2.02])  # reaches 2.04 at 40, 40, 40 s
+    # SCAPE 99%: 0.5 s a step, twice the steps; grid 1e-3 loses to 3e-3 on seed 1
+    rows += curve("scape-99", 1, 1e-3, [3.0, 2.8, 2.6, 2.5, 2.4, 2.3, 2.2, 2.1], step_s=0.5, bytes_a_step=10)
+    for seed, losses in ((1, [3.0, 2.6, 2.3, 2.1, 2.0, 1.98, 1.96, 1.95]), (2, [3.0, 2.5, 2.2, 2.1, 2.05, 2.04, 2.0, 1.99]),
+                         (3, [3.0, 2.6, 2.4, 2.2, 2.1, 2.03, 2.0, 1.97])):
+        rows += curve("scape-99", seed, 3e-3, losses, step_s=0.5, bytes_a_step=10)  # reach at 25, 30, 30 s
+    for seed, losses in ((1, [3.0, 2.5, 2.03, 2.0]), (2, [3.0, 2.6, 2.3, 2.2])):
+        rows += curve("ddp-powersgd-r1", seed, 1e-3, losses, step_s=1.25)  # ends at 50 s, 1.25 B
+    return rows
+
+
+def test_tables_per_arm_against_hand_values():
+    target, lines = race.tables(race_rows(), 0.02)[100.0]
+    assert target == pytest.approx(2.04)
+    ddp, scape, powersgd = lines
+    assert ddp["arm"] == "ddp-adamw" and ddp["lr"] == 1e-3 and ddp["seeds"] == [1, 2, 3]
+    assert ddp["time"] == (40.0, 40.0, 40.0)  # every seed at its last evaluation, no spread
+    assert scape["lr"] == 3e-3  # the grid's winner on seed 1; the 1e-3 run is not a seed
+    mean, low, high = scape["time"]
+    half = 4.303 * math.sqrt(((25 - 85 / 3) ** 2 + 2 * (30 - 85 / 3) ** 2) / 2) / math.sqrt(3)
+    assert mean == pytest.approx(85 / 3) and (low, high) == pytest.approx((85 / 3 - half, 85 / 3 + half))
+    assert scape["ratio"] == pytest.approx(40 / (85 / 3))
+    assert scape["steps_to"] == pytest.approx(170 / 3) and scape["bytes_to"] == pytest.approx(10 * 170 / 3)
+    assert scape["loss_at_b"][0] == pytest.approx((1.95 + 1.99 + 1.97) / 3)
+    assert scape["s_per_step"] == pytest.approx(0.5) and scape["steps"] == 80
+    assert scape["end_over_b"] == pytest.approx(1.0)
+    assert powersgd["time"] is None and powersgd["reached"] == 1 and powersgd["ratio"] is None
+    table = race.markdown(race.tables(race_rows(), 0.02), 0.02)
+    assert "| ddp-powersgd-r1 | 0.001 | 2 | 40 | 1.2500 | 1.25 | 2.1000 [" in table
+    assert "not reached (1 of 2 seeds)" in table
+    assert "| scape-99 | 0.003 | 3 | 80 | 0.5000 | 1.00 | 1.9700 [" in table
+
+
+def test_csv_round_trip(tmp_path):
+    path = tmp_path / "race.csv"
+    rows = race_rows()[:6]
+    race_plan.append(path, rows[:3])
+    race_plan.append(path, rows[3:])  # a second append adds no second header
+    with open(path) as f:
+        assert f.readline().strip() == ",".join(race_plan.COLUMNS)
+    assert race_plan.read(path) == rows
+
+
+def run_tables(*args):
+    return subprocess.run([str(REPO / "scripts" / "netlab"), "race", "tables", *args], capture_output=True,
+                          text=True, cwd=REPO)
+
+
+def test_command_writes_table_and_figure(tmp_path):
+    done = run_tables(write(tmp_path / "race.csv", race_rows()), "--out", str(tmp_path / "out"))
+    assert done.returncode == 0, done.stderr
+    assert "target = DDP AdamW's loss at B + 0.02 = 2.0400" in done.stdout
+    assert (tmp_path / "out" / "race.png").stat().st_size > 10_000
+    assert (tmp_path / "out" / "race.md").read_text() in done.stdout
+
+
+def test_a_missing_column_is_named(tmp_path):
+    path = write(tmp_path / "short.csv", race_rows(), [c for c in race_plan.COLUMNS if c != "val_loss"])
+    done = run_tables(path)
+    assert done.returncode == 2 and "short.csv" in done.stderr and "val_loss" in done.stderr
+
+
+def test_an_unknown_arm_is_named(tmp_path):
+    rows = race_rows()
+    rows[3] = dict(rows[3], arm="ddp-lamb")
+    done = run_tables(write(tmp_path / "odd.csv", rows))
+    assert done.returncode == 2 and "odd.csv:5" in done.stderr and "ddp-lamb" in done.stderr
+
+
+def test_no_baseline_and_bad_numbers_are_named(tmp_path):
+    no_ddp = [r for r in race_rows() if r["arm"] != "ddp-adamw"]
+    done = run_tables(write(tmp_path / "noddp.csv", no_ddp))
+    assert done.returncode == 2 and "noddp.csv" in done.stderr and "no ddp-adamw rows" in done.stderr
+    rows = race_rows()
+    rows[0] = dict(rows[0], wall_s="fast")
+    done = run_tables(write(tmp_path / "text.csv", rows))
+    assert done.returncode == 2 and "text.csv:2: column wall_s" in done.stderr
+
+
+def test_driver_arguments_are_checked_before_anything_runs():
+    with pytest.raises(SystemExit) as exit_:
+        race_driver.arguments(["--rate", "100mbit", "--ddp-steps", "10", "--arms", "scape-99,ddp-lamb"])
+    assert exit_.value.code == 2
+    args = race_driver.arguments(["--rate", "100mbit", "--ddp-steps", "10", "--arms", "scape-99"])
+    assert args.arms == ["ddp-adamw", "scape-99"] and args.seeds == [1, 2, 3]
+    assert race_driver.rate_in_mbit("100mbit") == 100 and race_driver.rate_in_mbit("10gbit") == 10_000
+    with pytest.raises(RaceInputError, match="--rate"):
+        race_driver.rate_in_mbit("fast")
+    done = subprocess.run([str(REPO / "scripts" / "netlab"), "race", "--rate", "9zbit", "--ddp-steps", "5"],
+                          capture_output=True, text=True)
+    assert done.returncode == 2 and "9zbit" in done.stderr
+
+
+def test_corpus_is_the_repositorys_prose_and_its_digest_follows_it(tmp_path):
+    (tmp_path / "docs").mkdir()
+    for name, text in (("README.md", b"readme"), ("docs/b.md", b"bee"), ("docs/a.md", b"ay"), ("docs/c.txt", b"no")):
+        (tmp_path / name).write_bytes(text)
+    assert [p.name for p in race_plan.corpus_paths(tmp_path)] == ["README.md", "a.md", "b.md"]
+    before = race_plan.corpus_digest(tmp_path)
+    assert before == hashlib.sha256(b"readmeaybee").hexdigest()
+    (tmp_path / "docs" / "a.md").write_bytes(b"AY")
+    assert race_plan.corpus_digest(tmp_path) != before
