@@ -1,18 +1,23 @@
 // The per-GEMM compute model (docs/PREDICTING.md, "Per-GEMM compute"): the GEMMs add up to the
 // training FLOPs, the curve fit recovers the parameters it was generated from, the step-table fit
 // under the GEMM model recovers a generated table and reproduces the measured ones, the held-out
-// model both ways, and the shipped calibrations and the GH200 preset agree.
+// model both ways, the shipped calibrations and the GH200 preset agree, and a prediction config
+// with gpu.compute_model "gemm" computes as the table rows do.
 #include <doctest/doctest.h>
 
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <sstream>
 #include <string>
 #include <vector>
 
+#include "config/json_section.hpp"
 #include "predict/gemm_model.hpp"
 #include "predict/measured_table.hpp"
+#include "predict/predict_config.hpp"
+#include "predict/prediction.hpp"
 #include "predict/table_model.hpp"
 #include "predict/table_report.hpp"
 
@@ -203,4 +208,71 @@ TEST_CASE("a bad gemm_curve names the file and the field") {
   j["gemm_curve"] = 3;
   CHECK(error(j) == "hw.json: gemm_curve must be an object");
   CHECK(error(good) == "no error");
+}
+
+namespace {
+
+const fs::path kVista18 = kRoot / "experiments/configs/predict/vista-llama-1.8b.json";
+
+// The shipped Llama-1.8B config on Vista with `edit` applied before the hardware is merged.
+PredictConfig vista_1_8b(const std::function<void(nlohmann::json&)>& edit) {
+  std::ifstream in(kVista18);
+  nlohmann::json j = nlohmann::json::parse(in);
+  edit(j);
+  merge_hardware(j, kVista18.parent_path());
+  return parse_predict_config(j);
+}
+
+}  // namespace
+
+TEST_CASE("gpu.compute_model gemm: a prediction config computes as the measured table's rows do") {
+  const PredictConfig c = load_predict_config(kVista18, {});
+  REQUIRE(c.gemm_curve.fitted());
+  CHECK(c.gemm_curve.max_efficiency == find_gpu_preset("gh200", "").gemm.max_efficiency);
+  CHECK(c.to_json().at("gpu").at("compute_model") == "gemm");
+  CHECK(c.to_json().at("batch").at("micro_sequences") == 8);
+  const Prediction p = run_prediction(c);
+  const Calibration vista = shipped("tacc-vista-measured.json");
+  for (const auto& row : p.rows) {
+    CAPTURE(row.workers);
+    const StepPrediction table = predict_table_row(vista, MeasuredRow{"llama-1.8b", "adams_do", row.workers, 0, 0});
+    CHECK(row.baseline.compute_s() == doctest::Approx(table.compute_s()).epsilon(1e-12));
+  }
+  // The same config at MFU: the 500M table's average rate, 1.8B's compute 21% slower.
+  const PredictConfig mfu = vista_1_8b([](nlohmann::json& j) {
+    j["gpu"]["compute_model"] = "mfu";
+    j["batch"].erase("micro_sequences");
+  });
+  CHECK_FALSE(mfu.gemm_curve.fitted());
+  const double ratio = run_prediction(mfu).rows.front().baseline.compute_s() / p.rows.front().baseline.compute_s();
+  CHECK(ratio == doctest::Approx(557.0 / 460.1).epsilon(0.01));
+}
+
+TEST_CASE("gpu.compute_model gemm: what it needs, each missing one an error naming its field") {
+  const auto error = [](const std::function<void(nlohmann::json&)>& edit) {
+    try {
+      vista_1_8b(edit);
+    } catch (const scape::config::ConfigError& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  using J = nlohmann::json;
+  CHECK(error([](J& j) {
+          j["gpu"]["preset"] = "h100";
+        }).find("gpu.compute_model: gemm needs a gpu.preset with a fitted GEMM curve") != std::string::npos);
+  CHECK(error([](J& j) {
+          j["batch"].erase("micro_sequences");
+        }).find("batch.micro_sequences: required with gpu.compute_model") != std::string::npos);
+  CHECK(error([](J& j) {
+          j["batch"]["micro_sequences"] = 32;
+        }).find("batch.micro_sequences: 32 exceeds the 16 sequences of one GPU at 64") != std::string::npos);
+  CHECK(error([](J& j) {
+          j["gpu"]["compute_model"] = "mfu";
+        }).find("batch.micro_sequences: only valid with gpu.compute_model") != std::string::npos);
+  CHECK(error([](J& j) {
+          j["model"]["attention_flops"] = "full";
+        }).find("model.attention_flops: gpu.compute_model \"gemm\"") != std::string::npos);
+  CHECK(error([](J& j) { j["gpu"]["compute_model"] = "roofline"; }).find("gpu.compute_model") != std::string::npos);
+  CHECK(error([](J&) {}) == "no error");
 }
