@@ -52,8 +52,6 @@ int cmd_tables(const std::string& file, const std::string& out, const std::strin
     return kExitOk;
   }
   if (!out.empty()) throw cfg::ConfigError("--validate prints a table (and --csv): no --out");
-  if (calibrate.compute_model != "gemm" || calibrate.gemm_ridge > 0)
-    throw cfg::ConfigError("--compute-model and --gemm-ridge go with --calibrate-table");
   const std::string hw = calibrate.hardware.empty() ? default_table_hardware() : calibrate.hardware;
   const nlohmann::json j = cfg::read_json_file(hw);
   scape::predict::Calibration c;
@@ -70,6 +68,9 @@ int cmd_tables(const std::string& file, const std::string& out, const std::strin
 
 int cmd_predict(const std::string& file, std::string out, const std::string& csv, const std::vector<std::string>& sets,
                 const std::string& from_runs, const Calibrate& calibrate) {
+  if (calibrate.calibrate_table.empty() && (calibrate.compute_model != "gemm" || calibrate.gemm_ridge > 0)) {
+    throw cfg::ConfigError("--compute-model and --gemm-ridge go with --calibrate-table");
+  }
   if (!calibrate.validate.empty() || !calibrate.calibrate_table.empty()) return cmd_tables(file, out, csv, calibrate);
   if (!calibrate.hardware.empty()) throw cfg::ConfigError("--hardware goes with --validate");
   if (!calibrate.fit.empty()) {

@@ -313,4 +313,8 @@ TEST_CASE(
   CAPTURE(r.output);
   CHECK(r.code == 2);
   CHECK(r.output.find("llama-500m-step-times.csv: the GEMM curve's fitted max_efficiency is") != std::string::npos);
+  // Without --calibrate-table they would do nothing: refused.
+  const auto stray = run_scape("predict --validate " + table + " --gemm-ridge 150");
+  CHECK(stray.code == 2);
+  CHECK(stray.output.find("--compute-model and --gemm-ridge go with --calibrate-table") != std::string::npos);
 }
