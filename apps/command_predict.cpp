@@ -22,6 +22,8 @@ struct Calibrate {
   std::vector<std::string> fit, held_out;
   std::vector<double> sweep_GBps;  // --sweep: the link bandwidths of the regime sweep
   std::string validate, calibrate_table, hardware;  // measured tables (docs/PREDICTING.md)
+  std::string compute_model = "gemm";               // --calibrate-table: gemm or flops
+  double gemm_ridge = 0;                            // --calibrate-table: 0 = the GH200 datasheet's
   bool config_overlap_only = false;                 // --from-runs: no rows with the overlap switched
   bool links_from_bench = false;                    // --calibrate: links from bench-comm files alone
 };
@@ -41,7 +43,11 @@ int cmd_tables(const std::string& file, const std::string& out, const std::strin
       throw cfg::ConfigError("--calibrate-table takes no --csv or --hardware");
     const auto table = scape::predict::read_measured_table(calibrate.calibrate_table);
     const std::string hw = out.empty() ? "calibrated-hardware.json" : out;
-    scape::predict::calibrate_table(table, hw, std::cout);
+    const auto compute =
+        calibrate.compute_model == "flops" ? scape::predict::TableCompute::flops : scape::predict::TableCompute::gemm;
+    presets::GemmCurve shape = scape::predict::gh200_curve_shape();
+    if (calibrate.gemm_ridge > 0) shape.ridge_flop_per_byte = calibrate.gemm_ridge;
+    scape::predict::calibrate_table(table, hw, std::cout, compute, shape);
     std::fprintf(stderr, "calibrated from %s -> %s\n", calibrate.calibrate_table.c_str(), hw.c_str());
     return kExitOk;
   }
@@ -62,6 +68,9 @@ int cmd_tables(const std::string& file, const std::string& out, const std::strin
 
 int cmd_predict(const std::string& file, std::string out, const std::string& csv, const std::vector<std::string>& sets,
                 const std::string& from_runs, const Calibrate& calibrate) {
+  if (calibrate.calibrate_table.empty() && (calibrate.compute_model != "gemm" || calibrate.gemm_ridge > 0)) {
+    throw cfg::ConfigError("--compute-model and --gemm-ridge go with --calibrate-table");
+  }
   if (!calibrate.validate.empty() || !calibrate.calibrate_table.empty()) return cmd_tables(file, out, csv, calibrate);
   if (!calibrate.hardware.empty()) throw cfg::ConfigError("--hardware goes with --validate");
   if (!calibrate.fit.empty()) {
@@ -151,6 +160,16 @@ Command add_predict_command(CLI::App& app) {
   for (const auto& [name, target, help] : table_options) {
     predict->add_option(name, *target, help)->check(CLI::ExistingFile);
   }
+  predict
+      ->add_option("--compute-model", a->calibrate.compute_model,
+                   "with --calibrate-table: gemm (default; every GEMM on the GPU's efficiency curve, its maximum "
+                   "efficiency fitted) or flops (the training FLOPs at one fitted FLOP/s, the model before issue 58)")
+      ->check(CLI::IsMember({"gemm", "flops"}));
+  predict
+      ->add_option("--gemm-ridge", a->calibrate.gemm_ridge,
+                   "with --calibrate-table: the GEMM curve's ridge in FLOP/byte (default the GH200's peak over its "
+                   "memory bandwidth, 989 / 4.9; one model's table cannot fit it)")
+      ->check(CLI::PositiveNumber);
   predict->add_flag("--links-from-bench", a->calibrate.links_from_bench,
                     "with --calibrate: fit the links to the bench-comm files alone, the runs' collectives only "
                     "compared (compute and the optimizer from runs over one link, the links from another)");

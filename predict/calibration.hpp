@@ -55,6 +55,10 @@ double fit_rate(std::span<const RateSample> samples, const char* what);
 struct Calibration {
   double achieved_flops = 0;  // FLOP/s of forward + backward
   double optimizer_Bps = 0;   // bytes of the optimizer step per second
+  // Fitted to a measured step table (predict/table_model.hpp): the per-GEMM compute model, which
+  // then replaces achieved_flops for the table's rows (achieved_flops stays the fitted model's
+  // average, for the report). Unfitted (max_efficiency 0) everywhere else.
+  presets::GemmCurve gemm;
   LinkFit combined;           // every collective kind together: the network's inter link
   std::array<std::optional<LinkFit>, kCollectiveKindCount> by_kind{};  // indexed by CollectiveKind
   int compute_samples = 0;

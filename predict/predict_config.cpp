@@ -6,6 +6,7 @@
 #include "predict/predict_config.hpp"
 
 #include <algorithm>
+#include <cstdio>
 
 #include "config/config.hpp"
 #include "predict/predict_keys.hpp"
@@ -161,6 +162,7 @@ BatchSpec parse_batch(const Section& s, const PredictConfig& c) {
   BatchSpec b;
   b.scaling = s.get("scaling") == "weak" ? Scaling::weak : Scaling::strong;
   b.seq_len = s.value_or("seq_len", c.model.context);
+  b.micro_sequences = s.value_or<std::int64_t>("micro_sequences", 0);
   if (c.model.family == presets::Family::gpt2 && b.seq_len > c.model.context) {
     fail(s.path("seq_len"), std::to_string(b.seq_len) + " exceeds model.context = " + std::to_string(c.model.context) +
                                 " (the rows of the position table)");
@@ -198,6 +200,37 @@ BatchSpec parse_batch(const Section& s, const PredictConfig& c) {
   }
   b.per_gpu_sequences = global / reference;
   return b;
+}
+
+// gpu.compute_model: under "gemm" the GPU preset's fitted curve, with the micro-batch that shapes
+// the GEMMs; under "mfu" nothing (and no micro-batch, which it would not use).
+presets::GemmCurve parse_compute_model(const Section& gpu, const PredictConfig& c) {
+  const std::string model = gpu.get("compute_model").get<std::string>();
+  if (model == "mfu") {
+    if (c.batch.micro_sequences > 0) fail("batch.micro_sequences", "only valid with gpu.compute_model \"gemm\"");
+    return {};
+  }
+  const presets::GemmCurve curve =
+      c.gpu.preset.empty() ? presets::GemmCurve{} : presets::find_gpu_preset(c.gpu.preset, "gpu.preset").gemm;
+  if (!curve.fitted()) {
+    fail(gpu.path("compute_model"),
+         "gemm needs a gpu.preset with a fitted GEMM curve (gh200); '" + c.gpu.preset + "' has none");
+  }
+  if (c.attention != presets::AttentionFlops::causal) {
+    fail("model.attention_flops", "gpu.compute_model \"gemm\" models causal attention only");
+  }
+  if (c.batch.micro_sequences == 0) {
+    fail("batch.micro_sequences", "required with gpu.compute_model \"gemm\" (the sequences of one forward/backward)");
+  }
+  for (const int w : c.workers) {
+    if (static_cast<double>(c.batch.micro_sequences) > c.batch.sequences_per_gpu(w)) {
+      char per_gpu[32];
+      std::snprintf(per_gpu, sizeof per_gpu, "%g", c.batch.sequences_per_gpu(w));
+      fail("batch.micro_sequences", std::to_string(c.batch.micro_sequences) + " exceeds the " + per_gpu +
+                                        " sequences of one GPU at " + std::to_string(w) + " workers");
+    }
+  }
+  return curve;
 }
 
 void parse_network(const Section& s, PredictConfig& c) {
@@ -272,7 +305,9 @@ PredictConfig parse_predict_config(const json& j) {
   c.attention = presets::parse_attention_flops(model.get("attention_flops").get<std::string>(), "");
   top.require("batch", "(batch.global_sequences or batch.per_gpu_sequences, and batch.seq_len)");
   c.batch = parse_batch(Section(top.at("batch"), "batch", batch_fields()), c);
-  c.gpu = parse_gpu(Section(top.object("gpu"), "gpu", gpu_fields()));
+  const Section gpu(top.object("gpu"), "gpu", gpu_fields());
+  c.gpu = parse_gpu(gpu);
+  c.gemm_curve = parse_compute_model(gpu, c);
   parse_network(Section(top.object("network"), "network", network_fields()), c);
   check_placement(c);
   c.overlap = parse_overlap(Section(top.object("overlap"), "overlap", overlap_fields()));
@@ -357,11 +392,13 @@ json PredictConfig::to_json() const {
   } else {
     b["per_gpu_sequences"] = batch.per_gpu_sequences;
   }
+  if (batch.micro_sequences > 0) b["micro_sequences"] = batch.micro_sequences;
   json g = {{"peak_TFLOPs", gpu.peak_TFLOPs}, {"mfu", gpu.mfu}, {"memory_bandwidth_TBps", gpu.memory_TBps},
             {"host_link_GBps", gpu.host_link_GBps},
             {"mask_codec_Gcoords_per_s", gpu.mask_codec_Gcoords_per_s}};
   if (gpu.select_TBps > 0) g["select_TBps"] = gpu.select_TBps;
   if (gpu.pack_TBps > 0) g["pack_TBps"] = gpu.pack_TBps;
+  g["compute_model"] = gemm_curve.fitted() ? "gemm" : "mfu";
   json net = {{"gpus_per_node", gpus_per_node}, {"nics_per_node", nics_per_node}, {"inter", link_json(inter)},
               {"intra", link_json(intra)}};
   for (const auto kind : {CollectiveKind::all_reduce, CollectiveKind::reduce_scatter, CollectiveKind::all_gather}) {

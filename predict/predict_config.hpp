@@ -34,6 +34,9 @@ struct BatchSpec {
   int seq_len = 1024;
   std::int64_t global_sequences = 0;   // strong: the fixed global batch
   std::int64_t per_gpu_sequences = 0;  // weak: the fixed batch of one GPU
+  // Sequences of one forward/backward (the rows of every GEMM are micro_sequences x seq_len);
+  // only with gpu.compute_model "gemm", where it is required. 0 otherwise.
+  std::int64_t micro_sequences = 0;
 
   double sequences_per_gpu(int workers) const;
   double tokens_per_gpu(int workers) const { return sequences_per_gpu(workers) * seq_len; }
@@ -56,6 +59,9 @@ struct PredictConfig {
   presets::AttentionFlops attention = presets::AttentionFlops::causal;
   BatchSpec batch;
   presets::GpuSpec gpu;
+  // gpu.compute_model "gemm": the GPU preset's fitted curve, and compute is the per-GEMM model
+  // (predict/gemm_model.hpp) instead of the FLOPs at gpu.mfu. Unfitted under "mfu".
+  presets::GemmCurve gemm_curve;
   int gpus_per_node = 1;
   int nics_per_node = 1;
   LinkSpec inter;

@@ -67,12 +67,21 @@ const std::vector<Field>& model_fields() {
 
 const std::vector<Field>& batch_fields() {
   static const std::vector<Field> f = {
-      {"scaling", Kind::string, "strong: the global batch is fixed; weak: the batch of one GPU is", {},
-       {"strong", "weak"}, {}, to_string(BatchSpec{}.scaling)},
+      {"scaling",
+       Kind::string,
+       "strong: the global batch is fixed; weak: the batch of one GPU is",
+       {},
+       {"strong", "weak"},
+       {},
+       to_string(BatchSpec{}.scaling)},
       {"seq_len", Kind::integer, "tokens per sequence (default model.context)", {1, 1e8}},
       {"global_sequences", Kind::integer, "the global batch (weak: at batch.reference_workers)", {1, 1e12}},
       {"per_gpu_sequences", Kind::integer, "weak: the batch of one GPU", {1, 1e12}},
       {"reference_workers", Kind::integer, "weak with global_sequences (default the largest of workers)", {1, 1e6}},
+      {"micro_sequences",
+       Kind::integer,
+       "sequences of one forward/backward, the rows of every GEMM (required with gpu.compute_model gemm)",
+       {1, 1e6}},
   };
   return f;
 }
@@ -82,16 +91,36 @@ const std::vector<Field>& gpu_fields() {
       {"preset", Kind::string, "a GPU preset", {}, {}, {}, "h100"},
       {"peak_TFLOPs", Kind::number, "dense bf16 peak (overrides the preset)", {0, kInf, true}},
       {"mfu", Kind::number, "achieved fraction of the dense peak", {0, 1, true}, {}, {}, presets::GpuSpec{}.mfu},
+      {"compute_model",
+       Kind::string,
+       "mfu: the training FLOPs at gpu.mfu of the peak; gemm: every GEMM on the preset's fitted efficiency curve",
+       {},
+       {"mfu", "gemm"},
+       {},
+       "mfu"},
       {"memory_bandwidth_TBps", Kind::number, "device memory bandwidth (overrides the preset)", {0, kInf, true}},
-      {"select_TBps", Kind::number, "throughput of top-k selection over the bytes it touches (default the memory "
-       "bandwidth)", {0, kInf, true}},
-      {"pack_TBps", Kind::number, "throughput of mask packing over the bytes it touches (default the memory "
-       "bandwidth)", {0, kInf, true}},
-      {"host_link_GBps", Kind::number, "host-device link per direction, for residual offload (default from the "
-       "preset)", {0, kInf, true}},
-      {"mask_codec_Gcoords_per_s", Kind::number,
+      {"select_TBps",
+       Kind::number,
+       "throughput of top-k selection over the bytes it touches (default the memory "
+       "bandwidth)",
+       {0, kInf, true}},
+      {"pack_TBps",
+       Kind::number,
+       "throughput of mask packing over the bytes it touches (default the memory "
+       "bandwidth)",
+       {0, kInf, true}},
+      {"host_link_GBps",
+       Kind::number,
+       "host-device link per direction, for residual offload (default from the "
+       "preset)",
+       {0, kInf, true}},
+      {"mask_codec_Gcoords_per_s",
+       Kind::number,
        "coded SCAPE masks: measured 1e9 coordinates encoded and decoded per second (0: memory-bound model)",
-       {0, kInf, false, true}, {}, {}, presets::GpuSpec{}.mask_codec_Gcoords_per_s},
+       {0, kInf, false, true},
+       {},
+       {},
+       presets::GpuSpec{}.mask_codec_Gcoords_per_s},
   };
   return f;
 }

@@ -1,6 +1,7 @@
 // Prediction over worker counts, baseline and efficiencies (docs/PREDICTING.md, "Outputs").
 #include "predict/prediction.hpp"
 
+#include "predict/gemm_model.hpp"
 #include "predict/model_layout.hpp"
 
 namespace scape::predict {
@@ -15,6 +16,10 @@ StepInputs step_inputs(const PredictConfig& c, const OptimizerConfig& optimizer)
   in.layout = tensor_layout(c.model);
   in.n_params = in.layout.size();
   in.flops_per_token = presets::training_flops_per_token(c.model, c.batch.seq_len, c.attention);
+  if (c.gemm_curve.fitted()) {
+    const ComputeWork work = compute_work(c.model, c.batch.seq_len, static_cast<int>(c.batch.micro_sequences));
+    in.compute_s_per_token = compute_seconds(work, c.gemm_curve).total(c.gemm_curve) / work.tokens;
+  }
   in.fill_in = c.fill_in;
   in.gpu = c.gpu;
   in.topology = c.topology();

@@ -121,6 +121,12 @@ void print_header(std::ostream& out, const Prediction& p) {
       << " GFLOP per token (attention " << to_string(c.attention) << ")\n";
   out << "gpu " << (c.gpu.preset.empty() ? "custom" : c.gpu.preset) << ": " << fmt("%g", c.gpu.peak_TFLOPs)
       << " TFLOP/s bf16 at MFU " << fmt("%g", c.gpu.mfu) << ", memory " << fmt("%g", c.gpu.memory_TBps) << " TB/s\n";
+  if (c.gemm_curve.fitted()) {
+    out << "compute: per-GEMM on the " << c.gpu.preset << " curve (max efficiency "
+        << fmt("%.4g", c.gemm_curve.max_efficiency) << " of " << fmt("%g", c.gemm_curve.peak_TFLOPs)
+        << " TFLOP/s, ridge " << fmt("%.4g", c.gemm_curve.ridge_flop_per_byte) << " FLOP/byte), micro-batch "
+        << c.batch.micro_sequences << " sequences; gpu.mfu and peak unused\n";
+  }
   out << "network: " << c.gpus_per_node << " GPU(s) and " << c.nics_per_node << " port(s) per node; inter "
       << link(c.inter) << "; intra " << link(c.intra) << "\n";
   out << "batch: " << to_string(c.batch.scaling) << " scaling, sequence length " << c.batch.seq_len << ", "

@@ -356,8 +356,13 @@ StepPrediction predict_step(const StepInputs& in, int workers, double tokens_per
   StepPrediction s;
   s.workers = workers;
   s.tokens_per_gpu = tokens_per_gpu;
-  s.forward_s = in.fixed_compute_s > 0 ? in.fixed_compute_s / 3.0
-                                      : in.flops_per_token * tokens_per_gpu / (3.0 * in.gpu.achieved_flops());
+  if (in.fixed_compute_s > 0) {
+    s.forward_s = in.fixed_compute_s / 3.0;
+  } else if (in.compute_s_per_token > 0) {
+    s.forward_s = in.compute_s_per_token * tokens_per_gpu / 3.0;
+  } else {
+    s.forward_s = in.flops_per_token * tokens_per_gpu / (3.0 * in.gpu.achieved_flops());
+  }
   s.backward_s = 2.0 * s.forward_s;
 
   const OptimizerConfig& c = in.optimizer;

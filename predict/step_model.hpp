@@ -50,6 +50,9 @@ struct StepInputs {
   // When positive, forward and backward take this long whatever the FLOPs (a run whose ranks
   // sleep for a GPU's compute, compute.type "sleep"): a third forward, two thirds backward.
   double fixed_compute_s = 0;
+  // Otherwise, when positive: seconds of forward and backward per token (the per-GEMM model,
+  // predict/gemm_model.hpp), instead of the FLOPs at one achieved rate.
+  double compute_s_per_token = 0;
   double fill_in = 1.0;        // local_union: |M| = fill_in K, clamped to [K, min(N, W K)]
   presets::GpuSpec gpu;
   Topology topology;

@@ -82,10 +82,17 @@ Calibration unit_calibration() {
   return c;
 }
 
-// The amounts of one row: FLOPs (the compute seconds at 1 FLOP/s), ring latency steps and bytes
-// of the blocking collectives, optimizer bytes; and the exposed offload seconds under `current`,
-// which the fit subtracts.
-Row amounts(const MeasuredRow& r, double& offload_s, const Calibration& current) {
+double tokens_per_gpu(const MeasuredRow& r) {
+  const TimingSetup& s = timing_setup(r.model);
+  return static_cast<double>(s.global_batch) * s.seq_len / r.gpus;
+}
+
+// The amounts of one row: the compute at unit rate (FLOPs, or the GEMMs' seconds at
+// max_efficiency 1 on `shape`), ring latency steps and bytes of the blocking collectives,
+// optimizer bytes; and the seconds no parameter multiplies, which the fit subtracts: the exposed
+// offload under `current` and, under the GEMM model, the elementwise kernels.
+Row amounts(const MeasuredRow& r, double& fixed_s, const Calibration& current, TableCompute compute,
+            const presets::GemmCurve& shape) {
   const StepPrediction p = predict_table_row(unit_calibration(), r);
   Row x{p.compute_s(), 0, 0, p.optimizer_bytes};
   for (const auto& c : p.collectives) {
@@ -93,8 +100,35 @@ Row amounts(const MeasuredRow& r, double& offload_s, const Calibration& current)
     x[1] += c.record.latency_steps;
     x[2] += c.record.bytes_sent_per_worker;
   }
-  offload_s = current.achieved_flops > 0 ? predict_table_row(current, r).offload_exposed_s : 0.0;
+  fixed_s = current.achieved_flops > 0 ? predict_table_row(current, r).offload_exposed_s : 0.0;
+  if (compute == TableCompute::gemm) {
+    Calibration unit;
+    unit.gemm = shape;
+    unit.gemm.max_efficiency = 1;
+    const ComputeSeconds per_token = table_compute_per_token(unit, timing_setup(r.model));
+    x[0] = per_token.gemm_at_full_efficiency * tokens_per_gpu(r);
+    fixed_s += per_token.elementwise * tokens_per_gpu(r);
+  }
   return x;
+}
+
+// The fitted parameters as a calibration; under the GEMM model the compute parameter is
+// 1 / max_efficiency, and achieved_flops the average it gives the table's model.
+Calibration calibration_from_fit(const Row& theta, int rows, TableCompute compute, const presets::GemmCurve& shape,
+                                 const std::string& model) {
+  constexpr double kNone = std::numeric_limits<double>::max();  // a parameter the data did not support
+  Calibration c;
+  c.achieved_flops = theta[0] > 0 ? 1 / theta[0] : kNone;
+  c.combined = LinkFit{theta[1], theta[2] > 0 ? 1 / theta[2] : kNone, rows};
+  c.optimizer_Bps = theta[3] > 0 ? 1 / theta[3] : kNone;
+  if (compute == TableCompute::gemm) {
+    c.gemm = shape;
+    c.gemm.max_efficiency = theta[0] > 0 ? 1 / theta[0] : kNone;
+    const TimingSetup& s = timing_setup(model);
+    const double flops = presets::training_flops_per_token(s.spec, s.seq_len, presets::AttentionFlops::causal);
+    c.achieved_flops = flops / table_compute_per_token(c, s).total(c.gemm);
+  }
+  return c;
 }
 
 }  // namespace
@@ -146,21 +180,35 @@ bool replica_offload(std::string_view method) {
   return method == "scape_0.1_do_offload" || method == "scape_0.01_do_offload" || method == "scape_do_offload";
 }
 
+ComputeSeconds table_compute_per_token(const Calibration& c, const TimingSetup& setup) {
+  if (!c.gemm.fitted()) throw std::invalid_argument("table_compute_per_token: the calibration has no GEMM curve");
+  const ComputeWork work = compute_work(setup.spec, setup.seq_len, setup.micro_batch);
+  ComputeSeconds s = compute_seconds(work, c.gemm);
+  s.gemm_at_full_efficiency /= work.tokens;
+  s.elementwise /= work.tokens;
+  return s;
+}
+
+presets::GemmCurve gh200_curve_shape() {
+  presets::GemmCurve shape = presets::find_gpu_preset("gh200", "").gemm;
+  shape.max_efficiency = 1.0;  // the one parameter the fit sets
+  return shape;
+}
+
 StepInputs table_inputs(const Calibration& c, const TimingSetup& setup, const OptimizerConfig& optimizer) {
   const ParamLayout layout = tensor_layout(setup.spec);
   StepInputs in = calibrated_inputs(
       c, optimizer, layout.size(),
       presets::training_flops_per_token(setup.spec, setup.seq_len, presets::AttentionFlops::causal), 1.0);
   in.layout = layout;
+  if (c.gemm.fitted()) in.compute_s_per_token = table_compute_per_token(c, setup).total(c.gemm);
   in.gpu.host_link_GBps = presets::find_gpu_preset("gh200", "").host_link_GBps;
   return in;
 }
 
 StepPrediction predict_table_row(const Calibration& c, const MeasuredRow& row) {
-  const TimingSetup& s = timing_setup(row.model);
-  const double tokens = static_cast<double>(s.global_batch) * s.seq_len / row.gpus;
-  const StepInputs in = table_inputs(c, s, table_optimizer(row.method));
-  StepPrediction p = predict_step(in, row.gpus, tokens);
+  const StepInputs in = table_inputs(c, timing_setup(row.model), table_optimizer(row.method));
+  StepPrediction p = predict_step(in, row.gpus, tokens_per_gpu(row));
   if (replica_offload(row.method)) {
     // The fp32 replica of this GPU's shard goes to the host after the step and comes back
     // before the next one, unhidden.
@@ -190,7 +238,8 @@ MemoryPrediction predict_memory(const MeasuredRow& row, int gpus) {
   return m;
 }
 
-Calibration fit_step_table(const MeasuredTable& table, const std::vector<int>& leave_out) {
+Calibration fit_step_table(const MeasuredTable& table, const std::vector<int>& leave_out, TableCompute compute,
+                           const presets::GemmCurve& shape) {
   if (table.memory) throw std::invalid_argument(table.file.string() + ": a memory table has no step times to fit");
   std::vector<const MeasuredRow*> rows;
   for (const auto& r : table.rows) {
@@ -201,27 +250,52 @@ Calibration fit_step_table(const MeasuredTable& table, const std::vector<int>& l
   for (int pass = 0; pass < 3; ++pass) {
     std::vector<Row> a;
     for (const MeasuredRow* r : rows) {
-      double offload_s = 0;
-      Row x = amounts(*r, offload_s, current);
-      const double target = r->value / 1e3 - offload_s;  // seconds the four terms must explain
+      double fixed_s = 0;
+      Row x = amounts(*r, fixed_s, current, compute, shape);
+      const double target = r->value / 1e3 - fixed_s;  // seconds the four terms must explain
       for (double& v : x) v /= target;
       a.push_back(x);
     }
-    const Row theta = nonnegative_fit(a);
-    current = Calibration{};
-    current.achieved_flops = theta[0] > 0 ? 1 / theta[0] : std::numeric_limits<double>::max();
-    current.combined = LinkFit{theta[1], theta[2] > 0 ? 1 / theta[2] : std::numeric_limits<double>::max(),
-                               static_cast<int>(rows.size())};
-    current.optimizer_Bps = theta[3] > 0 ? 1 / theta[3] : std::numeric_limits<double>::max();
+    current =
+        calibration_from_fit(nonnegative_fit(a), static_cast<int>(rows.size()), compute, shape, rows.front()->model);
   }
   current.compute_samples = current.optimizer_samples = static_cast<int>(rows.size());
   current.sources.push_back(table.file.filename().string());
   return current;
 }
 
+nlohmann::json gemm_curve_json(const presets::GemmCurve& g) {
+  return nlohmann::json{{"peak_TFLOPs", g.peak_TFLOPs},
+                        {"ridge_flop_per_byte", g.ridge_flop_per_byte},
+                        {"max_efficiency", g.max_efficiency},
+                        {"memory_TBps", g.memory_TBps}};
+}
+
+namespace {
+
+// The optional "gemm_curve" section; every field required, positive and finite, max_efficiency
+// at most 1 (the peak is the datasheet's).
+presets::GemmCurve read_gemm_curve(const nlohmann::json& j, const std::string& file) {
+  const auto field = [&](const char* name) {
+    if (!j.contains(name) || !j.at(name).is_number())
+      throw std::invalid_argument(file + ": gemm_curve." + name + " must be a number");
+    const double v = j.at(name).get<double>();
+    if (!std::isfinite(v) || !(v > 0)) throw std::invalid_argument(file + ": gemm_curve." + name + " must be > 0");
+    return v;
+  };
+  if (!j.is_object()) throw std::invalid_argument(file + ": gemm_curve must be an object");
+  presets::GemmCurve g{field("peak_TFLOPs"), field("ridge_flop_per_byte"), field("max_efficiency"),
+                       field("memory_TBps")};
+  if (g.max_efficiency > 1) throw std::invalid_argument(file + ": gemm_curve.max_efficiency must be <= 1");
+  return g;
+}
+
+}  // namespace
+
 Calibration calibration_from_hardware(const nlohmann::json& hw, const std::string& file) {
   try {
     Calibration c;
+    if (hw.contains("gemm_curve")) c.gemm = read_gemm_curve(hw.at("gemm_curve"), file);
     c.achieved_flops = hw.at("gpu").at("peak_TFLOPs").get<double>() * hw.at("gpu").value("mfu", 1.0) * 1e12;
     c.optimizer_Bps = hw.at("gpu").at("memory_bandwidth_TBps").get<double>() * 1e12;
     const auto& inter = hw.at("network").at("inter");

@@ -9,6 +9,7 @@
 
 #include "core/optimizer.hpp"
 #include "predict/calibration.hpp"
+#include "predict/gemm_model.hpp"
 #include "predict/measured_table.hpp"
 #include "predict/step_model.hpp"
 #include "presets/model_presets.hpp"
@@ -46,11 +47,29 @@ bool replica_offload(std::string_view method);
 StepInputs table_inputs(const Calibration& c, const TimingSetup& setup, const OptimizerConfig& optimizer);
 StepPrediction predict_table_row(const Calibration& c, const MeasuredRow& row);
 
-// Fits achieved FLOP/s, the optimizer-kernel throughput and the link's alpha and beta to the
-// step-time rows of `table` whose gpus are not in `leave_out`, least squares in relative
+// Seconds of forward and backward per token of the setup's micro-batch on the calibration's
+// GEMM curve, split as compute_seconds splits them. Throws std::invalid_argument when the
+// calibration has no fitted curve.
+ComputeSeconds table_compute_per_token(const Calibration& c, const TimingSetup& setup);
+
+// The GH200's curve before the fit: the preset's (the datasheet peak and memory bandwidth, the
+// ridge at their ratio, where a GEMM's bf16 traffic takes as long as its FLOPs), max_efficiency 1. One model's
+// table cannot fit the ridge: its micro-batch, and so every GEMM's shape, is the same in every
+// row, and all its compute is one number per token (docs/PREDICTING.md, "Per-GEMM compute").
+presets::GemmCurve gh200_curve_shape();
+
+// What the fit takes compute to be: the training FLOPs at one achieved FLOP/s (the model before
+// issue 58), or the per-GEMM model on a curve of the given shape whose max_efficiency is fitted.
+enum class TableCompute { flops, gemm };
+
+// Fits the compute (achieved FLOP/s, or the curve's max_efficiency with the ridge, peak and
+// memory bandwidth of `shape`), the optimizer-kernel throughput and the link's alpha and beta to
+// the step-time rows of `table` whose gpus are not in `leave_out`, least squares in relative
 // error with every parameter kept >= 0. Throws std::invalid_argument for a memory table or
 // fewer than four rows.
-Calibration fit_step_table(const MeasuredTable& table, const std::vector<int>& leave_out = {});
+Calibration fit_step_table(const MeasuredTable& table, const std::vector<int>& leave_out = {},
+                           TableCompute compute = TableCompute::flops,
+                           const presets::GemmCurve& shape = gh200_curve_shape());
 
 // Peak GPU memory of a memory-table row (docs/PREDICTING.md, "Peak memory"): the buffers one
 // GPU holds, in bytes, for the model's timing setup at its micro-batch on `gpus` GPUs.
@@ -68,7 +87,12 @@ struct MemoryPrediction {
 inline constexpr int kMemoryGpus = 8;
 MemoryPrediction predict_memory(const MeasuredRow& row, int gpus = kMemoryGpus);
 
-// The hardware description of a fitted calibration (hardware_json) and its inverse.
+// The "gemm_curve" section of a table calibration's hardware description.
+nlohmann::json gemm_curve_json(const presets::GemmCurve& g);
+
+// The hardware description of a fitted calibration (hardware_json, with gemm_curve_json under
+// "gemm_curve" when the calibration has a curve) and its inverse. Throws std::invalid_argument
+// naming the file and the field for a missing or bad field.
 Calibration calibration_from_hardware(const nlohmann::json& hardware, const std::string& file);
 
 }  // namespace scape::predict

@@ -63,19 +63,32 @@ void print_table_check(std::ostream& out, const MeasuredTable& table, const Tabl
   }
 }
 
-void calibrate_table(const MeasuredTable& table, const std::filesystem::path& hardware_out, std::ostream& out) {
-  const Calibration c = fit_step_table(table);
+void calibrate_table(const MeasuredTable& table, const std::filesystem::path& hardware_out, std::ostream& out,
+                     TableCompute compute, const presets::GemmCurve& shape) {
+  const Calibration c = fit_step_table(table, {}, compute, shape);
+  if (c.gemm.fitted() && c.gemm.max_efficiency > 1) {
+    // More than the peak: the ridge asks too much of small GEMMs for these times.
+    throw config::ConfigError(table.file.string() + ": the GEMM curve's fitted max_efficiency is " +
+                              fixed(c.gemm.max_efficiency, 3) + " > 1 at ridge " + fixed(shape.ridge_flop_per_byte, 1) +
+                              " FLOP/byte (--gemm-ridge)");
+  }
   out << "fit to " << table.rows.size() << " rows of " << table.file.filename().string() << ": achieved compute "
       << fixed(c.achieved_flops / 1e12, 1) << " TFLOP/s, optimizer kernels " << fixed(c.optimizer_Bps / 1e9, 1)
       << " GB/s over the bytes they touch, link alpha " << fixed(c.combined.alpha_s * 1e6, 1) << " us, beta "
-      << fixed(c.combined.bandwidth_Bps / 1e9, 3) << " GB/s\n\n";
+      << fixed(c.combined.bandwidth_Bps / 1e9, 3) << " GB/s\n";
+  if (c.gemm.fitted()) {
+    out << "GEMM curve: max efficiency " << fixed(c.gemm.max_efficiency, 4) << " of " << fixed(c.gemm.peak_TFLOPs, 0)
+        << " TFLOP/s, ridge " << fixed(c.gemm.ridge_flop_per_byte, 1)
+        << " FLOP/byte (given, not fitted), elementwise at " << fixed(c.gemm.memory_TBps, 2) << " TB/s\n";
+  }
+  out << "\n";
   print_table_check(out, table, check_table(table, c), {});
   std::set<int> counts;
   for (const auto& r : table.rows) counts.insert(r.gpus);
   out << "\nleave one GPU count out (fit without it, predict its rows):\n\n| held out | mean |error| | worst |\n"
          "|---|---|---|\n";
   for (const int held : counts) {
-    const Calibration without = fit_step_table(table, {held});
+    const Calibration without = fit_step_table(table, {held}, compute, shape);
     double mean = 0, worst = 0;
     int n = 0;
     for (const auto& r : table.rows) {
@@ -89,6 +102,12 @@ void calibrate_table(const MeasuredTable& table, const std::filesystem::path& ha
   hw["description"] = "fitted by scape predict --calibrate-table to " + table.file.filename().string() +
                       ": peak_TFLOPs is the achieved compute (mfu 1), the throughputs the optimizer kernels' "
                       "fitted one, the inter link the fitted alpha-beta of blocking collectives";
+  if (c.gemm.fitted()) {
+    hw["gemm_curve"] = gemm_curve_json(c.gemm);
+    hw["description"] = hw["description"].get<std::string>() +
+                        "; gemm_curve the per-GEMM compute model (max_efficiency fitted, the rest the GH200 "
+                        "datasheet's), which the table rows use instead of peak_TFLOPs";
+  }
   std::ofstream f(hardware_out);
   if (!f) throw config::ConfigError("--out: cannot write " + hardware_out.string());
   f << hw.dump(2) << "\n";

@@ -9,6 +9,7 @@
 
 #include "predict/calibration.hpp"
 #include "predict/measured_table.hpp"
+#include "predict/table_model.hpp"
 
 namespace scape::predict {
 
@@ -32,8 +33,10 @@ TableCheck check_table(const MeasuredTable& table, const Calibration& c);
 void print_table_check(std::ostream& out, const MeasuredTable& table, const TableCheck& check,
                        const std::filesystem::path& csv);
 
-// Fits the step-time table, writes the hardware description to `hardware_out` and prints the
-// fit, every row's error, and the held-out errors of the fit repeated without each GPU count.
-void calibrate_table(const MeasuredTable& table, const std::filesystem::path& hardware_out, std::ostream& out);
+// Fits the step-time table with `compute` (the GEMM curve's shape: gh200_curve_shape), writes
+// the hardware description to `hardware_out` and prints the fit, every row's error, and the
+// held-out errors of the fit repeated without each GPU count.
+void calibrate_table(const MeasuredTable& table, const std::filesystem::path& hardware_out, std::ostream& out,
+                     TableCompute compute = TableCompute::gemm, const presets::GemmCurve& shape = gh200_curve_shape());
 
 }  // namespace scape::predict

@@ -8,6 +8,19 @@
 
 namespace scape::presets {
 
+// Efficiency of one bf16 GEMM on a GPU as a function of its arithmetic intensity x (FLOPs per
+// byte of its two inputs and its output): e(x) = max_efficiency * x / (x + ridge_flop_per_byte),
+// a smooth roofline that tends to max_efficiency of the dense peak for large GEMMs and to the
+// memory-bound rate for small ones (docs/PREDICTING.md, "Per-GEMM compute"). max_efficiency 0:
+// no curve fitted for this GPU (predictions use the MFU).
+struct GemmCurve {
+  double peak_TFLOPs = 0;          // dense bf16 peak the efficiency multiplies
+  double ridge_flop_per_byte = 0;  // intensity at which a GEMM reaches half of max_efficiency
+  double max_efficiency = 0;       // fraction of the peak that large GEMMs reach, in (0, 1]
+  double memory_TBps = 0;          // elementwise kernels (norms, activations, loss) stream at this
+  bool fitted() const { return max_efficiency > 0; }
+};
+
 struct GpuPreset {
   const char* name;
   const char* description;
@@ -15,6 +28,7 @@ struct GpuPreset {
   double memory_TBps;       // device memory bandwidth, 1e12 bytes/s
   double host_link_GBps;    // host-device link, one direction, 1e9 bytes/s
   const char* source;
+  GemmCurve gemm{};  // fitted to measured step tables where there are any (gh200), else unfitted
 };
 
 const std::vector<GpuPreset>& gpu_presets();

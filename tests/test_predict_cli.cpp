@@ -268,3 +268,53 @@ TEST_CASE("--validate: a bad table exits 2 naming the file, row and column; the 
   CHECK(header == "model,method,gpus,measured_ms,predicted_ms,error");
   CHECK(run_scape("predict --validate " + bad.string() + " --out x.h5").code == 2);
 }
+
+TEST_CASE("--validate with the stored calibrations: the same bytes on every run; a bad one exits 2 naming it") {
+  TempDir dir;
+  const std::string root = SCAPE_SOURCE_DIR;
+  const std::string table = root + "/experiments/measured/llama-1.8b-step-times.csv";
+  const std::string hw = root + "/experiments/hardware/tacc-vista-measured.json";
+  const fs::path csv1 = dir.path / "a.csv", csv2 = dir.path / "b.csv";
+  const auto first = run_scape("predict --validate " + table + " --hardware " + hw + " --csv " + csv1.string());
+  const auto second = run_scape("predict --validate " + table + " --hardware " + hw + " --csv " + csv2.string());
+  REQUIRE(first.code == 0);
+  CHECK(second.code == 0);
+  CHECK(first.output == second.output);
+  CHECK(scape::testing::read_file(csv1) == scape::testing::read_file(csv2));
+  CHECK(first.output.find("| llama-1.8b | scape_0.01_do_offload | 64 | 1279.9 |") != std::string::npos);
+
+  json bad = json::parse(std::ifstream(hw));
+  bad["gemm_curve"]["max_efficiency"] = "high";
+  const fs::path bad_file = dir.path / "bad-hw.json";
+  std::ofstream(bad_file) << bad.dump(2);
+  auto r = run_scape("predict --validate " + table + " --hardware " + bad_file.string());
+  CAPTURE(r.output);
+  CHECK(r.code == 2);
+  CHECK(r.output.find(bad_file.string() + ": gemm_curve.max_efficiency must be a number") != std::string::npos);
+  std::ofstream(bad_file) << "{ not json";
+  r = run_scape("predict --validate " + table + " --hardware " + bad_file.string());
+  CHECK(r.code == 2);
+  CHECK(r.output.find(bad_file.string()) != std::string::npos);
+}
+
+TEST_CASE(
+    "--calibrate-table: the same hardware description on every run; a ridge that needs more than the peak exits 2") {
+  TempDir dir;
+  const std::string table = std::string(SCAPE_SOURCE_DIR) + "/experiments/measured/llama-500m-step-times.csv";
+  const fs::path a = dir.path / "a.json", b = dir.path / "b.json";
+  REQUIRE(run_scape("predict --calibrate-table " + table + " --out " + a.string()).code == 0);
+  REQUIRE(run_scape("predict --calibrate-table " + table + " --out " + b.string()).code == 0);
+  CHECK(scape::testing::read_file(a) == scape::testing::read_file(b));
+  CHECK(json::parse(std::ifstream(a)).contains("gemm_curve"));
+  const auto flops = run_scape("predict --calibrate-table " + table + " --compute-model flops --out " + b.string());
+  CHECK(flops.code == 0);
+  CHECK_FALSE(json::parse(std::ifstream(b)).contains("gemm_curve"));
+  const auto r = run_scape("predict --calibrate-table " + table + " --gemm-ridge 800 --out " + b.string());
+  CAPTURE(r.output);
+  CHECK(r.code == 2);
+  CHECK(r.output.find("llama-500m-step-times.csv: the GEMM curve's fitted max_efficiency is") != std::string::npos);
+  // Without --calibrate-table they would do nothing: refused.
+  const auto stray = run_scape("predict --validate " + table + " --gemm-ridge 150");
+  CHECK(stray.code == 2);
+  CHECK(stray.output.find("--compute-model and --gemm-ridge go with --calibrate-table") != std::string::npos);
+}
