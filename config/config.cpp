@@ -48,10 +48,12 @@ DataSection parse_data(const json& j, const std::filesystem::path& base_dir) {
 
 // The optimizer runs where the model does (the top-level `device`) unless optimizer.device says
 // otherwise; a CPU optimizer cannot step parameters that live on the GPU.
-OptimizerConfig parse_optimizer(const json& j, std::uint64_t seed, kernels::DeviceKind model_device) {
+OptimizerConfig parse_optimizer(const json& j, std::uint64_t seed, kernels::DeviceKind model_device,
+                                int ranks_per_node) {
   const Section s(j, "optimizer", optimizer_keys().fields);
   OptimizerConfig c;
   write_given(s, optimizer_keys(), c);
+  c.ranks_per_node = ranks_per_node;
   const std::string type = to_string(c.type);
   if (!s.has("device")) {
     c.device = model_device;
@@ -102,6 +104,18 @@ NetworkSection parse_network(const json& j) {
   return n;
 }
 
+// W = nodes x G: G must divide the workers.
+TopologySection parse_topology(const json& j, int workers) {
+  const Section s(j, "topology", topology_keys().fields);
+  TopologySection t;
+  write_given(s, topology_keys(), t);
+  if (workers % t.ranks_per_node != 0) {
+    fail("topology.ranks_per_node", std::to_string(t.ranks_per_node) + " does not divide workers = " +
+                                        std::to_string(workers) + " (W = nodes x ranks_per_node)");
+  }
+  return t;
+}
+
 ComputeSection parse_compute(const json& j, const ModelSection& model) {
   const Section s(j, "compute", compute_keys().fields);
   ComputeSection c;
@@ -149,7 +163,8 @@ ExperimentConfig parse_experiment(const json& j, const std::filesystem::path& ba
     top.forbid("eval", "model.type \"" + c.model.type + "\" has no validation loss; remove the eval section");
   }
   if (c.model.type == "replay") c.model.path = resolve_path(c.model.path.string(), base_dir);
-  c.optimizer = parse_optimizer(section_json(j, "optimizer"), c.seed, c.device);
+  c.topology = parse_topology(section_json(j, "topology"), c.workers);
+  c.optimizer = parse_optimizer(section_json(j, "optimizer"), c.seed, c.device, c.topology.ranks_per_node);
   c.network = parse_network(section_json(j, "network"));
   c.compute = parse_compute(section_json(j, "compute"), c.model);
   const Section log(section_json(j, "log"), "log", log_keys().fields);
@@ -169,6 +184,8 @@ json ExperimentConfig::to_json() const {
   // types are), so configs that train identically share one run id: the dense point of a
   // sweep over sparsity runs once.
   j["optimizer"] = read_applicable(optimizer_keys(), optimizer, to_string(optimizer.type));
+  // Absent while G = 1, as device: earlier run ids hold.
+  if (topology.ranks_per_node != 1) j["topology"] = read_applicable(topology_keys(), topology);
   j["network"] = read_applicable(network_keys(), network);
   if (network.preset.empty()) j["network"].erase("preset");
   j["compute"] = read_applicable(compute_keys(), compute, compute.type);
@@ -208,6 +225,7 @@ json experiment_schema() {
   p["model"] = section_schema(model_keys().fields, "type");
   p["data"] = section_schema(data_keys().fields, "type");
   p["optimizer"] = section_schema(optimizer_keys().fields, "type");
+  p["topology"] = section_schema(topology_keys().fields);
   p["network"] = section_schema(network_keys().fields);
   p["compute"] = section_schema(compute_keys().fields, "type");
   p["eval"] = section_schema(eval_keys().fields);

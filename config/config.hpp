@@ -53,6 +53,12 @@ struct DataSection {
   double concentration = 0.9;
 };
 
+// Where the W ranks sit: nodes of ranks_per_node (G) consecutive ranks, W = nodes x G
+// (optimizer.hierarchy = "node" exchanges densely inside a node).
+struct TopologySection {
+  int ranks_per_node = 1;
+};
+
 struct NetworkSection {
   std::string preset = "ib_ndr400";  // "" when given by alpha_us and bandwidth_GBps alone
   double alpha_us = 0;
@@ -115,6 +121,7 @@ struct ExperimentConfig {
   ModelSection model;
   DataSection data;
   OptimizerConfig optimizer;
+  TopologySection topology;
   NetworkSection network;
   ComputeSection compute;
   EvalSection eval;

@@ -299,6 +299,14 @@ TEST_CASE("bad configurations exit 2 with a message naming the problem") {
       {"optimizer.type=sparseloco --set optimizer.chunk=0", "optimizer.chunk: 0 is out of range"},
       {"optimizer.type=sparseloco --set optimizer.ef_decay=1.5", "optimizer.ef_decay: 1.5 is out of range"},
       {"optimizer.type=sparseloco --set optimizer.mask_encoding=delta", "optimizer.mask_encoding: delta codes a mask"},
+      // The node hierarchy.
+      {"topology.ranks_per_node=3", "topology.ranks_per_node: 3 does not divide workers = 2"},
+      {"topology.ranks_per_node=0", "topology.ranks_per_node: 0 is out of range"},
+      {"optimizer.hierarchy=rack", "optimizer.hierarchy: unknown value \"rack\""},
+      {"optimizer.type=topk_ef --set optimizer.sharded=false --set optimizer.hierarchy=node",
+       "optimizer.hierarchy: \"node\" is built for scape, adams and diloco, not topk_ef"},
+      {"optimizer.rail_split=rows", "optimizer.rail_split: splits the layout among a node's rails"},
+      {"optimizer.hierarchy=node --set optimizer.clip_grad=1", "optimizer.clip_grad: under optimizer.hierarchy"},
   };
   write_file(dir.path / "g.json", kTinyGpt);
   for (const auto& c : cases) {
@@ -322,6 +330,10 @@ TEST_CASE("bad configurations exit 2 with a message naming the problem") {
     if (!absent.empty()) CHECK(r.output.find(absent) == std::string::npos);
     CHECK_FALSE(fs::exists(dir.path / "x.h5"));
   };
+  // scape validate refuses the same, naming both keys.
+  const auto topology = run_scape("validate " + (dir.path / "g.json").string() + " --set topology.ranks_per_node=4");
+  CHECK(topology.code == 2);
+  CHECK(topology.output.find("topology.ranks_per_node: 4 does not divide workers = 2") != std::string::npos);
   // The noisy quadratic computes its gradients on the host: no model to place on a GPU.
   write_file(dir.path / "q.json", kQuadratic);
   refused("q.json", "device=cuda", "device: \"cuda\" places a language model on the GPU");
