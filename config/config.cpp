@@ -88,6 +88,7 @@ NetworkSection parse_network(const json& j) {
   const Section s(j, "network", network_keys().fields);
   NetworkSection n;
   write_given(s, network_keys(), n);
+  if (!n.intra.empty()) config_error([&] { (void)presets::find_network_preset(n.intra, "network.intra"); });
   const bool explicit_link = s.has("alpha_us") && s.has("bandwidth_GBps");
   if (!s.has("preset") && (s.has("alpha_us") != s.has("bandwidth_GBps"))) {
     fail(s.has("alpha_us") ? "network.bandwidth_GBps" : "network.alpha_us",
@@ -135,6 +136,21 @@ ComputeSection parse_compute(const json& j, const ModelSection& model) {
 
 NetworkModel NetworkSection::model() const { return presets::to_network_model(alpha_us, bandwidth_GBps); }
 
+NetworkModel NetworkSection::intra_model() const {
+  if (intra.empty()) return model();
+  const auto& p = presets::find_network_preset(intra, "network.intra");
+  return presets::to_network_model(p.alpha_us, p.bandwidth_GBps);
+}
+
+LinkClass ExperimentConfig::world_link_class() const {
+  const int g = topology.ranks_per_node;
+  return g > 1 && workers == g ? LinkClass::intra : LinkClass::inter;
+}
+
+NetworkModel ExperimentConfig::world_link() const {
+  return world_link_class() == LinkClass::intra ? network.intra_model() : network.model();
+}
+
 std::filesystem::path resolve_path(const std::string& p, const std::filesystem::path& base_dir) {
   std::filesystem::path path(p);
   if (path.is_relative()) path = base_dir / path;
@@ -166,6 +182,7 @@ ExperimentConfig parse_experiment(const json& j, const std::filesystem::path& ba
   c.topology = parse_topology(section_json(j, "topology"), c.workers);
   c.optimizer = parse_optimizer(section_json(j, "optimizer"), c.seed, c.device, c.topology.ranks_per_node);
   c.network = parse_network(section_json(j, "network"));
+  if (!c.network.intra.empty()) c.optimizer.node_link = c.network.intra_model();
   c.compute = parse_compute(section_json(j, "compute"), c.model);
   const Section log(section_json(j, "log"), "log", log_keys().fields);
   write_given(log, log_keys(), c.log);
@@ -188,6 +205,7 @@ json ExperimentConfig::to_json() const {
   if (topology.ranks_per_node != 1) j["topology"] = read_applicable(topology_keys(), topology);
   j["network"] = read_applicable(network_keys(), network);
   if (network.preset.empty()) j["network"].erase("preset");
+  if (network.intra.empty()) j["network"].erase("intra");  // as device: earlier run ids hold
   j["compute"] = read_applicable(compute_keys(), compute, compute.type);
   j["log"] = read_applicable(log_keys(), log);
   if (log.gradient_metrics_interval == 1) j["log"].erase("gradient_metrics_interval");  // as device
@@ -204,6 +222,13 @@ void apply_backend_defaults(json& j, std::string_view backend) {
   if (!log.contains("oracle")) log["oracle"] = false;
   if (!log.contains("gradient_metrics_interval"))
     log["gradient_metrics_interval"] = kMultiProcessGradientMetricsInterval;
+}
+
+void check_backend(const ExperimentConfig& config, std::string_view backend) {
+  if (is_multi_process_backend(backend) && config.optimizer.hierarchy == Hierarchy::node) {
+    fail("optimizer.hierarchy", "\"node\" runs in the simulator only for now (--backend sim): the " +
+                                    std::string(backend) + " communicator has no node and rail groups yet");
+  }
 }
 
 std::string run_id(const json& resolved) {

@@ -164,6 +164,10 @@ const KeyTable<NetworkSection>& network_keys() {
       {{"bandwidth_GBps", Kind::number, "per-worker bandwidth in GB/s (overrides the preset)", {0, kInf, true}},
        SCAPE_MEMBER(C, bandwidth_GBps),
        Default::derived},
+      {{"intra", Kind::string,
+        "preset of the link between the ranks of one node (topology.ranks_per_node > 1), e.g. nvlink_h100; "
+        "default: the link between nodes; recorded only when given"},
+       SCAPE_MEMBER(C, intra)},
   });
   return t;
 }

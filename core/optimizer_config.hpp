@@ -7,6 +7,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -120,6 +121,9 @@ struct CommonOptimizerConfig {
   // G, the ranks of one node (topology.ranks_per_node; not an optimizer key): W = nodes x G,
   // a node's ranks consecutive.
   int ranks_per_node = 1;
+  // The link between the ranks of one node that the node's collectives are modelled with
+  // (network.intra; not an optimizer key); empty: the world communicator's link.
+  std::optional<NetworkModel> node_link;
 
   double density() const { return 1.0 - sparsity; }
   double resolved_min_lr() const { return min_lr < 0 ? lr / 10.0 : min_lr; }

@@ -30,14 +30,15 @@ void append(std::vector<CommRecord>& to, std::vector<CommRecord> records) {
 }  // namespace
 
 HierarchicalOptimizer::HierarchicalOptimizer(const ParamLayout& layout, Communicator& world, int ranks_per_node,
-                                             RailSplit split, const MakeRailMethod& make_rail_method)
+                                             RailSplit split, std::optional<NetworkModel> node_link,
+                                             const MakeRailMethod& make_rail_method)
     : n_(layout.size()),
       rail_(checked_rail(world, ranks_per_node)),
       parts_(split_into_rails(layout, ranks_per_node, split)),
       counts_(part_sizes(parts_)) {
   const NetworkModel net = world.ledger().network();
   // Every rank splits in the same order: its node (consecutive ranks), then its rail.
-  node_ = world.split(world.rank() / ranks_per_node, LinkClass::intra, net);
+  node_ = world.split(world.rank() / ranks_per_node, LinkClass::intra, node_link.value_or(net));
   rail_comm_ = world.split(rail_, LinkClass::inter, net);
   rail_method_ = make_rail_method(part().layout, *rail_comm_);
   node_send_.resize(n_);

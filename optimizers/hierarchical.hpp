@@ -10,6 +10,7 @@
 
 #include <functional>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -28,9 +29,9 @@ class HierarchicalOptimizer final : public Optimizer {
 
   // Collective over `world` (it splits it into node and rail communicators, which record in
   // their own ledgers: node collectives as intra, rail ones as inter). `ranks_per_node` must
-  // divide world.size().
+  // divide world.size(). `node_link` models the node's collectives (empty: the world's link).
   HierarchicalOptimizer(const ParamLayout& layout, Communicator& world, int ranks_per_node, RailSplit split,
-                        const MakeRailMethod& make_rail_method);
+                        std::optional<NetworkModel> node_link, const MakeRailMethod& make_rail_method);
   ~HierarchicalOptimizer() override;
 
   // Reports the rail method's metrics (those of this rank's rail only), with the node's

@@ -113,7 +113,7 @@ std::unique_ptr<Optimizer> make_optimizer(const OptimizerConfig& config, const P
   rail_config.hierarchy = Hierarchy::flat;
   rail_config.rail_split = RailSplit::tensors;
   return std::make_unique<HierarchicalOptimizer>(layout, comm, config.ranks_per_node, config.rail_split,
-                                                 [&](const ParamLayout& part, Communicator& rail) {
+                                                 config.node_link, [&](const ParamLayout& part, Communicator& rail) {
                                                    return make_flat_optimizer(rail_config, part, rail, total_steps);
                                                  });
 }

@@ -323,7 +323,7 @@ std::vector<CommRecord> rail_step_collectives(const OptimizerConfig& config, con
   flat.hierarchy = Hierarchy::flat;
   flat.rail_split = RailSplit::tensors;
   const std::uint64_t n_bytes = layout.size() * sizeof(float);
-  ByteLedger node(g, net, LinkClass::intra);
+  ByteLedger node(g, config.node_link.value_or(net), LinkClass::intra);
   node.record(CollectiveKind::reduce_scatter, "node_grad_reduce_scatter", n_bytes, false);
   std::vector<CommRecord> out = node.drain();
   for (auto& r : collectives(flat, parts[static_cast<std::size_t>(rail)].layout, workers / g, step, total_steps, net,

@@ -58,7 +58,8 @@ std::vector<CommRecord> step_collectives(const OptimizerConfig& config, const Pa
 // optimizer.hierarchy = "node": the records of a rank of rail `rail` (docs/algorithms.md,
 // "Hierarchy"): the node's reduce-scatter of the N-value gradient among G = ranks_per_node ranks
 // (intra), the flat method's records on the rail's part among W / G nodes (inter), the node's
-// all-gather of the N parameters (intra); both node collectives at fp32. Throws
+// all-gather of the N parameters (intra); both node collectives at fp32, modelled with
+// config.node_link when given, else with `net`. Throws
 // std::invalid_argument for hierarchy flat, a rail outside [0, G) or a G that does not divide W.
 std::vector<CommRecord> rail_step_collectives(const OptimizerConfig& config, const ParamLayout& layout, int workers,
                                               int rail, int step, int total_steps, const NetworkModel& net,

@@ -182,10 +182,10 @@ void EmulatedComm::do_barrier() { group_.arrive_and_wait(); }
 
 void EmulatedComm::abort() noexcept { group_.root().abort(); }
 
-void run_ranks(int workers, const NetworkModel& net, const std::function<void(Communicator&)>& fn) {
+void run_ranks(int workers, const NetworkModel& net, const std::function<void(Communicator&)>& fn, LinkClass link) {
   EmulatedGroup group(workers);
   run_rank_threads(group, [&](int r) {
-    EmulatedComm comm(group, r, net);
+    EmulatedComm comm(group, r, net, link);
     fn(comm);
   });
 }

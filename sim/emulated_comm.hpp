@@ -84,7 +84,9 @@ class EmulatedComm final : public Communicator {
 // Runs fn(comm) on W threads, one EmulatedComm each, each with omp_get_max_threads() / W
 // OpenMP threads (at least 1). After all threads end, rethrows the
 // first genuine error (lowest rank), never a CommAborted that it caused.
-void run_ranks(int workers, const NetworkModel& net, const std::function<void(Communicator&)>& fn);
+// `link`: the class the communicators' ledgers charge (intra when the W ranks share one node).
+void run_ranks(int workers, const NetworkModel& net, const std::function<void(Communicator&)>& fn,
+               LinkClass link = LinkClass::inter);
 // The threads of run_ranks for a group whose communicators outlive them (one call per step of
 // sim/stepped_simulator.hpp): fn(rank) on group.workers() threads, the same OpenMP slices and
 // the same error rule. A throwing rank aborts the group.

@@ -267,6 +267,21 @@ TEST_CASE("topology and hierarchy: absent or flat leaves the resolved config (an
   CHECK(again.optimizer.hierarchy == scape::Hierarchy::node);
   CHECK(again.optimizer.rail_split == scape::RailSplit::rows);
   CHECK(cfg::run_id(recorded) != cfg::run_id(before));
+  CHECK_FALSE(recorded["network"].contains("intra"));
+  CHECK_FALSE(again.optimizer.node_link.has_value());
+  CHECK(again.world_link_class() == scape::LinkClass::inter);
+  // network.intra: the node's link, recorded when given; a world of one node is charged to it.
+  node["network"]["intra"] = "nvlink_h100";
+  node["workers"] = 2;
+  const auto one_node = cfg::parse_experiment(node, ".");
+  CHECK(one_node.to_json()["network"]["intra"] == "nvlink_h100");
+  REQUIRE(one_node.optimizer.node_link.has_value());
+  CHECK(one_node.optimizer.node_link->bandwidth_Bps == 450e9);
+  CHECK(one_node.world_link_class() == scape::LinkClass::intra);
+  CHECK(one_node.world_link().bandwidth_Bps == 450e9);
+  node["workers"] = 4;
+  CHECK(cfg::parse_experiment(node, ".").world_link().bandwidth_Bps == 50e9);  // ib_ndr400 between nodes
+  node["workers"] = 2;
   node["optimizer"]["type"] = "adamw";
   CHECK_THROWS_WITH_AS(cfg::parse_experiment(node, "."),
                        doctest::Contains("optimizer.hierarchy: \"node\" is built for scape, adams and diloco"),

@@ -99,9 +99,9 @@ void track(RankTrack& r, std::span<const float> params, const Optimizer& method,
 
 // The hierarchical run on W ranks, each reading its own gradients from the trace.
 std::vector<RankTrack> run_hierarchical(const OptimizerConfig& config, const run_file::GradientTrace& trace,
-                                        const ParamLayout& layout, int workers) {
+                                        const ParamLayout& layout, int workers, NetworkModel net = {}) {
   std::vector<RankTrack> out(static_cast<std::size_t>(workers));
-  sim::run_ranks(workers, NetworkModel{}, [&](Communicator& comm) {
+  sim::run_ranks(workers, net, [&](Communicator& comm) {
     auto opt = make_optimizer(config, layout, comm, kSteps);
     const auto& hier = dynamic_cast<const HierarchicalOptimizer&>(*opt);
     std::vector<float> theta(layout.size()), g(layout.size());
@@ -305,6 +305,41 @@ TEST_CASE("hierarchy node: the node's collectives are intra bytes, 2 (G-1)/G 4N 
     // Sharded AdamS on the rail's part among 2 nodes: reduce-scatter and all-gather, half each.
     const double part_bytes = 4.0 * static_cast<double>(parts[static_cast<std::size_t>(rank % 4)].size());
     CHECK(bytes_sent_on(comm, LinkClass::inter) == 2 * 0.5 * part_bytes);
+  }
+}
+
+TEST_CASE(
+    "hierarchy node: the node's collectives are modelled with network.intra's link, the rails' with the world's") {
+  testing::TempDir dir;
+  const ParamLayout layout = trace_layout();
+  const run_file::GradientTrace trace(write_trace(dir, layout, 4));
+  const NetworkModel between{10e-6, 1e9}, inside{1e-6, 400e9};
+  OptimizerConfig hier = scape_config(Formulation::paper, 1, RailSplit::rows);
+  hier.hierarchy = Hierarchy::node;
+  hier.ranks_per_node = 2;
+  hier.node_link = inside;
+  const auto run = run_hierarchical(hier, trace, layout, 4, between);
+  int node_records = 0, rail_records = 0;
+  for (const auto& rank : run) {
+    for (const auto& step : rank.metrics) {
+      for (const auto& r : step.comm) {
+        CAPTURE(r.purpose);
+        const bool node = r.link == LinkClass::intra;
+        const double want = alpha_beta_time(r.kind, 2, static_cast<double>(r.payload_bytes), node ? inside : between);
+        CHECK(r.modelled_time_s == want);
+        CHECK(r.modelled_time_s > 0);
+        ++(node ? node_records : rail_records);
+      }
+    }
+  }
+  CHECK(node_records == 4 * kSteps * 2);
+  CHECK(rail_records >= 4 * kSteps);
+  // The closed forms model them alike.
+  for (int t = 1; t <= kSteps; ++t) {
+    const auto want = rail_step_collectives(hier, layout, 4, 1, t, kSteps, between);
+    const auto& got = run[1].metrics[static_cast<std::size_t>(t - 1)].comm;
+    REQUIRE(got.size() == want.size());
+    for (std::size_t i = 0; i < got.size(); ++i) CHECK(got[i].modelled_time_s == want[i].modelled_time_s);
   }
 }
 
