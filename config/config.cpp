@@ -5,6 +5,7 @@
 #include <cstdio>
 
 #include "config/config_keys.hpp"
+#include "config/model_shapes.hpp"
 #include "presets/network_presets.hpp"
 #include "util/fnv1a.hpp"
 
@@ -117,6 +118,25 @@ TopologySection parse_topology(const json& j, int workers) {
   return t;
 }
 
+// optimizer.rail_split = "tensors" deals whole tensors to the G rails, so it needs G tensors:
+// checked here where the config alone gives the layout (the quadratic's one tensor, a language
+// model's shape); a trace's layout is checked when the optimizer is made.
+void check_rails(const ExperimentConfig& c) {
+  const OptimizerConfig& o = c.optimizer;
+  if (o.hierarchy != Hierarchy::node || o.rail_split != RailSplit::tensors) return;
+  std::size_t tensors = 0;
+  if (c.model.type == "quadratic") {
+    tensors = 1;
+  } else if (c.has_data()) {
+    tensors = language_model_spec(c.model).layout().slots().size();
+  }
+  if (tensors > 0 && tensors < static_cast<std::size_t>(o.ranks_per_node)) {
+    fail("optimizer.rail_split",
+         "\"tensors\" deals whole tensors to topology.ranks_per_node = " + std::to_string(o.ranks_per_node) +
+             " rails, and model.type \"" + c.model.type + "\" has " + std::to_string(tensors) + "; use \"rows\"");
+  }
+}
+
 ComputeSection parse_compute(const json& j, const ModelSection& model) {
   const Section s(j, "compute", compute_keys().fields);
   ComputeSection c;
@@ -183,6 +203,7 @@ ExperimentConfig parse_experiment(const json& j, const std::filesystem::path& ba
   c.optimizer = parse_optimizer(section_json(j, "optimizer"), c.seed, c.device, c.topology.ranks_per_node);
   c.network = parse_network(section_json(j, "network"));
   if (!c.network.intra.empty()) c.optimizer.node_link = c.network.intra_model();
+  check_rails(c);
   c.compute = parse_compute(section_json(j, "compute"), c.model);
   const Section log(section_json(j, "log"), "log", log_keys().fields);
   write_given(log, log_keys(), c.log);

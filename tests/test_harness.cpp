@@ -377,6 +377,10 @@ TEST_CASE("bad configurations exit 2 with a message naming the problem") {
   CHECK(on_mpi.output.find("optimizer.hierarchy: \"node\" runs in the simulator only") != std::string::npos);
   // The noisy quadratic computes its gradients on the host: no model to place on a GPU.
   write_file(dir.path / "q.json", kQuadratic);
+  // Its one tensor cannot be dealt whole to two rails.
+  refused("q.json", "topology.ranks_per_node=2 --set optimizer.hierarchy=node",
+          "optimizer.rail_split: \"tensors\" deals whole tensors to topology.ranks_per_node = 2 rails, and model.type "
+          "\"quadratic\" has 1; use \"rows\"");
   refused("q.json", "device=cuda", "device: \"cuda\" places a language model on the GPU");
   // A GPU asked for where there is none: refused before anything is written, naming the key the
   // user wrote.
