@@ -27,7 +27,9 @@ cfg::ExperimentConfig load_config(const std::string& file, const std::vector<std
   for (const auto& s : sets) cfg::apply_override(j, s);
   cfg::apply_backend_defaults(j, backend);
   const auto base = std::filesystem::absolute(file).parent_path();
-  return cfg::parse_experiment(j, base);
+  cfg::ExperimentConfig config = cfg::parse_experiment(j, base);
+  cfg::check_backend(config, backend);
+  return config;
 }
 
 tr::RunOptions options_for(const std::filesystem::path& out, bool quiet) {

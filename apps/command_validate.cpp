@@ -33,6 +33,7 @@ int cmd_validate(const std::string& file, const std::vector<std::string>& sets, 
         for (const auto& s : sets) cfg::apply_override(p.config, s);
         cfg::apply_backend_defaults(p.config, backend);
         const auto config = cfg::parse_experiment(p.config, base_dir);
+        cfg::check_backend(config, backend);
         if (backend == "sim") check_host_memory(config, config.workers, force_memory);
         std::printf("valid    %s  (run id %s)\n", cfg::point_label(p).c_str(), cfg::run_id(config.to_json()).c_str());
       } catch (const cfg::ConfigError& e) {

@@ -5,6 +5,7 @@
 #include <cstdio>
 
 #include "config/config_keys.hpp"
+#include "config/model_shapes.hpp"
 #include "presets/network_presets.hpp"
 #include "util/fnv1a.hpp"
 
@@ -48,10 +49,12 @@ DataSection parse_data(const json& j, const std::filesystem::path& base_dir) {
 
 // The optimizer runs where the model does (the top-level `device`) unless optimizer.device says
 // otherwise; a CPU optimizer cannot step parameters that live on the GPU.
-OptimizerConfig parse_optimizer(const json& j, std::uint64_t seed, kernels::DeviceKind model_device) {
+OptimizerConfig parse_optimizer(const json& j, std::uint64_t seed, kernels::DeviceKind model_device,
+                                int ranks_per_node) {
   const Section s(j, "optimizer", optimizer_keys().fields);
   OptimizerConfig c;
   write_given(s, optimizer_keys(), c);
+  c.ranks_per_node = ranks_per_node;
   const std::string type = to_string(c.type);
   if (!s.has("device")) {
     c.device = model_device;
@@ -86,6 +89,7 @@ NetworkSection parse_network(const json& j) {
   const Section s(j, "network", network_keys().fields);
   NetworkSection n;
   write_given(s, network_keys(), n);
+  if (!n.intra.empty()) config_error([&] { (void)presets::find_network_preset(n.intra, "network.intra"); });
   const bool explicit_link = s.has("alpha_us") && s.has("bandwidth_GBps");
   if (!s.has("preset") && (s.has("alpha_us") != s.has("bandwidth_GBps"))) {
     fail(s.has("alpha_us") ? "network.bandwidth_GBps" : "network.alpha_us",
@@ -100,6 +104,37 @@ NetworkSection parse_network(const json& j) {
   if (!s.has("alpha_us")) n.alpha_us = p.alpha_us;
   if (!s.has("bandwidth_GBps")) n.bandwidth_GBps = p.bandwidth_GBps;
   return n;
+}
+
+// W = nodes x G: G must divide the workers.
+TopologySection parse_topology(const json& j, int workers) {
+  const Section s(j, "topology", topology_keys().fields);
+  TopologySection t;
+  write_given(s, topology_keys(), t);
+  if (workers % t.ranks_per_node != 0) {
+    fail("topology.ranks_per_node", std::to_string(t.ranks_per_node) + " does not divide workers = " +
+                                        std::to_string(workers) + " (W = nodes x ranks_per_node)");
+  }
+  return t;
+}
+
+// optimizer.rail_split = "tensors" deals whole tensors to the G rails, so it needs G tensors:
+// checked here where the config alone gives the layout (the quadratic's one tensor, a language
+// model's shape); a trace's layout is checked when the optimizer is made.
+void check_rails(const ExperimentConfig& c) {
+  const OptimizerConfig& o = c.optimizer;
+  if (o.hierarchy != Hierarchy::node || o.rail_split != RailSplit::tensors) return;
+  std::size_t tensors = 0;
+  if (c.model.type == "quadratic") {
+    tensors = 1;
+  } else if (c.has_data()) {
+    tensors = language_model_spec(c.model).layout().slots().size();
+  }
+  if (tensors > 0 && tensors < static_cast<std::size_t>(o.ranks_per_node)) {
+    fail("optimizer.rail_split",
+         "\"tensors\" deals whole tensors to topology.ranks_per_node = " + std::to_string(o.ranks_per_node) +
+             " rails, and model.type \"" + c.model.type + "\" has " + std::to_string(tensors) + "; use \"rows\"");
+  }
 }
 
 ComputeSection parse_compute(const json& j, const ModelSection& model) {
@@ -120,6 +155,21 @@ ComputeSection parse_compute(const json& j, const ModelSection& model) {
 }  // namespace
 
 NetworkModel NetworkSection::model() const { return presets::to_network_model(alpha_us, bandwidth_GBps); }
+
+NetworkModel NetworkSection::intra_model() const {
+  if (intra.empty()) return model();
+  const auto& p = presets::find_network_preset(intra, "network.intra");
+  return presets::to_network_model(p.alpha_us, p.bandwidth_GBps);
+}
+
+LinkClass ExperimentConfig::world_link_class() const {
+  const int g = topology.ranks_per_node;
+  return g > 1 && workers == g ? LinkClass::intra : LinkClass::inter;
+}
+
+NetworkModel ExperimentConfig::world_link() const {
+  return world_link_class() == LinkClass::intra ? network.intra_model() : network.model();
+}
 
 std::filesystem::path resolve_path(const std::string& p, const std::filesystem::path& base_dir) {
   std::filesystem::path path(p);
@@ -149,8 +199,11 @@ ExperimentConfig parse_experiment(const json& j, const std::filesystem::path& ba
     top.forbid("eval", "model.type \"" + c.model.type + "\" has no validation loss; remove the eval section");
   }
   if (c.model.type == "replay") c.model.path = resolve_path(c.model.path.string(), base_dir);
-  c.optimizer = parse_optimizer(section_json(j, "optimizer"), c.seed, c.device);
+  c.topology = parse_topology(section_json(j, "topology"), c.workers);
+  c.optimizer = parse_optimizer(section_json(j, "optimizer"), c.seed, c.device, c.topology.ranks_per_node);
   c.network = parse_network(section_json(j, "network"));
+  if (!c.network.intra.empty()) c.optimizer.node_link = c.network.intra_model();
+  check_rails(c);
   c.compute = parse_compute(section_json(j, "compute"), c.model);
   const Section log(section_json(j, "log"), "log", log_keys().fields);
   write_given(log, log_keys(), c.log);
@@ -169,8 +222,11 @@ json ExperimentConfig::to_json() const {
   // types are), so configs that train identically share one run id: the dense point of a
   // sweep over sparsity runs once.
   j["optimizer"] = read_applicable(optimizer_keys(), optimizer, to_string(optimizer.type));
+  // Absent while G = 1, as device: earlier run ids hold.
+  if (topology.ranks_per_node != 1) j["topology"] = read_applicable(topology_keys(), topology);
   j["network"] = read_applicable(network_keys(), network);
   if (network.preset.empty()) j["network"].erase("preset");
+  if (network.intra.empty()) j["network"].erase("intra");  // as device: earlier run ids hold
   j["compute"] = read_applicable(compute_keys(), compute, compute.type);
   j["log"] = read_applicable(log_keys(), log);
   if (log.gradient_metrics_interval == 1) j["log"].erase("gradient_metrics_interval");  // as device
@@ -187,6 +243,13 @@ void apply_backend_defaults(json& j, std::string_view backend) {
   if (!log.contains("oracle")) log["oracle"] = false;
   if (!log.contains("gradient_metrics_interval"))
     log["gradient_metrics_interval"] = kMultiProcessGradientMetricsInterval;
+}
+
+void check_backend(const ExperimentConfig& config, std::string_view backend) {
+  if (is_multi_process_backend(backend) && config.optimizer.hierarchy == Hierarchy::node) {
+    fail("optimizer.hierarchy", "\"node\" runs in the simulator only for now (--backend sim): the " +
+                                    std::string(backend) + " communicator has no node and rail groups yet");
+  }
 }
 
 std::string run_id(const json& resolved) {
@@ -208,6 +271,7 @@ json experiment_schema() {
   p["model"] = section_schema(model_keys().fields, "type");
   p["data"] = section_schema(data_keys().fields, "type");
   p["optimizer"] = section_schema(optimizer_keys().fields, "type");
+  p["topology"] = section_schema(topology_keys().fields);
   p["network"] = section_schema(network_keys().fields);
   p["compute"] = section_schema(compute_keys().fields, "type");
   p["eval"] = section_schema(eval_keys().fields);

@@ -53,11 +53,21 @@ struct DataSection {
   double concentration = 0.9;
 };
 
+// Where the W ranks sit: nodes of ranks_per_node (G) consecutive ranks, W = nodes x G
+// (optimizer.hierarchy = "node" exchanges densely inside a node).
+struct TopologySection {
+  int ranks_per_node = 1;
+};
+
 struct NetworkSection {
   std::string preset = "ib_ndr400";  // "" when given by alpha_us and bandwidth_GBps alone
   double alpha_us = 0;
   double bandwidth_GBps = 0;
-  NetworkModel model() const;
+  // The preset of the link between the ranks of one node (topology.ranks_per_node > 1); "" when
+  // they talk over the same link as the nodes.
+  std::string intra;
+  NetworkModel model() const;        // the link between nodes
+  NetworkModel intra_model() const;  // the link inside a node
 };
 
 // What the modelled step time (step_time_model) takes as compute: the measured CPU seconds of
@@ -115,6 +125,7 @@ struct ExperimentConfig {
   ModelSection model;
   DataSection data;
   OptimizerConfig optimizer;
+  TopologySection topology;
   NetworkSection network;
   ComputeSection compute;
   EvalSection eval;
@@ -126,8 +137,15 @@ struct ExperimentConfig {
   bool has_eval() const { return has_data() || model.type == "external"; }
   // Defaults filled in, paths absolute: the JSON a run records and hashes.
   nlohmann::json to_json() const;
+  // The world communicator's link class and link: intra when all W ranks share one node
+  // (W = ranks_per_node > 1), else inter (a flat collective among several nodes crosses them).
+  LinkClass world_link_class() const;
+  NetworkModel world_link() const;
 };
 
+// Throws ConfigError naming the key of what `backend` cannot run: optimizer.hierarchy = "node"
+// on a multi-process backend, whose communicators have no groups yet.
+void check_backend(const ExperimentConfig& config, std::string_view backend);
 // Parses and validates one experiment. Relative paths resolve against base_dir.
 ExperimentConfig parse_experiment(const nlohmann::json& j, const std::filesystem::path& base_dir);
 // Reads a JSON file (errors name the file and the line), applies --set overrides, parses.

@@ -40,6 +40,7 @@ const KeyTable<ExperimentConfig>& top_keys() {
       {{"model", Kind::object, "model section"}},
       {{"data", Kind::object, "data section (gpt and llama models only)"}},
       {{"optimizer", Kind::object, "optimizer section"}},
+      {{"topology", Kind::object, "where the ranks sit: nodes of ranks_per_node consecutive ranks"}},
       {{"network", Kind::object, "network model for modelled communication time"}},
       {{"compute", Kind::object, "what the modelled step time takes as compute: measured or from FLOPs"}},
       {{"eval", Kind::object, "validation section (gpt, llama and external models)"}},
@@ -163,6 +164,22 @@ const KeyTable<NetworkSection>& network_keys() {
       {{"bandwidth_GBps", Kind::number, "per-worker bandwidth in GB/s (overrides the preset)", {0, kInf, true}},
        SCAPE_MEMBER(C, bandwidth_GBps),
        Default::derived},
+      {{"intra", Kind::string,
+        "preset of the link between the ranks of one node (topology.ranks_per_node > 1), e.g. nvlink_h100; "
+        "default: the link between nodes; recorded only when given"},
+       SCAPE_MEMBER(C, intra)},
+  });
+  return t;
+}
+
+const KeyTable<TopologySection>& topology_keys() {
+  using C = TopologySection;
+  static const KeyTable<C> t({
+      {{"ranks_per_node",
+        Kind::integer,
+        "G, ranks of one node (consecutive ranks); must divide workers (W = nodes x G); recorded only when > 1",
+        {1, 1024}},
+       SCAPE_MEMBER(C, ranks_per_node)},
   });
   return t;
 }

@@ -49,6 +49,7 @@ const KeyTable<ModelSection>& model_keys();
 const KeyTable<DataSection>& data_keys();
 const KeyTable<OptimizerConfig>& optimizer_keys();
 const KeyTable<NetworkSection>& network_keys();
+const KeyTable<TopologySection>& topology_keys();
 const KeyTable<ComputeSection>& compute_keys();
 const KeyTable<EvalSection>& eval_keys();
 const KeyTable<LogSection>& log_keys();

@@ -28,6 +28,8 @@ inline json recorded(const std::string& v) { return v; }
 inline json recorded(const std::filesystem::path& v) { return v.string(); }
 inline json recorded(OptimizerType v) { return to_string(v); }
 inline json recorded(InnerRule v) { return to_string(v); }
+inline json recorded(Hierarchy v) { return to_string(v); }
+inline json recorded(RailSplit v) { return to_string(v); }
 inline json recorded(UpdateMode v) { return to_string(v); }
 inline json recorded(MaskStatistic v) { return to_string(v); }
 inline json recorded(MaskPartition v) { return to_string(v); }
@@ -57,6 +59,8 @@ inline void assign(std::string& out, const json& v) { out = v.get<std::string>()
 inline void assign(std::filesystem::path& out, const json& v) { out = v.get<std::string>(); }
 inline void assign(OptimizerType& out, const json& v) { out = parse_optimizer_type(v.get<std::string>()); }
 inline void assign(InnerRule& out, const json& v) { out = parse_inner_rule(v.get<std::string>()); }
+inline void assign(Hierarchy& out, const json& v) { out = parse_hierarchy(v.get<std::string>()); }
+inline void assign(RailSplit& out, const json& v) { out = parse_rail_split(v.get<std::string>()); }
 inline void assign(UpdateMode& out, const json& v) { out = parse_update_mode(v.get<std::string>()); }
 inline void assign(MaskStatistic& out, const json& v) { out = parse_mask_statistic(v.get<std::string>()); }
 inline void assign(MaskPartition& out, const json& v) { out = parse_mask_partition(v.get<std::string>()); }

@@ -22,6 +22,8 @@ const std::vector<std::string> kPowersgd = {"powersgd"};
 const std::vector<std::string> kDemo = {"demo"};
 const std::vector<std::string> kOuterLoop = {"diloco", "sparseloco"};
 const std::vector<std::string> kDiloco = {"diloco"};
+// The methods with a node hierarchy (optimizer.hierarchy = "node").
+const std::vector<std::string> kHierarchical = {"scape", "adams", "diloco"};
 const std::vector<std::string> kSparseloco = {"sparseloco"};
 const std::vector<std::string> kWireTypes = wire_type_names();
 // The optimizers whose update rule can be AdamS, and those that form a synchronized gradient to clip.
@@ -96,6 +98,32 @@ const KeyTable<OptimizerConfig>& optimizer_keys() {
         kDense},
        [](const C& c) -> json { return c.overlap_grad_reduce ? json(true) : json(json::value_t::discarded); },
        [](C& c, const json& v) { assign(c.overlap_grad_reduce, v); }},
+      // Recorded only when not flat (as overlap_grad_reduce): flat runs keep their run ids.
+      {{"hierarchy",
+        Kind::string,
+        "flat (default: all W ranks exchange as one group) or node (dense reduce-scatter inside each node of "
+        "topology.ranks_per_node ranks, the method between nodes rail by rail, all-gather inside the node); "
+        "recorded only when node",
+        {},
+        optimizer_switch_names("hierarchy"),
+        kHierarchical},
+       [](const C& c) -> json {
+         return c.hierarchy == Hierarchy::flat ? json(json::value_t::discarded) : json(to_string(c.hierarchy));
+       },
+       [](C& c, const json& v) { assign(c.hierarchy, v); },
+       Default::derived},
+      {{"rail_split",
+        Kind::string,
+        "hierarchy node: a rail's part of the layout, tensors (default: whole tensors balanced by size) or rows "
+        "(every tensor cut on dim 0 into ranks_per_node slices, k per slice); recorded only under hierarchy node",
+        {},
+        optimizer_switch_names("rail_split"),
+        kHierarchical},
+       [](const C& c) -> json {
+         return c.hierarchy == Hierarchy::flat ? json(json::value_t::discarded) : json(to_string(c.rail_split));
+       },
+       [](C& c, const json& v) { assign(c.rail_split, v); },
+       Default::derived},
       {{"wire_dtype", Kind::string, "precision of gradient payloads", {}, kWireTypes}, SCAPE_MEMBER(C, wire_dtype)},
       {{"param_dtype", Kind::string, "precision of parameter payloads", {}, kWireTypes}, SCAPE_MEMBER(C, param_dtype)},
       {{"inner",

@@ -39,7 +39,8 @@ void PendingCollective::wait() {
   r->wait();
 }
 
-Communicator::Communicator(int rank, int size, NetworkModel net) : rank_(rank), size_(size), ledger_(size, net) {
+Communicator::Communicator(int rank, int size, NetworkModel net, LinkClass link)
+    : rank_(rank), size_(size), ledger_(size, net, link) {
   if (size < 1) throw std::invalid_argument("Communicator: size must be >= 1, got " + std::to_string(size));
   if (rank < 0 || rank >= size) {
     throw std::invalid_argument("Communicator: rank " + std::to_string(rank) + " outside [0, " +
@@ -248,6 +249,11 @@ void Communicator::all_to_all_bytes(std::span<const std::byte> send, std::span<s
 }
 
 void Communicator::barrier() { do_barrier(); }
+
+std::unique_ptr<Communicator> Communicator::split(int /*color*/, LinkClass /*link*/, NetworkModel /*net*/) {
+  throw std::logic_error(
+      "this communicator backend has no groups: optimizer.hierarchy = \"node\" runs in the simulator only");
+}
 
 void Communicator::add_measured_time(std::string_view purpose, double seconds) {
   std::lock_guard lock(measured_mutex_);

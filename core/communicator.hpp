@@ -69,7 +69,8 @@ class PendingCollective {
 
 class Communicator {
  public:
-  Communicator(int rank, int size, NetworkModel net);
+  // `link`: the link class its collectives are charged to in the ledger.
+  Communicator(int rank, int size, NetworkModel net, LinkClass link = LinkClass::inter);
   virtual ~Communicator() = default;
   Communicator(const Communicator&) = delete;
   Communicator& operator=(const Communicator&) = delete;
@@ -116,6 +117,12 @@ class Communicator {
   void all_to_all_bytes(std::span<const std::byte> send, std::span<std::byte> recv,
                         std::span<const std::size_t> counts, std::string_view purpose);
   void barrier();
+  // A communicator of the ranks that pass the same `color` (>= 0), ranked as here, whose
+  // collectives the ledger charges to `link` and models with `net` (optimizer.hierarchy's node
+  // and rail groups). Collective: every rank calls it at the same point of its sequence. The
+  // result may be used only while this communicator lives. Default: std::logic_error, for a
+  // backend without groups.
+  virtual std::unique_ptr<Communicator> split(int color, LinkClass link, NetworkModel net);
   // Ends this rank's part at once because the rank failed: outstanding and later collectives
   // return or fail instead of waiting for peers (NCCL: ncclCommAbort). Called before the rank's
   // device memory is freed, since freeing waits for the device, which a collective stuck on a

@@ -37,7 +37,9 @@ double alpha_beta_time(CollectiveKind kind, int workers, double payload_bytes, c
   return ring_latency_steps(kind, workers) * net.alpha_s + bandwidth_term;
 }
 
-ByteLedger::ByteLedger(int workers, NetworkModel net) : workers_(workers), net_(net) {
+const char* to_string(LinkClass link) { return link == LinkClass::intra ? "intra" : "inter"; }
+
+ByteLedger::ByteLedger(int workers, NetworkModel net, LinkClass link) : workers_(workers), net_(net), link_(link) {
   if (workers < 1) throw std::invalid_argument("ByteLedger: workers must be >= 1");
   if (!(net.alpha_s >= 0)) throw std::invalid_argument("NetworkModel: alpha_s must be >= 0");
   if (!(net.bandwidth_Bps > 0)) throw std::invalid_argument("NetworkModel: bandwidth_Bps must be > 0");
@@ -53,6 +55,7 @@ void ByteLedger::record(CollectiveKind kind, std::string_view purpose, std::uint
   r.latency_steps = ring_latency_steps(kind, workers_);
   r.modelled_time_s = alpha_beta_time(kind, workers_, static_cast<double>(payload_bytes), net_);
   r.overlapped = overlapped;
+  r.link = link_;
   CommTotals& t = totals_[r.purpose];
   t.calls += 1;
   t.payload_bytes += payload_bytes;
@@ -88,6 +91,14 @@ CommSummary summarize(const std::vector<CommRecord>& records) {
     }
   }
   return s;
+}
+
+double bytes_sent_on(const std::vector<CommRecord>& records, LinkClass link) {
+  double sent = 0;
+  for (const auto& r : records) {
+    if (r.link == link) sent += r.bytes_sent_per_worker;
+  }
+  return sent;
 }
 
 double backward_buckets_exposed(const std::vector<CommRecord>& records, double backward_s) {

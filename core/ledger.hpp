@@ -18,6 +18,12 @@ enum class CollectiveKind { all_reduce, reduce_scatter, all_gather, all_to_all }
 inline constexpr std::size_t kCollectiveKindCount = 4;
 const char* to_string(CollectiveKind kind);
 
+// The link a collective crosses: inside one node (NVLink), or between nodes (the network). A
+// communicator whose ranks share one node records intra, any other inter (the class its group
+// spans; docs/algorithms.md, "Hierarchy").
+enum class LinkClass { intra, inter };
+const char* to_string(LinkClass link);
+
 // Per-worker link: latency alpha (seconds per message step) and bandwidth (bytes per second).
 struct NetworkModel {
   double alpha_s = 0.0;
@@ -40,6 +46,7 @@ struct CommRecord {
   double modelled_time_s = 0;
   bool overlapped = false;       // started asynchronously to hide behind compute
   bool in_backward = false;      // a bucket of the gradient reduction issued during the backward pass
+  LinkClass link = LinkClass::inter;  // the link class of the communicator that recorded it
 };
 
 struct CommTotals {
@@ -51,7 +58,8 @@ struct CommTotals {
 
 class ByteLedger {
  public:
-  ByteLedger(int workers, NetworkModel net);
+  // `link`: the class every record of this ledger is charged to.
+  ByteLedger(int workers, NetworkModel net, LinkClass link = LinkClass::inter);
 
   void record(CollectiveKind kind, std::string_view purpose, std::uint64_t payload_bytes, bool overlapped);
   // A bucket of the gradient reduction, issued as soon as the backward pass has finished its
@@ -69,10 +77,12 @@ class ByteLedger {
   const std::map<std::string, CommTotals>& totals() const { return totals_; }
   const NetworkModel& network() const { return net_; }
   int workers() const { return workers_; }
+  LinkClass link() const { return link_; }
 
  private:
   int workers_;
   NetworkModel net_;
+  LinkClass link_;
   std::vector<CommRecord> pending_;
   std::map<std::string, CommTotals> totals_;
 };
@@ -88,6 +98,8 @@ struct CommSummary {
   double backward_bucket_time_s = 0;
 };
 CommSummary summarize(const std::vector<CommRecord>& records);
+// Bytes sent per worker by the records of one link class.
+double bytes_sent_on(const std::vector<CommRecord>& records, LinkClass link);
 
 // Exposed seconds of the backward-pass buckets among `records` (docs/algorithms.md, "Modelled
 // step time"): bucket i is ready once the backward pass, of `backward_s` seconds, has covered

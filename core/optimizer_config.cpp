@@ -18,6 +18,8 @@ constexpr EnumName<MaskEncoding> kEncoding[] = {{"bitmap", MaskEncoding::bitmap}
                                                 {"delta", MaskEncoding::delta},
                                                 {"auto", MaskEncoding::auto_select}};
 // "automatic" is what an absent adams_form resolves from; a config names one of the other two.
+constexpr EnumName<Hierarchy> kHierarchy[] = {{"flat", Hierarchy::flat}, {"node", Hierarchy::node}};
+constexpr EnumName<RailSplit> kRailSplit[] = {{"tensors", RailSplit::tensors}, {"rows", RailSplit::rows}};
 constexpr EnumName<AdamsForm> kAdamsForm[] = {{"artifact", AdamsForm::artifact},
                                               {"momentum_corrected", AdamsForm::momentum_corrected}};
 
@@ -82,12 +84,18 @@ MaskEncoding parse_mask_encoding(std::string_view v) {
 AdamsForm parse_adams_form(std::string_view v) { return find_by_name(kAdamsForm, v, "optimizer.adams_form").value; }
 const char* to_string(AdamsForm v) { return v == AdamsForm::automatic ? "automatic" : name_of(kAdamsForm, v); }
 const char* to_string(InnerRule v) { return name_of(kInner, v); }
+Hierarchy parse_hierarchy(std::string_view v) { return find_by_name(kHierarchy, v, "optimizer.hierarchy").value; }
+RailSplit parse_rail_split(std::string_view v) { return find_by_name(kRailSplit, v, "optimizer.rail_split").value; }
+const char* to_string(Hierarchy v) { return name_of(kHierarchy, v); }
+const char* to_string(RailSplit v) { return name_of(kRailSplit, v); }
 const char* to_string(MaskEncoding v) { return name_of(kEncoding, v); }
 
 std::vector<std::string> common_switch_names(std::string_view key) {
   if (key == "inner") return names_of(kInner);
   if (key == "mask_encoding") return names_of(kEncoding);
   if (key == "adams_form") return names_of(kAdamsForm);
+  if (key == "hierarchy") return names_of(kHierarchy);
+  if (key == "rail_split") return names_of(kRailSplit);
   return {};
 }
 

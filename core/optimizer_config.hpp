@@ -7,6 +7,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -26,16 +27,27 @@ enum class MaskEncoding { bitmap, elias_fano, delta, auto_select };
 // m_prev inside the root (momentum_corrected); automatic is the artifact's form unless the
 // method resolves it first (SCAPE's frozen_momentum: momentum_corrected).
 enum class AdamsForm { automatic, artifact, momentum_corrected };
+// Where the data-parallel ranks exchange (docs/algorithms.md, "Hierarchy"): all W ranks as one
+// group (flat), or dense inside each node of G ranks and the method between the nodes, rail by
+// rail (node). A rail's part of the layout is whole tensors balanced by size (tensors) or slice
+// l of every tensor cut on dim 0 into G slices (rows).
+enum class Hierarchy { flat, node };
+enum class RailSplit { tensors, rows };
 
 // Parsers for switch values; an unknown value throws std::invalid_argument naming the
 // parameter, the value and the accepted values.
 InnerRule parse_inner_rule(std::string_view v);
 MaskEncoding parse_mask_encoding(std::string_view v);
 AdamsForm parse_adams_form(std::string_view v);  // "automatic" is not a name users give
+Hierarchy parse_hierarchy(std::string_view v);
+RailSplit parse_rail_split(std::string_view v);
+const char* to_string(Hierarchy v);
+const char* to_string(RailSplit v);
 const char* to_string(InnerRule v);
 const char* to_string(MaskEncoding v);
 const char* to_string(AdamsForm v);
-// The accepted names of the enum switches above ("inner", "mask_encoding", "adams_form"), in the
+// The accepted names of the enum switches above ("inner", "mask_encoding", "adams_form",
+// "hierarchy", "rail_split"), in the
 // order errors list them; an empty list for another key.
 std::vector<std::string> common_switch_names(std::string_view key);
 
@@ -104,6 +116,14 @@ struct CommonOptimizerConfig {
   // Where the optimizer's kernels and state live (SCAPE, AdamW and AdamS for cuda;
   // docs/algorithms.md, "Devices and residual offload").
   kernels::DeviceKind device = kernels::DeviceKind::cpu;
+  Hierarchy hierarchy = Hierarchy::flat;
+  RailSplit rail_split = RailSplit::tensors;
+  // G, the ranks of one node (topology.ranks_per_node; not an optimizer key): W = nodes x G,
+  // a node's ranks consecutive.
+  int ranks_per_node = 1;
+  // The link between the ranks of one node that the node's collectives are modelled with
+  // (network.intra; not an optimizer key); empty: the world communicator's link.
+  std::optional<NetworkModel> node_link;
 
   double density() const { return 1.0 - sparsity; }
   double resolved_min_lr() const { return min_lr < 0 ? lr / 10.0 : min_lr; }

@@ -12,12 +12,15 @@
 #include "optimizers/baselines/randk_ef.hpp"
 #include "optimizers/baselines/sparseloco.hpp"
 #include "optimizers/baselines/topk_ef.hpp"
+#include "optimizers/hierarchical.hpp"
 #include "optimizers/scape/mask_codec.hpp"
 #include "optimizers/scape/scape_optimizer.hpp"
 
 namespace scape {
 
-std::vector<std::string> collective_purposes(const OptimizerConfig& c) {
+namespace {
+
+std::vector<std::string> flat_purposes(const OptimizerConfig& c) {
   switch (c.type) {
     case OptimizerType::adamw:
     case OptimizerType::adams:
@@ -61,11 +64,9 @@ std::vector<std::string> collective_purposes(const OptimizerConfig& c) {
   return out;
 }
 
-std::unique_ptr<Optimizer> make_optimizer(const OptimizerConfig& config, const ParamLayout& layout, Communicator& comm,
-                                          int total_steps) {
-  config.validate();
-  if (total_steps < 1) throw std::invalid_argument("steps: must be >= 1, got " + std::to_string(total_steps));
-  if (layout.size() == 0) throw std::invalid_argument("make_optimizer: the parameter layout is empty");
+// The method itself, on all of `layout` and `comm` (hierarchy flat).
+std::unique_ptr<Optimizer> make_flat_optimizer(const OptimizerConfig& config, const ParamLayout& layout,
+                                               Communicator& comm, int total_steps) {
   // Each method gets the common fields and its own switches; only here are they assembled.
   const CommonOptimizerConfig& common = config;
   switch (config.type) {
@@ -88,6 +89,33 @@ std::unique_ptr<Optimizer> make_optimizer(const OptimizerConfig& config, const P
       return std::make_unique<SparselocoOptimizer>(common, config.outer, config.sparseloco, layout, comm, total_steps);
   }
   throw std::invalid_argument("optimizer.type: unknown optimizer");
+}
+
+}  // namespace
+
+std::vector<std::string> collective_purposes(const OptimizerConfig& c) {
+  std::vector<std::string> out = flat_purposes(c);
+  if (c.hierarchy == Hierarchy::node) {
+    out.insert(out.begin(), "node_grad_reduce_scatter");
+    out.push_back("node_param_all_gather");
+  }
+  return out;
+}
+
+std::unique_ptr<Optimizer> make_optimizer(const OptimizerConfig& config, const ParamLayout& layout, Communicator& comm,
+                                          int total_steps) {
+  config.validate();
+  if (total_steps < 1) throw std::invalid_argument("steps: must be >= 1, got " + std::to_string(total_steps));
+  if (layout.size() == 0) throw std::invalid_argument("make_optimizer: the parameter layout is empty");
+  if (config.hierarchy == Hierarchy::flat) return make_flat_optimizer(config, layout, comm, total_steps);
+  // Each rail runs the flat method on its part; the node's collectives are the wrapper's.
+  OptimizerConfig rail_config = config;
+  rail_config.hierarchy = Hierarchy::flat;
+  rail_config.rail_split = RailSplit::tensors;
+  return std::make_unique<HierarchicalOptimizer>(layout, comm, config.ranks_per_node, config.rail_split,
+                                                 config.node_link, [&](const ParamLayout& part, Communicator& rail) {
+                                                   return make_flat_optimizer(rail_config, part, rail, total_steps);
+                                                 });
 }
 
 }  // namespace scape

@@ -55,6 +55,40 @@ void check_clip(const OptimizerConfig& c) {
   }
 }
 
+bool has_hierarchy(OptimizerType t) {
+  return t == OptimizerType::scape || t == OptimizerType::adams || t == OptimizerType::diloco;
+}
+
+// optimizer.hierarchy = "node": the methods built for it, and the switches one rail cannot
+// honour, since it sees only its part of the model.
+void check_hierarchy(const OptimizerConfig& c) {
+  if (c.ranks_per_node < 1) {
+    throw std::invalid_argument("topology.ranks_per_node: must be >= 1, got " + std::to_string(c.ranks_per_node));
+  }
+  if (c.hierarchy == Hierarchy::flat) {
+    if (c.rail_split != RailSplit::tensors) {
+      reject_switch("rail_split", "splits the layout among a node's rails: it needs optimizer.hierarchy = \"node\"");
+    }
+    return;
+  }
+  if (!has_hierarchy(c.type)) {
+    reject_switch("hierarchy", std::string("\"node\" is built for scape, adams and diloco, not ") + to_string(c.type) +
+                                   "; set optimizer.hierarchy = \"flat\"");
+  }
+  if (c.clip_grad > 0) {
+    reject_switch("clip_grad",
+                  "under optimizer.hierarchy = \"node\" each rail sees only its part of the model, not the whole "
+                  "model's norm that clip_grad clips by; set clip_grad = 0");
+  }
+  if (c.overlap_grad_reduce) {
+    reject_switch("overlap_grad_reduce",
+                  "under optimizer.hierarchy = \"node\" the node's reduce-scatter runs after the backward pass");
+  }
+  if (c.device != kernels::DeviceKind::cpu) {
+    reject_switch("hierarchy", "\"node\" runs the optimizer on the cpu only (optimizer.device \"cpu\")");
+  }
+}
+
 void check_overlap_grad_reduce(const OptimizerConfig& c) {
   if (c.type != OptimizerType::adamw && c.type != OptimizerType::adams) {
     throw std::invalid_argument(std::string("optimizer.overlap_grad_reduce: only the dense optimizers (adamw, "
@@ -120,6 +154,7 @@ void OptimizerConfig::validate() const {
                                 " runs optimizer types scape, adamw and adams only; " + to_string(type) +
                                 " runs on the cpu");
   }
+  check_hierarchy(*this);
   if (overlap_grad_reduce) check_overlap_grad_reduce(*this);
   if (type != OptimizerType::scape && residual_offload) {
     throw std::invalid_argument(std::string("optimizer.residual_offload: only optimizer type scape keeps an "

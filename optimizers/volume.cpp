@@ -13,6 +13,7 @@
 #include "optimizers/baselines/outer_loop.hpp"
 #include "optimizers/baselines/powersgd.hpp"
 #include "optimizers/baselines/sparseloco_codec.hpp"
+#include "optimizers/rail_partition.hpp"
 #include "optimizers/scape/mask_codec.hpp"
 #include "optimizers/scape/mask_ownership.hpp"
 
@@ -252,6 +253,9 @@ std::vector<CommRecord> collectives(const OptimizerConfig& config, const ParamLa
                                     int total_steps, const NetworkModel& net, std::optional<std::size_t> union_size,
                                     double mask_kept_fraction) {
   config.validate();
+  if (config.hierarchy == Hierarchy::node) {
+    return rail_step_collectives(config, layout, workers, 0, step, total_steps, net, union_size, mask_kept_fraction);
+  }
   const std::size_t n_params = layout.size();
   if (!(mask_kept_fraction >= 0 && mask_kept_fraction <= 1)) {
     throw std::invalid_argument("step_collectives: mask kept fraction " + std::to_string(mask_kept_fraction) +
@@ -298,6 +302,38 @@ std::vector<CommRecord> collectives(const OptimizerConfig& config, const ParamLa
 }
 
 }  // namespace
+
+std::vector<CommRecord> rail_step_collectives(const OptimizerConfig& config, const ParamLayout& layout, int workers,
+                                              int rail, int step, int total_steps, const NetworkModel& net,
+                                              std::optional<std::size_t> union_size, double mask_kept_fraction) {
+  const int g = config.ranks_per_node;
+  if (config.hierarchy != Hierarchy::node) {
+    throw std::invalid_argument("rail_step_collectives: optimizer.hierarchy is \"flat\"; use step_collectives");
+  }
+  if (g < 1 || workers % g != 0) {
+    throw std::invalid_argument("topology.ranks_per_node: " + std::to_string(g) +
+                                " does not divide workers = " + std::to_string(workers));
+  }
+  if (rail < 0 || rail >= g) {
+    throw std::invalid_argument("rail_step_collectives: rail " + std::to_string(rail) + " is outside [0, " +
+                                std::to_string(g) + ")");
+  }
+  const auto parts = split_into_rails(layout, g, config.rail_split);
+  OptimizerConfig flat = config;
+  flat.hierarchy = Hierarchy::flat;
+  flat.rail_split = RailSplit::tensors;
+  const std::uint64_t n_bytes = layout.size() * sizeof(float);
+  ByteLedger node(g, config.node_link.value_or(net), LinkClass::intra);
+  node.record(CollectiveKind::reduce_scatter, "node_grad_reduce_scatter", n_bytes, false);
+  std::vector<CommRecord> out = node.drain();
+  for (auto& r : collectives(flat, parts[static_cast<std::size_t>(rail)].layout, workers / g, step, total_steps, net,
+                             union_size, mask_kept_fraction)) {
+    out.push_back(std::move(r));
+  }
+  node.record(CollectiveKind::all_gather, "node_param_all_gather", n_bytes, false);
+  out.push_back(std::move(node.drain().front()));
+  return out;
+}
 
 std::vector<CommRecord> step_collectives(const OptimizerConfig& config, std::size_t n_params, int workers, int step,
                                          int total_steps, const NetworkModel& net,

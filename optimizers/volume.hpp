@@ -45,6 +45,7 @@ std::vector<CommRecord> step_collectives(const OptimizerConfig& config, std::siz
                                          int total_steps, const NetworkModel& net,
                                          std::optional<std::size_t> union_size = std::nullopt,
                                          double mask_kept_fraction = 0.0);
+// Under optimizer.hierarchy = "node" both give the records of rank 0 (rail 0; rail_step_collectives).
 // The same from the parameter layout, which every optimizer type accepts: PowerSGD all-reduces
 // sum r'(rows) and sum r'(cols) factor entries and the vectors' entries (core/
 // powersgd_optimizer.hpp, PowersgdPlan); SCAPE's owners and per-tensor k follow the layout's
@@ -54,5 +55,15 @@ std::vector<CommRecord> step_collectives(const OptimizerConfig& config, const Pa
                                          int step, int total_steps, const NetworkModel& net,
                                          std::optional<std::size_t> union_size = std::nullopt,
                                          double mask_kept_fraction = 0.0);
+// optimizer.hierarchy = "node": the records of a rank of rail `rail` (docs/algorithms.md,
+// "Hierarchy"): the node's reduce-scatter of the N-value gradient among G = ranks_per_node ranks
+// (intra), the flat method's records on the rail's part among W / G nodes (inter), the node's
+// all-gather of the N parameters (intra); both node collectives at fp32, modelled with
+// config.node_link when given, else with `net`. Throws
+// std::invalid_argument for hierarchy flat, a rail outside [0, G) or a G that does not divide W.
+std::vector<CommRecord> rail_step_collectives(const OptimizerConfig& config, const ParamLayout& layout, int workers,
+                                              int rail, int step, int total_steps, const NetworkModel& net,
+                                              std::optional<std::size_t> union_size = std::nullopt,
+                                              double mask_kept_fraction = 0.0);
 
 }  // namespace scape

@@ -32,9 +32,23 @@ void EmulatedGroup::arrive_and_wait() {
 }
 
 void EmulatedGroup::abort() noexcept {
+  std::vector<EmulatedGroup*> children;
+  {
+    std::lock_guard lock(mutex_);
+    aborted_ = true;
+    cv_.notify_all();
+    for (const auto& c : children_) children.push_back(c.get());
+  }
+  for (EmulatedGroup* c : children) c->abort();
+}
+
+EmulatedGroup& EmulatedGroup::make_child(int workers) {
+  auto child = std::make_unique<EmulatedGroup>(workers);
+  child->parent_ = this;
   std::lock_guard lock(mutex_);
-  aborted_ = true;
-  cv_.notify_all();
+  if (aborted_) child->aborted_ = true;
+  children_.push_back(std::move(child));
+  return *children_.back();
 }
 
 namespace {
@@ -50,8 +64,28 @@ void publish_send(EmulatedGroup& group, int rank, const void* send, std::span<co
 
 }  // namespace
 
-EmulatedComm::EmulatedComm(EmulatedGroup& group, int rank, NetworkModel net)
-    : Communicator(rank, group.workers(), net), group_(group) {}
+EmulatedComm::EmulatedComm(EmulatedGroup& group, int rank, NetworkModel net, LinkClass link)
+    : Communicator(rank, group.workers(), net, link), group_(group) {}
+
+std::unique_ptr<Communicator> EmulatedComm::split(int color, LinkClass link, NetworkModel net) {
+  if (color < 0) throw std::invalid_argument("split: color must be >= 0, got " + std::to_string(color));
+  auto& me = group_.slot(rank());
+  me.size = static_cast<std::size_t>(color);
+  group_.arrive_and_wait();
+  // The lowest rank of a color makes the child group; the others find it in its slot.
+  int leader = -1, new_rank = 0, members = 0;
+  for (int q = 0; q < size(); ++q) {
+    if (group_.slot(q).size != me.size) continue;
+    if (leader < 0) leader = q;
+    if (q < rank()) ++new_rank;
+    ++members;
+  }
+  if (leader == rank()) me.scratch = &group_.make_child(members);
+  group_.arrive_and_wait();
+  EmulatedGroup& child = *static_cast<EmulatedGroup*>(group_.slot(leader).scratch);
+  group_.arrive_and_wait();  // every rank has read its child before the slots are reused
+  return std::make_unique<EmulatedComm>(child, new_rank, net, link);
+}
 
 void EmulatedComm::publish(const void* send, std::span<const std::size_t> counts, const char* what) {
   publish_send(group_, rank(), send, counts);
@@ -146,12 +180,12 @@ std::unique_ptr<AsyncRequest> EmulatedComm::do_all_gather_bytes_async(std::span<
 
 void EmulatedComm::do_barrier() { group_.arrive_and_wait(); }
 
-void EmulatedComm::abort() noexcept { group_.abort(); }
+void EmulatedComm::abort() noexcept { group_.root().abort(); }
 
-void run_ranks(int workers, const NetworkModel& net, const std::function<void(Communicator&)>& fn) {
+void run_ranks(int workers, const NetworkModel& net, const std::function<void(Communicator&)>& fn, LinkClass link) {
   EmulatedGroup group(workers);
   run_rank_threads(group, [&](int r) {
-    EmulatedComm comm(group, r, net);
+    EmulatedComm comm(group, r, net, link);
     fn(comm);
   });
 }

@@ -7,6 +7,7 @@
 #include <condition_variable>
 #include <cstddef>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <stdexcept>
 #include <vector>
@@ -28,7 +29,13 @@ class EmulatedGroup {
 
   // Blocks until every rank has arrived; throws CommAborted once the group is aborted.
   void arrive_and_wait();
+  // Aborts this group and every group split from it, so that no rank waits in a subgroup.
   void abort() noexcept;
+  // A group of `workers` ranks split from this one (EmulatedComm::split), owned here so that it
+  // lives as long as this group; born aborted when this group is.
+  EmulatedGroup& make_child(int workers);
+  // The group this one was split from, transitively (itself when it was not split).
+  EmulatedGroup& root() { return parent_ == nullptr ? *this : parent_->root(); }
 
   // Per-rank published pointers, valid between the barriers of one collective.
   struct Slot {
@@ -47,15 +54,19 @@ class EmulatedGroup {
   std::size_t generation_ = 0;
   bool aborted_ = false;
   std::vector<Slot> slots_;
+  EmulatedGroup* parent_ = nullptr;
+  std::vector<std::unique_ptr<EmulatedGroup>> children_;  // guarded by mutex_
 };
 
 class EmulatedComm final : public Communicator {
  public:
-  EmulatedComm(EmulatedGroup& group, int rank, NetworkModel net = {});
-  // Aborts the whole group. A failing rank must call it before it settles its own pending
-  // collectives: the group's barriers do not tell one collective from another, so a deferred
-  // collective run by the failing rank alone would be matched with a peer's unrelated barrier,
-  // and the peer would then read buffers the failing rank frees.
+  EmulatedComm(EmulatedGroup& group, int rank, NetworkModel net = {}, LinkClass link = LinkClass::inter);
+  // The ranks of one color as a child group of this one, ranked in rank order.
+  std::unique_ptr<Communicator> split(int color, LinkClass link, NetworkModel net) override;
+  // Aborts the whole group, and the group it was split from. A failing rank must call it before it settles its own
+  // pending collectives: the group's barriers do not tell one collective from another, so a deferred collective run by
+  // the failing rank alone would be matched with a peer's unrelated barrier, and the peer would then read buffers the
+  // failing rank frees.
   void abort() noexcept override;
 
  protected:
@@ -73,7 +84,9 @@ class EmulatedComm final : public Communicator {
 // Runs fn(comm) on W threads, one EmulatedComm each, each with omp_get_max_threads() / W
 // OpenMP threads (at least 1). After all threads end, rethrows the
 // first genuine error (lowest rank), never a CommAborted that it caused.
-void run_ranks(int workers, const NetworkModel& net, const std::function<void(Communicator&)>& fn);
+// `link`: the class the communicators' ledgers charge (intra when the W ranks share one node).
+void run_ranks(int workers, const NetworkModel& net, const std::function<void(Communicator&)>& fn,
+               LinkClass link = LinkClass::inter);
 // The threads of run_ranks for a group whose communicators outlive them (one call per step of
 // sim/stepped_simulator.hpp): fn(rank) on group.workers() threads, the same OpenMP slices and
 // the same error rule. A throwing rank aborts the group.

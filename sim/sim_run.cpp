@@ -26,12 +26,15 @@ train::RunOutcome run_simulated(const config::ExperimentConfig& config, const tr
   std::vector<Communicator*> comms(static_cast<std::size_t>(config.workers), nullptr);
   SimExchange exchange(config.workers, comms.data());
   return session.run([&] {
-    run_ranks(config.workers, config.network.model(), [&](Communicator& comm) {
-      comms[static_cast<std::size_t>(comm.rank())] = &comm;
-      comm.barrier();  // every rank has registered its communicator
-      train::train_rank(config, session.data(), options, comm, exchange, comm.rank() == 0 ? &log : nullptr,
-                        session.resume(), shared.get());
-    });
+    run_ranks(
+        config.workers, config.world_link(),
+        [&](Communicator& comm) {
+          comms[static_cast<std::size_t>(comm.rank())] = &comm;
+          comm.barrier();  // every rank has registered its communicator
+          train::train_rank(config, session.data(), options, comm, exchange, comm.rank() == 0 ? &log : nullptr,
+                            session.resume(), shared.get());
+        },
+        config.world_link_class());
   });
 }
 

@@ -16,7 +16,7 @@ SteppedSimulator::SteppedSimulator(config::ExperimentConfig config, std::unique_
   }
   log_ = std::make_unique<train::RunLog>(config_, data_->layout(), options_, 0);
   for (int r = 0; r < config_.workers; ++r) {
-    comms_.push_back(std::make_unique<EmulatedComm>(group_, r, config_.network.model()));
+    comms_.push_back(std::make_unique<EmulatedComm>(group_, r, config_.world_link(), config_.world_link_class()));
     comm_ptrs_.push_back(comms_.back().get());
   }
   exchange_ = std::make_unique<SimExchange>(config_.workers, comm_ptrs_.data());

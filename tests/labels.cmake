@@ -28,6 +28,7 @@ set(scape_test_map
     "test_fp8_payload optimizers/scape kernels scape_step"
     "test_reference optimizers/scape optimizers/baselines core scape_step"
     "test_reference_py optimizers/scape optimizers/baselines scape_step"
+    "test_hierarchy optimizers core sim scape_step"
     "test_residual_offload optimizers/feedback optimizers/scape scape_step"
     "test_device_optimizer optimizers/scape optimizers/feedback kernels scape_step"
     # optimizers/baselines/

@@ -119,8 +119,9 @@ TEST_CASE("the resolved optimizer section keeps exactly the keys its type reads"
     for (const auto& [key, spec] : keys.items()) {
       const auto& types = spec.at("x-applies-to");
       CAPTURE(key);
-      // overlap_grad_reduce is recorded only when true, so that older dense run ids stay valid.
-      const bool recorded_when_on = key == "overlap_grad_reduce";
+      // overlap_grad_reduce is recorded only when true, hierarchy and rail_split only under hierarchy
+      // "node", so that older run ids stay valid.
+      const bool recorded_when_on = key == "overlap_grad_reduce" || key == "hierarchy" || key == "rail_split";
       CHECK(resolved.contains(key) ==
             (!recorded_when_on && std::find(types.begin(), types.end(), type) != types.end()));
     }
@@ -238,6 +239,57 @@ TEST_CASE("device: absent means cpu (run ids unchanged); cuda moves the optimize
   const auto c = cfg::parse_experiment(split, ".");
   CHECK(c.device == scape::kernels::DeviceKind::cpu);
   CHECK(c.optimizer.device == scape::kernels::DeviceKind::cuda);
+}
+
+TEST_CASE("topology and hierarchy: absent or flat leaves the resolved config (and run ids) as before") {
+  json flat = {{"workers", 4}, {"optimizer", {{"type", "scape"}}}};
+  const json before = cfg::parse_experiment(flat, ".").to_json();
+  flat["topology"]["ranks_per_node"] = 1;
+  flat["optimizer"]["hierarchy"] = "flat";
+  flat["optimizer"]["rail_split"] = "rows";
+  CHECK_THROWS_WITH_AS(cfg::parse_experiment(flat, "."), doctest::Contains("optimizer.rail_split"),
+                       cfg::ConfigError);  // a split without hierarchy node would be dropped unseen
+  flat["optimizer"]["rail_split"] = "tensors";
+  const json resolved = cfg::parse_experiment(flat, ".").to_json();
+  CHECK(resolved == before);
+  CHECK_FALSE(resolved.contains("topology"));
+  CHECK_FALSE(resolved["optimizer"].contains("hierarchy"));
+  json node = flat;
+  node["topology"]["ranks_per_node"] = 2;
+  node["optimizer"]["hierarchy"] = "node";
+  node["optimizer"]["rail_split"] = "rows";
+  const json recorded = cfg::parse_experiment(node, ".").to_json();
+  CHECK(recorded["topology"]["ranks_per_node"] == 2);
+  CHECK(recorded["optimizer"]["hierarchy"] == "node");
+  CHECK(recorded["optimizer"]["rail_split"] == "rows");
+  const auto again = cfg::parse_experiment(recorded, ".");
+  CHECK(again.optimizer.ranks_per_node == 2);
+  CHECK(again.optimizer.hierarchy == scape::Hierarchy::node);
+  CHECK(again.optimizer.rail_split == scape::RailSplit::rows);
+  CHECK(cfg::run_id(recorded) != cfg::run_id(before));
+  CHECK_FALSE(recorded["network"].contains("intra"));
+  CHECK_FALSE(again.optimizer.node_link.has_value());
+  CHECK(again.world_link_class() == scape::LinkClass::inter);
+  // network.intra: the node's link, recorded when given; a world of one node is charged to it.
+  node["network"]["intra"] = "nvlink_h100";
+  node["workers"] = 2;
+  const auto one_node = cfg::parse_experiment(node, ".");
+  CHECK(one_node.to_json()["network"]["intra"] == "nvlink_h100");
+  REQUIRE(one_node.optimizer.node_link.has_value());
+  CHECK(one_node.optimizer.node_link->bandwidth_Bps == 450e9);
+  CHECK(one_node.world_link_class() == scape::LinkClass::intra);
+  CHECK(one_node.world_link().bandwidth_Bps == 450e9);
+  node["workers"] = 4;
+  CHECK(cfg::parse_experiment(node, ".").world_link().bandwidth_Bps == 50e9);  // ib_ndr400 between nodes
+  node["workers"] = 2;
+  node["optimizer"]["type"] = "adamw";
+  CHECK_THROWS_WITH_AS(cfg::parse_experiment(node, "."),
+                       doctest::Contains("optimizer.hierarchy: \"node\" is built for scape, adams and diloco"),
+                       cfg::ConfigError);
+  node["optimizer"]["type"] = "scape";
+  node["workers"] = 3;
+  CHECK_THROWS_WITH_AS(cfg::parse_experiment(node, "."),
+                       doctest::Contains("topology.ranks_per_node: 2 does not divide workers = 3"), cfg::ConfigError);
 }
 
 TEST_CASE("model.precision: absent means fp32 (run ids unchanged); bf16 is recorded and parses back") {

@@ -6,6 +6,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <array>
 #include <chrono>
 #include <cmath>
 #include <csignal>
@@ -62,6 +63,41 @@ const char* kTinyGpt = R"({
 })";
 
 }  // namespace
+
+TEST_CASE("scape run: bytes_sent splits into intra- and inter-node bytes by the group each collective spans") {
+  TempDir dir;
+  write_file(dir.path / "g.json", kTinyGpt);
+  const auto run = [&](const std::string& name, const std::string& sets) {
+    const auto r =
+        run_scape("run " + (dir.path / "g.json").string() + " --out " + (dir.path / name).string() + " --quiet" + sets);
+    CAPTURE(r.output);
+    CHECK(r.code == 0);
+    return std::array{read_metric(dir.path / name, "bytes_sent"), read_metric(dir.path / name, "bytes_sent_intra"),
+                      read_metric(dir.path / name, "bytes_sent_inter")};
+  };
+  // Flat on nodes of one rank: every byte crosses the network.
+  const auto flat = run("flat.h5", "");
+  // Both workers on one node: the same collectives, all inside the node.
+  const auto one_node = run("one_node.h5", " --set topology.ranks_per_node=2 --set network.intra=nvlink_h100");
+  // Hierarchical on one node of two ranks: the node's reduce-scatter and all-gather of 4 N bytes
+  // (half each sent), and rails of one node that send nothing.
+  const auto hier = run("hier.h5", " --set topology.ranks_per_node=2 --set optimizer.hierarchy=node");
+  REQUIRE(flat[0].size() == 6);
+  const auto params = scape::run_file::File::open(dir.path / "flat.h5", scape::run_file::Access::read)
+                          .open_dataset("/final/params")
+                          .dims()
+                          .front();
+  for (std::size_t t = 0; t < 6; ++t) {
+    CHECK(flat[0][t] > 0);
+    CHECK(flat[1][t] == 0);
+    CHECK(flat[2][t] == flat[0][t]);
+    CHECK(one_node[1][t] == flat[0][t]);
+    CHECK(one_node[2][t] == 0);
+    CHECK(hier[1][t] == 4.0 * static_cast<double>(params));
+    CHECK(hier[2][t] == 0);
+    CHECK(hier[0][t] == hier[1][t]);
+  }
+}
 
 TEST_CASE("scape run: the run file's bytes equal the closed forms; densities and Jaccard lie in range") {
   TempDir dir;
@@ -299,6 +335,15 @@ TEST_CASE("bad configurations exit 2 with a message naming the problem") {
       {"optimizer.type=sparseloco --set optimizer.chunk=0", "optimizer.chunk: 0 is out of range"},
       {"optimizer.type=sparseloco --set optimizer.ef_decay=1.5", "optimizer.ef_decay: 1.5 is out of range"},
       {"optimizer.type=sparseloco --set optimizer.mask_encoding=delta", "optimizer.mask_encoding: delta codes a mask"},
+      // The node hierarchy.
+      {"topology.ranks_per_node=3", "topology.ranks_per_node: 3 does not divide workers = 2"},
+      {"topology.ranks_per_node=0", "topology.ranks_per_node: 0 is out of range"},
+      {"optimizer.hierarchy=rack", "optimizer.hierarchy: unknown value \"rack\""},
+      {"network.intra=nvswitch", "network.intra: unknown network preset 'nvswitch'"},
+      {"optimizer.type=topk_ef --set optimizer.sharded=false --set optimizer.hierarchy=node",
+       "optimizer.hierarchy: \"node\" is built for scape, adams and diloco, not topk_ef"},
+      {"optimizer.rail_split=rows", "optimizer.rail_split: splits the layout among a node's rails"},
+      {"optimizer.hierarchy=node --set optimizer.clip_grad=1", "optimizer.clip_grad: under optimizer.hierarchy"},
   };
   write_file(dir.path / "g.json", kTinyGpt);
   for (const auto& c : cases) {
@@ -322,8 +367,20 @@ TEST_CASE("bad configurations exit 2 with a message naming the problem") {
     if (!absent.empty()) CHECK(r.output.find(absent) == std::string::npos);
     CHECK_FALSE(fs::exists(dir.path / "x.h5"));
   };
+  // scape validate refuses the same, naming both keys.
+  const auto topology = run_scape("validate " + (dir.path / "g.json").string() + " --set topology.ranks_per_node=4");
+  CHECK(topology.code == 2);
+  CHECK(topology.output.find("topology.ranks_per_node: 4 does not divide workers = 2") != std::string::npos);
+  const auto on_mpi =
+      run_scape("validate " + (dir.path / "g.json").string() + " --backend mpi --set optimizer.hierarchy=node");
+  CHECK(on_mpi.code == 2);
+  CHECK(on_mpi.output.find("optimizer.hierarchy: \"node\" runs in the simulator only") != std::string::npos);
   // The noisy quadratic computes its gradients on the host: no model to place on a GPU.
   write_file(dir.path / "q.json", kQuadratic);
+  // Its one tensor cannot be dealt whole to two rails.
+  refused("q.json", "topology.ranks_per_node=2 --set optimizer.hierarchy=node",
+          "optimizer.rail_split: \"tensors\" deals whole tensors to topology.ranks_per_node = 2 rails, and model.type "
+          "\"quadratic\" has 1; use \"rows\"");
   refused("q.json", "device=cuda", "device: \"cuda\" places a language model on the GPU");
   // A GPU asked for where there is none: refused before anything is written, naming the key the
   // user wrote.

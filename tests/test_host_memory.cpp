@@ -183,6 +183,25 @@ TEST_CASE("the parts follow the config: data, parameters, activations by hand") 
   CHECK(tr::host_memory_estimate(batch_config, 1).parameters * 4 == batch.parameters);
 }
 
+TEST_CASE("optimizer.hierarchy node: the rail method's state over N / G among the nodes, and the node's buffers") {
+  const auto config = [](const char* hierarchy) {
+    return parse(std::string(R"({"workers": 4, "model": {"type": "quadratic", "size": 1000000},
+        "topology": {"ranks_per_node": 2}, "optimizer": {"type": "adams", "hierarchy": ")") +
+                 hierarchy + R"(", "rail_split": "rows"}})");
+  };
+  const auto flat_config = parse(R"({"workers": 4, "model": {"type": "quadratic", "size": 1000000},
+      "topology": {"ranks_per_node": 2}, "optimizer": {"type": "adams"}})");
+  const auto flat = tr::host_memory_estimate(flat_config, 4);
+  const auto hier = tr::host_memory_estimate(config("node"), 4);
+  // AdamS over a part of 500000 among 2 nodes: m and g_bar over its shard of 250048 (64-aligned), the norm's
+  // block sums; the node's packed gradient and gathered parameters (N each) and three parts.
+  const std::size_t n = 1000000, part = 500000;
+  const std::size_t rail_state = 2 * 4 * 250048 + 8 * ((part + 8191) / 8192);
+  CHECK(hier.optimizer == 4 * (rail_state + 4 * (2 * n + 3 * part)));
+  CHECK(flat.optimizer == 4 * (2 * 4 * 250048 + 8 * ((n + 8191) / 8192)));
+  CHECK(hier.parameters == flat.parameters);
+}
+
 TEST_CASE("the ranks on one host: every part of one rank's estimate times their count") {
   const auto config = cfg::parse_experiment(quickstart_with(nlohmann::json::object()), ".");
   const auto one = scape::train::host_memory_estimate(config, 1);

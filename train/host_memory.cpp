@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <fstream>
+#include <optional>
 #include <sstream>
 
 #include "config/model_shapes.hpp"
@@ -85,26 +86,50 @@ Z extra_floats(OptimizerType t) {
   }
 }
 
-// One worker's optimizer state.
-Z optimizer_bytes(const config::ExperimentConfig& c, Z n) {
-  const auto& o = c.optimizer;
-  if (n == 0) return 0;  // a trace that cannot be read: the run's own load names it
+// One of `workers` workers' state of the method `o` over n parameters, whose tensors are
+// `tensors` when given (a language model) and one tensor otherwise.
+Z method_bytes(const OptimizerConfig& o, Z n, int workers, const std::optional<ParamLayout>& tensors) {
   if (runs_on_cuda(o.type) && n <= ParamLayout::kMaxIndexed) {
     // The same buffers as on a GPU (optimizers/device_state.hpp), on the host.
     ParamLayout layout;
-    if (c.has_data()) {
-      layout = config::language_model_spec(c.model).layout();
+    if (tensors) {
+      layout = *tensors;
     } else {
       layout.add("theta", {n}, true);  // a trace's tensors as one: the same buffers but per-tensor k
     }
     // SCAPE's all-gathers also pass through the communicator's private copy of the send buffer
     // (core/communicator.cpp, wire_scratch), measured at N floats a worker.
     const Z wire = o.type == OptimizerType::scape ? kFloat * n : 0;
-    return optimizer_device_bytes(o, layout, c.workers) + wire;
+    return optimizer_device_bytes(o, layout, workers) + wire;
   }
-  const Z own = o.sharded ? (n + static_cast<Z>(c.workers) - 1) / static_cast<Z>(c.workers) : n;
+  const Z own = o.sharded ? (n + static_cast<Z>(workers) - 1) / static_cast<Z>(workers) : n;
   const bool adamw = o.type == OptimizerType::adamw || (o.type == OptimizerType::scape && o.inner == InnerRule::adamw);
   return kFloat * own * (adamw ? 2 : 1) + kFloat * n * extra_floats(o.type);
+}
+
+// optimizer.hierarchy = "node" (optimizers/hierarchical.hpp): the rail method's state over a part
+// of ceil(N / G), taken as one tensor, among the W / G nodes, and the node's buffers: the packed
+// gradient and the gathered parameters (N floats each), the rail's gradient and parameters and the
+// communicator's copy of the part it all-gathers (a part each).
+Z hierarchical_bytes(const OptimizerConfig& o, Z n, int workers) {
+  const int g = o.ranks_per_node;
+  const Z part = (n + static_cast<Z>(g) - 1) / static_cast<Z>(g);
+  OptimizerConfig rail = o;
+  rail.hierarchy = Hierarchy::flat;
+  rail.rail_split = RailSplit::tensors;
+  return method_bytes(rail, part, workers / g, std::nullopt) + kFloat * (2 * n + 3 * part);
+}
+
+// One worker's optimizer state.
+Z optimizer_bytes(const config::ExperimentConfig& c, Z n) {
+  const auto& o = c.optimizer;
+  if (n == 0) return 0;  // a trace that cannot be read: the run's own load names it
+  if (o.hierarchy == Hierarchy::node) return hierarchical_bytes(o, n, c.workers);
+  std::optional<ParamLayout> tensors;
+  if (c.has_data() && runs_on_cuda(o.type) && n <= ParamLayout::kMaxIndexed) {
+    tensors = config::language_model_spec(c.model).layout();
+  }
+  return method_bytes(o, n, c.workers, tensors);
 }
 
 }  // namespace

@@ -62,6 +62,20 @@ const RunMetric kRunMetrics[] = {
      .computed = [](Report r, Purpose) { return summarize(r.metrics.comm).bytes_sent_per_worker; },
      .doc = "bytes sent per worker by the optimizer's collectives of the step (what the diagnostics send to rank 0 "
             "is `bytes_sent_diagnostics`)"},
+    {.name = "bytes_sent_intra",
+     .columns = Columns::one,
+     .combine = Combine::worker0,
+     .unit = "bytes",
+     .computed = [](Report r, Purpose) { return bytes_sent_on(r.metrics.comm, LinkClass::intra); },
+     .doc = "the part of `bytes_sent` sent by collectives whose ranks share one node (`optimizer.hierarchy` "
+            "\"node\": the node's reduce-scatter and all-gather)"},
+    {.name = "bytes_sent_inter",
+     .columns = Columns::one,
+     .combine = Combine::worker0,
+     .unit = "bytes",
+     .computed = [](Report r, Purpose) { return bytes_sent_on(r.metrics.comm, LinkClass::inter); },
+     .doc = "the part of `bytes_sent` sent by collectives whose ranks span nodes (every collective of a flat run, "
+            "the rails' collectives under `optimizer.hierarchy` \"node\")"},
     {.name = "comm_time_model",
      .columns = Columns::one,
      .combine = Combine::worker0,
@@ -395,7 +409,8 @@ const char* to_string(Combine c) {
 bool shipped(Combine c) { return c == Combine::mean || c == Combine::sum || c == Combine::max; }
 
 bool has_oracle_metrics(const OptimizerConfig& c) {
-  return has_sparse_metrics(c) &&
+  // Under hierarchy node a rank's residual and mask cover its rail's part only.
+  return has_sparse_metrics(c) && c.hierarchy == Hierarchy::flat &&
          (c.type != OptimizerType::scape || c.scape.formulation == Formulation::frozen_momentum);
 }
 
