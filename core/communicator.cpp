@@ -252,7 +252,8 @@ void Communicator::barrier() { do_barrier(); }
 
 std::unique_ptr<Communicator> Communicator::split(int /*color*/, LinkClass /*link*/, NetworkModel /*net*/) {
   throw std::logic_error(
-      "this communicator backend has no groups: optimizer.hierarchy = \"node\" runs in the simulator only");
+      "this communicator backend has no groups (NCCL's is not built): optimizer.hierarchy = \"node\" runs in the "
+      "simulator and over MPI");
 }
 
 void Communicator::add_measured_time(std::string_view purpose, double seconds) {

@@ -45,8 +45,8 @@ int to_mpi_count(std::size_t n, const char* what) {
   return static_cast<int>(n);
 }
 
-MpiComm::MpiComm(MPI_Comm world, NetworkModel net, MpiOptions options)
-    : Communicator(rank_of(world), size_of(world), net), world_(world), options_(options) {
+MpiComm::MpiComm(MPI_Comm world, NetworkModel net, MpiOptions options, LinkClass link)
+    : Communicator(rank_of(world), size_of(world), net, link), world_(world), options_(options) {
   SCAPE_MPI_CHECK(MPI_Comm_dup(world_, &async_comm_));
   comm_thread_ = std::thread([this] { comm_thread_main(); });
 }
@@ -58,8 +58,24 @@ MpiComm::~MpiComm() {
   }
   queue_cv_.notify_all();
   comm_thread_.join();
+  if (parent_ != nullptr) parent_->blocked_.disown(blocked_);
   // A destructor cannot throw; a failure here leaves only a communicator unfreed.
   (void)MPI_Comm_free(&async_comm_);
+  if (owns_world_) (void)MPI_Comm_free(&world_);
+}
+
+std::unique_ptr<Communicator> MpiComm::split(int color, LinkClass link, NetworkModel net) {
+  if (color < 0) throw std::invalid_argument("split: color must be >= 0, got " + std::to_string(color));
+  MPI_Comm group = MPI_COMM_NULL;
+  {
+    const BlockedClock::Scope blocked(blocked_);
+    SCAPE_MPI_CHECK(MPI_Comm_split(world_, color, rank(), &group));
+  }
+  auto child = std::make_unique<MpiComm>(group, net, options_, link);
+  child->owns_world_ = true;
+  child->parent_ = this;
+  blocked_.adopt(child->blocked_);
+  return child;
 }
 
 void MpiComm::comm_thread_main() {

@@ -12,9 +12,11 @@
 #include <condition_variable>
 #include <deque>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "core/communicator.hpp"
 #include "runtime/blocked_clock.hpp"
@@ -28,14 +30,19 @@ struct MpiOptions {
 
 class MpiComm final : public Communicator {
  public:
-  MpiComm(MPI_Comm world, NetworkModel net, MpiOptions options);
+  // `link`: the class its collectives are charged to (a split group's; the world's is inter).
+  MpiComm(MPI_Comm world, NetworkModel net, MpiOptions options, LinkClass link = LinkClass::inter);
   ~MpiComm() override;
 
-  // Seconds the oldest blocking MPI call of this rank has been running (0 when none): the
-  // watchdog reads it from another thread.
+  // Seconds the oldest blocking MPI call of this rank has been running (0 when none), in this
+  // communicator or any group split from it: the watchdog reads it from another thread.
   double blocked_for() const { return blocked_.blocked_for(); }
   MPI_Comm world() const { return world_; }
   bool waits_for_queued_kernels() const override { return false; }
+  // MPI_Comm_split of this communicator (color, keyed by this rank, so the group keeps the
+  // order), as an MpiComm of its own with the same options that frees the split communicator
+  // when it goes; the watchdog sees its blocking calls through this one's blocked_for().
+  std::unique_ptr<Communicator> split(int color, LinkClass link, NetworkModel net) override;
 
  protected:
   SCAPE_COMMUNICATOR_BACKEND_HOOKS;  // Communicator's backend hooks (core/communicator.hpp)
@@ -56,6 +63,8 @@ class MpiComm final : public Communicator {
                          std::span<const std::size_t> counts, std::vector<float>& gathered) const;
 
   MPI_Comm world_;
+  bool owns_world_ = false;    // a split group frees its communicator
+  MpiComm* parent_ = nullptr;  // the communicator it was split from
   MPI_Comm async_comm_ = MPI_COMM_NULL;
   MpiOptions options_;
   std::thread comm_thread_;

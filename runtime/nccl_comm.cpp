@@ -81,22 +81,67 @@ NcclComm::NcclComm(int rank, int size, const ncclUniqueId& id, int device, Netwo
     : Communicator(rank, size, net), device_(device) {
   try {
     SCAPE_CUDA_CHECK(cudaSetDevice(device_));
-    SCAPE_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
-    SCAPE_CUDA_CHECK(cudaEventCreateWithFlags(&compute_done_, cudaEventDisableTiming));
-    SCAPE_CUDA_CHECK(cudaEventCreate(&sync_start_));
-    SCAPE_CUDA_CHECK(cudaEventCreate(&sync_done_));
     SCAPE_NCCL_CHECK(ncclCommInitRank(&comm_, size, id, rank));
-    SCAPE_CUDA_CHECK(cudaMemsetAsync(barrier_.ensure(sizeof(float), stream_), 0, sizeof(float), stream_));
-    SCAPE_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    prepare_stream();
   } catch (...) {
     release();
     throw;
   }
 }
 
-NcclComm::~NcclComm() { release(); }
+NcclComm::NcclComm(int rank, int size, ncclComm_t comm, int device, NetworkModel net, LinkClass link)
+    : Communicator(rank, size, net, link), device_(device), comm_(comm) {
+  try {
+    SCAPE_CUDA_CHECK(cudaSetDevice(device_));
+    prepare_stream();
+  } catch (...) {
+    release();
+    throw;
+  }
+}
+
+void NcclComm::prepare_stream() {
+  SCAPE_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+  SCAPE_CUDA_CHECK(cudaEventCreateWithFlags(&compute_done_, cudaEventDisableTiming));
+  SCAPE_CUDA_CHECK(cudaEventCreate(&sync_start_));
+  SCAPE_CUDA_CHECK(cudaEventCreate(&sync_done_));
+  SCAPE_CUDA_CHECK(cudaMemsetAsync(barrier_.ensure(sizeof(float), stream_), 0, sizeof(float), stream_));
+  SCAPE_CUDA_CHECK(cudaStreamSynchronize(stream_));
+}
+
+NcclComm::~NcclComm() {
+  if (parent_ != nullptr) {
+    parent_->blocked_.disown(blocked_);
+    std::lock_guard lock(parent_->children_mutex_);
+    std::erase(parent_->children_, this);
+  }
+  release();
+}
+
+std::unique_ptr<Communicator> NcclComm::split(int color, LinkClass link, NetworkModel net) {
+  if (color < 0) throw std::invalid_argument("split: color must be >= 0, got " + std::to_string(color));
+  SCAPE_CUDA_CHECK(cudaSetDevice(device_));
+  ncclComm_t group = nullptr;
+  int group_rank = 0, group_size = 0;
+  {
+    const BlockedClock::Scope blocked(blocked_);
+    SCAPE_NCCL_CHECK(ncclCommSplit(comm_, color, rank(), &group, nullptr));
+  }
+  SCAPE_NCCL_CHECK(ncclCommUserRank(group, &group_rank));
+  SCAPE_NCCL_CHECK(ncclCommCount(group, &group_size));
+  std::unique_ptr<NcclComm> child(new NcclComm(group_rank, group_size, group, device_, net, link));
+  child->parent_ = this;
+  blocked_.adopt(child->blocked_);
+  std::lock_guard lock(children_mutex_);
+  children_.push_back(child.get());
+  return child;
+}
 
 void NcclComm::abort() noexcept {
+  {
+    std::lock_guard lock(children_mutex_);  // a rank stuck in a node or rail collective is freed too
+    for (NcclComm* child : children_) child->abort();
+  }
   if (aborted_.exchange(true)) return;
   (void)cudaSetDevice(device_);
   if (comm_ != nullptr) {

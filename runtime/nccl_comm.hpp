@@ -26,8 +26,10 @@
 #include <atomic>
 #include <cstddef>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <span>
+#include <vector>
 
 #include "core/communicator.hpp"
 #include "runtime/blocked_clock.hpp"
@@ -63,9 +65,12 @@ class NcclComm final : public Communicator {
 
   int device() const { return device_; }
   cudaStream_t stream() const { return stream_; }
-  // Seconds the oldest blocking wait of this rank has been running (0 when none): the MPI
-  // runner's watchdog reads it from another thread.
+  // Seconds the oldest blocking wait of this rank has been running (0 when none), here or in a
+  // group split from this communicator: the MPI runner's watchdog reads it from another thread.
   double blocked_for() const { return blocked_.blocked_for(); }
+  // ncclCommSplit (color, keyed by this rank so the group keeps the order) as an NcclComm of its
+  // own on the same device, with a stream of its own; abort() here aborts it too.
+  std::unique_ptr<Communicator> split(int color, LinkClass link, NetworkModel net) override;
   // Tests on one GPU: use the per-root grouped calls (ncclReduce, ncclBroadcast) even when
   // every rank's count is equal, so W = 1 exercises the path that unequal counts take.
   void set_always_grouped(bool on) { always_grouped_ = on; }
@@ -85,6 +90,10 @@ class NcclComm final : public Communicator {
  private:
   class AsyncCollective;
   friend class AsyncCollective;
+  // Takes over `comm`, a communicator already joined (a split's), on `device`.
+  NcclComm(int rank, int size, ncclComm_t comm, int device, NetworkModel net, LinkClass link);
+  // The stream, events and barrier word, after comm_ is joined.
+  void prepare_stream();
   // Makes this rank's device current and queues a wait for the caller's compute stream.
   void begin();
   // Host waits for the communication stream (watchdog-visible), then checks NCCL's state.
@@ -115,6 +124,9 @@ class NcclComm final : public Communicator {
   nccl_detail::DeviceScratch stage_in_, stage_out_, scratch_, barrier_;
   BlockedClock blocked_;
   bool always_grouped_ = false;
+  NcclComm* parent_ = nullptr;  // the communicator it was split from
+  mutable std::mutex children_mutex_;
+  std::vector<NcclComm*> children_;  // the live groups split from this one (abort() reaches them)
 };
 
 // The NcclComm of a single-process run: rank 0 of 1 on device 0, with a fresh NCCL id

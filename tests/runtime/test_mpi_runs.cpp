@@ -191,6 +191,49 @@ TEST_CASE("deterministic mode: mpirun -np 4 is bit-identical to the simulator wi
   }
 }
 
+TEST_CASE(
+    "hierarchy node: mpirun -np 4 as 2 nodes of 2 ranks is bit-identical to the simulator, link classes included") {
+  // The node and rail groups are MPI_Comm_split of the world in the same rank order as the
+  // simulator's groups; deterministic mode sums in rank order in every group.
+  Dir dir;
+  std::ofstream(dir.path / "eq.json") << kGpt;
+  const std::string node = "--set topology.ranks_per_node=2 --set optimizer.hierarchy=node ";
+  const std::vector<std::pair<const char*, std::string>> cases = {
+      {"SCAPE 0.99 lag 1, whole tensors a rail", node + "--set optimizer.sharded=false"},
+      {"SCAPE 0.9 lag 0 sharded, row slices a rail",
+       node + "--set optimizer.rail_split=rows --set optimizer.sparsity=0.9 --set optimizer.mask_lag=0"},
+      {"dense AdamS", node + "--set optimizer.type=adams"},
+      {"DiLoCo H 3", node + "--set optimizer.type=diloco --set optimizer.inner_steps=3"},
+  };
+  for (const auto& [name, set] : cases) {
+    CAPTURE(std::string(name));
+    const auto cfg = (dir.path / "eq.json").string();
+    const auto sim = run_command("OMP_NUM_THREADS=1 " + std::string(SCAPE_BINARY) + " run " + cfg +
+                                 " --force --quiet --out " + (dir.path / "sim.h5").string() + " " + set);
+    CAPTURE(sim.output);
+    REQUIRE(sim.code == 0);
+    const auto mpi = run_command(mpirun(
+        4, cfg + " --backend mpi --deterministic --force --quiet --out " + (dir.path / "mpi.h5").string() + " " + set));
+    CAPTURE(mpi.output);
+    REQUIRE(mpi.code == 0);
+    const auto a = params(dir.path / "sim.h5"), b = params(dir.path / "mpi.h5");
+    REQUIRE(a.size() == b.size());
+    CHECK(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0);
+    for (const char* column : {"train_loss", "bytes_sent", "bytes_sent_intra", "bytes_sent_inter"}) {
+      CAPTURE(std::string(column));
+      CHECK(metric(dir.path / "sim.h5", column) == metric(dir.path / "mpi.h5", column));
+    }
+    const auto intra = metric(dir.path / "mpi.h5", "bytes_sent_intra");
+    const auto inter = metric(dir.path / "mpi.h5", "bytes_sent_inter");
+    const auto sent = metric(dir.path / "mpi.h5", "bytes_sent");
+    for (std::size_t i = 0; i < sent.size(); ++i) {
+      CHECK(intra[i] > 0);  // the node's reduce-scatter and all-gather, every step
+      CHECK(intra[i] + inter[i] == sent[i]);
+    }
+    CHECK(scape::run_file::read_run_summary(dir.path / "mpi.h5").status == "completed");
+  }
+}
+
 TEST_CASE("default mode: MPI's own reductions agree with the simulator to rounding") {
   Dir dir;
   // The quadratic's gradient does not feed back through a softmax, so rounding differences of
