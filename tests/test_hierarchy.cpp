@@ -209,6 +209,25 @@ void check_identity(const OptimizerConfig& config, int nodes, int g) {
                         run[static_cast<std::size_t>(r * g)].params[static_cast<std::size_t>(t)]));
 }
 
+// For the elementwise methods (dense AdamS, DiLoCo) the rails together are the flat run on the
+// whole layout: every rank's parameters equal those of the flat run's worker r (its node).
+void check_whole_layout(const OptimizerConfig& config, int nodes, int g) {
+  testing::TempDir dir;
+  const ParamLayout layout = trace_layout();
+  const run_file::GradientTrace trace(write_trace(dir, layout, nodes * g));
+  OptimizerConfig hier = config;
+  hier.hierarchy = Hierarchy::node;
+  hier.ranks_per_node = g;
+  const auto run = run_hierarchical(hier, trace, layout, nodes * g);
+  OptimizerConfig flat = config;
+  flat.rail_split = RailSplit::tensors;
+  const auto ref = run_rail_reference(flat, trace, split_into_rails(layout, 1, RailSplit::tensors).front(), nodes, g);
+  for (int rank = 0; rank < nodes * g; ++rank)
+    for (int t = 0; t < kSteps; ++t)
+      CHECK(same_bits(run[static_cast<std::size_t>(rank)].params[static_cast<std::size_t>(t)],
+                      ref[static_cast<std::size_t>(rank / g)].params[static_cast<std::size_t>(t)]));
+}
+
 OptimizerConfig scape_config(Formulation formulation, int lag, RailSplit split) {
   OptimizerConfig c;
   c.type = OptimizerType::scape;
@@ -257,6 +276,7 @@ TEST_CASE("hierarchy node: dense AdamS and DiLoCo equal their flat runs on the n
           OptimizerConfig c = base;
           c.rail_split = split;
           check_identity(c, nodes, g);
+          check_whole_layout(c, nodes, g);
         }
 }
 
