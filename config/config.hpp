@@ -144,7 +144,7 @@ struct ExperimentConfig {
 };
 
 // Throws ConfigError naming the key of what `backend` cannot run: optimizer.hierarchy = "node"
-// on a multi-process backend, whose communicators have no groups yet.
+// over NCCL (its groups are compiled, not run).
 void check_backend(const ExperimentConfig& config, std::string_view backend);
 // Parses and validates one experiment. Relative paths resolve against base_dir.
 ExperimentConfig parse_experiment(const nlohmann::json& j, const std::filesystem::path& base_dir);
