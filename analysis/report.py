@@ -15,8 +15,8 @@ from .stats import DEFAULT_REFERENCE, DEFAULT_TARGET_MARGIN, TRAIN_TAIL, build_p
 from .stats import final_train_loss, first_train_loss  # noqa: F401  (re-exported)
 from .tables import (  # noqa: F401  (re-exported: code and tests import these from analysis.report)
     MAX_GROUP_ROWS, TABLE_HEADER, Report, Row, _value_text, build_report, compute_text, diverged_at, group_keys,
-    group_label, group_labels, make_row, markdown_table, network_text, optimizer_name, pick_baseline, row_order,
-    run_label, status_text, table_cells, varying_keys, write_csv)
+    group_label, group_labels, make_row, markdown_table, network_text, optimizer_name, pick_baseline, ranks_per_node,
+    row_order, run_label, status_text, table_cells, varying_keys, write_csv)
 
 
 def markdown_summary(report, inputs, figures):
@@ -42,6 +42,11 @@ def markdown_summary(report, inputs, figures):
         rows = [r for r in report.rows if r.group == gname]
         out += [f"## Group: {gname}", "", f"Network: {network_text(members[0])}. Compute of the modelled step: "
                 f"{compute_text(members[0])}.", "", markdown_table(rows), ""]
+        nodes = sorted({ranks_per_node(m) for m in members if ranks_per_node(m) > 1})
+        if nodes:
+            out += [f"Runs with nodes of {', '.join(map(str, nodes))} ranks (`topology.ranks_per_node`): their "
+                    "*bytes/worker/step* and *comm. reduction* count the bytes sent between nodes "
+                    "(`bytes_sent_inter`); the node's own collectives are `bytes_sent_intra`.", ""]
     out += ["Columns: *final val* is the last validation loss, *best val* its minimum; *Δ vs dense* the final",
             "validation loss minus that of the group's dense run with the same inner optimizer (marked *(train)*",
             f"when the runs have no validation set: then the mean train loss of the last {TRAIN_TAIL} steps);",

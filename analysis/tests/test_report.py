@@ -446,3 +446,29 @@ def _steps_or_zero(path):
         return len(load_run(path).steps)
     except Exception:  # noqa: BLE001  between creation and the first flush
         return 0
+
+
+def test_nodes_of_several_ranks_head_their_inter_node_bytes(scape, tmp_path):
+    """topology.ranks_per_node = 2 (4 workers as 2 nodes): the table's bytes/worker/step is the
+    mean of bytes_sent_inter, read here with h5py, and the comm. reduction against the flat dense
+    run divides by it; a note says so. The flat run's stays bytes_sent."""
+    from conftest import TINY_GPT, run_scape
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    run_scape(scape, TINY_GPT, runs / "flat-adams.h5", "optimizer.type=adams")
+    run_scape(scape, TINY_GPT, runs / "node-scape.h5", "optimizer.type=scape", "optimizer.sparsity=0.99",
+              "optimizer.hierarchy=node", "topology.ranks_per_node=2")
+    out = tmp_path / "out"
+    proc = subprocess.run([PYTHON, "-m", "analysis", "report", str(runs), "--out", str(out)], capture_output=True,
+                          text=True, cwd=REPO, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    text = (out / "summary.md").read_text()
+    inter = raw(runs / "node-scape.h5", "metrics/bytes_sent_inter").mean()
+    every = raw(runs / "node-scape.h5", "metrics/bytes_sent").mean()
+    dense = raw(runs / "flat-adams.h5", "metrics/bytes_sent").mean()
+    assert 0 < inter < every  # the node's collectives are the rest
+    rows = table_rows(text)
+    assert rows["node-scape.h5"]["bytes/worker/step"] == f"{inter:.4g}"
+    assert rows["node-scape.h5"]["comm. reduction"] == f"{dense / inter:.2f}×"
+    assert rows["flat-adams.h5"]["bytes/worker/step"] == f"{dense:.4g}"
+    assert "Runs with nodes of 2 ranks (`topology.ranks_per_node`)" in text
