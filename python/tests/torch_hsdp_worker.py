@@ -85,7 +85,14 @@ def run_case(case, trace, mesh, node_group, ranks_per_node, mode, out_dir):
     for size in sizes:
         full.append(torch.from_numpy(init[offset:offset + size].copy()))
         offset += size
-    options = dict(lr=lr, sparsity=case["sparsity"], mask_lag=case["mask_lag"], sharded=case.get("sharded", False))
+    kind = case.get("type", "scape")
+    if kind == "adams":
+        method, options = st.AdamS, dict(lr=lr)
+    elif kind == "diloco":
+        method, options = st.DiLoCo, dict(lr=lr, inner_steps=case["inner_steps"], total_steps=steps)
+    else:
+        method = st.SCAPE
+        options = dict(lr=lr, sparsity=case["sparsity"], mask_lag=case["mask_lag"], sharded=case.get("sharded", False))
     if mode == "fsdp":
         model = TraceModel(names, full)
         fully_shard(model, mesh=mesh["intra"])
@@ -96,7 +103,7 @@ def run_case(case, trace, mesh, node_group, ranks_per_node, mode, out_dir):
         opt = st.SCAPE(groups_of(names, decay, params), group=mesh["inter"].get_group(), **options)
     else:  # Hierarchical around SCAPE on the whole (unsharded) tensors, rail_split "rows" or "tensors"
         params = [torch.nn.Parameter(t.clone()) for t in full]
-        opt = st.Hierarchical(groups_of(names, decay, params), mesh, st.SCAPE, rail_split=mode.split("-")[1],
+        opt = st.Hierarchical(groups_of(names, decay, params), mesh, method, rail_split=mode.split("-")[1],
                               **options)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda k: core_lr(lr, k + 1, steps) / lr)
     masks = []
@@ -117,7 +124,8 @@ def run_case(case, trace, mesh, node_group, ranks_per_node, mode, out_dir):
         opt.step()
         sched.step()
         scape = opt.inner if mode.startswith("hier") else opt
-        masks.append(np.packbits(scape.mask_bits().numpy(), bitorder="little"))
+        if kind == "scape":
+            masks.append(np.packbits(scape.mask_bits().numpy(), bitorder="little"))
     opt.finish()
     if mode == "fsdp":
         whole = torch.cat([p.detach().full_tensor().reshape(-1) for p in params])
@@ -154,7 +162,8 @@ def main():
     node_group = mesh["intra"].get_group()
     trace = read_trace(args.trace)
     for case in json.loads(open(args.cases).read()):
-        for mode in ("fsdp", "manual", "hier-rows", "hier-tensors"):
+        scape_modes = ("fsdp", "manual") if case.get("type", "scape") == "scape" else ()
+        for mode in (*scape_modes, "hier-rows", "hier-tensors"):
             run_case(case, trace, mesh, node_group, g, mode, args.out)
     dist.destroy_process_group()
 
