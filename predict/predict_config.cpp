@@ -135,10 +135,6 @@ OptimizerConfig parse_optimizer_section(const json& j, const std::string& path) 
       throw ConfigError("optimizer.type: powersgd cannot be predicted: its bytes depend on the tensor shapes, and "
                         "scape predict knows only the parameter count");
     }
-    // A prediction config has no topology: "node" would be modelled as nodes of one rank.
-    if (c.hierarchy == Hierarchy::node) {
-      throw ConfigError("optimizer.hierarchy: \"node\" is not modelled by scape predict yet; predict the flat run");
-    }
     return c;
   } catch (const ConfigError& e) {
     const std::string what = e.what();

@@ -11,6 +11,7 @@
 
 #include "core/layout.hpp"
 #include "core/schedule.hpp"
+#include "optimizers/rail_partition.hpp"
 #include "optimizers/volume.hpp"
 
 namespace scape::predict {
@@ -145,6 +146,27 @@ std::optional<std::size_t> union_size(const OptimizerConfig& c, std::uint64_t n,
   return static_cast<std::size_t>(m);
 }
 
+// optimizer.hierarchy = "node" (docs/PREDICTING.md, "Hierarchy"): the node's collectives run
+// among its g GPUs on the node's links alone; a rail's run among the M nodes, one GPU each, the g
+// rails at once on the node's ports (each GPU its share of them, as the flat rings' rails).
+Topology node_topology(const Topology& topo) {
+  Topology node = topo;
+  node.inter_by_kind = {};
+  return node;
+}
+
+Topology rail_topology(const Topology& topo, const Placement& p) {
+  Topology rail;
+  rail.gpus_per_node = 1;
+  rail.nics_per_node = 1;
+  rail.intra = topo.intra;
+  for (std::size_t k = 0; k < kCollectiveKindCount; ++k) {
+    rail.inter_by_kind[k] = inter_link_per_gpu(topo, p, static_cast<CollectiveKind>(k));
+  }
+  rail.inter = topo.inter;
+  return rail;
+}
+
 CollectiveTime cost(const CommRecord& r, Window window, const StepInputs& in, int workers) {
   CollectiveTime c;
   c.record = r;
@@ -155,10 +177,19 @@ CollectiveTime cost(const CommRecord& r, Window window, const StepInputs& in, in
     c.buckets = std::max(1, static_cast<int>(std::ceil(payload / bucket)));
   }
   const double each = payload / c.buckets;
-  c.time_s = c.buckets * collective_time(r.kind, each, in.topology, workers);
-  const LinkBytes b = link_bytes_per_gpu(r.kind, each, in.topology, workers);
-  c.intra_bytes = c.buckets * b.intra;
-  c.inter_bytes = c.buckets * b.inter;
+  Topology topo = in.topology;
+  int ranks = workers;
+  if (in.optimizer.hierarchy == Hierarchy::node) {
+    const Placement p = place(in.topology, workers);
+    const bool node = r.link == LinkClass::intra;
+    topo = node ? node_topology(in.topology) : rail_topology(in.topology, p);
+    ranks = node ? p.gpus_per_node : p.nodes;
+  }
+  c.time_s = c.buckets * collective_time(r.kind, each, topo, ranks);
+  const LinkBytes b = link_bytes_per_gpu(r.kind, each, topo, ranks);
+  const bool across_nodes = in.optimizer.hierarchy == Hierarchy::node && r.link == LinkClass::inter;
+  c.intra_bytes = c.buckets * (across_nodes ? 0.0 : b.intra);
+  c.inter_bytes = c.buckets * (across_nodes ? b.intra + b.inter : b.inter);
   return c;
 }
 
@@ -209,7 +240,7 @@ constexpr double kSparselocoOuter = 12 + 12 + kSelect + 8 + 12 + 8;
 // their collectives and their outer update, each divided by H. Without overlap_outer an outer
 // step waits for its collectives; with it they run beside the next inner step's forward and
 // backward and only what outlasts them is exposed.
-void add_outer_loop(StepPrediction& s, const StepInputs& in, int workers) {
+void add_outer_loop(StepPrediction& s, const StepInputs& in, int workers, std::uint64_t method_n) {
   const OptimizerConfig& c = in.optimizer;
   const int h = c.outer.inner_steps;
   const bool tensors = in.layout.size() > 0;
@@ -246,8 +277,8 @@ void add_outer_loop(StepPrediction& s, const StepInputs& in, int workers) {
       same->record.bytes_sent_per_worker += col.record.bytes_sent_per_worker * per_step;
       same->buckets += 1;
     }
-    const double fragment = static_cast<double>(in.n_params) /
-                            (c.type == OptimizerType::diloco ? c.diloco.streaming_fragments : 1);
+    const double fragment =
+        static_cast<double>(method_n) / (c.type == OptimizerType::diloco ? c.diloco.streaming_fragments : 1);
     outer_bytes += fragment * (c.type == OptimizerType::diloco
                                    ? kDilocoOuter
                                    : kSparselocoOuter + workers * kIndexedMove * (1.0 - c.sparsity));
@@ -352,7 +383,41 @@ double bucketed_exposed(double time_s, int buckets, double window_s) {
   return std::max(time_s / b, time_s - window_s * (b - 1) / b);
 }
 
-StepPrediction predict_step(const StepInputs& in, int workers, double tokens_per_gpu) {
+// What one GPU's optimizer steps: the whole layout among all workers (flat), or under
+// optimizer.hierarchy = "node" the largest rail's part among the nodes (the step waits for it).
+struct MethodShare {
+  OptimizerConfig flat;  // the method's own config (hierarchy flat)
+  ParamLayout layout{ParamLayout::kUnbounded};
+  std::uint64_t n = 0;
+  int workers = 1;
+  int rail = 0;
+};
+
+MethodShare method_share(const StepInputs& in, int workers) {
+  MethodShare m{in.optimizer, in.layout, in.n_params, workers, 0};
+  if (in.optimizer.hierarchy != Hierarchy::node) return m;
+  if (in.layout.size() == 0) {
+    throw std::invalid_argument(
+        "optimizer.hierarchy: \"node\" is predicted over the model's tensors; give the "
+        "model (its layout decides each rail's part)");
+  }
+  const Placement p = place(in.topology, workers);
+  const auto parts = split_into_rails(in.layout, p.gpus_per_node, in.optimizer.rail_split);
+  const auto largest = std::max_element(parts.begin(), parts.end(),
+                                        [](const RailPart& a, const RailPart& b) { return a.size() < b.size(); });
+  m.flat.hierarchy = Hierarchy::flat;
+  m.layout = largest->layout;
+  m.n = largest->size();
+  m.workers = p.nodes;
+  m.rail = static_cast<int>(largest - parts.begin());
+  return m;
+}
+
+StepPrediction predict_step(const StepInputs& given, int workers, double tokens_per_gpu) {
+  // Under hierarchy node the node is the topology's: G = its GPUs that take part.
+  StepInputs in = given;
+  if (in.optimizer.hierarchy == Hierarchy::node)
+    in.optimizer.ranks_per_node = place(in.topology, workers).gpus_per_node;
   StepPrediction s;
   s.workers = workers;
   s.tokens_per_gpu = tokens_per_gpu;
@@ -372,10 +437,11 @@ StepPrediction predict_step(const StepInputs& in, int workers, double tokens_per
     throw std::invalid_argument("predict_step: the layout has " + std::to_string(in.layout.size()) +
                                 " elements, n_params is " + std::to_string(in.n_params));
   }
+  const MethodShare share = method_share(in, workers);
   if (has_outer_loop(c.type)) {
-    s.optimizer_bytes = static_cast<double>(in.n_params) * dense_step_bytes(c);  // the inner step, unsharded
+    s.optimizer_bytes = static_cast<double>(share.n) * dense_step_bytes(c);  // the inner step, unsharded
     s.state_s = s.optimizer_bytes / in.gpu.memory_Bps();
-    add_outer_loop(s, in, workers);
+    add_outer_loop(s, in, workers, share.n);
     for (const auto& col : s.collectives) {
       s.comm_s += col.time_s;
       s.exposed_comm_s += col.exposed_s;
@@ -386,10 +452,14 @@ StepPrediction predict_step(const StepInputs& in, int workers, double tokens_per
   }
   // SCAPE's K over the model's tensors, or one tensor of N without them.
   const double rho = density_at(c.density_schedule(), t);
-  const std::size_t k = tensors ? mask_k(c, in.layout, workers, rho) : mask_k(c, in.n_params, workers, rho);
-  const auto m = union_size(c, in.n_params, workers, in.fill_in, k);
-  const auto records = tensors ? step_collectives(c, in.layout, workers, t, t + 1, in.topology.inter, m)
-                               : step_collectives(c, in.n_params, workers, t, t + 1, in.topology.inter, m);
+  const OptimizerConfig& flat = share.flat;
+  const std::size_t k =
+      tensors ? mask_k(flat, share.layout, share.workers, rho) : mask_k(flat, share.n, share.workers, rho);
+  const auto m = union_size(flat, share.n, share.workers, in.fill_in, k);
+  const auto records = c.hierarchy == Hierarchy::node
+                           ? rail_step_collectives(c, in.layout, workers, share.rail, t, t + 1, in.topology.inter, m)
+                       : tensors ? step_collectives(c, in.layout, workers, t, t + 1, in.topology.inter, m)
+                                 : step_collectives(c, in.n_params, workers, t, t + 1, in.topology.inter, m);
   for (const auto& r : records) {
     s.collectives.push_back(cost(r, window_for(r, c, in.overlap), in, workers));
   }
@@ -398,14 +468,14 @@ StepPrediction predict_step(const StepInputs& in, int workers, double tokens_per
     s.comm_s += col.time_s;
     s.exposed_comm_s += col.exposed_s;
   }
-  const OptimizerBytes bytes = optimizer_bytes_by_kernel(c, in.n_params, workers, m.value_or(k));
+  const OptimizerBytes bytes = optimizer_bytes_by_kernel(flat, share.n, share.workers, m.value_or(k));
   s.optimizer_bytes = bytes.total();
   s.state_s = bytes.state / in.gpu.memory_Bps();
   s.select_s = bytes.select / in.gpu.select_Bps();
   s.pack_s = bytes.pack / in.gpu.pack_Bps();
   add_offload(s, in);
   s.optimizer_s = s.state_s + s.select_s + s.pack_s + s.offload_exposed_s;
-  s.mask_codec_s = codec_seconds(c, in.n_params, workers, in.gpu, k);
+  s.mask_codec_s = codec_seconds(flat, share.n, share.workers, in.gpu, k);
   s.step_s = s.compute_s() + s.optimizer_s + s.mask_codec_s + s.exposed_comm_s;
   return s;
 }

@@ -161,9 +161,6 @@ TEST_CASE("bad input exits 2 naming the field") {
   j = small_config();
   j["optimizer"] = {{"type", "powersgd"}, {"sharded", false}};  // its bytes need the tensor shapes
   expect_invalid(j, "optimizer.type: powersgd cannot be predicted");
-  j = small_config();
-  j["optimizer"] = {{"type", "scape"}, {"hierarchy", "node"}};
-  expect_invalid(j, "optimizer.hierarchy: \"node\" is not modelled by scape predict yet");
   expect_invalid(small_config(), "--config-overlap-only goes with --from-runs", "--config-overlap-only");
 }
 
