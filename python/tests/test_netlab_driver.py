@@ -178,9 +178,12 @@ def test_nodes_of_two_ranks_talk_inside_over_loopback_and_across_over_the_shaped
         rates = {l.split()[1]: float(l.split()[2]) for l in result.stdout.splitlines() if "INSIDE" in l or "ACROSS" in l}
         assert 80 <= rates["ACROSS"] <= 120, rates
         assert rates["INSIDE"] > 5 * rates["ACROSS"], rates
-        mpi = subprocess.run([str(NETLAB), "mpirun", "--prefix", PREFIX, "--", "sh", "-c",
-                              'echo MPIPLACE $OMPI_COMM_WORLD_RANK $(ip netns identify $$)'],
-                             capture_output=True, text=True, timeout=120, env=dict(os.environ, OMP_NUM_THREADS="1"))
+        for _ in range(2):  # OpenMPI's daemons once crashed at start on a loaded machine: not what is tested
+            mpi = subprocess.run([str(NETLAB), "mpirun", "--prefix", PREFIX, "--", "sh", "-c",
+                                  'echo MPIPLACE $OMPI_COMM_WORLD_RANK $(ip netns identify $$)'],
+                                 capture_output=True, text=True, timeout=120, env=dict(os.environ, OMP_NUM_THREADS="1"))
+            if "ORTE was unable to reliably start" not in mpi.stderr:
+                break
         if shutil.which("mpirun"):  # OpenMPI comes with the C++ build's dependencies
             assert mpi.returncode == 0, mpi.stderr[-2000:]
             got = sorted(tuple(l.split()[1:]) for l in mpi.stdout.splitlines() if l.startswith("MPIPLACE"))
