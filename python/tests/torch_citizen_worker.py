@@ -277,6 +277,9 @@ def fsdp2(rank, world, out):
     mirror.push()
     found["push_writes_local_shards"] = all(
         torch.equal(p.full_tensor(), full[n] + 1.0) for n, p in model.named_parameters())
+    # Both ranks past FSDP2's last gather before either tears the group down: without it a rank
+    # aborted at exit now and then ("terminate called without an active exception").
+    dist.barrier()
     return found
 
 
