@@ -58,6 +58,11 @@ def rail_pieces(shapes: Sequence[torch.Size], rails: int, split: str) -> List[Li
     return parts
 
 
+def _piece(t: torch.Tensor, first: int, numel: int) -> torch.Tensor:
+    """Elements [first, first + numel) of t flattened (a view where t is contiguous)."""
+    return t.detach().reshape(-1)[first:first + numel]
+
+
 def _named_groups(params) -> List[Dict[str, Any]]:
     """Param groups as lists of (name, tensor): named_parameters(), plain tensors (named
     param<i>), or dicts of either with their options."""
@@ -95,9 +100,8 @@ class Hierarchical(torch.optim.Optimizer):
         self._parts = rail_pieces(shapes, self.node.size, rail_split)
         self._counts = [sum(shape.numel() for _, _, shape in part) for part in self._parts]
         self._tensors = [p for _, _, p in entries]
-        self._mine = [(j, first, torch.nn.Parameter(p.detach().reshape(-1)[first:first + shape.numel()]
-                                                    .clone().view(shape)))
-                      for j, first, shape in self._parts[self.rail] for p in [self._tensors[j]]]
+        self._mine = [(j, first, torch.nn.Parameter(_piece(self._tensors[j], first, shape.numel()).clone().view(shape)))
+                      for j, first, shape in self._parts[self.rail]]
         rail_groups = []
         for gi, g in enumerate(groups):
             named = [(entries[j][1], rail_param) for j, _, rail_param in self._mine if entries[j][0] == gi]
@@ -115,15 +119,14 @@ class Hierarchical(torch.optim.Optimizer):
             for j, first, shape in part:
                 grad = self._tensors[j].grad
                 pieces.append(torch.zeros(shape.numel(), device=self._tensors[j].device) if grad is None
-                              else grad.detach().reshape(-1)[first:first + shape.numel()].float())
+                              else _piece(grad, first, shape.numel()).float())
         return torch.cat(pieces)
 
     @torch.no_grad()
     def step(self, closure=None):
         loss = closure_loss(closure)
         for j, first, rail_param in self._mine:  # the parameters are the truth, as in SCAPE's mirror
-            whole = self._tensors[j].detach().reshape(-1)
-            rail_param.copy_(whole[first:first + rail_param.numel()].view_as(rail_param))
+            rail_param.copy_(_piece(self._tensors[j], first, rail_param.numel()).view_as(rail_param))
         gradient = self._gradient_in_rail_order()
         mean, _ = self.node.reduce_scatter_mean(gradient, self._counts, "node_grad_reduce_scatter")
         at = 0
