@@ -15,6 +15,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 THERE = REPO / "experiments/configs/predict/vista-llama-500m.json"
+THERE_NODES = REPO / "experiments/configs/predict/gh200-4-a-node-llama-500m.json"
 THERE_FAST = REPO / "experiments/configs/predict/vista-llama-500m-ndr400.json"
 SHORT = ["--set", "steps=6", "--set", "eval.interval=3", "--quiet"]
 
@@ -66,9 +67,10 @@ def point(rows, *settings):
     return found[0]
 
 
-def check_at_scale(text, sweep, scape, tmp, config, occurrence, overlaps):
+def check_at_scale(text, sweep, scape, tmp, config, occurrence, overlaps, extra_sets=()):
     """`overlaps`: the overlap cells each sparsity has a row for ("off" alone where the quickstart
-    shows only the regime the cluster was measured in)."""
+    shows only the regime the cluster was measured in); `extra_sets`: the --set the quickstart
+    gives this table's prediction."""
     _, rows = table(text, "run here", occurrence)
     assert len(rows) == 2 * len(overlaps), rows  # two sparsities
     assert sorted(r["overlap (grad_reduce, param_gather)"] for r in rows) == sorted(overlaps * 2), rows
@@ -83,7 +85,7 @@ def check_at_scale(text, sweep, scape, tmp, config, occurrence, overlaps):
         delta = float(scape_row["final val loss"]) - float(dense["final val loss"])
         assert abs(float(row["val loss vs dense here"]) - delta) <= 2e-4, (row, scape_row, dense)
         # What is predicted there is scape predict run directly on the same inputs.
-        sets = [f"optimizer.sparsity={sparsity}"]
+        sets = [*extra_sets, f"optimizer.sparsity={sparsity}"]
         on = "true" if row["overlap (grad_reduce, param_gather)"] == "on" else "false"
         sets += [f"overlap.grad_reduce={on}", f"overlap.param_gather={on}"]
         direct = predict_directly(scape, config, sets, tmp)
@@ -122,6 +124,16 @@ def main():
             assert float(row["speedup"]) > 1, row
         for row in fast:
             assert float(row["speedup"]) < 1, row
+        # GH200 nodes of 4: flat, then hierarchical; averaging inside the node first shortens
+        # SCAPE's step there (its inter-node payload is a rail's part among the nodes).
+        hierarchical = ["optimizer.hierarchy=node", "baseline.hierarchy=node"]
+        flat = check_at_scale(text, sweep, scape, tmp, THERE_NODES, 2, ["off"])
+        nodes = check_at_scale(text, sweep, scape, tmp, THERE_NODES, 3, ["off"], hierarchical)
+        for f, h in zip(flat, nodes):
+            assert f["run here"] == h["run here"], (f, h)
+            assert float(h["scape step ms"]) < float(f["scape step ms"]), (f, h)
+            # With 4 GPUs a node the headline bytes are those that cross the network.
+            assert 0 < float(h["inter-node bytes/step vs dense at W = 64"]) < 1, h
         check_report(text, out)
         again = quickstart(scape, out)
         assert all(r["status"] == "skipped (completed)" for r in table(again, "point")[1]), again
