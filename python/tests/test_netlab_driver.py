@@ -8,6 +8,7 @@ their traffic inside the node unshaped. Where this machine forbids network names
 no CAP_NET_ADMIN, or
 a sandbox without them) every test skips, saying why. The netlab's other tests (its tables, the
 strong-scaling plan, the torch prediction) are netlab/tests'."""
+import csv
 import json
 import os
 import shutil
@@ -223,3 +224,38 @@ def test_a_tiny_race_runs_from_up_to_table(two_nodes, tmp_path):
         assert all(c[-1]["step"] == steps == c[-1]["planned_steps"] for k, c in runs.items() if k[1] == arm)
     again = subprocess.run([str(NETLAB), *map(str, args)], capture_output=True, text=True, timeout=120, env=env)
     assert again.returncode == 2 and "race-test-100mbit.csv exists" in again.stderr
+
+
+def test_flat_against_hierarchical_runs_on_nodes_of_two_ranks(two_nodes, tmp_path):
+    """`scripts/netlab hierarchy` on 2 nodes of 2 ranks (torch only, a tiny tensor): the four arms
+    run, and their bytes by link class are the closed forms: dense AdamS flat all-reduces 4N
+    bytes over W = 4 ranks (2(W-1)/W of them sent); hierarchical, the node's reduce-scatter and
+    all-gather send (G-1)/G of 4N each inside the node, and the rail's all-reduce of its N/G
+    between the M = 2 nodes 2(M-1)/M of 4N/G; SCAPE sends fewer inter-node bytes averaged inside
+    the node first. --summarize alone writes the same table again."""
+    n, w, g = 20_000, 4, 2
+    m = w // g
+    env = dict(os.environ, OMP_NUM_THREADS="1", SCAPE_PYTHON=sys.executable)
+    args = ["hierarchy", "--out", tmp_path, "--layouts", "2x2", "--rates", "100mbit", "--runtimes", "torch",
+            "--steps", 4, "--params", n, "--compute-s", 0.01, "--prefix", PREFIX, "--port", 29641]
+    done = subprocess.run([str(NETLAB), *map(str, args)], capture_output=True, text=True, timeout=600, env=env)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    with open(tmp_path / "steps.csv") as f:
+        rows = {(r["method"], r["hierarchy"]): r for r in csv.DictReader(f)}
+    assert sorted(rows) == [("adams", "flat"), ("adams", "node"), ("scape", "flat"), ("scape", "node")]
+    assert all(r["runtime"] == "torch" and r["nodes"] == "2" and r["ranks_per_node"] == "2" for r in rows.values())
+    scalars = 64  # the few fp32 scalars a step also reduces (the finite-gradient flag)
+    flat, node = rows[("adams", "flat")], rows[("adams", "node")]
+    assert 0 <= int(flat["bytes_sent_inter_per_step"]) - 2 * (w - 1) * 4 * n // w <= scalars
+    assert int(flat["bytes_sent_intra_per_step"]) == 0
+    assert int(node["bytes_sent_intra_per_step"]) == 2 * (g - 1) * 4 * n // g
+    assert 0 <= int(node["bytes_sent_inter_per_step"]) - 2 * (m - 1) * 4 * (n // g) // m <= scalars
+    assert int(rows[("scape", "node")]["bytes_sent_inter_per_step"]) < int(rows[("scape", "flat")]["bytes_sent_inter_per_step"])
+    first = (tmp_path / "steps.csv").read_text()
+    again = subprocess.run([str(NETLAB), *map(str, args), "--summarize"], capture_output=True, text=True, timeout=120,
+                           env=env)
+    assert again.returncode == 0, again.stderr
+    assert (tmp_path / "steps.csv").read_text() == first
+    bad = subprocess.run([str(NETLAB), "hierarchy", "--out", tmp_path, "--layouts", "1x2"], capture_output=True,
+                         text=True, timeout=60)
+    assert bad.returncode == 2 and "--layouts: '1x2'" in bad.stderr
