@@ -149,7 +149,7 @@ def test_a_resume_from_state_dict_is_bit_identical(save_at, kind, inner):
 
 
 @pytest.mark.parametrize("kwargs, message", [
-    ({"inner": "sgd"}, r"^inner: expected one of 'adams', 'adamw', got 'sgd'"),
+    ({"inner": "sgd"}, r"^inner: expected one of 'adams', 'adamw' or a torch optimizer, got 'sgd'"),
     ({"inner_steps": 0}, r"^inner_steps: must be an integer >= 1"),
     ({"inner_steps": 2, "streaming_fragments": 3}, r"^streaming_fragments: 3 fragments need inner_steps >= 3"),
     ({"outer_wire": "fp16"}, r"^outer_wire: expected one of 'fp32', 'bf16', 'fp8_e5m2', got 'fp16'"),
@@ -180,3 +180,79 @@ def test_a_state_saved_with_adams_inner_steps_is_refused_by_adamw_naming_the_mom
     with pytest.raises(ValueError, match=r"has no exp_avg_sq \(saved with another inner rule than this "
                                          r"optimizer's 'adamw'\?\)"):
         opt.load_state_dict(saved)
+
+
+def far_from_zero_model():
+    """Every θ_i/θ_g stays in [1/2, 2] over a few small steps (see the α = 1, μ = 0 test)."""
+    m = model()
+    with torch.no_grad():
+        for p in m.parameters():
+            p.uniform_(1.0, 2.0, generator=torch.Generator().manual_seed(p.numel()))
+    return m
+
+
+@pytest.mark.parametrize("as_function", [False, True])
+def test_with_a_torch_optimizer_as_inner_at_alpha_1_and_mu_0_it_is_that_optimizer_bit_for_bit(as_function):
+    """inner = torch.optim.AdamW (an instance, or a function of the parameters): at one rank with
+    α = 1, μ = 0 the outer step changes nothing (Sterbenz), so the run is torch's AdamW itself,
+    bit for bit; and its learning rate is the inner optimizer's."""
+    reference = far_from_zero_model()
+    plain = train(reference, torch.optim.AdamW(reference.parameters(), lr=1e-3, weight_decay=0.05), 1, 12)
+    m = far_from_zero_model()
+    make = lambda params: torch.optim.AdamW(params, lr=1e-3, weight_decay=0.05)  # noqa: E731
+    inner = make if as_function else make(list(m.parameters()))
+    opt = st.DiLoCo(m.parameters(), inner=inner, inner_steps=3, outer_lr=1.0, outer_momentum=0.0)
+    assert torch.equal(train(m, opt, 1, 12), plain)
+    assert opt.last_metrics["lr"] == 1e-3 and opt.config()["inner"] == "AdamW"
+
+
+def test_with_a_torch_optimizer_as_inner_one_outer_step_equals_its_formula():
+    """H = 2, W = 1, inner torch SGD: after step 2, θ_g = θ_0 − α(Δ + μΔ), Δ = θ_0 − θ_2, where θ_2
+    is two steps of the same SGD alone."""
+    m = model()
+    sgd = torch.optim.SGD(m.parameters(), lr=0.05, momentum=0.5)
+    opt = st.DiLoCo(m.parameters(), inner=sgd, inner_steps=2, outer_lr=0.7, outer_momentum=0.9)
+    theta0 = torch.cat([p.detach().reshape(-1) for p in m.parameters()]).clone()
+    alone = model()
+    theta2 = train(alone, torch.optim.SGD(alone.parameters(), lr=0.05, momentum=0.5), 1, 2)
+    got = train(m, opt, 1, 2)
+    delta = torch.neg(theta2).add_(theta0)
+    update = torch.mul(delta, torch.tensor(0.9).item()).add_(delta).mul_(-torch.tensor(0.7).item())
+    assert torch.equal(got, theta0 + update)
+    assert opt.last_metrics["pseudo_grad_norm"] == pytest.approx(float(delta.norm()), rel=1e-6)
+
+
+@pytest.mark.parametrize("save_at", [3, 4])
+def test_with_a_torch_optimizer_as_inner_a_resume_is_bit_identical(save_at):
+    """The inner optimizer's own state (AdamW's moments and step) travels in state_dict."""
+    def make(seed=0):
+        m = model(seed)
+        inner = torch.optim.AdamW(m.parameters(), lr=1e-2)
+        return m, st.DiLoCo(m.parameters(), inner=inner, inner_steps=3, overlap_outer=True, total_steps=10)
+    whole = train(*make(), 1, 10)
+    m, opt = make()
+    train(m, opt, 1, save_at)
+    saved = {"model": m.state_dict(), "opt": opt.state_dict()}
+    assert "inner_optimizer" in saved["opt"]
+    m, opt = make(seed=7)
+    m.load_state_dict(saved["model"])
+    opt.load_state_dict(saved["opt"])
+    assert torch.equal(train(m, opt, save_at + 1, 10 - save_at), whole)
+    with pytest.raises(ValueError, match=r"^state_dict: saved with a torch optimizer as inner"):
+        st.DiLoCo(model().parameters(), lr=1e-2, inner_steps=3).load_state_dict(saved["opt"])
+    with pytest.raises(ValueError, match=r"^state_dict: no inner_optimizer"):
+        opt.load_state_dict(st.DiLoCo(m.parameters(), lr=1e-2, inner_steps=3).state_dict())
+
+
+def test_a_torch_inner_optimizer_over_other_parameters_or_of_another_kind_is_refused_naming_inner():
+    m, other = model(), model(1)
+    with pytest.raises(ValueError, match=r"^inner: the torch optimizer holds 4 tensors, not exactly DiLoCo's 6"):
+        st.DiLoCo(m.parameters(), inner=torch.optim.AdamW(list(m.parameters())[:4]))
+    with pytest.raises(ValueError, match=r"^inner: the torch optimizer holds"):
+        st.DiLoCo(m.parameters(), inner=torch.optim.AdamW(other.parameters()))
+    with pytest.raises(ValueError, match=r"^inner: the function returned a int"):
+        st.DiLoCo(m.parameters(), inner=lambda params: 3)
+    with pytest.raises(ValueError, match=r"^inner: a scape.torch optimizer communicates"):
+        st.DiLoCo(m.parameters(), inner=st.AdamS(m.parameters(), lr=1e-3))
+    with pytest.raises(ValueError, match=r"^lr: required with inner = 'adams'"):
+        st.DiLoCo(m.parameters())

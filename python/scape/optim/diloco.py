@@ -6,7 +6,9 @@ pseudo-gradient Δ_i = θ_g − θ_i of the fragment in rank order at `outer_wir
 Nesterov SGD step on θ_g (OpenDiLoCo's and torchft's outer optimizer), which every rank then
 adopts. `overlap_outer` delivers the outer step one inner step late, keeping the inner step taken
 meanwhile (DiLoCoX's one-step delay). python/tests/test_torch_scape_vs_core.py holds it to the
-core on a recorded trace."""
+core on a recorded trace. `inner` may also be a torch optimizer of the user's (an instance over
+the same parameters, or a function that builds one from them), as torchft's DiLoCo takes one:
+its steps are then the inner steps, and DiLoCo adds only the outer step."""
 from __future__ import annotations
 
 import math
@@ -16,7 +18,7 @@ import torch
 
 from .adams import INNER_RULES, AdamS
 from .comm import _split
-from .params import trainable_tensors
+from .params import closure_loss, trainable_tensors
 
 WIRES = ("fp32", "bf16", "fp8_e5m2")
 
@@ -56,12 +58,40 @@ def fragment_synced_at(step: int, inner_steps: int, fragments: int) -> int:
     return -1
 
 
+def torch_inner_optimizer(inner, params) -> torch.optim.Optimizer:
+    """`inner` as a torch optimizer over exactly `params` (a list of tensors, or of param-group
+    dicts): an instance is checked, a function is called with the tensors."""
+    tensors = [p for item in params for p in (item["params"] if isinstance(item, dict) else [item])]
+    if isinstance(inner, torch.optim.Optimizer):
+        optimizer = inner
+    elif callable(inner):
+        optimizer = inner(tensors)
+        if not isinstance(optimizer, torch.optim.Optimizer):
+            raise ValueError(f"inner: the function returned a {type(optimizer).__name__}, not a torch optimizer")
+    else:
+        raise ValueError(f"inner: expected 'adams', 'adamw', a torch optimizer or a function making one, got "
+                         f"{type(inner).__name__}")
+    if isinstance(optimizer, AdamS):
+        raise ValueError("inner: a scape.torch optimizer communicates over its group; give the rule as "
+                         "inner='adams' or 'adamw', or a torch optimizer")
+    theirs = [id(p) for g in optimizer.param_groups for p in g["params"]]
+    if sorted(theirs) != sorted(id(p) for p in tensors):
+        raise ValueError(f"inner: the torch optimizer holds {len(theirs)} tensors, not exactly DiLoCo's "
+                         f"{len(tensors)} parameters")
+    return optimizer
+
+
 class DiLoCo(AdamS):
     """DiLoCo (and Streaming DiLoCo, `streaming_fragments` > 1) on this rank of `group`, with
     AdamS or AdamW inner steps (lr, betas, eps, weight_decay as AdamS's).
 
     inner            "adams" (default) or "adamw" (the core's AdamW: a second moment, exp_avg_sq,
-                     kept per rank beside exp_avg)
+                     kept per rank beside exp_avg); or a torch optimizer over exactly these
+                     parameters (an instance, or a function from the list of parameters to one):
+                     its step() is the inner step and its learning rate, schedule and state its
+                     own (lr, betas, eps and weight_decay here are then unused; lr defaults to
+                     its first group's for last_metrics); state_dict carries its state
+                     ("inner_optimizer") for a bit-identical resume
     inner_steps      H, the steps between two syncs of a fragment (default 10)
     outer_lr, outer_momentum   α and μ of the outer Nesterov SGD (defaults 0.7, 0.9)
     outer_wire       "fp32", "bf16" (Δ_i and the mean rounded to bf16) or "fp8_e5m2" (a shared
@@ -72,14 +102,25 @@ class DiLoCo(AdamS):
     The parameters of the ranks differ between syncs: each rank saves its own state_dict (and
     its own model)."""
 
-    def __init__(self, params, lr: float, betas=(0.9, 0.95), eps: float = 1e-8, weight_decay: float = 0.1, *,
-                 inner: str = "adams", inner_steps: int = 10, outer_lr: float = 0.7, outer_momentum: float = 0.9,
+    def __init__(self, params, lr: Optional[float] = None, betas=(0.9, 0.95), eps: float = 1e-8,
+                 weight_decay: float = 0.1, *, inner: Any = "adams", inner_steps: int = 10, outer_lr: float = 0.7, outer_momentum: float = 0.9,
                  outer_wire: str = "fp32", streaming_fragments: int = 1, overlap_outer: bool = False,
                  total_steps: Optional[int] = None, bias_correction: bool = True, broadcast_params: bool = True,
                  group=None):
-        if inner not in INNER_RULES:
-            raise ValueError(f"inner: expected one of {', '.join(map(repr, INNER_RULES))}, got {inner!r}")
-        self._inner_rule = inner
+        params = list(params)
+        self._torch_inner = None
+        if isinstance(inner, str):
+            if inner not in INNER_RULES:
+                raise ValueError(f"inner: expected one of {', '.join(map(repr, INNER_RULES))} or a torch optimizer, "
+                                 f"got {inner!r}")
+            self._inner_rule = inner
+        else:
+            self._torch_inner = torch_inner_optimizer(inner, params)
+            self._inner_rule = "adams"  # the flat state AdamS keeps; a torch inner never steps it
+            if lr is None:
+                lr = float(self._torch_inner.param_groups[0]["lr"])
+        if lr is None:
+            raise ValueError(f"lr: required with inner = {inner!r} (the inner AdamS/AdamW steps' rate)")
         for name, value in (("inner_steps", inner_steps), ("streaming_fragments", streaming_fragments)):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name}: must be an integer >= 1, got {value!r}")
@@ -105,6 +146,60 @@ class DiLoCo(AdamS):
         self._outer_m = torch.zeros_like(self._theta)  # the outer momentum buffer b
         self._snapshot = torch.zeros_like(self._theta) if self.overlap_outer else None
         self._global_set = False
+        if self._torch_inner is not None:
+            # torch's GradScaler then unscales the gradients and skips a step itself, as for any
+            # optimizer that does not take the scale.
+            self._step_supports_amp_scaling = False
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        if self._torch_inner is None:
+            return super().step(closure)
+        return self._step_with_torch_inner(closure)
+
+    def _step_with_torch_inner(self, closure):
+        """The user's optimizer takes the inner step on the parameters; the outer step then runs
+        on the flat copy, as after an AdamS inner step."""
+        loss = closure_loss(closure)
+        self._sync_layout()
+        grads = [p.grad for p in self._tensors if p.grad is not None]
+        if grads and not all(bool(torch.isfinite(g).all()) for g in grads):
+            from .scape_optimizer import NonFiniteGradient
+            raise NonFiniteGradient(f"step {self._t + 1}: a gradient holds inf or NaN on this rank; nothing was "
+                                    f"updated")
+        if self._t == 0 and not self._global_set:
+            self.mirror.pull()
+            self._global.copy_(self._theta)
+            self._global_set = True
+        self._torch_inner.step()
+        self.mirror.pull()
+        t = self._t + 1
+        extra = self._after_update(t)
+        self.mirror.push()
+        count = self.comm.take_count()
+        self._last = {"step": t, "lr": float(self._torch_inner.param_groups[0]["lr"]), "bytes_sent": count.sent,
+                      "bytes_received": count.received, "mask_density": 1.0, **extra}
+        self._t = t
+        self._step_count.fill_(float(t))
+        return loss
+
+    def state_dict(self) -> Dict[str, Any]:
+        out = super().state_dict()
+        if self._torch_inner is not None:
+            out["inner_optimizer"] = self._torch_inner.state_dict()
+        return out
+
+    def load_state_dict(self, state_dict: Dict[str, Any]) -> None:
+        if self._torch_inner is not None:
+            if not isinstance(state_dict, dict) or "inner_optimizer" not in state_dict:
+                raise ValueError("state_dict: no inner_optimizer (saved by a DiLoCo with the adams/adamw inner "
+                                 "rule, not a torch optimizer's)")
+            state_dict = dict(state_dict)
+            self._torch_inner.load_state_dict(state_dict.pop("inner_optimizer"))
+        elif isinstance(state_dict, dict) and "inner_optimizer" in state_dict:
+            raise ValueError(f"state_dict: saved with a torch optimizer as inner; this DiLoCo's inner rule is "
+                             f"{self._inner_rule!r}")
+        super().load_state_dict(state_dict)
 
     def _settings(self):
         return super()._settings() + [("inner_steps", self.inner_steps), ("outer_lr", self.outer_lr),
@@ -191,7 +286,8 @@ class DiLoCo(AdamS):
 
     def config(self) -> Dict[str, Any]:
         out = super().config()
-        out.update(type="diloco", inner=self._inner_rule, inner_steps=self.inner_steps, outer_lr=self.outer_lr,
+        inner = self._inner_rule if self._torch_inner is None else type(self._torch_inner).__name__
+        out.update(type="diloco", inner=inner, inner_steps=self.inner_steps, outer_lr=self.outer_lr,
                    outer_momentum=self.outer_momentum, outer_wire=self.outer_wire,
                    streaming_fragments=self.fragments, overlap_outer=self.overlap_outer)
         return out

@@ -66,7 +66,8 @@ def quantize_statistical(values: torch.Tensor, bits: int) -> Tuple[float, torch.
 
 
 class SparseLoCo(DiLoCo):
-    """SparseLoCo on this rank of `group`, with AdamS or AdamW inner steps (`inner`, as DiLoCo's).
+    """SparseLoCo on this rank of `group`, with AdamS or AdamW inner steps, or a torch optimizer
+    of the user's (`inner`, as DiLoCo's).
 
     inner_steps, outer_lr   H and α (defaults 10, 0.9)
     sparsity        1 − the density of each chunk (default 0.99)
@@ -77,7 +78,7 @@ class SparseLoCo(DiLoCo):
     overlap_outer, total_steps   as DiLoCo's"""
 
     def __init__(self, params, lr: float, betas=(0.9, 0.95), eps: float = 1e-8, weight_decay: float = 0.1, *,
-                 inner: str = "adams", inner_steps: int = 10, outer_lr: float = 0.9, sparsity: float = 0.99,
+                 inner: Any = "adams", inner_steps: int = 10, outer_lr: float = 0.9, sparsity: float = 0.99,
                  chunk: int = 4096, quant_bits: int = 2, ef_decay: float = 0.999, wire_dtype: str = "fp32",
                  overlap_outer: bool = False, total_steps: Optional[int] = None, bias_correction: bool = True,
                  broadcast_params: bool = True, group=None):
