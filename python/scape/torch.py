@@ -1,6 +1,6 @@
 """scape for PyTorch training loops (docs/python.md): the package's torch entry point.
 
-SCAPE, AdamS, DiLoCo and SparseLoCo (and Hierarchical, dense inside the node around any of
+SCAPE, AdamS, DiLoCo, SparseLoCo and DeMo (and Hierarchical, dense inside the node around any of
 them) are torch-native optimizers (torch.optim.Optimizer subclasses in torch ops,
 scape.optim, re-exported here): they run in a user's own training loop on any device, over any
 torch.distributed process group, and need no extension module. `simulate` trains any
@@ -20,13 +20,14 @@ from torch.func import functional_call, grad, vmap
 from ._layout import Layout
 from .engine import Simulator, failure_text
 from .optim.adams import AdamS
+from .optim.demo import DeMo
 from .optim.diloco import DiLoCo
 from .optim.hierarchy import Hierarchical
 from .optim.sparseloco import SparseLoCo
 from .optim.ddp import local_gradients_hook
 from .optim.scape_optimizer import SCAPE, NonFiniteGradient
 
-__all__ = ["SCAPE", "AdamS", "DiLoCo", "SparseLoCo", "Hierarchical", "NonFiniteGradient", "local_gradients_hook", "simulate", "flat_views"]
+__all__ = ["SCAPE", "AdamS", "DiLoCo", "SparseLoCo", "DeMo", "Hierarchical", "NonFiniteGradient", "local_gradients_hook", "simulate", "flat_views"]
 
 
 def _tensor_view(array: np.ndarray) -> torch.Tensor:

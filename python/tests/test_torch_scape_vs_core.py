@@ -62,6 +62,12 @@ for name, extra in (("sparseloco-q2", {}), ("sparseloco-q2-adamw", {"inner": "ad
     CASES.append({"name": name, "type": "sparseloco", "lr": 0.01, "inner_steps": 4, "sparsity": 0.9, "chunk": 64,
                   "quant_bits": 2, **extra})
 
+# DeMo: chunks of 64 and 48 leave a tail (N = 4304: 16 and 32 coordinates, a chunk of its own
+# length); chunks of 16 divide N. Not k = C: its u is the mean momentum to rounding, so the
+# sign of a near-zero mean (W = 2) turns on the last bit, which the two sums need not share.
+for name, chunk, topk in (("demo", 64, 4), ("demo-c48-k8", 48, 8), ("demo-c16-k8", 16, 8)):
+    CASES.append({"name": name, "type": "demo", "lr": 0.01, "chunk": chunk, "topk": topk})
+
 
 def write_trace(path, workers, seed=7):
     """A trace whose values are bfloat16-representable, so fp32 and bf16 runs see one gradient."""
@@ -85,6 +91,8 @@ def core_config(case):
         return {"type": "adams", "lr": case["lr"], "sharded": False}
     if case["type"] == "diloco":
         return {"type": "diloco", "inner": "adams", "lr": case["lr"], **{k: case[k] for k in DILOCO if k in case}}
+    if case["type"] == "demo":
+        return {"type": "demo", "lr": case["lr"], "demo_chunk": case["chunk"], "demo_topk": case["topk"]}
     if case["type"] == "sparseloco":
         return {"type": "sparseloco", "inner": "adams", "lr": case["lr"],
                 **{k: case[k] for k in SPARSELOCO if k in case}}

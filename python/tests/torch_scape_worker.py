@@ -66,6 +66,8 @@ def run_case(case, trace, rank, world, out_dir, device):
         opt = st.DiLoCo(groups, lr=lr, inner=case.get("inner", "adams"), inner_steps=case["inner_steps"], outer_wire=case.get("outer_wire", "fp32"),
                         streaming_fragments=case.get("streaming_fragments", 1),
                         overlap_outer=case.get("overlap_outer", False), total_steps=steps)
+    elif case["type"] == "demo":
+        opt = st.DeMo(groups, lr=lr, chunk=case["chunk"], topk=case["topk"])
     elif case["type"] == "sparseloco":
         opt = st.SparseLoCo(groups, lr=lr, inner=case.get("inner", "adams"), inner_steps=case["inner_steps"], sparsity=case["sparsity"],
                             chunk=case["chunk"], quant_bits=case["quant_bits"], wire_dtype=case.get("wire_dtype", "fp32"),

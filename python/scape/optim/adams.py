@@ -120,13 +120,7 @@ class AdamS(torch.optim.Optimizer):
         grad_scale, found_inf = getattr(self, "grad_scale", None), getattr(self, "found_inf", None)
         self._sync_layout()
         self.mirror.pull()
-        for p, (a, b) in zip(self._tensors, self._ranges):
-            part = self._g[a:b]
-            part.zero_() if p.grad is None else part.copy_(local_tensor(p.grad).reshape(-1))
-        if grad_scale is not None:
-            self._g.mul_(grad_scale.double().reciprocal().float().to(self._g.device))
-        flag = (found_inf.to(self.device).float().reshape(1).clamp(max=1.0) if found_inf is not None
-                else (~torch.isfinite(self._g.sum())).float().reshape(1))
+        flag = self._read_gradients(grad_scale, found_inf)
         has_grad = torch.tensor([p.grad is not None for p in self._tensors], dtype=torch.float32, device=self.device)
         g_bar, flags = self._gradient_for_step(torch.cat((flag, has_grad)))
         if bool(flags[:, 0].gt(0).any()):
@@ -171,6 +165,17 @@ class AdamS(torch.optim.Optimizer):
         self._t = t
         self._step_count.fill_(float(t))
         return loss
+
+    def _read_gradients(self, grad_scale, found_inf) -> torch.Tensor:
+        """The gradients into the flat buffer (unscaled under a GradScaler); returns this rank's
+        non-finite flag, shape [1]."""
+        for p, (a, b) in zip(self._tensors, self._ranges):
+            part = self._g[a:b]
+            part.zero_() if p.grad is None else part.copy_(local_tensor(p.grad).reshape(-1))
+        if grad_scale is not None:
+            self._g.mul_(grad_scale.double().reciprocal().float().to(self._g.device))
+        return (found_inf.to(self.device).float().reshape(1).clamp(max=1.0) if found_inf is not None
+                else (~torch.isfinite(self._g.sum())).float().reshape(1))
 
     def _gradient_for_step(self, flags: torch.Tensor):
         """The gradient the update uses and every rank's flags [W, e] (non-finite, then which
