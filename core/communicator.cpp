@@ -293,6 +293,17 @@ double Communicator::take_exposed_wait(CollectiveKind kind) {
   return w;
 }
 
+void Communicator::absorb_measurements(Communicator& group) {
+  const auto times = group.take_measured_times();
+  const double blocking = group.take_blocking_seconds();
+  std::array<double, kCollectiveKindCount> waits{};
+  for (std::size_t k = 0; k < waits.size(); ++k) waits[k] = group.take_exposed_wait(static_cast<CollectiveKind>(k));
+  std::lock_guard lock(measured_mutex_);
+  for (const auto& [purpose, seconds] : times) measured_[purpose] += seconds;
+  blocking_seconds_ += blocking;
+  for (std::size_t k = 0; k < waits.size(); ++k) exposed_wait_[k] += waits[k];
+}
+
 void mean_in_rank_order(std::span<const float* const> inputs, std::span<float> out) {
   // Rank by rank over the whole buffer, so each pass is one vectorizable loop; every element
   // still sees ((x_0 + x_1) + x_2) + ... and then / W, the order of the contract.

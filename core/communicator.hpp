@@ -139,6 +139,10 @@ class Communicator {
   // The part of take_measured_times spent in synchronous collectives, which the caller blocked
   // in (the asynchronous ones ran beside it); taken once, like the others.
   double take_blocking_seconds();
+  // Moves the measured times, blocking seconds and waits of `group` (split from this one) into
+  // this one: the run's report takes them from the world communicator alone, so
+  // optimizer.hierarchy's node and rail collectives reach it only this way.
+  void absorb_measurements(Communicator& group);
 
  protected:
   // Backends report the duration of an asynchronous collective and the caller's wait for it.

@@ -35,7 +35,8 @@ HierarchicalOptimizer::HierarchicalOptimizer(const ParamLayout& layout, Communic
     : n_(layout.size()),
       rail_(checked_rail(world, ranks_per_node)),
       parts_(split_into_rails(layout, ranks_per_node, split)),
-      counts_(part_sizes(parts_)) {
+      counts_(part_sizes(parts_)),
+      world_(world) {
   const NetworkModel net = world.ledger().network();
   // Every rank splits in the same order: its node (consecutive ranks), then its rail.
   node_ = world.split(world.rank() / ranks_per_node, LinkClass::intra, node_link.value_or(net));
@@ -76,6 +77,8 @@ StepMetrics HierarchicalOptimizer::step(std::span<float> params, std::span<const
   out.tensor_mask_density.clear();
   out.tensor_mask_jaccard.clear();
   t_ = rail_method_->steps_done();
+  world_.absorb_measurements(*node_);
+  world_.absorb_measurements(*rail_comm_);
   return out;
 }
 

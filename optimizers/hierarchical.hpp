@@ -36,7 +36,8 @@ class HierarchicalOptimizer final : public Optimizer {
 
   // Reports the rail method's metrics (those of this rank's rail only), with the node's
   // collectives added to `comm`; the per-tensor metrics are left empty (the rail's tensors are
-  // not the layout's).
+  // not the layout's). The node's and the rail's measured times move to the world communicator,
+  // where the run's report takes them.
   StepMetrics step(std::span<float> params, std::span<const float> grads) override;
   void finish() override { rail_method_->finish(); }
   std::string device_summary() const override { return rail_method_->device_summary(); }
@@ -53,6 +54,7 @@ class HierarchicalOptimizer final : public Optimizer {
   int rail_;
   std::vector<RailPart> parts_;
   std::vector<std::size_t> counts_;  // parts_' sizes: the node collectives' counts
+  Communicator& world_;              // takes the groups' measured times after each step
   std::unique_ptr<Communicator> node_, rail_comm_;
   std::unique_ptr<Optimizer> rail_method_;
   std::vector<float> node_send_, rail_grads_, rail_params_, node_gathered_;

@@ -69,6 +69,12 @@ std::vector<RailPart> split_into_rails(const ParamLayout& layout, int rails, Rai
   return parts;
 }
 
+std::size_t largest_rail(std::span<const RailPart> parts) {
+  const auto largest = std::max_element(parts.begin(), parts.end(),
+                                        [](const RailPart& a, const RailPart& b) { return a.size() < b.size(); });
+  return static_cast<std::size_t>(largest - parts.begin());
+}
+
 void pack_rail(const RailPart& part, std::span<const float> full, std::span<float> packed) {
   std::size_t at = 0;
   for (const auto& p : part.pieces) {

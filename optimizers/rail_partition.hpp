@@ -34,6 +34,10 @@ struct RailPart {
 // Throws std::invalid_argument naming optimizer.rail_split when a rail would get no parameters.
 std::vector<RailPart> split_into_rails(const ParamLayout& layout, int rails, RailSplit split);
 
+// The rail a hierarchical step waits for: the one with the largest part (ties: the lower rail).
+// The step model costs it and calibration reads its records.
+std::size_t largest_rail(std::span<const RailPart> parts);
+
 // packed (part.size() values) <- the part's pieces of full (N values), in order.
 void pack_rail(const RailPart& part, std::span<const float> full, std::span<float> packed);
 // The part's pieces of full <- packed.

@@ -68,7 +68,7 @@ double fit_rate(std::span<const RateSample> samples, const char* what) {
 }
 
 Calibration calibrate(std::span<const RateSample> compute, std::span<const RateSample> optimizer,
-                      std::span<const CollectiveSample> collectives) {
+                      std::span<const CollectiveSample> collectives, std::span<const CollectiveSample> intra) {
   Calibration c;
   if (!compute.empty()) {  // runs whose compute sleeps give none: their compute is given
     c.achieved_flops = fit_rate(compute, "compute");
@@ -77,6 +77,13 @@ Calibration calibrate(std::span<const RateSample> compute, std::span<const RateS
   c.optimizer_Bps = fit_rate(optimizer, "optimizer step");
   c.optimizer_samples = static_cast<int>(optimizer.size());
   c.combined = fit_alpha_beta(collectives);
+  if (!intra.empty()) {
+    try {
+      c.intra = fit_alpha_beta(intra);
+    } catch (const std::invalid_argument& e) {
+      throw std::invalid_argument(std::string("intra-node link: ") + e.what());
+    }
+  }
   for (const auto kind : kKinds) {
     std::vector<CollectiveSample> mine;
     for (const auto& s : collectives) {
@@ -115,25 +122,29 @@ nlohmann::json hardware_json(const Calibration& c) {
       fit[std::string(to_string(kind)) + "_samples"] = l->samples;
     }
   }
+  json network = {{"gpus_per_node", 1}, {"inter", link(c.combined)}, {"collectives", collectives}};
+  if (c.intra) {
+    network["intra"] = link(*c.intra);
+    fit["intra_samples"] = c.intra->samples;
+  }
   const double tbps = c.optimizer_Bps / 1e12;
   json gpu = {{"memory_bandwidth_TBps", tbps}, {"select_TBps", tbps}, {"pack_TBps", tbps}};
   if (c.compute_samples > 0) {
     gpu["peak_TFLOPs"] = c.achieved_flops / 1e12;
     gpu["mfu"] = 1.0;
   }
-  return json{
-      {"format", kHardwareFormat},
-      {"description",
-       c.compute_samples > 0
-           ? "calibrated by scape predict --calibrate: peak_TFLOPs is the achieved compute (mfu 1), the three "
-             "throughputs the optimizer step's fitted one, the links the fitted alpha-beta"
-           : "calibrated by scape predict --calibrate from runs whose compute slept: no compute figure (a "
-             "config using it names its GPU's peak_TFLOPs), the three throughputs the optimizer step's fitted "
-             "one, the links the fitted alpha-beta"},
-      {"sources", c.sources},
-      {"gpu", gpu},
-      {"network", {{"gpus_per_node", 1}, {"inter", link(c.combined)}, {"collectives", collectives}}},
-      {"fit", fit}};
+  return json{{"format", kHardwareFormat},
+              {"description",
+               c.compute_samples > 0
+                   ? "calibrated by scape predict --calibrate: peak_TFLOPs is the achieved compute (mfu 1), the three "
+                     "throughputs the optimizer step's fitted one, the links the fitted alpha-beta"
+                   : "calibrated by scape predict --calibrate from runs whose compute slept: no compute figure (a "
+                     "config using it names its GPU's peak_TFLOPs), the three throughputs the optimizer step's fitted "
+                     "one, the links the fitted alpha-beta"},
+              {"sources", c.sources},
+              {"gpu", gpu},
+              {"network", network},
+              {"fit", fit}};
 }
 
 StepInputs calibrated_inputs(const Calibration& c, const OptimizerConfig& optimizer, std::uint64_t n_params,
@@ -151,6 +162,15 @@ StepInputs calibrated_inputs(const Calibration& c, const OptimizerConfig& optimi
   in.gpu.mask_codec_Gcoords_per_s = std::numeric_limits<double>::max();
   in.topology.gpus_per_node = 1;
   in.topology.nics_per_node = 1;
+  if (optimizer.hierarchy == Hierarchy::node && optimizer.ranks_per_node > 1) {
+    if (!c.intra) {
+      throw std::invalid_argument(
+          "optimizer.hierarchy \"node\": no intra-node link was fitted (no fitted run "
+          "measured the node collectives)");
+    }
+    in.topology.gpus_per_node = optimizer.ranks_per_node;
+    in.topology.intra = c.intra->model();
+  }
   in.topology.inter = c.combined.model();
   for (std::size_t k = 0; k < c.by_kind.size(); ++k) {
     if (c.by_kind[k]) in.topology.inter_by_kind[k] = c.by_kind[k]->model();

@@ -61,6 +61,9 @@ struct Calibration {
   presets::GemmCurve gemm;
   LinkFit combined;           // every collective kind together: the network's inter link
   std::array<std::optional<LinkFit>, kCollectiveKindCount> by_kind{};  // indexed by CollectiveKind
+  // The link among a node's ranks, fitted to the node collectives of hierarchical runs
+  // (optimizer.hierarchy = "node") alone; none when no fitted run had them.
+  std::optional<LinkFit> intra;
   int compute_samples = 0;
   int optimizer_samples = 0;
   std::vector<std::string> sources;
@@ -72,10 +75,11 @@ struct Calibration {
 // Fits every parameter. A kind gets its own link when its samples hold two distinct points and
 // its fit succeeds; otherwise it keeps the combined link and a warning says why. No compute
 // sample (every run's compute slept) leaves achieved_flops 0, and the hardware description
-// then names no compute figure. Throws std::invalid_argument when the compute (given samples),
-// optimizer or combined collective fit fails.
+// then names no compute figure. `intra` (the node collectives of hierarchical runs) fits the
+// intra-node link, all kinds together; empty, none is fitted. Throws std::invalid_argument when
+// the compute (given samples), optimizer, combined collective or intra-node fit fails.
 Calibration calibrate(std::span<const RateSample> compute, std::span<const RateSample> optimizer,
-                      std::span<const CollectiveSample> collectives);
+                      std::span<const CollectiveSample> collectives, std::span<const CollectiveSample> intra = {});
 
 // The hardware description (format kHardwareFormat): gpu and network sections that a
 // prediction config reads with `"hardware": FILE`, and the fit's figures under "fit".
@@ -83,7 +87,12 @@ nlohmann::json hardware_json(const Calibration& c);
 
 // The step model with the calibrated figures: one GPU per "node" on the calibrated link, the
 // optimizer's kernels all at the fitted throughput, and the overlap of the MPI and NCCL
-// runtimes (blocking collectives; only the lagged mask all-gather hides behind compute).
+// runtimes (blocking collectives; only the lagged mask all-gather hides behind compute). Under
+// optimizer.hierarchy = "node" a node holds its G = ranks_per_node ranks on the fitted intra
+// link behind one inter-node port (a calibration cannot tell how many a node has; the netlab
+// gives each node one), so its G rails share the port; a flat run stays one rank per "node",
+// its ring's hops across nodes each with a port to itself. Throws std::invalid_argument for a
+// hierarchical optimizer with G > 1 when no intra link was fitted.
 StepInputs calibrated_inputs(const Calibration& c, const OptimizerConfig& optimizer, std::uint64_t n_params,
                              double flops_per_token, double fill_in);
 

@@ -65,14 +65,21 @@ cfg::ExperimentConfig run_config(const run_file::File& f, const std::filesystem:
   }
 }
 
-// Collects the ledger's records of one steady-state step by purpose.
+// Collects the ledger's records of one steady-state step by purpose: under hierarchy node the
+// records of the rail `part` names, the node's two collectives included.
 std::vector<MeasuredCollective> ledger_collectives(const OptimizerConfig& c, const ParamLayout& layout, int workers,
-                                                   int step, std::optional<std::size_t> union_size) {
+                                                   const MethodShare& part, int step,
+                                                   std::optional<std::size_t> union_size) {
+  const bool node = c.hierarchy == Hierarchy::node;
+  const auto records =
+      node ? rail_step_collectives(c, layout, workers, part.rail, step, step + 1, NetworkModel{}, union_size)
+           : step_collectives(c, layout, workers, step, step + 1, NetworkModel{}, union_size);
   std::vector<MeasuredCollective> out;
-  for (const auto& r : step_collectives(c, layout, workers, step, step + 1, NetworkModel{}, union_size)) {
+  for (const auto& r : records) {
     auto it = std::find_if(out.begin(), out.end(), [&](const auto& m) { return m.purpose == r.purpose; });
     if (it == out.end()) {
-      out.push_back(MeasuredCollective{r.purpose, r.kind, r.overlapped, 0, 0, 0});
+      const int ranks = !node ? workers : r.link == LinkClass::intra ? c.ranks_per_node : part.workers;
+      out.push_back(MeasuredCollective{r.purpose, r.kind, r.overlapped, 0, 0, 0, r.link, ranks});
       it = out.end() - 1;
     }
     it->latency_steps += r.latency_steps;
@@ -107,12 +114,26 @@ std::string share(double s) {
   return buf;
 }
 
-std::vector<CollectiveSample> samples_of(const RunMeasurement& r) {
-  std::vector<CollectiveSample> out;
+// A run's collectives as link samples: those across nodes, and a hierarchical run's node
+// collectives, kept apart for the intra-node link.
+struct RunSamples {
+  std::vector<CollectiveSample> inter, intra;
+};
+
+RunSamples samples_of(const RunMeasurement& r) {
+  RunSamples out;
   for (const auto& c : r.collectives) {
     // The lagged all-gather shares the cores with the compute thread here: not a link figure.
     if (c.overlapped || !(c.measured_s > 0) || !(c.bytes_sent > 0)) continue;
-    out.push_back(CollectiveSample{c.kind, r.workers, c.latency_steps, c.bytes_sent, c.measured_s});
+    CollectiveSample s{c.kind, c.ranks, c.latency_steps, c.bytes_sent, c.measured_s};
+    if (c.link == LinkClass::intra) {
+      out.intra.push_back(s);
+      continue;
+    }
+    // A hierarchical run's G rails cross the node's one port at once, each ring on 1/G of it:
+    // in the measured time the port carried G times the rail's bytes.
+    if (r.hierarchical()) s.bytes_sent *= r.ranks_per_node;
+    out.inter.push_back(s);
   }
   return out;
 }
@@ -139,6 +160,11 @@ void print_fit(std::ostream& out, const Calibration& c) {
       out << buf;
     }
   }
+  if (c.intra) {
+    std::snprintf(buf, sizeof buf, "intra-node link (the node collectives): alpha %.3g us, %.4g GB/s (%d samples)\n",
+                  c.intra->alpha_s * 1e6, c.intra->bandwidth_Bps / 1e9, c.intra->samples);
+    out << buf;
+  }
   for (const auto& w : c.warnings) out << "  warning: " << w << "\n";
 }
 
@@ -159,10 +185,10 @@ void print_runs(std::ostream& out, const Calibration& c, const std::vector<RunMe
     const double pred_opt = p.optimizer_s + p.exposed_comm_s + harness_s;  // what optimizer_wall_time holds
     const double pred_step = p.step_s + harness_s;
     out << "| " << r.file.filename().string() << " | " << (fitted[i] ? "fitted" : "held out") << " | " << r.workers
-        << " | " << to_string(r.optimizer.type) << " | " << r.steps_used << " | " << share(r.cpu_share) << " | "
-        << ms(r.wall_step_s) << " | " << ms(r.step_s()) << " | "
-        << ms(pred_step) << " | " << percent(pred_step, r.step_s()) << " | " << ms(r.compute_s) << " / "
-        << ms(p.compute_s()) << " | " << ms(r.optimizer_s) << " / " << ms(pred_opt) << " |\n";
+        << " | " << to_string(r.optimizer.type) << (r.hierarchical() ? " (node)" : "") << " | " << r.steps_used << " | "
+        << share(r.cpu_share) << " | " << ms(r.wall_step_s) << " | " << ms(r.step_s()) << " | " << ms(pred_step)
+        << " | " << percent(pred_step, r.step_s()) << " | " << ms(r.compute_s) << " / " << ms(p.compute_s()) << " | "
+        << ms(r.optimizer_s) << " / " << ms(pred_opt) << " |\n";
     if (csv) {
       *csv << r.file.string() << "," << (fitted[i] ? "fitted" : "held_out") << "," << r.workers << ","
            << to_string(r.optimizer.type) << "," << r.cpu_share << "," << ms(r.wall_step_s) << "," << ms(r.step_s())
@@ -184,9 +210,10 @@ void print_runs(std::ostream& out, const Calibration& c, const std::vector<RunMe
 
 }  // namespace
 
-double harness_metric_bytes(const OptimizerConfig& optimizer, std::uint64_t n_params) {
+double harness_metric_bytes(const OptimizerConfig& optimizer, std::uint64_t n_params, std::uint64_t residual_params) {
   const double n = static_cast<double>(n_params);
-  return (4 + 8 + 10) * n + (has_sparse_metrics(optimizer) ? 4 * n : 0);
+  const double residual = static_cast<double>(residual_params > 0 ? residual_params : n_params);
+  return (4 + 8 + 10) * n + (has_sparse_metrics(optimizer) ? 4 * residual : 0);
 }
 
 bool is_bench_comm_file(const std::filesystem::path& file) {
@@ -241,6 +268,7 @@ RunMeasurement read_run_measurement(const std::filesystem::path& file) {
   r.file = file;
   r.optimizer = config.optimizer;
   r.workers = config.workers;
+  r.ranks_per_node = config.topology.ranks_per_node;
   if (config.model.type == "gpt") {
     const presets::ModelSpec spec = scape::config::predictor_model_spec(config.model);
     r.layout = scape::config::language_model_spec(config.model).layout();
@@ -262,39 +290,47 @@ RunMeasurement read_run_measurement(const std::filesystem::path& file) {
     bad_file(file, "only " + std::to_string(r.steps_used) + " steady-state steps (steps " + std::to_string(first) +
                        " to the last but one); calibration needs at least 3");
   }
-  const auto rows = [&](const std::string& name) {
-    return rows_in(steps, column(f, file, "/metrics/" + name, measured_why), first, last);
+  const std::string node_why = "optimizer.hierarchy node: its node collectives' times fit the intra-node link";
+  const auto rows = [&](const std::string& name, const std::string& why) {
+    return rows_in(steps, column(f, file, "/metrics/" + name, why), first, last);
   };
-  const auto med = [&](const std::string& name) { return median(rows(name)); };
+  const auto med = [&](const std::string& name) { return median(rows(name, measured_why)); };
   r.compute_s = med("compute_wall_time");
   r.optimizer_s = med("optimizer_wall_time");
   // A slept compute holds no core: the share measures nothing there.
   r.cpu_share = slept ? 1.0 : std::min(1.0, med("compute_time") / r.compute_s);
+  const MethodShare part = method_share(config.optimizer, r.layout, r.n_params, r.workers, r.ranks_per_node);
   std::optional<std::size_t> union_size;
   if (config.optimizer.type == OptimizerType::scape &&
       config.optimizer.scape.mask_partition == MaskPartition::local_union) {
     r.fill_in = med("fill_in");
-    const double k = static_cast<double>(
-        mask_k(config.optimizer, r.layout, r.workers, density_at(config.optimizer.density(), 0, 1)));
+    const double k =
+        static_cast<double>(mask_k(part.flat, part.layout, part.workers, density_at(config.optimizer.density(), 0, 1)));
     union_size = static_cast<std::size_t>(std::round(r.fill_in * k));
   }
-  r.collectives = ledger_collectives(config.optimizer, r.layout, r.workers, t, union_size);
-  std::vector<double> own = rows("optimizer_wall_time");
+  r.collectives = ledger_collectives(config.optimizer, r.layout, r.workers, part, t, union_size);
+  std::vector<double> own = rows("optimizer_wall_time", measured_why);
   const auto subtract = [&own](const std::vector<double>& x) {
     for (std::size_t i = 0; i < own.size() && i < x.size(); ++i) {
       if (std::isfinite(x[i])) own[i] -= x[i];
     }
   };
   for (auto& c : r.collectives) {
-    const auto times = rows("comm_time_measured_" + (c.overlapped ? std::string("async_all_gather") : c.purpose));
+    const auto times = rows("comm_time_measured_" + (c.overlapped ? std::string("async_all_gather") : c.purpose),
+                            c.link == LinkClass::intra ? node_why : measured_why);
     c.measured_s = median(times);
+    if (c.link == LinkClass::intra && !std::isfinite(c.measured_s)) {
+      // Runs before the node's and rails' times reached the world communicator wrote NaN here.
+      bad_file(file, "/metrics/comm_time_measured_" + c.purpose + " holds no time in steps " + std::to_string(first) +
+                         " to " + std::to_string(last) + " (" + node_why + "; rerun with this version)");
+    }
     if (!c.overlapped && std::isfinite(c.measured_s)) {
       r.blocking_comm_s += c.measured_s;
       subtract(times);
     }
   }
   if (has_sparse_metrics(config.optimizer)) {
-    const auto waits = rows("mask_wait_exposed");
+    const auto waits = rows("mask_wait_exposed", measured_why);
     const double wait = median(waits);
     r.mask_wait_s = std::isfinite(wait) ? wait : 0.0;
     subtract(waits);
@@ -303,7 +339,7 @@ RunMeasurement read_run_measurement(const std::filesystem::path& file) {
   // above mixes ranks when they are out of balance (docs/run-files.md, optimizer_kernel_wall_time).
   r.optimizer_kernels_s = f.has_link("/metrics/optimizer_kernel_wall_time") ? med("optimizer_kernel_wall_time")
                                                                             : median(own);
-  r.harness_metric_bytes = harness_metric_bytes(config.optimizer, r.n_params);
+  r.harness_metric_bytes = harness_metric_bytes(config.optimizer, r.n_params, part.layout.size());
   r.wall_step_s = r.step_s();
   if (r.cpu_share < kOversubscribedShare) {
     // Every phase waited for a core in the same proportion: what remains is the time of a
@@ -322,7 +358,7 @@ void calibrate_from_files(const std::vector<std::filesystem::path>& fit_files,
   std::vector<RunMeasurement> runs;
   std::vector<bool> fitted;
   std::vector<RateSample> compute, optimizer;
-  std::vector<CollectiveSample> collectives;
+  std::vector<CollectiveSample> collectives, intra;
   for (const auto& file : fit_files) {
     if (is_bench_comm_file(file)) {
       const auto rows = read_bench_comm(file);
@@ -335,15 +371,19 @@ void calibrate_from_files(const std::vector<std::filesystem::path>& fit_files,
     if (!r.compute_slept()) compute.push_back(RateSample{r.flops_per_token * r.tokens_per_gpu, r.compute_s});
     Calibration unit;  // any positive figures: only the bytes of the step are read
     unit.achieved_flops = unit.optimizer_Bps = unit.combined.bandwidth_Bps = 1;
+    unit.intra = LinkFit{0, 1, 0};
     StepInputs in = calibrated_inputs(unit, r.optimizer, r.n_params, r.flops_per_token, r.fill_in);
     in.layout = r.layout;
     in.fixed_compute_s = r.slept_compute_s;
     optimizer.push_back(RateSample{predict_step(in, r.workers, r.tokens_per_gpu).optimizer_bytes +
                                        r.harness_metric_bytes,
                                    r.optimizer_kernels_s});
-    if (links_from_bench) continue;
+    // The bench-comm files' flat rings never run inside a node alone: the intra-node link comes
+    // from the runs' node collectives even under --links-from-bench.
     const auto s = samples_of(r);
-    collectives.insert(collectives.end(), s.begin(), s.end());
+    intra.insert(intra.end(), s.intra.begin(), s.intra.end());
+    if (links_from_bench) continue;
+    collectives.insert(collectives.end(), s.inter.begin(), s.inter.end());
   }
   if (links_from_bench && collectives.empty()) {
     throw cfg::ConfigError("--calibrate --links-from-bench: no bench-comm file among the inputs to fit the links to");
@@ -363,9 +403,16 @@ void calibrate_from_files(const std::vector<std::filesystem::path>& fit_files,
         "only the links; compute and the optimizer step need a run)");
   Calibration c;
   try {
-    c = calibrate(compute, optimizer, collectives);
+    c = calibrate(compute, optimizer, collectives, intra);
   } catch (const std::invalid_argument& e) {
     throw cfg::ConfigError(std::string("--calibrate: ") + e.what());
+  }
+  for (const auto& r : runs) {
+    if (r.hierarchical() && !c.intra) {
+      throw cfg::ConfigError("--calibrate: " + r.file.string() +
+                             " runs optimizer.hierarchy node, but no fitted run measured the node collectives "
+                             "that fit the intra-node link: fit on a hierarchical run too");
+    }
   }
   for (const auto& file : fit_files) c.sources.push_back(file.string());
   std::ofstream o(out);

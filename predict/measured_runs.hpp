@@ -24,6 +24,8 @@ struct MeasuredCollective {
   double latency_steps = 0;  // of every call of the purpose in one step (the ledger)
   double bytes_sent = 0;     // per worker, every call
   double measured_s = 0;     // median over the steady-state steps
+  LinkClass link = LinkClass::inter;  // intra: a hierarchical run's node collective
+  int ranks = 1;  // the ranks it runs among: W, or G (a node) or W / G (a rail) under hierarchy node
 };
 
 // Medians over the steady-state steps of one run (past the density warm-up and the first
@@ -32,6 +34,10 @@ struct RunMeasurement {
   std::filesystem::path file;
   OptimizerConfig optimizer;
   int workers = 1;
+  // optimizer.hierarchy = "node" with topology.ranks_per_node = G > 1: the node collectives run
+  // among G ranks on the intra-node link, the method on each rail among W / G nodes.
+  int ranks_per_node = 1;
+  bool hierarchical() const { return optimizer.hierarchy == Hierarchy::node && ranks_per_node > 1; }
   std::uint64_t n_params = 0;
   ParamLayout layout;  // the run's model tensors (SCAPE's per-tensor k and owners)
   double flops_per_token = 0;
@@ -66,8 +72,9 @@ struct RunMeasurement {
 // 0 (whose time the run records), which no cluster optimizer pays: ||g_i|| reads the gradient
 // (4N); rank 0's update statistics copy theta before the step (8N) and then read theta, the copy
 // and the previous signs and write the signs (10N); sparse optimizers' residual metrics read
-// the residual (4N).
-double harness_metric_bytes(const OptimizerConfig& optimizer, std::uint64_t n_params);
+// the residual (4N; under optimizer.hierarchy = "node" the rail's part, `residual_params`).
+double harness_metric_bytes(const OptimizerConfig& optimizer, std::uint64_t n_params,
+                            std::uint64_t residual_params = 0);
 
 // Below this CPU share a run counts as oversubscribed and its times are scaled by the share.
 inline constexpr double kOversubscribedShare = 0.9;

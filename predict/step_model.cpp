@@ -383,35 +383,33 @@ double bucketed_exposed(double time_s, int buckets, double window_s) {
   return std::max(time_s / b, time_s - window_s * (b - 1) / b);
 }
 
-// What one GPU's optimizer steps: the whole layout among all workers (flat), or under
-// optimizer.hierarchy = "node" the largest rail's part among the nodes (the step waits for it).
-struct MethodShare {
-  OptimizerConfig flat;  // the method's own config (hierarchy flat)
-  ParamLayout layout{ParamLayout::kUnbounded};
-  std::uint64_t n = 0;
-  int workers = 1;
-  int rail = 0;
-};
+MethodShare method_share(const OptimizerConfig& c, const ParamLayout& layout, std::uint64_t n_params, int workers,
+                         int gpus_per_node) {
+  MethodShare m{c, layout, n_params, workers, 0};
+  if (c.hierarchy != Hierarchy::node) return m;
+  const auto parts = split_into_rails(layout, gpus_per_node, c.rail_split);
+  const std::size_t largest = largest_rail(parts);
+  m.flat.hierarchy = Hierarchy::flat;
+  m.layout = parts[largest].layout;
+  m.n = parts[largest].size();
+  m.workers = workers / gpus_per_node;
+  m.rail = static_cast<int>(largest);
+  return m;
+}
 
-MethodShare method_share(const StepInputs& in, int workers) {
-  MethodShare m{in.optimizer, in.layout, in.n_params, workers, 0};
-  if (in.optimizer.hierarchy != Hierarchy::node) return m;
-  if (in.layout.size() == 0) {
+namespace {
+
+// The node is the topology's: G = its GPUs that take part.
+MethodShare step_share(const StepInputs& in, int workers) {
+  if (in.optimizer.hierarchy == Hierarchy::node && in.layout.size() == 0) {
     throw std::invalid_argument(
         "optimizer.hierarchy: \"node\" is predicted over the model's tensors; give the "
         "model (its layout decides each rail's part)");
   }
-  const Placement p = place(in.topology, workers);
-  const auto parts = split_into_rails(in.layout, p.gpus_per_node, in.optimizer.rail_split);
-  const auto largest = std::max_element(parts.begin(), parts.end(),
-                                        [](const RailPart& a, const RailPart& b) { return a.size() < b.size(); });
-  m.flat.hierarchy = Hierarchy::flat;
-  m.layout = largest->layout;
-  m.n = largest->size();
-  m.workers = p.nodes;
-  m.rail = static_cast<int>(largest - parts.begin());
-  return m;
+  return method_share(in.optimizer, in.layout, in.n_params, workers, place(in.topology, workers).gpus_per_node);
 }
+
+}  // namespace
 
 StepPrediction predict_step(const StepInputs& given, int workers, double tokens_per_gpu) {
   // Under hierarchy node the node is the topology's: G = its GPUs that take part.
@@ -437,7 +435,7 @@ StepPrediction predict_step(const StepInputs& given, int workers, double tokens_
     throw std::invalid_argument("predict_step: the layout has " + std::to_string(in.layout.size()) +
                                 " elements, n_params is " + std::to_string(in.n_params));
   }
-  const MethodShare share = method_share(in, workers);
+  const MethodShare share = step_share(in, workers);
   if (has_outer_loop(c.type)) {
     s.optimizer_bytes = static_cast<double>(share.n) * dense_step_bytes(c);  // the inner step, unsharded
     s.state_s = s.optimizer_bytes / in.gpu.memory_Bps();

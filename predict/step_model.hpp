@@ -118,6 +118,19 @@ double mask_codec_seconds(const OptimizerConfig& c, const ParamLayout& layout, i
 // ready one by one over `window_s` of compute: max(time / B, time - window (B - 1) / B).
 double bucketed_exposed(double time_s, int buckets, double window_s);
 
+// What one GPU's optimizer steps: the whole layout among all W workers (flat), or under
+// optimizer.hierarchy = "node" the part of the rail the step waits for (the largest) among the
+// W / G nodes, G = `gpus_per_node`. Calibration reads a hierarchical run's records of that rail.
+struct MethodShare {
+  OptimizerConfig flat;  // the method's own config (hierarchy flat)
+  ParamLayout layout{ParamLayout::kUnbounded};
+  std::uint64_t n = 0;
+  int workers = 1;
+  int rail = 0;
+};
+MethodShare method_share(const OptimizerConfig& c, const ParamLayout& layout, std::uint64_t n_params, int workers,
+                         int gpus_per_node);
+
 // One step on W GPUs with `tokens_per_gpu` tokens each. Throws std::invalid_argument on a
 // placement the topology cannot hold.
 StepPrediction predict_step(const StepInputs& in, int workers, double tokens_per_gpu);

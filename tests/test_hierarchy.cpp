@@ -3,12 +3,14 @@
 // on n workers whose gradients are the node means, restricted to the rail's part: the same masks
 // at every step and the same parameters bit for bit, since the reference takes the node mean
 // with the communicator's own rank-order sum. Gradients come from a replay trace. Also the rail
-// split rules, the split communicators and the ledger's link classes.
+// split rules, the split communicators, the ledger's link classes and the measured times the
+// groups hand to the world communicator.
 #include <doctest/doctest.h>
 
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
+#include <map>
 #include <mutex>
 #include <random>
 #include <string>
@@ -423,6 +425,45 @@ TEST_CASE("split communicators: node and rail groups reduce among their own rank
     CHECK(rail_means[static_cast<std::size_t>(r)][0] == static_cast<float>(r % 3) + 1.5f);
     CHECK(node_sizes[static_cast<std::size_t>(r)] == 3);
     CHECK(rail_ranks[static_cast<std::size_t>(r)] == r / 3);
+  }
+}
+
+TEST_CASE("hierarchy node: the world communicator's measured times hold the node's and the rail's collectives") {
+  const ParamLayout layout = trace_layout();
+  OptimizerConfig hier;
+  hier.type = OptimizerType::adams;
+  hier.hierarchy = Hierarchy::node;
+  hier.ranks_per_node = 2;
+  std::mutex mutex;
+  std::vector<std::map<std::string, double>> measured;
+  std::vector<double> blocking, again;
+  sim::run_ranks(4, NetworkModel{}, [&](Communicator& world) {
+    auto opt = make_optimizer(hier, layout, world, kSteps);
+    std::vector<float> theta(layout.size(), 0.5f), g(layout.size(), 0.25f);
+    (void)opt->step(theta, g);
+    auto times = world.take_measured_times();
+    const double b = world.take_blocking_seconds();
+    const double after = static_cast<double>(world.take_measured_times().size()) + world.take_blocking_seconds();
+    const std::lock_guard lock(mutex);
+    measured.push_back(std::move(times));
+    blocking.push_back(b);
+    again.push_back(after);
+  });
+  REQUIRE(measured.size() == 4);
+  for (std::size_t r = 0; r < 4; ++r) {
+    std::vector<std::string> purposes;
+    double sum = 0;
+    for (const auto& [purpose, seconds] : measured[r]) {
+      purposes.push_back(purpose);
+      CHECK(seconds >= 0);
+      sum += seconds;
+    }
+    // Sharded AdamS on each rail: its reduce-scatter and all-gather among the 2 nodes, all
+    // synchronous, so every second of them is blocking.
+    CHECK(purposes == std::vector<std::string>{"grad_reduce_scatter", "node_grad_reduce_scatter",
+                                               "node_param_all_gather", "param_all_gather"});
+    CHECK(blocking[r] == doctest::Approx(sum));
+    CHECK(again[r] == 0.0);  // moved, not copied: taken once
   }
 }
 
