@@ -479,6 +479,13 @@ def check_key_types(runs):
             raise _lacking_table_error(lacking, e) from None
 
 
+# Keys a run file records only away from their defaults (so that older runs keep their ids):
+# a run without one ran at the default, which a comparison must see as a value of its own.
+# Optimizer keys among them count only for the types that read them.
+RECORDED_WHEN_NOT_DEFAULT = {"optimizer.hierarchy": "flat", "optimizer.overlap_grad_reduce": False,
+                             "topology.ranks_per_node": 1}
+
+
 def effective_config(run):
     """The flattened config without keys that do not apply to the run's optimizer or model.
 
@@ -495,6 +502,11 @@ def effective_config(run):
     flat = flatten(run.config)
     kind = run.optimizer_type
     types_of = key_types(run) or {}
+    for key, default in RECORDED_WHEN_NOT_DEFAULT.items():
+        option = key.removeprefix("optimizer.")
+        reads = option == key or kind in types_of.get(option, ()) or (not types_of and key in flat)
+        if reads:
+            flat.setdefault(key, default)
     if kind in types_of.get("type", ()):
         for key, types in types_of.items():
             if kind not in types:

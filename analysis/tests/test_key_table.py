@@ -185,3 +185,28 @@ def test_files_of_the_python_writer_need_no_binary(tmp_path):
     proc = report([runs_dir], tmp_path / "out", env_without_scape())
     assert proc.returncode == 0, proc.stderr
     assert "SCAPE(adams) s=0.99" in (tmp_path / "out" / "summary.md").read_text()
+
+
+def test_keys_recorded_only_away_from_their_defaults_compare_at_the_default(scape, tmp_path):
+    """optimizer.hierarchy, optimizer.overlap_grad_reduce and topology.ranks_per_node are written
+    only when not at their defaults (older runs keep their ids): a run without one ran at the
+    default, so flat against hierarchical is a setting that differs, and an optimizer key counts
+    only for the types that read it."""
+    from analysis.runs import effective_config, load_run
+    from analysis.tables import varying_keys
+
+    base = {"name": "q", "seed": 1, "workers": 4, "steps": 3, "model": {"type": "quadratic", "size": 64},
+            "optimizer": {"type": "scape", "sparsity": 0.9, "lr": 1e-3}}
+    flat = run_scape(scape, dict(base, topology={"ranks_per_node": 2}), tmp_path / "flat.h5")
+    node = run_scape(scape, dict(base, topology={"ranks_per_node": 2},
+                                 optimizer=dict(base["optimizer"], hierarchy="node", rail_split="rows")),
+                     tmp_path / "node.h5")
+    alone = run_scape(scape, dict(base, optimizer={"type": "adams", "lr": 1e-3}), tmp_path / "alone.h5")
+    runs = [load_run(p) for p in (flat, node, alone)]
+    configs = [effective_config(r) for r in runs]
+    assert [c["optimizer.hierarchy"] for c in configs] == ["flat", "node", "flat"]
+    assert [c["topology.ranks_per_node"] for c in configs] == [2, 2, 1]
+    assert configs[2]["optimizer.overlap_grad_reduce"] is False  # dense reads it
+    assert "optimizer.overlap_grad_reduce" not in configs[0]     # SCAPE does not
+    varying = varying_keys(runs)
+    assert varying["optimizer.hierarchy"] == ["flat", "node"] and varying["topology.ranks_per_node"] == [1, 2]
