@@ -253,7 +253,7 @@ def synthetic_override():
 
 
 def test_paper_sweeps_exist_and_say_what_they_test():
-    assert len(PAPER) == 17
+    assert len(PAPER) == 19
     for path in PAPER:
         sweep = json.loads(path.read_text(encoding="utf-8"))
         assert isinstance(sweep.get("description"), str) and "Claim:" in sweep["description"], path.name
