@@ -477,7 +477,7 @@ TEST_CASE("block_sum_squares and max_magnitude (the residual metrics) match the 
   for_each_small_case([&](Family family, std::size_t n) {
     const std::string what = case_name(family, n);
     const std::vector<float> x = make_values(family, n, ++seed);
-    for (const std::size_t block : {std::size_t{1}, std::size_t{64}, std::size_t{8192}}) {
+    for (const std::size_t block : {std::size_t{1}, std::size_t{64}, std::size_t{100}, std::size_t{8192}}) {
       std::vector<double> cpu((n + block - 1) / block);
       sk::block_sum_squares(x, block, cpu);
       const sk::Buffer<float> d = to_gpu(x);
@@ -533,7 +533,7 @@ TEST_CASE("count_nonfinite and update_statistics (the update metrics) match the 
     std::vector<std::int8_t> sign(n);
     for (std::size_t j = 0; j < n; ++j) sign[j] = static_cast<std::int8_t>(static_cast<int>(scape::rng::derive(seed + 1, j) % 3) - 1);
     for (const bool masked : {false, true}) {
-      for (const std::size_t block : {std::size_t{1}, std::size_t{64}, std::size_t{8192}}) {
+      for (const std::size_t block : {std::size_t{1}, std::size_t{64}, std::size_t{100}, std::size_t{8192}}) {
         const std::size_t blocks = (n + block - 1) / block;
         std::vector<double> cpu(sk::kUpdateStats * blocks);
         std::vector<std::int8_t> cpu_sign = sign;
