@@ -153,6 +153,12 @@ inline void block_sum_squares_sizes(std::size_t n, std::size_t block, std::size_
   require_size(partial, (n + block - 1) / block, "block_sum_squares: partial");
 }
 
+inline void block_sum_squares_max_sizes(std::size_t n, std::size_t block, std::size_t partial, std::size_t peak) {
+  if (block == 0) throw std::invalid_argument("block_sum_squares_max: block must be > 0");
+  require_size(partial, (n + block - 1) / block, "block_sum_squares_max: partial");
+  require_size(peak, partial, "block_sum_squares_max: peak");
+}
+
 inline void mask_range_counts_sizes(std::size_t mask_words, std::size_t previous_words, std::size_t ranges,
                                     std::size_t counts, const std::uint64_t* range_data) {
   if (previous_words != 0) require_size(previous_words, mask_words, "mask_range_counts: previous");

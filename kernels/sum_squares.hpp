@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstring>
 
 #ifdef __CUDACC__
 #define SCAPE_SUM_SQUARES_HOST_DEVICE __host__ __device__
@@ -62,6 +63,23 @@ SCAPE_SUM_SQUARES_HOST_DEVICE inline double block_sum_of_squared_differences(con
     const float d = x[j] - y[j];
     return static_cast<double>(d) * static_cast<double>(d);
   });
+}
+
+// max |x[j]| over [lo, hi) on the bit patterns with the sign cleared: for non-NaN floats their
+// unsigned order is the order of |x|, and every NaN lies above +inf's 0x7f800000, so one
+// unsigned maximum (which vectorizes) is the maximum magnitude, or a NaN when there is one. Beside
+// the sums because block_sum_squares_max takes both from one read of the block.
+SCAPE_SUM_SQUARES_HOST_DEVICE inline float block_max_magnitude(const float* x, std::size_t lo, std::size_t hi) {
+  unsigned max_bits = 0;
+  for (std::size_t j = lo; j < hi; ++j) {
+    unsigned bits = 0;
+    std::memcpy(&bits, &x[j], sizeof bits);
+    bits &= 0x7fffffffu;
+    max_bits = bits > max_bits ? bits : max_bits;
+  }
+  float max = 0;
+  std::memcpy(&max, &max_bits, sizeof max);
+  return max;
 }
 
 }  // namespace scape::kernels

@@ -53,7 +53,7 @@ constexpr std::string_view kComparedKernels[] = {
     "compact", "expand", "zero_at", "scatter_add",
     "first_moment_statistic", "carried_first_moment_statistic", "candidate_momentum", "quantize_e5m2", "momentum_from_gradient", "random_statistic", "pack_payload", "rebase_indices", "add_momentum",
     "reconstruct_gradient", "round_to_bf16", "fill",
-    "block_sum_squares", "max_magnitude", "count_nonfinite", "update_statistics",
+    "block_sum_squares", "max_magnitude", "block_sum_squares_max", "count_nonfinite", "update_statistics",
     "sign_compress", "sign_expand_add",
     "lowrank_project", "lowrank_project_t", "lowrank_residual", "orthonormalize_columns",
     "chunk_transform", "chunk_topk", "sign_descent",
@@ -470,8 +470,20 @@ TEST_CASE("scale, divide, accumulate, fill and round_to_bf16 match the CPU") {
   check_equal(cpu, to_host(d), "accumulate 2^26");
 }
 
-TEST_CASE("block_sum_squares and max_magnitude (the residual metrics) match the CPU") {
-  // Each block is summed in index order in double on both sides, so the partial sums are equal
+// block_sum_squares_max's sums and block maxima on the GPU against the CPU's, bit for bit.
+void check_block_sum_squares_max(const std::vector<float>& x, std::size_t block, const std::string& what) {
+  std::vector<double> cpu((x.size() + block - 1) / block);
+  std::vector<float> cpu_peak(cpu.size());
+  sk::block_sum_squares_max(x, block, cpu, cpu_peak);
+  sk::Buffer<double> partial(gpu(), cpu.size());
+  sk::Buffer<float> peak(gpu(), cpu.size());
+  gpu().block_sum_squares_max(to_gpu(x), block, partial, peak);
+  check_equal(cpu, to_host(partial), "block_sum_squares_max " + what + " block=" + std::to_string(block));
+  check_equal(cpu_peak, to_host(peak), "block_sum_squares_max peaks " + what + " block=" + std::to_string(block));
+}
+
+TEST_CASE("block_sum_squares, max_magnitude and block_sum_squares_max (the residual metrics) match the CPU") {
+  // Each block is summed in lane order in double on both sides, so the partial sums are equal
   // bit for bit; NaN anywhere makes the maximum NaN on both.
   std::uint32_t seed = 650;
   for_each_small_case([&](Family family, std::size_t n) {
@@ -484,6 +496,7 @@ TEST_CASE("block_sum_squares and max_magnitude (the residual metrics) match the 
       sk::Buffer<double> partial(gpu(), cpu.size());
       gpu().block_sum_squares(d, block, partial);
       check_equal(cpu, to_host(partial), "block_sum_squares " + what + " block=" + std::to_string(block));
+      check_block_sum_squares_max(x, block, what);
     }
     const sk::Buffer<float> d = to_gpu(x);
     CHECK(same_value(sk::max_magnitude(x), gpu().max_magnitude(d)));
@@ -496,6 +509,7 @@ TEST_CASE("block_sum_squares and max_magnitude (the residual metrics) match the 
   gpu().block_sum_squares(d, 8192, partial);
   check_equal(cpu, to_host(partial), "block_sum_squares 2^26");
   CHECK(same_value(sk::max_magnitude(big), gpu().max_magnitude(d)));
+  check_block_sum_squares_max(big, 8192, "2^26");
 }
 
 // Integer counts: exact on both devices whatever the order of the atomics.

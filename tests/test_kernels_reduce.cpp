@@ -186,3 +186,33 @@ TEST_CASE("update_statistics equals its definition on every block size and align
     }
   }
 }
+
+TEST_CASE("block_sum_squares_max: block_sum_squares' sums and each block's largest |x|") {
+  const std::vector<float> x = {1, -2, 3, 4, 0.5f, -6, 7};
+  std::vector<double> partial(3);
+  std::vector<float> peak(3);
+  kernels::block_sum_squares_max(x, 3, partial, peak);
+  CHECK(partial == std::vector<double>{1 + 4 + 9, 16 + 0.25 + 36, 49});
+  CHECK(peak == std::vector<float>{3, 6, 7});
+  // The lane order of block_sum_squares (2^54 + 28, see above), and a NaN only in its own block.
+  std::vector<float> y(24, 1.0f);
+  y[0] = 0x1p27f;
+  y.push_back(-0.0f);
+  y.push_back(std::numeric_limits<float>::quiet_NaN());
+  partial.assign(2, 0);
+  peak.assign(2, 0);
+  kernels::block_sum_squares_max(y, 24, partial, peak);
+  CHECK(partial[0] == 0x1p54 + 28);
+  CHECK(peak[0] == 0x1p27f);
+  CHECK(std::isnan(partial[1]));
+  CHECK(std::isnan(peak[1]));
+  // -0 alone is +0, as max_magnitude gives it.
+  kernels::block_sum_squares_max(std::vector<float>{-0.0f}, 1, std::span<double>(partial).first(1),
+                                 std::span<float>(peak).first(1));
+  CHECK(peak[0] == 0.0f);
+  CHECK(!std::signbit(peak[0]));
+  std::vector<double> three(3);
+  std::vector<float> short_peak(2);
+  CHECK_THROWS_AS(kernels::block_sum_squares_max(x, 3, three, short_peak), std::invalid_argument);
+  CHECK_THROWS_AS(kernels::block_sum_squares_max(x, 0, three, short_peak), std::invalid_argument);
+}
