@@ -51,7 +51,7 @@ constexpr std::string_view kComparedKernels[] = {
     "pack_bits", "unpack_bits", "popcount", "popcount_and", "popcount_or", "mask_range_counts", "bits_to_indices", "indices_to_bits",
     "and_not_bits", "or_bits", "extract_bits", "deposit_bits", "ef_encode", "ef_decode", "ef_decode_indices",
     "compact", "expand", "zero_at", "scatter_add",
-    "first_moment_statistic", "carried_first_moment_statistic", "candidate_momentum", "quantize_e5m2", "momentum_from_gradient", "random_statistic", "pack_payload", "rebase_indices", "add_momentum",
+    "first_moment_statistic", "carried_first_moment_statistic", "candidate_momentum", "carry_momentum_off_mask", "quantize_e5m2", "momentum_from_gradient", "random_statistic", "pack_payload", "rebase_indices", "add_momentum",
     "reconstruct_gradient", "round_to_bf16", "fill",
     "block_sum_squares", "max_magnitude", "block_sum_squares_max", "count_nonfinite", "update_statistics",
     "sign_compress", "sign_expand_add",
@@ -602,6 +602,22 @@ TEST_CASE("first_moment_statistic, its carried form and random_statistic match t
                                                            mode == 2 ? std::span<const float>{} : std::span<const float>(da), b1, omb1);
       check_equal(cpu_e, to_host(de), "candidate_momentum mode " + std::to_string(mode) + " " + what);
       CHECK(cpu_bad == gpu_bad);
+    }
+
+    // carry_momentum_off_mask on a random mask (a quarter of the bits), from bit 0 and from bit
+    // 37 (positions straddle mask words), with gamma 1 (no multiplication) and 0.7.
+    for (const std::size_t first_bit : {std::size_t{0}, std::size_t{37}}) {
+      std::vector<std::uint64_t> mask(sk::words_for(first_bit + n));
+      for (std::size_t w = 0; w < mask.size(); ++w) mask[w] = scape::rng::derive(seed, w) & scape::rng::derive(seed + 7, w);
+      for (const float gamma : {1.0f, 0.7f}) {
+        std::vector<float> cpu_q = q, cpu_m = m;
+        sk::carry_momentum_off_mask(cpu_q, cpu_m, mask, first_bit, b1, gamma);
+        sk::Buffer<float> gq = to_gpu(q), gm = to_gpu(m);
+        gpu().carry_momentum_off_mask(gq, gm, to_gpu(mask), first_bit, b1, gamma);
+        const std::string label = "carry_momentum_off_mask first_bit=" + std::to_string(first_bit) + " gamma=" + std::to_string(gamma) + " " + what;
+        check_equal(cpu_q, to_host(gq), label + " q");
+        check_equal(cpu_m, to_host(gm), label + " m");
+      }
     }
 
     // quantize_e5m2 at exponents that put the values in the normal range, at the top of it, and
