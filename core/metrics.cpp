@@ -120,20 +120,28 @@ void fill_mask_metrics(const RangeCounter& counted, const ParamLayout& layout, b
   }
 }
 
-void tensor_sum_squares(kernels::KernelBackend& k, kernels::Buffer<double>& partial, const ParamLayout& layout,
-                        std::span<const float> x, std::vector<double>& out) {
+namespace {
+
+std::size_t blocks_of(std::size_t n) { return (n + kBlock - 1) / kBlock; }
+
+std::size_t tensor_blocks(const ParamLayout& layout) {
+  std::size_t total = 0;
+  for (const auto& slot : layout.slots()) total += blocks_of(slot.numel());
+  return total;
+}
+
+// Queues launch(tensor's values, its blocks' first index) for every tensor, the tensors' blocks
+// laid out one after another; then, k synchronized, adds each tensor's block sums in order.
+template <typename Launch>
+void tensor_block_sums(kernels::KernelBackend& k, const kernels::Buffer<double>& partial, const ParamLayout& layout,
+                       std::span<const float> x, std::vector<double>& out, Launch launch) {
   // Per tensor, the same fixed blocks as blocked_sum, each summed in order on the device; the
   // host adds the block sums in order, so the sums equal a host computation bit for bit.
   const auto& slots = layout.slots();
-  auto blocks_of = [](std::size_t n) { return (n + kBlock - 1) / kBlock; };
-  std::size_t total_blocks = 0;
-  for (const auto& slot : slots) total_blocks += blocks_of(slot.numel());
-  if (partial.size() < total_blocks) partial.resize(total_blocks);
   std::size_t at = 0;
   for (const auto& slot : slots) {
-    const std::size_t nb = blocks_of(slot.numel());
-    k.block_sum_squares(x.subspan(slot.offset, slot.numel()), kBlock, partial.span().subspan(at, nb));
-    at += nb;
+    launch(x.subspan(slot.offset, slot.numel()), at);
+    at += blocks_of(slot.numel());
   }
   k.synchronize();
   out.assign(slots.size(), 0.0);
@@ -146,11 +154,39 @@ void tensor_sum_squares(kernels::KernelBackend& k, kernels::Buffer<double>& part
   }
 }
 
-void fill_residual_metrics(kernels::KernelBackend& k, kernels::Buffer<double>& partial, const ParamLayout& layout,
-                           std::span<const float> residual, StepMetrics& out) {
+}  // namespace
+
+void tensor_sum_squares(kernels::KernelBackend& k, kernels::Buffer<double>& partial, const ParamLayout& layout,
+                        std::span<const float> x, std::vector<double>& out) {
+  const std::size_t total = tensor_blocks(layout);
+  if (partial.size() < total) partial.resize(total);
+  tensor_block_sums(k, partial, layout, x, out, [&](std::span<const float> tensor, std::size_t at) {
+    k.block_sum_squares(tensor, kBlock, partial.span().subspan(at, blocks_of(tensor.size())));
+  });
+}
+
+float tensor_sum_squares_max(kernels::KernelBackend& k, kernels::Buffer<double>& partial, kernels::Buffer<float>& peak,
+                             const ParamLayout& layout, std::span<const float> x, std::vector<double>& out) {
+  const std::size_t total = tensor_blocks(layout);
+  if (partial.size() < total) partial.resize(total);
+  if (peak.size() < total) peak.resize(total);
+  tensor_block_sums(k, partial, layout, x, out, [&](std::span<const float> tensor, std::size_t at) {
+    const std::size_t nb = blocks_of(tensor.size());
+    k.block_sum_squares_max(tensor, kBlock, partial.span().subspan(at, nb), peak.span().subspan(at, nb));
+  });
+  // The tensors tile x, so the largest block maximum is max_magnitude(x), NaN when one is NaN.
+  float max = 0;
+  for (const float p : peak.span().first(total)) {
+    if (std::isnan(p)) return std::numeric_limits<float>::quiet_NaN();
+    max = std::max(max, p);
+  }
+  return max;
+}
+
+void fill_residual_metrics(kernels::KernelBackend& k, kernels::Buffer<double>& partial, kernels::Buffer<float>& peak,
+                           const ParamLayout& layout, std::span<const float> residual, StepMetrics& out) {
   std::vector<double> sums;
-  tensor_sum_squares(k, partial, layout, residual, sums);
-  const float max = k.max_magnitude(residual);
+  const float max = tensor_sum_squares_max(k, partial, peak, layout, residual, sums);
   out.tensor_residual_norm.resize(sums.size());
   double total = 0;
   for (std::size_t s = 0; s < sums.size(); ++s) {

@@ -62,11 +62,15 @@ void fill_mask_metrics(const RangeCounter& counted, const ParamLayout& layout, b
 // `partial` is k's scratch, grown as needed.
 void tensor_sum_squares(kernels::KernelBackend& k, kernels::Buffer<double>& partial, const ParamLayout& layout,
                         std::span<const float> x, std::vector<double>& sums);
-// Fills residual_norm, residual_max and per-tensor residual norms. The reductions run on
-// backend k where the residual lives (only the partial sums reach the host); `partial` is k's
-// scratch, grown as needed.
-void fill_residual_metrics(kernels::KernelBackend& k, kernels::Buffer<double>& partial, const ParamLayout& layout,
-                           std::span<const float> residual, StepMetrics& out);
+// tensor_sum_squares, and max |x[j]| over all of x (NaN when an x[j] is NaN) from the same
+// read of x; `peak` is k's scratch for the block maxima, grown as needed.
+float tensor_sum_squares_max(kernels::KernelBackend& k, kernels::Buffer<double>& partial, kernels::Buffer<float>& peak,
+                             const ParamLayout& layout, std::span<const float> x, std::vector<double>& sums);
+// Fills residual_norm, residual_max and per-tensor residual norms, in one pass over the
+// residual. The reductions run on backend k where the residual lives (only the block sums and
+// maxima reach the host); `partial` and `peak` are k's scratch, grown as needed.
+void fill_residual_metrics(kernels::KernelBackend& k, kernels::Buffer<double>& partial, kernels::Buffer<float>& peak,
+                           const ParamLayout& layout, std::span<const float> residual, StepMetrics& out);
 // residual_norm / ||theta||_2 (NaN when theta_norm is not positive).
 double residual_to_param(double residual_norm, double theta_norm);
 // Sets every mask, residual and staleness metric to NaN (dense optimizers).

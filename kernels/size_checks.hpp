@@ -138,6 +138,15 @@ inline void candidate_momentum_sizes(std::size_t e, std::size_t m, std::size_t g
   if (g != 0) require_size(g, e, "candidate_momentum: g");
 }
 
+inline void carry_momentum_off_mask_sizes(std::size_t q, std::size_t m, std::size_t mask_words, std::size_t first_bit) {
+  require_size(m, q, "carry_momentum_off_mask: m");
+  if (q != 0 && mask_words < words_for(first_bit + q)) {
+    throw std::invalid_argument("carry_momentum_off_mask: the mask has " + std::to_string(mask_words) +
+                                " words, bits up to " + std::to_string(first_bit + q) + " need " +
+                                std::to_string(words_for(first_bit + q)));
+  }
+}
+
 inline void momentum_from_gradient_sizes(std::size_t idx, std::size_t g_bar, std::size_t out) {
   require_size(g_bar, idx, "momentum_from_gradient: g_bar");
   require_size(out, idx, "momentum_from_gradient: out");
@@ -151,6 +160,12 @@ inline void reconstruct_gradient_sizes(std::size_t b_bar, std::size_t idx, std::
 inline void block_sum_squares_sizes(std::size_t n, std::size_t block, std::size_t partial) {
   if (block == 0) throw std::invalid_argument("block_sum_squares: block must be > 0");
   require_size(partial, (n + block - 1) / block, "block_sum_squares: partial");
+}
+
+inline void block_sum_squares_max_sizes(std::size_t n, std::size_t block, std::size_t partial, std::size_t peak) {
+  if (block == 0) throw std::invalid_argument("block_sum_squares_max: block must be > 0");
+  require_size(partial, (n + block - 1) / block, "block_sum_squares_max: partial");
+  require_size(peak, partial, "block_sum_squares_max: peak");
 }
 
 inline void mask_range_counts_sizes(std::size_t mask_words, std::size_t previous_words, std::size_t ranges,

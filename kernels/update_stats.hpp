@@ -21,44 +21,84 @@ namespace scape::kernels {
 // Values per block in update_statistics' output: sum d^2, sum theta^2, max |d|, both, flipped.
 constexpr std::size_t kUpdateStats = 5;
 
+// The sign flips of coordinates [lo, hi), which lie inside one word of `stepped` (every
+// coordinate is stepped when it is null): adds to both and flipped, writes the new signs.
+SCAPE_UPDATE_STATS_HOST_DEVICE inline void count_sign_flips(const float* theta, const float* before,
+                                                            const std::uint64_t* stepped, int previous,
+                                                            std::int8_t* sign, std::size_t lo, std::size_t hi,
+                                                            std::size_t& both, std::size_t& flipped) {
+  const std::uint64_t word = stepped == nullptr ? ~std::uint64_t{0} : stepped[lo / 64];
+  // 32-bit counts within a word: the vectorized loop adds dwords instead of widening to qwords.
+  unsigned word_both = 0, word_flipped = 0;
+  for (std::size_t j = lo; j < hi; ++j) {
+    const float d = theta[j] - before[j];
+    const int s = ((d > 0) - (d < 0)) * static_cast<int>((word >> (j % 64)) & 1u);
+    const int p = sign[j];
+    const int counted = previous & (s != 0) & (p != 0);
+    word_both += static_cast<unsigned>(counted);
+    word_flipped += static_cast<unsigned>(counted & (s != p));
+    sign[j] = static_cast<std::int8_t>(s);
+  }
+  both += word_both;
+  flipped += word_flipped;
+}
+
 // Coordinates [lo, hi): out[0..4] as the kernel's contract states; sign[j] = the new sign. The
-// two double sums are in the lane order of kernels/sum_squares.hpp. Three passes over the block
-// (the sums, the maximum, the signs), each of which the compiler vectorizes, where one loop
-// doing all three did not.
+// two double sums are in the lane order of kernels/sum_squares.hpp. The block is read from
+// memory once, 64 coordinates at a time: each piece goes through three loops (the sums, the
+// maximum, the signs) while it is in L1. One loop doing all three did not vectorize; three
+// passes over the whole block waited on memory in the first and re-read L2 in the others. The
+// pieces start at lo + 64 i, so the lanes receive the same terms in the same order as
+// lane_order_sum gives them, and the sums are the same bit for bit.
 SCAPE_UPDATE_STATS_HOST_DEVICE inline void update_statistics_block(const float* theta, const float* before,
                                                                    const std::uint64_t* stepped, bool have_previous,
                                                                    std::int8_t* sign, std::size_t lo, std::size_t hi,
                                                                    double* out) {
-  out[0] = block_sum_of_squared_differences(theta, before, lo, hi);
-  out[1] = block_sum_of_squares(theta, lo, hi);
-  // max |d| on the bit patterns with the sign cleared: for non-NaN floats their unsigned order is
-  // the order of |d|, and every NaN lies above +inf, so the maximum is NaN when a d is NaN.
+  constexpr std::size_t kPiece = 64;
+  double diff_lane[kSumSquaresLanes] = {0, 0, 0, 0, 0, 0, 0, 0};
+  double theta_lane[kSumSquaresLanes] = {0, 0, 0, 0, 0, 0, 0, 0};
   std::uint32_t max_bits = 0;
-  for (std::size_t j = lo; j < hi; ++j) {
-    const float d = theta[j] - before[j];
-    std::uint32_t bits = 0;
-    std::memcpy(&bits, &d, sizeof bits);
-    bits &= 0x7fffffffu;
-    max_bits = bits > max_bits ? bits : max_bits;
+  std::size_t both = 0, flipped = 0;
+  const int previous = have_previous ? 1 : 0;
+  const std::size_t grouped_end = lo + (hi - lo) / kSumSquaresLanes * kSumSquaresLanes;
+  for (std::size_t begin = lo; begin < hi; begin += kPiece) {
+    const std::size_t end = begin + kPiece < hi ? begin + kPiece : hi;
+    const std::size_t groups_end = end < grouped_end ? end : grouped_end;
+    const std::size_t groups = (groups_end - begin) / kSumSquaresLanes;
+    add_lane_groups(diff_lane, begin, groups, [theta, before](std::size_t j) {
+      const float d = theta[j] - before[j];
+      return static_cast<double>(d) * static_cast<double>(d);
+    });
+    add_lane_groups(theta_lane, begin, groups,
+                    [theta](std::size_t j) { return static_cast<double>(theta[j]) * static_cast<double>(theta[j]); });
+    // max |d| on the bit patterns with the sign cleared: for non-NaN floats their unsigned order
+    // is the order of |d|, and every NaN lies above +inf, so the maximum is NaN when a d is NaN.
+    for (std::size_t j = begin; j < end; ++j) {
+      const float d = theta[j] - before[j];
+      std::uint32_t bits = 0;
+      std::memcpy(&bits, &d, sizeof bits);
+      bits &= 0x7fffffffu;
+      max_bits = bits > max_bits ? bits : max_bits;
+    }
+    // The piece spans two words of `stepped` when lo is not a multiple of 64.
+    const std::size_t word_end = (begin / 64 + 1) * 64 < end ? (begin / 64 + 1) * 64 : end;
+    count_sign_flips(theta, before, stepped, previous, sign, begin, word_end, both, flipped);
+    if (word_end < end) count_sign_flips(theta, before, stepped, previous, sign, word_end, end, both, flipped);
   }
+  // The lanes in lane order, then the last (hi - lo) mod 8 coordinates in index order.
+  double diff_sum = 0, theta_sum = 0;
+  for (std::size_t l = 0; l < kSumSquaresLanes; ++l) diff_sum += diff_lane[l];
+  for (std::size_t l = 0; l < kSumSquaresLanes; ++l) theta_sum += theta_lane[l];
+  for (std::size_t j = grouped_end; j < hi; ++j) {
+    const float d = theta[j] - before[j];
+    diff_sum += static_cast<double>(d) * static_cast<double>(d);
+    theta_sum += static_cast<double>(theta[j]) * static_cast<double>(theta[j]);
+  }
+  out[0] = diff_sum;
+  out[1] = theta_sum;
   float max = 0;
   std::memcpy(&max, &max_bits, sizeof max);
   out[2] = static_cast<double>(max);
-  std::size_t both = 0, flipped = 0;
-  const int previous = have_previous ? 1 : 0;
-  for (std::size_t j = lo; j < hi;) {  // one word of `stepped` at a time
-    const std::uint64_t word = stepped == nullptr ? ~std::uint64_t{0} : stepped[j / 64];
-    const std::size_t word_end = (j / 64 + 1) * 64 < hi ? (j / 64 + 1) * 64 : hi;
-    for (; j < word_end; ++j) {
-      const float d = theta[j] - before[j];
-      const int s = ((d > 0) - (d < 0)) * static_cast<int>((word >> (j % 64)) & 1u);
-      const int p = sign[j];
-      const int counted = previous & (s != 0) & (p != 0);
-      both += static_cast<std::size_t>(counted);
-      flipped += static_cast<std::size_t>(counted & (s != p));
-      sign[j] = static_cast<std::int8_t>(s);
-    }
-  }
   out[3] = static_cast<double>(both);
   out[4] = static_cast<double>(flipped);
 }

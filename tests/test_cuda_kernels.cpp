@@ -51,9 +51,9 @@ constexpr std::string_view kComparedKernels[] = {
     "pack_bits", "unpack_bits", "popcount", "popcount_and", "popcount_or", "mask_range_counts", "bits_to_indices", "indices_to_bits",
     "and_not_bits", "or_bits", "extract_bits", "deposit_bits", "ef_encode", "ef_decode", "ef_decode_indices",
     "compact", "expand", "zero_at", "scatter_add",
-    "first_moment_statistic", "carried_first_moment_statistic", "candidate_momentum", "quantize_e5m2", "momentum_from_gradient", "random_statistic", "pack_payload", "rebase_indices", "add_momentum",
+    "first_moment_statistic", "carried_first_moment_statistic", "candidate_momentum", "carry_momentum_off_mask", "quantize_e5m2", "momentum_from_gradient", "random_statistic", "pack_payload", "rebase_indices", "add_momentum",
     "reconstruct_gradient", "round_to_bf16", "fill",
-    "block_sum_squares", "max_magnitude", "count_nonfinite", "update_statistics",
+    "block_sum_squares", "max_magnitude", "block_sum_squares_max", "count_nonfinite", "update_statistics",
     "sign_compress", "sign_expand_add",
     "lowrank_project", "lowrank_project_t", "lowrank_residual", "orthonormalize_columns",
     "chunk_transform", "chunk_topk", "sign_descent",
@@ -470,20 +470,33 @@ TEST_CASE("scale, divide, accumulate, fill and round_to_bf16 match the CPU") {
   check_equal(cpu, to_host(d), "accumulate 2^26");
 }
 
-TEST_CASE("block_sum_squares and max_magnitude (the residual metrics) match the CPU") {
-  // Each block is summed in index order in double on both sides, so the partial sums are equal
+// block_sum_squares_max's sums and block maxima on the GPU against the CPU's, bit for bit.
+void check_block_sum_squares_max(const std::vector<float>& x, std::size_t block, const std::string& what) {
+  std::vector<double> cpu((x.size() + block - 1) / block);
+  std::vector<float> cpu_peak(cpu.size());
+  sk::block_sum_squares_max(x, block, cpu, cpu_peak);
+  sk::Buffer<double> partial(gpu(), cpu.size());
+  sk::Buffer<float> peak(gpu(), cpu.size());
+  gpu().block_sum_squares_max(to_gpu(x), block, partial, peak);
+  check_equal(cpu, to_host(partial), "block_sum_squares_max " + what + " block=" + std::to_string(block));
+  check_equal(cpu_peak, to_host(peak), "block_sum_squares_max peaks " + what + " block=" + std::to_string(block));
+}
+
+TEST_CASE("block_sum_squares, max_magnitude and block_sum_squares_max (the residual metrics) match the CPU") {
+  // Each block is summed in lane order in double on both sides, so the partial sums are equal
   // bit for bit; NaN anywhere makes the maximum NaN on both.
   std::uint32_t seed = 650;
   for_each_small_case([&](Family family, std::size_t n) {
     const std::string what = case_name(family, n);
     const std::vector<float> x = make_values(family, n, ++seed);
-    for (const std::size_t block : {std::size_t{1}, std::size_t{64}, std::size_t{8192}}) {
+    for (const std::size_t block : {std::size_t{1}, std::size_t{64}, std::size_t{100}, std::size_t{8192}}) {
       std::vector<double> cpu((n + block - 1) / block);
       sk::block_sum_squares(x, block, cpu);
       const sk::Buffer<float> d = to_gpu(x);
       sk::Buffer<double> partial(gpu(), cpu.size());
       gpu().block_sum_squares(d, block, partial);
       check_equal(cpu, to_host(partial), "block_sum_squares " + what + " block=" + std::to_string(block));
+      check_block_sum_squares_max(x, block, what);
     }
     const sk::Buffer<float> d = to_gpu(x);
     CHECK(same_value(sk::max_magnitude(x), gpu().max_magnitude(d)));
@@ -496,6 +509,7 @@ TEST_CASE("block_sum_squares and max_magnitude (the residual metrics) match the 
   gpu().block_sum_squares(d, 8192, partial);
   check_equal(cpu, to_host(partial), "block_sum_squares 2^26");
   CHECK(same_value(sk::max_magnitude(big), gpu().max_magnitude(d)));
+  check_block_sum_squares_max(big, 8192, "2^26");
 }
 
 // Integer counts: exact on both devices whatever the order of the atomics.
@@ -533,7 +547,7 @@ TEST_CASE("count_nonfinite and update_statistics (the update metrics) match the 
     std::vector<std::int8_t> sign(n);
     for (std::size_t j = 0; j < n; ++j) sign[j] = static_cast<std::int8_t>(static_cast<int>(scape::rng::derive(seed + 1, j) % 3) - 1);
     for (const bool masked : {false, true}) {
-      for (const std::size_t block : {std::size_t{1}, std::size_t{64}, std::size_t{8192}}) {
+      for (const std::size_t block : {std::size_t{1}, std::size_t{64}, std::size_t{100}, std::size_t{8192}}) {
         const std::size_t blocks = (n + block - 1) / block;
         std::vector<double> cpu(sk::kUpdateStats * blocks);
         std::vector<std::int8_t> cpu_sign = sign;
@@ -588,6 +602,22 @@ TEST_CASE("first_moment_statistic, its carried form and random_statistic match t
                                                            mode == 2 ? std::span<const float>{} : std::span<const float>(da), b1, omb1);
       check_equal(cpu_e, to_host(de), "candidate_momentum mode " + std::to_string(mode) + " " + what);
       CHECK(cpu_bad == gpu_bad);
+    }
+
+    // carry_momentum_off_mask on a random mask (a quarter of the bits), from bit 0 and from bit
+    // 37 (positions straddle mask words), with gamma 1 (no multiplication) and 0.7.
+    for (const std::size_t first_bit : {std::size_t{0}, std::size_t{37}}) {
+      std::vector<std::uint64_t> mask(sk::words_for(first_bit + n));
+      for (std::size_t w = 0; w < mask.size(); ++w) mask[w] = scape::rng::derive(seed, w) & scape::rng::derive(seed + 7, w);
+      for (const float gamma : {1.0f, 0.7f}) {
+        std::vector<float> cpu_q = q, cpu_m = m;
+        sk::carry_momentum_off_mask(cpu_q, cpu_m, mask, first_bit, b1, gamma);
+        sk::Buffer<float> gq = to_gpu(q), gm = to_gpu(m);
+        gpu().carry_momentum_off_mask(gq, gm, to_gpu(mask), first_bit, b1, gamma);
+        const std::string label = "carry_momentum_off_mask first_bit=" + std::to_string(first_bit) + " gamma=" + std::to_string(gamma) + " " + what;
+        check_equal(cpu_q, to_host(gq), label + " q");
+        check_equal(cpu_m, to_host(gm), label + " m");
+      }
     }
 
     // quantize_e5m2 at exponents that put the values in the normal range, at the top of it, and

@@ -1,7 +1,8 @@
 // Tests for the AdamW / AdamS kernels (kernels/cpu/adam.cpp): double-precision references of
 // the formulas in kernels/kernel_list.inc on random data, a hand-computed AdamW trajectory with
-// PyTorch semantics, non-finite counting in accumulate, SCAPE's one-pass carried statistic
-// against the two passes it replaces, and size checks.
+// PyTorch semantics, non-finite counting in accumulate, SCAPE's one-pass carried statistic and
+// its one-pass carry of q with m <- 0 off the mask against the passes they replace, and size
+// checks.
 #include <doctest/doctest.h>
 
 #include <bit>
@@ -390,4 +391,64 @@ TEST_CASE("adam kernels reject mismatched sizes") {
   CHECK_THROWS_AS(sk::adams_step_masked(a, b, idx, one, two, s), std::invalid_argument);
   CHECK_THROWS_AS(sk::adams_step_masked(a, b, idx, two, one, s), std::invalid_argument);
   CHECK_THROWS_AS(sk::accumulate(a, shorter), std::invalid_argument);
+}
+
+TEST_CASE("carry_momentum_off_mask: q carried and m cleared off the mask, q cleared on it") {
+  // Bits 62..65 straddle two mask words: j = 1 and 2 are on the mask. b1 = 0.5, gamma = 0.5.
+  std::vector<float> q = {1, 2, 3, 4}, m = {10, 20, 30, 40};
+  const std::vector<std::uint64_t> mask = {std::uint64_t{1} << 63, 1};
+  sk::carry_momentum_off_mask(q, m, mask, 62, 0.5f, 0.5f);
+  CHECK(q == std::vector<float>{(0.5f * 10 + 1) * 0.5f, 0, 0, (0.5f * 40 + 4) * 0.5f});
+  CHECK(m == std::vector<float>{0, 20, 30, 0});
+  CHECK_THROWS_AS(sk::carry_momentum_off_mask(q, m, std::span<const std::uint64_t>(mask).first(1), 62, 0.5f, 1.0f),
+                  std::invalid_argument);
+  std::vector<float> short_m(3);
+  CHECK_THROWS_AS(sk::carry_momentum_off_mask(q, short_m, mask, 0, 0.5f, 1.0f), std::invalid_argument);
+}
+
+// The one pass must leave q and m bit for bit as the passes it replaced: candidate_momentum
+// (g empty), scale by gamma, zero_at on the mask for q; fill(m, 0) then m kept on the mask.
+TEST_CASE("carry_momentum_off_mask equals the passes it fuses") {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  for (const std::size_t n : {std::size_t{7}, std::size_t{200'003}}) {
+    for (const std::size_t first_bit : {std::size_t{0}, std::size_t{37}}) {
+      for (const float gamma : {1.0f, 0.7f}) {
+        CAPTURE(n);
+        CAPTURE(first_bit);
+        CAPTURE(gamma);
+        std::mt19937 rng(static_cast<std::uint32_t>(n + first_bit));
+        std::normal_distribution<float> normal(0.0f, 1.0f);
+        std::vector<float> m(n), q(n);
+        for (std::size_t j = 0; j < n; ++j) {
+          m[j] = normal(rng);
+          q[j] = normal(rng);
+        }
+        m[n / 2] = nan;
+        q[n / 3] = -0.0f;
+        std::vector<std::uint64_t> mask(sk::words_for(first_bit + n));
+        std::vector<std::uint32_t> on;
+        for (std::size_t j = 0; j < n; ++j) {
+          if (rng() % 10 != 0) continue;
+          mask[(first_bit + j) / 64] |= std::uint64_t{1} << ((first_bit + j) % 64);
+          on.push_back(static_cast<std::uint32_t>(j));
+        }
+        std::vector<float> q_passes = q, m_passes = m, q_fused = q, m_fused = m;
+        sk::candidate_momentum(q_passes, m, {}, 0.9f, 0.0f);
+        sk::scale(q_passes, gamma);
+        sk::zero_at(q_passes, on);
+        std::vector<float> on_values(on.size());
+        sk::compact(m, on, on_values);
+        sk::fill(m_passes, 0.0f);
+        sk::expand(on_values, on, m_passes);
+        sk::carry_momentum_off_mask(q_fused, m_fused, mask, first_bit, 0.9f, gamma);
+        std::size_t differ = 0;
+        for (std::size_t j = 0; j < n; ++j) {
+          differ += std::bit_cast<std::uint32_t>(q_fused[j]) != std::bit_cast<std::uint32_t>(q_passes[j]) ? 1 : 0;
+          differ += std::bit_cast<std::uint32_t>(m_fused[j]) != std::bit_cast<std::uint32_t>(m_passes[j]) ? 1 : 0;
+        }
+        CHECK(differ == 0);
+        CHECK(!on.empty());
+      }
+    }
+  }
 }

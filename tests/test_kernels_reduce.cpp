@@ -1,6 +1,7 @@
 // The metrics reductions (kernels/cpu/reduce.*) on hand-computed inputs.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -126,4 +127,92 @@ TEST_CASE("update_statistics: sums, maximum, sign flips and new signs on a hand-
   CHECK(std::isnan(stats[7]));
   std::vector<double> wrong(3);
   CHECK_THROWS_AS(kernels::update_statistics(theta, before, {}, true, sign, 3, wrong), std::invalid_argument);
+}
+
+TEST_CASE("update_statistics equals its definition on every block size and alignment") {
+  // The kernel reads each block once, 64 coordinates at a time; its contract is three walks of
+  // the block: the two sums in lane order (kernels/sum_squares.hpp), the maximum of |d| (NaN
+  // when a d is NaN), then the signs word by word. Blocks of 1, 7, 100 (starts not on a word:
+  // pieces straddle two words of `stepped`), 64, 8192 and 8200, on values whose squares round
+  // differently in another order, with NaN, signed zeros and unstepped coordinates.
+  const std::size_t n = 20000;
+  std::vector<float> theta(n), before(n);
+  std::vector<std::uint64_t> stepped(kernels::words_for(n));
+  std::vector<std::int8_t> previous_sign(n);
+  for (std::size_t j = 0; j < n; ++j) {
+    const auto h = static_cast<std::uint32_t>(j * 2654435761u);
+    theta[j] = std::ldexp(static_cast<float>(h % 1000003) - 500000.0f, static_cast<int>(h % 40) - 20);
+    before[j] =
+        j % 5 == 0 ? theta[j] : std::ldexp(static_cast<float>((h >> 7) % 999) - 499.0f, -static_cast<int>(j % 9));
+    previous_sign[j] = static_cast<std::int8_t>(static_cast<int>((h >> 3) % 3) - 1);
+    stepped[j / 64] |= static_cast<std::uint64_t>((h >> 11) % 4 != 0) << (j % 64);
+  }
+  theta[12345] = std::numeric_limits<float>::quiet_NaN();
+  theta[777] = -0.0f;
+  before[777] = 0.0f;
+  for (const std::size_t block :
+       {std::size_t{1}, std::size_t{7}, std::size_t{64}, std::size_t{100}, std::size_t{8192}, std::size_t{8200}}) {
+    const std::size_t blocks = (n + block - 1) / block;
+    std::vector<double> got(kernels::kUpdateStats * blocks);
+    std::vector<std::int8_t> sign = previous_sign;
+    kernels::update_statistics(theta, before, stepped, true, sign, block, got);
+    for (std::size_t b = 0; b < blocks; ++b) {
+      const std::size_t lo = b * block, hi = std::min(n, lo + block);
+      double max = 0;
+      bool nan = false;
+      double both = 0, flipped = 0;
+      for (std::size_t j = lo; j < hi; ++j) {
+        const float d = theta[j] - before[j];
+        nan = nan || std::isnan(d);
+        max = std::max(max, static_cast<double>(std::fabs(d)));
+        const int s = (stepped[j / 64] >> (j % 64)) & 1u ? (d > 0) - (d < 0) : 0;
+        if (s != 0 && previous_sign[j] != 0) {
+          both += 1;
+          flipped += s != previous_sign[j] ? 1 : 0;
+        }
+        REQUIRE(sign[j] == s);
+      }
+      const double* s = got.data() + kernels::kUpdateStats * b;
+      const auto same = [](double x, double y) { return x == y || (std::isnan(x) && std::isnan(y)); };
+      CHECK(same(s[0], kernels::block_sum_of_squared_differences(theta.data(), before.data(), lo, hi)));
+      CHECK(same(s[1], kernels::block_sum_of_squares(theta.data(), lo, hi)));
+      if (nan) {
+        CHECK(std::isnan(s[2]));
+      } else {
+        CHECK(s[2] == max);
+      }
+      CHECK(s[3] == both);
+      CHECK(s[4] == flipped);
+    }
+  }
+}
+
+TEST_CASE("block_sum_squares_max: block_sum_squares' sums and each block's largest |x|") {
+  const std::vector<float> x = {1, -2, 3, 4, 0.5f, -6, 7};
+  std::vector<double> partial(3);
+  std::vector<float> peak(3);
+  kernels::block_sum_squares_max(x, 3, partial, peak);
+  CHECK(partial == std::vector<double>{1 + 4 + 9, 16 + 0.25 + 36, 49});
+  CHECK(peak == std::vector<float>{3, 6, 7});
+  // The lane order of block_sum_squares (2^54 + 28, see above), and a NaN only in its own block.
+  std::vector<float> y(24, 1.0f);
+  y[0] = 0x1p27f;
+  y.push_back(-0.0f);
+  y.push_back(std::numeric_limits<float>::quiet_NaN());
+  partial.assign(2, 0);
+  peak.assign(2, 0);
+  kernels::block_sum_squares_max(y, 24, partial, peak);
+  CHECK(partial[0] == 0x1p54 + 28);
+  CHECK(peak[0] == 0x1p27f);
+  CHECK(std::isnan(partial[1]));
+  CHECK(std::isnan(peak[1]));
+  // -0 alone is +0, as max_magnitude gives it.
+  kernels::block_sum_squares_max(std::vector<float>{-0.0f}, 1, std::span<double>(partial).first(1),
+                                 std::span<float>(peak).first(1));
+  CHECK(peak[0] == 0.0f);
+  CHECK(!std::signbit(peak[0]));
+  std::vector<double> three(3);
+  std::vector<float> short_peak(2);
+  CHECK_THROWS_AS(kernels::block_sum_squares_max(x, 3, three, short_peak), std::invalid_argument);
+  CHECK_THROWS_AS(kernels::block_sum_squares_max(x, 0, three, short_peak), std::invalid_argument);
 }

@@ -22,6 +22,19 @@ void block_sum_squares(std::span<const float> x, std::size_t block, std::span<do
   });
 }
 
+void block_sum_squares_max(std::span<const float> x, std::size_t block, std::span<double> partial,
+                           std::span<float> peak) {
+  checks::block_sum_squares_max_sizes(x.size(), block, partial.size(), peak.size());
+  // The maximum walks the block again right after the sum, while it is still in L1/L2.
+  for_shares(static_cast<std::int64_t>(partial.size()), 8, [&](std::int64_t first, std::int64_t last) {
+    for (auto b = static_cast<std::size_t>(first); b < static_cast<std::size_t>(last); ++b) {
+      const std::size_t lo = b * block, hi = std::min(x.size(), (b + 1) * block);
+      partial[b] = block_sum_of_squares(x.data(), lo, hi);
+      peak[b] = block_max_magnitude(x.data(), lo, hi);
+    }
+  });
+}
+
 // On the bit patterns with the sign cleared: for non-NaN floats the unsigned order is the order
 // of |x|, and every NaN lies above +inf's 0x7f800000. So one unsigned max, which vectorizes
 // (a float max with NaN checks does not), gives both the result and whether a NaN was seen.

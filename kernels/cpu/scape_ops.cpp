@@ -1,4 +1,5 @@
 // SCAPE elementwise passes on the CPU (docs/algorithms.md, "SCAPE").
+#include <algorithm>
 #include <cmath>
 
 #include "kernels/cpu/bf16.hpp"
@@ -64,6 +65,33 @@ std::size_t candidate_momentum(std::span<float> e, std::span<const float> m, std
     for (Index j = 0; j < n; ++j) ee[j] = b1 * mm[j] + ee[j];
   }
   return nonfinite;
+}
+
+void carry_momentum_off_mask(std::span<float> q, std::span<float> m, std::span<const std::uint64_t> mask,
+                             std::size_t first_bit, float b1, float gamma) {
+  checks::carry_momentum_off_mask_sizes(q.size(), m.size(), mask.size(), first_bit);
+  const std::size_t n = q.size();
+  if (n == 0) return;
+  float* __restrict qq = q.data();
+  float* __restrict mm = m.data();
+  const bool scaled = gamma != 1.0f;
+  // One mask word per iteration: the inner loop shifts one word, which vectorizes.
+  const std::size_t w0 = first_bit / 64;
+  const auto words = static_cast<Index>(words_for(first_bit + n) - w0);
+#pragma omp parallel for schedule(static) if (n > 65536)
+  for (Index w = 0; w < words; ++w) {
+    const std::size_t word_bit = 64 * (w0 + static_cast<std::size_t>(w));
+    const std::size_t lo = std::max(word_bit, first_bit) - first_bit;
+    const std::size_t hi = std::min(word_bit + 64, first_bit + n) - first_bit;
+    const std::uint64_t word = mask[w0 + static_cast<std::size_t>(w)];
+    for (std::size_t j = lo; j < hi; ++j) {
+      const bool on = (word >> ((first_bit + j) % 64)) & 1u;
+      const float carried = b1 * mm[j] + qq[j];
+      const float kept = scaled ? carried * gamma : carried;
+      qq[j] = on ? 0.0f : kept;
+      mm[j] = on ? mm[j] : 0.0f;
+    }
+  }
 }
 
 void momentum_from_gradient(std::span<const float> m, std::span<const std::uint32_t> idx, std::span<const float> g_bar,

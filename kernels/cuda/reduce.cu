@@ -22,6 +22,16 @@ __global__ void block_sum_squares_kernel(const float* __restrict__ x, std::size_
   }
 }
 
+__global__ void block_sum_squares_max_kernel(const float* __restrict__ x, std::size_t n, std::size_t block,
+                                             double* __restrict__ partial, float* __restrict__ peak,
+                                             std::size_t blocks) {
+  for (std::size_t b = global_thread(); b < blocks; b += grid_threads()) {
+    const std::size_t lo = b * block, hi = lo + block < n ? lo + block : n;
+    partial[b] = block_sum_of_squares(x, lo, hi);
+    peak[b] = block_max_magnitude(x, lo, hi);
+  }
+}
+
 // Non-negative floats order like their bit patterns, so the maximum magnitude is an unsigned
 // atomicMax over |x|'s bits; NaN is counted separately (its bits would also order, but the CPU
 // reports NaN whatever its payload).
@@ -94,6 +104,14 @@ void block_sum_squares(std::span<const float> x, std::size_t block, std::span<do
   checks::block_sum_squares_sizes(x.size(), block, partial.size());
   if (partial.empty()) return;
   launch(block_sum_squares_kernel, partial.size(), x.data(), x.size(), block, partial.data(), partial.size());
+}
+
+void block_sum_squares_max(std::span<const float> x, std::size_t block, std::span<double> partial,
+                           std::span<float> peak) {
+  checks::block_sum_squares_max_sizes(x.size(), block, partial.size(), peak.size());
+  if (partial.empty()) return;
+  launch(block_sum_squares_max_kernel, partial.size(), x.data(), x.size(), block, partial.data(), peak.data(),
+         partial.size());
 }
 
 float max_magnitude(std::span<const float> x) {

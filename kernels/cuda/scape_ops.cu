@@ -41,6 +41,19 @@ __global__ void candidate_momentum_kernel(float* __restrict__ e, const float* __
   if ((threadIdx.x & 31u) == 0 && count != 0) atomicAdd(nonfinite, count);
 }
 
+__global__ void carry_momentum_off_mask_kernel(float* __restrict__ q, float* __restrict__ m,
+                                               const std::uint64_t* __restrict__ mask, std::size_t first_bit, float b1,
+                                               float gamma, bool scaled, std::size_t n) {
+  for (std::size_t j = global_thread(); j < n; j += grid_threads()) {
+    const std::size_t bit = first_bit + j;
+    const bool on = (mask[bit / 64] >> (bit % 64)) & 1u;
+    const float carried = b1 * m[j] + q[j];
+    const float kept = scaled ? carried * gamma : carried;
+    q[j] = on ? 0.0f : kept;
+    if (!on) m[j] = 0.0f;
+  }
+}
+
 __global__ void momentum_from_gradient_kernel(const float* __restrict__ m, std::size_t nm,
                                               const std::uint32_t* __restrict__ idx, const float* __restrict__ g_bar,
                                               float b1, float one_minus_b1, float* __restrict__ out, std::size_t k) {
@@ -152,6 +165,14 @@ std::size_t candidate_momentum(std::span<float> e, std::span<const float> m, std
   launch(candidate_momentum_kernel, e.size(), e.data(), m.data(), g.data(), b1, one_minus_b1, mode, e.size(),
          count.get());
   return static_cast<std::size_t>(read_back(count.get(), stream));
+}
+
+void carry_momentum_off_mask(std::span<float> q, std::span<float> m, std::span<const std::uint64_t> mask,
+                             std::size_t first_bit, float b1, float gamma) {
+  checks::carry_momentum_off_mask_sizes(q.size(), m.size(), mask.size(), first_bit);
+  if (q.empty()) return;
+  launch(carry_momentum_off_mask_kernel, q.size(), q.data(), m.data(), mask.data(), first_bit, b1, gamma, gamma != 1.0f,
+         q.size());
 }
 
 void momentum_from_gradient(std::span<const float> m, std::span<const std::uint32_t> idx, std::span<const float> g_bar,

@@ -77,7 +77,8 @@ void ErrorFeedback::measure_residual(const ParamLayout& layout, int t, StepMetri
   // An offloaded residual is read where it lives, in host memory.
   kernels::KernelBackend& where = e_.offloaded() ? kernels::cpu_backend() : kernels_;
   auto& partial = e_.offloaded() ? host_partial_ : partial_;
-  metrics::fill_residual_metrics(where, partial, layout, e_.host_view(), out);
+  auto& peak = e_.offloaded() ? host_peak_ : peak_;
+  metrics::fill_residual_metrics(where, partial, peak, layout, e_.host_view(), out);
   measured_step_ = t;
 }
 

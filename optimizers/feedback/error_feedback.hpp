@@ -61,6 +61,8 @@ class ErrorFeedback {
   int measured_step_ = -1;                     // the step whose residual metrics measure_residual took
   kernels::Buffer<double> partial_{kernels_};  // block sums of the residual metrics
   kernels::Buffer<double> host_partial_{kernels::cpu_backend()};  // the same for an offloaded residual
+  kernels::Buffer<float> peak_{kernels_};                         // block maxima of the residual
+  kernels::Buffer<float> host_peak_{kernels::cpu_backend()};      // the same for an offloaded residual
   metrics::StalenessTracker staleness_;
   std::vector<double> residual_sums_, grad_sums_;  // per-tensor sums of squares for clip()
 };

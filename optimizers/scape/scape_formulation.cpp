@@ -16,11 +16,11 @@ namespace scape {
 
 void ScapeOptimizer::carry_momentum() {
   // Step 4 for the momentum part the owner keeps for every worker: q <- gamma (b1 m_prev + q)
-  // off the mask, 0 on it (read before step 7 overwrites m).
-  const auto q = q_.span();
-  kernels_.candidate_momentum(q, m_.span(), {}, static_cast<float>(config_.beta1), 0.0f);
-  if (config_.residual_decay < 1.0) kernels_.scale(q, static_cast<float>(config_.residual_decay));
-  kernels_.zero_at(q, update_idx_.span());
+  // off the mask, 0 on it (read before step 7 overwrites m). The same pass does step 7's m <- 0
+  // off the mask: until then only step 7's update reads m, and only on the mask, where it stays.
+  const float gamma = config_.residual_decay < 1.0 ? static_cast<float>(config_.residual_decay) : 1.0f;
+  kernels_.carry_momentum_off_mask(q_.span(), m_.span(), mask_.span(), state_begin_, static_cast<float>(config_.beta1),
+                                   gamma);
 }
 
 void ScapeOptimizer::double_count_residual(std::span<const float> grads) {
@@ -84,8 +84,8 @@ void ScapeOptimizer::quantize_payload(int t) {
 
 void ScapeOptimizer::zero_momentum_off_mask() {
   // Step 7's last part (paper and artifact): m = b_bar on the mask, 0 off it (its content lives
-  // on in the residuals).
-  kernels_.fill(m_.span(), 0.0f);
+  // on in the residuals). With carried momentum, carry_momentum has zeroed it off the mask.
+  if (!carries_momentum()) kernels_.fill(m_.span(), 0.0f);
   kernels_.expand(b_bar_.span(), update_idx_.span(), m_.span());
 }
 
