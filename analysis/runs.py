@@ -479,11 +479,11 @@ def check_key_types(runs):
             raise _lacking_table_error(lacking, e) from None
 
 
-# Keys a run file records only away from their defaults (so that older runs keep their ids):
-# a run without one ran at the default, which a comparison must see as a value of its own.
-# Optimizer keys among them count only for the types that read them.
-RECORDED_WHEN_NOT_DEFAULT = {"optimizer.hierarchy": "flat", "optimizer.overlap_grad_reduce": False,
-                             "topology.ranks_per_node": 1}
+# Optimizer keys a run file records only away from their defaults (so that older runs keep their
+# ids): a run without one ran at the default, which a comparison must see as a value of its own,
+# for the types that read the key. (topology.ranks_per_node is not among them: a flat run's
+# training does not depend on it, so a run without it still compares with one of nodes of G.)
+RECORDED_WHEN_NOT_DEFAULT = {"optimizer.hierarchy": "flat", "optimizer.overlap_grad_reduce": False}
 
 
 def effective_config(run):
@@ -503,9 +503,7 @@ def effective_config(run):
     kind = run.optimizer_type
     types_of = key_types(run) or {}
     for key, default in RECORDED_WHEN_NOT_DEFAULT.items():
-        option = key.removeprefix("optimizer.")
-        reads = option == key or kind in types_of.get(option, ()) or (not types_of and key in flat)
-        if reads:
+        if kind in types_of.get(key.removeprefix("optimizer."), ()):
             flat.setdefault(key, default)
     if kind in types_of.get("type", ()):
         for key, types in types_of.items():

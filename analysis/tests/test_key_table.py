@@ -188,10 +188,11 @@ def test_files_of_the_python_writer_need_no_binary(tmp_path):
 
 
 def test_keys_recorded_only_away_from_their_defaults_compare_at_the_default(scape, tmp_path):
-    """optimizer.hierarchy, optimizer.overlap_grad_reduce and topology.ranks_per_node are written
-    only when not at their defaults (older runs keep their ids): a run without one ran at the
-    default, so flat against hierarchical is a setting that differs, and an optimizer key counts
-    only for the types that read it."""
+    """optimizer.hierarchy and optimizer.overlap_grad_reduce are written only when not at their
+    defaults (older runs keep their ids): a run without one ran at the default, so flat against
+    hierarchical is a setting that differs, and an optimizer key counts only for the types that
+    read it. topology.ranks_per_node stays as recorded: a run without it (whose flat training
+    does not depend on it) still compares with runs of nodes of G."""
     from analysis.runs import effective_config, load_run
     from analysis.tables import varying_keys
 
@@ -205,8 +206,8 @@ def test_keys_recorded_only_away_from_their_defaults_compare_at_the_default(scap
     runs = [load_run(p) for p in (flat, node, alone)]
     configs = [effective_config(r) for r in runs]
     assert [c["optimizer.hierarchy"] for c in configs] == ["flat", "node", "flat"]
-    assert [c["topology.ranks_per_node"] for c in configs] == [2, 2, 1]
+    assert [c.get("topology.ranks_per_node") for c in configs] == [2, 2, None]
     assert configs[2]["optimizer.overlap_grad_reduce"] is False  # dense reads it
     assert "optimizer.overlap_grad_reduce" not in configs[0]     # SCAPE does not
     varying = varying_keys(runs)
-    assert varying["optimizer.hierarchy"] == ["flat", "node"] and varying["topology.ranks_per_node"] == [1, 2]
+    assert varying["optimizer.hierarchy"] == ["flat", "node"] and "topology.ranks_per_node" not in varying
