@@ -30,6 +30,8 @@ import sys
 import h5py
 import numpy as np
 
+from netlab.mpi_bench import mpirun  # tried again when OpenMPI's launch dies before any rank runs
+
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 DRIVER = ROOT / "netlab" / "netlab"
 ARMS = (("adams", "flat"), ("adams", "node"), ("scape", "flat"), ("scape", "node"))
@@ -75,27 +77,15 @@ def checked(command, what, env=None):
         sys.exit(status)
 
 
-def mpirun(args, nodes, command, what, tries=3):
-    """OpenMPI's launch now and then dies before any rank runs (docs/NETLAB.md): tried again."""
-    env = dict(os.environ, OMP_NUM_THREADS="1")
-    for attempt in range(1, tries + 1):
-        status = subprocess.run([str(DRIVER), "mpirun", "--prefix", args.prefix, "--nodes", str(nodes), "--"] + command,
-                                env=env, stdin=subprocess.DEVNULL).returncode
-        if status == 0:
-            return
-        print(f"netlab hierarchy: {what}: mpirun status {status} (try {attempt} of {tries})", file=sys.stderr)
-    sys.exit(f"netlab hierarchy: {what} failed {tries} times")
-
-
 def run_cell(args, nodes, per_node, rate, here):
     here.mkdir(parents=True, exist_ok=True)
     checked([str(DRIVER), "up", "--nodes", str(nodes), "--ranks-per-node", str(per_node), "--rate", rate,
              "--prefix", args.prefix, "--subnet", args.subnet], f"up {nodes}x{per_node} at {rate}")
     if "mpi" in args.runtimes:
         print(f"== {nodes}x{per_node} at {rate}: the links (scape bench-comm)", flush=True)
-        mpirun(args, nodes, [args.scape, "bench-comm", "--backend", "mpi", "--out", str(here / "bench-comm.h5"),
-                             "--min-bytes", "16384", "--max-bytes", "16777216", "--factor", "4", "--iters", "3",
-                             "--warmup", "1"], "bench-comm")
+        mpirun(nodes, [args.scape, "bench-comm", "--backend", "mpi", "--out", str(here / "bench-comm.h5"),
+                       "--min-bytes", "16384", "--max-bytes", "16777216", "--factor", "4", "--iters", "3",
+                       "--warmup", "1"], prefix=args.prefix)
     for repeat in range(1, args.repeat + 1):
         for method, hierarchy in ARMS:
             name = f"{method}-{hierarchy}"
@@ -103,8 +93,8 @@ def run_cell(args, nodes, per_node, rate, here):
                 print(f"== {nodes}x{per_node} at {rate}: MPI {name} (run {repeat})", flush=True)
                 config = here / f"{name}.json"
                 config.write_text(json.dumps(mpi_config(method, hierarchy, nodes, per_node, args), indent=1))
-                mpirun(args, nodes, [args.scape, "run", str(config), "--backend", "mpi", "--quiet", "--force",
-                                     "--out", str(here / f"{name}.run{repeat}.h5")], f"MPI {name}")
+                mpirun(nodes, [args.scape, "run", str(config), "--backend", "mpi", "--quiet", "--force",
+                               "--out", str(here / f"{name}.run{repeat}.h5")], prefix=args.prefix)
             if "torch" in args.runtimes:
                 print(f"== {nodes}x{per_node} at {rate}: torch {name} (run {repeat})", flush=True)
                 env = dict(os.environ, OMP_NUM_THREADS="1",
