@@ -256,3 +256,13 @@ def test_a_torch_inner_optimizer_over_other_parameters_or_of_another_kind_is_ref
         st.DiLoCo(m.parameters(), inner=st.AdamS(m.parameters(), lr=1e-3))
     with pytest.raises(ValueError, match=r"^lr: required with inner = 'adams'"):
         st.DiLoCo(m.parameters())
+
+
+def test_a_scheduler_on_diloco_with_a_torch_inner_optimizer_is_refused_not_ignored():
+    """With a torch optimizer as inner, DiLoCo's own lr is unused: a scheduler attached to DiLoCo
+    would change nothing, so the next step says where to attach it."""
+    m = model()
+    opt = st.DiLoCo(m.parameters(), inner=torch.optim.AdamW(m.parameters(), lr=1e-3), inner_steps=2)
+    torch.optim.lr_scheduler.LambdaLR(opt, lambda k: 0.5 ** k).step()
+    with pytest.raises(ValueError, match=r"^step 1: DiLoCo's lr was changed .* schedule the inner optimizer"):
+        train(m, opt, 1, 1)

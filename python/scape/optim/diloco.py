@@ -150,6 +150,7 @@ class DiLoCo(AdamS):
             # torch's GradScaler then unscales the gradients and skips a step itself, as for any
             # optimizer that does not take the scale.
             self._step_supports_amp_scaling = False
+            self._unused_lrs = [g["lr"] for g in self.param_groups]
 
     @torch.no_grad()
     def step(self, closure=None):
@@ -161,6 +162,9 @@ class DiLoCo(AdamS):
         """The user's optimizer takes the inner step on the parameters; the outer step then runs
         on the flat copy, as after an AdamS inner step."""
         loss = closure_loss(closure)
+        if [g["lr"] for g in self.param_groups] != self._unused_lrs:
+            raise ValueError(f"step {self._t + 1}: DiLoCo's lr was changed (a scheduler on DiLoCo?), but with a "
+                             f"torch optimizer as inner its own lr is the inner steps': schedule the inner optimizer")
         self._sync_layout()
         grads = [p.grad for p in self._tensors if p.grad is not None]
         if grads and not all(bool(torch.isfinite(g).all()) for g in grads):
