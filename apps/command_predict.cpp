@@ -26,6 +26,7 @@ struct Calibrate {
   double gemm_ridge = 0;                            // --calibrate-table: 0 = the GH200 datasheet's
   bool config_overlap_only = false;                 // --from-runs: no rows with the overlap switched
   bool links_from_bench = false;                    // --calibrate: links from bench-comm files alone
+  double link_rate_scale = 1;                       // --calibrate: the inter links at this times the bench's rate
 };
 
 // The shipped calibration of the artifact's cluster, fitted to its Llama-500M table.
@@ -78,12 +79,13 @@ int cmd_predict(const std::string& file, std::string out, const std::string& csv
     if (out.empty()) out = "calibrated-hardware.json";
     scape::predict::calibrate_from_files({calibrate.fit.begin(), calibrate.fit.end()},
                                          {calibrate.held_out.begin(), calibrate.held_out.end()}, out, std::cout, csv,
-                                         calibrate.links_from_bench);
+                                         calibrate.links_from_bench, calibrate.link_rate_scale);
     std::fprintf(stderr, "calibrated from %zu file(s) -> %s\n", calibrate.fit.size(), out.c_str());
     return kExitOk;
   }
   if (!calibrate.held_out.empty()) throw cfg::ConfigError("--held-out goes with --calibrate");
   if (calibrate.links_from_bench) throw cfg::ConfigError("--links-from-bench goes with --calibrate");
+  if (calibrate.link_rate_scale != 1) throw cfg::ConfigError("--link-rate-scale goes with --calibrate");
   if (file.empty()) throw cfg::ConfigError("predict: a prediction config (or --calibrate RUN.h5 ...) is required");
   if (calibrate.config_overlap_only && from_runs.empty()) {
     throw cfg::ConfigError("--config-overlap-only goes with --from-runs");
@@ -173,6 +175,12 @@ Command add_predict_command(CLI::App& app) {
   predict->add_flag("--links-from-bench", a->calibrate.links_from_bench,
                     "with --calibrate: fit the links to the bench-comm files alone, the runs' collectives only "
                     "compared (compute and the optimizer from runs over one link, the links from another)");
+  predict
+      ->add_option("--link-rate-scale", a->calibrate.link_rate_scale,
+                   "with --calibrate --links-from-bench: predict for a link this many times the bench's rate (60 "
+                   "Mbit/s from a 100 Mbit/s bench: 0.6); bandwidths and full-rate bytes scale, latencies do not")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
   predict->add_option("--held-out", a->calibrate.held_out,
                       "with --calibrate: runs predicted with the fit but not fitted on (their error is printed)");
   Command c;

@@ -2,10 +2,12 @@
 // make (docs/PREDICTING.md, "Calibration").
 #include "predict/calibration.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <stdexcept>
 
+#include "predict/link_load_fit.hpp"
 #include "predict/predict_config.hpp"
 
 namespace scape::predict {
@@ -14,28 +16,63 @@ namespace {
 constexpr CollectiveKind kKinds[] = {CollectiveKind::all_reduce, CollectiveKind::reduce_scatter,
                                      CollectiveKind::all_gather};
 
-// Bandwidth only (alpha = 0): 1/B = sum(w b t) / sum(w b^2).
-LinkFit bandwidth_only(std::span<const CollectiveSample> samples) {
+// Bandwidth only (alpha = 0): 1/B = sum(w b t) / sum(w b^2); none when no bytes were sent.
+std::optional<LinkFit> bandwidth_only(std::span<const CollectiveSample> samples) {
   double bb = 0, bt = 0;
   for (const auto& s : samples) {
     const double w = 1.0 / (s.time_s * s.time_s);
     bb += w * s.bytes_sent * s.bytes_sent;
     bt += w * s.bytes_sent * s.time_s;
   }
-  if (!(bt > 0)) throw std::invalid_argument("collective fit: no bytes were sent, so no bandwidth can be fitted");
+  if (!(bt > 0)) return std::nullopt;
   return LinkFit{0.0, bb / bt, static_cast<int>(samples.size())};
+}
+
+double relative_sse_of(std::span<const CollectiveSample> samples, const LinkFit& l) {
+  double sse = 0;
+  for (const auto& s : samples) {
+    const double r = (s.latency_steps * l.alpha_s + s.bytes_sent / l.bandwidth_Bps - s.time_s) / s.time_s;
+    sse += r * r;
+  }
+  return sse;
+}
+
+bool valid_times(std::span<const CollectiveSample> samples) {
+  for (const auto& s : samples) {
+    if (!(s.time_s > 0) || !std::isfinite(s.time_s)) return false;
+  }
+  return true;
+}
+
+// Each kind's own link where its samples hold two distinct points and its fit succeeds.
+void fit_each_kind(Calibration& c, std::span<const CollectiveSample> collectives) {
+  for (const auto kind : kKinds) {
+    std::vector<CollectiveSample> mine;
+    for (const auto& s : collectives) {
+      if (s.kind == kind) mine.push_back(s);
+    }
+    if (mine.empty()) continue;
+    bool distinct = false;
+    for (const auto& s : mine) {
+      distinct = distinct || s.latency_steps != mine.front().latency_steps || s.bytes_sent != mine.front().bytes_sent;
+    }
+    if (!distinct) continue;
+    try {
+      c.by_kind[static_cast<std::size_t>(kind)] = fit_alpha_beta(mine);
+    } catch (const std::invalid_argument& e) {
+      c.warnings.push_back(std::string(to_string(kind)) + ": " + e.what() + " (" + std::to_string(mine.size()) +
+                           " samples); it uses the combined link");
+    }
+  }
 }
 
 }  // namespace
 
-LinkFit fit_alpha_beta(std::span<const CollectiveSample> samples) {
-  if (samples.empty()) throw std::invalid_argument("collective fit: no samples");
+std::optional<LinkFit> try_fit_alpha_beta(std::span<const CollectiveSample> samples, double* relative_sse) {
+  if (samples.empty() || !valid_times(samples)) return std::nullopt;
   // Normal equations of min sum w (s alpha + b beta - t)^2 with w = 1 / t^2, beta = 1 / B.
   double ss = 0, sb = 0, bb = 0, st = 0, bt = 0;
   for (const auto& s : samples) {
-    if (!(s.time_s > 0) || !std::isfinite(s.time_s)) {
-      throw std::invalid_argument("collective fit: a measured time is not positive and finite");
-    }
     const double w = 1.0 / (s.time_s * s.time_s);
     ss += w * s.latency_steps * s.latency_steps;
     sb += w * s.latency_steps * s.bytes_sent;
@@ -44,14 +81,32 @@ LinkFit fit_alpha_beta(std::span<const CollectiveSample> samples) {
     bt += w * s.bytes_sent * s.time_s;
   }
   const double det = ss * bb - sb * sb;
+  std::optional<LinkFit> fit;
   // Collinear steps and bytes (one distinct point, or bytes proportional to steps) leave alpha
   // undetermined: the relative tolerance is that of the determinant's cancellation.
-  if (!(std::abs(det) > 1e-9 * ss * bb)) return bandwidth_only(samples);
-  const double alpha = (st * bb - sb * bt) / det;
-  const double beta = (ss * bt - sb * st) / det;
-  if (alpha < 0) return bandwidth_only(samples);
-  if (!(beta > 0)) throw std::invalid_argument("collective fit: the measured times do not grow with the bytes");
-  return LinkFit{alpha, 1.0 / beta, static_cast<int>(samples.size())};
+  if (!(std::abs(det) > 1e-9 * ss * bb)) {
+    fit = bandwidth_only(samples);
+  } else {
+    const double alpha = (st * bb - sb * bt) / det;
+    const double beta = (ss * bt - sb * st) / det;
+    if (alpha < 0) {
+      fit = bandwidth_only(samples);
+    } else if (beta > 0) {
+      fit = LinkFit{alpha, 1.0 / beta, static_cast<int>(samples.size())};
+    }
+  }
+  if (fit && relative_sse) *relative_sse = relative_sse_of(samples, *fit);
+  return fit;
+}
+
+LinkFit fit_alpha_beta(std::span<const CollectiveSample> samples) {
+  if (samples.empty()) throw std::invalid_argument("collective fit: no samples");
+  if (!valid_times(samples)) throw std::invalid_argument("collective fit: a measured time is not positive and finite");
+  if (const auto fit = try_fit_alpha_beta(samples)) return *fit;
+  double sent = 0;
+  for (const auto& s : samples) sent += s.bytes_sent;
+  if (!(sent > 0)) throw std::invalid_argument("collective fit: no bytes were sent, so no bandwidth can be fitted");
+  throw std::invalid_argument("collective fit: the measured times do not grow with the bytes");
 }
 
 double fit_rate(std::span<const RateSample> samples, const char* what) {
@@ -76,7 +131,6 @@ Calibration calibrate(std::span<const RateSample> compute, std::span<const RateS
   }
   c.optimizer_Bps = fit_rate(optimizer, "optimizer step");
   c.optimizer_samples = static_cast<int>(optimizer.size());
-  c.combined = fit_alpha_beta(collectives);
   if (!intra.empty()) {
     try {
       c.intra = fit_alpha_beta(intra);
@@ -84,24 +138,29 @@ Calibration calibrate(std::span<const RateSample> compute, std::span<const RateS
       throw std::invalid_argument(std::string("intra-node link: ") + e.what());
     }
   }
-  for (const auto kind : kKinds) {
-    std::vector<CollectiveSample> mine;
-    for (const auto& s : collectives) {
-      if (s.kind == kind) mine.push_back(s);
-    }
-    if (mine.empty()) continue;
-    bool distinct = false;
-    for (const auto& s : mine) {
-      distinct = distinct || s.latency_steps != mine.front().latency_steps || s.bytes_sent != mine.front().bytes_sent;
-    }
-    if (!distinct) continue;
-    try {
-      c.by_kind[static_cast<std::size_t>(kind)] = fit_alpha_beta(mine);
-    } catch (const std::invalid_argument& e) {
-      c.warnings.push_back(std::string(to_string(kind)) + ": " + e.what() + " (" + std::to_string(mine.size()) +
-                           " samples); it uses the combined link");
-    }
+  const bool has_idle = std::any_of(collectives.begin(), collectives.end(),
+                                    [](const CollectiveSample& s) { return s.load == LinkLoad::idle; });
+  std::vector<CollectiveSample> lines(collectives.begin(), collectives.end());
+  if (has_idle) {
+    c.inter_curves = measured_curves(collectives);
+    std::erase_if(lines, [](const CollectiveSample& s) { return s.load == LinkLoad::idle; });
+    c.idle_samples = static_cast<int>(collectives.size() - lines.size());
   }
+  c.combined = fit_alpha_beta(lines);
+  fit_each_kind(c, lines);
+  return c;
+}
+
+Calibration with_link_rate_scale(Calibration c, double factor) {
+  if (!(factor > 0) || !std::isfinite(factor)) {
+    throw std::invalid_argument("link rate scale: must be positive and finite");
+  }
+  c.link_rate_scale = factor;
+  c.combined.bandwidth_Bps *= factor;
+  for (auto& l : c.by_kind) {
+    if (l) l->bandwidth_Bps *= factor;
+  }
+  if (c.inter_curves) c.inter_curves->rate_scale *= factor;
   return c;
 }
 
@@ -127,6 +186,11 @@ nlohmann::json hardware_json(const Calibration& c) {
     network["intra"] = link(*c.intra);
     fit["intra_samples"] = c.intra->samples;
   }
+  if (c.inter_curves) {
+    network["inter_curves"] = inter_curves_json(*c.inter_curves);
+    fit["idle_samples"] = c.idle_samples;
+  }
+  if (c.link_rate_scale != 1) fit["link_rate_scale"] = c.link_rate_scale;
   const double tbps = c.optimizer_Bps / 1e12;
   json gpu = {{"memory_bandwidth_TBps", tbps}, {"select_TBps", tbps}, {"pack_TBps", tbps}};
   if (c.compute_samples > 0) {
@@ -172,6 +236,7 @@ StepInputs calibrated_inputs(const Calibration& c, const OptimizerConfig& optimi
     in.topology.intra = c.intra->model();
   }
   in.topology.inter = c.combined.model();
+  in.topology.inter_curves = c.inter_curves;
   for (std::size_t k = 0; k < c.by_kind.size(); ++k) {
     if (c.by_kind[k]) in.topology.inter_by_kind[k] = c.by_kind[k]->model();
   }

@@ -15,6 +15,7 @@
 
 #include "core/ledger.hpp"
 #include "optimizers/optimizer_config.hpp"
+#include "predict/link_load.hpp"
 #include "predict/step_model.hpp"
 
 namespace scape::predict {
@@ -27,6 +28,9 @@ struct CollectiveSample {
   double latency_steps = 0;
   double bytes_sent = 0;
   double time_s = 0;
+  // What the link did before the call: bench-comm's back-to-back calls are busy, its calls after
+  // an idle gap (--idle-gap-ms) idle.
+  LinkLoad load = LinkLoad::busy;
 };
 
 // `amount` of work (FLOPs, bytes) that took `time_s`.
@@ -47,6 +51,9 @@ struct LinkFit {
 // cannot separate it from the bandwidth (one distinct point) or when the fit makes it negative.
 // Throws std::invalid_argument when there is no sample or the fitted bandwidth is not positive.
 LinkFit fit_alpha_beta(std::span<const CollectiveSample> samples);
+// The same fit without throwing: none when it fails (no sample, a time not positive and finite,
+// a bandwidth not positive). `relative_sse` receives sum ((fit - t) / t)^2 when given.
+std::optional<LinkFit> try_fit_alpha_beta(std::span<const CollectiveSample> samples, double* relative_sse = nullptr);
 
 // time = amount / rate, least squares in relative error; returns the rate (amount per second).
 // Throws std::invalid_argument when there is no sample with a positive time.
@@ -64,6 +71,14 @@ struct Calibration {
   // The link among a node's ranks, fitted to the node collectives of hierarchical runs
   // (optimizer.hierarchy = "node") alone; none when no fitted run had them.
   std::optional<LinkFit> intra;
+  // The inter link's idle and busy curves (predict/link_load.hpp), when the bench-comm files
+  // hold calls after an idle gap (the lines above are then fitted to the busy calls alone);
+  // none otherwise (one regime, the lines).
+  std::optional<LoadCurves> inter_curves;
+  int idle_samples = 0;
+  // --link-rate-scale: the inter links' bandwidths and curves' rate times this, to predict a
+  // link of another rate than the bench's (1: the bench's own).
+  double link_rate_scale = 1;
   int compute_samples = 0;
   int optimizer_samples = 0;
   std::vector<std::string> sources;
@@ -76,10 +91,18 @@ struct Calibration {
 // its fit succeeds; otherwise it keeps the combined link and a warning says why. No compute
 // sample (every run's compute slept) leaves achieved_flops 0, and the hardware description
 // then names no compute figure. `intra` (the node collectives of hierarchical runs) fits the
-// intra-node link, all kinds together; empty, none is fitted. Throws std::invalid_argument when
-// the compute (given samples), optimizer, combined collective or intra-node fit fails.
+// intra-node link, all kinds together; empty, none is fitted. When some collective samples are
+// idle (bench-comm's calls after an idle gap), the lines are fitted to the busy samples and the
+// inter link keeps both regimes' measured curves (predict/link_load_fit.hpp). Throws std::invalid_argument when the
+// compute (given samples), optimizer, combined collective or intra-node fit fails.
 Calibration calibrate(std::span<const RateSample> compute, std::span<const RateSample> optimizer,
                       std::span<const CollectiveSample> collectives, std::span<const CollectiveSample> intra = {});
+
+// The calibration for a link `factor` times as fast as the one its inter links were fitted on
+// (docs/PREDICTING.md, "A link's load"): every inter bandwidth and the curves' rate times
+// factor, the latencies and the intra link as they are. Throws std::invalid_argument for a
+// factor that is not positive and finite.
+Calibration with_link_rate_scale(Calibration c, double factor);
 
 // The hardware description (format kHardwareFormat): gpu and network sections that a
 // prediction config reads with `"hardware": FILE`, and the fit's figures under "fit".

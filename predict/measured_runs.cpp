@@ -96,6 +96,13 @@ CollectiveKind kind_named(const std::string& name, const std::filesystem::path& 
   bad_file(file, "/kind[" + std::to_string(row) + "]: unknown collective kind " + name);
 }
 
+LinkLoad load_named(const std::string& name, const std::filesystem::path& file, std::size_t row) {
+  for (const auto load : {LinkLoad::idle, LinkLoad::busy}) {
+    if (name == to_string(load)) return load;
+  }
+  bad_file(file, "/regime[" + std::to_string(row) + "]: unknown regime " + name + " (idle or busy)");
+}
+
 std::string percent(double predicted, double measured) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "%+.1f%%", 100.0 * (predicted - measured) / measured);
@@ -165,6 +172,19 @@ void print_fit(std::ostream& out, const Calibration& c) {
                   c.intra->alpha_s * 1e6, c.intra->bandwidth_Bps / 1e9, c.intra->samples);
     out << buf;
   }
+  if (c.inter_curves) {
+    std::snprintf(
+        buf, sizeof buf,
+        "  the lines above fit the busy calls alone; the inter link keeps the measured curves of %d idle and %d "
+        "busy calls (%d ranks), interpolated\n",
+        c.idle_samples, c.combined.samples, c.inter_curves->workers);
+    out << buf;
+  }
+  if (c.link_rate_scale != 1) {
+    std::snprintf(buf, sizeof buf, "inter links scaled to %.4g times the bench's rate (--link-rate-scale)\n",
+                  c.link_rate_scale);
+    out << buf;
+  }
   for (const auto& w : c.warnings) out << "  warning: " << w << "\n";
 }
 
@@ -230,6 +250,11 @@ std::vector<CollectiveSample> read_bench_comm(const std::filesystem::path& file)
   const auto steps = column(f, file, "/latency_steps", why);
   const auto sent = column(f, file, "/bytes_sent_per_worker", why);
   const auto time = column(f, file, "/time_s", why);
+  // Files before --idle-gap-ms have no /regime: every call of theirs followed another.
+  const auto regimes = f.has_link("/regime") ? f.open_dataset("/regime").read_strings() : std::vector<std::string>{};
+  if (!regimes.empty() && regimes.size() != kinds.size()) {
+    bad_file(file, "/regime has " + std::to_string(regimes.size()) + " rows, /kind " + std::to_string(kinds.size()));
+  }
   std::vector<CollectiveSample> out;
   for (std::size_t i = 0; i < kinds.size(); ++i) {
     CollectiveSample s;
@@ -238,6 +263,7 @@ std::vector<CollectiveSample> read_bench_comm(const std::filesystem::path& file)
     s.latency_steps = steps.at(i);
     s.bytes_sent = sent.at(i);
     s.time_s = time.at(i);
+    if (!regimes.empty()) s.load = load_named(regimes[i], file, i);
     out.push_back(s);
   }
   return out;
@@ -354,7 +380,8 @@ RunMeasurement read_run_measurement(const std::filesystem::path& file) {
 
 void calibrate_from_files(const std::vector<std::filesystem::path>& fit_files,
                           const std::vector<std::filesystem::path>& held_out, const std::filesystem::path& out,
-                          std::ostream& table, const std::filesystem::path& csv, bool links_from_bench) {
+                          std::ostream& table, const std::filesystem::path& csv, bool links_from_bench,
+                          double link_rate_scale) {
   std::vector<RunMeasurement> runs;
   std::vector<bool> fitted;
   std::vector<RateSample> compute, optimizer;
@@ -385,6 +412,14 @@ void calibrate_from_files(const std::vector<std::filesystem::path>& fit_files,
     if (links_from_bench) continue;
     collectives.insert(collectives.end(), s.inter.begin(), s.inter.end());
   }
+  const bool has_idle = std::any_of(collectives.begin(), collectives.end(),
+                                    [](const CollectiveSample& s) { return s.load == LinkLoad::idle; });
+  if (has_idle && !links_from_bench) {
+    // A run's collectives are not marked idle or busy: they would enter the regimes' fit as busy.
+    throw cfg::ConfigError(
+        "--calibrate: a bench-comm file among the inputs holds calls after an idle gap "
+        "(bench-comm --idle-gap-ms); fit the link regimes with --links-from-bench");
+  }
   if (links_from_bench && collectives.empty()) {
     throw cfg::ConfigError("--calibrate --links-from-bench: no bench-comm file among the inputs to fit the links to");
   }
@@ -414,6 +449,7 @@ void calibrate_from_files(const std::vector<std::filesystem::path>& fit_files,
                              "that fit the intra-node link: fit on a hierarchical run too");
     }
   }
+  if (link_rate_scale != 1) c = with_link_rate_scale(c, link_rate_scale);
   for (const auto& file : fit_files) c.sources.push_back(file.string());
   std::ofstream o(out);
   o << hardware_json(c).dump(2) << "\n";

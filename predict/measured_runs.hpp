@@ -92,9 +92,13 @@ bool is_bench_comm_file(const std::filesystem::path& file);
 // writes one row a run there (file, role, workers, optimizer, CPU share, wall, measured and
 // predicted step ms, relative error). With `links_from_bench` the links are fitted to the bench-comm files alone and
 // the runs' own collectives are only compared: compute and the optimizer step can then come from
-// runs over one link and the links from another (at least one bench-comm file is required).
+// runs over one link and the links from another (at least one bench-comm file is required);
+// bench-comm rows timed after an idle gap fit the link's idle and busy regimes, and need it.
+// `link_rate_scale` other than 1 predicts for a link that many times the bench's rate
+// (with_link_rate_scale): a calibration on one shaped rate predicting another.
 void calibrate_from_files(const std::vector<std::filesystem::path>& fit_files,
                           const std::vector<std::filesystem::path>& held_out, const std::filesystem::path& out,
-                          std::ostream& table, const std::filesystem::path& csv = {}, bool links_from_bench = false);
+                          std::ostream& table, const std::filesystem::path& csv = {}, bool links_from_bench = false,
+                          double link_rate_scale = 1);
 
 }  // namespace scape::predict

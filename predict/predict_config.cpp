@@ -251,6 +251,10 @@ void parse_network(const Section& s, PredictConfig& c) {
     c.collectives[static_cast<std::size_t>(kind)] =
         LinkSpec{"", link.at("alpha_us").get<double>(), link.at("bandwidth_GBps").get<double>()};
   }
+  if (s.has("inter_curves")) {
+    c.inter_curves =
+        config::config_error([&] { return parse_inter_curves(s.at("inter_curves"), s.path("inter_curves")); });
+  }
 }
 
 json link_json(const LinkSpec& l) {
@@ -277,7 +281,7 @@ double BatchSpec::sequences_per_gpu(int workers) const {
 NetworkModel LinkSpec::model() const { return presets::to_network_model(alpha_us, bandwidth_GBps); }
 
 Topology PredictConfig::topology() const {
-  Topology t{gpus_per_node, nics_per_node, intra.model(), inter.model(), {}};
+  Topology t{gpus_per_node, nics_per_node, intra.model(), inter.model(), {}, inter_curves};
   for (std::size_t k = 0; k < collectives.size(); ++k) {
     if (collectives[k]) t.inter_by_kind[k] = collectives[k]->model();
   }
@@ -338,6 +342,7 @@ void merge_hardware(json& j, const std::filesystem::path& base_dir) {
         if (own.contains(link)) merged.erase(link);
       }
       if (own.contains("inter") && !own.contains("collectives")) merged.erase("collectives");
+      if (own.contains("inter") && !own.contains("inter_curves")) merged.erase("inter_curves");
       merged.merge_patch(own);
     } else if (j.contains(section)) {
       merged = j.at(section);  // not an object: the section's own parser names the error
@@ -405,6 +410,7 @@ json PredictConfig::to_json() const {
     if (const auto& l = collectives[static_cast<std::size_t>(kind)])
       net["collectives"][to_string(kind)] = link_json(*l);
   }
+  if (inter_curves) net["inter_curves"] = inter_curves_json(*inter_curves);
   if (!gpu.preset.empty()) g["preset"] = gpu.preset;
   json out = {{"name", name},
           {"description", description},

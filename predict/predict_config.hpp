@@ -67,6 +67,7 @@ struct PredictConfig {
   LinkSpec inter;
   LinkSpec intra;
   std::array<std::optional<LinkSpec>, kCollectiveKindCount> collectives{};  // network.collectives, by CollectiveKind
+  std::optional<LoadCurves> inter_curves;                                   // network.inter_curves
   std::string hardware;  // the hardware description merged in ("" when none)
   OverlapModel overlap;
   OptimizerConfig optimizer;

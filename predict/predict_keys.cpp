@@ -127,13 +127,23 @@ const std::vector<Field>& gpu_fields() {
 
 const std::vector<Field>& network_fields() {
   static const std::vector<Field> f = {
-      {"gpus_per_node", Kind::integer, "GPUs per node on the intra-node link", {1, 1024}, {}, {},
+      {"gpus_per_node",
+       Kind::integer,
+       "GPUs per node on the intra-node link",
+       {1, 1024},
+       {},
+       {},
        PredictConfig{}.gpus_per_node},
-      {"nics_per_node", Kind::integer, "inter-node ports per node, at most gpus_per_node (default gpus_per_node)",
+      {"nics_per_node",
+       Kind::integer,
+       "inter-node ports per node, at most gpus_per_node (default gpus_per_node)",
        {1, 1024}},
       {"inter", Kind::object, "per-port link between nodes"},
       {"intra", Kind::object, "per-GPU link inside a node"},
       {"collectives", Kind::object, "calibrated links per collective kind, replacing inter for that kind"},
+      {"inter_curves", Kind::object,
+       "measured times of the inter link's collectives, idle and busy (scape predict --calibrate with idle "
+       "bench-comm rows: workers, rate_scale, idle and busy curves by kind); none: the alpha-beta lines"},
   };
   return f;
 }

@@ -164,10 +164,34 @@ Topology rail_topology(const Topology& topo, const Placement& p) {
     rail.inter_by_kind[k] = inter_link_per_gpu(topo, p, static_cast<CollectiveKind>(k));
   }
   rail.inter = topo.inter;
+  // A rail's GPU sends its bytes through its share of the port, which carries the other rails'
+  // at once: the port's full-rate bytes are that share of the GPU's.
+  if (topo.inter_curves) {
+    rail.inter_curves = topo.inter_curves;
+    rail.inter_curves->rate_scale *= port_share(topo, p);
+  }
   return rail;
 }
 
-CollectiveTime cost(const CommRecord& r, Window window, const StepInputs& in, int workers) {
+// What the inter link did before each of a step's collectives (predict/link_load.hpp): the
+// first one across nodes finds it idle, left so by the forward and backward passes; every later
+// one follows another, and so does the lagged mask all-gather, issued right behind the step's
+// last. All busy (one regime) when the topology has no inter_curves.
+std::vector<LinkLoad> link_loads(const std::vector<CommRecord>& records, const StepInputs& in) {
+  std::vector<LinkLoad> out(records.size(), LinkLoad::busy);
+  if (!in.topology.inter_curves) return out;
+  for (std::size_t i = 0; i < records.size(); ++i) {
+    const bool across = in.optimizer.hierarchy != Hierarchy::node || records[i].link == LinkClass::inter;
+    if (across && !records[i].overlapped) {
+      out[i] = LinkLoad::idle;
+      break;
+    }
+  }
+  return out;
+}
+
+CollectiveTime cost(const CommRecord& r, Window window, const StepInputs& in, int workers,
+                    LinkLoad load = LinkLoad::busy) {
   CollectiveTime c;
   c.record = r;
   c.window = window;
@@ -185,7 +209,11 @@ CollectiveTime cost(const CommRecord& r, Window window, const StepInputs& in, in
     topo = node ? node_topology(in.topology) : rail_topology(in.topology, p);
     ranks = node ? p.gpus_per_node : p.nodes;
   }
-  c.time_s = c.buckets * collective_time(r.kind, each, topo, ranks);
+  const double busy = collective_time(r.kind, each, topo, ranks);
+  // Only the first of its calls finds the link idle.
+  c.time_s = load == LinkLoad::idle
+                 ? collective_time(r.kind, each, topo, ranks, LinkLoad::idle) + (c.buckets - 1) * busy
+                 : c.buckets * busy;
   const LinkBytes b = link_bytes_per_gpu(r.kind, each, topo, ranks);
   const bool across_nodes = in.optimizer.hierarchy == Hierarchy::node && r.link == LinkClass::inter;
   c.intra_bytes = c.buckets * (across_nodes ? 0.0 : b.intra);
@@ -252,8 +280,10 @@ void add_outer_loop(StepPrediction& s, const StepInputs& in, int workers, std::u
     if (records.empty()) continue;
     std::vector<CollectiveTime> sync;
     double total = 0;
-    for (const auto& r : records) {
-      sync.push_back(cost(r, r.overlapped ? Window::compute : Window::none, in, workers));
+    const auto loads = link_loads(records, in);
+    for (std::size_t i = 0; i < records.size(); ++i) {
+      const CommRecord& r = records[i];
+      sync.push_back(cost(r, r.overlapped ? Window::compute : Window::none, in, workers, loads[i]));
       total += sync.back().time_s;
     }
     const double exposed = c.outer.overlap_outer ? std::max(0.0, total - s.compute_s()) : total;
@@ -458,8 +488,9 @@ StepPrediction predict_step(const StepInputs& given, int workers, double tokens_
                            ? rail_step_collectives(c, in.layout, workers, share.rail, t, t + 1, in.topology.inter, m)
                        : tensors ? step_collectives(c, in.layout, workers, t, t + 1, in.topology.inter, m)
                                  : step_collectives(c, in.n_params, workers, t, t + 1, in.topology.inter, m);
-  for (const auto& r : records) {
-    s.collectives.push_back(cost(r, window_for(r, c, in.overlap), in, workers));
+  const auto loads = link_loads(records, in);
+  for (std::size_t i = 0; i < records.size(); ++i) {
+    s.collectives.push_back(cost(records[i], window_for(records[i], c, in.overlap), in, workers, loads[i]));
   }
   apply_overlap(s);
   for (const auto& col : s.collectives) {

@@ -50,6 +50,7 @@ set(scape_test_map
     "test_predict_cli predict apps"
     "test_predict_gemm predict"
     "test_predict_hierarchy predict optimizers"
+    "test_predict_link_load predict run_file"
     "test_predict_model predict"
     "test_predict_regime predict"
     "test_predict_tables predict"
