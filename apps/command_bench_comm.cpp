@@ -12,7 +12,7 @@ namespace scape::cli {
 namespace {
 
 int cmd_bench_comm(const std::string& backend, const std::string& out, std::size_t min_bytes, std::size_t max_bytes,
-                   double factor, int iters, int warmup) {
+                   double factor, int iters, int warmup, double idle_gap_ms) {
 #ifdef SCAPE_HAVE_MPI
   scape::runtime::BenchCommOptions o;
   o.min_bytes = min_bytes;
@@ -20,6 +20,7 @@ int cmd_bench_comm(const std::string& backend, const std::string& out, std::size
   o.factor = factor;
   o.iters = iters;
   o.warmup = warmup;
+  o.idle_gap_s = idle_gap_ms * 1e-3;
   o.out = out;
   if (backend == "nccl") {
 #ifdef SCAPE_HAVE_NCCL
@@ -30,7 +31,8 @@ int cmd_bench_comm(const std::string& backend, const std::string& out, std::size
   }
   return scape::runtime::bench_comm(MPI_COMM_WORLD, scape::runtime::mpi_bench_backend(), o);
 #else
-  (void)backend, (void)out, (void)min_bytes, (void)max_bytes, (void)factor, (void)iters, (void)warmup;
+  (void)backend, (void)out, (void)min_bytes, (void)max_bytes, (void)factor, (void)iters, (void)warmup,
+      (void)idle_gap_ms;
   throw cfg::ConfigError("bench-comm: this scape was built without MPI (install libopenmpi-dev and rebuild)");
 #endif
 }
@@ -41,6 +43,7 @@ struct BenchArgs {
   std::size_t min_bytes = 1024, max_bytes = std::size_t{64} << 20;
   double factor = 2;
   int iters = 20, warmup = 5;
+  double idle_gap_ms = 0;
 };
 
 }  // namespace
@@ -59,10 +62,17 @@ Command add_bench_comm_command(CLI::App& app) {
   bench->add_option("--factor", a->factor, "ratio between sizes")->capture_default_str();
   bench->add_option("--iters", a->iters, "timed calls per size")->capture_default_str();
   bench->add_option("--warmup", a->warmup, "untimed calls per size")->capture_default_str();
+  bench
+      ->add_option("--idle-gap-ms", a->idle_gap_ms,
+                   "> 0: time every size again, each call after this many ms of idle link (rows marked idle, for "
+                   "the link regimes of `scape predict --calibrate --links-from-bench`)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
   Command c;
   c.sub = bench;
   c.run = [a] {
-    return cmd_bench_comm(a->backend, a->out, a->min_bytes, a->max_bytes, a->factor, a->iters, a->warmup);
+    return cmd_bench_comm(a->backend, a->out, a->min_bytes, a->max_bytes, a->factor, a->iters, a->warmup,
+                          a->idle_gap_ms);
   };
   c.under_mpi = [] { return true; };
   c.mpi_backend = [a] { return a->backend; };

@@ -12,13 +12,15 @@ void write_bench_comm_file(const std::filesystem::path& out, const std::string& 
   File f = File::create(out);
   f.write_string_attribute("format", kBenchCommFormat);
   f.write_string_attribute("backend", backend);
-  std::vector<std::string> names, kinds;
+  std::vector<std::string> names, kinds, regimes;
   for (const auto& r : rows) {
     names.push_back(r.collective);
     kinds.push_back(r.kind);
+    regimes.push_back(r.regime);
   }
   f.create_string_dataset("collective", names);
   f.create_string_dataset("kind", kinds);
+  f.create_string_dataset("regime", regimes);
   const std::pair<const char*, double BenchCommRow::*> columns[] = {
       {"workers", &BenchCommRow::workers},
       {"payload_bytes", &BenchCommRow::payload_bytes},

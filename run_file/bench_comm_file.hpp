@@ -13,10 +13,12 @@ namespace scape::run_file {
 inline constexpr const char* kBenchCommFormat = "scape-bench-comm-1";
 
 // One timed collective; `kind` is the collective's name (all_reduce, reduce_scatter, all_gather,
-// all_to_all) as the ledger writes it.
+// all_to_all) as the ledger writes it; `regime` "busy" for calls timed back to back, "idle" for
+// calls each timed after an idle gap (bench-comm --idle-gap-ms). Files without /regime are busy.
 struct BenchCommRow {
   std::string collective;
   std::string kind;
+  std::string regime = "busy";
   double workers = 0, payload_bytes = 0, latency_steps = 0, bytes_sent_per_worker = 0, time_s = 0, algbw_GBps = 0,
          busbw_GBps = 0;
 };

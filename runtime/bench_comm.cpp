@@ -1,9 +1,12 @@
 // Collective microbenchmark over any Communicator backend (`scape bench-comm`).
 #include "runtime/bench_comm.hpp"
 
+#include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <thread>
 #include <vector>
 
 #include "run_file/bench_comm_file.hpp"
@@ -60,6 +63,7 @@ std::string check_options(const BenchCommOptions& o) {
   if (o.min_bytes < 8 || o.max_bytes < o.min_bytes) return "--min-bytes must be >= 8 and <= --max-bytes";
   if (!(o.factor > 1)) return "--factor must be > 1";
   if (o.iters < 1 || o.warmup < 0) return "--iters must be >= 1 and --warmup >= 0";
+  if (!(o.idle_gap_s >= 0) || !std::isfinite(o.idle_gap_s)) return "--idle-gap-ms must be >= 0";
   return "";
 }
 
@@ -71,6 +75,24 @@ double time_calls(MPI_Comm world, Communicator& comm, const Collective& c, void*
   const double t0 = MPI_Wtime();
   for (int i = 0; i < o.iters; ++i) call(comm, c, send, recv, n);
   const double mine = (MPI_Wtime() - t0) / o.iters;
+  double out = 0;
+  SCAPE_MPI_CHECK(MPI_Allreduce(&mine, &out, 1, MPI_DOUBLE, MPI_MAX, world));
+  comm.take_measured_times();
+  return out;
+}
+
+// Seconds per call on the slowest rank, each call timed alone after the link idled for the gap.
+double time_idle_calls(MPI_Comm world, Communicator& comm, const Collective& c, void* send, void* recv, std::size_t n,
+                       const BenchCommOptions& o) {
+  double mine = 0;
+  for (int i = 0; i < o.iters; ++i) {
+    SCAPE_MPI_CHECK(MPI_Barrier(world));
+    std::this_thread::sleep_for(std::chrono::duration<double>(o.idle_gap_s));
+    const double t0 = MPI_Wtime();
+    call(comm, c, send, recv, n);
+    mine += MPI_Wtime() - t0;
+  }
+  mine /= o.iters;
   double out = 0;
   SCAPE_MPI_CHECK(MPI_Allreduce(&mine, &out, 1, MPI_DOUBLE, MPI_MAX, world));
   comm.take_measured_times();
@@ -114,21 +136,27 @@ int bench_comm(MPI_Comm world, const BenchBackend& backend, const BenchCommOptio
                 "rank\n#%17s %14s %12s %12s %12s %12s\n", backend.name.c_str(), size, o.iters, o.warmup, "collective",
                 "size (B)", "count", "time (us)", "algbw (GB/s)", "busbw (GB/s)");
   }
-  for (const Collective& c : kCollectives) {
-    for (double bytes = static_cast<double>(o.min_bytes); bytes <= static_cast<double>(o.max_bytes) * (1 + 1e-9);
-         bytes *= o.factor) {
-      // A multiple of W elements, so that every rank has an equal share.
-      const std::size_t n = std::max(w, static_cast<std::size_t>(bytes) / c.element_bytes / w * w);
-      const double payload = static_cast<double>(n * c.element_bytes);
-      const double t = time_calls(world, *comm, c, send, recv, n, o);
-      const double algbw = payload / t / 1e9;
-      rows.push_back(run_file::BenchCommRow{c.name, to_string(c.kind), static_cast<double>(size), payload,
-                                            static_cast<double>(ring_latency_steps(c.kind, size)),
-                                            ring_bytes_sent_per_worker(c.kind, size, payload), t, algbw,
-                                            algbw * bus_factor(c.kind, size)});
-      if (rank == 0) {
-        std::printf(" %17s %14.0f %12zu %12.2f %12.3f %12.3f\n", c.name, payload, n, t * 1e6, algbw,
-                    rows.back().busbw_GBps);
+  for (const bool idle : {false, true}) {
+    if (idle && !(o.idle_gap_s > 0)) break;
+    if (idle && rank == 0) std::printf("# each call after %.0f ms of idle link\n", o.idle_gap_s * 1e3);
+    for (const Collective& c : kCollectives) {
+      for (double bytes = static_cast<double>(o.min_bytes); bytes <= static_cast<double>(o.max_bytes) * (1 + 1e-9);
+           bytes *= o.factor) {
+        // A multiple of W elements, so that every rank has an equal share.
+        const std::size_t n = std::max(w, static_cast<std::size_t>(bytes) / c.element_bytes / w * w);
+        const double payload = static_cast<double>(n * c.element_bytes);
+        const double t =
+            idle ? time_idle_calls(world, *comm, c, send, recv, n, o) : time_calls(world, *comm, c, send, recv, n, o);
+        const double algbw = payload / t / 1e9;
+        rows.push_back(run_file::BenchCommRow{
+            c.name, to_string(c.kind), idle ? "idle" : "busy", static_cast<double>(size), payload,
+            static_cast<double>(ring_latency_steps(c.kind, size)), ring_bytes_sent_per_worker(c.kind, size, payload), t,
+            algbw, algbw * bus_factor(c.kind, size)});
+        if (rank == 0) {
+          std::printf(" %17s %14.0f %12zu %12.2f %12.3f %12.3f\n", c.name, payload, n, t * 1e6, algbw,
+                      rows.back().busbw_GBps);
+          std::fflush(stdout);
+        }
       }
     }
   }

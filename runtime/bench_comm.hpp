@@ -22,6 +22,10 @@ struct BenchCommOptions {
   double factor = 2.0;                // between sizes (-f)
   int warmup = 5;                     // untimed calls per size
   int iters = 20;                     // timed calls per size (-n)
+  // > 0: every size is timed again, each call after this long with the link idle (a barrier,
+  // then a sleep), the rows marked "idle": a collective that follows compute, not another
+  // collective (docs/PREDICTING.md, "A link's load"). 0: back-to-back calls only.
+  double idle_gap_s = 0;
   std::filesystem::path out = "bench-comm.h5";
 };
 
