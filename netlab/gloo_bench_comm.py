@@ -7,7 +7,10 @@ all-to-all under them) over a range of sizes, on the process group torchrun's (o
     PYTHONPATH=python:. scripts/netlab run -- python -m netlab.gloo_bench_comm --out gloo.h5
 
 Each size: --warmup untimed calls, then --iters timed ones after a barrier; the time is the
-slowest rank's mean. Columns as `scape bench-comm`: the ledger's ring bytes sent per worker and
+slowest rank's mean. With --idle-gap-ms G > 0 every size is timed again, each call alone after a
+barrier and G ms of idle link, those rows marked "idle" in /regime (the others "busy"): a
+collective that follows compute rather than another collective (docs/PREDICTING.md, "A link's
+load"). Columns as `scape bench-comm`: the ledger's ring bytes sent per worker and
 latency steps, algbw = size / time, busbw as nccl-tests."""
 import argparse
 import os
@@ -68,6 +71,20 @@ def time_calls(group, call, x, iters, warmup):
     return float(mean)
 
 
+def time_idle_calls(group, call, x, iters, gap_s):
+    """Seconds per call on the slowest rank, each call timed alone after `gap_s` of idle link."""
+    total = 0.0
+    for _ in range(iters):
+        dist.barrier()
+        time.sleep(gap_s)
+        began = time.perf_counter()
+        call(group, x)
+        total += time.perf_counter() - began
+    mean = torch.tensor([total / iters], dtype=torch.float64)
+    dist.all_reduce(mean, op=dist.ReduceOp.MAX)
+    return float(mean)
+
+
 def sizes(min_bytes, max_bytes, factor):
     b = float(min_bytes)
     while b <= max_bytes * (1 + 1e-9):
@@ -83,11 +100,14 @@ def main():
     parser.add_argument("--factor", type=float, default=4, help="ratio between sizes (default %(default)s)")
     parser.add_argument("--iters", type=int, default=3, help="timed calls per size (default %(default)s)")
     parser.add_argument("--warmup", type=int, default=1, help="untimed calls per size (default %(default)s)")
+    parser.add_argument("--idle-gap-ms", type=float, default=0,
+                        help="> 0: time every size again, each call after this many ms of idle link (rows marked "
+                             "idle; default %(default)s: back-to-back calls only)")
     args = parser.parse_args()
     if args.min_bytes < 8 or args.max_bytes < args.min_bytes:
         parser.error("--min-bytes must be >= 8 and <= --max-bytes")
-    if args.factor <= 1 or args.iters < 1 or args.warmup < 0:
-        parser.error("--factor must be > 1, --iters >= 1 and --warmup >= 0")
+    if args.factor <= 1 or args.iters < 1 or args.warmup < 0 or not args.idle_gap_ms >= 0:
+        parser.error("--factor must be > 1, --iters >= 1, --warmup >= 0 and --idle-gap-ms >= 0")
     torch.set_num_threads(1)
     dist.init_process_group("gloo")
     group = Group()
@@ -96,23 +116,30 @@ def main():
     if group.rank == 0:
         print(f"# gloo bench-comm, {w} ranks, {args.iters} iterations ({args.warmup} warm-up) per size; "
               "time of the slowest rank")
-    for name, (kind, call) in COLLECTIVES.items():
-        for size in sizes(args.min_bytes, args.max_bytes, args.factor):
-            n = max(w, int(size) // 4 // w * w)  # a multiple of W floats: equal shares
-            payload = 4.0 * n
-            t = time_calls(group, call, torch.ones(n), args.iters, args.warmup)
-            algbw = payload / t / 1e9
-            rows.append((name, kind, w, payload, ring_latency_steps(kind, w), ring_bytes_sent_per_worker(kind, w, payload),
-                         t, algbw, algbw * bus_factor(kind, w)))
-            if group.rank == 0:
-                print(f" {name:>17} {payload:14.0f} {t * 1e6:12.2f} us {algbw:10.4f} GB/s {rows[-1][-1]:10.4f} GB/s bus",
-                      flush=True)
+    regimes = ["busy"] + (["idle"] if args.idle_gap_ms > 0 else [])
+    for regime in regimes:
+        if regime == "idle" and group.rank == 0:
+            print(f"# each call after {args.idle_gap_ms:g} ms of idle link", flush=True)
+        for name, (kind, call) in COLLECTIVES.items():
+            for size in sizes(args.min_bytes, args.max_bytes, args.factor):
+                n = max(w, int(size) // 4 // w * w)  # a multiple of W floats: equal shares
+                payload = 4.0 * n
+                x = torch.ones(n)
+                t = (time_idle_calls(group, call, x, args.iters, args.idle_gap_ms / 1e3) if regime == "idle"
+                     else time_calls(group, call, x, args.iters, args.warmup))
+                algbw = payload / t / 1e9
+                rows.append((name, kind, w, payload, ring_latency_steps(kind, w),
+                             ring_bytes_sent_per_worker(kind, w, payload), t, algbw, algbw * bus_factor(kind, w), regime))
+                if group.rank == 0:
+                    print(f" {name:>17} {payload:14.0f} {t * 1e6:12.2f} us {algbw:10.4f} GB/s {rows[-1][-2]:10.4f} GB/s "
+                          f"bus {regime}", flush=True)
     if group.rank == 0:
         with h5py.File(args.out, "w") as f:
             f.attrs["format"] = FORMAT
             f.attrs["backend"] = "gloo"
             f.create_dataset("collective", data=[r[0] for r in rows], dtype=h5py.string_dtype())
             f.create_dataset("kind", data=[r[1] for r in rows], dtype=h5py.string_dtype())
+            f.create_dataset("regime", data=[r[9] for r in rows], dtype=h5py.string_dtype())
             for i, column in enumerate(["workers", "payload_bytes", "latency_steps", "bytes_sent_per_worker", "time_s",
                                         "algbw_GBps", "busbw_GBps"], start=2):
                 f.create_dataset(column, data=np.array([r[i] for r in rows], dtype=np.float64))

@@ -3,7 +3,8 @@
 `/usr/bin/python3 -m netlab.mpi_bench` with the repository root on PYTHONPATH.
 
 At one rate, on the nodes `scripts/netlab up` made, it:
-1. times the links with `scape bench-comm` through `scripts/netlab mpirun` (16 KiB to 16 MiB);
+1. times the links with `scape bench-comm` through `scripts/netlab mpirun` (16 KiB to 16 MiB),
+   back to back and after --idle-gap-ms of idle link (the link's busy and idle regimes);
 2. runs the GPT of `experiments/configs/calibrate/` (3.3M parameters) under each method;
 3. fits `scape predict --calibrate --links-from-bench`: the links to the bench-comm file alone,
    compute and the optimizer step to the runs of dense AdamS and SCAPE 90%; it predicts every
@@ -14,7 +15,10 @@ With `--from-fastest-rate` (run by `scripts/netlab bench` once every rate has ru
 each slower rate again, every run there held out: compute and the optimizer step fitted to the
 fastest rate's dense AdamS and SCAPE 90% runs, where the optimizer's own time is not the small
 difference of two large measured times, and the links to the slower rate's bench-comm file. The
-MPI rows of the slower rates in steps.csv get these predictions.
+MPI rows of the slower rates in steps.csv get these predictions. A rate named by `--held-out-rate`
+is predicted without any of its own measurements: its links are another slower rate's bench-comm
+file (the nearest) scaled to it (`scape predict --link-rate-scale`), written to
+mpi-RATEmbit/held-out-rate.{txt,csv}.
 """
 import argparse
 import csv
@@ -71,21 +75,33 @@ def mpirun(nodes, args, prefix="snl", tries=3):
     sys.exit(f"netlab mpi_bench: {' '.join(args[:3])} failed {tries} times")
 
 
-def calibrate(scape, here, fit, held_out, name):
+def calibrate(scape, here, fit, held_out, name, extra=()):
     """`scape predict --calibrate --links-from-bench` into here/NAME.{txt,csv} and
     here/NAME-hardware.json; returns the CSV's rows by the run file's absolute path."""
     table = os.path.join(here, f"{name}.csv")
     with open(os.path.join(here, f"{name}.txt"), "w") as report:
         subprocess.run([scape, "predict", "--links-from-bench", "--calibrate"] + fit +
                        (["--held-out"] + held_out if held_out else []) +
-                       ["--out", os.path.join(here, f"{name}-hardware.json"), "--csv", table],
+                       ["--out", os.path.join(here, f"{name}-hardware.json"), "--csv", table] + list(extra),
                        check=True, stdout=report)
     return {os.path.abspath(r["file"]): r for r in csv.DictReader(open(table))}
 
 
-def from_fastest_rate(scape, out):
+def link_donor(rate, rates, held_out_rate):
+    """The rate whose bench-comm file gives `rate`'s links: its own, or for the held-out rate the
+    nearest other rate below the fastest."""
+    if held_out_rate is None or rate != held_out_rate:
+        return rate
+    donors = [r for r in rates[:-1] if r != rate]
+    if not donors:
+        sys.exit(f"netlab: --held-out-rate {rate:g}: no other rate below the fastest to take the links from")
+    return min(donors, key=lambda r: abs(r - rate))
+
+
+def from_fastest_rate(scape, out, held_out_rate=None):
     """Predicts every MPI run at each slower rate from the fastest rate's compute and optimizer
-    fit and the slower rate's links; rewrites those rows of out/steps.csv."""
+    fit and the slower rate's links (the held-out rate: another rate's, scaled); rewrites those
+    rows of out/steps.csv."""
     path = os.path.join(out, "steps.csv")
     rows = steps_csv.read(path)
     rates = sorted({float(r["rate_mbit"]) for r in rows if r["runtime"] == "mpi"})
@@ -101,7 +117,11 @@ def from_fastest_rate(scape, out):
         here = os.path.join(out, f"mpi-{rate:g}mbit")
         runs = [os.path.join(here, f"{m}.h5") for m, spec in METHODS.items()
                 if spec[2] and os.path.exists(os.path.join(here, f"{m}.h5"))]
-        predicted = calibrate(scape, here, fit_runs + [os.path.join(here, "bench-comm.h5")], runs, "from-fastest-rate")
+        donor = link_donor(rate, rates, held_out_rate)
+        bench = os.path.join(out, f"mpi-{donor:g}mbit", "bench-comm.h5")
+        scale = ["--link-rate-scale", f"{rate / donor:.12g}"] if donor != rate else []
+        name = "held-out-rate" if donor != rate else "from-fastest-rate"
+        predicted = calibrate(scape, here, fit_runs + [bench], runs, name, scale)
         for r in rows:
             p = predicted.get(os.path.abspath(os.path.join(here, f"{r['method']}.h5")))
             if r["runtime"] != "mpi" or float(r["rate_mbit"]) != rate or p is None:
@@ -109,7 +129,7 @@ def from_fastest_rate(scape, out):
             r["measured_step_ms"], r["predicted_step_ms"] = p["measured_step_ms"], p["predicted_step_ms"]
             print(f"mpi {r['method']:14} at {rate:g} Mbit/s: step {float(p['measured_step_ms']):9.2f} ms, predicted "
                   f"{float(p['predicted_step_ms']):9.2f} ms ({100 * float(p['error']):+.1f}%; compute and optimizer "
-                  f"from {rates[-1]:g} Mbit/s)", flush=True)
+                  f"from {rates[-1]:g} Mbit/s, links from {donor:g} Mbit/s)", flush=True)
     steps_csv.rewrite(path, rows)
 
 
@@ -118,6 +138,10 @@ def main():
     parser.add_argument("--out", required=True, help="the bench folder: steps.csv is appended to, runs go to mpi-RATE/")
     parser.add_argument("--from-fastest-rate", action="store_true",
                         help="instead: predict every slower rate's runs again from the fastest rate's fit (see above)")
+    parser.add_argument("--held-out-rate", type=float, help="with --from-fastest-rate: this rate (Mbit/s) is "
+                        "predicted with another rate's links, scaled (see above)")
+    parser.add_argument("--idle-gap-ms", type=float, default=50, help="bench-comm's idle gap before each idle-regime "
+                        "call (default %(default)s; 0: back-to-back calls only)")
     parser.add_argument("--nodes", type=int)
     parser.add_argument("--prefix", default="snl", help="the netlab's name prefix, as `scripts/netlab up` made it "
                         "(default snl)")
@@ -129,7 +153,7 @@ def main():
     if not os.access(scape, os.X_OK):
         sys.exit(f"netlab mpi_bench: no scape binary at {scape} (set SCAPE_BINARY)")
     if args.from_fastest_rate:
-        from_fastest_rate(scape, args.out)
+        from_fastest_rate(scape, args.out, args.held_out_rate)
         return
     if args.nodes is None or args.rate_mbit is None:
         sys.exit("netlab mpi_bench: --nodes and --rate-mbit are required (or --from-fastest-rate)")
@@ -141,7 +165,8 @@ def main():
     os.makedirs(here, exist_ok=True)
     bench = os.path.join(here, "bench-comm.h5")
     mpirun(args.nodes, [scape, "bench-comm", "--backend", "mpi", "--out", bench, "--min-bytes", "16384",
-                        "--max-bytes", "16777216", "--factor", "4", "--iters", "3", "--warmup", "1"], args.prefix)
+                        "--max-bytes", "16777216", "--factor", "4", "--iters", "3", "--warmup", "1", "--idle-gap-ms", f"{args.idle_gap_ms:g}"],
+           args.prefix)
     fit, held_out = [bench], []
     for method in methods:
         config, overrides, role = METHODS[method]

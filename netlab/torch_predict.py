@@ -18,6 +18,9 @@ TORCH_SEQUENCES sequences, the optimizer section below, no overlap but the lagge
 kept here is the one thing scape predict cannot give: the torch runtime's own compute and
 optimizer time, taken from the fastest rate's measurement. DDP rows (their all-reduce runs inside
 backward, with no separate compute to add it to) and the fastest rate's own rows are not predicted.
+With `--held-out-rate R` the rows at R use none of R's measurements: the gloo bench-comm file and
+MPI runs of the nearest other slower rate, its links scaled to R (`scape predict
+--link-rate-scale`).
 """
 import argparse
 import csv
@@ -27,6 +30,7 @@ import subprocess
 import sys
 
 from netlab import steps_csv
+from netlab.mpi_bench import link_donor
 
 ROOT = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 # torch_bench's model (examples/tiny_gpt.py's TinyGPT: GPT-2 blocks, untied head) and a rank's batch.
@@ -44,13 +48,15 @@ METHODS = {
 }
 
 
-def gloo_hardware(scape, folder, mpi_runs):
-    """The hardware description scape predict fits to the gloo bench-comm file (links) and the MPI
-    runs (compute), or None with the reason printed."""
+def gloo_hardware(scape, folder, bench, mpi_runs, scale=1.0):
+    """The hardware description scape predict fits to the gloo bench-comm file (links, scaled by
+    `scale`) and the MPI runs (compute), or None with the reason printed."""
     hardware = os.path.join(folder, "gloo-hardware.json")
+    extra = ["--link-rate-scale", f"{scale:.12g}"] if scale != 1 else []
     with open(os.path.join(folder, "gloo-calibration.txt"), "w") as report:
-        done = subprocess.run([scape, "predict", "--calibrate", os.path.join(folder, "bench-comm-gloo.h5")] + mpi_runs +
-                              ["--links-from-bench", "--out", hardware], stdout=report, stderr=subprocess.PIPE, text=True)
+        done = subprocess.run([scape, "predict", "--calibrate", bench] + mpi_runs +
+                              ["--links-from-bench", "--out", hardware] + extra, stdout=report, stderr=subprocess.PIPE,
+                              text=True)
     if done.returncode != 0:
         print(f"netlab torch_predict: {folder}: the calibration failed: {done.stderr.strip()}", file=sys.stderr)
         return None
@@ -86,6 +92,8 @@ def predicted_exposed_s(scape, folder, method, workers, hardware):
 def main():
     parser = argparse.ArgumentParser(prog="python3 -m netlab.torch_predict", description=__doc__.splitlines()[0])
     parser.add_argument("--out", required=True, help="the bench folder (steps.csv, torch-RATE/, mpi-RATE/)")
+    parser.add_argument("--held-out-rate", type=float, help="this rate (Mbit/s) is predicted from another rate's "
+                        "links, scaled (see above)")
     args = parser.parse_args()
     scape = os.environ.get("SCAPE_BINARY", f"{ROOT}/build/release/apps/scape")
     path = os.path.join(args.out, "steps.csv")
@@ -99,17 +107,21 @@ def main():
             for r in rows if r["runtime"] == "torch" and float(r["rate_mbit"]) == fastest}
     for rate in torch_rates[:-1]:
         folder = os.path.join(args.out, f"torch-{rate:g}mbit")
-        mpi_runs = [os.path.join(args.out, f"mpi-{rate:g}mbit", f"{m}.h5") for m in ("adams", "scape-90")]
-        needed = [os.path.join(folder, "bench-comm-gloo.h5")] + mpi_runs
+        donor = link_donor(rate, torch_rates, args.held_out_rate)
+        bench = os.path.join(args.out, f"torch-{donor:g}mbit", "bench-comm-gloo.h5")
+        mpi_runs = [os.path.join(args.out, f"mpi-{donor:g}mbit", f"{m}.h5") for m in ("adams", "scape-90")]
+        needed = [bench] + mpi_runs
         if not all(os.path.exists(f) for f in needed):
             print(f"netlab torch_predict: {rate:g} Mbit/s: needs {', '.join(needed)}", file=sys.stderr)
             continue
-        hardware = gloo_hardware(scape, folder, mpi_runs)
+        hardware = gloo_hardware(scape, folder, bench, mpi_runs, rate / donor)
         if hardware is None:
             continue
         inter = json.load(open(hardware))["network"]["inter"]
         print(f"torch at {rate:g} Mbit/s: gloo link alpha {inter['alpha_us']:.1f} us, "
-              f"{inter['bandwidth_GBps'] * 1e3:.2f} MB/s")
+              f"{inter['bandwidth_GBps'] * 1e3:.2f} MB/s (links from {donor:g} Mbit/s"
+              f"{', scaled' if donor != rate else ''}; idle and busy curves: "
+              f"{'yes' if 'inter_curves' in json.load(open(hardware))['network'] else 'no'})")
         for r in rows:
             if r["runtime"] != "torch" or float(r["rate_mbit"]) != rate or r["method"] not in METHODS:
                 continue

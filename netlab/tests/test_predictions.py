@@ -74,3 +74,41 @@ def test_mpi_bench_launches_on_the_prefix_it_is_given(monkeypatch):
     assert launched[0][1:6] == ["mpirun", "--prefix", "xyz", "--nodes", "2"]
     assert launched[0][-2:] == ["scape", "bench-comm"]
     assert launched[1][1:6] == ["mpirun", "--prefix", "snl", "--nodes", "3"]
+
+
+def curves_hardware(tmp_path, scale=1.0):
+    """A gloo link of 12.5 MB/s when idle and 6.25 MB/s when busy, measured at 2 ranks from 10 kB to
+    10 MB a worker (scape predict --calibrate's network.inter_curves), its rate `scale` times that."""
+    sizes = [1e4, 1e5, 1e6, 1e7]
+    curve = {"bytes_sent": sizes}
+    idle = {kind: dict(curve, time_s=[b / 12.5e6 for b in sizes]) for kind in ("all_reduce", "all_gather", "all_to_all")}
+    busy = {kind: dict(curve, time_s=[b / 6.25e6 for b in sizes]) for kind in ("all_reduce", "all_gather", "all_to_all")}
+    path = tmp_path / "gloo-hardware.json"
+    path.write_text(json.dumps({"format": "scape-hardware-1", "network": {
+        "inter": {"alpha_us": 0.0, "bandwidth_GBps": 0.00625},
+        "inter_curves": {"workers": 2, "rate_scale": scale, "idle": idle, "busy": busy}}}))
+    return path
+
+
+def test_with_the_link_curves_the_first_collective_is_idle_and_a_slower_rate_scales_them(scape, tmp_path):
+    # Dense AdamS's one all-reduce is the step's first collective: the idle curve, 2 (W-1)/W of the
+    # gradient at 12.5 MB/s; at 0.6 of the bench's rate, what 1/0.6 as many bytes took there.
+    sent = 4 * N_TORCH
+    assert torch_predict.predicted_exposed_s(scape, str(tmp_path), "adams", 2, curves_hardware(tmp_path)) == \
+        pytest.approx(sent / 12.5e6, rel=1e-9)
+    assert torch_predict.predicted_exposed_s(scape, str(tmp_path), "adams", 2, curves_hardware(tmp_path, 0.6)) == \
+        pytest.approx(sent / 0.6 / 12.5e6, rel=1e-9)
+    # SCAPE at lag 0: the mask all-gather blocks first (idle), the payload follows it (busy).
+    lag0 = torch_predict.predicted_exposed_s(scape, str(tmp_path), "scape-99-lag0", 2, curves_hardware(tmp_path))
+    lag1 = torch_predict.predicted_exposed_s(scape, str(tmp_path), "scape-99", 2, curves_hardware(tmp_path))
+    assert lag0 > lag1
+
+
+def test_the_held_out_rate_takes_the_nearest_other_slower_rates_links():
+    from netlab.mpi_bench import link_donor
+    assert link_donor(100.0, [60.0, 100.0, 10000.0], 60.0) == 100.0
+    assert link_donor(60.0, [60.0, 100.0, 10000.0], 60.0) == 100.0
+    assert link_donor(60.0, [60.0, 100.0, 1000.0, 10000.0], 60.0) == 100.0
+    assert link_donor(60.0, [60.0, 100.0, 10000.0], None) == 60.0
+    with pytest.raises(SystemExit, match="no other rate below the fastest"):
+        link_donor(60.0, [60.0, 10000.0], 60.0)
