@@ -1,5 +1,6 @@
 // The optimizer's device memory by buffer (device_state.hpp). Names follow the members of
-// OptimizerBase, DenseOptimizer, ScapeOptimizer, ErrorFeedback and MaskExchange.
+// OptimizerBase, DenseOptimizer, ScapeOptimizer, ErrorFeedback, MaskExchange, OuterLoopOptimizer,
+// DilocoOptimizer and HierarchicalOptimizer.
 #include "optimizers/device_state.hpp"
 
 #include <algorithm>
