@@ -171,7 +171,7 @@ TEST_CASE("hierarchy = node: SCAPE's state on GPT-2 small falls from 5/4 N to 1/
 // GPT-2 small (124M with the padded vocabulary 50304) at T = 1024 on one 80 GB GPU with W = 8
 // simulated workers. With a workspace per worker, 4 sequences per worker fit and 8 do not (the
 // [B H T T] attention probabilities of every layer dominate: 0.6 GiB per sequence); with the
-// simulator's shared workspace, 8 per worker take 23.8 GiB.
+// simulator's shared workspace, 8 per worker take 24.8 GiB.
 TEST_CASE("a 124M GPT at W = 8 fits in 80 GB: 8 sequences per worker with the shared workspace") {
   constexpr double k80GB = 80e9;
   nlohmann::json run = small_run("gpt", 8, {{"type", "scape"}, {"sparsity", 0.99}});
