@@ -1,14 +1,17 @@
 // The optimizer's device memory by buffer (device_state.hpp). Names follow the members of
-// OptimizerBase, DenseOptimizer, ScapeOptimizer, ErrorFeedback and MaskExchange.
+// OptimizerBase, DenseOptimizer, ScapeOptimizer, ErrorFeedback, MaskExchange, OuterLoopOptimizer,
+// DilocoOptimizer and HierarchicalOptimizer.
 #include "optimizers/device_state.hpp"
 
 #include <algorithm>
-
-#include "optimizers/scape/mask_ownership.hpp"
-
-#include <algorithm>
+#include <functional>
+#include <numeric>
 #include <stdexcept>
 #include <string>
+#include <vector>
+
+#include "optimizers/rail_partition.hpp"
+#include "optimizers/scape/mask_ownership.hpp"
 
 #include "core/schedule.hpp"
 #include "kernels/kernel_types.hpp"
@@ -72,28 +75,95 @@ std::size_t scape_bytes(const OptimizerConfig& c, const ParamLayout& layout, int
   return bytes;
 }
 
+// DiLoCo's buffers beyond the moments (optimizers/baselines/diloco.hpp, outer_loop.hpp): theta_global,
+// the outer momentum, the pseudo-gradient, its mean and a scratch (N each; the fragment in use is
+// a prefix), the fp8 values and rounding, the overlap_outer snapshot, the pseudo-gradient's block
+// sums.
+std::size_t diloco_bytes(const OptimizerConfig& c, std::size_t n) {
+  const std::size_t copies = 5 + (c.diloco.outer_wire == WireType::fp8_e5m2 ? 2 : 0) + (c.outer.overlap_outer ? 1 : 0);
+  return kFloat * n * copies + sizeof(double) * norm_blocks(n);
+}
+
+bool two_moments(const OptimizerConfig& c) {
+  return c.type == OptimizerType::adamw || (c.type != OptimizerType::adams && c.inner == InnerRule::adamw);
+}
+
+std::size_t own_shard(const OptimizerConfig& c, std::size_t n, int workers) {
+  return c.sharded ? Sharding(n, workers).size(0) : n;
+}
+
+// Worker 0's bytes of the flat method.
+std::size_t flat_device_bytes(const OptimizerConfig& c, const ParamLayout& layout, int workers) {
+  const std::size_t n = layout.size();
+  const std::size_t own = own_shard(c, n, workers);
+  std::size_t bytes = kFloat * own * (two_moments(c) ? 2 : 1);  // m_, and v_ for AdamW
+  // Block sums of ||theta|| (UpdateTracker::norm_only; worker 0's after() uses its own, counted
+  // in update_tracker_device_bytes).
+  bytes += sizeof(double) * norm_blocks(n);
+  if (c.type == OptimizerType::scape) return bytes + scape_bytes(c, layout, workers);
+  if (c.type == OptimizerType::diloco) return bytes + diloco_bytes(c, n);
+  return bytes + kFloat * own;  // DenseOptimizer::g_bar_ (the state range)
+}
+
+std::size_t flat_state_bytes(const OptimizerConfig& c, const ParamLayout& layout, int workers) {
+  const std::size_t n = layout.size();
+  const std::size_t own = own_shard(c, n, workers);
+  std::size_t floats = own * (two_moments(c) ? 2 : 1);
+  if (c.type == OptimizerType::scape) {
+    if (!c.residual_offload) floats += n;
+    if (c.carries_owner_momentum()) floats += own;
+  }
+  if (c.type == OptimizerType::diloco) floats += n * (c.outer.overlap_outer ? 3 : 2);
+  return kFloat * floats;
+}
+
+using FlatBytes = std::function<std::size_t(const OptimizerConfig&, const ParamLayout&, int)>;
+
+// One rank's bytes of each rail of a node (flat: one entry, worker 0's). A rank of rail l holds
+// the flat method over rail l's part among the W / G nodes and, in the device figure, the
+// wrapper's packed gradient and gathered parameters (N each) and the rail's gradient and
+// parameters (its part each).
+std::vector<std::size_t> rank_bytes(const OptimizerConfig& c, const ParamLayout& layout, int workers,
+                                    const FlatBytes& flat, bool with_wrapper) {
+  if (!has_device_bytes(c.type)) {
+    throw std::invalid_argument(std::string("optimizer_device_bytes: ") + to_string(c.type) +
+                                " has no buffer-by-buffer count");
+  }
+  if (c.hierarchy == Hierarchy::flat) return {flat(c, layout, workers)};
+  OptimizerConfig rail = c;
+  rail.hierarchy = Hierarchy::flat;
+  rail.rail_split = RailSplit::tensors;
+  const int nodes = workers / c.ranks_per_node;
+  std::vector<std::size_t> out;
+  for (const RailPart& part : split_into_rails(layout, c.ranks_per_node, c.rail_split)) {
+    const std::size_t wrapper = with_wrapper ? kFloat * 2 * (layout.size() + part.size()) : 0;
+    out.push_back(flat(rail, part.layout, nodes) + wrapper);
+  }
+  return out;
+}
+
 }  // namespace
+
+bool has_device_bytes(OptimizerType t) { return runs_on_cuda(t) || t == OptimizerType::diloco; }
 
 std::size_t update_tracker_device_bytes(std::size_t n) {
   return kFloat * n + sizeof(std::int8_t) * n + sizeof(double) * kernels::kUpdateStats * norm_blocks(n);
 }
 
 std::size_t optimizer_device_bytes(const OptimizerConfig& config, const ParamLayout& layout, int workers) {
-  const std::size_t n = layout.size();
-  if (!runs_on_cuda(config.type)) {
-    throw std::invalid_argument(std::string("optimizer_device_bytes: ") + to_string(config.type) +
-                                " has no CUDA path");
-  }
-  const Sharding shards(n, workers);
-  const std::size_t own = config.sharded ? shards.size(0) : n;
-  const bool adamw = config.type == OptimizerType::adamw ||
-                     (config.type == OptimizerType::scape && config.inner == InnerRule::adamw);
-  std::size_t bytes = kFloat * own * (adamw ? 2 : 1);  // m_, and v_ for AdamW
-  // Block sums of ||theta|| (UpdateTracker::norm_only; worker 0's after() uses its own, counted
-  // in update_tracker_device_bytes).
-  bytes += sizeof(double) * norm_blocks(n);
-  if (config.type == OptimizerType::scape) return bytes + scape_bytes(config, layout, workers);
-  return bytes + kFloat * own;  // DenseOptimizer::g_bar_ (the state range)
+  const auto ranks = rank_bytes(config, layout, workers, flat_device_bytes, true);
+  return *std::max_element(ranks.begin(), ranks.end());
+}
+
+std::size_t optimizer_device_bytes_all(const OptimizerConfig& config, const ParamLayout& layout, int workers) {
+  const auto ranks = rank_bytes(config, layout, workers, flat_device_bytes, true);
+  const auto groups = static_cast<std::size_t>(workers) / ranks.size();  // nodes, or W single workers
+  return groups * std::accumulate(ranks.begin(), ranks.end(), std::size_t{0});
+}
+
+std::size_t optimizer_state_bytes(const OptimizerConfig& config, const ParamLayout& layout, int workers) {
+  const auto ranks = rank_bytes(config, layout, workers, flat_state_bytes, false);
+  return *std::max_element(ranks.begin(), ranks.end());
 }
 
 }  // namespace scape

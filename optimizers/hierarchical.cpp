@@ -3,6 +3,7 @@
 
 #include <stdexcept>
 #include <string>
+#include <utility>
 
 #include "core/adam_step.hpp"
 
@@ -42,10 +43,11 @@ HierarchicalOptimizer::HierarchicalOptimizer(const ParamLayout& layout, Communic
   node_ = world.split(world.rank() / ranks_per_node, LinkClass::intra, node_link.value_or(net));
   rail_comm_ = world.split(rail_, LinkClass::inter, net);
   rail_method_ = make_rail_method(part().layout, *rail_comm_);
-  node_send_.resize(n_);
-  rail_grads_.resize(part().size());
-  rail_params_.resize(part().size());
-  node_gathered_.resize(n_);
+  kernels::KernelBackend& host = kernels::cpu_backend();  // hierarchy = "node" runs on the cpu
+  node_send_ = kernels::Buffer<float>(host, n_);
+  rail_grads_ = kernels::Buffer<float>(host, part().size());
+  rail_params_ = kernels::Buffer<float>(host, part().size());
+  node_gathered_ = kernels::Buffer<float>(host, n_);
 }
 
 HierarchicalOptimizer::~HierarchicalOptimizer() = default;
@@ -55,7 +57,7 @@ StepMetrics HierarchicalOptimizer::step(std::span<float> params, std::span<const
   // (a) The gradient packed rail by rail, then each rail's node mean to its local rank.
   std::size_t at = 0;
   for (const RailPart& p : parts_) {
-    pack_rail(p, grads, std::span<float>(node_send_).subspan(at, p.size()));
+    pack_rail(p, grads, node_send_.span().subspan(at, p.size()));
     at += p.size();
   }
   node_->reduce_scatter_mean(node_send_, rail_grads_, counts_, WireType::fp32, "node_grad_reduce_scatter");
@@ -67,7 +69,7 @@ StepMetrics HierarchicalOptimizer::step(std::span<float> params, std::span<const
   node_->all_gather(rail_params_, node_gathered_, counts_, WireType::fp32, "node_param_all_gather");
   at = 0;
   for (const RailPart& p : parts_) {
-    unpack_rail(p, std::span<const float>(node_gathered_).subspan(at, p.size()), params);
+    unpack_rail(p, std::as_const(node_gathered_).span().subspan(at, p.size()), params);
     at += p.size();
   }
   append(node_records, std::move(out.comm));

@@ -18,6 +18,7 @@
 #include "core/communicator.hpp"
 #include "core/layout.hpp"
 #include "core/optimizer.hpp"
+#include "kernels/backend.hpp"
 #include "optimizers/rail_partition.hpp"
 
 namespace scape {
@@ -57,7 +58,10 @@ class HierarchicalOptimizer final : public Optimizer {
   Communicator& world_;              // takes the groups' measured times after each step
   std::unique_ptr<Communicator> node_, rail_comm_;
   std::unique_ptr<Optimizer> rail_method_;
-  std::vector<float> node_send_, rail_grads_, rail_params_, node_gathered_;
+  // The packed gradient and the gathered parameters (N each), the rail's gradient and parameters
+  // (its part each): Buffers of the host's backend, which the device-memory estimate counts
+  // (optimizers/device_state.hpp) and its test measures.
+  kernels::Buffer<float> node_send_, rail_grads_, rail_params_, node_gathered_;
 };
 
 }  // namespace scape

@@ -1,6 +1,7 @@
 // Prediction over worker counts, baseline and efficiencies (docs/PREDICTING.md, "Outputs").
 #include "predict/prediction.hpp"
 
+#include "optimizers/device_state.hpp"
 #include "predict/gemm_model.hpp"
 #include "predict/model_layout.hpp"
 
@@ -27,6 +28,17 @@ StepInputs step_inputs(const PredictConfig& c, const OptimizerConfig& optimizer)
   return in;
 }
 
+OptimizerMemory optimizer_memory(const PredictConfig& c, const OptimizerConfig& optimizer, const ParamLayout& layout,
+                                 int workers) {
+  OptimizerMemory m;
+  if (!has_device_bytes(optimizer.type)) return m;
+  OptimizerConfig o = optimizer;
+  if (o.hierarchy == Hierarchy::node) o.ranks_per_node = place(c.topology(), workers).gpus_per_node;
+  m.state_bytes = static_cast<double>(optimizer_state_bytes(o, layout, workers));
+  m.bytes = static_cast<double>(optimizer_device_bytes(o, layout, workers));
+  return m;
+}
+
 Prediction run_prediction(const PredictConfig& c) {
   Prediction p;
   p.config = c;
@@ -46,6 +58,8 @@ Prediction run_prediction(const PredictConfig& c) {
     r.global_tokens = c.batch.global_tokens(w);
     r.optimizer = predict_step(opt, w, c.batch.tokens_per_gpu(w));
     r.baseline = predict_step(base, w, c.batch.tokens_per_gpu(w));
+    r.optimizer_memory = optimizer_memory(c, c.optimizer, opt.layout, w);
+    r.baseline_memory = optimizer_memory(c, c.baseline, base.layout, w);
     r.speedup = r.baseline.step_s / r.optimizer.step_s;
     r.efficiency = scaling_efficiency(opt_one, r.optimizer);
     r.baseline_efficiency = scaling_efficiency(base_one, r.baseline);

@@ -2,6 +2,7 @@
 #include "predict/report.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <functional>
@@ -37,16 +38,19 @@ struct Side {
   const OptimizerConfig& config;
   std::function<const StepPrediction&(const PredictionRow&)> step;
   std::function<double(const PredictionRow&)> speedup, efficiency, tokens_per_s;
+  std::function<const OptimizerMemory&(const PredictionRow&)> memory;
 };
 
 std::vector<Side> sides(const Prediction& p) {
   return {
       {"optimizer", p.config.optimizer, [](const PredictionRow& r) -> const StepPrediction& { return r.optimizer; },
        [](const PredictionRow& r) { return r.speedup; }, [](const PredictionRow& r) { return r.efficiency; },
-       [](const PredictionRow& r) { return r.tokens_per_s(); }},
+       [](const PredictionRow& r) { return r.tokens_per_s(); },
+       [](const PredictionRow& r) -> const OptimizerMemory& { return r.optimizer_memory; }},
       {"baseline", p.config.baseline, [](const PredictionRow& r) -> const StepPrediction& { return r.baseline; },
        [](const PredictionRow&) { return 1.0; }, [](const PredictionRow& r) { return r.baseline_efficiency; },
-       [](const PredictionRow& r) { return r.baseline_tokens_per_s(); }},
+       [](const PredictionRow& r) { return r.baseline_tokens_per_s(); },
+       [](const PredictionRow& r) -> const OptimizerMemory& { return r.baseline_memory; }},
   };
 }
 
@@ -185,6 +189,14 @@ void write_side(const run_file::File& file, const Prediction& p, const Side& sid
   write_column(file, g + "/tokens_per_s", p, side.tokens_per_s);
   write_column(file, g + "/speedup", p, side.speedup);
   write_column(file, g + "/efficiency", p, side.efficiency);
+  write_column(file, g + "/optimizer_state_bytes", p,
+               [&](const PredictionRow& r) { return side.memory(r).state_bytes; });
+  write_column(file, g + "/optimizer_memory_bytes", p, [&](const PredictionRow& r) { return side.memory(r).bytes; });
+}
+
+// GiB in the printed table; a dash for a method without a count.
+std::string gib(double bytes) {
+  return std::isnan(bytes) ? std::string("–") : fmt("%.3f", bytes / (1024.0 * 1024.0 * 1024.0));
 }
 
 // <side>/collectives/<purpose>: the ledger's bytes and the network's times of one collective.
@@ -218,9 +230,10 @@ void print_prediction(std::ostream& out, const Prediction& p) {
   const auto names = purposes(p);
   out << "| W | config | compute ms | opt. step ms |";
   for (const auto& n : names) out << " " << n << " |";
-  out << " exposed comm ms | step ms | tokens/s | speedup | efficiency |\n|---|---|---|---|";
+  out << " exposed comm ms | step ms | tokens/s | speedup | efficiency | opt. state GiB | opt. memory GiB |\n"
+         "|---|---|---|---|";
   for (std::size_t i = 0; i < names.size(); ++i) out << "---|";
-  out << "---|---|---|---|---|\n";
+  out << "---|---|---|---|---|---|---|\n";
   for (const auto& row : p.rows) {
     for (const auto& side : sides(p)) {
       const StepPrediction& s = side.step(row);
@@ -232,7 +245,8 @@ void print_prediction(std::ostream& out, const Prediction& p) {
       }
       out << " " << fmt("%.2f", s.exposed_comm_s * 1e3) << " | " << fmt("%.2f", s.step_s * 1e3) << " | "
           << fmt("%.4g", side.tokens_per_s(row)) << " | " << fmt("%.3f", side.speedup(row)) << " | "
-          << fmt("%.3f", side.efficiency(row)) << " |\n";
+          << fmt("%.3f", side.efficiency(row)) << " | " << gib(side.memory(row).state_bytes) << " | "
+          << gib(side.memory(row).bytes) << " |\n";
     }
   }
 }
@@ -264,7 +278,8 @@ void write_prediction_csv(const std::filesystem::path& path, const Prediction& p
   const auto names = purposes(p);
   out << "workers,config,type,tokens_per_gpu,global_tokens,compute_s,optimizer_s";
   for (const auto& n : names) out << "," << n << "_payload_bytes," << n << "_time_s," << n << "_exposed_s";
-  out << ",comm_s,exposed_comm_s,step_s,tokens_per_s,speedup,efficiency\n";
+  out << ",comm_s,exposed_comm_s,step_s,tokens_per_s,speedup,efficiency,optimizer_state_bytes,optimizer_memory_bytes\n";
+  const auto bytes = [](double v) { return std::isnan(v) ? std::string() : fmt("%.0f", v); };
   const auto num = [](double v) { return fmt("%.10g", v); };
   for (const auto& row : p.rows) {
     for (const auto& side : sides(p)) {
@@ -280,7 +295,8 @@ void write_prediction_csv(const std::filesystem::path& path, const Prediction& p
         }
       }
       out << "," << num(s.comm_s) << "," << num(s.exposed_comm_s) << "," << num(s.step_s) << ","
-          << num(side.tokens_per_s(row)) << "," << num(side.speedup(row)) << "," << num(side.efficiency(row)) << "\n";
+          << num(side.tokens_per_s(row)) << "," << num(side.speedup(row)) << "," << num(side.efficiency(row)) << ","
+          << bytes(side.memory(row).state_bytes) << "," << bytes(side.memory(row).bytes) << "\n";
     }
   }
   out.flush();

@@ -60,7 +60,7 @@ set(scape_test_map
     "test_trace run_file python"
     # train/ and sim/
     "test_run_metrics train run_file"
-    "test_device_memory train"
+    "test_device_memory train optimizers"
     "test_stepped_simulator sim"
     "test_device_train sim train model"
     # apps/: the scape command end to end

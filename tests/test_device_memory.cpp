@@ -5,7 +5,10 @@
 // measured peak for dense AdamW and AdamS and SCAPE (with and without a density warm-up, resident
 // and offloaded residual), for the GPT and the Llama, at W = 1 and 3, with a workspace per
 // worker and with the shared one; it decides whether a run fits, as docs/runtime.md states for
-// a 124M GPT at W = 8. And the shared model trains bit-identically to a model per worker.
+// a 124M GPT at W = 8. The same holds for DiLoCo (counted although it runs on the host) and under
+// optimizer.hierarchy = "node", where each rank holds its rail's method over the rail's part and
+// the wrapper's buffers; the state alone follows its closed form over the rail's part. And the
+// shared model trains bit-identically to a model per worker.
 #include <doctest/doctest.h>
 
 #include <cmath>
@@ -14,7 +17,10 @@
 #include <vector>
 
 #include "config/config.hpp"
+#include "config/model_shapes.hpp"
 #include "kernels/backend.hpp"
+#include "optimizers/device_state.hpp"
+#include "optimizers/rail_partition.hpp"
 #include "run_file/hdf5.hpp"
 #include "sim/sim_run.hpp"
 #include "tests/test_support.hpp"
@@ -81,10 +87,91 @@ TEST_CASE("the device memory estimate is within 2% of what the run allocates") {
   }
 }
 
+// W = 4 as 2 nodes x 2: every method with a hierarchy, both rail splits, against the flat run.
+TEST_CASE("under hierarchy = node the estimate is within 2% of what the run allocates") {
+  const nlohmann::json optimizers[] = {
+      {{"type", "adams"}},
+      {{"type", "scape"}, {"sparsity", 0.9}},
+      {{"type", "scape"}, {"sparsity", 0.99}, {"rail_split", "rows"}},
+      {{"type", "scape"}, {"sparsity", 0.9}, {"residual_offload", true}, {"offload_chunk", 4096}},
+      {{"type", "diloco"}, {"inner_steps", 2}},
+  };
+  for (const char* model : {"gpt", "llama"}) {
+    for (const auto& optimizer : optimizers) {
+      for (const bool node : {false, true}) {
+        nlohmann::json run = small_run(model, 4, optimizer);
+        if (node) {
+          run["topology"] = {{"ranks_per_node", 2}};
+          run["optimizer"]["hierarchy"] = "node";
+        } else {
+          run["optimizer"].erase("rail_split");
+        }
+        const auto config = cfg::parse_experiment(run, ".");
+        const tr::DeviceMemory estimate = tr::device_memory_estimate(config, 4, true);
+        const std::size_t peak = measured_peak(config, true);
+        CAPTURE(model);
+        CAPTURE(run["optimizer"].dump());
+        CAPTURE(tr::describe(estimate));
+        CAPTURE(peak);
+        CHECK(std::abs(static_cast<double>(estimate.total()) - static_cast<double>(peak)) <= 0.02 * peak);
+      }
+    }
+  }
+}
+
+// Dense AdamS (replicated) on a layout of four tensors of 30, 20, 10 and 4 floats, W = 4 as
+// 2 x 2. Tensors: rail 0 gets 30 + 4, rail 1 gets 20 + 10. Each rank holds m and g_bar over its
+// part (8 bytes a float), one block sum of ||theta|| (8 bytes), the wrapper's 2N + 2 part floats.
+// Rows (dim 0 of each [d0, 1] tensor halved): 15 + 10 + 5 + 2 = 32 floats a rail.
+TEST_CASE("hierarchy = node: the device and state bytes of a rank, by hand") {
+  scape::ParamLayout layout;
+  const std::pair<const char*, std::size_t> tensors[] = {{"a", 30}, {"b", 20}, {"c", 10}, {"d", 4}};
+  for (const auto& [name, rows] : tensors) layout.add(name, {rows, 1}, true);
+  scape::OptimizerConfig c;
+  c.type = scape::OptimizerType::adams;
+  c.sharded = false;
+  const std::size_t n = 64;
+  CHECK(scape::optimizer_device_bytes(c, layout, 4) == 4 * 2 * n + 8);
+  CHECK(scape::optimizer_state_bytes(c, layout, 4) == 4 * n);
+  c.hierarchy = scape::Hierarchy::node;
+  c.ranks_per_node = 2;
+  const auto rank = [&](std::size_t part) { return 4 * 2 * part + 8 + 4 * (2 * n + 2 * part); };
+  CHECK(scape::optimizer_device_bytes(c, layout, 4) == rank(34));
+  CHECK(scape::optimizer_device_bytes_all(c, layout, 4) == 2 * (rank(34) + rank(30)));
+  CHECK(scape::optimizer_state_bytes(c, layout, 4) == 4 * 34);
+  c.rail_split = scape::RailSplit::rows;
+  CHECK(scape::optimizer_device_bytes_all(c, layout, 4) == 4 * rank(32));
+  CHECK(scape::optimizer_state_bytes(c, layout, 4) == 4 * 32);
+}
+
+// SCAPE's state (paper formulation, sharded): m and the owner's carried momentum over the owned
+// shard, the residual over all it steps. Flat on W = 8: 2 N / 8 + N; as 2 nodes x 4 (rows split,
+// every tensor of GPT-2 small cut in four equal slices), 2 (N / 4) / 2 + N / 4: 5/4 N against
+// 1/2 N floats. The sharded moments stay N / W a rank; the residual falls by G.
+TEST_CASE("hierarchy = node: SCAPE's state on GPT-2 small falls from 5/4 N to 1/2 N floats") {
+  nlohmann::json run = small_run("gpt", 8, {{"type", "scape"}, {"sparsity", 0.99}});
+  run["model"] = {{"type", "gpt"}, {"n_layer", 12},      {"n_head", 12},
+                  {"n_embd", 768}, {"block_size", 1024}, {"vocab_size", 50304}};
+  const auto config = cfg::parse_experiment(run, ".");
+  const scape::ParamLayout layout = cfg::language_model_spec(config.model).layout();
+  const std::size_t n = layout.size();
+  REQUIRE(n == 124475904);
+  scape::OptimizerConfig o = config.optimizer;
+  REQUIRE(o.carries_owner_momentum());
+  CHECK(scape::optimizer_state_bytes(o, layout, 8) == 4 * (2 * (n / 8) + n));
+  o.hierarchy = scape::Hierarchy::node;
+  o.ranks_per_node = 4;
+  o.rail_split = scape::RailSplit::rows;
+  const auto parts = scape::split_into_rails(layout, 4, scape::RailSplit::rows);
+  const std::size_t part = parts[scape::largest_rail(parts)].size();
+  CHECK(part == n / 4);  // every dim 0 (768, 2304, 3072, 50304, 1024) divides by 4
+  CHECK(scape::optimizer_state_bytes(o, layout, 8) == 4 * (2 * (part / 2) + part));
+}
+
 // GPT-2 small (124M with the padded vocabulary 50304) at T = 1024 on one 80 GB GPU with W = 8
 // simulated workers. With a workspace per worker, 4 sequences per worker fit and 8 do not (the
 // [B H T T] attention probabilities of every layer dominate: 0.6 GiB per sequence); with the
-// simulator's shared workspace, 8 per worker take 23.8 GiB.
+// simulator's shared workspace, 8 per worker take 24.8 GiB.
 TEST_CASE("a 124M GPT at W = 8 fits in 80 GB: 8 sequences per worker with the shared workspace") {
   constexpr double k80GB = 80e9;
   nlohmann::json run = small_run("gpt", 8, {{"type", "scape"}, {"sparsity", 0.99}});

@@ -1,6 +1,6 @@
 // `scape predict` end to end: every shipped prediction config runs and writes its HDF5 and
 // CSV files; bad input exits with status 2 and a message naming the field; the parser's
-// defaults and --set overrides.
+// defaults and --set overrides; the optimizer's memory per GPU, flat and under hierarchy node.
 #include <doctest/doctest.h>
 
 #include <sys/wait.h>
@@ -13,6 +13,7 @@
 
 #include "config/config.hpp"
 #include "core/schedule.hpp"
+#include "optimizers/rail_partition.hpp"
 #include "optimizers/volume.hpp"
 #include "predict/model_layout.hpp"
 #include "predict/predict_config.hpp"
@@ -317,4 +318,39 @@ TEST_CASE(
   const auto stray = run_scape("predict --validate " + table + " --gemm-ridge 150");
   CHECK(stray.code == 2);
   CHECK(stray.output.find("--compute-model and --gemm-ridge go with --calibrate-table") != std::string::npos);
+}
+
+// The optimizer's memory per GPU in all three outputs (the last two CSV columns): SCAPE 90% of
+// the default formulation, sharded, on GPT-2 124M at W = 8 on nodes of 4. Its state is m and the
+// owner's carried momentum over the owned shard and the residual over what the rank steps: all
+// of N among 8 flat, the largest rail's part among the 2 nodes under hierarchy node.
+TEST_CASE("the prediction's optimizer state per GPU, flat and node, in the table, HDF5 and CSV") {
+  const scape::ParamLayout layout = tensor_layout(parse_predict_config(small_config()).model);
+  const auto parts = scape::split_into_rails(layout, 4, scape::RailSplit::tensors);
+  const std::size_t n = layout.size(), part = parts[scape::largest_rail(parts)].size();
+  for (const bool node : {false, true}) {
+    CAPTURE(node);
+    TempDir dir;
+    json j = small_config();
+    j["workers"] = {8};
+    if (node) j["optimizer"]["hierarchy"] = "node";
+    const auto h5 = dir.path / "p.h5", csv = dir.path / "p.csv";
+    const auto r =
+        run_scape("predict " + write_config(dir, j).string() + " --out " + h5.string() + " --csv " + csv.string());
+    REQUIRE(r.code == 0);
+    CHECK(r.output.find("| opt. state GiB | opt. memory GiB |") != std::string::npos);
+    const std::size_t own = node ? scape::Sharding(part, 2).size(0) : scape::Sharding(n, 8).size(0);
+    const double state = 4.0 * (2 * own + (node ? part : n));
+    auto f = scape::run_file::File::open(h5, scape::run_file::Access::read);
+    CHECK(f.open_dataset("optimizer/optimizer_state_bytes").read_all<double>() == std::vector<double>{state});
+    const double memory = f.open_dataset("optimizer/optimizer_memory_bytes").read_all<double>().front();
+    CHECK(memory > state);
+    std::ifstream in(csv);
+    std::string header, line;
+    std::getline(in, header);
+    CHECK(header.ends_with(",efficiency,optimizer_state_bytes,optimizer_memory_bytes"));
+    std::getline(in, line);  // the optimizer's row
+    CHECK(line.substr(line.rfind(',', line.rfind(',') - 1) + 1) ==
+          std::to_string(static_cast<std::uint64_t>(state)) + "," + std::to_string(static_cast<std::uint64_t>(memory)));
+  }
 }

@@ -2,15 +2,17 @@
 // hand-computed values: the node's reduce-scatter and all-gather among its g GPUs on NVLink, the
 // rail's method among the M nodes on each GPU's share of the node's ports, bytes charged to each
 // class, and the optimizer costed on the rail's part; the flat prediction unchanged by the new
-// code path.
+// code path; the optimizer's memory per GPU over the rail's part.
 #include <doctest/doctest.h>
 
+#include <cmath>
 #include <cstdint>
 #include <string>
 
 #include "core/ledger.hpp"
 #include "core/schedule.hpp"
 #include "optimizers/volume.hpp"
+#include "predict/prediction.hpp"
 #include "predict/step_model.hpp"
 #include "predict/topology.hpp"
 #include "tests/earlier_formulation.hpp"
@@ -123,4 +125,48 @@ TEST_CASE("hierarchy node needs the model's tensors, and a flat prediction is un
   const double bytes = 16.0 * (1u << 20);
   CHECK(time_of(flat, "grad_all_reduce") ==
         doctest::Approx(collective_time(AR, bytes, Topology{4, 4, kNvlink, kIb}, 8)));
+}
+
+// Four tensors of 1M (N = 4M) on 2 nodes of 4 GPUs: under "tensors" each rail's part is one
+// tensor, N / 4, among M = 2 nodes. A rank's state is the flat method's over that part; its
+// memory adds the buffers of the step and the wrapper's 2N + 2 part floats.
+TEST_CASE("optimizer memory per GPU: the state over the rail's part, G = 4 times less for what is replicated") {
+  const double n = 4.0 * (1u << 20), part = n / 4;
+  const ParamLayout layout = four_tensors();
+  PredictConfig c;
+  c.gpus_per_node = 4;
+  const auto memory = [&](OptimizerConfig o, Hierarchy h, int workers) {
+    o.hierarchy = h;
+    return optimizer_memory(c, o, layout, workers);
+  };
+  SUBCASE("dense AdamS, replicated: m and g_bar over what the rank steps, a block sum a 8192") {
+    const OptimizerConfig o = scape::testing::earlier_replicated(OptimizerType::adams);
+    CHECK(memory(o, Hierarchy::flat, 8).state_bytes == 4 * n);
+    CHECK(memory(o, Hierarchy::flat, 8).bytes == 8 * n + 8 * (n / 8192));
+    CHECK(memory(o, Hierarchy::node, 8).state_bytes == 4 * part);
+    CHECK(memory(o, Hierarchy::node, 8).bytes == 8 * part + 8 * (part / 8192) + 4 * (2 * n + 2 * part));
+    // W = 2 fills one node with 2 GPUs: G = 2, two tensors a rail.
+    CHECK(memory(o, Hierarchy::node, 2).state_bytes == 4 * (n / 2));
+  }
+  SUBCASE("SCAPE 99%, sharded: m (and the carried momentum) over N / W either way, the residual over N / G") {
+    OptimizerConfig o;  // the default formulation
+    o.sparsity = 0.99;
+    const double own = o.carries_owner_momentum() ? 2 : 1;
+    CHECK(memory(o, Hierarchy::flat, 8).state_bytes == 4 * (own * n / 8 + n));
+    CHECK(memory(o, Hierarchy::node, 8).state_bytes == 4 * (own * part / 2 + part));
+    o.residual_offload = true;  // the residual on the host: the moments alone
+    CHECK(memory(o, Hierarchy::node, 8).state_bytes == 4 * own * part / 2);
+  }
+  SUBCASE("DiLoCo: m, theta_global and the outer momentum, all replicated") {
+    OptimizerConfig o;
+    o.type = OptimizerType::diloco;
+    o.sharded = false;
+    CHECK(memory(o, Hierarchy::flat, 8).state_bytes == 4 * 3 * n);
+    CHECK(memory(o, Hierarchy::node, 8).state_bytes == 4 * 3 * part);
+  }
+  SUBCASE("a method without a count has no figure") {
+    OptimizerConfig o = scape::testing::earlier_replicated(OptimizerType::topk_ef);
+    CHECK(std::isnan(memory(o, Hierarchy::flat, 8).state_bytes));
+    CHECK(std::isnan(memory(o, Hierarchy::flat, 8).bytes));
+  }
 }

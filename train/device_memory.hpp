@@ -15,7 +15,8 @@
 namespace scape::train {
 
 struct DeviceMemory {
-  std::size_t params = 0, grads = 0, optimizer = 0;  // bytes per worker
+  std::size_t params = 0, grads = 0, optimizer = 0;  // bytes per worker (optimizer: the worker with the most)
+  std::size_t optimizer_all = 0;  // every worker's optimizer bytes together (the rails' parts differ)
   std::size_t activations = 0;                        // bytes of one activation workspace
   std::size_t update_tracker = 0;                     // worker 0's update statistics (once)
   int workers = 1;
@@ -23,17 +24,20 @@ struct DeviceMemory {
 
   std::size_t per_worker() const { return params + grads + optimizer + (shared_workspace ? 0 : activations); }
   std::size_t total() const {
-    return per_worker() * static_cast<std::size_t>(workers) + (shared_workspace ? activations : 0) + update_tracker;
+    return (per_worker() - optimizer) * static_cast<std::size_t>(workers) + optimizer_all +
+           (shared_workspace ? activations : 0) + update_tracker;
   }
 };
 
 // `workers` on one GPU, with one shared activation workspace or one each. For gpt and llama
-// models with an optimizer that has a CUDA path; throws config::ConfigError naming the key
+// models with an optimizer whose buffers are counted (optimizers/device_state.hpp:
+// has_device_bytes, the CUDA types and DiLoCo); throws config::ConfigError naming the key
 // otherwise.
 DeviceMemory device_memory_estimate(const config::ExperimentConfig& config, int workers, bool shared_workspace);
 
 // "8 workers x (params 0.46 + grads 0.46 + optimizer 0.64 GiB) + activations 5.60 GiB = 18.1 GiB"
-// (shared workspace; otherwise the activations are inside the parentheses).
+// (shared workspace; otherwise the activations are inside the parentheses). The optimizer term is
+// the workers' mean, which differs from `optimizer` when the rails' parts differ.
 std::string describe(const DeviceMemory& m);
 
 }  // namespace scape::train

@@ -72,7 +72,8 @@ Z parameter_count(const config::ExperimentConfig& c) {
 }
 
 // Floats per parameter beyond the moments for the methods without a buffer-by-buffer count
-// (optimizers/device_state.cpp counts SCAPE, AdamW and AdamS): their N-sized buffers.
+// (optimizers/device_state.cpp counts SCAPE, AdamW, AdamS and DiLoCo; DiLoCo here only past
+// 2^32 elements): their N-sized buffers.
 Z extra_floats(OptimizerType t) {
   switch (t) {
     case OptimizerType::topk_ef: return 3;      // residual, g_bar, received values
@@ -80,7 +81,7 @@ Z extra_floats(OptimizerType t) {
     case OptimizerType::onebit_adam: return 6;  // worker error, local, m_sync, acc, g_bar, server error
     case OptimizerType::powersgd: return 3;     // error, g_bar, vectors
     case OptimizerType::demo: return 4;         // coefficients, removed, values, g_bar
-    case OptimizerType::diloco: return 4;       // global, outer momentum, snapshot, fragment buffers
+    case OptimizerType::diloco: return 5;       // global, outer momentum, pseudo-gradient, mean, scratch
     case OptimizerType::sparseloco: return 4;   // global, error, delta, mean
     default: return 1;
   }
@@ -89,7 +90,7 @@ Z extra_floats(OptimizerType t) {
 // One of `workers` workers' state of the method `o` over n parameters, whose tensors are
 // `tensors` when given (a language model) and one tensor otherwise.
 Z method_bytes(const OptimizerConfig& o, Z n, int workers, const std::optional<ParamLayout>& tensors) {
-  if (runs_on_cuda(o.type) && n <= ParamLayout::kMaxIndexed) {
+  if (has_device_bytes(o.type) && n <= ParamLayout::kMaxIndexed) {
     // The same buffers as on a GPU (optimizers/device_state.hpp), on the host.
     ParamLayout layout;
     if (tensors) {
@@ -126,7 +127,7 @@ Z optimizer_bytes(const config::ExperimentConfig& c, Z n) {
   if (n == 0) return 0;  // a trace that cannot be read: the run's own load names it
   if (o.hierarchy == Hierarchy::node) return hierarchical_bytes(o, n, c.workers);
   std::optional<ParamLayout> tensors;
-  if (c.has_data() && runs_on_cuda(o.type) && n <= ParamLayout::kMaxIndexed) {
+  if (c.has_data() && has_device_bytes(o.type) && n <= ParamLayout::kMaxIndexed) {
     tensors = config::language_model_spec(c.model).layout();
   }
   return method_bytes(o, n, c.workers, tensors);
