@@ -32,7 +32,13 @@ int main(int argc, char** argv) {
                                    cli::add_schema_command(app),   cli::add_predict_command(app),
                                    cli::add_bench_comm_command(app)};
 
-  CLI11_PARSE(app, argc, argv);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    // --help and --version exit 0; a bad option or value is bad input (CLI11's own codes, 105
+    // for a failed check and so on, would say nothing the documented statuses do).
+    return app.exit(e) == 0 ? cli::kExitOk : cli::kExitInvalid;
+  }
   const cli::Command* chosen = nullptr;
   for (const auto& c : commands) {
     if (c.sub->parsed()) chosen = &c;
