@@ -6,8 +6,8 @@ all-to-all under them) over a range of sizes, on the process group torchrun's (o
 
     PYTHONPATH=python:. scripts/netlab run -- python -m netlab.gloo_bench_comm --out gloo.h5
 
-Each size: --warmup untimed calls, then --iters timed ones after a barrier; the time is the
-slowest rank's mean. With --idle-gap-ms G > 0 every size is timed again, each call alone after a
+Each size: --warmup untimed calls, then --iters timed ones (--small-iters up to 1 MiB) after a
+barrier; the time is the slowest rank's mean. With --idle-gap-ms G > 0 every size is timed again, each call alone after a
 barrier and G ms of idle link, those rows marked "idle" in /regime (the others "busy"): a
 collective that follows compute rather than another collective (docs/PREDICTING.md, "A link's
 load"). Columns as `scape bench-comm`: the ledger's ring bytes sent per worker and
@@ -99,6 +99,9 @@ def main():
     parser.add_argument("--max-bytes", type=int, default=16 << 20, help="payload of the largest size (default %(default)s)")
     parser.add_argument("--factor", type=float, default=4, help="ratio between sizes (default %(default)s)")
     parser.add_argument("--iters", type=int, default=3, help="timed calls per size (default %(default)s)")
+    parser.add_argument("--small-iters", type=int, default=12,
+                        help="timed calls per size up to 1 MiB, where a call costs little and gloo's times scatter "
+                             "most (default %(default)s)")
     parser.add_argument("--warmup", type=int, default=1, help="untimed calls per size (default %(default)s)")
     parser.add_argument("--idle-gap-ms", type=float, default=0,
                         help="> 0: time every size again, each call after this many ms of idle link (rows marked "
@@ -106,15 +109,16 @@ def main():
     args = parser.parse_args()
     if args.min_bytes < 8 or args.max_bytes < args.min_bytes:
         parser.error("--min-bytes must be >= 8 and <= --max-bytes")
-    if args.factor <= 1 or args.iters < 1 or args.warmup < 0 or not args.idle_gap_ms >= 0:
-        parser.error("--factor must be > 1, --iters >= 1, --warmup >= 0 and --idle-gap-ms >= 0")
+    if args.factor <= 1 or args.iters < 1 or args.small_iters < 1 or args.warmup < 0 or not args.idle_gap_ms >= 0:
+        parser.error("--factor must be > 1, --iters and --small-iters >= 1, --warmup >= 0 and --idle-gap-ms >= 0")
     torch.set_num_threads(1)
     dist.init_process_group("gloo")
     group = Group()
     w = group.size
     rows = []
     if group.rank == 0:
-        print(f"# gloo bench-comm, {w} ranks, {args.iters} iterations ({args.warmup} warm-up) per size; "
+        print(f"# gloo bench-comm, {w} ranks, {args.iters} iterations ({args.small_iters} up to 1 MiB; "
+              f"{args.warmup} warm-up) per size; "
               "time of the slowest rank")
     regimes = ["busy"] + (["idle"] if args.idle_gap_ms > 0 else [])
     for regime in regimes:
@@ -125,8 +129,9 @@ def main():
                 n = max(w, int(size) // 4 // w * w)  # a multiple of W floats: equal shares
                 payload = 4.0 * n
                 x = torch.ones(n)
-                t = (time_idle_calls(group, call, x, args.iters, args.idle_gap_ms / 1e3) if regime == "idle"
-                     else time_calls(group, call, x, args.iters, args.warmup))
+                iters = args.small_iters if payload <= 1 << 20 else args.iters
+                t = (time_idle_calls(group, call, x, iters, args.idle_gap_ms / 1e3) if regime == "idle"
+                     else time_calls(group, call, x, iters, args.warmup))
                 algbw = payload / t / 1e9
                 rows.append((name, kind, w, payload, ring_latency_steps(kind, w),
                              ring_bytes_sent_per_worker(kind, w, payload), t, algbw, algbw * bus_factor(kind, w), regime))

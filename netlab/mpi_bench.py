@@ -25,6 +25,7 @@ import csv
 import os
 import subprocess
 import sys
+import time
 
 import h5py
 import numpy as np
@@ -72,6 +73,7 @@ def mpirun(nodes, args, prefix="snl", tries=3):
         if done.returncode == 0:
             return
         print(f"netlab mpi_bench: mpirun failed with status {done.returncode} (try {attempt} of {tries})", file=sys.stderr)
+        time.sleep(2 * attempt)  # OpenMPI's daemon has died at start-up several times in a row here
     sys.exit(f"netlab mpi_bench: {' '.join(args[:3])} failed {tries} times")
 
 
@@ -140,8 +142,9 @@ def main():
                         help="instead: predict every slower rate's runs again from the fastest rate's fit (see above)")
     parser.add_argument("--held-out-rate", type=float, help="with --from-fastest-rate: this rate (Mbit/s) is "
                         "predicted with another rate's links, scaled (see above)")
-    parser.add_argument("--idle-gap-ms", type=float, default=50, help="bench-comm's idle gap before each idle-regime "
-                        "call (default %(default)s; 0: back-to-back calls only)")
+    parser.add_argument("--idle-gap-ms", type=float, default=35, help="bench-comm's idle gap before each idle-regime "
+                        "call: the calibration GPT's forward and backward on one core here (default %(default)s; 0: "
+                        "back-to-back calls only)")
     parser.add_argument("--nodes", type=int)
     parser.add_argument("--prefix", default="snl", help="the netlab's name prefix, as `scripts/netlab up` made it "
                         "(default snl)")
