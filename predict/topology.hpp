@@ -22,7 +22,7 @@ struct Topology {
   std::array<std::optional<NetworkModel>, kCollectiveKindCount> inter_by_kind{};
   // A shaped link's idle and busy regimes (predict/link_load.hpp): measured curves that replace
   // the lines for the kinds they hold; none: one regime, the alpha-beta lines.
-  std::optional<LoadCurves> inter_curves;
+  std::optional<LoadCurves> inter_curves{};
   NetworkModel inter_for(CollectiveKind kind) const {
     return inter_by_kind[static_cast<std::size_t>(kind)].value_or(inter);
   }

@@ -6,6 +6,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -19,6 +20,7 @@
 #include "predict/predict_config.hpp"
 #include "predict/prediction.hpp"
 #include "predict/step_model.hpp"
+#include "run_file/bench_comm_file.hpp"
 #include "run_file/hdf5.hpp"
 #include "test_support.hpp"
 
@@ -353,4 +355,60 @@ TEST_CASE("the prediction's optimizer state per GPU, flat and node, in the table
     CHECK(line.substr(line.rfind(',', line.rfind(',') - 1) + 1) ==
           std::to_string(static_cast<std::uint64_t>(state)) + "," + std::to_string(static_cast<std::uint64_t>(memory)));
   }
+}
+
+TEST_CASE("a held-out link rate from the stored netlab files: the same bytes on every run; bad input exits 2") {
+  // scripts/netlab bench --held-out-rate 60mbit, 2026-12-06 (docs/NETLAB.md): compute and the
+  // optimizer from the 10 Gbit/s runs, the links from the 100 Mbit/s bench-comm file (back to
+  // back and after an idle gap) scaled to 60 Mbit/s, the 60 Mbit/s runs held out.
+  TempDir dir;
+  const std::string d = std::string(SCAPE_SOURCE_DIR) + "/experiments/measured/netlab/held-out-rate-2026-12-06/";
+  const std::string bench = d + "mpi-100mbit-bench-comm.h5";
+  const std::string fit = d + "mpi-10000mbit-adams.h5 " + d + "mpi-10000mbit-scape-90.h5 ";
+  const std::string held = " --held-out " + d + "mpi-60mbit-adams.h5 " + d + "mpi-60mbit-scape-99.h5";
+  const auto calibrate = [&](const std::string& name, const std::string& links) {
+    return run_scape("predict --calibrate " + fit + links + " --links-from-bench --link-rate-scale 0.6" + held +
+                     " --out " + (dir.path / (name + ".json")).string() + " --csv " +
+                     (dir.path / (name + ".csv")).string());
+  };
+  const auto first = calibrate("a", bench);
+  const auto second = calibrate("b", bench);
+  CAPTURE(first.output);
+  REQUIRE(first.code == 0);
+  CHECK(second.code == 0);
+  // The same text but for the file name it says it wrote.
+  std::string renamed = first.output;
+  renamed.replace(renamed.find("a.json"), 6, "b.json");
+  CHECK(renamed == second.output);
+  CHECK(scape::testing::read_file(dir.path / "a.csv") == scape::testing::read_file(dir.path / "b.csv"));
+  CHECK(scape::testing::read_file(dir.path / "a.json") == scape::testing::read_file(dir.path / "b.json"));
+  const json hw = json::parse(std::ifstream(dir.path / "a.json"));
+  CHECK(hw.at("network").at("inter_curves").at("rate_scale") == 0.6);
+  CHECK(hw.at("fit").at("link_rate_scale") == 0.6);
+  // The measured result this reproduces: dense AdamS and SCAPE 99% at the held-out rate within 20%.
+  std::ifstream csv(dir.path / "a.csv");
+  std::string line;
+  int held_out = 0;
+  while (std::getline(csv, line)) {
+    if (line.find(",held_out,") == std::string::npos) continue;
+    ++held_out;
+    CAPTURE(line);
+    CHECK(std::abs(std::stod(line.substr(line.rfind(',') + 1))) < 0.20);
+  }
+  CHECK(held_out == 2);
+
+  // A bench-comm file whose /regime names no regime, a file that is no HDF5, a scale of 0.
+  const fs::path bad = dir.path / "bad-bench.h5";
+  scape::run_file::write_bench_comm_file(bad, "mpi",
+                                         {{"all_gather", "all_gather", "sleepy", 2, 4096, 1, 2048, 1e-3, 1, 1}});
+  auto r = calibrate("c", bad.string());
+  CHECK(r.code == 2);
+  CHECK(r.output.find(bad.string() + ": /regime[0]: unknown regime sleepy") != std::string::npos);
+  std::ofstream(dir.path / "junk.h5") << "not hdf5";
+  r = calibrate("d", (dir.path / "junk.h5").string());
+  CHECK(r.code == 2);
+  CHECK(r.output.find((dir.path / "junk.h5").string() + ": cannot be read") != std::string::npos);
+  r = run_scape("predict --calibrate " + fit + bench + " --links-from-bench --link-rate-scale 0");
+  CHECK(r.code == 2);
+  CHECK(r.output.find("--link-rate-scale") != std::string::npos);
 }
