@@ -93,7 +93,10 @@ LoadCurves parse_inter_curves(const nlohmann::json& j, const std::string& path) 
     } else if (key == "idle" || key == "busy") {
       if (!value.is_object()) throw std::invalid_argument(path + "." + key + ": expected an object of curves by kind");
       auto& table = key == "idle" ? out.idle : out.busy;
-      for (const auto& [name, curve] : value.items()) {
+      for (const auto& item : value.items()) {
+        // A named copy, not a structured binding: clang 14 (the fuzz build) cannot capture one.
+        const std::string name = item.key();
+        const nlohmann::json& curve = item.value();
         const auto kind =
             std::find_if(std::begin(kKinds), std::end(kKinds), [&](CollectiveKind k) { return name == to_string(k); });
         if (kind == std::end(kKinds))
