@@ -36,6 +36,7 @@ class ParamLayout {
   std::size_t add(std::string name, std::vector<std::size_t> shape, bool decay);
 
   std::size_t size() const { return size_; }
+  std::size_t max_elements() const { return max_elements_; }
   const std::vector<TensorSlot>& slots() const { return slots_; }
   // Throws std::out_of_range naming the tensor when it does not exist.
   const TensorSlot& slot(std::string_view name) const;

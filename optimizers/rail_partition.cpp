@@ -15,6 +15,12 @@ void add_piece(RailPart& part, const TensorSlot& slot, std::size_t offset, std::
   part.pieces.push_back({offset, part.layout.slots().back().numel()});
 }
 
+// A part indexes what its source does: a predictor's unbounded layout (Llama 2 7B) splits into
+// unbounded parts, an optimizer's 32-bit one into 32-bit ones.
+std::vector<RailPart> empty_parts(const ParamLayout& layout, int rails) {
+  return std::vector<RailPart>(static_cast<std::size_t>(rails), RailPart{{}, ParamLayout(layout.max_elements())});
+}
+
 std::vector<RailPart> whole_tensors(const ParamLayout& layout, int rails) {
   const auto& slots = layout.slots();
   std::vector<std::size_t> order(slots.size());
@@ -28,7 +34,7 @@ std::vector<RailPart> whole_tensors(const ParamLayout& layout, int rails) {
     rail_of[s] = static_cast<int>(lightest - load.begin());
     *lightest += slots[s].numel();
   }
-  std::vector<RailPart> parts(static_cast<std::size_t>(rails));
+  std::vector<RailPart> parts = empty_parts(layout, rails);
   for (std::size_t s = 0; s < slots.size(); ++s) {
     add_piece(parts[static_cast<std::size_t>(rail_of[s])], slots[s], slots[s].offset, slots[s].shape);
   }
@@ -36,7 +42,7 @@ std::vector<RailPart> whole_tensors(const ParamLayout& layout, int rails) {
 }
 
 std::vector<RailPart> row_slices(const ParamLayout& layout, int rails) {
-  std::vector<RailPart> parts(static_cast<std::size_t>(rails));
+  std::vector<RailPart> parts = empty_parts(layout, rails);
   const auto g = static_cast<std::size_t>(rails);
   for (const TensorSlot& slot : layout.slots()) {
     const std::size_t rows = slot.shape.front();

@@ -12,9 +12,11 @@
 #include "core/ledger.hpp"
 #include "core/schedule.hpp"
 #include "optimizers/volume.hpp"
+#include "predict/model_layout.hpp"
 #include "predict/prediction.hpp"
 #include "predict/step_model.hpp"
 #include "predict/topology.hpp"
+#include "presets/model_presets.hpp"
 #include "tests/earlier_formulation.hpp"
 
 using namespace scape;
@@ -125,6 +127,24 @@ TEST_CASE("hierarchy node needs the model's tensors, and a flat prediction is un
   const double bytes = 16.0 * (1u << 20);
   CHECK(time_of(flat, "grad_all_reduce") ==
         doctest::Approx(collective_time(AR, bytes, Topology{4, 4, kNvlink, kIb}, 8)));
+}
+
+TEST_CASE("hierarchy node over a model above 2^32 parameters: the rails' parts keep the predictor's unbounded layout") {
+  // Llama 2 7B (6,738,415,616 parameters) on one GPU, the reference of the scaling efficiency:
+  // one rail holds the whole model, more than the 2^32 - 1 elements an optimizer can index.
+  const ParamLayout layout = tensor_layout(presets::find_model_preset("llama2-7b", "").spec);
+  REQUIRE(layout.size() > ParamLayout::kMaxIndexed);
+  OptimizerConfig c = scape::testing::earlier_formulation();
+  c.type = OptimizerType::scape;
+  c.hierarchy = Hierarchy::node;
+  for (const auto split : {RailSplit::tensors, RailSplit::rows}) {
+    c.rail_split = split;
+    const MethodShare one = method_share(c, layout, layout.size(), 1, 1);
+    CHECK(one.n == layout.size());
+    const MethodShare four = method_share(c, layout, layout.size(), 8, 4);
+    CHECK(four.n < layout.size() / 3);
+    CHECK(four.workers == 2);
+  }
 }
 
 // Four tensors of 1M (N = 4M) on 2 nodes of 4 GPUs: under "tensors" each rail's part is one
