@@ -2,7 +2,6 @@
 // make (docs/PREDICTING.md, "Calibration").
 #include "predict/calibration.hpp"
 
-#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <stdexcept>
@@ -16,32 +15,16 @@ namespace {
 constexpr CollectiveKind kKinds[] = {CollectiveKind::all_reduce, CollectiveKind::reduce_scatter,
                                      CollectiveKind::all_gather};
 
-// Bandwidth only (alpha = 0): 1/B = sum(w b t) / sum(w b^2); none when no bytes were sent.
-std::optional<LinkFit> bandwidth_only(std::span<const CollectiveSample> samples) {
+// Bandwidth only (alpha = 0): 1/B = sum(w b t) / sum(w b^2).
+LinkFit bandwidth_only(std::span<const CollectiveSample> samples) {
   double bb = 0, bt = 0;
   for (const auto& s : samples) {
     const double w = 1.0 / (s.time_s * s.time_s);
     bb += w * s.bytes_sent * s.bytes_sent;
     bt += w * s.bytes_sent * s.time_s;
   }
-  if (!(bt > 0)) return std::nullopt;
+  if (!(bt > 0)) throw std::invalid_argument("collective fit: no bytes were sent, so no bandwidth can be fitted");
   return LinkFit{0.0, bb / bt, static_cast<int>(samples.size())};
-}
-
-double relative_sse_of(std::span<const CollectiveSample> samples, const LinkFit& l) {
-  double sse = 0;
-  for (const auto& s : samples) {
-    const double r = (s.latency_steps * l.alpha_s + s.bytes_sent / l.bandwidth_Bps - s.time_s) / s.time_s;
-    sse += r * r;
-  }
-  return sse;
-}
-
-bool valid_times(std::span<const CollectiveSample> samples) {
-  for (const auto& s : samples) {
-    if (!(s.time_s > 0) || !std::isfinite(s.time_s)) return false;
-  }
-  return true;
 }
 
 // Each kind's own link where its samples hold two distinct points and its fit succeeds.
@@ -68,11 +51,14 @@ void fit_each_kind(Calibration& c, std::span<const CollectiveSample> collectives
 
 }  // namespace
 
-std::optional<LinkFit> try_fit_alpha_beta(std::span<const CollectiveSample> samples, double* relative_sse) {
-  if (samples.empty() || !valid_times(samples)) return std::nullopt;
+LinkFit fit_alpha_beta(std::span<const CollectiveSample> samples) {
+  if (samples.empty()) throw std::invalid_argument("collective fit: no samples");
   // Normal equations of min sum w (s alpha + b beta - t)^2 with w = 1 / t^2, beta = 1 / B.
   double ss = 0, sb = 0, bb = 0, st = 0, bt = 0;
   for (const auto& s : samples) {
+    if (!(s.time_s > 0) || !std::isfinite(s.time_s)) {
+      throw std::invalid_argument("collective fit: a measured time is not positive and finite");
+    }
     const double w = 1.0 / (s.time_s * s.time_s);
     ss += w * s.latency_steps * s.latency_steps;
     sb += w * s.latency_steps * s.bytes_sent;
@@ -81,32 +67,14 @@ std::optional<LinkFit> try_fit_alpha_beta(std::span<const CollectiveSample> samp
     bt += w * s.bytes_sent * s.time_s;
   }
   const double det = ss * bb - sb * sb;
-  std::optional<LinkFit> fit;
   // Collinear steps and bytes (one distinct point, or bytes proportional to steps) leave alpha
   // undetermined: the relative tolerance is that of the determinant's cancellation.
-  if (!(std::abs(det) > 1e-9 * ss * bb)) {
-    fit = bandwidth_only(samples);
-  } else {
-    const double alpha = (st * bb - sb * bt) / det;
-    const double beta = (ss * bt - sb * st) / det;
-    if (alpha < 0) {
-      fit = bandwidth_only(samples);
-    } else if (beta > 0) {
-      fit = LinkFit{alpha, 1.0 / beta, static_cast<int>(samples.size())};
-    }
-  }
-  if (fit && relative_sse) *relative_sse = relative_sse_of(samples, *fit);
-  return fit;
-}
-
-LinkFit fit_alpha_beta(std::span<const CollectiveSample> samples) {
-  if (samples.empty()) throw std::invalid_argument("collective fit: no samples");
-  if (!valid_times(samples)) throw std::invalid_argument("collective fit: a measured time is not positive and finite");
-  if (const auto fit = try_fit_alpha_beta(samples)) return *fit;
-  double sent = 0;
-  for (const auto& s : samples) sent += s.bytes_sent;
-  if (!(sent > 0)) throw std::invalid_argument("collective fit: no bytes were sent, so no bandwidth can be fitted");
-  throw std::invalid_argument("collective fit: the measured times do not grow with the bytes");
+  if (!(std::abs(det) > 1e-9 * ss * bb)) return bandwidth_only(samples);
+  const double alpha = (st * bb - sb * bt) / det;
+  const double beta = (ss * bt - sb * st) / det;
+  if (alpha < 0) return bandwidth_only(samples);
+  if (!(beta > 0)) throw std::invalid_argument("collective fit: the measured times do not grow with the bytes");
+  return LinkFit{alpha, 1.0 / beta, static_cast<int>(samples.size())};
 }
 
 double fit_rate(std::span<const RateSample> samples, const char* what) {
@@ -138,10 +106,8 @@ Calibration calibrate(std::span<const RateSample> compute, std::span<const RateS
       throw std::invalid_argument(std::string("intra-node link: ") + e.what());
     }
   }
-  const bool has_idle = std::any_of(collectives.begin(), collectives.end(),
-                                    [](const CollectiveSample& s) { return s.load == LinkLoad::idle; });
   std::vector<CollectiveSample> lines(collectives.begin(), collectives.end());
-  if (has_idle) {
+  if (has_idle_calls(collectives)) {
     c.inter_curves = measured_curves(collectives);
     std::erase_if(lines, [](const CollectiveSample& s) { return s.load == LinkLoad::idle; });
     c.idle_samples = static_cast<int>(collectives.size() - lines.size());

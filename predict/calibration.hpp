@@ -51,9 +51,6 @@ struct LinkFit {
 // cannot separate it from the bandwidth (one distinct point) or when the fit makes it negative.
 // Throws std::invalid_argument when there is no sample or the fitted bandwidth is not positive.
 LinkFit fit_alpha_beta(std::span<const CollectiveSample> samples);
-// The same fit without throwing: none when it fails (no sample, a time not positive and finite,
-// a bandwidth not positive). `relative_sse` receives sum ((fit - t) / t)^2 when given.
-std::optional<LinkFit> try_fit_alpha_beta(std::span<const CollectiveSample> samples, double* relative_sse = nullptr);
 
 // time = amount / rate, least squares in relative error; returns the rate (amount per second).
 // Throws std::invalid_argument when there is no sample with a positive time.

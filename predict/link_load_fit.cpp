@@ -8,6 +8,11 @@
 
 namespace scape::predict {
 
+bool has_idle_calls(std::span<const CollectiveSample> samples) {
+  return std::any_of(samples.begin(), samples.end(),
+                     [](const CollectiveSample& s) { return s.load == LinkLoad::idle; });
+}
+
 LoadCurves measured_curves(std::span<const CollectiveSample> samples) {
   int idle = 0;
   for (const auto& s : samples) idle += s.load == LinkLoad::idle;

@@ -17,4 +17,7 @@ namespace scape::predict {
 // numbers of ranks.
 LoadCurves measured_curves(std::span<const CollectiveSample> samples);
 
+// Whether any sample was timed after an idle gap (bench-comm --idle-gap-ms).
+bool has_idle_calls(std::span<const CollectiveSample> samples);
+
 }  // namespace scape::predict

@@ -11,6 +11,7 @@
 #include "config/model_shapes.hpp"
 #include "core/schedule.hpp"
 #include "optimizers/volume.hpp"
+#include "predict/link_load_fit.hpp"
 #include "run_file/bench_comm_file.hpp"
 #include "run_file/hdf5.hpp"
 
@@ -412,9 +413,7 @@ void calibrate_from_files(const std::vector<std::filesystem::path>& fit_files,
     if (links_from_bench) continue;
     collectives.insert(collectives.end(), s.inter.begin(), s.inter.end());
   }
-  const bool has_idle = std::any_of(collectives.begin(), collectives.end(),
-                                    [](const CollectiveSample& s) { return s.load == LinkLoad::idle; });
-  if (has_idle && !links_from_bench) {
+  if (has_idle_calls(collectives) && !links_from_bench) {
     // A run's collectives are not marked idle or busy: they would enter the regimes' fit as busy.
     throw cfg::ConfigError(
         "--calibrate: a bench-comm file among the inputs holds calls after an idle gap "

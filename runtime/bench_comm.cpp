@@ -67,6 +67,14 @@ std::string check_options(const BenchCommOptions& o) {
   return "";
 }
 
+// The largest of the ranks' `seconds`; the communicator's own timings of the calls are dropped.
+double slowest_rank(MPI_Comm world, Communicator& comm, double seconds) {
+  double out = 0;
+  SCAPE_MPI_CHECK(MPI_Allreduce(&seconds, &out, 1, MPI_DOUBLE, MPI_MAX, world));
+  comm.take_measured_times();
+  return out;
+}
+
 // Seconds per call on the slowest rank.
 double time_calls(MPI_Comm world, Communicator& comm, const Collective& c, void* send, void* recv, std::size_t n,
                   const BenchCommOptions& o) {
@@ -74,11 +82,7 @@ double time_calls(MPI_Comm world, Communicator& comm, const Collective& c, void*
   SCAPE_MPI_CHECK(MPI_Barrier(world));
   const double t0 = MPI_Wtime();
   for (int i = 0; i < o.iters; ++i) call(comm, c, send, recv, n);
-  const double mine = (MPI_Wtime() - t0) / o.iters;
-  double out = 0;
-  SCAPE_MPI_CHECK(MPI_Allreduce(&mine, &out, 1, MPI_DOUBLE, MPI_MAX, world));
-  comm.take_measured_times();
-  return out;
+  return slowest_rank(world, comm, (MPI_Wtime() - t0) / o.iters);
 }
 
 // Seconds per call on the slowest rank, each call timed alone after the link idled for the gap.
@@ -92,11 +96,7 @@ double time_idle_calls(MPI_Comm world, Communicator& comm, const Collective& c, 
     call(comm, c, send, recv, n);
     mine += MPI_Wtime() - t0;
   }
-  mine /= o.iters;
-  double out = 0;
-  SCAPE_MPI_CHECK(MPI_Allreduce(&mine, &out, 1, MPI_DOUBLE, MPI_MAX, world));
-  comm.take_measured_times();
-  return out;
+  return slowest_rank(world, comm, mine / o.iters);
 }
 
 }  // namespace
