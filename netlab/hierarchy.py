@@ -9,13 +9,15 @@ For each layout NxG (N nodes of G ranks) and each rate, in OUT/NxG-RATE/:
   3. the MPI runtime runs the four arms (dense AdamS and SCAPE at --sparsity, each
      optimizer.hierarchy flat and node, rail_split rows) on the noisy quadratic of --params
      parameters with --compute-s of sleep standing in for a GPU's forward and backward;
-  4. the torch runtime runs the same four arms (netlab/hierarchy_torch.py: scape.torch.AdamS,
-     SCAPE, and Hierarchical around each), --repeat times each, like the MPI arms.
+  4. the torch runtime times its own collectives over gloo (netlab/gloo_bench_comm.py, the same
+     sizes) and runs the same four arms (netlab/hierarchy_torch.py: scape.torch.AdamS, SCAPE,
+     and Hierarchical around each), --repeat times each, like the MPI arms, each writing a run
+     file beside its JSON.
 Then `summarize` (also alone, without root) writes OUT/steps.csv (COLUMNS) and prints the
-table. Predicted (MPI): `scape predict --calibrate --links-from-bench` per layout and rate, the
-links from that bench, the optimizer step and the intra-node link fitted to the dense arms and
-flat SCAPE, hierarchical SCAPE held out. Exit status 2: bad arguments; a failing run's
-status otherwise, naming the arm."""
+table. Predicted, each runtime on its own: `scape predict --calibrate --links-from-bench` per
+layout and rate, the links from that runtime's bench, the optimizer step and the intra-node link
+fitted to its dense arms and flat SCAPE, hierarchical SCAPE held out. Exit status 2: bad
+arguments; a failing run's status otherwise, naming the arm."""
 import argparse
 import csv
 import glob
@@ -84,8 +86,18 @@ def run_cell(args, nodes, per_node, rate, here):
     if "mpi" in args.runtimes:
         print(f"== {nodes}x{per_node} at {rate}: the links (scape bench-comm)", flush=True)
         mpirun(nodes, [args.scape, "bench-comm", "--backend", "mpi", "--out", str(here / "bench-comm.h5"),
-                       "--min-bytes", "16384", "--max-bytes", "16777216", "--factor", "4", "--iters", "3",
+                       "--min-bytes", "16384", "--max-bytes", str(args.bench_max_bytes), "--factor", "4", "--iters", "3",
                        "--warmup", "1"], prefix=args.prefix)
+    env = dict(os.environ, OMP_NUM_THREADS="1",
+               PYTHONPATH=f"{ROOT / 'python'}:{ROOT}" + (f":{os.environ['PYTHONPATH']}"
+                                                        if os.environ.get("PYTHONPATH") else ""))
+    if "torch" in args.runtimes:
+        print(f"== {nodes}x{per_node} at {rate}: the links over gloo (netlab/gloo_bench_comm.py)", flush=True)
+        checked([str(DRIVER), "run", "--prefix", args.prefix, "--nodes", str(nodes), "--port", str(args.port),
+                 "--", args.python, "-m", "netlab.gloo_bench_comm", "--out", str(here / "bench-comm-gloo.h5"),
+                 "--min-bytes", "16384", "--max-bytes", str(args.bench_max_bytes), "--factor", "4", "--iters", "3",
+                 "--warmup", "1"],
+                "gloo bench-comm", env)
     for repeat in range(1, args.repeat + 1):
         for method, hierarchy in ARMS:
             name = f"{method}-{hierarchy}"
@@ -97,14 +109,12 @@ def run_cell(args, nodes, per_node, rate, here):
                                "--out", str(here / f"{name}.run{repeat}.h5")], prefix=args.prefix)
             if "torch" in args.runtimes:
                 print(f"== {nodes}x{per_node} at {rate}: torch {name} (run {repeat})", flush=True)
-                env = dict(os.environ, OMP_NUM_THREADS="1",
-                           PYTHONPATH=f"{ROOT / 'python'}:{ROOT}" + (f":{os.environ['PYTHONPATH']}"
-                                                                    if os.environ.get("PYTHONPATH") else ""))
                 checked([str(DRIVER), "run", "--prefix", args.prefix, "--nodes", str(nodes), "--port", str(args.port),
                          "--", args.python, "-m", "netlab.hierarchy_torch", "--method", method, "--hierarchy",
                          hierarchy, "--sparsity", str(args.sparsity), "--params", str(args.params), "--steps",
                          str(args.steps), "--compute-s", str(args.compute_s),
-                         "--out", str(here / f"torch-{name}.run{repeat}.json")], f"torch {name}", env)
+                         "--out", str(here / f"torch-{name}.run{repeat}.json"),
+                         "--run-file", str(here / f"torch-{name}.run{repeat}.h5")], f"torch {name}", env)
 
 
 def mpi_medians(path):
@@ -134,27 +144,33 @@ def combine(medians):
             "intra": medians[0]["intra"], "runs": len(medians)}
 
 
-def predicted_cells(scape, here):
-    """{arm name: (predicted ms, role)} from calibrating on the first run of each fitted arm."""
-    bench = here / "bench-comm.h5"
-    fit = [here / f"{name}.run1.h5" for name in FITTED]
-    held = [here / f"{m}-{h}.run1.h5" for m, h in ARMS if f"{m}-{h}" not in FITTED]
+# runtime: (its bench-comm file, the prefix of its arms' run files, the suffix of its calibration's files)
+CALIBRATION = {"mpi": ("bench-comm.h5", "", ""), "torch": ("bench-comm-gloo.h5", "torch-", "-torch")}
+
+
+def predicted_cells(scape, here, runtime):
+    """{arm name: (predicted ms, role)} of one runtime, from calibrating on the first run of each
+    fitted arm of that runtime with its own bench."""
+    bench_name, prefix, suffix = CALIBRATION[runtime]
+    bench = here / bench_name
+    fit = [here / f"{prefix}{name}.run1.h5" for name in FITTED]
+    held = [here / f"{prefix}{m}-{h}.run1.h5" for m, h in ARMS if f"{m}-{h}" not in FITTED]
     if not bench.exists() or not all(p.exists() for p in fit + held):
-        print(f"netlab hierarchy: {here.name} not predicted: needs bench-comm.h5 and every arm's run1.h5",
-              file=sys.stderr)
+        print(f"netlab hierarchy: {here.name}, {runtime} not predicted: needs {bench_name} and every arm's "
+              f"{prefix}ARM.run1.h5", file=sys.stderr)
         return {}
-    table = here / "calibration.csv"
-    with open(here / "calibration.txt", "w") as report:
+    table = here / f"calibration{suffix}.csv"
+    with open(here / f"calibration{suffix}.txt", "w") as report:
         done = subprocess.run([scape, "predict", "--links-from-bench", "--calibrate", str(bench)] +
                               [str(p) for p in fit] + ["--held-out"] + [str(p) for p in held] +
-                              ["--out", str(here / "calibration-hardware.json"), "--csv", str(table)],
+                              ["--out", str(here / f"calibration{suffix}-hardware.json"), "--csv", str(table)],
                               stdout=report, stderr=subprocess.PIPE, text=True)
     if done.returncode != 0:  # the measured table stands without its predicted column
-        print(f"netlab hierarchy: {here.name} not predicted: {done.stderr.strip()}", file=sys.stderr)
+        print(f"netlab hierarchy: {here.name}, {runtime} not predicted: {done.stderr.strip()}", file=sys.stderr)
         return {}
     out = {}
     for row in csv.DictReader(open(table)):
-        name = pathlib.Path(row["file"]).name.split(".run")[0]
+        name = pathlib.Path(row["file"]).name.split(".run")[0][len(prefix):]
         out[name] = (float(row["predicted_step_ms"]), row["role"])
     return out
 
@@ -163,10 +179,12 @@ def summarize(out, scape):
     rows = []
     for here in sorted(p for p in out.glob("*x*-*") if p.is_dir()):
         nodes, per_node, rate = re.fullmatch(r"(\d+)x(\d+)-(.+)", here.name).groups()
-        mpi_runs = any(here.glob("*.run*.h5"))
-        if mpi_runs and not scape:
+        runs = {"mpi": [p for p in here.glob("*.run*.h5") if not p.name.startswith("torch-")],
+                "torch": list(here.glob("torch-*.run*.h5"))}
+        if any(runs.values()) and not scape:
             print(f"netlab hierarchy: {here.name} not predicted: no scape binary (set SCAPE_BINARY)", file=sys.stderr)
-        predicted = predicted_cells(scape, here) if mpi_runs and scape else {}
+        predicted = {runtime: predicted_cells(scape, here, runtime) if files and scape else {}
+                     for runtime, files in runs.items()}
         for method, hierarchy in ARMS:
             name = f"{method}-{hierarchy}"
             for runtime, pattern, read in (("mpi", f"{name}.run*.h5", mpi_medians),
@@ -175,7 +193,7 @@ def summarize(out, scape):
                 if not files:
                     continue
                 cell = combine([read(f) for f in files])
-                guess = predicted.get(name) if runtime == "mpi" else None
+                guess = predicted[runtime].get(name)
                 rows.append({"runtime": runtime, "method": method, "hierarchy": hierarchy, "nodes": int(nodes),
                              "ranks_per_node": int(per_node), "rate_mbit": rate_in_mbit(rate), "runs": cell["runs"],
                              "measured_step_ms": round(cell["step_ms"], 2), "min_step_ms": round(cell["min"], 2),
@@ -219,6 +237,8 @@ def arguments(argv=None):
     p.add_argument("--params", type=int, default=2_000_000, help="parameters (a multiple of 1000)")
     p.add_argument("--sparsity", type=float, default=0.99, help="SCAPE's")
     p.add_argument("--compute-s", type=float, default=0.05, help="the slept forward and backward a step")
+    p.add_argument("--bench-max-bytes", type=int, default=16 << 20,
+                   help="the benches' largest payload (from 16 KiB, factor 4; default %(default)s)")
     p.add_argument("--summarize", action="store_true", help="only the table, from the files already in OUT")
     p.add_argument("--prefix", default="snl", help="the netlab's prefix (scripts/netlab --help)")
     p.add_argument("--subnet", default="10.77.0", help="the netlab's subnet A.B.C")
@@ -233,7 +253,7 @@ def arguments(argv=None):
     if not args.runtimes or any(r not in ("mpi", "torch") for r in args.runtimes):
         p.error(f"--runtimes: mpi, torch or both, not {','.join(args.runtimes)!r}")
     for flag, value, low in (("--steps", args.steps, SKIP + 1), ("--repeat", args.repeat, 1),
-                             ("--params", args.params, 1000)):
+                             ("--params", args.params, 1000), ("--bench-max-bytes", args.bench_max_bytes, 65536)):
         if value < low:
             p.error(f"{flag}: at least {low}, got {value}")
     if args.params % 1000:

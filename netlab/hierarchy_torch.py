@@ -15,7 +15,15 @@ took, as the core's `compute.type = "sleep"` does. Arms:
 
 A step is timed on every rank from a barrier to the end of step(); rank 0 writes --out (JSON):
 its step times, the median over the steps past the first two, and the bytes it sent a step
-(last_metrics: bytes_sent, and under the hierarchy bytes_sent_intra and bytes_sent_inter)."""
+(last_metrics: bytes_sent, and under the hierarchy bytes_sent_intra and bytes_sent_inter).
+
+With --run-file, rank 0 also writes a run file (scape.run_file) that `scape predict --calibrate`
+reads as it reads the MPI runtime's: the config is the MPI arm's (the quadratic of --params, the
+slept compute, the topology) with this optimizer's own section (`opt.config()`: unsharded, the
+mask as a bitmap), and each step's compute_wall_time (the gradient and the sleep),
+optimizer_wall_time (step()), mask_wait_exposed and comm_time_measured_<purpose> (the wall time
+of each blocking collective, last_metrics). The lagged mask all-gather runs behind the sleep
+untimed: its column, comm_time_measured_async_all_gather, is NaN (only compared, never fitted)."""
 import argparse
 import json
 import os
@@ -27,6 +35,7 @@ import torch.distributed as dist
 from torch.distributed.device_mesh import init_device_mesh
 
 import scape.torch as st
+from scape.run_file import RunFileWriter
 
 SKIP = 2  # start-up and SCAPE's first lagged mask, as the MPI rows skip them
 GRADIENTS = 4  # distinct gradients a rank cycles through
@@ -42,6 +51,16 @@ def make_optimizer(param, method, hierarchy, sparsity, lr, mesh):
     return kind(named, **options)
 
 
+def run_config(optimizer, args, world, per_node):
+    """The MPI arm's run config (netlab/hierarchy.py, mpi_config) with this optimizer's section."""
+    config = {"name": f"torch-{args.method}-{args.hierarchy}", "seed": 1, "workers": world, "steps": args.steps,
+              "model": {"type": "quadratic", "size": args.params}, "optimizer": optimizer.config(),
+              "compute": {"type": "sleep", "seconds": args.compute_s}}
+    if per_node > 1:
+        config["topology"] = {"ranks_per_node": per_node}
+    return config
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--method", choices=("adams", "scape"), required=True)
@@ -54,6 +73,7 @@ def main():
     parser.add_argument("--ranks-per-node", type=int, default=0,
                         help="G (default: LOCAL_WORLD_SIZE, which netlab run sets)")
     parser.add_argument("--out", required=True, help="rank 0's JSON")
+    parser.add_argument("--run-file", help="rank 0's run file for scape predict --calibrate (see above)")
     args = parser.parse_args()
     if args.params % ROW or args.params <= 0:
         parser.error(f"--params: a positive multiple of {ROW}, got {args.params}")
@@ -73,15 +93,30 @@ def main():
     gradients = [torch.randn(shape, generator=generator) for _ in range(GRADIENTS)]
     optimizer = make_optimizer(param, args.method, args.hierarchy, args.sparsity, args.lr, mesh)
 
+    log = None
+    if args.run_file:
+        config = run_config(optimizer, args, world, per_node)
+        log = RunFileWriter(args.run_file, config=config, tensors=[("weight", args.params)], rank=rank,
+                            world_size=world, flush_interval=args.steps, overwrite=True)
     times, sent = [], []
     for step in range(args.steps):
         dist.barrier()
         start = time.perf_counter()
         param.grad = gradients[step % GRADIENTS] * (1.0 + 1e-3 * step)
         time.sleep(max(0.0, args.compute_s - (time.perf_counter() - start)))
+        computed = time.perf_counter()
         optimizer.step()
-        times.append(time.perf_counter() - start)
+        end = time.perf_counter()
+        times.append(end - start)
         sent.append(dict(optimizer.last_metrics))
+        if log is not None:
+            row = {k: v for k, v in sent[-1].items() if k != "step"}
+            log.write_step(step + 1, dict(row, step_wall_time=end - start, compute_wall_time=computed - start,
+                                          optimizer_wall_time=end - computed,
+                                          comm_time_measured_async_all_gather=float("nan")))
+    getattr(optimizer, "finish", lambda: None)()
+    if log is not None:
+        log.close("completed")
     if rank == 0:
         kept = sent[SKIP:]
 

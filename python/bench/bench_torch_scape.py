@@ -194,8 +194,11 @@ def rank_main(rank, world, port, n, sparsity, compute_ms, results):
             opt.step()
             if t >= 2:
                 m = opt.last_metrics
-                mask_wait.append(m["mask_wait_exposed"])
-                grad_wait.append(m["grad_wait_exposed"])
+                # the lagged mask waited for, or the mask gathered inside the step (lag 0)
+                mask_wait.append(m["mask_wait_exposed"] + m.get("comm_time_measured_mask_all_gather", 0.0))
+                # the payload's buckets waited for (overlap_backward), or its blocking collective
+                grad_wait.append(m["grad_wait_exposed"] + sum(v for k, v in m.items() if k in (
+                    "comm_time_measured_grad_all_reduce", "comm_time_measured_grad_reduce_scatter")))
                 steps.append(time.perf_counter() - began)
         out[label] = (statistics.median(mask_wait), statistics.median(grad_wait), statistics.median(steps),
                       m["bytes_sent_mask_all_gather"] if "bytes_sent_mask_all_gather" in m else 0)

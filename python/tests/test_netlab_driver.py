@@ -232,12 +232,15 @@ def test_flat_against_hierarchical_runs_on_nodes_of_two_ranks(two_nodes, tmp_pat
     bytes over W = 4 ranks (2(W-1)/W of them sent); hierarchical, the node's reduce-scatter and
     all-gather send (G-1)/G of 4N each inside the node, and the rail's all-reduce of its N/G
     between the M = 2 nodes 2(M-1)/M of 4N/G; SCAPE sends fewer inter-node bytes averaged inside
-    the node first. --summarize alone writes the same table again."""
+    the node first. Every torch cell is predicted by `scape predict --calibrate` from the arms'
+    run files and the gloo bench of the same nodes (dense flat and node and SCAPE flat fitted,
+    SCAPE node held out). --summarize alone writes the same table again."""
     n, w, g = 20_000, 4, 2
     m = w // g
     env = dict(os.environ, OMP_NUM_THREADS="1", SCAPE_PYTHON=sys.executable)
     args = ["hierarchy", "--out", tmp_path, "--layouts", "2x2", "--rates", "100mbit", "--runtimes", "torch",
-            "--steps", 4, "--params", n, "--compute-s", 0.01, "--prefix", PREFIX, "--port", 29641]
+            "--steps", 7, "--params", n, "--compute-s", 0.01, "--bench-max-bytes", 262144, "--prefix", PREFIX,
+            "--port", 29641]
     done = subprocess.run([str(NETLAB), *map(str, args)], capture_output=True, text=True, timeout=600, env=env)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     with open(tmp_path / "steps.csv") as f:
@@ -251,6 +254,10 @@ def test_flat_against_hierarchical_runs_on_nodes_of_two_ranks(two_nodes, tmp_pat
     assert int(node["bytes_sent_intra_per_step"]) == 2 * (g - 1) * 4 * n // g
     assert 0 <= int(node["bytes_sent_inter_per_step"]) - 2 * (m - 1) * 4 * (n // g) // m <= scalars
     assert int(rows[("scape", "node")]["bytes_sent_inter_per_step"]) < int(rows[("scape", "flat")]["bytes_sent_inter_per_step"])
+    roles = {arm: r["role"] for arm, r in rows.items()}
+    assert roles == {("adams", "flat"): "fitted", ("adams", "node"): "fitted", ("scape", "flat"): "fitted",
+                     ("scape", "node"): "held_out"}, done.stderr[-2000:]
+    assert all(float(r["predicted_step_ms"]) > 10 for r in rows.values())  # at least the 10 ms of compute
     first = (tmp_path / "steps.csv").read_text()
     again = subprocess.run([str(NETLAB), *map(str, args), "--summarize"], capture_output=True, text=True, timeout=120,
                            env=env)

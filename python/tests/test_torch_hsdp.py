@@ -95,6 +95,13 @@ def test_the_node_bytes_are_the_other_rails_parts_in_and_this_rails_part_out(spl
         assert metrics["bytes_sent_node_param_all_gather"] == 4 * mine * (RANKS_PER_NODE - 1)
         assert metrics["bytes_sent_intra"] == 4 * (n - mine) + 4 * mine * (RANKS_PER_NODE - 1)
         assert metrics["bytes_sent"] == metrics["bytes_sent_intra"] + metrics["bytes_sent_inter"] > 0
+        # Each blocking collective's wall time beside its bytes, under the run file's names (what
+        # scape predict --calibrate reads); the lagged mask all-gather runs async, untimed.
+        timed = {k[len("comm_time_measured_"):] for k in metrics if k.startswith("comm_time_measured_")}
+        sent = {k[len("bytes_sent_"):] for k, v in metrics.items()
+                if k.startswith("bytes_sent_") and k not in ("bytes_sent_intra", "bytes_sent_inter") and v > 0}
+        assert timed == sent - {"mask_all_gather"} and {"node_grad_reduce_scatter", "node_param_all_gather"} <= timed
+        assert all(metrics[f"comm_time_measured_{p}"] > 0 for p in timed)
 
 
 HELD = ([(c, m) for c in CASES for m in ("fsdp", "hier-rows", "hier-tensors")]

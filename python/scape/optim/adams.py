@@ -161,7 +161,7 @@ class AdamS(torch.optim.Optimizer):
         self.mirror.push()
         count = self.comm.take_count()
         self._last = {"step": t, "lr": float(self.param_groups[0]["lr"]), "bytes_sent": count.sent,
-                      "bytes_received": count.received, "mask_density": 1.0, **extra}
+                      "bytes_received": count.received, "mask_density": 1.0, **count.metrics(), **extra}
         self._t = t
         self._step_count.fill_(float(t))
         return loss

@@ -25,6 +25,7 @@ from typing import Dict, List, Optional, Sequence
 
 import atexit
 import os
+import time
 import weakref
 
 import torch
@@ -50,14 +51,28 @@ def _leave_cleanly() -> None:
 
 @dataclass
 class ByteCount:
+    """Bytes a rank sent and received since the last take_count(), and by purpose the bytes
+    sent and the wall seconds its blocking collectives took (a call started with async_op is
+    not timed here: its wait is, where the optimizer waits for it)."""
     sent: int = 0
     received: int = 0
     by_purpose: Dict[str, int] = field(default_factory=dict)
+    seconds_by_purpose: Dict[str, float] = field(default_factory=dict)
 
     def add(self, purpose: str, sent: int, received: int) -> None:
         self.sent += sent
         self.received += received
         self.by_purpose[purpose] = self.by_purpose.get(purpose, 0) + sent
+
+    def add_seconds(self, purpose: str, seconds: float) -> None:
+        self.seconds_by_purpose[purpose] = self.seconds_by_purpose.get(purpose, 0.0) + seconds
+
+    def metrics(self) -> Dict[str, float]:
+        """bytes_sent_<purpose> and comm_time_measured_<purpose> (the run file's names for
+        the MPI runtime's same figures, so that `scape predict --calibrate` reads both)."""
+        out: Dict[str, float] = {f"bytes_sent_{p}": sent for p, sent in sorted(self.by_purpose.items())}
+        out.update({f"comm_time_measured_{p}": s for p, s in sorted(self.seconds_by_purpose.items())})
+        return out
 
 
 def _bytes(t: torch.Tensor) -> int:
@@ -119,17 +134,21 @@ class Group:
         item = send.element_size()
         self.count.add(purpose, item * (sum(send_splits) - send_splits[self.rank]),
                        item * (sum(recv_splits) - recv_splits[self.rank]))
+        started = time.perf_counter()
         if self.backend == "gloo" and send.device.type != "cpu":
             # gloo moves host memory only: stage through it (one GPU shared by several ranks)
             host = torch.empty(recv.numel(), dtype=recv.dtype)
             dist.all_to_all_single(host, send.cpu(), output_split_sizes=list(recv_splits),
                                    input_split_sizes=list(send_splits), group=self.group)
             recv.copy_(host)
+            self.count.add_seconds(purpose, time.perf_counter() - started)
             return recv, None
         work = dist.all_to_all_single(recv, send, output_split_sizes=list(recv_splits),
                                       input_split_sizes=list(send_splits), group=self.group, async_op=async_op)
         if work is not None:
             _IN_FLIGHT.add(work)
+        else:  # blocking: on gloo it has completed; on NCCL this is the host's time to enqueue it
+            self.count.add_seconds(purpose, time.perf_counter() - started)
         return recv, work
 
     def reduce_scatter_mean(self, payload: torch.Tensor, counts: Sequence[int], purpose: str,

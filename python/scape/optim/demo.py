@@ -160,7 +160,8 @@ class DeMo(AdamS):
         t = self._t + 1
         count = self.comm.take_count()
         self._last = {"step": t, "lr": float(self.param_groups[0]["lr"]), "bytes_sent": count.sent,
-                      "bytes_received": count.received, "mask_density": values.numel() / max(1, self._m.numel())}
+                      "bytes_received": count.received, "mask_density": values.numel() / max(1, self._m.numel()),
+                      **count.metrics()}
         self._t = t
         self._step_count.fill_(float(t))
         return loss

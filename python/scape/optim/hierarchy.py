@@ -151,8 +151,7 @@ class Hierarchical(torch.optim.Optimizer):
         inter = int(inner.get("bytes_sent", 0))
         inner.update(bytes_sent_intra=intra.sent, bytes_sent_inter=inter, bytes_sent=intra.sent + inter,
                      bytes_received=int(inner.get("bytes_received", 0)) + intra.received)
-        for purpose, sent in intra.by_purpose.items():
-            inner[f"bytes_sent_{purpose}"] = sent
+        inner.update(intra.metrics())
         self._last = inner
 
     def zero_grad(self, set_to_none: bool = True) -> None:
@@ -170,6 +169,12 @@ class Hierarchical(torch.optim.Optimizer):
 
     def finish(self) -> None:
         getattr(self.inner, "finish", lambda: None)()
+
+    def config(self) -> Dict[str, Any]:
+        """The optimizer section of a run config for what this computes: the wrapped optimizer's,
+        with the hierarchy and the rail split (the run's `topology.ranks_per_node` is the node
+        group's size, a key of the run config, not of this section)."""
+        return {**self.inner.config(), "hierarchy": "node", "rail_split": self.rail_split}
 
     def state_dict(self) -> Dict[str, Any]:
         """This rank's: its rail, the split, and the wrapped optimizer's state of the rail's part."""

@@ -23,6 +23,7 @@ class StepMetrics:
     clip_factor: float
     lr: float
     extra: Dict[str, float] = field(default_factory=dict)
+    seconds_by_purpose: Dict[str, float] = field(default_factory=dict)  # blocking collectives' wall time
 
     @staticmethod
     def collect(opt, t: int, idx: torch.Tensor, clip_factor: float) -> "StepMetrics":
@@ -34,7 +35,8 @@ class StepMetrics:
             jaccard = both.double() / either.clamp(min=1).double()
         residual_norm = torch.linalg.vector_norm(opt._e) if opt._e.numel() else None
         return StepMetrics(t, count.sent, count.received, dict(count.by_purpose), int(idx.numel()), opt.layout.n,
-                           jaccard, residual_norm, clip_factor, float(opt.param_groups[0]["lr"]))
+                           jaccard, residual_norm, clip_factor, float(opt.param_groups[0]["lr"]),
+                           seconds_by_purpose=dict(count.seconds_by_purpose))
 
     def as_dict(self) -> Dict[str, float]:
         out = {"step": self.step, "lr": self.lr, "bytes_sent": self.bytes_sent,
@@ -45,5 +47,7 @@ class StepMetrics:
                "clip_factor": self.clip_factor}
         for purpose, sent in sorted(self.bytes_by_purpose.items()):
             out[f"bytes_sent_{purpose}"] = sent
+        for purpose, seconds in sorted(self.seconds_by_purpose.items()):
+            out[f"comm_time_measured_{purpose}"] = seconds
         out.update(self.extra)
         return out
