@@ -121,8 +121,8 @@ using FlatBytes = std::function<std::size_t(const OptimizerConfig&, const ParamL
 
 // One rank's bytes of each rail of a node (flat: one entry, worker 0's). A rank of rail l holds
 // the flat method over rail l's part among the W / G nodes and, in the device figure, the
-// wrapper's packed gradient and gathered parameters (N each) and the rail's gradient and
-// parameters (its part each).
+// wrapper's whole-model buffer (N: the packed gradient, then the gathered parameters) and the
+// rail's gradient and parameters (its part each).
 std::vector<std::size_t> rank_bytes(const OptimizerConfig& c, const ParamLayout& layout, int workers,
                                     const FlatBytes& flat, bool with_wrapper) {
   if (!has_device_bytes(c.type)) {
@@ -136,7 +136,7 @@ std::vector<std::size_t> rank_bytes(const OptimizerConfig& c, const ParamLayout&
   const int nodes = workers / c.ranks_per_node;
   std::vector<std::size_t> out;
   for (const RailPart& part : split_into_rails(layout, c.ranks_per_node, c.rail_split)) {
-    const std::size_t wrapper = with_wrapper ? kFloat * 2 * (layout.size() + part.size()) : 0;
+    const std::size_t wrapper = with_wrapper ? kFloat * (layout.size() + 2 * part.size()) : 0;
     out.push_back(flat(rail, part.layout, nodes) + wrapper);
   }
   return out;

@@ -3,7 +3,7 @@
 // `scape predict`'s memory columns. One term per buffer, at the largest size it reaches (buffers
 // only grow): the densest mask of the run sets the size of the index and payload buffers.
 // Under optimizer.hierarchy = "node" a rank holds its rail's method over the rail's part among
-// the W / G nodes, and the hierarchical wrapper's four buffers (optimizers/hierarchical.hpp).
+// the W / G nodes, and the hierarchical wrapper's three buffers (optimizers/hierarchical.hpp).
 #pragma once
 
 #include <cstddef>

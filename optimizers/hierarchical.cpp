@@ -44,10 +44,9 @@ HierarchicalOptimizer::HierarchicalOptimizer(const ParamLayout& layout, Communic
   rail_comm_ = world.split(rail_, LinkClass::inter, net);
   rail_method_ = make_rail_method(part().layout, *rail_comm_);
   kernels::KernelBackend& host = kernels::cpu_backend();  // hierarchy = "node" runs on the cpu
-  node_send_ = kernels::Buffer<float>(host, n_);
+  node_whole_ = kernels::Buffer<float>(host, n_);
   rail_grads_ = kernels::Buffer<float>(host, part().size());
   rail_params_ = kernels::Buffer<float>(host, part().size());
-  node_gathered_ = kernels::Buffer<float>(host, n_);
 }
 
 HierarchicalOptimizer::~HierarchicalOptimizer() = default;
@@ -57,19 +56,20 @@ StepMetrics HierarchicalOptimizer::step(std::span<float> params, std::span<const
   // (a) The gradient packed rail by rail, then each rail's node mean to its local rank.
   std::size_t at = 0;
   for (const RailPart& p : parts_) {
-    pack_rail(p, grads, node_send_.span().subspan(at, p.size()));
+    pack_rail(p, grads, node_whole_.span().subspan(at, p.size()));
     at += p.size();
   }
-  node_->reduce_scatter_mean(node_send_, rail_grads_, counts_, WireType::fp32, "node_grad_reduce_scatter");
+  node_->reduce_scatter_mean(node_whole_, rail_grads_, counts_, WireType::fp32, "node_grad_reduce_scatter");
   std::vector<CommRecord> node_records = node_->ledger().drain();
   // (b) The method on the rail's part.
   pack_rail(part(), params, rail_params_);
   StepMetrics out = rail_method_->step(rail_params_, rail_grads_);
-  // (c) Every rail's updated part to the whole node.
-  node_->all_gather(rail_params_, node_gathered_, counts_, WireType::fp32, "node_param_all_gather");
+  // (c) Every rail's updated part to the whole node, into the packed gradient's buffer: the
+  // reduce-scatter has returned on every rank of the node before any enters the all-gather.
+  node_->all_gather(rail_params_, node_whole_, counts_, WireType::fp32, "node_param_all_gather");
   at = 0;
   for (const RailPart& p : parts_) {
-    unpack_rail(p, std::as_const(node_gathered_).span().subspan(at, p.size()), params);
+    unpack_rail(p, std::as_const(node_whole_).span().subspan(at, p.size()), params);
     at += p.size();
   }
   append(node_records, std::move(out.comm));

@@ -58,10 +58,11 @@ class HierarchicalOptimizer final : public Optimizer {
   Communicator& world_;              // takes the groups' measured times after each step
   std::unique_ptr<Communicator> node_, rail_comm_;
   std::unique_ptr<Optimizer> rail_method_;
-  // The packed gradient and the gathered parameters (N each), the rail's gradient and parameters
-  // (its part each): Buffers of the host's backend, which the device-memory estimate counts
-  // (optimizers/device_state.hpp) and its test measures.
-  kernels::Buffer<float> node_send_, rail_grads_, rail_params_, node_gathered_;
+  // The whole model's floats in rail order (N: the packed gradient, then the gathered
+  // parameters), the rail's gradient and parameters (its part each): Buffers of the host's
+  // backend, which the device-memory estimate counts (optimizers/device_state.hpp) and its test
+  // measures.
+  kernels::Buffer<float> node_whole_, rail_grads_, rail_params_;
 };
 
 }  // namespace scape

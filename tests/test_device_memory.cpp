@@ -121,7 +121,7 @@ TEST_CASE("under hierarchy = node the estimate is within 2% of what the run allo
 
 // Dense AdamS (replicated) on a layout of four tensors of 30, 20, 10 and 4 floats, W = 4 as
 // 2 x 2. Tensors: rail 0 gets 30 + 4, rail 1 gets 20 + 10. Each rank holds m and g_bar over its
-// part (8 bytes a float), one block sum of ||theta|| (8 bytes), the wrapper's 2N + 2 part floats.
+// part (8 bytes a float), one block sum of ||theta|| (8 bytes), the wrapper's N + 2 part floats.
 // Rows (dim 0 of each [d0, 1] tensor halved): 15 + 10 + 5 + 2 = 32 floats a rail.
 TEST_CASE("hierarchy = node: the device and state bytes of a rank, by hand") {
   scape::ParamLayout layout;
@@ -135,7 +135,7 @@ TEST_CASE("hierarchy = node: the device and state bytes of a rank, by hand") {
   CHECK(scape::optimizer_state_bytes(c, layout, 4) == 4 * n);
   c.hierarchy = scape::Hierarchy::node;
   c.ranks_per_node = 2;
-  const auto rank = [&](std::size_t part) { return 4 * 2 * part + 8 + 4 * (2 * n + 2 * part); };
+  const auto rank = [&](std::size_t part) { return 4 * 2 * part + 8 + 4 * (n + 2 * part); };
   CHECK(scape::optimizer_device_bytes(c, layout, 4) == rank(34));
   CHECK(scape::optimizer_device_bytes_all(c, layout, 4) == 2 * (rank(34) + rank(30)));
   CHECK(scape::optimizer_state_bytes(c, layout, 4) == 4 * 34);

@@ -149,7 +149,7 @@ TEST_CASE("hierarchy node over a model above 2^32 parameters: the rails' parts k
 
 // Four tensors of 1M (N = 4M) on 2 nodes of 4 GPUs: under "tensors" each rail's part is one
 // tensor, N / 4, among M = 2 nodes. A rank's state is the flat method's over that part; its
-// memory adds the buffers of the step and the wrapper's 2N + 2 part floats.
+// memory adds the buffers of the step and the wrapper's N + 2 part floats.
 TEST_CASE("optimizer memory per GPU: the state over the rail's part, G = 4 times less for what is replicated") {
   const double n = 4.0 * (1u << 20), part = n / 4;
   const ParamLayout layout = four_tensors();
@@ -164,7 +164,7 @@ TEST_CASE("optimizer memory per GPU: the state over the rail's part, G = 4 times
     CHECK(memory(o, Hierarchy::flat, 8).state_bytes == 4 * n);
     CHECK(memory(o, Hierarchy::flat, 8).bytes == 8 * n + 8 * (n / 8192));
     CHECK(memory(o, Hierarchy::node, 8).state_bytes == 4 * part);
-    CHECK(memory(o, Hierarchy::node, 8).bytes == 8 * part + 8 * (part / 8192) + 4 * (2 * n + 2 * part));
+    CHECK(memory(o, Hierarchy::node, 8).bytes == 8 * part + 8 * (part / 8192) + 4 * (n + 2 * part));
     // W = 2 fills one node with 2 GPUs: G = 2, two tensors a rail.
     CHECK(memory(o, Hierarchy::node, 2).state_bytes == 4 * (n / 2));
   }
