@@ -138,13 +138,27 @@ inline void candidate_momentum_sizes(std::size_t e, std::size_t m, std::size_t g
   if (g != 0) require_size(g, e, "candidate_momentum: g");
 }
 
+// A mask read from bit first_bit for n elements: its words must reach bit first_bit + n - 1.
+inline void require_mask_bits(std::size_t mask_words, std::size_t first_bit, std::size_t n, const char* what) {
+  if (n != 0 && mask_words < words_for(first_bit + n)) {
+    throw std::invalid_argument(std::string(what) + ": the mask has " + std::to_string(mask_words) +
+                                " words, bits up to " + std::to_string(first_bit + n) + " need " +
+                                std::to_string(words_for(first_bit + n)));
+  }
+}
+
 inline void carry_momentum_off_mask_sizes(std::size_t q, std::size_t m, std::size_t mask_words, std::size_t first_bit) {
   require_size(m, q, "carry_momentum_off_mask: m");
-  if (q != 0 && mask_words < words_for(first_bit + q)) {
-    throw std::invalid_argument("carry_momentum_off_mask: the mask has " + std::to_string(mask_words) +
-                                " words, bits up to " + std::to_string(first_bit + q) + " need " +
-                                std::to_string(words_for(first_bit + q)));
-  }
+  require_mask_bits(mask_words, first_bit, q, "carry_momentum_off_mask");
+}
+
+inline void candidate_statistic_carry_sizes(std::size_t e, std::size_t g, std::size_t q, std::size_t m,
+                                            std::size_t mask_words, std::size_t first_bit, std::size_t out) {
+  require_size(g, e, "candidate_statistic_carry: g");
+  require_size(q, e, "candidate_statistic_carry: q");
+  require_size(m, e, "candidate_statistic_carry: m");
+  require_size(out, e, "candidate_statistic_carry: out");
+  require_mask_bits(mask_words, first_bit, e, "candidate_statistic_carry");
 }
 
 inline void momentum_from_gradient_sizes(std::size_t idx, std::size_t g_bar, std::size_t out) {

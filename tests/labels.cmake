@@ -16,6 +16,7 @@ set(scape_test_map
     "test_kernels_compressors kernels optimizers/baselines"
     "test_kernels_model kernels model"
     "test_kernels_reduce kernels"
+    "test_kernels_scape_pass kernels"
     "test_kernels_select kernels"
     "test_kernels_sign kernels"
     "test_cuda_kernels kernels"

@@ -51,7 +51,7 @@ constexpr std::string_view kComparedKernels[] = {
     "pack_bits", "unpack_bits", "popcount", "popcount_and", "popcount_or", "mask_range_counts", "bits_to_indices", "indices_to_bits",
     "and_not_bits", "or_bits", "extract_bits", "deposit_bits", "ef_encode", "ef_decode", "ef_decode_indices",
     "compact", "expand", "zero_at", "scatter_add",
-    "first_moment_statistic", "carried_first_moment_statistic", "candidate_momentum", "carry_momentum_off_mask", "quantize_e5m2", "momentum_from_gradient", "random_statistic", "pack_payload", "rebase_indices", "add_momentum",
+    "first_moment_statistic", "carried_first_moment_statistic", "candidate_momentum", "carry_momentum_off_mask", "candidate_statistic_carry", "quantize_e5m2", "momentum_from_gradient", "random_statistic", "pack_payload", "rebase_indices", "add_momentum",
     "reconstruct_gradient", "round_to_bf16", "fill",
     "block_sum_squares", "max_magnitude", "block_sum_squares_max", "count_nonfinite", "update_statistics",
     "sign_compress", "sign_expand_add",
@@ -617,6 +617,27 @@ TEST_CASE("first_moment_statistic, its carried form and random_statistic match t
         const std::string label = "carry_momentum_off_mask first_bit=" + std::to_string(first_bit) + " gamma=" + std::to_string(gamma) + " " + what;
         check_equal(cpu_q, to_host(gq), label + " q");
         check_equal(cpu_m, to_host(gm), label + " m");
+      }
+    }
+
+    // candidate_statistic_carry on the same masks, with g holding NaN and infinities (a).
+    for (const std::size_t first_bit : {std::size_t{0}, std::size_t{37}}) {
+      std::vector<std::uint64_t> mask(sk::words_for(first_bit + n));
+      for (std::size_t w = 0; w < mask.size(); ++w) mask[w] = scape::rng::derive(seed, w) & scape::rng::derive(seed + 7, w);
+      for (const float gamma : {1.0f, 0.7f}) {
+        std::vector<float> cpu_e = e, cpu_q = q, cpu_m = m, cpu_s(n);
+        const std::size_t cpu_bad =
+            sk::candidate_statistic_carry(cpu_e, a, cpu_q, cpu_m, mask, first_bit, b1, omb1, gamma, cpu_s);
+        sk::Buffer<float> ge = to_gpu(e), gq = to_gpu(q), gm = to_gpu(m), gs(gpu(), n);
+        const std::size_t gpu_bad =
+            gpu().candidate_statistic_carry(ge, da, gq, gm, to_gpu(mask), first_bit, b1, omb1, gamma, gs);
+        const std::string label = "candidate_statistic_carry first_bit=" + std::to_string(first_bit) +
+                                  " gamma=" + std::to_string(gamma) + " " + what;
+        check_equal(cpu_e, to_host(ge), label + " e");
+        check_equal(cpu_s, to_host(gs), label + " statistic");
+        check_equal(cpu_q, to_host(gq), label + " q");
+        check_equal(cpu_m, to_host(gm), label + " m");
+        CHECK(cpu_bad == gpu_bad);
       }
     }
 

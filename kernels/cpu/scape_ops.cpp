@@ -15,6 +15,26 @@ using Index = std::int64_t;
 
 using checks::require_size;
 
+// Calls body(lo, hi, shift, word) for the elements [lo, hi) of [0, n) whose bits first_bit + j
+// lie in one mask word, bit (shift + j) % 64 of `word`, in parallel over the words (a body's
+// inner loop then shifts a single word, which vectorizes); returns the sum of what the bodies
+// return.
+template <typename Body>
+std::size_t for_each_mask_word(std::size_t n, std::span<const std::uint64_t> mask, std::size_t first_bit, Body body) {
+  if (n == 0) return 0;
+  const std::size_t w0 = first_bit / 64;
+  const auto words = static_cast<Index>(words_for(first_bit + n) - w0);
+  std::size_t total = 0;
+#pragma omp parallel for schedule(static) reduction(+ : total) if (n > 65536)
+  for (Index w = 0; w < words; ++w) {
+    const std::size_t word_bit = 64 * (w0 + static_cast<std::size_t>(w));
+    const std::size_t lo = std::max(word_bit, first_bit) - first_bit;
+    const std::size_t hi = std::min(word_bit + 64, first_bit + n) - first_bit;
+    total += body(lo, hi, first_bit, mask[w0 + static_cast<std::size_t>(w)]);
+  }
+  return total;
+}
+
 }  // namespace
 
 void first_moment_statistic(std::span<const float> m, std::span<const float> a, float b1, float omb1,
@@ -70,28 +90,51 @@ std::size_t candidate_momentum(std::span<float> e, std::span<const float> m, std
 void carry_momentum_off_mask(std::span<float> q, std::span<float> m, std::span<const std::uint64_t> mask,
                              std::size_t first_bit, float b1, float gamma) {
   checks::carry_momentum_off_mask_sizes(q.size(), m.size(), mask.size(), first_bit);
-  const std::size_t n = q.size();
-  if (n == 0) return;
   float* __restrict qq = q.data();
   float* __restrict mm = m.data();
   const bool scaled = gamma != 1.0f;
-  // One mask word per iteration: the inner loop shifts one word, which vectorizes.
-  const std::size_t w0 = first_bit / 64;
-  const auto words = static_cast<Index>(words_for(first_bit + n) - w0);
-#pragma omp parallel for schedule(static) if (n > 65536)
-  for (Index w = 0; w < words; ++w) {
-    const std::size_t word_bit = 64 * (w0 + static_cast<std::size_t>(w));
-    const std::size_t lo = std::max(word_bit, first_bit) - first_bit;
-    const std::size_t hi = std::min(word_bit + 64, first_bit + n) - first_bit;
-    const std::uint64_t word = mask[w0 + static_cast<std::size_t>(w)];
+  const auto carry = [&](std::size_t lo, std::size_t hi, std::size_t shift, std::uint64_t word) {
     for (std::size_t j = lo; j < hi; ++j) {
-      const bool on = (word >> ((first_bit + j) % 64)) & 1u;
+      const bool on = (word >> ((shift + j) % 64)) & 1u;
       const float carried = b1 * mm[j] + qq[j];
       const float kept = scaled ? carried * gamma : carried;
       qq[j] = on ? 0.0f : kept;
       mm[j] = on ? mm[j] : 0.0f;
     }
-  }
+    return std::size_t{0};
+  };
+  for_each_mask_word(q.size(), mask, first_bit, carry);
+}
+
+std::size_t candidate_statistic_carry(std::span<float> e, std::span<const float> g, std::span<float> q,
+                                      std::span<float> m, std::span<const std::uint64_t> mask, std::size_t first_bit,
+                                      float b1, float omb1, float gamma, std::span<float> out) {
+  checks::candidate_statistic_carry_sizes(e.size(), g.size(), q.size(), m.size(), mask.size(), first_bit, out.size());
+  float* __restrict ee = e.data();
+  const float* __restrict gg = g.data();
+  float* __restrict qq = q.data();
+  float* __restrict mm = m.data();
+  float* __restrict s = out.data();
+  const bool scaled = gamma != 1.0f;
+  // Each value rounds as in the passes this one replaces: candidate_momentum, then
+  // carried_first_moment_statistic on the new e, then carry_momentum_off_mask (q kept on the mask).
+  const auto pass = [&](std::size_t lo, std::size_t hi, std::size_t shift, std::uint64_t word) {
+    std::size_t nonfinite = 0;
+    for (std::size_t j = lo; j < hi; ++j) {
+      const float gj = gg[j], mj = mm[j], qj = qq[j];
+      nonfinite += std::isfinite(gj) ? 0u : 1u;
+      const float a = omb1 * gj + ee[j];
+      ee[j] = a;
+      s[j] = qj + (b1 * mj + a);
+      const bool on = (word >> ((shift + j) % 64)) & 1u;
+      const float carried = b1 * mj + qj;
+      const float kept = scaled ? carried * gamma : carried;
+      qq[j] = on ? qj : kept;
+      mm[j] = on ? mj : 0.0f;
+    }
+    return nonfinite;
+  };
+  return for_each_mask_word(e.size(), mask, first_bit, pass);
 }
 
 void momentum_from_gradient(std::span<const float> m, std::span<const std::uint32_t> idx, std::span<const float> g_bar,

@@ -54,6 +54,31 @@ __global__ void carry_momentum_off_mask_kernel(float* __restrict__ q, float* __r
   }
 }
 
+// candidate_momentum_kernel (mode 1), carried_first_moment_kernel and carry_momentum_off_mask_kernel
+// in one pass, q and m kept on the mask (kernel_list.inc, candidate_statistic_carry).
+__global__ void candidate_statistic_carry_kernel(float* __restrict__ e, const float* __restrict__ gg,
+                                                 float* __restrict__ q, float* __restrict__ m,
+                                                 const std::uint64_t* __restrict__ mask, std::size_t first_bit,
+                                                 float b1, float one_minus_b1, float gamma, bool scaled,
+                                                 float* __restrict__ s, std::size_t n,
+                                                 unsigned long long* __restrict__ nonfinite) {
+  unsigned long long count = 0;
+  for (std::size_t j = global_thread(); j < n; j += grid_threads()) {
+    const float gj = gg[j], mj = m[j], qj = q[j];
+    count += (__float_as_uint(gj) & 0x7f800000u) == 0x7f800000u ? 1u : 0u;
+    const float a = one_minus_b1 * gj + e[j];
+    e[j] = a;
+    s[j] = qj + (b1 * mj + a);
+    const std::size_t bit = first_bit + j;
+    if ((mask[bit / 64] >> (bit % 64)) & 1u) continue;
+    const float carried = b1 * mj + qj;
+    q[j] = scaled ? carried * gamma : carried;
+    m[j] = 0.0f;
+  }
+  for (int offset = 16; offset > 0; offset /= 2) count += __shfl_down_sync(0xffffffffu, count, offset);
+  if ((threadIdx.x & 31u) == 0 && count != 0) atomicAdd(nonfinite, count);
+}
+
 __global__ void momentum_from_gradient_kernel(const float* __restrict__ m, std::size_t nm,
                                               const std::uint32_t* __restrict__ idx, const float* __restrict__ g_bar,
                                               float b1, float one_minus_b1, float* __restrict__ out, std::size_t k) {
@@ -173,6 +198,19 @@ void carry_momentum_off_mask(std::span<float> q, std::span<float> m, std::span<c
   if (q.empty()) return;
   launch(carry_momentum_off_mask_kernel, q.size(), q.data(), m.data(), mask.data(), first_bit, b1, gamma, gamma != 1.0f,
          q.size());
+}
+
+std::size_t candidate_statistic_carry(std::span<float> e, std::span<const float> g, std::span<float> q,
+                                      std::span<float> m, std::span<const std::uint64_t> mask, std::size_t first_bit,
+                                      float b1, float one_minus_b1, float gamma, std::span<float> out) {
+  checks::candidate_statistic_carry_sizes(e.size(), g.size(), q.size(), m.size(), mask.size(), first_bit, out.size());
+  if (e.empty()) return 0;
+  const cudaStream_t stream = current_stream();
+  Scratch<unsigned long long> count(1, stream);
+  SCAPE_CUDA_CHECK(cudaMemsetAsync(count.get(), 0, sizeof(unsigned long long), stream));
+  launch(candidate_statistic_carry_kernel, e.size(), e.data(), g.data(), q.data(), m.data(), mask.data(), first_bit, b1,
+         one_minus_b1, gamma, gamma != 1.0f, out.data(), e.size(), count.get());
+  return static_cast<std::size_t>(read_back(count.get(), stream));
 }
 
 void momentum_from_gradient(std::span<const float> m, std::span<const std::uint32_t> idx, std::span<const float> g_bar,

@@ -14,13 +14,21 @@
 
 namespace scape {
 
+float ScapeOptimizer::carry_decay() const {
+  return config_.residual_decay < 1.0 ? static_cast<float>(config_.residual_decay) : 1.0f;
+}
+
 void ScapeOptimizer::carry_momentum() {
   // Step 4 for the momentum part the owner keeps for every worker: q <- gamma (b1 m_prev + q)
   // off the mask, 0 on it (read before step 7 overwrites m). The same pass does step 7's m <- 0
   // off the mask: until then only step 7's update reads m, and only on the mask, where it stays.
-  const float gamma = config_.residual_decay < 1.0 ? static_cast<float>(config_.residual_decay) : 1.0f;
+  if (q_carried_) {
+    // The residual pass has carried q off the mask and kept it on the mask, where step 3 read it.
+    kernels_.zero_at(q_.span(), update_idx_.span());
+    return;
+  }
   kernels_.carry_momentum_off_mask(q_.span(), m_.span(), mask_.span(), state_begin_, static_cast<float>(config_.beta1),
-                                   gamma);
+                                   carry_decay());
 }
 
 void ScapeOptimizer::double_count_residual(std::span<const float> grads) {

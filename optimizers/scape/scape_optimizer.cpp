@@ -95,24 +95,54 @@ std::size_t ScapeOptimizer::residual_pass(std::span<const float> grads, bool acc
   kernels_.synchronize();
   std::size_t nonfinite = 0;
   const float b1 = static_cast<float>(config_.beta1);
+  // With M_t known, an owner that carries q takes step 1, step 9's statistic and step 4's carry
+  // of q in one pass over its shard: all three read m and q as they were before this step.
+  const bool with_carry =
+      accumulate && statistic && deliver && carries_momentum() && scape_.mask_statistic == MaskStatistic::first_moment;
+  q_carried_ = with_carry;
   feedback_.residual().for_each_chunk(accumulate || deliver, [&](std::size_t begin, std::span<float> a) {
     // Step 1, held in the residual until step 4 writes it back: the candidate momentum
     // c_i = (b1 m_prev + (1-b1) g_i) + e_i, whose b1 m_prev a sharded worker leaves to the owner
     // (a_i = (1-b1) g_i + e_i). frozen_momentum: its step 1, a_i = e_i + g_i.
     if (accumulate && !momentum_units()) nonfinite += kernels_.accumulate(a, grads.subspan(begin, a.size()));
-    if (accumulate && momentum_units()) {
+    if (with_carry) {
+      nonfinite += candidate_with_carry(grads, begin, a);
+    } else if (accumulate && momentum_units()) {
       const auto m =
           config_.sharded ? std::span<const float>{} : std::span<const float>(m_.span().subspan(begin, a.size()));
       nonfinite += kernels_.candidate_momentum(a, m, grads.subspan(begin, a.size()), b1,
                                                static_cast<float>(1.0 - config_.beta1));
     }
-    if (statistic) {
+    if (statistic && !with_carry) {
       const std::size_t lo = std::max(begin, statistic_begin());
       const std::size_t hi = std::min(begin + a.size(), statistic_end());
       if (lo < hi) statistic_part(a.subspan(lo - begin, hi - lo), lo);
     }
     if (deliver) deliver_part(begin, a);
   });
+  return nonfinite;
+}
+
+std::size_t ScapeOptimizer::candidate_with_carry(std::span<const float> grads, std::size_t begin, std::span<float> a) {
+  // The chunk [begin, begin + |a|) cut at the own shard [own_begin_, own_end_): outside it step 1
+  // alone (a_i = (1-b1) g_i + e_i), inside it the owner's one pass.
+  const std::size_t end = begin + a.size();
+  const std::size_t lo = std::clamp(own_begin_, begin, end), hi = std::clamp(own_end_, begin, end);
+  const auto b1 = static_cast<float>(config_.beta1);
+  const auto omb1 = static_cast<float>(1.0 - config_.beta1);
+  std::size_t nonfinite = 0;
+  // Each call that returns a count waits for its kernel (kernel_list.inc): empty parts are skipped.
+  if (lo > begin)
+    nonfinite += kernels_.candidate_momentum(a.first(lo - begin), {}, grads.subspan(begin, lo - begin), b1, omb1);
+  if (hi > lo) {
+    const std::size_t at = lo - state_begin_;
+    nonfinite += kernels_.candidate_statistic_carry(a.subspan(lo - begin, hi - lo), grads.subspan(lo, hi - lo),
+                                                    q_.span().subspan(at, hi - lo), m_.span().subspan(at, hi - lo),
+                                                    mask_.span(), lo, b1, omb1, carry_decay(),
+                                                    stat_.span().subspan(lo - statistic_begin(), hi - lo));
+  }
+  if (end > hi)
+    nonfinite += kernels_.candidate_momentum(a.subspan(hi - begin), {}, grads.subspan(hi, end - hi), b1, omb1);
   return nonfinite;
 }
 

@@ -77,6 +77,9 @@ class ScapeOptimizer final : public OptimizerBase {
   // `deliver`. Returns how many gradient entries were not finite.
   std::size_t residual_pass(std::span<const float> grads, bool accumulate, bool statistic, bool deliver);
   void deliver_part(std::size_t begin, std::span<float> a);
+  // Step 1 on the chunk a at `begin`, fused on the own shard with step 9's statistic and step 4's
+  // carry of q (candidate_statistic_carry); returns how many gradient entries were not finite.
+  std::size_t candidate_with_carry(std::span<const float> grads, std::size_t begin, std::span<float> a);
   // The statistic and selection of the mask (mask_selection.cpp): step 9, and step 2 when the
   // mask is chosen within the step. statistic_part: the part that reads the residual pass's
   // chunk a, starting at position `first`.
@@ -89,6 +92,7 @@ class ScapeOptimizer final : public OptimizerBase {
   void select_pieces(double rho);
   // The formulations' passes beside the shared ones (scape_formulation.cpp).
   void carry_momentum();
+  float carry_decay() const;  // gamma on q's carry: residual_decay, 1 (no multiplication) when >= 1
   void double_count_residual(std::span<const float> grads);
   void drop_unowned_residual();
   void clip_reconstructed();
@@ -123,6 +127,7 @@ class ScapeOptimizer final : public OptimizerBase {
   kernels::Buffer<std::uint32_t> piece_idx_{kernels_}, piece_top_{kernels_};  // mask_scope = tensor: selected positions
   kernels::Buffer<std::uint32_t> dense_idx_{kernels_};           // positions of dense tensors in the own segment
   kernels::Buffer<float> q_{kernels_};                           // carries_momentum(): q over the own shard
+  bool q_carried_ = false;  // this step's residual pass carried q off the mask (carry_momentum: zero it on it)
   kernels::Buffer<float> fp8_q_{kernels_}, fp8_error_{kernels_};       // fp8(): the quantized payload and its error
   int fp8_exponent_ = 0;                                   // fp8(): the shared scale 2^exponent
   bool fp8_scaled_ = false;                                // fp8(): the exponent has been taken
