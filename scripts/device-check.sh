@@ -19,8 +19,9 @@
 #                                     lent one has them; nothing to carry but the working tree):
 #                                     the torch-native optimizer's suite on CUDA
 #                                     (python/tests/test_torch_scape_device.py: the CUDA step
-#                                     against the CPU step on one trace, the loop checks; and
-#                                     test_torch_scape.py), its step time against
+#                                     against the CPU step on one trace, Hierarchical on 2 x 2
+#                                     ranks sharing the GPU against its CPU run, the loop checks;
+#                                     and test_torch_scape.py), its step time against
 #                                     AdamW(fused=True) at 100M and 500M parameters
 #                                     (python/bench/bench_torch_gpu.py) and on GPT-2 and Llama
 #                                     layouts at full and 1/4 width with its kernels a step
@@ -193,7 +194,7 @@ torch_checks() {
     tee "$OUT/torch-version.txt"
   echo "== pytest (CUDA)"
   # The example's report test needs the scape binary, which this check does not build.
-  timeout 200 python3 -m pytest -q -p no:cacheprovider -k "not go_through_the_report" \
+  timeout 260 python3 -m pytest -q -p no:cacheprovider -k "not go_through_the_report" \
     python/tests/test_torch_scape_device.py python/tests/test_torch_scape.py 2>&1 | tee "$OUT/torch-pytest.log" ||
     failed=1
   echo "== step time"

@@ -2,7 +2,9 @@
 test_torch_scape_vs_core.py holds to the C++ core): the recorded trace of that test stepped by
 two torchrun ranks sharing one GPU (gloo, tensors staged through host memory) and by one rank
 in a one-GPU NCCL group, every case of that test: masks equal at every step, final parameters
-within 1e-5 relative. Then the training-loop checks (overlap, resume, GradScaler, DDP) on CUDA.
+within 1e-5 relative; scape.torch.Hierarchical (2 nodes x 2 ranks sharing the GPU over gloo)
+against its own CPU run, which test_torch_hsdp.py holds to the core. Then the training-loop checks
+(overlap, resume, GradScaler, DDP) on CUDA.
 Without a CUDA device every test here skips, saying so: scripts/device-check.sh torch runs them
 on the lent GPU machine."""
 import json
@@ -57,6 +59,37 @@ def test_cuda_step_equals_cpu_step(case, runs):
         if case["type"] != "adams":
             for t in range(STEPS):
                 assert np.array_equal(cuda["masks"][t], cpu["masks"][t]), f"step {t + 1}, rank {r}: masks differ"
+
+
+@pytest.fixture(scope="module")
+def hierarchical_runs(tmp_path_factory):
+    """scape.torch.Hierarchical around SCAPE, AdamS and DiLoCo on test_torch_hsdp.py's 2 nodes x 2
+    ranks (which holds the CPU run to the core's hierarchy), its tensors on the CPU and on the GPU
+    the four ranks share (gloo, staged through host memory), both rail splits."""
+    from test_torch_hsdp import CASES as SCAPE_CASES, NODES, OTHERS, RANKS_PER_NODE
+    root = tmp_path_factory.mktemp("hier")
+    world = NODES * RANKS_PER_NODE
+    write_trace(root / "trace.h5", world)
+    cases = SCAPE_CASES + OTHERS
+    listed = write_json(root / "cases.json", cases)
+    for device in ("cpu", "cuda"):
+        out = root / device
+        out.mkdir()
+        torchrun(world, HERE / "torch_hsdp_worker.py", "--trace", root / "trace.h5", "--cases", listed, "--out", out,
+                 "--ranks-per-node", RANKS_PER_NODE, "--modes", "hier-rows,hier-tensors", "--device", device)
+    return world, root, cases
+
+
+@pytest.mark.parametrize("split", ["rows", "tensors"])
+def test_hierarchical_on_cuda_equals_the_cpu(split, hierarchical_runs):
+    world, root, cases = hierarchical_runs
+    for case in cases:
+        for r in range(world):
+            name = f"{case['name']}.hier-{split}.rank{r}.npz"
+            cpu, cuda = np.load(root / "cpu" / name), np.load(root / "cuda" / name)
+            err = relative_error(cuda["model"], cpu["model"])
+            assert err <= 1e-5, f"{case['name']}, rank {r}: CUDA parameters {err:.2e} from the CPU's"
+            assert np.array_equal(cuda["masks"], cpu["masks"]), f"{case['name']}, rank {r}: masks differ"
 
 
 def test_training_loop_checks_on_cuda(tmp_path):

@@ -11,7 +11,9 @@ dim-0 slice. Each case runs twice:
   same rail group mesh["inter"] as a flat optimizer.
 
 - "hier-rows", "hier-tensors": scape.torch.Hierarchical around SCAPE on the whole tensors, the
-  node's reduce-scatter and all-gather its own, under either rail split.
+  node's reduce-scatter and all-gather its own, under either rail split; with --device cuda the
+  tensors live on the GPU, which the W ranks share (gloo stages them through host memory), for
+  test_torch_scape_device.py to hold to the same run on the CPU.
 
 Rank r writes <out>/<case>.<mode>.rank<r>.npz: the rail's mask at every step, its final fp32
 parameters, and the full model's final parameters in trace order."""
@@ -76,7 +78,7 @@ def node_mean(full_grad, node_group, ranks_per_node):
     return total.div_(float(ranks_per_node))
 
 
-def run_case(case, trace, mesh, node_group, ranks_per_node, mode, out_dir):
+def run_case(case, trace, mesh, node_group, ranks_per_node, mode, out_dir, device="cpu"):
     names, sizes, decay, init, grads = trace
     rank, local = dist.get_rank(), mesh.get_local_rank("intra")
     steps, lr = grads.shape[0], case["lr"]
@@ -102,7 +104,7 @@ def run_case(case, trace, mesh, node_group, ranks_per_node, mode, out_dir):
         params = [torch.nn.Parameter(row_slice(t, local, ranks_per_node).clone()) for t in full]
         opt = st.SCAPE(groups_of(names, decay, params), group=mesh["inter"].get_group(), **options)
     else:  # Hierarchical around SCAPE on the whole (unsharded) tensors, rail_split "rows" or "tensors"
-        params = [torch.nn.Parameter(t.clone()) for t in full]
+        params = [torch.nn.Parameter(t.clone().to(device)) for t in full]
         opt = st.Hierarchical(groups_of(names, decay, params), mesh, method, rail_split=mode.split("-")[1],
                               **options)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda k: core_lr(lr, k + 1, steps) / lr)
@@ -117,7 +119,7 @@ def run_case(case, trace, mesh, node_group, ranks_per_node, mode, out_dir):
             model(row).backward()
         elif mode != "manual":
             for p, g in zip(params, row):
-                p.grad = g.view_as(p)
+                p.grad = g.to(p.device).view_as(p)
         else:
             for p, g in zip(params, row):
                 p.grad = row_slice(node_mean(g, node_group, ranks_per_node), local, ranks_per_node).clone()
@@ -125,7 +127,7 @@ def run_case(case, trace, mesh, node_group, ranks_per_node, mode, out_dir):
         sched.step()
         scape = opt.inner if mode.startswith("hier") else opt
         if kind == "scape":
-            masks.append(np.packbits(scape.mask_bits().numpy(), bitorder="little"))
+            masks.append(np.packbits(scape.mask_bits().cpu().numpy(), bitorder="little"))
     opt.finish()
     if mode == "fsdp":
         whole = torch.cat([p.detach().full_tensor().reshape(-1) for p in params])
@@ -134,7 +136,8 @@ def run_case(case, trace, mesh, node_group, ranks_per_node, mode, out_dir):
     else:
         whole = torch.cat([p.detach().reshape(-1) for p in params])
     np.savez(os.path.join(out_dir, f"{case['name']}.{mode}.rank{rank}.npz"), masks=np.array(masks),
-             params=scape.flat_params().numpy(), model=whole.numpy(), last_metrics=json.dumps(opt.last_metrics))
+             params=scape.flat_params().cpu().numpy(), model=whole.cpu().numpy(),
+             last_metrics=json.dumps(opt.last_metrics))
 
 
 def gathered_rows(slice_, node_group, ranks_per_node):
@@ -155,7 +158,11 @@ def main():
     parser.add_argument("--cases", required=True)
     parser.add_argument("--out", required=True)
     parser.add_argument("--ranks-per-node", type=int, required=True)
+    parser.add_argument("--modes", default="fsdp,manual,hier-rows,hier-tensors",
+                        help="comma-separated; fsdp and manual run for SCAPE's cases only")
+    parser.add_argument("--device", default="cpu", help="the hier modes' device (cpu, cuda)")
     args = parser.parse_args()
+    modes = args.modes.split(",")
     dist.init_process_group("gloo")
     g = args.ranks_per_node
     mesh = init_device_mesh("cpu", (dist.get_world_size() // g, g), mesh_dim_names=("inter", "intra"))
@@ -164,7 +171,8 @@ def main():
     for case in json.loads(open(args.cases).read()):
         scape_modes = ("fsdp", "manual") if case.get("type", "scape") == "scape" else ()
         for mode in (*scape_modes, "hier-rows", "hier-tensors"):
-            run_case(case, trace, mesh, node_group, g, mode, args.out)
+            if mode in modes:
+                run_case(case, trace, mesh, node_group, g, mode, args.out, args.device)
     dist.destroy_process_group()
 
 
