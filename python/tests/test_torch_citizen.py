@@ -50,6 +50,16 @@ def test_dcp_round_trip_is_bit_identical_and_saving_changes_nothing(tmp_path, wo
             assert rank[f"{kind}_resume_bit_identical"], kind
 
 
+@pytest.mark.parametrize("workers", [2, 3])
+def test_the_local_sgd_family_resumes_bit_identical_from_dcp_between_syncs(tmp_path, workers):
+    """DCP keeps one copy of a key every rank saves; DiLoCo's, SparseLoCo's and DeMo's state and
+    (between syncs) parameters differ by rank, so they save under keys of the rank's own."""
+    for rank in run_mode(tmp_path, workers, "local_sgd_dcp"):
+        for kind in ("diloco", "sparseloco", "demo"):
+            assert rank[f"{kind}_own_keys"], kind
+            assert rank[f"{kind}_resume_bit_identical"], kind
+
+
 @pytest.mark.parametrize("saved, loaded", [(2, 1), (2, 3), (3, 2)])
 def test_a_dcp_checkpoint_resumes_at_another_world_size(tmp_path, saved, loaded):
     ckpt = tmp_path / "ckpt"

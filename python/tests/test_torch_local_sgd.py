@@ -233,7 +233,7 @@ def test_with_a_torch_optimizer_as_inner_a_resume_is_bit_identical(save_at):
     m, opt = make()
     train(m, opt, 1, save_at)
     saved = {"model": m.state_dict(), "opt": opt.state_dict()}
-    assert "inner_optimizer" in saved["opt"]
+    assert "inner_optimizer_rank0_of_1" in saved["opt"]  # each rank's own (DCP keeps them apart)
     m, opt = make(seed=7)
     m.load_state_dict(saved["model"])
     opt.load_state_dict(saved["opt"])
@@ -266,3 +266,32 @@ def test_a_scheduler_on_diloco_with_a_torch_inner_optimizer_is_refused_not_ignor
     torch.optim.lr_scheduler.LambdaLR(opt, lambda k: 0.5 ** k).step()
     with pytest.raises(ValueError, match=r"^step 1: DiLoCo's lr was changed .* schedule the inner optimizer"):
         train(m, opt, 1, 1)
+
+
+def with_suffix(state, old, new):
+    """A state_dict whose per-rank keys end in `new` instead of `old`."""
+    out = dict(state)
+    out["state"] = {i: {(k[:-len(old)] + new if k.endswith(old) else k): v for k, v in entry.items()}
+                    for i, entry in state["state"].items()}
+    return out
+
+
+def test_the_per_rank_state_is_refused_by_a_group_of_another_size_or_another_rank_naming_both():
+    """Each rank's DiLoCo state (inner moments, its own parameters between syncs) lives under a
+    key of its own, so that torch.distributed.checkpoint keeps every rank's; a group of another
+    size, or another rank's file, is told so instead of resuming from values that are not its own.
+    A state of the plain keys (saved per rank before these keys) is read as the rank's own."""
+    m = model()
+    opt = st.DiLoCo(m.parameters(), lr=1e-2, inner_steps=3)
+    train(m, opt, 1, 2)
+    state = opt.state_dict()
+    assert all(k.endswith("_rank0_of_1") for entry in state["state"].values() for k in entry
+               if k not in ("step", "format", "skipped_steps", "outer_global_set"))
+    with pytest.raises(ValueError, match="saved by a group of 2 ranks, this one has 1"):
+        opt.load_state_dict(with_suffix(state, "_rank0_of_1", "_rank1_of_2"))
+    with pytest.raises(ValueError, match=r"holds the state of rank\(s\) \[1\] of 1, not of this rank 0"):
+        opt.load_state_dict(with_suffix(state, "_rank0_of_1", "_rank1_of_1"))
+    resumed, plain = st.DiLoCo(model().parameters(), lr=1e-2, inner_steps=3), with_suffix(state, "_rank0_of_1", "")
+    resumed.load_state_dict(plain)
+    assert all(torch.equal(a, b) for a, b in zip(resumed.state_dict()["state"][0].values(),
+                                                 state["state"][0].values()) if isinstance(a, torch.Tensor))

@@ -13,7 +13,10 @@ puts them. Each mode writes <out>/<mode>.rank<r>.json with what it found.
   unfreeze   a tensor frozen at construction and unfrozen later is updated (sharded, W ranks)
   fsdp2      fully_shard's DTensors are refused naming FSDP2; the parameter mirror reads and
              writes their local shards
-  teardown   a few steps and exit without finish() (the test runs it many times)"""
+  teardown   a few steps and exit without finish() (the test runs it many times)
+  local_sgd_dcp  DiLoCo (its own inner rule), SparseLoCo and DeMo saved with
+             dcp.save between syncs and loaded into fresh ones: a resumed run ends bit-identical
+             to one never stopped (each rank's state and parameters kept apart)"""
 import argparse
 import hashlib
 import json
@@ -23,7 +26,8 @@ import sys
 import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
-from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+from torch.distributed.checkpoint.state_dict import (get_model_state_dict, get_state_dict, set_model_state_dict,
+                                                     set_state_dict)
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "examples"))
 import scape.torch as st  # noqa: E402
@@ -283,6 +287,43 @@ def fsdp2(rank, world, out):
     return found
 
 
+LOCAL_SGD = {
+    "diloco": lambda ps: st.DiLoCo(ps, lr=3e-3, inner_steps=3),
+    "sparseloco": lambda ps: st.SparseLoCo(ps, lr=3e-3, inner_steps=3, sparsity=0.9, chunk=64),
+    "demo": lambda ps: st.DeMo(ps, lr=3e-3, chunk=16, topk=2),
+}
+
+
+def local_sgd_dcp(rank, world, out):
+    """Saved after step 4 (one inner step past the sync at 3): between syncs every rank's
+    parameters and inner state are its own. The model goes through get_state_dict as a user's
+    would; the optimizer's own state_dict through dcp.save and dcp.load."""
+    found = {}
+    batches = batches_for(world)
+    for kind, build in LOCAL_SGD.items():
+        model = TinyGPT(vocab=32, block=16, n_embd=32, n_head=4, n_layer=2, seed=1)
+        opt = build(model.parameters())
+        train(model, opt, batches, rank, 1, 8)
+        whole = params_of(model)
+        model = TinyGPT(vocab=32, block=16, n_embd=32, n_head=4, n_layer=2, seed=1)
+        opt = build(model.parameters())
+        train(model, opt, batches, rank, 1, 4)
+        path = os.path.join(out, f"dcp-{kind}")
+        found[f"{kind}_own_keys"] = all(any(k.endswith(f"_rank{rank}_of_{world}") for k in entry)
+                                        for entry in opt.state_dict()["state"].values())
+        dcp.save({"model": get_model_state_dict(model), "optim": opt.state_dict()}, checkpoint_id=path)
+        model = TinyGPT(vocab=32, block=16, n_embd=32, n_head=4, n_layer=2, seed=99)
+        opt = build(model.parameters())
+        loaded = {"model": get_model_state_dict(model), "optim": opt.state_dict()}
+        dcp.load(loaded, checkpoint_id=path)
+        set_model_state_dict(model, loaded["model"])
+        opt.load_state_dict(loaded["optim"])
+        train(model, opt, batches, rank, 5, 4)
+        found[f"{kind}_resume_bit_identical"] = bool(torch.equal(whole, params_of(model)))
+        dist.barrier()
+    return found
+
+
 def teardown(rank, world, out):
     model, opt = make("scape-replicated")
     train(model, opt, batches_for(world), rank, 1, 3)
@@ -290,7 +331,7 @@ def teardown(rank, world, out):
 
 
 MODES = {"dcp": dcp_roundtrip, "rank0_save": rank0_save, "agreement": agreement, "clip": clip, "unfreeze": unfreeze, "fsdp2": fsdp2,
-         "teardown": teardown}
+         "teardown": teardown, "local_sgd_dcp": local_sgd_dcp}
 
 
 def main():

@@ -12,6 +12,7 @@ import torch
 from .agreement import check_agreement
 from .arith import AdamScalars, adams_update, adamw_update, decay_factor, f32, momentum
 from .comm import Group
+from . import rank_state
 from .params import (ParamMirror, added_group, check_tensors, closure_loss, local_tensor, normalize_groups,
                      refuse_sharded_parameters, saved_groups, state_by_param, trainable_tensors)
 
@@ -82,6 +83,10 @@ class AdamS(torch.optim.Optimizer):
                     buffer[a:b] = saved
             self.state[p] = {"step": self._step_count,
                              **{key: buffer[a:b].view(shape) for key, buffer in self._moments()}}
+
+    # Whether the ranks' states differ (the local-SGD family between syncs, DeMo's momentum):
+    # state_dict then saves each tensor under this rank's own key (rank_state.py).
+    _per_rank_state = False
 
     def _moments(self):
         """The per-parameter moments as (torch's state key, flat buffer)."""
@@ -219,6 +224,8 @@ class AdamS(torch.optim.Optimizer):
             if j in masters:
                 entry["master"] = masters[j].view(shape).clone()
             entry.update(self._extra_state(a, b, shape))
+            if self._per_rank_state:
+                entry = rank_state.own_keys(entry, self.comm.rank, self.comm.size)
             state[index[id(p)]] = entry
         return {"state": state, "param_groups": saved_groups(self.param_groups)}
 
@@ -240,6 +247,8 @@ class AdamS(torch.optim.Optimizer):
                 if not p.requires_grad:
                     continue
                 entry = by_param.get(id(p))
+                if entry is not None and self._per_rank_state:
+                    entry = rank_state.plain_keys(entry, self.comm.rank, self.comm.size, name, type(self).__name__)
                 if entry is None or entry.get("format") != FORMAT or "exp_avg" not in entry:
                     raise ValueError(f"state_dict: no scape.torch.AdamS state (format {FORMAT}) for {name}")
                 for key, _ in self._moments():

@@ -55,7 +55,10 @@ class DeMo(AdamS):
     topk      k coefficients extracted a chunk (default 4, 1 to C; the core's demo_topk)
     On the wire: every rank's positions within their chunks as int16 and values as fp32,
     all-gathered (the core codes the positions Elias-Fano, so its ledger counts fewer bytes).
-    The momentum is this rank's own: each rank saves and loads its own state_dict."""
+    The momentum is this rank's own: state_dict saves it under this rank's key (rank_state.py),
+    so that torch.distributed.checkpoint keeps every rank's."""
+
+    _per_rank_state = True
 
     def __init__(self, params, lr: float, betas=(0.9, 0.95), eps: float = 1e-8, weight_decay: float = 0.1, *,
                  chunk: int = 64, topk: int = 4, bias_correction: bool = True, broadcast_params: bool = True,

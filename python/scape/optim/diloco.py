@@ -17,6 +17,7 @@ from typing import Any, Dict, List, Optional
 import torch
 
 from .adams import INNER_RULES, AdamS
+from . import rank_state
 from .comm import _split
 from .params import closure_loss, trainable_tensors
 
@@ -187,13 +188,21 @@ class DiLoCo(AdamS):
         self._step_count.fill_(float(t))
         return loss
 
+    # Between syncs each rank's inner moments and parameters are its own.
+    _per_rank_state = True
+
     def state_dict(self) -> Dict[str, Any]:
         out = super().state_dict()
         if self._torch_inner is not None:
-            out["inner_optimizer"] = self._torch_inner.state_dict()
+            out["inner_optimizer" + rank_state.suffix(self.comm.rank, self.comm.size)] = self._torch_inner.state_dict()
         return out
 
     def load_state_dict(self, state_dict: Dict[str, Any]) -> None:
+        if isinstance(state_dict, dict):
+            inner = {k: v for k, v in state_dict.items() if k.startswith("inner_optimizer")}
+            state_dict = {**{k: v for k, v in state_dict.items() if k not in inner},
+                          **rank_state.plain_keys(inner, self.comm.rank, self.comm.size, "inner_optimizer",
+                                                  type(self).__name__)}
         if self._torch_inner is not None:
             if not isinstance(state_dict, dict) or "inner_optimizer" not in state_dict:
                 raise ValueError("state_dict: no inner_optimizer (saved by a DiLoCo with the adams/adamw inner "
@@ -297,10 +306,13 @@ class DiLoCo(AdamS):
         return out
 
     def _extra_state(self, a: int, b: int, shape) -> Dict[str, Any]:
-        """θ_g, the outer momentum and the delayed step's snapshot of the tensor: a rank's own,
-        saved and loaded by that rank (its parameters differ from the others' between syncs)."""
+        """θ_g, the outer momentum, the delayed step's snapshot of the tensor and the rank's own
+        parameters (between syncs they differ from the other ranks', and a checkpoint of the
+        model through torch.distributed.checkpoint keeps one rank's: loading this state after the
+        model's puts this rank's back)."""
         out = {"outer_global": self._global[a:b].view(shape).clone(),
-               "outer_momentum": self._outer_m[a:b].view(shape).clone(), "outer_global_set": self._global_set}
+               "outer_momentum": self._outer_m[a:b].view(shape).clone(), "outer_global_set": self._global_set,
+               "local_params": self._theta[a:b].view(shape).clone()}
         if self._snapshot is not None:
             out["outer_snapshot"] = self._snapshot[a:b].view(shape).clone()
         return out
@@ -314,4 +326,6 @@ class DiLoCo(AdamS):
                 raise ValueError(f"state_dict: no {key} (not a scape.torch.DiLoCo state, or saved without "
                                  f"overlap_outer)")
             target[a:b] = entry[key].reshape(-1).to(self.device, torch.float32)
+        if "local_params" in entry:  # a state saved before it kept them has the model's
+            self._theta[a:b] = entry["local_params"].reshape(-1).to(self.device, torch.float32)
         self._global_set = bool(entry.get("outer_global_set", True))
