@@ -64,8 +64,9 @@ StepMetrics HierarchicalOptimizer::step(std::span<float> params, std::span<const
   // (b) The method on the rail's part.
   pack_rail(part(), params, rail_params_);
   StepMetrics out = rail_method_->step(rail_params_, rail_grads_);
-  // (c) Every rail's updated part to the whole node, into the packed gradient's buffer: the
-  // reduce-scatter has returned on every rank of the node before any enters the all-gather.
+  // (c) Every rail's updated part to the whole node, into the packed gradient's buffer: a send
+  // buffer is the caller's again once its blocking collective has returned (MPI's rule, which the
+  // emulated reduce-scatter keeps by a barrier after every rank has read the others' buffers).
   node_->all_gather(rail_params_, node_whole_, counts_, WireType::fp32, "node_param_all_gather");
   at = 0;
   for (const RailPart& p : parts_) {
