@@ -48,6 +48,7 @@ def test_dcp_round_trip_is_bit_identical_and_saving_changes_nothing(tmp_path, wo
             assert rank[f"{kind}_state_kept"], kind            # a state entry per trained tensor
             assert rank[f"{kind}_steps_after_load"] == 4, kind
             assert rank[f"{kind}_resume_bit_identical"], kind
+        assert rank["torch_inner_into_fresh_refused"]  # a torch inner optimizer's state DCP could not fill
 
 
 @pytest.mark.parametrize("workers", [2, 3])
@@ -58,6 +59,7 @@ def test_the_local_sgd_family_resumes_bit_identical_from_dcp_between_syncs(tmp_p
         for kind in ("diloco", "sparseloco", "demo"):
             assert rank[f"{kind}_own_keys"], kind
             assert rank[f"{kind}_resume_bit_identical"], kind
+        assert rank["torch_inner_into_fresh_refused"]  # a torch inner optimizer's state DCP could not fill
 
 
 @pytest.mark.parametrize("saved, loaded", [(2, 1), (2, 3), (3, 2)])

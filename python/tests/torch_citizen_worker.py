@@ -321,7 +321,28 @@ def local_sgd_dcp(rank, world, out):
         train(model, opt, batches, rank, 5, 4)
         found[f"{kind}_resume_bit_identical"] = bool(torch.equal(whole, params_of(model)))
         dist.barrier()
+    found["torch_inner_into_fresh_refused"] = torch_inner_into_fresh(rank, world, out, batches)
     return found
+
+
+def torch_inner_into_fresh(rank, world, out, batches):
+    """DiLoCo around torch's AdamW through dcp into a fresh one: DCP fills no inner entry (the
+    fresh AdamW has none), which load_state_dict says instead of resuming without its moments."""
+    def build(ps):
+        return st.DiLoCo(ps, inner=lambda q: torch.optim.AdamW(q, lr=3e-3), inner_steps=3)
+    model = TinyGPT(vocab=32, block=16, n_embd=32, n_head=4, n_layer=2, seed=1)
+    opt = build(model.parameters())
+    train(model, opt, batches, rank, 1, 4)
+    path = os.path.join(out, "dcp-diloco-torch-inner")
+    dcp.save({"optim": opt.state_dict()}, checkpoint_id=path)
+    fresh = build(TinyGPT(vocab=32, block=16, n_embd=32, n_head=4, n_layer=2, seed=99).parameters())
+    loaded = {"optim": fresh.state_dict()}
+    dcp.load(loaded, checkpoint_id=path)
+    try:
+        fresh.load_state_dict(loaded["optim"])
+    except ValueError as e:
+        return "reached it" in str(e) and "torch.save" in str(e)
+    return False
 
 
 def teardown(rank, world, out):

@@ -194,7 +194,12 @@ class DiLoCo(AdamS):
     def state_dict(self) -> Dict[str, Any]:
         out = super().state_dict()
         if self._torch_inner is not None:
-            out["inner_optimizer" + rank_state.suffix(self.comm.rank, self.comm.size)] = self._torch_inner.state_dict()
+            end = rank_state.suffix(self.comm.rank, self.comm.size)
+            inner = self._torch_inner.state_dict()
+            out["inner_optimizer" + end] = inner
+            # How many tensors' inner state there is: torch.distributed.checkpoint fills only the
+            # entries its target already has, and a fresh torch optimizer has none until it steps.
+            out["inner_optimizer_entries" + end] = len(inner.get("state", {}))
         return out
 
     def load_state_dict(self, state_dict: Dict[str, Any]) -> None:
@@ -208,7 +213,14 @@ class DiLoCo(AdamS):
                 raise ValueError("state_dict: no inner_optimizer (saved by a DiLoCo with the adams/adamw inner "
                                  "rule, not a torch optimizer's)")
             state_dict = dict(state_dict)
-            self._torch_inner.load_state_dict(state_dict.pop("inner_optimizer"))
+            inner, saved = state_dict.pop("inner_optimizer"), state_dict.pop("inner_optimizer_entries", None)
+            if saved is not None and len(inner.get("state", {})) < int(saved):
+                raise ValueError(f"state_dict: inner_optimizer: the checkpoint holds the inner optimizer's state of "
+                                 f"{int(saved)} tensors, {len(inner.get('state', {}))} reached it: "
+                                 f"torch.distributed.checkpoint fills only the entries its target has, and a fresh "
+                                 f"torch optimizer has none before its first step; save this DiLoCo on every rank "
+                                 f"with torch.save, or load into one whose inner optimizer has stepped")
+            self._torch_inner.load_state_dict(inner)
         elif isinstance(state_dict, dict) and "inner_optimizer" in state_dict:
             raise ValueError(f"state_dict: saved with a torch optimizer as inner; this DiLoCo's inner rule is "
                              f"{self._inner_rule!r}")
