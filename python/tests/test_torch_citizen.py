@@ -48,7 +48,6 @@ def test_dcp_round_trip_is_bit_identical_and_saving_changes_nothing(tmp_path, wo
             assert rank[f"{kind}_state_kept"], kind            # a state entry per trained tensor
             assert rank[f"{kind}_steps_after_load"] == 4, kind
             assert rank[f"{kind}_resume_bit_identical"], kind
-        assert rank["torch_inner_into_fresh_refused"]  # a torch inner optimizer's state DCP could not fill
 
 
 @pytest.mark.parametrize("workers", [2, 3])
