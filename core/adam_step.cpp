@@ -42,6 +42,25 @@ void apply_weight_decay(kernels::KernelBackend& k, const ParamLayout& layout, st
   });
 }
 
+void weight_decay_pieces(const ParamLayout& layout, std::size_t n, const CommonOptimizerConfig& c, double eta,
+                         std::vector<std::uint64_t>& ends, std::vector<float>& factors) {
+  const float factor = static_cast<float>(1.0 - eta * c.weight_decay);
+  ends.clear();
+  factors.clear();
+  for_each_tensor_piece(layout, 0, n, [&](std::size_t lo, std::size_t hi, bool decay) {
+    if (lo > (ends.empty() ? 0 : ends.back())) {  // a gap between tensors is not decayed
+      ends.push_back(lo);
+      factors.push_back(1.0f);
+    }
+    ends.push_back(hi);
+    factors.push_back(decay ? factor : 1.0f);
+  });
+  if (n > (ends.empty() ? 0 : ends.back())) {
+    ends.push_back(n);
+    factors.push_back(1.0f);
+  }
+}
+
 void dense_inner_step(kernels::KernelBackend& k, InnerRule rule, const ParamLayout& layout, std::span<float> theta,
                       std::size_t begin, std::size_t end, std::span<float> m, std::span<float> v,
                       std::span<const float> g, const CommonOptimizerConfig& c, double eta, int t) {

@@ -3,7 +3,9 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <span>
+#include <vector>
 
 #include "core/communicator.hpp"
 #include "core/layout.hpp"
@@ -28,6 +30,12 @@ void for_each_tensor_piece(const ParamLayout& layout, std::size_t begin, std::si
     if (lo < hi) fn(lo, hi, slot.decay);
   }
 }
+
+// The weight decay of [0, n) as pieces for the kernels that decay inside a pass of their own
+// (keep_and_decay_at, decay_update_statistics): ends[p] and factors[p], 1 - eta lambda for a
+// decayed tensor and 1 for the others (x * 1 is x), as apply_weight_decay scales them.
+void weight_decay_pieces(const ParamLayout& layout, std::size_t n, const CommonOptimizerConfig& c, double eta,
+                         std::vector<std::uint64_t>& ends, std::vector<float>& factors);
 
 // theta[j] *= 1 - eta*lambda for every flagged j in [begin, end), on backend k.
 void apply_weight_decay(kernels::KernelBackend& k, const ParamLayout& layout, std::span<float> theta, std::size_t begin,

@@ -339,6 +339,42 @@ void UpdateTracker::after(std::span<const float> theta, StepMetrics& out, std::s
   stats_.resize(kernels::kUpdateStats * blocks);
   kernels_.update_statistics(theta, before_.span().first(theta.size()), stepped, have_previous_,
                        previous_sign_.span().first(theta.size()), kBlock, stats_.span());
+  sum_blocks(blocks, out);
+}
+
+void UpdateTracker::decay_stepped(std::span<float> theta, std::span<const std::uint32_t> stepped,
+                                  std::span<const std::uint64_t> piece_ends, std::span<const float> piece_factors) {
+  piece_ends_.resize(piece_ends.size());
+  piece_factors_.resize(piece_factors.size());
+  kernels_.copy_bytes(piece_ends.data(), piece_ends_.data(), piece_ends.size_bytes());
+  kernels_.copy_bytes(piece_factors.data(), piece_factors_.data(), piece_factors.size_bytes());
+  kept_.resize(stepped.size());
+  kernels_.keep_and_decay_at(theta, stepped, piece_ends_.span(), piece_factors_.span(), kept_.span());
+}
+
+void UpdateTracker::decay_rest_and_measure(std::span<float> theta, std::span<const std::uint32_t> stepped,
+                                           StepMetrics& out) {
+  previous_sign_.resize(n_);  // zero-filled on first use: no previous signs
+  const std::size_t blocks = (theta.size() + kBlock - 1) / kBlock;
+  stats_.resize(kernels::kUpdateStats * blocks);
+  kernels_.decay_update_statistics(theta, piece_ends_.span(), piece_factors_.span(), stepped,
+                                   kept_.span().first(stepped.size()), have_previous_,
+                                   previous_sign_.span().first(theta.size()), kBlock, stats_.span());
+  sum_blocks(blocks, out);
+}
+
+void UpdateTracker::decay_rest_and_norm(std::span<float> theta, std::span<const std::uint32_t> stepped) {
+  const std::size_t blocks = (theta.size() + kBlock - 1) / kBlock;
+  stats_.resize(kernels::kUpdateStats * blocks);
+  kernels_.decay_update_statistics(theta, piece_ends_.span(), piece_factors_.span(), stepped,
+                                   kept_.span().first(stepped.size()), false, {}, kBlock, stats_.span());
+  kernels_.synchronize();
+  double theta_total = 0;  // block sums in block order, as device_l2_norm adds them
+  for (std::size_t b = 0; b < blocks; ++b) theta_total += stats_.data()[kernels::kUpdateStats * b + 1];
+  theta_norm_ = std::sqrt(theta_total);
+}
+
+void UpdateTracker::sum_blocks(std::size_t blocks, StepMetrics& out) {
   kernels_.synchronize();
   double total = 0, theta_total = 0, both = 0, flipped = 0;
   float max = 0;

@@ -142,6 +142,17 @@ class UpdateTracker {
   // Only ||theta||_2 (bit-identical to after()'s), for a worker whose update statistics nobody
   // reads: replicas are identical, so the run records worker 0's.
   void norm_only(std::span<const float> theta);
+  // In place of before() and after() for a step that decays every coordinate by its piece's
+  // factor (detail::weight_decay_pieces) and then changes only the ascending coordinates
+  // `stepped` (SCAPE's masked update): decay_stepped() before it keeps and decays those
+  // coordinates; decay_rest_and_measure() after it decays the others and measures, in one pass
+  // over theta instead of the decay, the copy and after()'s pass. The statistics are after()'s
+  // bit for bit. piece_ends and piece_factors are host memory, read by decay_stepped().
+  void decay_stepped(std::span<float> theta, std::span<const std::uint32_t> stepped,
+                     std::span<const std::uint64_t> piece_ends, std::span<const float> piece_factors);
+  void decay_rest_and_measure(std::span<float> theta, std::span<const std::uint32_t> stepped, StepMetrics& out);
+  // decay_rest_and_measure() on a worker that measures only ||theta|| (norm_only()'s, bit for bit).
+  void decay_rest_and_norm(std::span<float> theta, std::span<const std::uint32_t> stepped);
   double theta_norm() const { return theta_norm_; }
   void save(StateMap& state, const std::string& prefix);
   void load(const StateMap& state, const std::string& prefix);
@@ -152,8 +163,12 @@ class UpdateTracker {
   kernels::Buffer<float> before_{kernels_};
   kernels::Buffer<std::int8_t> previous_sign_{kernels_};
   kernels::Buffer<double> stats_{kernels_}, partial_{kernels_};
+  kernels::Buffer<float> kept_{kernels_}, piece_factors_{kernels_};
+  kernels::Buffer<std::uint64_t> piece_ends_{kernels_};
   bool have_previous_ = false;
   double theta_norm_ = 0;
+  // Adds up the blocks' statistics in block order into out (after() and decay_rest_and_measure()).
+  void sum_blocks(std::size_t blocks, StepMetrics& out);
 };
 
 }  // namespace scape::metrics

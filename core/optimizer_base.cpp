@@ -54,15 +54,19 @@ StepMetrics OptimizerBase::step(std::span<float> params_in, std::span<const floa
   }
   // The update statistics (a copy of theta and a pass over it) are worker 0's only: replicas
   // are identical (docs/algorithms.md, invariant 4) and the run records worker 0's values.
-  const bool track_updates = rank_ == 0;
-  if (track_updates) updates_.before(params);
+  const bool track_updates = tracks_updates();
+  const bool measured_in_update = measures_own_update();
+  if (track_updates && !measured_in_update) updates_.before(params);
 
   update(params, grads, out);
 
-  if (track_updates) {
+  if (!track_updates)
+    out.update_norm = out.update_max = out.update_sign_flip = std::numeric_limits<double>::quiet_NaN();
+  if (measured_in_update) {
+    // update() has measured ||theta|| and, on the worker that tracks them, the statistics.
+  } else if (track_updates) {
     updates_.after(params, out, stepped_coordinates());
   } else {
-    out.update_norm = out.update_max = out.update_sign_flip = std::numeric_limits<double>::quiet_NaN();
     updates_.norm_only(params);
   }
   if (stage_params) kernels_.copy_bytes(params_stage_.data(), params_in.data(), params_in.size_bytes());

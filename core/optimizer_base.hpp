@@ -47,6 +47,13 @@ class OptimizerBase : public Optimizer {
   // The coordinates the last update() stepped, as mask words over N (empty: every coordinate),
   // host-readable after kernels_.synchronize(): what update_sign_flip counts.
   virtual std::span<const std::uint64_t> stepped_coordinates() const { return {}; }
+  // True when update() measures its own update, through updates_.decay_stepped() and then
+  // decay_rest_and_measure() on the worker that records the statistics (tracks_updates()) or
+  // decay_rest_and_norm() on the others: step() then skips its copy of theta and its pass.
+  virtual bool measures_own_update() const { return false; }
+  // This worker records the update statistics (worker 0: replicas are identical, docs/algorithms.md,
+  // invariant 4); the others measure only ||theta||.
+  bool tracks_updates() const { return rank_ == 0; }
   // Checkpoint entries beyond t, m, v and the update statistics; the names are the checkpoint
   // format and must not change. A policy whose extra state is whole float buffers names them
   // once with keep_in_checkpoint instead; the rest overrides these two.

@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <limits>
+#include <span>
 #include <stdexcept>
 #include <string>
 
@@ -206,6 +207,39 @@ inline void update_statistics_sizes(std::size_t n, std::size_t before, std::size
                                 " words, N = " + std::to_string(n) + " needs " + std::to_string(words_for(n)));
   }
   require_size(stats, 5 * ((n + block - 1) / block), "update_statistics: stats");
+}
+
+// keep_and_decay_at and decay_update_statistics: a factor per piece, a kept value per stepped
+// coordinate, and at least one piece when there is a coordinate to decay.
+inline void decay_pieces_sizes(const std::string& kernel, std::size_t n, std::size_t ends, std::size_t factors,
+                               std::size_t stepped, std::size_t kept) {
+  require_size(factors, ends, (kernel + ": piece_factors").c_str());
+  require_size(kept, stepped, (kernel + ": kept").c_str());
+  if (n > 0 && ends == 0) throw std::invalid_argument(kernel + ": no pieces for " + std::to_string(n) + " coordinates");
+}
+
+inline void decay_update_statistics_sizes(std::size_t n, std::size_t ends, std::size_t factors, std::size_t stepped,
+                                          std::size_t kept, std::size_t sign, std::size_t block, std::size_t stats) {
+  decay_pieces_sizes("decay_update_statistics", n, ends, factors, stepped, kept);
+  if (block == 0) throw std::invalid_argument("decay_update_statistics: block must be > 0");
+  if (sign != 0) require_size(sign, n, "decay_update_statistics: sign");
+  require_size(stats, 5 * ((n + block - 1) / block), "decay_update_statistics: stats");
+}
+
+// The values the CPU checks (kernels/kernel_list.inc: on CUDA they are assumed): the pieces end
+// at or past n, and the stepped coordinates ascend below n.
+inline void decay_pieces_values(const std::string& kernel, std::size_t n, std::span<const std::uint64_t> ends,
+                                std::span<const std::uint32_t> stepped) {
+  if (!ends.empty() && ends.back() < n) {
+    throw std::invalid_argument(kernel + ": the pieces end at " + std::to_string(ends.back()) +
+                                ", before N = " + std::to_string(n));
+  }
+  for (std::size_t k = 0; k < stepped.size(); ++k) {
+    if (stepped[k] >= n || (k > 0 && stepped[k] <= stepped[k - 1])) {
+      throw std::invalid_argument(kernel + ": stepped[" + std::to_string(k) + "] = " + std::to_string(stepped[k]) +
+                                  " is not ascending below N = " + std::to_string(n));
+    }
+  }
 }
 
 // ---- Low-rank and chunked-DCT compression (kernels/kernel_list.inc).

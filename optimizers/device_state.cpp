@@ -13,6 +13,7 @@
 #include "optimizers/rail_partition.hpp"
 #include "optimizers/scape/mask_ownership.hpp"
 
+#include "core/adam_step.hpp"
 #include "core/schedule.hpp"
 #include "kernels/kernel_types.hpp"
 #include "kernels/update_stats.hpp"
@@ -24,6 +25,11 @@ constexpr std::size_t kFloat = sizeof(float), kWord = sizeof(std::uint64_t), kIn
 constexpr std::size_t kMetricBlock = 8192;  // the metrics' blocks (ErrorFeedback, OptimizerBase, UpdateTracker)
 
 std::size_t norm_blocks(std::size_t n) { return (n + kMetricBlock - 1) / kMetricBlock; }
+
+// SCAPE's masked update measures its own update (ScapeOptimizer::measures_own_update).
+bool measures_own_update(const OptimizerConfig& c) {
+  return c.type == OptimizerType::scape && c.scape.update == UpdateMode::masked;
+}
 
 // SCAPE's buffers beyond m (and v): statistic, masks, residual, index and payload buffers and
 // the coded mask messages, for partitioned masks.
@@ -72,6 +78,15 @@ std::size_t scape_bytes(const OptimizerConfig& c, const ParamLayout& layout, int
   }
   // Sharded momentum units: the owner's carried momentum over its shard.
   if (c.carries_owner_momentum()) bytes += kFloat * own;
+  if (measures_own_update(c)) {
+    // UpdateTracker::decay_stepped and decay_rest_and_*: the mask's kept values, the decay's
+    // pieces and the statistics' block sums, on every worker.
+    std::vector<std::uint64_t> ends;
+    std::vector<float> factors;
+    detail::weight_decay_pieces(layout, n, c, 0.0, ends, factors);
+    bytes +=
+        kFloat * k_total + (kWord + kFloat) * ends.size() + sizeof(double) * kernels::kUpdateStats * norm_blocks(n);
+  }
   return bytes;
 }
 
@@ -98,8 +113,8 @@ std::size_t flat_device_bytes(const OptimizerConfig& c, const ParamLayout& layou
   const std::size_t own = own_shard(c, n, workers);
   std::size_t bytes = kFloat * own * (two_moments(c) ? 2 : 1);  // m_, and v_ for AdamW
   // Block sums of ||theta|| (UpdateTracker::norm_only; worker 0's after() uses its own, counted
-  // in update_tracker_device_bytes).
-  bytes += sizeof(double) * norm_blocks(n);
+  // in update_tracker_device_bytes); SCAPE's masked update has its own (scape_bytes).
+  if (!measures_own_update(c)) bytes += sizeof(double) * norm_blocks(n);
   if (c.type == OptimizerType::scape) return bytes + scape_bytes(c, layout, workers);
   if (c.type == OptimizerType::diloco) return bytes + diloco_bytes(c, n);
   return bytes + kFloat * own;  // DenseOptimizer::g_bar_ (the state range)
@@ -146,7 +161,8 @@ std::vector<std::size_t> rank_bytes(const OptimizerConfig& c, const ParamLayout&
 
 bool has_device_bytes(OptimizerType t) { return runs_on_cuda(t) || t == OptimizerType::diloco; }
 
-std::size_t update_tracker_device_bytes(std::size_t n) {
+std::size_t update_tracker_device_bytes(const OptimizerConfig& config, std::size_t n) {
+  if (measures_own_update(config)) return sizeof(std::int8_t) * n;
   return kFloat * n + sizeof(std::int8_t) * n + sizeof(double) * kernels::kUpdateStats * norm_blocks(n);
 }
 

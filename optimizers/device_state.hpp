@@ -35,7 +35,9 @@ std::size_t optimizer_device_bytes_all(const OptimizerConfig& config, const Para
 std::size_t optimizer_state_bytes(const OptimizerConfig& config, const ParamLayout& layout, int workers);
 
 // Worker 0's update statistics (metrics::UpdateTracker): the copy of theta, the signs and the
-// per-block sums; the other workers keep only their norm's block sums (in the above).
-std::size_t update_tracker_device_bytes(std::size_t n);
+// per-block sums; the other workers keep only their norm's block sums (in the above). SCAPE's
+// masked update measures without the copy (every worker's kept values and block sums are in
+// the above): the signs alone.
+std::size_t update_tracker_device_bytes(const OptimizerConfig& config, std::size_t n);
 
 }  // namespace scape

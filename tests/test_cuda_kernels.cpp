@@ -46,20 +46,83 @@ namespace {
 // have a row (and a comparison below): a kernel added to the list without one, or a row left
 // for a kernel the list no longer has, fails this file's build.
 constexpr std::string_view kComparedKernels[] = {
-    "adamw_step", "adams_step", "adamw_step_masked", "adams_step_masked", "scale", "divide", "accumulate",
-    "topk_abs_mask", "topk_abs_indices",
-    "pack_bits", "unpack_bits", "popcount", "popcount_and", "popcount_or", "mask_range_counts", "bits_to_indices", "indices_to_bits",
-    "and_not_bits", "or_bits", "extract_bits", "deposit_bits", "ef_encode", "ef_decode", "ef_decode_indices",
-    "compact", "expand", "zero_at", "scatter_add",
-    "first_moment_statistic", "carried_first_moment_statistic", "candidate_momentum", "carry_momentum_off_mask", "candidate_statistic_carry", "quantize_e5m2", "momentum_from_gradient", "random_statistic", "pack_payload", "rebase_indices", "add_momentum",
-    "reconstruct_gradient", "round_to_bf16", "fill",
-    "block_sum_squares", "max_magnitude", "block_sum_squares_max", "count_nonfinite", "update_statistics",
-    "sign_compress", "sign_expand_add",
-    "lowrank_project", "lowrank_project_t", "lowrank_residual", "orthonormalize_columns",
-    "chunk_transform", "chunk_topk", "sign_descent",
-    "gemm", "gemm_bf16", "bias_forward", "bias_backward", "residual_add", "embedding_forward", "embedding_backward",
-    "layernorm_forward", "layernorm_backward", "rmsnorm_forward", "rmsnorm_backward", "rope_forward", "rope_backward",
-    "gelu_forward", "gelu_backward", "swiglu_forward", "swiglu_backward", "attention_forward", "attention_backward",
+    "adamw_step",
+    "adams_step",
+    "adamw_step_masked",
+    "adams_step_masked",
+    "scale",
+    "divide",
+    "accumulate",
+    "topk_abs_mask",
+    "topk_abs_indices",
+    "pack_bits",
+    "unpack_bits",
+    "popcount",
+    "popcount_and",
+    "popcount_or",
+    "mask_range_counts",
+    "bits_to_indices",
+    "indices_to_bits",
+    "and_not_bits",
+    "or_bits",
+    "extract_bits",
+    "deposit_bits",
+    "ef_encode",
+    "ef_decode",
+    "ef_decode_indices",
+    "compact",
+    "expand",
+    "zero_at",
+    "scatter_add",
+    "first_moment_statistic",
+    "carried_first_moment_statistic",
+    "candidate_momentum",
+    "carry_momentum_off_mask",
+    "candidate_statistic_carry",
+    "quantize_e5m2",
+    "momentum_from_gradient",
+    "random_statistic",
+    "pack_payload",
+    "rebase_indices",
+    "add_momentum",
+    "reconstruct_gradient",
+    "round_to_bf16",
+    "fill",
+    "block_sum_squares",
+    "max_magnitude",
+    "block_sum_squares_max",
+    "count_nonfinite",
+    "update_statistics",
+    "keep_and_decay_at",
+    "decay_update_statistics",
+    "sign_compress",
+    "sign_expand_add",
+    "lowrank_project",
+    "lowrank_project_t",
+    "lowrank_residual",
+    "orthonormalize_columns",
+    "chunk_transform",
+    "chunk_topk",
+    "sign_descent",
+    "gemm",
+    "gemm_bf16",
+    "bias_forward",
+    "bias_backward",
+    "residual_add",
+    "embedding_forward",
+    "embedding_backward",
+    "layernorm_forward",
+    "layernorm_backward",
+    "rmsnorm_forward",
+    "rmsnorm_backward",
+    "rope_forward",
+    "rope_backward",
+    "gelu_forward",
+    "gelu_backward",
+    "swiglu_forward",
+    "swiglu_backward",
+    "attention_forward",
+    "attention_backward",
     "cross_entropy",
 };
 
@@ -563,6 +626,53 @@ TEST_CASE("count_nonfinite and update_statistics (the update metrics) match the 
         check_equal(cpu, to_host(g_stats), label);
         check_equal(cpu_sign, to_host(g_sign), label + " signs");
       }
+    }
+  });
+}
+
+// The fused decay and statistics walk each block on one thread as the CPU does: theta, the kept
+// values, the statistics and the new signs are equal bit for bit.
+TEST_CASE("keep_and_decay_at and decay_update_statistics match the CPU bit for bit") {
+  std::uint32_t seed = 760;
+  for_each_small_case([&](Family family, std::size_t n) {
+    const std::string what = case_name(family, n);
+    const std::vector<float> theta = make_values(family, n, ++seed);
+    std::vector<std::uint32_t> stepped;
+    std::vector<std::int8_t> sign(n);
+    for (std::size_t j = 0; j < n; ++j) {
+      if (scape::rng::derive(seed, j) % 10 == 0) stepped.push_back(static_cast<std::uint32_t>(j));
+      sign[j] = static_cast<std::int8_t>(static_cast<int>(scape::rng::derive(seed + 1, j) % 3) - 1);
+    }
+    std::vector<std::uint64_t> ends;
+    std::vector<float> factors;
+    for (std::size_t end = 0; end < n;) {
+      end = std::min(n, end + 1 + scape::rng::derive(seed + 2, ends.size()) % 5000);
+      ends.push_back(end);
+      factors.push_back(ends.size() % 2 == 0 ? 0.999f : 1.0f);
+    }
+    std::vector<float> cpu = theta, cpu_kept(stepped.size());
+    sk::keep_and_decay_at(cpu, stepped, ends, factors, cpu_kept);
+    const sk::Buffer<std::uint32_t> g_stepped = to_gpu(stepped);
+    const sk::Buffer<std::uint64_t> g_ends = to_gpu(ends);
+    const sk::Buffer<float> g_factors = to_gpu(factors);
+    sk::Buffer<float> g_theta = to_gpu(theta), g_kept(gpu(), stepped.size());
+    gpu().keep_and_decay_at(g_theta, g_stepped, g_ends, g_factors, g_kept);
+    check_equal(cpu, to_host(g_theta), "keep_and_decay_at " + what);
+    check_equal(cpu_kept, to_host(g_kept), "keep_and_decay_at kept " + what);
+    for (const std::size_t block : {std::size_t{1}, std::size_t{100}, std::size_t{8192}}) {
+      std::vector<float> cpu_theta = cpu;
+      std::vector<std::int8_t> cpu_sign = sign;
+      std::vector<double> cpu_stats(sk::kUpdateStats * ((n + block - 1) / block));
+      sk::decay_update_statistics(cpu_theta, ends, factors, stepped, cpu_kept, true, cpu_sign, block, cpu_stats);
+      sk::Buffer<float> g_after = to_gpu(cpu);
+      sk::Buffer<std::int8_t> g_sign = to_gpu(sign);
+      sk::Buffer<double> g_stats(gpu(), cpu_stats.size());
+      gpu().decay_update_statistics(g_after, g_ends, g_factors, g_stepped, to_gpu(cpu_kept), true, g_sign, block,
+                                    g_stats);
+      const std::string label = "decay_update_statistics " + what + " block=" + std::to_string(block);
+      check_equal(cpu_theta, to_host(g_after), label + " theta");
+      check_equal(cpu_stats, to_host(g_stats), label);
+      check_equal(cpu_sign, to_host(g_sign), label + " signs");
     }
   });
 }

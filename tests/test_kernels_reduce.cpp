@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <limits>
 #include <stdexcept>
 #include <vector>
@@ -215,4 +216,122 @@ TEST_CASE("block_sum_squares_max: block_sum_squares' sums and each block's large
   std::vector<float> short_peak(2);
   CHECK_THROWS_AS(kernels::block_sum_squares_max(x, 3, three, short_peak), std::invalid_argument);
   CHECK_THROWS_AS(kernels::block_sum_squares_max(x, 0, three, short_peak), std::invalid_argument);
+}
+
+namespace {
+
+// A step as SCAPE's masked update makes it: every coordinate times its piece's factor, then the
+// stepped coordinates moved from their decayed value (by an update that depends on it).
+float stepped_value(float decayed, std::size_t j) { return decayed * 0.75f - 0.001f * static_cast<float>(j % 7); }
+
+struct DecayCase {
+  std::vector<float> theta;
+  std::vector<std::uint64_t> ends;
+  std::vector<float> factors;
+  std::vector<std::uint32_t> stepped;
+  std::vector<std::int8_t> sign;
+};
+
+DecayCase decay_case(std::size_t n, std::uint32_t seed) {
+  DecayCase c;
+  std::uint32_t x = seed;
+  const auto next = [&x] { return x = x * 1664525u + 1013904223u; };
+  for (std::size_t j = 0; j < n; ++j) {
+    c.theta.push_back(static_cast<float>(static_cast<int>(next() % 20001) - 10000) * 1e-4f);
+    c.sign.push_back(static_cast<std::int8_t>(static_cast<int>(next() % 3) - 1));
+    if (next() % 10 == 0) c.stepped.push_back(static_cast<std::uint32_t>(j));
+  }
+  if (n > 3) c.theta[3] = std::numeric_limits<float>::quiet_NaN();
+  if (n > 70) c.theta[70] = -0.0f;
+  // Pieces of uneven lengths that straddle the kernels' 64-coordinate pieces and blocks, some
+  // decayed and some not, the last ending at n.
+  for (std::size_t end = 0; end < n;) {
+    end = std::min(n, end + 1 + next() % 300);
+    c.ends.push_back(end);
+    c.factors.push_back(next() % 2 == 0 ? 0.999f : 1.0f);
+  }
+  return c;
+}
+
+}  // namespace
+
+TEST_CASE("keep_and_decay_at + decay_update_statistics equal the decay, the step and update_statistics bit for bit") {
+  for (const std::size_t n : {std::size_t{0}, std::size_t{1}, std::size_t{63}, std::size_t{65}, std::size_t{1000},
+                              std::size_t{8193}, std::size_t{100'003}}) {
+    for (const std::size_t block : {std::size_t{1}, std::size_t{64}, std::size_t{100}, std::size_t{8192}}) {
+      for (const bool previous : {false, true}) {
+        CAPTURE(n);
+        CAPTURE(block);
+        CAPTURE(previous);
+        const DecayCase c = decay_case(n, static_cast<std::uint32_t>(n * 7 + block));
+        // The reference: decay every piece, step the stepped coordinates, update_statistics.
+        std::vector<float> want = c.theta;
+        for (std::size_t p = 0, lo = 0; p < c.ends.size(); lo = c.ends[p], ++p) {
+          kernels::scale(std::span<float>(want).subspan(lo, c.ends[p] - lo), c.factors[p]);
+        }
+        std::vector<std::uint64_t> bits(kernels::words_for(n), 0);
+        for (const std::uint32_t j : c.stepped) {
+          want[j] = stepped_value(want[j], j);
+          bits[j / 64] |= std::uint64_t{1} << (j % 64);
+        }
+        const std::size_t blocks = (n + block - 1) / block;
+        std::vector<double> want_stats(kernels::kUpdateStats * blocks);
+        std::vector<std::int8_t> want_sign = c.sign;
+        kernels::update_statistics(want, c.theta, bits, previous, want_sign, block, want_stats);
+
+        std::vector<float> got = c.theta;
+        std::vector<float> kept(c.stepped.size());
+        kernels::keep_and_decay_at(got, c.stepped, c.ends, c.factors, kept);
+        for (std::size_t k = 0; k < c.stepped.size(); ++k) {
+          CHECK(std::memcmp(&kept[k], &c.theta[c.stepped[k]], sizeof(float)) == 0);
+          got[c.stepped[k]] = stepped_value(got[c.stepped[k]], c.stepped[k]);
+        }
+        std::vector<double> got_stats(kernels::kUpdateStats * blocks);
+        std::vector<std::int8_t> got_sign = c.sign;
+        kernels::decay_update_statistics(got, c.ends, c.factors, c.stepped, kept, previous, got_sign, block, got_stats);
+        CHECK(std::memcmp(got.data(), want.data(), n * sizeof(float)) == 0);
+        CHECK(std::memcmp(got_stats.data(), want_stats.data(), got_stats.size() * sizeof(double)) == 0);
+        CHECK(got_sign == want_sign);
+      }
+    }
+  }
+}
+
+TEST_CASE("decay_update_statistics by hand, and its errors name the buffer") {
+  // Pieces [0, 2) decayed by 1/2 and [2, 4) not; coordinate 1 stepped from 4 (kept) to 5.
+  std::vector<float> theta = {2, 5, 3, -1};
+  const std::vector<std::uint64_t> ends = {2, 4};
+  const std::vector<float> factors = {0.5f, 1.0f};
+  const std::vector<std::uint32_t> stepped = {1};
+  const std::vector<float> kept = {4};
+  std::vector<std::int8_t> sign = {1, -1, 0, 1};
+  std::vector<double> stats(kernels::kUpdateStats);
+  kernels::decay_update_statistics(theta, ends, factors, stepped, kept, true, sign, 4, stats);
+  CHECK(theta == std::vector<float>{1, 5, 3, -1});
+  CHECK(stats[0] == 1 + 1);           // d = -1 (decay of 2), +1 (the step); 0, 0
+  CHECK(stats[1] == 1 + 25 + 9 + 1);  // ||theta after||^2
+  CHECK(stats[2] == 1);
+  CHECK(stats[3] == 1);  // only the stepped coordinate has a sign, and its previous one was -1
+  CHECK(stats[4] == 1);
+  CHECK(sign == std::vector<std::int8_t>{0, 1, 0, 0});
+  // Without signs (a worker that measures only ||theta||): the same sums, no counts.
+  std::vector<float> again = {2, 5, 3, -1};
+  std::vector<double> norm_only(kernels::kUpdateStats);
+  kernels::decay_update_statistics(again, ends, factors, stepped, kept, true, {}, 4, norm_only);
+  CHECK(again == theta);
+  CHECK(norm_only == std::vector<double>{2, 36, 1, 0, 0});
+
+  std::vector<float> four(4, 1.0f), one_kept(1), two_kept(2), no_kept;
+  CHECK_THROWS_WITH_AS(
+      kernels::keep_and_decay_at(four, stepped, std::vector<std::uint64_t>{3}, std::vector<float>{1}, one_kept),
+      "keep_and_decay_at: the pieces end at 3, before N = 4", std::invalid_argument);
+  CHECK_THROWS_WITH_AS(kernels::keep_and_decay_at(four, std::vector<std::uint32_t>{2, 1}, ends, factors, two_kept),
+                       "keep_and_decay_at: stepped[1] = 1 is not ascending below N = 4", std::invalid_argument);
+  CHECK_THROWS_WITH_AS(
+      kernels::decay_update_statistics(four, ends, std::vector<float>{1}, stepped, kept, false, sign, 4, stats),
+      "decay_update_statistics: piece_factors: buffer holds 1 entries, expected 2", std::invalid_argument);
+  CHECK_THROWS_WITH_AS(kernels::decay_update_statistics(four, {}, {}, {}, {}, false, sign, 4, stats),
+                       "decay_update_statistics: no pieces for 4 coordinates", std::invalid_argument);
+  CHECK_THROWS_AS(kernels::decay_update_statistics(four, ends, factors, stepped, no_kept, false, sign, 4, stats),
+                  std::invalid_argument);
 }

@@ -190,6 +190,55 @@ TEST_CASE("metrics: staleness, Jaccard, residual and update statistics mean what
   CHECK(dense.steps[0][1].metrics.update_norm > 0);
 }
 
+TEST_CASE("SCAPE's masked update measures itself: theta and the statistics equal the copy-and-pass route") {
+  // Both workers decay off the mask inside the pass that measures the update (worker 0's
+  // statistics, decay_rest_and_measure; worker 1's ||theta|| alone, decay_rest_and_norm). Replicas
+  // stay equal bit for bit, worker 0's statistics equal an UpdateTracker's before()/after() on the
+  // same parameters, and worker 1's ||theta|| (in residual_to_param) is metrics::l2_norm's.
+  const ParamLayout layout = mixed_layout(40);
+  for (const auto& variant : scape::testing::scape_variants()) {
+    CAPTURE(variant.name);
+    OptimizerConfig c = scape::testing::earlier_formulation();
+    c.sparsity = 0.95;
+    c.lr = 1e-2;
+    c.weight_decay = 0.1;
+    variant.apply(c);
+    const auto run = run_quadratic(c, layout, 2, 5);
+    scape::train::QuadraticSpec spec;
+    spec.seed = 7;
+    spec.noise = 0.5;
+    std::vector<float> before(layout.size());
+    scape::train::NoisyQuadratic(layout.size(), spec).initial_params(before);
+    metrics::UpdateTracker reference(kernels::cpu_backend(), layout.size());
+    for (std::size_t t = 0; t < run.steps[0].size(); ++t) {
+      CAPTURE(t);
+      const scape::testing::StepRecord& r = run.steps[0][t];
+      CHECK(std::memcmp(r.params_after.data(), run.steps[1][t].params_after.data(), before.size() * sizeof(float)) ==
+            0);
+      StepMetrics want;
+      reference.before(before);
+      const bool masked = c.scape.update == UpdateMode::masked;
+      reference.after(r.params_after, want,
+                      masked ? std::span<const std::uint64_t>(r.mask) : std::span<const std::uint64_t>{});
+      CHECK(std::memcmp(&r.metrics.update_norm, &want.update_norm, sizeof(double)) == 0);
+      CHECK(std::memcmp(&r.metrics.update_max, &want.update_max, sizeof(double)) == 0);
+      CHECK(std::memcmp(&r.metrics.update_sign_flip, &want.update_sign_flip, sizeof(double)) == 0);
+      double sq = 0;
+      for (std::size_t j = 0; j < before.size(); ++j) {
+        const double d = static_cast<double>(r.params_after[j] - before[j]);
+        sq += d * d;
+      }
+      CHECK(r.metrics.update_norm == doctest::Approx(std::sqrt(sq)).epsilon(1e-12));
+      const StepMetrics& other = run.steps[1][t].metrics;
+      if (c.residual) {
+        const double ratio = metrics::residual_to_param(other.residual_norm, metrics::l2_norm(r.params_after));
+        CHECK(std::memcmp(&other.residual_to_param, &ratio, sizeof(double)) == 0);
+      }
+      before = r.params_after;
+    }
+  }
+}
+
 TEST_CASE("residual metrics describe the residual each error-feedback policy leaves after the step") {
   // The policies take these metrics right after their residual pass, before the collectives:
   // they must equal the residual the step ends with (the next step's residual before).

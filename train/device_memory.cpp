@@ -32,7 +32,7 @@ DeviceMemory device_memory_estimate(const config::ExperimentConfig& config, int 
   m.optimizer_all = workers == config.workers
                         ? optimizer_device_bytes_all(config.optimizer, spec.layout(), config.workers)
                         : m.optimizer * static_cast<std::size_t>(workers);
-  m.update_tracker = update_tracker_device_bytes(n);
+  m.update_tracker = update_tracker_device_bytes(config.optimizer, n);
   return m;
 }
 

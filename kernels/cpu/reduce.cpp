@@ -70,4 +70,36 @@ void update_statistics(std::span<const float> theta, std::span<const float> befo
   });
 }
 
+void keep_and_decay_at(std::span<float> theta, std::span<const std::uint32_t> stepped,
+                       std::span<const std::uint64_t> piece_ends, std::span<const float> piece_factors,
+                       std::span<float> kept) {
+  checks::decay_pieces_sizes("keep_and_decay_at", theta.size(), piece_ends.size(), piece_factors.size(), stepped.size(),
+                             kept.size());
+  checks::decay_pieces_values("keep_and_decay_at", theta.size(), piece_ends, stepped);
+  for_shares(static_cast<std::int64_t>(stepped.size()), 65536, [&](std::int64_t first, std::int64_t last) {
+    for (auto k = static_cast<std::size_t>(first); k < static_cast<std::size_t>(last); ++k) {
+      keep_and_decay_one(theta.data(), stepped.data(), piece_ends.data(), piece_factors.data(), piece_ends.size(),
+                         kept.data(), k);
+    }
+  });
+}
+
+void decay_update_statistics(std::span<float> theta, std::span<const std::uint64_t> piece_ends,
+                             std::span<const float> piece_factors, std::span<const std::uint32_t> stepped,
+                             std::span<const float> kept, bool have_previous, std::span<std::int8_t> sign,
+                             std::size_t block, std::span<double> stats) {
+  checks::decay_update_statistics_sizes(theta.size(), piece_ends.size(), piece_factors.size(), stepped.size(),
+                                        kept.size(), sign.size(), block, stats.size());
+  checks::decay_pieces_values("decay_update_statistics", theta.size(), piece_ends, stepped);
+  const std::size_t n = theta.size();
+  for_shares(static_cast<std::int64_t>(stats.size() / kUpdateStats), 8, [&](std::int64_t first, std::int64_t last) {
+    for (auto b = static_cast<std::size_t>(first); b < static_cast<std::size_t>(last); ++b) {
+      decay_update_statistics_block(theta.data(), piece_ends.data(), piece_factors.data(), piece_ends.size(),
+                                    stepped.data(), kept.data(), stepped.size(), have_previous,
+                                    sign.empty() ? nullptr : sign.data(), b * block, std::min(n, (b + 1) * block),
+                                    stats.data() + kUpdateStats * b);
+    }
+  });
+}
+
 }  // namespace scape::kernels

@@ -76,6 +76,29 @@ __global__ void update_statistics_kernel(const float* __restrict__ theta, const 
   }
 }
 
+__global__ void keep_and_decay_at_kernel(float* __restrict__ theta, const std::uint32_t* __restrict__ stepped,
+                                         std::size_t count, const std::uint64_t* __restrict__ piece_ends,
+                                         const float* __restrict__ piece_factors, std::size_t pieces,
+                                         float* __restrict__ kept) {
+  for (std::size_t k = global_thread(); k < count; k += grid_threads()) {
+    keep_and_decay_one(theta, stepped, piece_ends, piece_factors, pieces, kept, k);
+  }
+}
+
+// One thread per block, as update_statistics_kernel.
+__global__ void decay_update_statistics_kernel(float* __restrict__ theta, const std::uint64_t* __restrict__ piece_ends,
+                                               const float* __restrict__ piece_factors, std::size_t pieces,
+                                               const std::uint32_t* __restrict__ stepped,
+                                               const float* __restrict__ kept, std::size_t stepped_count,
+                                               bool have_previous, std::int8_t* __restrict__ sign, std::size_t n,
+                                               std::size_t block, double* __restrict__ stats, std::size_t blocks) {
+  for (std::size_t b = global_thread(); b < blocks; b += grid_threads()) {
+    const std::size_t lo = b * block;
+    decay_update_statistics_block(theta, piece_ends, piece_factors, pieces, stepped, kept, stepped_count, have_previous,
+                                  sign, lo, lo + block < n ? lo + block : n, stats + kUpdateStats * b);
+  }
+}
+
 }  // namespace
 
 std::size_t count_nonfinite(std::span<const float> x) {
@@ -98,6 +121,30 @@ void update_statistics(std::span<const float> theta, std::span<const float> befo
   if (blocks == 0) return;
   launch(update_statistics_kernel, blocks, theta.data(), before.data(), stepped.empty() ? nullptr : stepped.data(),
          have_previous, sign.data(), theta.size(), block, stats.data(), blocks);
+}
+
+void keep_and_decay_at(std::span<float> theta, std::span<const std::uint32_t> stepped,
+                       std::span<const std::uint64_t> piece_ends, std::span<const float> piece_factors,
+                       std::span<float> kept) {
+  checks::decay_pieces_sizes("keep_and_decay_at", theta.size(), piece_ends.size(), piece_factors.size(), stepped.size(),
+                             kept.size());
+  if (stepped.empty() || theta.empty()) return;
+  launch(keep_and_decay_at_kernel, stepped.size(), theta.data(), stepped.data(), stepped.size(), piece_ends.data(),
+         piece_factors.data(), piece_ends.size(), kept.data());
+}
+
+void decay_update_statistics(std::span<float> theta, std::span<const std::uint64_t> piece_ends,
+                             std::span<const float> piece_factors, std::span<const std::uint32_t> stepped,
+                             std::span<const float> kept, bool have_previous, std::span<std::int8_t> sign,
+                             std::size_t block, std::span<double> stats) {
+  checks::decay_update_statistics_sizes(theta.size(), piece_ends.size(), piece_factors.size(), stepped.size(),
+                                        kept.size(), sign.size(), block, stats.size());
+  const std::size_t blocks = stats.size() / kUpdateStats;
+  if (blocks == 0) return;
+  launch(decay_update_statistics_kernel, blocks, theta.data(), piece_ends.data(), piece_factors.data(),
+         piece_ends.size(), stepped.empty() ? nullptr : stepped.data(), stepped.empty() ? nullptr : kept.data(),
+         stepped.size(), have_previous, sign.empty() ? nullptr : sign.data(), theta.size(), block, stats.data(),
+         blocks);
 }
 
 void block_sum_squares(std::span<const float> x, std::size_t block, std::span<double> partial) {

@@ -325,8 +325,10 @@ void ScapeOptimizer::reconstruct_gradient() {
 void ScapeOptimizer::update_masked(std::span<float> params, double eta, int t) {
   // Step 7: decay every flagged coordinate on every worker, then the inner rule on the mask
   // with m <- b_bar, then m <- 0 off the mask (frozen_momentum: its step 7, m untouched off
-  // it). Step 8: the K updated values are all-gathered (sharded).
-  detail::apply_weight_decay(kernels_, layout_, params, 0, n_, config_, eta);
+  // it). Step 8: the K updated values are all-gathered (sharded). The mask is decayed here and
+  // the rest in the pass that measures the update (update()).
+  detail::weight_decay_pieces(layout_, n_, config_, eta, decay_ends_, decay_factors_);
+  updates_.decay_stepped(params, idx_.span(), decay_ends_, decay_factors_);
   const auto s = detail::adam_scalars(config_, eta, t, false);
   auto theta = params.subspan(state_begin_, state_end_ - state_begin_);
   if (rule_ == InnerRule::adamw) {
@@ -406,6 +408,11 @@ void ScapeOptimizer::update(std::span<float> params, std::span<const float> grad
     update_dense(params, out.lr, t);  // frozen_momentum only: its steps 7 and 8
   } else {
     update_masked(params, out.lr, t);  // steps 7 and 8
+    if (tracks_updates()) {
+      updates_.decay_rest_and_measure(params, idx_.span(), out);
+    } else {
+      updates_.decay_rest_and_norm(params, idx_.span());
+    }
   }
   if (lagged_next) start_mask_gather();  // step 9
   feedback_.record_mask(layout_, mask_, k_total(rho), out);

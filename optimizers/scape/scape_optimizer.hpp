@@ -54,6 +54,9 @@ class ScapeOptimizer final : public OptimizerBase {
   std::span<const std::uint64_t> stepped_coordinates() const override {
     return scape_.update == UpdateMode::masked ? mask_.span() : std::span<const std::uint64_t>{};
   }
+  // The masked update measures itself: the decay of the coordinates off the mask and the
+  // statistics are one pass (update_masked()).
+  bool measures_own_update() const override { return scape_.update == UpdateMode::masked; }
   void save_policy_state(StateMap& state) const override;
   void load_policy_state(const StateMap& state) override;
 
@@ -143,6 +146,8 @@ class ScapeOptimizer final : public OptimizerBase {
   std::vector<std::size_t> counts_;                // mask entries per shard (partitioned)
   kernels::Buffer<std::uint32_t> update_idx_{kernels_};  // positions this worker updates, relative to state_begin_
   std::size_t update_offset_ = 0;                  // where update_idx_ starts inside idx_
+  std::vector<std::uint64_t> decay_ends_;          // the weight decay by pieces (update_masked)
+  std::vector<float> decay_factors_;
   kernels::Buffer<float> b_{kernels_}, a_packed_{kernels_};    // send payloads
   kernels::Buffer<float> b_bar_{kernels_}, a_bar_{kernels_};   // reduced values for update_idx_
   kernels::Buffer<float> g_hat_{kernels_};                     // reconstructed gradient for update_idx_
