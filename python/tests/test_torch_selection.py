@@ -1,8 +1,8 @@
 """scape.optim.selection.RangeSelector held to masks.topk_indices, the per-tensor selection the C++
 core's rule was first checked on: exactly k per piece, equal magnitudes to the lower index, dense
-pieces whole, the bits placed in the owner's byte range. The trace tests' tensors are all small
-enough to be sampled whole, so the strided sample's bracket (and the lone ranking of a piece
-whose bracket fails, here on ties and zeros) is held here, on pieces large enough to use it."""
+pieces whole, the bits placed in the owner's byte range. The strided sample's bracket at every
+stride (and the lone ranking of a piece whose bracket fails, here on ties, zeros and a sample
+placed on the smallest magnitudes) is held here, on pieces from sampled whole to stride 127."""
 import random
 
 import pytest
@@ -11,7 +11,7 @@ torch = pytest.importorskip("torch")
 
 from scape.optim.layout import Piece  # noqa: E402
 from scape.optim.masks import topk_indices, unpack_bits  # noqa: E402
-from scape.optim.selection import RangeSelector  # noqa: E402
+from scape.optim.selection import RangeSelector, sample_stride  # noqa: E402
 
 
 def expected_bits(stat, pieces, ks, lo):
@@ -39,7 +39,7 @@ def test_the_range_selection_equals_the_per_tensor_one(values, density, monkeypa
         lo = rng.choice([0, 3, 13, 64])
         pieces, at = [], lo
         for j in range(rng.randint(1, 7)):
-            size = rng.choice([5, 300, 4000, 40000, 70000])
+            size = rng.choice([5, 300, 2900, 4000, 12000, 40000, 70000])
             pieces.append(Piece(at, at + size, j, rng.random() < 0.2))
             at += size
         stat = torch.randn(at - lo)
@@ -50,7 +50,8 @@ def test_the_range_selection_equals_the_per_tensor_one(values, density, monkeypa
         elif values == "sample-misled":  # the sampled positions hold the smallest magnitudes
             stat = 1.0 + torch.rand(at - lo)
             for p in pieces:
-                stat[p.begin - lo:p.end - lo:127] = 1e-3 * torch.rand(len(range(p.begin, p.end, 127)))
+                stride = sample_stride(p.size)
+                stat[p.begin - lo:p.end - lo:stride] = 1e-3 * torch.rand(len(range(p.begin, p.end, stride)))
         ks = [p.size if p.dense else max(1, int(density * p.size)) for p in pieces]
         first, end = lo // 8, (at + 7) // 8
         selector = RangeSelector(lo, at, pieces, (first, end), torch.device("cpu"))
@@ -66,3 +67,13 @@ def test_the_range_selection_equals_the_per_tensor_one(values, density, monkeypa
                 assert int(got[p.begin - lo:p.end - lo].sum()) == (p.size if p.dense else k)
     if values == "sample-misled" and density in (0.1, 0.5):  # the bracket failed and was caught
         assert alone  # (at 1% the margin reaches the sample's top: the band is the whole piece)
+
+
+def test_sample_strides_leave_enough_points_and_divide_no_common_width():
+    assert sample_stride(11 * 256 - 1) == 1 and sample_stride(11 * 256) == 11
+    assert sample_stride(4096) == 13 and sample_stride(16384) == 61 and sample_stride(127 * 256) == 127
+    for size in (2816, 4096, 12288, 16384, 65536, 589824, 2359296):
+        stride = sample_stride(size)
+        assert (size + stride - 1) // stride >= 256
+    for width in (64, 128, 192, 256, 384, 683, 768, 1024, 1536, 2048, 3072, 4096):
+        assert all(width % s for s in (11, 13, 17, 19, 23, 29, 31, 61, 127))
