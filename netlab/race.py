@@ -13,6 +13,8 @@ first seed, race_plan.best_lr):
   interval        a Student t 95% interval over the seeds, mean ± t(0.975, n-1) s / sqrt(n);
                   none with one seed
   loss at B       the run's last evaluation (its step count was planned to fit B)
+  − DDP AdamW's   the arm's loss at B minus DDP AdamW's on the same seed, mean and t interval
+                  over the seeds both ran (negative: the arm ends lower at equal wall clock)
   end / B         the run's training wall time over B: how well the planned count fit B (a
                   machine whose load changed between the step-time run and the training shows
                   here; time to target is wall clock either way)
@@ -93,15 +95,28 @@ def tables(rows, margin, first_seed=1, path="the CSVs"):
         arms = [BASELINE] + [a for a in dict.fromkeys(r["arm"] for r in rows if r["rate_mbit"] == rate) if a != BASELINE]
         lines = [summary(rows, rate, a, target, first_seed) for a in arms]
         base = lines[0]["time"]
+        base_at_b = {s: c[-1]["val_loss"] for s, c in chosen_runs(rows, rate, BASELINE, first_seed)[0].items()}
         for line in lines:
             line["ratio"] = base[0] / line["time"][0] if base and line["time"] else None
+            line["delta_at_b"] = paired_delta(rows, rate, line["arm"], base_at_b, first_seed)
         out[rate] = (target, lines)
     return out
 
 
-def _interval(cell, digits):
+def paired_delta(rows, rate, arm, base_at_b, first_seed):
+    """The arm's loss at B minus DDP AdamW's on the same seed, over the seeds both ran (mean and
+    t interval): which arm ends lower at equal wall clock, free of the target's margin, and
+    paired so that what a seed's data order does to both arms cancels. None without a common
+    seed."""
+    curves, _ = chosen_runs(rows, rate, arm, first_seed)
+    deltas = [c[-1]["val_loss"] - base_at_b[s] for s, c in sorted(curves.items()) if s in base_at_b]
+    return t_interval(deltas) if deltas else None
+
+
+def _interval(cell, digits, signed=False):
     mean, low, high = cell
-    return f"{mean:.{digits}f}" + (f" [{low:.{digits}f}, {high:.{digits}f}]" if low is not None else "")
+    form = f"{'+' if signed else ''}.{digits}f"
+    return f"{mean:{form}}" + (f" [{low:{form}}, {high:{form}}]" if low is not None else "")
 
 
 def markdown(result, margin):
@@ -109,16 +124,18 @@ def markdown(result, margin):
     for rate, (target, arms) in result.items():
         budget = arms[0]["budget_s"]
         lines += [f"**{rate:g} Mbit/s**: B = {budget:.1f} s; target = DDP AdamW's loss at B + {margin:g} = {target:.4f}",
-                  "", "| arm | lr | seeds | steps | s/step | end / B | loss at B [95%] | time to target s [95%] | × DDP AdamW "
-                  "| steps to target | MB to target |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+                  "", "| arm | lr | seeds | steps | s/step | end / B | loss at B [95%] | − DDP AdamW's, paired [95%] "
+                  "| time to target s [95%] | × DDP AdamW | steps to target | MB to target |",
+                  "|---|---|---|---|---|---|---|---|---|---|---|---|"]
         for a in arms:
             if a["time"]:
                 time, steps, mb = _interval(a["time"], 1), f"{a['steps_to']:.0f}", f"{a['bytes_to'] / 1e6:.2f}"
             else:
                 time, steps, mb = f"not reached ({a['reached']} of {len(a['seeds'])} seeds)", "–", "–"
             ratio = f"{a['ratio']:.2f}" if a["ratio"] else "–"
+            delta = "–" if a["arm"] == BASELINE or not a["delta_at_b"] else _interval(a["delta_at_b"], 4, signed=True)
             lines.append(f"| {a['arm']} | {a['lr']:g} | {len(a['seeds'])} | {a['steps']:.0f} | {a['s_per_step']:.4f} | {a['end_over_b']:.2f} | "
-                         f"{_interval(a['loss_at_b'], 4)} | {time} | {ratio} | {steps} | {mb} |")
+                         f"{_interval(a['loss_at_b'], 4)} | {delta} | {time} | {ratio} | {steps} | {mb} |")
         lines.append("")
     return "\n".join(lines)
 

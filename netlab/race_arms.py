@@ -45,6 +45,9 @@ def param_groups(model):
             {"params": [p for _, p in named if p.dim() < 2], "weight_decay": 0.0}]
 
 
+POWERSGD_START = 2  # torch's start_powerSGD_iter: the steps before it compresses
+
+
 def ring_bytes(elements, world, element_size=4):
     """What one rank sends in a ring all-reduce of `elements` values."""
     return 2 * (world - 1) / world * element_size * elements
@@ -86,16 +89,23 @@ def _scape_bytes(opt):
 
 def ddp_arm(model, lr, world, powersgd_rank=0):
     from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook as powersgd
-    net = torch.nn.parallel.DistributedDataParallel(model)
     dense = ring_bytes(sum(p.numel() for p in model.parameters()), world)
     if not powersgd_rank:
+        net = torch.nn.parallel.DistributedDataParallel(model)
         return net, torch.optim.AdamW(param_groups(model), lr=lr, betas=BETAS), lambda t: dense
-    # start_powerSGD_iter=2: torch's minimum with error feedback; its first step is a plain all-reduce.
+    # One bucket: the hook chains each bucket's P and Q all-reduces through futures, and on gloo
+    # the callbacks of one bucket and the next bucket's hook run on different threads, so with
+    # two buckets the ranks can issue them in different orders (gloo then aborts: "Received data
+    # size doesn't match expected size"). A cap above the model puts every gradient in one.
+    cap_mb = 4 * sum(p.numel() for p in model.parameters()) / 2 ** 20 + 1  # fp32 gradients, MiB
+    net = torch.nn.parallel.DistributedDataParallel(model, bucket_cap_mb=cap_mb)
+    # start_powerSGD_iter=2: torch's minimum with error feedback. The hook all-reduces plainly
+    # while its counter (0 at first, +1 after each step's last bucket) is below it: steps 1 and 2.
     state = powersgd.PowerSGDState(process_group=None, matrix_approximation_rank=powersgd_rank,
-                                   start_powerSGD_iter=2, min_compression_rate=2)
+                                   start_powerSGD_iter=POWERSGD_START, min_compression_rate=2)
     net.register_comm_hook(state, powersgd.powerSGD_hook)
     compressed = ring_bytes(powersgd_elements(model, powersgd_rank), world)
-    return net, torch.optim.AdamW(param_groups(model), lr=lr, betas=BETAS), lambda t: dense if t < 2 else compressed
+    return net, torch.optim.AdamW(param_groups(model), lr=lr, betas=BETAS), lambda t: dense if t <= POWERSGD_START else compressed
 
 
 class _Done:

@@ -109,10 +109,18 @@ def test_tables_per_arm_against_hand_values():
     assert scape["s_per_step"] == pytest.approx(0.5) and scape["steps"] == 80
     assert scape["end_over_b"] == pytest.approx(1.0)
     assert powersgd["time"] is None and powersgd["reached"] == 1 and powersgd["ratio"] is None
+    # Paired by seed against DDP's 2.00, 2.04, 2.02: SCAPE -0.05, -0.05, -0.05 (no spread);
+    # PowerSGD seeds 1 and 2 only: 0.00 and +0.16, mean 0.08, half 12.706 * 0.1131 / sqrt 2 = 1.0165.
+    assert ddp["delta_at_b"] == (0.0, 0.0, 0.0)
+    assert scape["delta_at_b"] == pytest.approx((-0.05, -0.05, -0.05))
+    half = 12.706 * math.sqrt(2 * 0.08 ** 2) / math.sqrt(2)
+    assert powersgd["delta_at_b"] == pytest.approx((0.08, 0.08 - half, 0.08 + half))
     table = race.markdown(race.tables(race_rows(), 0.02), 0.02)
     assert "| ddp-powersgd-r1 | 0.001 | 2 | 40 | 1.2500 | 1.25 | 2.1000 [" in table
-    assert "not reached (1 of 2 seeds)" in table
+    assert "| +0.0800 [-0.9365, +1.0965] | not reached (1 of 2 seeds)" in table
     assert "| scape-99 | 0.003 | 3 | 80 | 0.5000 | 1.00 | 1.9700 [" in table
+    assert "| -0.0500 [-0.0500, -0.0500] | 28.3 [" in table
+    assert "| ddp-adamw | 0.001 | 3 | 150 " not in table and "| 2.0200 [1.9703, 2.0697] | – | 40.0 [40.0, 40.0] |" in table
 
 
 def test_csv_round_trip(tmp_path):

@@ -35,7 +35,8 @@ def elements(vocab):
     return model, sum(p.numel() for p in model.parameters())
 
 
-@pytest.mark.parametrize("arm,port", [("ddp-adamw", 29631), ("torchft-diloco", 29632), ("scape-99", 29633)])
+@pytest.mark.parametrize("arm,port", [("ddp-adamw", 29631), ("torchft-diloco", 29632), ("scape-99", 29633),
+                                      ("ddp-powersgd-r1", 29635)])
 def test_a_training_run_writes_its_evaluations(tmp_path, arm, port):
     out = tmp_path / "race.csv"
     node(tmp_path, "--mode", "train", "--arm", arm, "--steps", 20, "--eval-points", 4, "--lr", "2e-3",
@@ -51,8 +52,29 @@ def test_a_training_run_writes_its_evaluations(tmp_path, arm, port):
         assert [r["bytes_sent"] for r in rows] == [round(race_arms.ring_bytes(n, 2) * r["step"]) for r in rows]
     elif arm == "torchft-diloco":  # one fp32 all-reduce of every parameter a sync
         assert [r["bytes_sent"] for r in rows] == [round(race_arms.ring_bytes(n, 2) * r["step"] / 10) for r in rows]
+    elif arm == "ddp-powersgd-r1":  # steps 1 and 2 plain (start_powerSGD_iter = 2), then P and Q of rank 1
+        model, _ = elements(race_arms.char_corpus()[1])
+        dense, low = race_arms.ring_bytes(n, 2), race_arms.ring_bytes(race_arms.powersgd_elements(model, 1), 2)
+        assert [r["bytes_sent"] for r in rows] == [round(2 * dense + (r["step"] - 2) * low) for r in rows]
     else:
         assert 0 < rows[-1]["bytes_sent"] < 0.2 * race_arms.ring_bytes(n, 2) * 20
+
+
+def test_powersgd_on_a_model_of_several_buckets(tmp_path):
+    """The race's model has more gradient bytes than DDP's 1 MiB first bucket. With the default
+    buckets, PowerSGD's per-bucket all-reduces reached gloo in different orders on the two ranks
+    and the run aborted ("Received data size doesn't match expected size"); the arm now puts
+    every gradient in one bucket."""
+    model = TinyGPT(vocab=race_arms.char_corpus()[1], block=64, n_embd=128, n_head=4, n_layer=4, seed=1)
+    assert 4 * sum(p.numel() for p in model.parameters()) > 2 * 2 ** 20
+    out = tmp_path / "m.json"
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "1", "--nproc_per_node", "2", "--master_port",
+           "29636", "-m", "netlab.race_node", "--mode", "measure", "--arm", "ddp-powersgd-r4", "--measure-steps", "6",
+           "--out", str(out), "--width", "128", "--layers", "4", "--batch", "2", "--block", "64"]
+    done = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300, cwd=REPO)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert json.loads(out.read_text())["step_s"] > 0
 
 
 def test_measure_writes_a_step_time(tmp_path):
