@@ -5,14 +5,15 @@ unknown arm or has no DDP AdamW rows at a rate.
 
 Per rate and arm, over the seeds run at the arm's chosen rate (the best of its grid on the
 first seed, race_plan.best_lr):
-  target          DDP AdamW's validation loss at the end of B (the mean over its seeds of its
-                  last evaluation) + the margin
+  target          DDP AdamW's validation loss at B (the mean over its seeds of its last
+                  evaluation within B) + the margin
   time to target  a seed's wall seconds at its first evaluation at or below the target (no
                   interpolation between evaluations, so it is late by up to one evaluation
                   interval); "not reached" when any seed never gets there (never extrapolated)
   interval        a Student t 95% interval over the seeds, mean ± t(0.975, n-1) s / sqrt(n);
                   none with one seed
-  loss at B       the run's last evaluation (its step count was planned to fit B)
+  loss at B       the run's last evaluation within B of wall clock (its step count was planned
+                  to fit B; a run that overshot, end / B above 1, is read at B, not at its end)
   − DDP AdamW's   the arm's loss at B minus DDP AdamW's on the same seed, mean and t interval
                   over the seeds both ran (negative: the arm ends lower at equal wall clock)
   end / B         the run's training wall time over B: how well the planned count fit B (a
@@ -52,6 +53,13 @@ def time_to_target(curve, target):
     return next((r for r in curve if r["val_loss"] <= target), None)
 
 
+def at_budget(curve):
+    """The run's last evaluation within its wall-clock budget B (the first, if none is): a run
+    whose planned step count overshot B is read at B, not at its end."""
+    within = [r for r in curve if r["wall_s"] <= r["budget_s"]]
+    return within[-1] if within else curve[0]
+
+
 def chosen_runs(rows, rate, arm, first_seed):
     """The arm's curves at its chosen rate: {seed: rows by step}, and that rate."""
     lr = race_plan.best_lr(rows, rate, arm, first_seed)
@@ -63,7 +71,7 @@ def target_at(rows, rate, margin, first_seed, path="the CSVs"):
     curves, _ = chosen_runs(rows, rate, BASELINE, first_seed)
     if not curves:
         raise RaceInputError(f"{path}: no {BASELINE} rows at {rate:g} Mbit/s (seed {first_seed}): the target is its loss")
-    return statistics.fmean(c[-1]["val_loss"] for c in curves.values()) + margin
+    return statistics.fmean(at_budget(c)["val_loss"] for c in curves.values()) + margin
 
 
 def summary(rows, rate, arm, target, first_seed):
@@ -76,7 +84,7 @@ def summary(rows, rate, arm, target, first_seed):
     out = {"arm": arm, "lr": lr, "seeds": sorted(curves), "reached": sum(h is not None for h in hits.values()),
            "steps": statistics.fmean(c[-1]["planned_steps"] for c in curves.values()),
            "budget_s": next(iter(curves.values()))[-1]["budget_s"],
-           "loss_at_b": t_interval([c[-1]["val_loss"] for c in curves.values()]),
+           "loss_at_b": t_interval([at_budget(c)["val_loss"] for c in curves.values()]),
            "s_per_step": statistics.fmean(c[-1]["wall_s"] / c[-1]["step"] for c in curves.values()),
            "end_over_b": statistics.fmean(c[-1]["wall_s"] / c[-1]["budget_s"] for c in curves.values()),
            "time": None, "steps_to": None, "bytes_to": None}
@@ -95,7 +103,7 @@ def tables(rows, margin, first_seed=1, path="the CSVs"):
         arms = [BASELINE] + [a for a in dict.fromkeys(r["arm"] for r in rows if r["rate_mbit"] == rate) if a != BASELINE]
         lines = [summary(rows, rate, a, target, first_seed) for a in arms]
         base = lines[0]["time"]
-        base_at_b = {s: c[-1]["val_loss"] for s, c in chosen_runs(rows, rate, BASELINE, first_seed)[0].items()}
+        base_at_b = {s: at_budget(c)["val_loss"] for s, c in chosen_runs(rows, rate, BASELINE, first_seed)[0].items()}
         for line in lines:
             line["ratio"] = base[0] / line["time"][0] if base and line["time"] else None
             line["delta_at_b"] = paired_delta(rows, rate, line["arm"], base_at_b, first_seed)
@@ -109,7 +117,7 @@ def paired_delta(rows, rate, arm, base_at_b, first_seed):
     paired so that what a seed's data order does to both arms cancels. None without a common
     seed."""
     curves, _ = chosen_runs(rows, rate, arm, first_seed)
-    deltas = [c[-1]["val_loss"] - base_at_b[s] for s, c in sorted(curves.items()) if s in base_at_b]
+    deltas = [at_budget(c)["val_loss"] - base_at_b[s] for s, c in sorted(curves.items()) if s in base_at_b]
     return t_interval(deltas) if deltas else None
 
 
@@ -119,7 +127,13 @@ def _interval(cell, digits, signed=False):
     return f"{mean:{form}}" + (f" [{low:{form}}, {high:{form}}]" if low is not None else "")
 
 
-def markdown(result, margin):
+def rates_tried(rows, rate, arm, first_seed):
+    """[(lr, loss at B)] of the arm's runs on the first seed, by rate: its grid and any widening."""
+    runs = race_plan.runs(rows)
+    return sorted((lr, at_budget(c)["val_loss"]) for (r, a, s, lr), c in runs.items() if (r, a, s) == (rate, arm, first_seed))
+
+
+def markdown(result, margin, rows=None, first_seed=1):
     lines = []
     for rate, (target, arms) in result.items():
         budget = arms[0]["budget_s"]
@@ -137,6 +151,14 @@ def markdown(result, margin):
             lines.append(f"| {a['arm']} | {a['lr']:g} | {len(a['seeds'])} | {a['steps']:.0f} | {a['s_per_step']:.4f} | {a['end_over_b']:.2f} | "
                          f"{_interval(a['loss_at_b'], 4)} | {delta} | {time} | {ratio} | {steps} | {mb} |")
         lines.append("")
+        if rows is not None:
+            lines += [f"Learning rates tried on seed {first_seed} (loss at B; the chosen one in bold, picked by the "
+                      "run's last evaluation):", "", "| arm | rates tried |", "|---|---|"]
+            for a in arms:
+                tried = [f"**{lr:g}: {loss:.4f}**" if lr == a["lr"] else f"{lr:g}: {loss:.4f}"
+                         for lr, loss in rates_tried(rows, rate, a["arm"], first_seed)]
+                lines.append(f"| {a['arm']} | {', '.join(tried)} |")
+            lines.append("")
     return "\n".join(lines)
 
 
@@ -181,7 +203,7 @@ def main(argv=None):
     except RaceInputError as e:
         print(f"netlab race tables: {e}", file=sys.stderr)
         return 2
-    text = markdown(result, args.target_margin)
+    text = markdown(result, args.target_margin, rows, args.first_seed)
     print(text)
     if args.out:
         Path(args.out).mkdir(parents=True, exist_ok=True)

@@ -144,6 +144,17 @@ def runs(rows):
     return {k: sorted(v, key=lambda r: r["step"]) for k, v in out.items()}
 
 
+def widened(lrs, best):
+    """The next rate to try when `best` lies at the edge of the rates tried: twice the largest or
+    half the smallest; None when it lies inside (the comparison is at each arm's best rate, and
+    a best at the edge is only a bound)."""
+    if best == max(lrs):
+        return best * 2
+    if best == min(lrs):
+        return best / 2
+    return None
+
+
 def best_lr(rows, rate, arm, seed=1):
     """The grid's winner: the rate whose seed-`seed` run ends at the lowest validation loss (the
     driver picks with this and the analysis finds the same choice from the CSV alone)."""

@@ -109,18 +109,57 @@ def test_tables_per_arm_against_hand_values():
     assert scape["s_per_step"] == pytest.approx(0.5) and scape["steps"] == 80
     assert scape["end_over_b"] == pytest.approx(1.0)
     assert powersgd["time"] is None and powersgd["reached"] == 1 and powersgd["ratio"] is None
+    # PowerSGD overshot B (evaluations at 12.5, 25, 37.5 and 50 s, B = 40 s): read at 37.5 s,
+    # 2.03 and 2.3, not at its end (2.0 and 2.2).
+    assert powersgd["loss_at_b"][0] == pytest.approx((2.03 + 2.3) / 2)
     # Paired by seed against DDP's 2.00, 2.04, 2.02: SCAPE -0.05, -0.05, -0.05 (no spread);
-    # PowerSGD seeds 1 and 2 only: 0.00 and +0.16, mean 0.08, half 12.706 * 0.1131 / sqrt 2 = 1.0165.
+    # PowerSGD seeds 1 and 2 only: +0.03 and +0.26, mean 0.145, sd 0.16263, half 12.706 sd / sqrt 2.
     assert ddp["delta_at_b"] == (0.0, 0.0, 0.0)
     assert scape["delta_at_b"] == pytest.approx((-0.05, -0.05, -0.05))
-    half = 12.706 * math.sqrt(2 * 0.08 ** 2) / math.sqrt(2)
-    assert powersgd["delta_at_b"] == pytest.approx((0.08, 0.08 - half, 0.08 + half))
+    half = 12.706 * math.sqrt(2 * 0.115 ** 2) / math.sqrt(2)
+    assert half == pytest.approx(1.4612, abs=1e-4)
+    assert powersgd["delta_at_b"] == pytest.approx((0.145, 0.145 - half, 0.145 + half))
     table = race.markdown(race.tables(race_rows(), 0.02), 0.02)
-    assert "| ddp-powersgd-r1 | 0.001 | 2 | 40 | 1.2500 | 1.25 | 2.1000 [" in table
-    assert "| +0.0800 [-0.9365, +1.0965] | not reached (1 of 2 seeds)" in table
+    assert "| ddp-powersgd-r1 | 0.001 | 2 | 40 | 1.2500 | 1.25 | 2.1650 [" in table
+    assert "| +0.1450 [-1.3162, +1.6062] | not reached (1 of 2 seeds)" in table
     assert "| scape-99 | 0.003 | 3 | 80 | 0.5000 | 1.00 | 1.9700 [" in table
     assert "| -0.0500 [-0.0500, -0.0500] | 28.3 [" in table
     assert "| ddp-adamw | 0.001 | 3 | 150 " not in table and "| 2.0200 [1.9703, 2.0697] | – | 40.0 [40.0, 40.0] |" in table
+
+
+def test_rates_tried_are_listed_with_the_chosen_one_in_bold():
+    table = race.markdown(race.tables(race_rows(), 0.02), 0.02, race_rows())
+    assert "| ddp-adamw | 0.0005: 2.2000, **0.001: 2.0000**, 0.002: 2.3000 |" in table
+    assert "| scape-99 | 0.001: 2.1000, **0.003: 1.9500** |" in table
+    assert "| ddp-powersgd-r1 | **0.001: 2.0300** |" in table  # read at B (37.5 s), not at its end
+
+
+def test_widened_steps_past_the_edge_only():
+    assert race_plan.widened([5e-4, 1e-3, 2e-3], 2e-3) == 4e-3
+    assert race_plan.widened([5e-4, 1e-3, 2e-3], 5e-4) == 2.5e-4
+    assert race_plan.widened([5e-4, 1e-3, 2e-3], 1e-3) is None
+    assert race_plan.widened([5e-4, 1e-3, 2e-3, 4e-3], 2e-3) is None  # inside once widened
+
+
+def test_grid_widens_while_the_best_is_at_its_edge(monkeypatch, capsys):
+    """A loss that falls with the rate up to 8e-3: the grid 5e-4, 1e-3, 2e-3 widens to 4e-3 and
+    8e-3 (two extensions), then stops, still at the edge, and says so; with the best loss at
+    2.5e-3 it tries 4e-3, finds 2e-3 better and inside, and stops."""
+    def fake_train(args, ctx, arm, lr, seed, steps, optimum):
+        loss = abs(lr - optimum) * 100 + 2.0
+        return curve(arm, seed, lr, [3.0, loss])
+    args = race_driver.arguments(["--rate", "100mbit", "--ddp-steps", "10"])
+    ctx = {"rate_mbit": 100.0}
+    monkeypatch.setattr(race_driver, "train", lambda *a: fake_train(*a, optimum=8e-3))
+    assert race_driver.grid(args, ctx, "ddp-adamw", 20) == 8e-3
+    err = capsys.readouterr().err
+    assert "trying 0.004" in err and "trying 0.008" in err and "warning: ddp-adamw's best rate 0.008" in err
+    monkeypatch.setattr(race_driver, "train", lambda *a: fake_train(*a, optimum=2.5e-3))
+    assert race_driver.grid(args, ctx, "ddp-adamw", 20) == 2e-3
+    err = capsys.readouterr().err
+    assert "trying 0.004" in err and "trying 0.008" not in err and "warning" not in err
+    args = race_driver.arguments(["--rate", "100mbit", "--ddp-steps", "10", "--grid-extensions", "0"])
+    assert race_driver.grid(args, ctx, "ddp-adamw", 20) == 2e-3 and "warning" in capsys.readouterr().err
 
 
 def test_csv_round_trip(tmp_path):
