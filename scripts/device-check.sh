@@ -56,9 +56,9 @@ usage() {
 prepare() {
   local build=build/device-prepare carry=device-carry
   local jobs="${JOBS:-2}"
-  local targets=(test_cuda_kernels test_device_optimizer test_device_model test_device_train nccl_collectives_check
+  local targets=(test_cuda_kernels test_cuda_passes test_cuda_model_ops test_device_optimizer test_device_model test_device_train nccl_collectives_check
     nccl_scape_check nccl_single_check bench_cuda bench_device_step bench_model_cuda scape)
-  local paths=(tests/test_cuda_kernels tests/test_device_optimizer tests/test_device_model tests/test_device_train
+  local paths=(tests/test_cuda_kernels tests/test_cuda_passes tests/test_cuda_model_ops tests/test_device_optimizer tests/test_device_model tests/test_device_train
     tests/runtime/nccl_collectives_check tests/runtime/nccl_scape_check tests/runtime/nccl_single_check
     bench/bench_cuda bench/bench_device_step
     bench/bench_model_cuda apps/scape)

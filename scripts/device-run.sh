@@ -287,7 +287,9 @@ run_training() {
 }
 
 # ---- the GPU tests, the one-GPU simulator runs, then the benchmarks ----
-run_test test_cuda_kernels test_cuda_kernels 150
+run_test test_cuda_kernels test_cuda_kernels 90
+run_test test_cuda_passes test_cuda_passes 60
+run_test test_cuda_model_ops test_cuda_model_ops 60
 run_test test_device_optimizer test_device_optimizer 120
 run_test test_device_model test_device_model 60
 run_test test_device_train test_device_train 120

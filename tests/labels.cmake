@@ -20,6 +20,8 @@ set(scape_test_map
     "test_kernels_select kernels"
     "test_kernels_sign kernels"
     "test_cuda_kernels kernels"
+    "test_cuda_passes kernels"
+    "test_cuda_model_ops kernels model"
     # optimizers/scape/ and the SCAPE step
     "test_formulations optimizers/scape core scape_step"
     "test_invariants optimizers/scape core scape_step"
@@ -48,6 +50,7 @@ set(scape_test_map
     "test_sweep config run_file"
     # predict/
     "test_predict_calibration predict"
+    "test_predict_calibration_hierarchy predict optimizers"
     "test_predict_cli predict apps"
     "test_predict_gemm predict"
     "test_predict_hierarchy predict optimizers"
@@ -66,7 +69,9 @@ set(scape_test_map
     "test_device_train sim train model"
     # apps/: the scape command end to end
     "test_harness apps train run_file sim"
-    "test_hardening apps run_file train fuzz"
+    "test_harness_sweep apps train run_file sim"
+    "test_hardening apps run_file train"
+    "test_fuzz_regressions apps config run_file train fuzz"
     "test_run_guards apps run_file train"
     "test_host_memory apps train"
     "test_sweep_concurrency apps run_file sim"
