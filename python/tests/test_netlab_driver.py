@@ -200,7 +200,8 @@ def test_nodes_of_two_ranks_talk_inside_over_loopback_and_across_over_the_shaped
 def test_a_tiny_race_runs_from_up_to_table(two_nodes, tmp_path):
     """`scripts/netlab race` end to end on the nodes (a tiny model, 2 arms, 2 seeds): B is DDP
     AdamW's wall time at its grid's best rate, SCAPE 99% gets floor(B / its measured step), each
-    arm's grid runs on seed 1 and seed 2 at the best rate, and the table comes out."""
+    arm's grid (widened past an edge best) runs on seed 1 and seed 2 at the best rate, and the
+    table comes out."""
     env = dict(os.environ, OMP_NUM_THREADS="1", SCAPE_PYTHON=sys.executable)
     args = ["race", "--rate", "100mbit", "--ddp-steps", 20, "--arms", "scape-99", "--seeds", "1,2", "--width", 32,
             "--layers", 1, "--batch", 2, "--block", 16, "--eval-points", 2, "--measure-steps", 5,
@@ -220,7 +221,16 @@ def test_a_tiny_race_runs_from_up_to_table(two_nodes, tmp_path):
                                                                                race_plan.ARMS["scape-99"][1])):
         chosen = plan["arms"][arm]["lr"]
         assert chosen == race_plan.best_lr(rows, 100.0, arm)
-        assert sorted(k for k in runs if k[1] == arm) == sorted([(100.0, arm, 1, lr) for lr in grid] + [(100.0, arm, 2, chosen)])
+        # The rates seed 1 should have tried: the grid, widened past its edge (at most twice,
+        # the default --grid-extensions) while the best of those tried so far lies there.
+        tried = list(grid)
+        for _ in range(2):
+            so_far = race_plan.best_lr([r for r in rows if r["lr"] in tried], 100.0, arm)
+            beyond = race_plan.widened(tried, so_far)
+            if beyond is None:
+                break
+            tried.append(beyond)
+        assert sorted(k for k in runs if k[1] == arm) == sorted([(100.0, arm, 1, lr) for lr in tried] + [(100.0, arm, 2, chosen)])
         assert all(c[-1]["step"] == steps == c[-1]["planned_steps"] for k, c in runs.items() if k[1] == arm)
     again = subprocess.run([str(NETLAB), *map(str, args)], capture_output=True, text=True, timeout=120, env=env)
     assert again.returncode == 2 and "race-test-100mbit.csv exists" in again.stderr
