@@ -74,8 +74,9 @@ def target_at(rows, rate, margin, first_seed, path="the CSVs"):
     return statistics.fmean(at_budget(c)["val_loss"] for c in curves.values()) + margin
 
 
-def summary(rows, rate, arm, target, first_seed):
-    """One arm's line of the table at one rate (see the module's docstring)."""
+def summary(rows, rate, arm, target, first_seed, base_at_b):
+    """One arm's line of the table at one rate (see the module's docstring); `base_at_b` is DDP
+    AdamW's loss at B by seed, for the paired difference."""
     curves, lr = chosen_runs(rows, rate, arm, first_seed)
     if not curves:
         raise RaceInputError(f"{arm} at {rate:g} Mbit/s: no run on seed {first_seed}, the seed its rate is chosen on")
@@ -87,7 +88,7 @@ def summary(rows, rate, arm, target, first_seed):
            "loss_at_b": t_interval([at_budget(c)["val_loss"] for c in curves.values()]),
            "s_per_step": statistics.fmean(c[-1]["wall_s"] / c[-1]["step"] for c in curves.values()),
            "end_over_b": statistics.fmean(c[-1]["wall_s"] / c[-1]["budget_s"] for c in curves.values()),
-           "time": None, "steps_to": None, "bytes_to": None}
+           "delta_at_b": paired_delta(curves, base_at_b), "time": None, "steps_to": None, "bytes_to": None}
     if reached:
         out["time"] = t_interval([h["wall_s"] for h in hits.values()])
         out["steps_to"] = statistics.fmean(h["step"] for h in hits.values())
@@ -101,22 +102,20 @@ def tables(rows, margin, first_seed=1, path="the CSVs"):
     for rate in sorted({r["rate_mbit"] for r in rows}):
         target = target_at(rows, rate, margin, first_seed, path)
         arms = [BASELINE] + [a for a in dict.fromkeys(r["arm"] for r in rows if r["rate_mbit"] == rate) if a != BASELINE]
-        lines = [summary(rows, rate, a, target, first_seed) for a in arms]
-        base = lines[0]["time"]
         base_at_b = {s: at_budget(c)["val_loss"] for s, c in chosen_runs(rows, rate, BASELINE, first_seed)[0].items()}
+        lines = [summary(rows, rate, a, target, first_seed, base_at_b) for a in arms]
+        base = lines[0]["time"]
         for line in lines:
             line["ratio"] = base[0] / line["time"][0] if base and line["time"] else None
-            line["delta_at_b"] = paired_delta(rows, rate, line["arm"], base_at_b, first_seed)
         out[rate] = (target, lines)
     return out
 
 
-def paired_delta(rows, rate, arm, base_at_b, first_seed):
-    """The arm's loss at B minus DDP AdamW's on the same seed, over the seeds both ran (mean and
-    t interval): which arm ends lower at equal wall clock, free of the target's margin, and
-    paired so that what a seed's data order does to both arms cancels. None without a common
-    seed."""
-    curves, _ = chosen_runs(rows, rate, arm, first_seed)
+def paired_delta(curves, base_at_b):
+    """The arm's loss at B ({seed: curve}) minus DDP AdamW's on the same seed, over the seeds
+    both ran (mean and t interval): which arm ends lower at equal wall clock, free of the
+    target's margin, and paired so that what a seed's data order does to both arms cancels.
+    None without a common seed."""
     deltas = [at_budget(c)["val_loss"] - base_at_b[s] for s, c in sorted(curves.items()) if s in base_at_b]
     return t_interval(deltas) if deltas else None
 
