@@ -97,8 +97,10 @@ Calibration calibrate(std::span<const RateSample> compute, std::span<const RateS
     c.achieved_flops = fit_rate(compute, "compute");
     c.compute_samples = static_cast<int>(compute.size());
   }
-  c.optimizer_Bps = fit_rate(optimizer, "optimizer step");
-  c.optimizer_samples = static_cast<int>(optimizer.size());
+  if (!optimizer.empty()) {  // bench-comm files alone give none: the links alone are fitted
+    c.optimizer_Bps = fit_rate(optimizer, "optimizer step");
+    c.optimizer_samples = static_cast<int>(optimizer.size());
+  }
   if (!intra.empty()) {
     try {
       c.intra = fit_alpha_beta(intra);
@@ -130,6 +132,24 @@ Calibration with_link_rate_scale(Calibration c, double factor) {
   return c;
 }
 
+namespace {
+
+const char* hardware_description(const Calibration& c) {
+  if (c.compute_samples > 0) {
+    return "calibrated by scape predict --calibrate: peak_TFLOPs is the achieved compute (mfu 1), the three "
+           "throughputs the optimizer step's fitted one, the links the fitted alpha-beta";
+  }
+  if (c.optimizer_samples > 0) {
+    return "calibrated by scape predict --calibrate from runs whose compute slept: no compute figure (a config "
+           "using it names its GPU's peak_TFLOPs), the three throughputs the optimizer step's fitted one, the links "
+           "the fitted alpha-beta";
+  }
+  return "calibrated by scape predict --calibrate --links-from-bench from bench-comm files alone: the links only "
+         "(a config using it names its GPU)";
+}
+
+}  // namespace
+
 nlohmann::json hardware_json(const Calibration& c) {
   using nlohmann::json;
   const auto link = [](const LinkFit& l) {
@@ -158,23 +178,15 @@ nlohmann::json hardware_json(const Calibration& c) {
   }
   if (c.link_rate_scale != 1) fit["link_rate_scale"] = c.link_rate_scale;
   const double tbps = c.optimizer_Bps / 1e12;
-  json gpu = {{"memory_bandwidth_TBps", tbps}, {"select_TBps", tbps}, {"pack_TBps", tbps}};
+  json gpu = json::object();
+  if (c.optimizer_samples > 0) gpu = {{"memory_bandwidth_TBps", tbps}, {"select_TBps", tbps}, {"pack_TBps", tbps}};
   if (c.compute_samples > 0) {
     gpu["peak_TFLOPs"] = c.achieved_flops / 1e12;
     gpu["mfu"] = 1.0;
   }
-  return json{{"format", kHardwareFormat},
-              {"description",
-               c.compute_samples > 0
-                   ? "calibrated by scape predict --calibrate: peak_TFLOPs is the achieved compute (mfu 1), the three "
-                     "throughputs the optimizer step's fitted one, the links the fitted alpha-beta"
-                   : "calibrated by scape predict --calibrate from runs whose compute slept: no compute figure (a "
-                     "config using it names its GPU's peak_TFLOPs), the three throughputs the optimizer step's fitted "
-                     "one, the links the fitted alpha-beta"},
-              {"sources", c.sources},
-              {"gpu", gpu},
-              {"network", network},
-              {"fit", fit}};
+  return json{{"format", kHardwareFormat}, {"description", hardware_description(c)},
+              {"sources", c.sources},      {"gpu", gpu},
+              {"network", network},        {"fit", fit}};
 }
 
 StepInputs calibrated_inputs(const Calibration& c, const OptimizerConfig& optimizer, std::uint64_t n_params,

@@ -87,11 +87,12 @@ struct Calibration {
 // Fits every parameter. A kind gets its own link when its samples hold two distinct points and
 // its fit succeeds; otherwise it keeps the combined link and a warning says why. No compute
 // sample (every run's compute slept) leaves achieved_flops 0, and the hardware description
-// then names no compute figure. `intra` (the node collectives of hierarchical runs) fits the
-// intra-node link, all kinds together; empty, none is fitted. When some collective samples are
-// idle (bench-comm's calls after an idle gap), the lines are fitted to the busy samples and the
-// inter link keeps both regimes' measured curves (predict/link_load_fit.hpp). Throws std::invalid_argument when the
-// compute (given samples), optimizer, combined collective or intra-node fit fails.
+// then names no compute figure; no optimizer sample either (bench-comm files alone) leaves
+// optimizer_Bps 0 too, and the description is the links alone. `intra` (the node collectives of hierarchical runs) fits
+// the intra-node link, all kinds together; empty, none is fitted. When some collective samples are idle (bench-comm's
+// calls after an idle gap), the lines are fitted to the busy samples and the inter link keeps both regimes' measured
+// curves (predict/link_load_fit.hpp). Throws std::invalid_argument when the compute or optimizer (given samples),
+// combined collective or intra-node fit fails.
 Calibration calibrate(std::span<const RateSample> compute, std::span<const RateSample> optimizer,
                       std::span<const CollectiveSample> collectives, std::span<const CollectiveSample> intra = {});
 

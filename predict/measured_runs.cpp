@@ -151,13 +151,17 @@ void print_fit(std::ostream& out, const Calibration& c) {
   if (c.compute_samples > 0) {
     std::snprintf(buf, sizeof buf, "compute: %.4g GFLOP/s achieved (%d runs); ", c.achieved_flops / 1e9,
                   c.compute_samples);
-  } else {
+  } else if (c.optimizer_samples > 0) {
     std::snprintf(buf, sizeof buf, "compute: not fitted (every fitted run's compute slept); ");
+  } else {
+    std::snprintf(buf, sizeof buf, "compute and optimizer step: not fitted (no run: the links alone)\n");
   }
   out << buf;
-  std::snprintf(buf, sizeof buf, "optimizer step: %.4g GB/s over the bytes it touches (%d runs)\n",
-                c.optimizer_Bps / 1e9, c.optimizer_samples);
-  out << buf;
+  if (c.optimizer_samples > 0) {
+    std::snprintf(buf, sizeof buf, "optimizer step: %.4g GB/s over the bytes it touches (%d runs)\n",
+                  c.optimizer_Bps / 1e9, c.optimizer_samples);
+    out << buf;
+  }
   std::snprintf(buf, sizeof buf, "collectives, all kinds: alpha %.3g us, %.4g GB/s (%d samples)\n",
                 c.combined.alpha_s * 1e6, c.combined.bandwidth_Bps / 1e9, c.combined.samples);
   out << buf;
@@ -192,6 +196,7 @@ void print_fit(std::ostream& out, const Calibration& c) {
 void print_runs(std::ostream& out, const Calibration& c, const std::vector<RunMeasurement>& runs,
                 const std::vector<bool>& fitted, std::ostream* csv) {
   if (csv) *csv << "file,role,workers,optimizer,cpu_share,wall_step_ms,measured_step_ms,predicted_step_ms,error\n";
+  if (runs.empty()) return;  // --links-from-bench on bench-comm files alone: nothing to compare
   out << "\n| run | role | W | optimizer | steps | CPU share | wall step ms | measured step ms | predicted step ms | "
          "error | compute ms meas / pred | optimizer ms meas / pred "
          "|\n|---|---|---|---|---|---|---|---|---|---|---|---|\n";
@@ -431,10 +436,10 @@ void calibrate_from_files(const std::vector<std::filesystem::path>& fit_files,
                              "compute is measured too");
     }
   }
-  if (fitted.empty())
+  if (fitted.empty() && !links_from_bench)
     throw cfg::ConfigError(
-        "--calibrate: no run file among the inputs (bench-comm files alone fit "
-        "only the links; compute and the optimizer step need a run)");
+        "--calibrate: no run file among the inputs (bench-comm files alone fit only the links: "
+        "--links-from-bench; compute and the optimizer step need a run)");
   Calibration c;
   try {
     c = calibrate(compute, optimizer, collectives, intra);

@@ -220,6 +220,31 @@ TEST_CASE("--links-from-bench: the links from the bench-comm file alone, compute
                        doctest::Contains("no bench-comm file"), cfg::ConfigError);
 }
 
+TEST_CASE("--links-from-bench with bench-comm files alone: the links, no compute or optimizer figure") {
+  const Truth t;
+  scape::testing::TempDir dir;
+  const fs::path bench = write_bench_comm(dir.path / "bench.h5", bench_samples(t, false));
+  std::ostringstream table;
+  calibrate_from_files({bench}, {}, dir.path / "hw.json", table, {}, true);
+  const std::string text = table.str();
+  CAPTURE(text);
+  CHECK(text.find("compute and optimizer step: not fitted (no run: the links alone)") != std::string::npos);
+  CHECK(text.find("| run |") == std::string::npos);  // no run to compare
+  const json hw = json::parse(std::ifstream(dir.path / "hw.json"));
+  CHECK(hw.at("gpu").empty());
+  CHECK(hw.at("fit").at("optimizer_samples").get<int>() == 0);
+  for (const auto kind : kKinds) {  // the same links a calibration with runs fits to this file
+    const auto& l = hw.at("network").at("collectives").at(to_string(kind));
+    const auto& truth = t.link[static_cast<int>(kind)];
+    CHECK(l.at("alpha_us").get<double>() == doctest::Approx(truth.alpha_s * 1e6).epsilon(0.01));
+    CHECK(l.at("bandwidth_GBps").get<double>() == doctest::Approx(truth.bandwidth_Bps / 1e9).epsilon(0.01));
+  }
+  // Without --links-from-bench a bench-comm file alone still needs a run beside it.
+  std::ostringstream ignored;
+  CHECK_THROWS_WITH_AS(calibrate_from_files({bench}, {}, dir.path / "x.json", ignored, {}, false),
+                       doctest::Contains("no run file among the inputs"), cfg::ConfigError);
+}
+
 TEST_CASE("runs whose compute slept: compute given, not fitted; the optimizer and links round-trip exactly") {
   const Truth t;
   scape::testing::TempDir dir;
