@@ -13,8 +13,16 @@ At each rate:
   4. every arm trains its other seeds at its best rate.
 Each run's evaluations are appended to OUT/race-DATE-RATE.csv (race_plan.COLUMNS), with B in
 budget_s; the measured step times and plans go to OUT/race-DATE-RATE.plan.json. Then the table
-(`scripts/netlab race tables`) is printed. Exit status 2: bad arguments; a failing run's status
-otherwise, naming the arm."""
+(`scripts/netlab race tables`) is printed.
+
+With --extend the race of that --out, --date and rate already ran: every arm whose chosen rate
+lies at the edge of the rates it tried (--arms) trains past it on the first seed at its planned
+count and its B (DDP AdamW's too: B stays the plan's), up to --grid-extensions more rates, and,
+when the best rate moved, its other seeds at the new one; the rows are appended to the CSV and
+the plan's rate updated (its "extended" lists what was tried). The model, seeds and corpus are
+the plan's; a corpus that changed since is refused.
+
+Exit status 2: bad arguments; a failing run's status otherwise, naming the arm."""
 import argparse
 import datetime
 import json
@@ -35,7 +43,7 @@ def arguments(argv=None):
                                 epilog=__doc__.split("\n\n", 1)[1],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--rate", required=True, help="tc rates, comma-separated (100mbit,1gbit,10gbit)")
-    p.add_argument("--ddp-steps", type=int, required=True, help="S: DDP AdamW's steps, whose wall time is B")
+    p.add_argument("--ddp-steps", type=int, help="S: DDP AdamW's steps, whose wall time is B (not with --extend)")
     p.add_argument("--arms", default=",".join(race_plan.ARMS), help="comma-separated; ddp-adamw always runs")
     p.add_argument("--seeds", default="1,2,3", help="comma-separated; the grid runs on the first")
     p.add_argument("--out", default=str(ROOT / "experiments" / "measured" / "netlab"), help="folder of the CSVs")
@@ -47,6 +55,8 @@ def arguments(argv=None):
     p.add_argument("--subnet", default="10.77.0", help="the netlab's subnet A.B.C (scripts/netlab --help)")
     p.add_argument("--port", type=int, default=29500)
     p.add_argument("--target-margin", type=float, default=0.02, help="for the table printed at the end")
+    p.add_argument("--extend", action="store_true",
+                   help="widen the grids of a race that already ran (OUT/race-DATE-RATE.csv and its plan; see below)")
     p.add_argument("--grid-extensions", type=int, default=2,
                    help="rates tried past the grid's edge while the best lies there (x2 or /2 each)")
     for flag, default in (("--width", 128), ("--layers", 4), ("--batch", 8), ("--block", 64)):
@@ -58,7 +68,11 @@ def arguments(argv=None):
         args.rates = [(r, rate_in_mbit(r)) for r in args.rate.split(",")]
     except (race_plan.RaceInputError, ValueError) as e:
         p.error(str(e))
-    if args.ddp_steps < 1:
+    if args.extend and args.ddp_steps is not None:
+        p.error("--ddp-steps: --extend takes S and B from the race's plan")
+    if not args.extend and args.ddp_steps is None:
+        p.error("--ddp-steps: required (S, DDP AdamW's steps, whose wall time is B)")
+    if not args.extend and args.ddp_steps < 1:
         p.error(f"--ddp-steps: at least 1, got {args.ddp_steps}")
     if args.grid_extensions < 0:
         p.error(f"--grid-extensions: at least 0, got {args.grid_extensions}")
@@ -167,6 +181,49 @@ def race_at(args, rate):
     return csv_path
 
 
+def extend_at(args, rate):
+    """--extend: the grids of the race at `rate` widened past their edges (module docstring)."""
+    rate_mbit = rate_in_mbit(rate)
+    csv_path = os.path.join(args.out, f"race-{args.date}-{rate}.csv")
+    plan_path = csv_path.replace(".csv", ".plan.json")
+    if not (os.path.exists(csv_path) and os.path.exists(plan_path)):
+        fail(f"--extend: {csv_path} and its plan must both exist (the race to extend)")
+    with open(plan_path) as f:
+        plan = json.load(f)
+    if plan["corpus_sha256"] != race_plan.corpus_digest(ROOT):
+        fail(f"--extend: {plan_path}: the race read another corpus (sha256 {plan['corpus_sha256'][:12]}…) than this "
+             "checkout's README.md and docs/*.md: extend it from a checkout of the commit it ran from")
+    for key in ("width", "layers", "batch", "block", "eval_points", "nodes"):
+        setattr(args, key, plan["settings"][key])
+    seeds = plan["settings"]["seeds"]
+    subprocess.run([str(DRIVER), "up", "--nodes", str(args.nodes), "--rate", rate, "--prefix", args.prefix,
+                    "--subnet", args.subnet], check=True)
+    rows = race_plan.read(csv_path)
+    with tempfile.TemporaryDirectory(prefix="race-") as scratch:
+        ctx = {"scratch": scratch, "rate_mbit": rate_mbit, "csv": csv_path, "budget": plan["budget_s"]}
+        for arm in [a for a in args.arms if a in plan["arms"]]:
+            chosen, steps = plan["arms"][arm]["lr"], plan["arms"][arm]["steps"]
+            lrs = sorted({r["lr"] for r in rows if (r["rate_mbit"], r["arm"], r["seed"]) == (rate_mbit, arm, seeds[0])})
+            best = chosen
+            for _ in range(args.grid_extensions):
+                beyond = race_plan.widened(lrs, best)
+                if beyond is None:
+                    break
+                print(f"netlab race --extend: {arm}'s best rate {best:g} is at the edge of {lrs}: trying {beyond:g}",
+                      file=sys.stderr)
+                rows += train(args, ctx, arm, beyond, seeds[0], steps)
+                lrs.append(beyond)
+                best = race_plan.best_lr(rows, rate_mbit, arm, seeds[0])
+            if best != chosen:
+                for seed in seeds[1:]:
+                    rows += train(args, ctx, arm, best, seed, steps)
+                plan["arms"][arm]["lr"] = best
+            plan.setdefault("extended", {})[arm] = {"rates_tried": sorted(lrs), "lr_before": chosen, "lr": best}
+    with open(plan_path, "w") as f:
+        json.dump(plan, f, indent=1)
+    return csv_path
+
+
 def warn_fast(arm, measured):
     # The race is about communication against compute: the issue asks for >= 20 ms of compute a step.
     if measured["compute_s"] < 0.020:
@@ -185,7 +242,7 @@ def rate_in_mbit(rate):
 def main(argv=None):
     args = arguments(argv)
     os.makedirs(args.out, exist_ok=True)
-    paths = [race_at(args, rate) for rate, _ in args.rates]
+    paths = [(extend_at if args.extend else race_at)(args, rate) for rate, _ in args.rates]
     from netlab import race
     return race.main(paths + ["--target-margin", str(args.target_margin)])
 
