@@ -11,7 +11,9 @@ barrier; the time is the slowest rank's mean. With --idle-gap-ms G > 0 every siz
 barrier and G ms of idle link, those rows marked "idle" in /regime (the others "busy"): a
 collective that follows compute rather than another collective (docs/PREDICTING.md, "A link's
 load"). Columns as `scape bench-comm`: the ledger's ring bytes sent per worker and
-latency steps, algbw = size / time, busbw as nccl-tests."""
+latency steps, algbw = size / time, busbw as nccl-tests. With --native-all-reduce only the
+all-reduce is timed, and as torch.distributed's own `all_reduce` (gloo's ring: what DDP, its
+PowerSGD hook and torchft call) instead of scape.torch's rank-order mean."""
 import argparse
 import os
 import sys
@@ -34,6 +36,9 @@ COLLECTIVES = {
     "all_to_all": ("all_to_all", lambda g, x: g.all_to_all(x, _split(x.numel(), g.size),
                                                            _split(x.numel(), g.size), "bench")),
 }
+
+
+NATIVE_ALL_REDUCE = {"all_reduce": ("all_reduce", lambda g, x: dist.all_reduce(x))}
 
 
 def leave_process_group():
@@ -106,6 +111,8 @@ def main():
     parser.add_argument("--idle-gap-ms", type=float, default=0,
                         help="> 0: time every size again, each call after this many ms of idle link (rows marked "
                              "idle; default %(default)s: back-to-back calls only)")
+    parser.add_argument("--native-all-reduce", action="store_true",
+                        help="time only the all-reduce, as torch.distributed.all_reduce (see above)")
     args = parser.parse_args()
     if args.min_bytes < 8 or args.max_bytes < args.min_bytes:
         parser.error("--min-bytes must be >= 8 and <= --max-bytes")
@@ -124,7 +131,7 @@ def main():
     for regime in regimes:
         if regime == "idle" and group.rank == 0:
             print(f"# each call after {args.idle_gap_ms:g} ms of idle link", flush=True)
-        for name, (kind, call) in COLLECTIVES.items():
+        for name, (kind, call) in (NATIVE_ALL_REDUCE if args.native_all_reduce else COLLECTIVES).items():
             for size in sizes(args.min_bytes, args.max_bytes, args.factor):
                 n = max(w, int(size) // 4 // w * w)  # a multiple of W floats: equal shares
                 payload = 4.0 * n
@@ -142,6 +149,7 @@ def main():
         with h5py.File(args.out, "w") as f:
             f.attrs["format"] = FORMAT
             f.attrs["backend"] = "gloo"
+            f.attrs["collectives"] = "torch.distributed" if args.native_all_reduce else "scape.torch"
             f.create_dataset("collective", data=[r[0] for r in rows], dtype=h5py.string_dtype())
             f.create_dataset("kind", data=[r[1] for r in rows], dtype=h5py.string_dtype())
             f.create_dataset("regime", data=[r[9] for r in rows], dtype=h5py.string_dtype())
