@@ -102,3 +102,25 @@ def test_char_corpus_is_the_repositorys_prose():
     text = (REPO / "README.md").read_bytes()
     assert len(tokens) == len(text) and vocab == len(set(text))
     assert tokens.max() == vocab - 1 and tokens.min() == 0
+
+
+@pytest.mark.parametrize("native,port", [(False, 29638), (True, 29639)])
+def test_the_gloo_bench_times_what_each_arm_sends(tmp_path, native, port):
+    """netlab/gloo_bench_comm.py on two gloo ranks: scape.torch's four collectives, or with
+    --native-all-reduce torch.distributed's all-reduce alone (the race's links, `race links`)."""
+    h5py = pytest.importorskip("h5py")
+    out = tmp_path / "bench.h5"
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "1", "--nproc_per_node", "2", "--master_port",
+           str(port), "-m", "netlab.gloo_bench_comm", "--out", str(out), "--min-bytes", "1024", "--max-bytes", "4096",
+           "--iters", "1", "--small-iters", "2", "--idle-gap-ms", "1"] + (["--native-all-reduce"] if native else [])
+    done = subprocess.run(cmd, capture_output=True, text=True, env=dict(os.environ, OMP_NUM_THREADS="1"), timeout=300,
+                          cwd=REPO)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    with h5py.File(out) as f:
+        kinds = [k.decode() if isinstance(k, bytes) else k for k in f["kind"][()]]
+        regimes = {r.decode() if isinstance(r, bytes) else r for r in f["regime"][()]}
+        assert f.attrs["collectives"] == ("torch.distributed" if native else "scape.torch")
+        assert sorted(set(kinds)) == (["all_reduce"] if native else
+                                      ["all_gather", "all_reduce", "all_to_all", "reduce_scatter"])
+        assert regimes == {"busy", "idle"} and len(kinds) == 2 * 2 * len(set(kinds))  # 1024 and 4096 bytes
+        assert (f["time_s"][()] > 0).all() and set(f["payload_bytes"][()]) == {1024.0, 4096.0}
