@@ -430,7 +430,8 @@ def markdown(result, margin):
                 step = f"{a['step_forecast']:.4f}" + (" (fitted)" if a["fitted"] else
                                                        f" ({100 * (a['step_forecast'] / a['step_measured'] - 1):+.0f}%)")
             lines.append(f"| {a['arm']} | {a['lr']:g} | {a['steps']:.0f} | {a['step_measured']:.4f} | {step} | "
-                         f"{_cell(a['loss_race'])} | {_cell(a['loss_sim'])} | {_cell(a['delta_race'], signed=True)} | "
+                         f"{_cell(a['loss_race'])} | {_cell(a['loss_sim'])} | "
+                         f"{_cell(None if a['arm'] == BASELINE else a['delta_race'], signed=True)} | "
                          f"{_cell(a['delta_sim'], signed=True)} | {_time(a['time_race'], a['reached_race'])} | "
                          f"{_time(a['time_sim'], a['reached_sim'], a['steps_sim'])} |")
         lines.append("")
