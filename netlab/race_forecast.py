@@ -1,19 +1,20 @@
-"""`scripts/netlab race forecast --race CSV... [--base CSV] --links DIR --out DIR`: how well the simulator plus
-`scape predict` forecast the race (issue 60, docs/NETLAB.md "Forecasting the race"). Debian's
-python3 and the scape binary (SCAPE_BINARY, else build/cpu-only's or build/release's); no root.
+"""`scripts/netlab race forecast --race CSV... [--base CSV] --links DIR --out DIR`: how well the
+simulator plus `scape predict` forecast the race (issue 60, docs/NETLAB.md "Forecasting the
+race"). Debian's python3 and the scape binary (SCAPE_BINARY, else build/cpu-only's or
+build/release's); no root.
 
 Each arm of a race at a rate R is forecast without R's race runs, in two parts:
 
   step time  the arm's step at the fastest rate F raced (--base; its step-time run there, DDP
-             AdamW's B / S) less the communication `scape predict` exposes at F, plus what it exposes at
-             R, both on the links `scape predict --calibrate --links-from-bench` fits to the
-             gloo bench-comm files timed on the netlab at that rate (`scripts/netlab race links`):
-             torch.distributed's all-reduce for the arms that call it (NATIVE), scape.torch's
-             collectives for the others.
-             The compute and the optimizer's own time are F's measurement: the part scape predict
-             cannot give for the torch runtime (netlab/torch_predict.py does the same). At F
-             itself the step is fitted, not forecast. PowerSGD's step is not forecast: scape
-             predict refuses powersgd (its bytes need the tensor shapes); its loss is.
+             AdamW's B / S) less the communication `scape predict` exposes at F, plus what it
+             exposes at R, both on the links `scape predict --calibrate --links-from-bench`
+             fits to the gloo bench-comm files timed on the netlab at that rate (`scripts/netlab
+             race links`): torch.distributed's all-reduce for the arms that call it (NATIVE),
+             scape.torch's collectives for the others. The compute and the optimizer's own time
+             are F's measurement: the part scape predict cannot give for the torch runtime
+             (netlab/torch_predict.py does the same). At F itself the step is fitted, not
+             forecast. PowerSGD's step is not forecast: scape predict refuses powersgd (its
+             bytes need the tensor shapes); its loss is.
   loss       the simulator, `scape run`, training the race's model shape on the race's corpus
              (the bytes whose sha256 the plan names) with the arm's optimizer in the core's
              terms (ARMS below), W = the race's nodes, the arm's chosen rate, planned steps and
@@ -31,13 +32,13 @@ From them, per arm at R, beside what the race measured (`scripts/netlab race tab
                   paired differences with the race's: does the forecast order the arms as the
                   race did?
 
-What the simulator's run is not (docs/NETLAB.md): its GPT ties the output head to the token table
-and its vocabulary is the 256 byte values (the race's model: an untied head and the bytes present);
-it never decays the embeddings (the race decays every matrix); the core's PowerSGD compresses from
-the first step (torch's hook from the third) and its DiLoCo and SparseLoCo are the ones scape.torch's
-are held to. The simulator's runs are OUT/sim/RATE/ARM-lrLR-seedS.h5, kept and reused when
-complete. Exit status 2, naming the file: a race CSV without its plan beside it, a plan whose corpus
-is not the checkout's, a rate without a gloo file in --links."""
+What the simulator's run is not (docs/NETLAB.md): its GPT ties the output head to the token
+table and its vocabulary is the 256 byte values (the race's model: an untied head and the bytes
+present); it never decays the embeddings (the race decays every matrix); the core's PowerSGD
+compresses from the first step (torch's hook from the third), and its DiLoCo and SparseLoCo are
+the ones scape.torch's are held to. The simulator's runs are OUT/sim/RATE/ARM-lrLR-seedS.h5,
+kept and reused when complete. Exit status 2, naming the file: a race CSV without its plan beside
+it, a plan whose corpus is not the checkout's, a rate without a gloo file in --links."""
 import argparse
 import concurrent.futures
 import csv
