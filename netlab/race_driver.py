@@ -93,10 +93,15 @@ def python():
     return path
 
 
+def node_env():
+    """A node process's environment: one thread, the repository's packages importable."""
+    return dict(os.environ, OMP_NUM_THREADS="1",
+                PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT / "python"), str(ROOT), os.environ.get("PYTHONPATH")])))
+
+
 def on_nodes(args, node_args):
     """One run of netlab.race_node on every node; a failure stops the race naming the arm."""
-    env = dict(os.environ, OMP_NUM_THREADS="1",
-               PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT / "python"), str(ROOT), os.environ.get("PYTHONPATH")])))
+    env = node_env()
     model = ["--width", str(args.width), "--layers", str(args.layers), "--batch", str(args.batch),
              "--block", str(args.block)]
     command = [str(DRIVER), "run", "--prefix", args.prefix, "--nodes", str(args.nodes), "--port", str(args.port),

@@ -1,7 +1,7 @@
 """`scripts/netlab race forecast --race CSV... [--base CSV] --links DIR --out DIR`: how well the
 simulator plus `scape predict` forecast the race (issue 60, docs/NETLAB.md "Forecasting the
-race"). Debian's python3 and the scape binary (SCAPE_BINARY, else build/cpu-only's or
-build/release's); no root.
+race"). Debian's python3 and the scape binary (analysis.runs.scape_binary: SCAPE_BINARY, a
+build of this checkout, or scape on PATH); no root.
 
 Each arm of a race at a rate R is forecast without R's race runs, in two parts:
 
@@ -84,10 +84,11 @@ MEMORY_TBPS = 0.01
 
 
 def scape_binary():
-    for path in (os.environ.get("SCAPE_BINARY"), ROOT / "build/cpu-only/apps/scape", ROOT / "build/release/apps/scape"):
-        if path and os.access(path, os.X_OK):
-            return str(path)
-    raise RaceInputError("no scape binary: set SCAPE_BINARY or build one (cmake --preset cpu-only)")
+    from analysis.runs import ScapeBinaryError, scape_binary as find
+    try:
+        return find()
+    except ScapeBinaryError as e:
+        raise RaceInputError(str(e)) from None
 
 
 # ---------------------------------------------------------------- the race's inputs
@@ -304,15 +305,15 @@ def run_one(scape, path, config):
 
 def run_all(scape, runs, jobs):
     """Runs the missing simulator runs, `jobs` at a time, saying how far it is."""
-    todo = [r for r in runs if not completed(r[3], r[4]["steps"])]
-    print(f"netlab race forecast: {len(runs) - len(todo)} simulator runs kept, {len(todo)} to run", file=sys.stderr)
+    missing = [r for r in runs if not completed(r[3], r[4]["steps"])]
+    print(f"netlab race forecast: {len(runs) - len(missing)} simulator runs kept, {len(missing)} to run", file=sys.stderr)
     start = time.monotonic()
     with concurrent.futures.ThreadPoolExecutor(max_workers=jobs) as pool:
-        futures = {pool.submit(run_one, scape, path, config): (rate, arm, seed) for rate, arm, seed, path, config in todo}
+        futures = {pool.submit(run_one, scape, path, config): (rate, arm, seed) for rate, arm, seed, path, config in missing}
         for k, future in enumerate(concurrent.futures.as_completed(futures), start=1):
             future.result()
             rate, arm, seed = futures[future]
-            print(f"netlab race forecast: simulator {k}/{len(todo)}: {arm} seed {seed} at {rate:g} Mbit/s "
+            print(f"netlab race forecast: simulator {k}/{len(missing)}: {arm} seed {seed} at {rate:g} Mbit/s "
                   f"({time.monotonic() - start:.0f} s)", file=sys.stderr)
 
 

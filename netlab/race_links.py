@@ -58,8 +58,7 @@ def time_link(args, rate, native):
         return out
     subprocess.run([str(race_driver.DRIVER), "up", "--nodes", str(args.nodes), "--rate", rate, "--prefix", args.prefix,
                     "--subnet", args.subnet], check=True)
-    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=os.pathsep.join(
-        filter(None, [str(race_driver.ROOT / "python"), str(race_driver.ROOT), os.environ.get("PYTHONPATH")])))
+    env = race_driver.node_env()
     partial = out + ".partial"
     command = [str(race_driver.DRIVER), "run", "--prefix", args.prefix, "--nodes", str(args.nodes), "--port",
                str(args.port), "--", race_driver.python(), "-m", "netlab.gloo_bench_comm", "--out", partial,
