@@ -77,3 +77,27 @@ def test_sample_strides_leave_enough_points_and_divide_no_common_width():
         assert (size + stride - 1) // stride >= 256
     for width in (64, 128, 192, 256, 384, 683, 768, 1024, 1536, 2048, 3072, 4096):
         assert all(width % s for s in (11, 13, 17, 19, 23, 29, 31, 61, 127))
+
+
+def test_the_floor_by_piece_flags_what_the_gathered_floor_flags():
+    """above_floor_by_piece (the CPU's subtraction of each piece's floor) against above_floor
+    (each position's floor gathered): the same flags on NaN, infinities, signed zeros,
+    subnormals and values equal to their floor, with a dense piece's NaN floor and the -1 that
+    takes a whole piece."""
+    from scape.optim.selection import above_floor, above_floor_by_piece
+    gen = torch.Generator().manual_seed(5)
+    sizes = [1000, 37, 4096, 1, 513]
+    stat = torch.randn(sum(sizes), generator=gen)
+    floors = torch.tensor([0.7, float("nan"), 1e-40, -1.0, 2.0])
+    specials = torch.tensor([float("nan"), float("inf"), -float("inf"), 0.0, -0.0, 1e-40, -1e-40, 3e38, 0.7, -0.7,
+                             2.0, -2.0, 1.4e-45])
+    where = torch.randint(0, stat.numel(), (260,), generator=gen)
+    stat[where] = specials.repeat(20)
+    piece_of = torch.arange(len(sizes), dtype=torch.int32).repeat_interleave(torch.tensor(sizes))
+    want, got = torch.empty(stat.numel(), dtype=torch.bool), torch.empty(stat.numel(), dtype=torch.bool)
+    above_floor(stat, piece_of, floors, want, torch.empty(stat.numel()), torch.empty(stat.numel()))
+    magnitude = torch.empty(stat.numel())
+    above_floor_by_piece(stat, list(magnitude.split(sizes)), floors, got, magnitude)
+    assert torch.equal(got, want)
+    assert bool(want[1000:1037].logical_not().all())  # the dense piece's NaN floor
+    assert bool(want[5133]) != bool(stat[5133].isnan())  # floor -1: everything but NaN

@@ -305,6 +305,25 @@ class ParamMirror:
         return {j: self.views[j] for j in self.low_precision}
 
 
+def shaped_views(flat: torch.Tensor, slots, tensors: List[torch.Tensor]) -> List[torch.Tensor]:
+    """Views of a flat buffer in layout order, shaped as the tensors (made once: copies in and
+    out are then one foreach op a step, not a reshape and a copy a tensor)."""
+    return [flat[s.offset:s.end].view(local_tensor(p).shape) for s, p in zip(slots, tensors)]
+
+
+@torch.no_grad()
+def read_gradients(tensors: List[torch.Tensor], views: List[torch.Tensor]) -> None:
+    """Each tensor's local gradient into its view, zeros where it has none."""
+    grads = [p.grad for p in tensors]
+    have = [j for j, grad in enumerate(grads) if grad is not None]
+    if len(have) == len(grads):
+        torch._foreach_copy_(views, [local_tensor(grad) for grad in grads])
+        return
+    if have:
+        torch._foreach_copy_([views[j] for j in have], [local_tensor(grads[j]) for j in have])
+    torch._foreach_zero_([views[j] for j, grad in enumerate(grads) if grad is None])
+
+
 def saved_groups(param_groups) -> List[Dict[str, Any]]:
     """torch's state_dict form of the groups: hyperparameters, and params as running indices."""
     out, index = [], 0

@@ -24,13 +24,13 @@ from .agreement import check_agreement
 from .arguments import check_arguments, run_config
 from .arith import AdamScalars, adams_update, decay_factor, f32
 from .comm import Group
-from .compiled import candidate_compiled, candidate_eager
+from .compiled import candidate_compiled, candidate_in_place
 from .layout import FlatLayout, Slot
 from .fp8 import Fp8Payload
 from .masks import merge_segments, packed_positions, unpack_bits
 from .metrics import StepMetrics
 from .params import (ParamMirror, added_group, check_mesh, check_tensors, closure_loss, local_tensor,
-                     normalize_groups, refuse_sharded_parameters, trainable_tensors)
+                     normalize_groups, read_gradients, refuse_sharded_parameters, shaped_views, trainable_tensors)
 from .schedule import DensitySchedule, k_piece
 from .selection import RangeSelector
 
@@ -144,8 +144,8 @@ class SCAPE(torch.optim.Optimizer):
         self._frozen: List[int] = []  # slots without a gradient on any rank this step
         self.overlap = None
         self._selector = None  # (the layout it was built for, its RangeSelector)
-        self._grad_views = None  # (the gradient workspace, its views shaped as the tensors)
-        self._decay = None       # (the layout, the groups' decay factors, spread over the layout)
+        self._grad_views = {}  # id of a gradient workspace: (it, its views shaped as the tensors)
+        self._decay = None       # (layout, the groups' decay factors, theta, its decayed ranges, their factors)
         self._build_layout()
         check_agreement(self.comm, self._settings(), "SCAPE", self.device)
         self._allocate_state()
@@ -218,10 +218,12 @@ class SCAPE(torch.optim.Optimizer):
         self._e = torch.zeros(n if self.residual else 0, dtype=torch.float32, device=dev)
         carries = self.sharded and self.residual and self.residual_decay > 0
         self._q = torch.zeros(hi - lo if carries else 0, dtype=torch.float32, device=dev)
-        # Workspaces, not state: the step's gradient and its candidate, which then trades places
-        # with the residual (a CPU allocation of N floats a step would fault every page in anew).
-        self._work_g = torch.empty(n, dtype=torch.float32, device=dev)
+        # Workspaces, not state: the candidate, which then trades places with the residual (a CPU
+        # allocation of N floats a step would fault every page in anew), and, for the compiled
+        # candidate alone, the gradient (the eager step reads the gradients into the candidate).
+        self._work_g = torch.empty(n if self.compile_kernels else 0, dtype=torch.float32, device=dev)
         self._spare = torch.empty(n, dtype=torch.float32, device=dev)
+        self._m_support, self._m_version = None, -1  # where m may be non-zero (the last mask), when known
 
     def _sync_layout(self) -> None:
         state_io.follow_tensors(self)
@@ -248,21 +250,12 @@ class SCAPE(torch.optim.Optimizer):
         return ks
 
     def _flat_grads(self, grad_scale: Optional[torch.Tensor]) -> torch.Tensor:
-        """This step's local gradient in layout order, unscaled (in the reused workspace), copied
-        in by one foreach op into views of the workspace shaped as the tensors."""
-        g = self._work_g
-        if self._grad_views is None or self._grad_views[0] is not g:
-            self._grad_views = (g, [g[s.offset:s.end].view(local_tensor(p).shape)
-                                    for s, p in zip(self.layout.slots, self._tensors)])
-        views = self._grad_views[1]
-        grads = [p.grad for p in self._tensors]
-        have = [j for j, grad in enumerate(grads) if grad is not None]
-        if len(have) == len(grads):
-            torch._foreach_copy_(views, [local_tensor(grad) for grad in grads])
-        else:
-            if have:
-                torch._foreach_copy_([views[j] for j in have], [local_tensor(grads[j]) for j in have])
-            torch._foreach_zero_([views[j] for j, grad in enumerate(grads) if grad is None])
+        """This step's local gradient in layout order, unscaled: in the candidate's workspace,
+        where the eager candidate is then computed in place, or in the compiled one's own."""
+        g = self._work_g if self.compile_kernels and not self.sharded else self._spare
+        if id(g) not in self._grad_views or self._grad_views[id(g)][0] is not g:  # c trades places with e
+            self._grad_views[id(g)] = (g, shaped_views(g, self.layout.slots, self._tensors))
+        read_gradients(self._tensors, self._grad_views[id(g)][1])
         if grad_scale is not None:
             g.mul_(grad_scale.double().reciprocal().float().to(g.device))
         return g
@@ -270,17 +263,18 @@ class SCAPE(torch.optim.Optimizer):
     def _candidate(self, g: torch.Tensor) -> torch.Tensor:
         """Step 1: c = (b1 m_prev + (1-b1) g) + e (replicated); a = (1-b1) g + e (sharded, where
         the owner adds b1 m_prev and the carried momentum after the reduction)."""
-        c = self._spare
-        e = self._e if self.residual else None
-        if not self.sharded:
-            kernel = candidate_compiled() if self.compile_kernels else candidate_eager
-            kernel(self._m, g, e, f32(self.beta1), f32(1.0 - self.beta1), c)
-            return c
-        g.mul_(f32(1.0 - self.beta1))
-        c.copy_(g)
-        if e is not None:
-            c.add_(e)
+        c, e = self._spare, (self._e if self.residual else None)
+        b1, omb1 = f32(self.beta1), f32(1.0 - self.beta1)
+        if self.compile_kernels and not self.sharded:
+            candidate_compiled()(self._m, g, e, b1, omb1, c)
+        else:  # g is c
+            candidate_in_place(c, None if self.sharded else self._m, self._known_support(), e, b1, omb1)
         return c
+
+    def _known_support(self) -> Optional[torch.Tensor]:
+        """The last mask, where step 7 left m non-zero, unless m was written since (a load, or the
+        views in self.state, which share m's version counter)."""
+        return self._m_support if self._m._version == self._m_version else None
 
     def _statistic(self, c: torch.Tensor) -> torch.Tensor:
         """Step 9's ranking statistic over the own range: c itself (replicated), or the owner's
@@ -531,18 +525,18 @@ class SCAPE(torch.optim.Optimizer):
     def _update(self, t: int, own_idx, local, m_prev, b_bar, g_hat) -> None:
         """Step 7: weight decay on every decayed coordinate of every replica, the AdamS step on
         the mask, m = b_bar on the mask and 0 off it. The groups differ only in lr and weight
-        decay, so both are spread over the coordinates as vectors where they differ and the
-        arithmetic runs once (a factor of 1 and the same fp32 products leave the values equal)."""
+        decay: the decay runs as one foreach op over the groups' ranges that decay (named
+        parameters alternate groups, so a tensor may be a group), the lr is spread over the mask
+        where it differs, and the arithmetic runs once (the same fp32 products)."""
         groups = [(first, end, g) for (first, end), g in zip(self._group_bounds, self.param_groups)]
         factors = [decay_factor(g["lr"], g["weight_decay"]) if g["weight_decay"] else 1.0 for _, _, g in groups]
-        if len(set(factors)) > 1:  # the spread factors are kept while the layout and factors stay
-            if self._decay is None or self._decay[:2] != (self.layout, factors):
-                sizes = torch.tensor([end - first for first, end, _ in groups], device=self.device)
-                self._decay = (self.layout, factors, torch.tensor(factors, dtype=torch.float32, device=self.device)
-                               .repeat_interleave(sizes, output_size=self._theta.numel()))
-            self._theta.mul_(self._decay[2])
-        elif factors and factors[0] != 1.0:
-            self._theta.mul_(factors[0])
+        kept = self._decay is not None and self._decay[0] is self.layout and self._decay[2] is self._theta
+        if not kept or self._decay[1] != factors:
+            decayed = [(first, end, f) for (first, end, _), f in zip(groups, factors) if f != 1.0 and end > first]
+            self._decay = (self.layout, factors, self._theta, [self._theta[a:b] for a, b, _ in decayed],
+                           [f for _, _, f in decayed])
+        if self._decay[3]:
+            torch._foreach_mul_(self._decay[3], self._decay[4])
         s = AdamScalars.at(self.param_groups[0]["lr"], self.beta1, self.beta2, self.eps, t, self.bias_correction)
         lrs = [f32(g["lr"]) for _, _, g in groups]
         if len(set(lrs)) > 1:
@@ -553,8 +547,14 @@ class SCAPE(torch.optim.Optimizer):
                         .repeat_interleave(edges[1:] - edges[:-1], output_size=own_idx.numel()))
         self._theta.index_copy_(0, own_idx, adams_update(self._theta.index_select(0, own_idx), m_prev, b_bar,
                                                          g_hat, s))
-        self._m.zero_()
+        support = self._known_support()
+        if support is None:
+            self._m.zero_()
+        elif support.numel():
+            self._m.index_fill_(0, support, 0.0)
         self._m.index_copy_(0, local, b_bar)
+        # restore_untouched puts back the m of tensors no rank had a gradient for
+        self._m_support, self._m_version = (None if self._frozen else local), self._m._version
 
     # ----- results and checkpoints ------------------------------------------------------------
     @property
@@ -575,11 +575,10 @@ class SCAPE(torch.optim.Optimizer):
         return self._t
 
     def workspace_bytes_per_parameter(self) -> float:
-        """Bytes per parameter of the step's reusable workspaces (gradient, candidate, the
-        selection's over this rank's own range, the decay factors where groups differ)."""
+        """Bytes per parameter of the step's reusable workspaces (the candidate, the compiled
+        candidate's gradient, the selection's over this rank's own range)."""
         selection = self._selector[1].workspace_bytes() if self._selector is not None else 0
-        decay = self._decay[2].numel() * 4 if self._decay is not None else 0
-        return ((self._work_g.numel() + self._spare.numel()) * 4 + selection + decay) / self.layout.n
+        return ((self._work_g.numel() + self._spare.numel()) * 4 + selection) / self.layout.n
 
     def mask_bits(self) -> torch.Tensor:
         """The mask of the last step as bools over the flat layout (empty before step 1)."""
