@@ -53,11 +53,7 @@ def time_to_target(curve, target):
     return next((r for r in curve if r["val_loss"] <= target), None)
 
 
-def at_budget(curve):
-    """The run's last evaluation within its wall-clock budget B (the first, if none is): a run
-    whose planned step count overshot B is read at B, not at its end."""
-    within = [r for r in curve if r["wall_s"] <= r["budget_s"]]
-    return within[-1] if within else curve[0]
+at_budget = race_plan.at_budget
 
 
 def chosen_runs(rows, rate, arm, first_seed):
@@ -151,8 +147,8 @@ def markdown(result, margin, rows=None, first_seed=1):
                          f"{_interval(a['loss_at_b'], 4)} | {delta} | {time} | {ratio} | {steps} | {mb} |")
         lines.append("")
         if rows is not None:
-            lines += [f"Learning rates tried on seed {first_seed} (loss at B; the chosen one in bold, picked by the "
-                      "run's last evaluation):", "", "| arm | rates tried |", "|---|---|"]
+            lines += [f"Learning rates tried on seed {first_seed} (loss at B; the chosen one, the lowest, in bold):",
+                      "", "| arm | rates tried |", "|---|---|"]
             for a in arms:
                 tried = [f"**{lr:g}: {loss:.4f}**" if lr == a["lr"] else f"{lr:g}: {loss:.4f}"
                          for lr, loss in rates_tried(rows, rate, a["arm"], first_seed)]

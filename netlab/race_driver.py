@@ -18,7 +18,8 @@ budget_s; the measured step times and plans go to OUT/race-DATE-RATE.plan.json. 
 With --extend the race of that --out, --date and rate already ran: every arm whose chosen rate
 lies at the edge of the rates it tried (--arms) trains past it on the first seed at its planned
 count and its B (DDP AdamW's too: B stays the plan's), up to --grid-extensions more rates, and,
-when the best rate moved, its other seeds at the new one; the rows are appended to the CSV and
+when the best rate moved (also where race_plan.best_lr, loss at B, now picks another rate than
+the plan holds), its other seeds at the new one; the rows are appended to the CSV and
 the plan's rate updated (its "extended" lists what was tried). The model, seeds and corpus are
 the plan's; a corpus that changed since is refused.
 
@@ -209,7 +210,8 @@ def extend_at(args, rate):
         for arm in [a for a in args.arms if a in plan["arms"]]:
             chosen, steps = plan["arms"][arm]["lr"], plan["arms"][arm]["steps"]
             lrs = sorted({r["lr"] for r in rows if (r["rate_mbit"], r["arm"], r["seed"]) == (rate_mbit, arm, seeds[0])})
-            best = chosen
+            # the rule's choice, which a race picked under an earlier rule may not hold
+            best = race_plan.best_lr(rows, rate_mbit, arm, seeds[0])
             for _ in range(args.grid_extensions):
                 beyond = race_plan.widened(lrs, best)
                 if beyond is None:

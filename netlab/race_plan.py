@@ -155,9 +155,18 @@ def widened(lrs, best):
     return None
 
 
+def at_budget(curve):
+    """The run's last evaluation within its wall-clock budget B (the first, if none is): a run
+    whose planned step count overshot B is read at B, not at its end."""
+    within = [r for r in curve if r["wall_s"] <= r["budget_s"]]
+    return within[-1] if within else curve[0]
+
+
 def best_lr(rows, rate, arm, seed=1):
-    """The grid's winner: the rate whose seed-`seed` run ends at the lowest validation loss (the
-    driver picks with this and the analysis finds the same choice from the CSV alone)."""
-    finals = {lr: curve[-1]["val_loss"] for (r, a, s, lr), curve in runs(rows).items()
-              if (r, a, s) == (rate, arm, seed) and math.isfinite(curve[-1]["val_loss"])}
-    return min(finals, key=lambda lr: (finals[lr], lr)) if finals else None
+    """The grid's winner: the rate whose seed-`seed` run has the lowest validation loss at B
+    (at_budget: the figure the race compares, so that a run whose planned count overshot B is
+    not chosen for steps past it; the driver picks with this and the analysis finds the same
+    choice from the CSV alone)."""
+    at_b = {lr: at_budget(curve)["val_loss"] for (r, a, s, lr), curve in runs(rows).items()
+            if (r, a, s) == (rate, arm, seed) and math.isfinite(at_budget(curve)["val_loss"])}
+    return min(at_b, key=lambda lr: (at_b[lr], lr)) if at_b else None

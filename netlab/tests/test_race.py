@@ -231,3 +231,12 @@ def test_corpus_is_the_repositorys_prose_and_its_digest_follows_it(tmp_path):
     assert before == hashlib.sha256(b"readmeaybee").hexdigest()
     (tmp_path / "docs" / "a.md").write_bytes(b"AY")
     assert race_plan.corpus_digest(tmp_path) != before
+
+
+def test_the_grid_picks_the_rate_with_the_lowest_loss_at_b():
+    """A run whose planned count overshot B is judged at B, as the table reads it: 2e-3 ends
+    lowest (2.0 at 30 s) but stands at 2.6 at B = 20 s, where 1e-3 stands at 2.5."""
+    rows = curve("diloco-h10", 1, 2e-3, [3.0, 2.6, 2.0], budget=20.0) + curve("diloco-h10", 1, 1e-3, [3.0, 2.5],
+                                                                                budget=20.0)
+    assert race_plan.best_lr(rows, 100.0, "diloco-h10") == 1e-3
+    assert race_plan.at_budget(rows[:3])["val_loss"] == 2.6

@@ -68,3 +68,32 @@ def test_extend_refuses_a_missing_race_and_s(tmp_path):
     with pytest.raises(SystemExit) as exit_:
         race_driver.extend_at(args, "100mbit")
     assert exit_.value.code == 2
+
+
+def test_extend_reruns_the_seeds_of_an_arm_whose_choice_the_rule_moved(tmp_path, monkeypatch):
+    """A race picked under an earlier rule (the lowest final loss): SparseLoCo's plan holds 2e-3,
+    whose run overshot B; at B 1e-3 is lower, inside the grid, so no rate is added and seeds 2
+    and 3 run at 1e-3."""
+    rows = []
+    for arm, chosen in (("ddp-adamw", 1e-3), ("sparseloco", 2e-3)):
+        for lr, losses in ((5e-4, [3.0, 2.6]), (1e-3, [3.0, 2.45]), (2e-3, [3.0, 2.5, 2.3])):
+            rows += curve(arm, 1, lr, losses if arm == "sparseloco" else losses[:2], budget=20.0)
+        for seed in (2, 3):
+            rows += curve(arm, seed, chosen, [3.0, 2.5], budget=20.0)
+    csv_path = tmp_path / f"race-{DATE}-100mbit.csv"
+    race_plan.append(csv_path, rows)
+    plan = {"rate": "100mbit", "ddp_steps": 20, "budget_s": 20.0, "corpus_sha256": race_plan.corpus_digest(race_driver.ROOT),
+            "settings": {"nodes": 2, "seeds": [1, 2, 3], "width": 16, "layers": 1, "batch": 2, "block": 8,
+                         "eval_points": 2, "measure_steps": 5},
+            "arms": {"ddp-adamw": {"steps": 20, "lr": 1e-3}, "sparseloco": {"step_s": 0.05, "steps": 20, "lr": 2e-3}}}
+    (tmp_path / f"race-{DATE}-100mbit.plan.json").write_text(json.dumps(plan))
+    calls = []
+    monkeypatch.setattr(race_driver.subprocess, "run", lambda *a, **k: None)
+    monkeypatch.setattr(race_driver, "train", lambda *a: calls.append(a[2:6]) or fake_train(*a, optimum=1e-3))
+    args = race_driver.arguments(["--rate", "100mbit", "--extend", "--out", str(tmp_path), "--date", DATE])
+    race_driver.extend_at(args, "100mbit")
+    assert calls == [("sparseloco", 1e-3, 2, 20), ("sparseloco", 1e-3, 3, 20)]
+    plan = json.loads((tmp_path / f"race-{DATE}-100mbit.plan.json").read_text())
+    assert plan["arms"]["sparseloco"]["lr"] == 1e-3 and plan["extended"]["sparseloco"]["lr_before"] == 2e-3
+    curves, lr = race.chosen_runs(race_plan.read(csv_path), 100.0, "sparseloco", 1)
+    assert lr == 1e-3 and sorted(curves) == [1, 2, 3]
