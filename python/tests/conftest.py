@@ -33,3 +33,12 @@ def run_scape(binary, *args, check=True):
 def write_json(path, obj):
     Path(path).write_text(json.dumps(obj))
     return path
+
+
+def process_output(done, head=6000, tail=2500):
+    """A failed subprocess's output for an assertion message: the end of stdout and the start and
+    end of stderr (torchrun's summary of a failed worker fills the end, the worker's own error,
+    with PYTHONFAULTHANDLER's stacks on an abort, comes first)."""
+    err = done.stderr or ""
+    shown = err if len(err) <= head + tail else err[:head] + "\n[...]\n" + err[-tail:]
+    return (done.stdout or "")[-2000:] + shown

@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import REPO, write_json
+from conftest import REPO, process_output, write_json
 from netlab import race_plan
 
 NETLAB = REPO / "scripts" / "netlab"  # the documented command, forwarding to netlab/netlab
@@ -207,7 +207,7 @@ def test_a_tiny_race_runs_from_up_to_table(two_nodes, tmp_path):
             "--layers", 1, "--batch", 2, "--block", 16, "--eval-points", 2, "--measure-steps", 5,
             "--prefix", PREFIX, "--date", "test", "--out", tmp_path]
     done = subprocess.run([str(NETLAB), *map(str, args)], capture_output=True, text=True, timeout=900, env=env)
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert done.returncode == 0, process_output(done)
     assert "**100 Mbit/s**: B = " in done.stdout and "| scape-99 |" in done.stdout
     rows = race_plan.read(tmp_path / "race-test-100mbit.csv")
     plan = json.loads((tmp_path / "race-test-100mbit.plan.json").read_text())
@@ -252,7 +252,7 @@ def test_flat_against_hierarchical_runs_on_nodes_of_two_ranks(two_nodes, tmp_pat
             "--steps", 7, "--params", n, "--compute-s", 0.01, "--bench-max-bytes", 262144, "--prefix", PREFIX,
             "--port", 29641]
     done = subprocess.run([str(NETLAB), *map(str, args)], capture_output=True, text=True, timeout=600, env=env)
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert done.returncode == 0, process_output(done)
     with open(tmp_path / "steps.csv") as f:
         rows = {(r["method"], r["hierarchy"]): r for r in csv.DictReader(f)}
     assert sorted(rows) == [("adams", "flat"), ("adams", "node"), ("scape", "flat"), ("scape", "node")]

@@ -14,7 +14,7 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("torchft")
 
-from conftest import REPO  # noqa: E402
+from conftest import REPO, process_output  # noqa: E402
 from netlab import race_arms, race_plan  # noqa: E402
 from tiny_gpt import TinyGPT  # noqa: E402
 
@@ -26,7 +26,7 @@ def node(tmp_path, *args, port):
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "1", "--nproc_per_node", "2",
            "--master_port", str(port), "-m", "netlab.race_node", *map(str, args), *MODEL]
     done = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300, cwd=REPO)
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert done.returncode == 0, process_output(done)
     return done
 
 
@@ -73,7 +73,7 @@ def test_powersgd_on_a_model_of_several_buckets(tmp_path):
            "29636", "-m", "netlab.race_node", "--mode", "measure", "--arm", "ddp-powersgd-r4", "--measure-steps", "6",
            "--out", str(out), "--width", "128", "--layers", "4", "--batch", "2", "--block", "64"]
     done = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300, cwd=REPO)
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert done.returncode == 0, process_output(done)
     assert json.loads(out.read_text())["step_s"] > 0
 
 
@@ -115,7 +115,7 @@ def test_the_gloo_bench_times_what_each_arm_sends(tmp_path, native, port):
            "--iters", "1", "--small-iters", "2", "--idle-gap-ms", "1"] + (["--native-all-reduce"] if native else [])
     done = subprocess.run(cmd, capture_output=True, text=True, env=dict(os.environ, OMP_NUM_THREADS="1"), timeout=300,
                           cwd=REPO)
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert done.returncode == 0, process_output(done)
     with h5py.File(out) as f:
         kinds = [k.decode() if isinstance(k, bytes) else k for k in f["kind"][()]]
         regimes = {r.decode() if isinstance(r, bytes) else r for r in f["regime"][()]}

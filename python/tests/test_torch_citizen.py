@@ -14,7 +14,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import scape.torch as st  # noqa: E402
-from conftest import REPO  # noqa: E402
+from conftest import REPO, process_output  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 
@@ -33,7 +33,7 @@ def found(out, mode, workers):
 
 def run_mode(tmp_path, workers, mode, *args):
     result = torchrun(workers, mode, tmp_path, *args)
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert result.returncode == 0, process_output(result)
     return found(tmp_path, mode, workers)
 
 

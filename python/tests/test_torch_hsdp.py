@@ -23,7 +23,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from conftest import run_scape, write_json  # noqa: E402
+from conftest import process_output, run_scape, write_json  # noqa: E402
 from run_files import final_params  # noqa: E402
 from test_torch_scape_vs_core import LAYOUT, STEPS, torchrun, write_trace  # noqa: E402
 
@@ -44,7 +44,7 @@ def hsdp_runs(tmp_path_factory):
     result = torchrun(NODES * RANKS_PER_NODE, Path(__file__).with_name("torch_hsdp_worker.py"), "--trace",
                       root / "trace.h5", "--cases", write_json(root / "cases.json", CASES + OTHERS), "--out", root,
                       "--ranks-per-node", RANKS_PER_NODE)
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert result.returncode == 0, process_output(result)
     return root
 
 

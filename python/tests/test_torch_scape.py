@@ -16,7 +16,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import scape.torch as st  # noqa: E402
-from conftest import REPO  # noqa: E402
+from conftest import REPO, process_output  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 
@@ -32,7 +32,7 @@ def torchrun(workers, *args, timeout=600):
 def loop_checks(tmp_path_factory):
     out = tmp_path_factory.mktemp("loop")
     result = torchrun(2, "--mode", "checks", "--out", out)
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert result.returncode == 0, process_output(result)
     return [json.loads((out / f"rank{r}.json").read_text()) for r in range(2)]
 
 
@@ -79,7 +79,7 @@ def test_a_subgroup_takes_its_own_ranks(tmp_path):
     """Three ranks, SCAPE on the group of ranks 1 and 2 (started from different parameters): the
     group's rank 0 is global rank 1, whose parameters both start from."""
     result = torchrun(3, "--mode", "subgroup", "--out", tmp_path)
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert result.returncode == 0, process_output(result)
     found = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(3)]
     assert found[0] == {}
     assert [f["group_rank"] for f in found[1:]] == [0, 1] and all(f["group_size"] == 2 for f in found[1:])

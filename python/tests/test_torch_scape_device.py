@@ -20,7 +20,7 @@ torch = pytest.importorskip("torch")
 if not torch.cuda.is_available():
     pytest.skip("no CUDA device here: scripts/device-check.sh torch runs these on a GPU", allow_module_level=True)
 
-from conftest import REPO, write_json  # noqa: E402
+from conftest import REPO, process_output, write_json  # noqa: E402
 from test_torch_scape_vs_core import CASES, STEPS, relative_error, write_trace  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
@@ -31,7 +31,7 @@ def torchrun(workers, script, *args):
            str(workers), str(script), *map(str, args)]
     result = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=REPO,
                             env=dict(os.environ, OMP_NUM_THREADS="1"))
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert result.returncode == 0, process_output(result)
 
 
 @pytest.fixture(scope="module", params=[(2, "gloo"), (1, "nccl")], ids=["W2-gloo-one-gpu", "W1-nccl"])

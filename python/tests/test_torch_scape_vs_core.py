@@ -16,7 +16,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import scape  # noqa: E402
-from conftest import REPO, run_scape, write_json  # noqa: E402
+from conftest import REPO, process_output, run_scape, write_json  # noqa: E402
 from run_files import final_params  # noqa: E402
 
 STEPS = 10
@@ -119,7 +119,7 @@ def torch_runs(request, tmp_path_factory):
     cases = write_json(root / "cases.json", CASES)
     result = torchrun(workers, Path(__file__).with_name("torch_scape_worker.py"), "--trace", root / "trace.h5",
                       "--cases", cases, "--out", root)
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert result.returncode == 0, process_output(result)
     return workers, root, init, grads
 
 

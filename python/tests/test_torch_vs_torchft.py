@@ -24,7 +24,7 @@ import pytest
 pytest.importorskip("torch")
 pytest.importorskip("torchft")
 
-from conftest import REPO  # noqa: E402
+from conftest import REPO, process_output  # noqa: E402
 
 
 @pytest.mark.parametrize("inner", ["adams", "torch-adamw"])
@@ -35,7 +35,7 @@ def test_scape_diloco_follows_torchfts_diloco(tmp_path, inner):
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nnodes", "1", "--nproc_per_node", "2",
            str(Path(__file__).with_name("torchft_diloco_worker.py")), "--out", str(tmp_path), "--inner", inner]
     result = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300, cwd=REPO)
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert result.returncode == 0, process_output(result)
     for r in range(2):
         found = json.loads((tmp_path / f"rank{r}.json").read_text())
         ours, theirs = found["scape"], found["torchft"]
