@@ -129,6 +129,8 @@ def train(args, ctx, arm, lr, seed, steps):
     rows = race_plan.read(scratch)
     if "budget" in ctx:  # written at once, so a failing later run loses nothing before it
         race_plan.append(ctx["csv"], [dict(r, budget_s=f"{ctx['budget']:.3f}") for r in rows])
+        # as the CSV reads them back: best_lr reads each run at B
+        rows = [dict(r, budget_s=float(f"{ctx['budget']:.3f}")) for r in rows]
     else:  # DDP AdamW's grid, before B is known
         ctx["pending"].append(rows)
     return rows
@@ -222,7 +224,8 @@ def extend_at(args, rate):
                 lrs.append(beyond)
                 best = race_plan.best_lr(rows, rate_mbit, arm, seeds[0])
             if best != chosen:
-                for seed in seeds[1:]:
+                have = {s for (r, a, s, lr) in race_plan.runs(rows) if (r, a, lr) == (rate_mbit, arm, best)}
+                for seed in [s for s in seeds[1:] if s not in have]:  # a rate the race chose before has them
                     rows += train(args, ctx, arm, best, seed, steps)
                 plan["arms"][arm]["lr"] = best
             plan.setdefault("extended", {})[arm] = {"rates_tried": sorted(lrs), "lr_before": chosen, "lr": best}

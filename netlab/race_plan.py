@@ -137,10 +137,17 @@ def append(path, rows):
 
 
 def runs(rows):
-    """{(rate, arm, seed, lr): [rows by step]}: one run's evaluation curve."""
+    """{(rate, arm, seed, lr): [rows by step]}: one run's evaluation curve. Two runs of the same
+    rate, arm, seed and learning rate in the rows (a step evaluated twice) are a RaceInputError:
+    merged they would read as one curve."""
     out = {}
     for r in rows:
         out.setdefault((r["rate_mbit"], r["arm"], r["seed"], r["lr"]), []).append(r)
+    for (rate, arm, seed, lr), curve in out.items():
+        steps = [r["step"] for r in curve]
+        if len(set(steps)) != len(steps):
+            raise RaceInputError(f"{arm} at {rate:g} Mbit/s, seed {seed}, lr {lr:g}: two runs in the rows (step "
+                                 f"{next(s for s in steps if steps.count(s) > 1)} evaluated twice); keep one")
     return {k: sorted(v, key=lambda r: r["step"]) for k, v in out.items()}
 
 
@@ -157,7 +164,12 @@ def widened(lrs, best):
 
 def at_budget(curve):
     """The run's last evaluation within its wall-clock budget B (the first, if none is): a run
-    whose planned step count overshot B is read at B, not at its end."""
+    whose planned step count overshot B is read at B, not at its end. A run without a budget
+    (budget_s 0, as race_node writes it, or missing: DDP AdamW's grid, whose winner's wall time
+    becomes B) is read at its end."""
+    budgets = [float(r.get("budget_s", math.nan)) for r in curve]
+    if not all(math.isfinite(b) and b > 0 for b in budgets):
+        return curve[-1]
     within = [r for r in curve if r["wall_s"] <= r["budget_s"]]
     return within[-1] if within else curve[0]
 

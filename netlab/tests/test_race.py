@@ -240,3 +240,17 @@ def test_the_grid_picks_the_rate_with_the_lowest_loss_at_b():
                                                                                 budget=20.0)
     assert race_plan.best_lr(rows, 100.0, "diloco-h10") == 1e-3
     assert race_plan.at_budget(rows[:3])["val_loss"] == 2.6
+
+
+def test_two_runs_of_one_seed_and_rate_are_refused_naming_them():
+    rows = curve("diloco-h10", 2, 5e-4, [3.0, 2.6]) + curve("diloco-h10", 2, 5e-4, [3.0, 2.5])
+    with pytest.raises(race_plan.RaceInputError, match=r"diloco-h10 at 100 Mbit/s, seed 2, lr 0.0005: two runs"):
+        race_plan.runs(rows)
+
+
+def test_a_run_without_a_budget_is_read_at_its_end():
+    """DDP AdamW's grid runs before B exists (race_node writes budget_s 0): its runs are judged at
+    their end, not at their first evaluation."""
+    rows = curve("ddp-adamw", 1, 1e-3, [3.0, 2.4], budget=0.0) + curve("ddp-adamw", 1, 2e-3, [2.9, 2.6], budget=0.0)
+    assert race_plan.best_lr(rows, 100.0, "ddp-adamw") == 1e-3
+    assert race_plan.at_budget(curve("adams", 1, 1e-3, [3.0, 2.4], budget=float("nan")))["val_loss"] == 2.4

@@ -70,11 +70,13 @@ def test_extend_refuses_a_missing_race_and_s(tmp_path):
     assert exit_.value.code == 2
 
 
-def test_extend_reruns_the_seeds_of_an_arm_whose_choice_the_rule_moved(tmp_path, monkeypatch):
+@pytest.mark.parametrize("seeds_there", [False, True])
+def test_extend_reruns_the_seeds_of_an_arm_whose_choice_the_rule_moved(tmp_path, monkeypatch, seeds_there):
     """A race picked under an earlier rule (the lowest final loss): SparseLoCo's plan holds 2e-3,
     whose run overshot B; at B 1e-3 is lower, inside the grid, so no rate is added and seeds 2
-    and 3 run at 1e-3."""
-    rows = []
+    and 3 run at 1e-3, unless they ran there already (a rate the race had chosen before)."""
+    rows = [] if not seeds_there else [r for seed in (2, 3) for r in curve("sparseloco", seed, 1e-3, [3.0, 2.5],
+                                                                             budget=20.0)]
     for arm, chosen in (("ddp-adamw", 1e-3), ("sparseloco", 2e-3)):
         for lr, losses in ((5e-4, [3.0, 2.6]), (1e-3, [3.0, 2.45]), (2e-3, [3.0, 2.5, 2.3])):
             rows += curve(arm, 1, lr, losses if arm == "sparseloco" else losses[:2], budget=20.0)
@@ -92,8 +94,23 @@ def test_extend_reruns_the_seeds_of_an_arm_whose_choice_the_rule_moved(tmp_path,
     monkeypatch.setattr(race_driver, "train", lambda *a: calls.append(a[2:6]) or fake_train(*a, optimum=1e-3))
     args = race_driver.arguments(["--rate", "100mbit", "--extend", "--out", str(tmp_path), "--date", DATE])
     race_driver.extend_at(args, "100mbit")
-    assert calls == [("sparseloco", 1e-3, 2, 20), ("sparseloco", 1e-3, 3, 20)]
+    assert calls == ([] if seeds_there else [("sparseloco", 1e-3, 2, 20), ("sparseloco", 1e-3, 3, 20)])
     plan = json.loads((tmp_path / f"race-{DATE}-100mbit.plan.json").read_text())
     assert plan["arms"]["sparseloco"]["lr"] == 1e-3 and plan["extended"]["sparseloco"]["lr_before"] == 2e-3
     curves, lr = race.chosen_runs(race_plan.read(csv_path), 100.0, "sparseloco", 1)
     assert lr == 1e-3 and sorted(curves) == [1, 2, 3]
+
+
+def test_train_returns_its_rows_with_b_as_the_csv_holds_them(tmp_path, monkeypatch):
+    """race_node writes budget_s 0 (it does not know B); train() appends the rows with B and
+    returns them with B too, so that the driver's choice (best_lr, at B) sees what the CSV says."""
+    def node_run(args, node_args):
+        out = node_args[node_args.index("--out") + 1]
+        race_plan.append(out, curve("sparseloco", 1, 4e-3, [3.0, 2.6, 2.2], budget=0.0))
+    monkeypatch.setattr(race_driver, "on_nodes", node_run)
+    args = race_driver.arguments(["--rate", "100mbit", "--ddp-steps", "20", "--out", str(tmp_path)])
+    ctx = {"scratch": str(tmp_path), "rate_mbit": 100.0, "csv": str(tmp_path / "race.csv"), "budget": 20.0}
+    rows = race_driver.train(args, ctx, "sparseloco", 4e-3, 1, 30)
+    assert [r["budget_s"] for r in rows] == [20.0] * 3
+    assert race_plan.at_budget(rows)["val_loss"] == 2.6  # walls 10, 20, 30: read at B = 20 s
+    assert race_plan.read(tmp_path / "race.csv") == rows
