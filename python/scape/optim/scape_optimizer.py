@@ -221,7 +221,8 @@ class SCAPE(torch.optim.Optimizer):
         # Workspaces, not state: the candidate, which then trades places with the residual (a CPU
         # allocation of N floats a step would fault every page in anew), and, for the compiled
         # candidate alone, the gradient (the eager step reads the gradients into the candidate).
-        self._work_g = torch.empty(n if self.compile_kernels else 0, dtype=torch.float32, device=dev)
+        fused = self.compile_kernels and not self.sharded
+        self._work_g = torch.empty(n if fused else 0, dtype=torch.float32, device=dev)
         self._spare = torch.empty(n, dtype=torch.float32, device=dev)
         self._m_support, self._m_version = None, -1  # where m may be non-zero (the last mask), when known
 
