@@ -55,7 +55,7 @@ def above_floor_by_piece(stat: torch.Tensor, pieces: List[torch.Tensor], floors:
     """above_floor without the gather (the CPU's form; `pieces` are magnitude's views, one a
     piece): each piece's floor subtracted by one foreach op, then the sign tested. Equal flags:
     with gradual underflow a - f is 0 only where a = f, and NaN (a NaN value, a dense piece's
-    NaN floor) is false either way. 30-45% less time than the gather and compare on the 2-core
+    NaN floor) is false either way. 20-45% less time than the gather and compare on the 2-core
     machine (15.2M values in 148 pieces; docs/python.md, "Speed")."""
     torch.abs(stat, out=magnitude)
     torch._foreach_sub_(pieces, floors.tolist())
