@@ -180,5 +180,6 @@ def best_lr(rows, rate, arm, seed=1):
     not chosen for steps past it; the driver picks with this and the analysis finds the same
     choice from the CSV alone)."""
     at_b = {lr: at_budget(curve)["val_loss"] for (r, a, s, lr), curve in runs(rows).items()
-            if (r, a, s) == (rate, arm, seed) and math.isfinite(at_budget(curve)["val_loss"])}
+            if (r, a, s) == (rate, arm, seed)}
+    at_b = {lr: loss for lr, loss in at_b.items() if math.isfinite(loss)}
     return min(at_b, key=lambda lr: (at_b[lr], lr)) if at_b else None

@@ -26,6 +26,11 @@ def a_race(tmp_path):
             rows += curve(arm, 1, lr, [3.0, final], budget=20.0)
         for seed in (2, 3):
             rows += curve(arm, seed, chosen, [3.0, 2.5], budget=20.0)
+    return write_race(tmp_path, rows)
+
+
+def write_race(tmp_path, rows):
+    """The race's CSV of `rows` and its plan: B = 20 s, DDP AdamW at 1e-3, SparseLoCo at 2e-3."""
     csv_path = tmp_path / f"race-{DATE}-100mbit.csv"
     race_plan.append(csv_path, rows)
     plan = {"rate": "100mbit", "ddp_steps": 20, "budget_s": 20.0, "corpus_sha256": race_plan.corpus_digest(race_driver.ROOT),
@@ -82,13 +87,7 @@ def test_extend_reruns_the_seeds_of_an_arm_whose_choice_the_rule_moved(tmp_path,
             rows += curve(arm, 1, lr, losses if arm == "sparseloco" else losses[:2], budget=20.0)
         for seed in (2, 3):
             rows += curve(arm, seed, chosen, [3.0, 2.5], budget=20.0)
-    csv_path = tmp_path / f"race-{DATE}-100mbit.csv"
-    race_plan.append(csv_path, rows)
-    plan = {"rate": "100mbit", "ddp_steps": 20, "budget_s": 20.0, "corpus_sha256": race_plan.corpus_digest(race_driver.ROOT),
-            "settings": {"nodes": 2, "seeds": [1, 2, 3], "width": 16, "layers": 1, "batch": 2, "block": 8,
-                         "eval_points": 2, "measure_steps": 5},
-            "arms": {"ddp-adamw": {"steps": 20, "lr": 1e-3}, "sparseloco": {"step_s": 0.05, "steps": 20, "lr": 2e-3}}}
-    (tmp_path / f"race-{DATE}-100mbit.plan.json").write_text(json.dumps(plan))
+    csv_path = write_race(tmp_path, rows)
     calls = []
     monkeypatch.setattr(race_driver.subprocess, "run", lambda *a, **k: None)
     monkeypatch.setattr(race_driver, "train", lambda *a: calls.append(a[2:6]) or fake_train(*a, optimum=1e-3))

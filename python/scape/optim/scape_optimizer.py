@@ -124,6 +124,7 @@ class SCAPE(torch.optim.Optimizer):
         self.density = DensitySchedule(density_warmup, float(density_start), density_cooldown, density_cooldown_start)
         self.total_steps = total_steps
         self.compile_kernels = bool(compile)
+        self._fused_candidate = self.compile_kernels and not self.sharded  # torch.compile's kernel
         self.fp8 = Fp8Payload() if wire_dtype == "fp8_e5m2" else None
         self._fp8_step = None  # this step's (undelivered error, exponent) until it is kept
         self.comm = Group(group)
@@ -144,7 +145,6 @@ class SCAPE(torch.optim.Optimizer):
         self._frozen: List[int] = []  # slots without a gradient on any rank this step
         self.overlap = None
         self._selector = None  # (the layout it was built for, its RangeSelector)
-        self._grad_views = {}  # id of a gradient workspace: (it, its views shaped as the tensors)
         self._decay = None       # (layout, the groups' decay factors, theta, its decayed ranges, their factors)
         self._build_layout()
         check_agreement(self.comm, self._settings(), "SCAPE", self.device)
@@ -221,9 +221,9 @@ class SCAPE(torch.optim.Optimizer):
         # Workspaces, not state: the candidate, which then trades places with the residual (a CPU
         # allocation of N floats a step would fault every page in anew), and, for the compiled
         # candidate alone, the gradient (the eager step reads the gradients into the candidate).
-        fused = self.compile_kernels and not self.sharded
-        self._work_g = torch.empty(n if fused else 0, dtype=torch.float32, device=dev)
+        self._work_g = torch.empty(n if self._fused_candidate else 0, dtype=torch.float32, device=dev)
         self._spare = torch.empty(n, dtype=torch.float32, device=dev)
+        self._grad_views = {}  # id of a gradient workspace: (it, its views shaped as the tensors)
         self._m_support, self._m_version = None, -1  # where m may be non-zero (the last mask), when known
 
     def _sync_layout(self) -> None:
@@ -253,7 +253,7 @@ class SCAPE(torch.optim.Optimizer):
     def _flat_grads(self, grad_scale: Optional[torch.Tensor]) -> torch.Tensor:
         """This step's local gradient in layout order, unscaled: in the candidate's workspace,
         where the eager candidate is then computed in place, or in the compiled one's own."""
-        g = self._work_g if self.compile_kernels and not self.sharded else self._spare
+        g = self._work_g if self._fused_candidate else self._spare
         if id(g) not in self._grad_views or self._grad_views[id(g)][0] is not g:  # c trades places with e
             self._grad_views[id(g)] = (g, shaped_views(g, self.layout.slots, self._tensors))
         read_gradients(self._tensors, self._grad_views[id(g)][1])
@@ -266,7 +266,7 @@ class SCAPE(torch.optim.Optimizer):
         the owner adds b1 m_prev and the carried momentum after the reduction)."""
         c, e = self._spare, (self._e if self.residual else None)
         b1, omb1 = f32(self.beta1), f32(1.0 - self.beta1)
-        if self.compile_kernels and not self.sharded:
+        if self._fused_candidate:
             candidate_compiled()(self._m, g, e, b1, omb1, c)
         else:  # g is c
             candidate_in_place(c, None if self.sharded else self._m, self._known_support(), e, b1, omb1)

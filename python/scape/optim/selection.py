@@ -110,7 +110,7 @@ class RangeSelector:
         self.dense = dense
         self.first_byte, self.end_byte = byte_range
         self._ws = None
-        self._piece_views = None  # (the magnitude workspace, its views a piece)
+        self._piece_views = None  # on the CPU, the kept magnitude workspace's views, one a piece
         self._sentinels = torch.tensor([math.inf, -1.0, math.nan], dtype=torch.float32, device=device)
 
     def workspace_bytes(self) -> int:
@@ -157,6 +157,7 @@ class RangeSelector:
                 torch.empty(n, dtype=torch.bool, device=self.device))
         if cpu:
             self._ws = made
+            self._piece_views = list(made[0].split(self.sizes))
         return made
 
     def select(self, stat: torch.Tensor, ks: List[int]) -> torch.Tensor:
@@ -174,9 +175,7 @@ class RangeSelector:
         skip = self.lo - 8 * self.first_byte
         mask = bits[skip:skip + stat.numel()]
         if self.device.type == "cpu":
-            if self._piece_views is None or self._piece_views[0] is not a:
-                self._piece_views = (a, list(a.split(self.sizes)))
-            above_floor_by_piece(stat, self._piece_views[1], bounds[n_pieces:], hit, a)
+            above_floor_by_piece(stat, self._piece_views, bounds[n_pieces:], hit, a)
         else:
             above_floor(stat, self.piece_of, bounds[n_pieces:], hit, a, bound)
         # One scan finds what lies at or above the floor; among those (about k, plus the band)
