@@ -26,9 +26,12 @@ def expected_bits(stat, pieces, ks, lo):
     return want
 
 
+@pytest.mark.parametrize("gathered_floor", [False, True], ids=["floor-by-piece", "gathered-floor"])
 @pytest.mark.parametrize("values", ["normal", "ties", "half-zero", "sample-misled"])
 @pytest.mark.parametrize("density", [0.01, 0.1, 0.5, 1.0])
-def test_the_range_selection_equals_the_per_tensor_one(values, density, monkeypatch):
+def test_the_range_selection_equals_the_per_tensor_one(values, density, gathered_floor, monkeypatch):
+    """Both floor paths on the CPU: the gathered floor is the accelerators' default, so CI holds it
+    to the same masks."""
     alone = []
     lone_ranking = RangeSelector._select_alone
     monkeypatch.setattr(RangeSelector, "_select_alone",
@@ -54,7 +57,7 @@ def test_the_range_selection_equals_the_per_tensor_one(values, density, monkeypa
                 stat[p.begin - lo:p.end - lo:stride] = 1e-3 * torch.rand(len(range(p.begin, p.end, stride)))
         ks = [p.size if p.dense else max(1, int(density * p.size)) for p in pieces]
         first, end = lo // 8, (at + 7) // 8
-        selector = RangeSelector(lo, at, pieces, (first, end), torch.device("cpu"))
+        selector = RangeSelector(lo, at, pieces, (first, end), torch.device("cpu"), gathered_floor=gathered_floor)
         for _ in range(2):  # the second call runs on the reused buffers
             packed = selector.select(stat, ks)
             assert packed.dtype == torch.uint8 and packed.numel() == end - first
@@ -67,6 +70,24 @@ def test_the_range_selection_equals_the_per_tensor_one(values, density, monkeypa
                 assert int(got[p.begin - lo:p.end - lo].sum()) == (p.size if p.dense else k)
     if values == "sample-misled" and density in (0.1, 0.5):  # the bracket failed and was caught
         assert alone  # (at 1% the margin reaches the sample's top: the band is the whole piece)
+
+
+def test_the_cpu_selection_keeps_no_index_of_pieces():
+    """Bytes kept between calls, by hand: the dense flags (1 a position) before the first call,
+    then the magnitudes (4) and two flags (1 + 1); the gathered floor adds each position's piece
+    (4) and its floor (4). Both give the same mask."""
+    n = 20000
+    pieces = [Piece(0, 4000, 0, False), Piece(4000, 4100, 1, True), Piece(4100, n, 2, False)]
+    by_piece = RangeSelector(0, n, pieces, (0, n // 8), torch.device("cpu"))
+    gathered = RangeSelector(0, n, pieces, (0, n // 8), torch.device("cpu"), gathered_floor=True)
+    assert by_piece.piece_of is None and by_piece.workspace_bytes() == n
+    assert gathered.workspace_bytes() == 5 * n
+    stat = torch.randn(n, generator=torch.Generator().manual_seed(3))
+    ks = [40, 100, 159]
+    got = by_piece.select(stat, ks)
+    assert torch.equal(got, gathered.select(stat, ks))
+    assert int(unpack_bits(got, n).sum()) == 40 + 100 + 159
+    assert by_piece.workspace_bytes() == 7 * n and gathered.workspace_bytes() == 15 * n
 
 
 def test_sample_strides_leave_enough_points_and_divide_no_common_width():

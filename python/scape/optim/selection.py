@@ -15,7 +15,7 @@ exact either way, only slower for that piece."""
 from __future__ import annotations
 
 import math
-from typing import List, Sequence
+from typing import List, Optional, Sequence
 
 import torch
 
@@ -75,8 +75,12 @@ class RangeSelector:
     """The cached index structure of one owner's range [lo, hi) with its pieces: begin, end
     (global), dense flag, in layout order and covering the range."""
 
-    def __init__(self, lo: int, hi: int, pieces: Sequence, byte_range, device: torch.device):
+    def __init__(self, lo: int, hi: int, pieces: Sequence, byte_range, device: torch.device,
+                 gathered_floor: Optional[bool] = None):
         self.lo, self.hi, self.device = lo, hi, device
+        # An accelerator gathers each position's floor (one kernel); the CPU subtracts each
+        # piece's floor by one foreach op, faster there and with no per-position index to keep.
+        self.gathered_floor = device.type != "cpu" if gathered_floor is None else gathered_floor
         self.pieces = list(pieces)
         self.sizes = [p.end - p.begin for p in self.pieces]
         self.sizes_t = torch.tensor(self.sizes, dtype=torch.int64, device=device)
@@ -84,7 +88,8 @@ class RangeSelector:
         self.ends_t = ends
         # Each position's piece, so that per-piece bounds spread over the range by one gather
         # (repeat_interleave recounts the offsets every call and was several times slower).
-        self.piece_of = torch.arange(len(self.pieces), dtype=torch.int32, device=device).repeat_interleave(self.sizes_t)
+        self.piece_of = (torch.arange(len(self.pieces), dtype=torch.int32, device=device).repeat_interleave(self.sizes_t)
+                         if self.gathered_floor else None)
         # The sample of every sparse piece, as positions in the range, with each piece's count.
         self.sample_start, self.sample_count, self.strides, parts, seg = [], [], [], [], []
         at = 0
@@ -114,9 +119,10 @@ class RangeSelector:
         self._sentinels = torch.tensor([math.inf, -1.0, math.nan], dtype=torch.float32, device=device)
 
     def workspace_bytes(self) -> int:
-        """Bytes of the buffers kept between calls: each position's piece (4) and dense flag (1),
-        and once the first selection ran the magnitudes (4) and two flags (1 + 1)."""
-        kept = self.piece_of.numel() * 4 + self.dense.numel()
+        """Bytes of the buffers kept between calls: each position's dense flag (1) and, where the
+        floors are gathered, its piece (4); on the CPU, once the first selection ran, the
+        magnitudes (4) and two flags (1 + 1)."""
+        kept = (self.piece_of.numel() * 4 if self.piece_of is not None else 0) + self.dense.numel()
         if self._ws is not None:
             kept += sum(t.numel() * t.element_size() for t in self._ws)
         return kept
@@ -146,13 +152,13 @@ class RangeSelector:
         values a step faults every page in anew, which cost as much as the pass that fills it. On
         an accelerator the caching allocator reuses freed blocks at no such cost, so they are
         made per call and their memory is free for the forward and backward passes in between.
-        The gathered floors are the accelerators' alone (above_floor_by_piece needs none)."""
+        The gathered floors need a buffer of their own (above_floor_by_piece needs none)."""
         if self._ws is not None:
             return self._ws
         words = self.end_byte - self.first_byte
         cpu = self.device.type == "cpu"
         made = (torch.empty(n, dtype=torch.float32, device=self.device),
-                torch.empty(0 if cpu else n, dtype=torch.float32, device=self.device),
+                torch.empty(n if self.gathered_floor else 0, dtype=torch.float32, device=self.device),
                 torch.zeros(8 * words, dtype=torch.bool, device=self.device),
                 torch.empty(n, dtype=torch.bool, device=self.device))
         if cpu:
@@ -174,10 +180,11 @@ class RangeSelector:
         bounds = values.index_select(0, picks)
         skip = self.lo - 8 * self.first_byte
         mask = bits[skip:skip + stat.numel()]
-        if self.device.type == "cpu":
-            above_floor_by_piece(stat, self._piece_views, bounds[n_pieces:], hit, a)
-        else:
+        if self.gathered_floor:
             above_floor(stat, self.piece_of, bounds[n_pieces:], hit, a, bound)
+        else:
+            views = self._piece_views if self._piece_views is not None else list(a.split(self.sizes))
+            above_floor_by_piece(stat, views, bounds[n_pieces:], hit, a)
         # One scan finds what lies at or above the floor; among those (about k, plus the band)
         # the ceiling, which is at least the floor, separates the certain from the band.
         found = hit.nonzero().view(-1)
