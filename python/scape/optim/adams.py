@@ -219,7 +219,8 @@ class AdamS(torch.optim.Optimizer):
         state = {}
         for j, (p, (a, b)) in enumerate(zip(self._tensors, self._ranges)):
             shape = local_tensor(p).shape
-            entry = {"format": FORMAT, "step": torch.tensor(float(self._t)), "skipped_steps": self.skipped_steps,
+            entry = {"format": FORMAT, "step": torch.tensor(float(self._t)),
+                     "skipped_steps": torch.tensor(self.skipped_steps),  # a tensor, so that DCP loads it
                      **{key: buffer[a:b].view(shape).clone() for key, buffer in self._moments()}}
             if j in masters:
                 entry["master"] = masters[j].view(shape).clone()

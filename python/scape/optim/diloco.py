@@ -323,7 +323,8 @@ class DiLoCo(AdamS):
         model through torch.distributed.checkpoint keeps one rank's: loading this state after the
         model's puts this rank's back)."""
         out = {"outer_global": self._global[a:b].view(shape).clone(),
-               "outer_momentum": self._outer_m[a:b].view(shape).clone(), "outer_global_set": self._global_set,
+               "outer_momentum": self._outer_m[a:b].view(shape).clone(),
+               "outer_global_set": torch.tensor(self._global_set),
                "local_params": self._theta[a:b].view(shape).clone()}
         if self._snapshot is not None:
             out["outer_snapshot"] = self._snapshot[a:b].view(shape).clone()

@@ -159,11 +159,15 @@ def save(opt) -> Dict[str, Any]:
     state = {}
     for j, (slot, p) in enumerate(zip(opt.layout.slots, opt._tensors)):
         part, shape = parts[j], local_tensor(p).shape
-        entry = {"format": FORMAT, "step": torch.tensor(float(opt._t)), "world_size": w, "sharded": opt.sharded,
-                 "skipped_steps": opt.skipped_steps, "exp_avg": part["exp_avg"].view(shape).clone(),
-                 "mask_step": opt._mask_step if opt._mask is not None else 0,
-                 "previous_size": opt._previous_size if opt._previous_mask is not None else 0,
-                 "mask_density": 0.0 if opt._mask_rho is None else opt._mask_rho[slot.group]}
+        # Counters and flags as 0-d tensors, as torch keeps "step": torch.distributed.checkpoint
+        # loads tensors into the state it is handed but leaves its Python numbers as they were.
+        entry = {"format": FORMAT, "step": torch.tensor(float(opt._t)), "world_size": torch.tensor(w),
+                 "sharded": torch.tensor(opt.sharded), "skipped_steps": torch.tensor(opt.skipped_steps),
+                 "exp_avg": part["exp_avg"].view(shape).clone(),
+                 "mask_step": torch.tensor(opt._mask_step if opt._mask is not None else 0),
+                 "previous_size": torch.tensor(opt._previous_size if opt._previous_mask is not None else 0),
+                 "mask_density": torch.tensor(0.0 if opt._mask_rho is None else opt._mask_rho[slot.group],
+                                              dtype=torch.float64)}
         if part["carried_momentum"] is not None:
             entry["carried_momentum"] = part["carried_momentum"].view(shape).clone()
         if part["residual"] is not None:
@@ -178,7 +182,7 @@ def save(opt) -> Dict[str, Any]:
             bits = part[key] if part[key] is not None else torch.zeros(slot.numel, dtype=torch.bool, device=opt.device)
             entry[key] = pack_bits(bits)
         if opt.fp8 is not None:
-            entry["fp8_exponent"], entry["fp8_scaled"] = opt.fp8.exponent, opt.fp8.scaled
+            entry["fp8_exponent"], entry["fp8_scaled"] = torch.tensor(opt.fp8.exponent), torch.tensor(opt.fp8.scaled)
         state[index[id(p)]] = entry
     return {"state": state, "param_groups": saved_groups(opt.param_groups)}
 
