@@ -11,7 +11,9 @@
    backward pass), and of the payload's collective with overlap_backward off and on. Over
    loopback both are small; a link of chosen bandwidth is scripts/netlab's (issue of the netlab);
 3. (--layouts) one rank, real model layouts with norms and biases in the dense group (named so
-   that SCAPE's default dense_tensors catches them): SCAPE 99% and 90% against
+   that SCAPE's default dense_tensors catches them): SCAPE 99% and 90% (and with
+   parameters_as_views, the parameters views of its flat buffer, and the copies in and out of
+   the flat buffer alone that it saves) against
    torch.optim.AdamW(fused=True) and (foreach=True) on the same parameters, medians of the step,
    and the aten ops one step dispatches and runs, counted with torch.profiler; --device cuda
    adds the kernels a step launches (scripts/device-check.sh torch runs it on the GPU machine).
@@ -141,6 +143,9 @@ def layout_rank(shapes, repeats, device, compiled=False):
     params = [p for _, p in named]
     makers = {"SCAPE 99%": lambda: st.SCAPE(named, lr=1e-3, sparsity=0.99),
               "SCAPE 90%": lambda: st.SCAPE(named, lr=1e-3, sparsity=0.9),
+              # the parameters as views of the flat buffer: no copies in and out (mirror.py)
+              "SCAPE 99% view": lambda: st.SCAPE(named, lr=1e-3, sparsity=0.99, parameters_as_views=True),
+              "SCAPE 90% view": lambda: st.SCAPE(named, lr=1e-3, sparsity=0.9, parameters_as_views=True),
               "AdamW fused": lambda: torch.optim.AdamW(params, lr=1e-3, fused=True),
               "AdamW foreach": lambda: torch.optim.AdamW(params, lr=1e-3, foreach=True)}
     if compiled:  # the candidate fused by torch.compile (its first step compiles it, untimed)
@@ -153,6 +158,12 @@ def layout_rank(shapes, repeats, device, compiled=False):
         opt.step()
         out[label] = (*median_ms(opt.step, repeats, device), *ops_per_step(opt.step, device))
         del opt
+    # what parameters_as_views saves: the parameters copied into the flat buffer and out of it
+    from scape.optim.mirror import ParamMirror
+    for label, bind in (("copies in+out", False), ("  as views", True)):
+        mirror = ParamMirror([p.detach().clone().requires_grad_() for p in params], device, bind=bind)
+        copies = lambda: (mirror.pull(), mirror.push())  # noqa: E731
+        out[label] = (*median_ms(copies, repeats, device), *ops_per_step(copies, device))
     return len(params), sum(p.numel() for p in params), out
 
 

@@ -31,7 +31,7 @@ from torch.distributed.checkpoint.state_dict import (get_model_state_dict, get_s
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "examples"))
 import scape.torch as st  # noqa: E402
-from scape.optim.params import ParamMirror  # noqa: E402
+from scape.optim.mirror import ParamMirror  # noqa: E402
 from tiny_gpt import CorpusBatches, TinyGPT, cross_entropy, markov_corpus  # noqa: E402
 
 KINDS = {"scape-replicated": dict(sharded=False), "scape-sharded": dict(sharded=True), "adams": None}

@@ -13,7 +13,8 @@ from .agreement import check_agreement
 from .arith import AdamScalars, adams_update, adamw_update, decay_factor, f32, momentum
 from .comm import Group
 from . import rank_state
-from .params import (ParamMirror, added_group, check_tensors, closure_loss, local_tensor, normalize_groups,
+from .mirror import ParamMirror
+from .params import (added_group, check_tensors, closure_loss, local_tensor, normalize_groups,
                      refuse_sharded_parameters, saved_groups, state_by_param, trainable_tensors)
 
 FORMAT = 2
@@ -24,20 +25,24 @@ class AdamS(torch.optim.Optimizer):
     """Dense AdamS on this rank of `group`: every step all-reduces the gradients (the mean in
     rank order, 2(W-1)/W·4N bytes sent a rank) and steps every parameter. Without a process
     group it is plain single-process AdamS. opt.state[p] holds "exp_avg" (a view of the flat
-    first moment) and "step"."""
+    first moment) and "step". parameters_as_views as SCAPE's: each plain fp32 parameter a view
+    of the flat buffer the step writes (save with torch.save or DCP, not safetensors)."""
 
     _step_supports_amp_scaling = True
 
     _inner_rule = "adams"  # DiLoCo and SparseLoCo take "adamw" too: a second moment, exp_avg_sq
 
     def __init__(self, params, lr: float, betas=(0.9, 0.95), eps: float = 1e-8, weight_decay: float = 0.1, *,
-                 bias_correction: bool = True, broadcast_params: bool = True, group=None):
+                 bias_correction: bool = True, broadcast_params: bool = True, parameters_as_views: bool = False,
+                 group=None):
         beta1, beta2 = (float(b) for b in betas)
         for name, value in (("betas[0]", beta1), ("betas[1]", beta2)):
             if not 0.0 <= value < 1.0:
                 raise ValueError(f"{name}: must lie in [0, 1), got {value}")
         if not eps > 0:
             raise ValueError(f"eps: must be > 0, got {eps}")
+        if parameters_as_views not in (True, False):
+            raise ValueError(f"parameters_as_views: expected True or False, got {parameters_as_views!r}")
         groups = normalize_groups(params, dict(lr=lr, weight_decay=weight_decay, sparsity=0.0), [])
         refuse_sharded_parameters(groups, "AdamS")
         self.device = check_tensors(groups)
@@ -45,6 +50,7 @@ class AdamS(torch.optim.Optimizer):
         super().__init__(groups, dict(lr=lr, weight_decay=weight_decay, sparsity=0.0))
         self.beta1, self.beta2, self.eps, self.bias_correction = beta1, beta2, float(eps), bool(bias_correction)
         self.comm = Group(group)
+        self.parameters_as_views = bool(parameters_as_views)
         self._t = 0
         self._step_count = torch.tensor(0.0)
         self.skipped_steps = 0
@@ -64,7 +70,7 @@ class AdamS(torch.optim.Optimizer):
             first = at
             at += sum(local_tensor(p).numel() for p in g["params"] if p.requires_grad)
             self._bounds.append((first, at))
-        self.mirror = ParamMirror(self._tensors, self.device)
+        self.mirror = ParamMirror(self._tensors, self.device, bind=self.parameters_as_views)
         self._theta = self.mirror.theta
         self._ranges, at = [], 0
         for p in self._tensors:
@@ -115,6 +121,7 @@ class AdamS(torch.optim.Optimizer):
                 for key, buffer in self._moments()}
         for p in self._tensors:
             self.state[p] = {key: kept[(key, id(p))] for key, _ in self._moments()}
+        self.mirror.release()  # a tensor that left keeps none of the old buffer alive
         self._build(kept)
         check_agreement(self.comm, self._settings(), f"AdamS at step {self._t + 1} (tensors joined or left)",
                         self.device)

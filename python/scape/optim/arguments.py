@@ -14,12 +14,14 @@ def _check_switch(value, name: str, allowed: Sequence) -> None:
 
 def check_arguments(*, formulation, mask_lag, residual, wire_dtype, sharded, overlap_backward, betas, eps,
                     residual_decay, clip_grad, density_start, density_warmup, density_cooldown,
-                    density_cooldown_start, total_steps, bucket_bytes, compile=False) -> Tuple[float, float]:
+                    density_cooldown_start, total_steps, bucket_bytes, compile=False,
+                    parameters_as_views=False) -> Tuple[float, float]:
     """Raises on the first bad argument; returns the betas as floats."""
     _check_switch(formulation, "formulation", FORMULATIONS)
     _check_switch(mask_lag, "mask_lag", (0, 1))
     _check_switch(bool(residual), "residual", (True, False))
     _check_switch(compile, "compile", (True, False))
+    _check_switch(parameters_as_views, "parameters_as_views", (True, False))
     _check_switch(wire_dtype, "wire_dtype", ("fp32", "fp8_e5m2"))
     if wire_dtype == "fp8_e5m2" and (sharded or overlap_backward):
         raise ValueError("wire_dtype: fp8_e5m2 needs sharded=False and overlap_backward=False (the core's fp8 "

@@ -14,9 +14,10 @@ Where names are unknown (model.parameters(), or groups of bare tensors) a group 
 dense: the shape stands in for the name rule.
 Frozen tensors (requires_grad=False) take no part while frozen: no slot, no decay, no state.
 
-The parameters stay the user's: the optimizers keep an fp32 flat copy (ParamMirror) that is
-refreshed from the parameters before each step and written back after it, so a parameter
-reloaded in place, moved by `p.data = ...`, or unfrozen later is followed."""
+The parameters stay the user's: the optimizers step on an fp32 flat buffer (mirror.py's
+ParamMirror) whose slices plain fp32 parameters become and which the others are copied into
+before each step and out of after it, so a parameter reloaded in place, moved by `p.data = ...`,
+or unfrozen later is followed."""
 from __future__ import annotations
 
 from typing import Any, Dict, List, Sequence, Tuple
@@ -249,60 +250,6 @@ def check_tensors(groups: List[Dict[str, Any]]) -> torch.device:
     if not trainable:
         raise ValueError("params: no tensor requires a gradient; nothing to optimize")
     return device
-
-
-def _stamp(p: torch.Tensor):
-    local = local_tensor(p)
-    return local.data_ptr(), local._version
-
-
-class ParamMirror:
-    """The fp32 flat copy of the trainable tensors, in layout order. fp32 tensors are copied in
-    before every step (the parameter is the truth). A bf16 or fp16 tensor's slice is its fp32
-    master: it is kept between steps and re-read from the parameter only when the parameter was
-    changed outside the optimizer (another storage or a newer version than the optimizer's
-    last write) to values other than the master's rounding, so a reload that puts back the same
-    values keeps the master's precision."""
-
-    def __init__(self, tensors: List[torch.Tensor], device: torch.device):
-        self.tensors = tensors
-        self.theta = torch.empty(sum(local_tensor(p).numel() for p in tensors), dtype=torch.float32, device=device)
-        self.views, at = [], 0
-        for p in tensors:
-            n = local_tensor(p).numel()
-            self.views.append(self.theta[at:at + n])
-            at += n
-        # Views shaped as the tensors, made once: the copies in and out are then one foreach op
-        # a step, not a reshape and a copy a tensor.
-        self.shaped = [view.view(local_tensor(p).shape) for view, p in zip(self.views, tensors)]
-        self.stamps: List[Any] = [None] * len(tensors)
-        self.low_precision = [j for j, p in enumerate(tensors) if p.dtype != torch.float32]
-        self.pull(everything=True)
-
-    @torch.no_grad()
-    def pull(self, everything: bool = False) -> None:
-        if not self.low_precision and self.tensors:  # one op, not one a tensor
-            torch._foreach_copy_(self.shaped, [local_tensor(p) for p in self.tensors])
-            return
-        for j, (p, view) in enumerate(zip(self.tensors, self.views)):
-            local = local_tensor(p)
-            if p.dtype == torch.float32 or everything:
-                view.copy_(local.reshape(-1))
-            elif self.stamps[j] != _stamp(p):
-                if not torch.equal(view.to(local.dtype), local.reshape(-1)):
-                    view.copy_(local.reshape(-1))
-                self.stamps[j] = _stamp(p)
-
-    @torch.no_grad()
-    def push(self) -> None:
-        """The flat values into the parameters (rounded where they are bf16 or fp16)."""
-        locals_ = [local_tensor(p) for p in self.tensors]
-        torch._foreach_copy_(locals_, self.shaped)
-        self.stamps = [_stamp(p) for p in self.tensors]
-
-    def masters(self) -> Dict[int, torch.Tensor]:
-        """The fp32 masters of the low-precision tensors, by position."""
-        return {j: self.views[j] for j in self.low_precision}
 
 
 def shaped_views(flat: torch.Tensor, slots, tensors: List[torch.Tensor]) -> List[torch.Tensor]:

@@ -10,10 +10,8 @@ reduce in overlap.py, the per-parameter state and checkpoints in state.py, the c
 every rank built the same optimizer in agreement.py."""
 from __future__ import annotations
 
-import atexit
 import math
 import time
-import weakref
 from dataclasses import replace
 from typing import Any, Dict, List, Optional, Sequence
 
@@ -26,11 +24,13 @@ from .arith import AdamScalars, adams_update, decay_factor, f32
 from .comm import Group
 from .compiled import candidate_compiled, candidate_in_place
 from .layout import FlatLayout, Slot
+from .live import LIVE
 from .fp8 import Fp8Payload
 from .masks import merge_segments, packed_positions, unpack_bits
 from .metrics import StepMetrics
-from .params import (ParamMirror, added_group, check_mesh, check_tensors, closure_loss, local_tensor,
-                     normalize_groups, read_gradients, refuse_sharded_parameters, shaped_views, trainable_tensors)
+from .mirror import ParamMirror
+from .params import (added_group, check_mesh, check_tensors, closure_loss, local_tensor, normalize_groups,
+                     read_gradients, refuse_sharded_parameters, shaped_views, trainable_tensors)
 from .schedule import DensitySchedule, k_piece
 from .selection import RangeSelector
 
@@ -39,20 +39,6 @@ DEFAULT_DENSE_TENSORS = ("norm", "bias")
 
 class NonFiniteGradient(FloatingPointError):
     """A step whose gradients hold inf or NaN on some rank, without a GradScaler to skip it."""
-
-
-_LIVE: "weakref.WeakSet" = weakref.WeakSet()
-
-
-@atexit.register
-def _finish_live_optimizers() -> None:
-    """At interpreter exit, every lagged all-gather still in flight is waited for, so that no
-    process group is torn down under it (a user who never called finish() saw SIGABRT)."""
-    for opt in list(_LIVE):
-        try:
-            opt.finish()
-        except Exception:  # the group may be gone already; exiting cleanly is all that is left
-            opt._next = None
 
 
 class SCAPE(torch.optim.Optimizer):
@@ -91,6 +77,11 @@ class SCAPE(torch.optim.Optimizer):
                     torch.compile (one pass over the layout, equal bit for bit to the eager
                     ops; the first step compiles it, seconds to a minute, and needs a C++
                     compiler on the CPU or Triton on a GPU); see docs/python.md, "Speed"
+    parameters_as_views  True: each plain fp32 parameter becomes a view of the optimizer's flat
+                    fp32 buffer, so the step writes it in place (two copies over the model a step
+                    fewer, 4 bytes a parameter freed; mirror.py). The parameters then share one
+                    storage: safetensors refuses them and accelerate's save keeps one of them,
+                    so save with torch.save or torch.distributed.checkpoint
     """
 
     _step_supports_amp_scaling = True  # GradScaler hands grad_scale and found_inf to step()
@@ -102,13 +93,14 @@ class SCAPE(torch.optim.Optimizer):
                  sharded: bool = False, dense_tensors: Sequence[str] = DEFAULT_DENSE_TENSORS,
                  bias_correction: bool = True, overlap_backward: bool = False, bucket_bytes: int = 25_000_000,
                  broadcast_params: bool = True, total_steps: Optional[int] = None, wire_dtype: str = "fp32",
-                 compile: bool = False, group=None, mesh=None):
+                 compile: bool = False, parameters_as_views: bool = False, group=None, mesh=None):
         beta1, beta2 = check_arguments(
             formulation=formulation, mask_lag=mask_lag, residual=residual, wire_dtype=wire_dtype, sharded=sharded,
             overlap_backward=overlap_backward, betas=betas, eps=eps, residual_decay=residual_decay,
             clip_grad=clip_grad, density_start=density_start, density_warmup=density_warmup,
             density_cooldown=density_cooldown, density_cooldown_start=density_cooldown_start,
-            total_steps=total_steps, bucket_bytes=bucket_bytes, compile=compile)
+            total_steps=total_steps, bucket_bytes=bucket_bytes, compile=compile,
+            parameters_as_views=parameters_as_views)
         defaults = dict(lr=lr, weight_decay=weight_decay, sparsity=sparsity)
         self._dense_tensors = list(dense_tensors)
         groups = normalize_groups(params, defaults, self._dense_tensors)
@@ -123,7 +115,7 @@ class SCAPE(torch.optim.Optimizer):
         self.clip_grad, self.sharded, self.bias_correction = float(clip_grad), bool(sharded), bool(bias_correction)
         self.density = DensitySchedule(density_warmup, float(density_start), density_cooldown, density_cooldown_start)
         self.total_steps = total_steps
-        self.compile_kernels = bool(compile)
+        self.compile_kernels, self.parameters_as_views = bool(compile), bool(parameters_as_views)
         self._fused_candidate = self.compile_kernels and not self.sharded  # torch.compile's kernel
         self.fp8 = Fp8Payload() if wire_dtype == "fp8_e5m2" else None
         self._fp8_step = None  # this step's (undelivered error, exponent) until it is kept
@@ -139,8 +131,7 @@ class SCAPE(torch.optim.Optimizer):
         self._previous_mask: Optional[torch.Tensor] = None
         self._previous_size = 0
         self._metrics: Optional[StepMetrics] = None
-        # Seconds of the last step: before the update (candidate, mask, collective), waiting for
-        # the mask all-gather, and in the payload's collective (after backward, when overlapped).
+        # Seconds of the last step before the update, waiting for the mask, in the payload's collective
         self._exposed = self._mask_wait = self._grad_wait = 0.0
         self._frozen: List[int] = []  # slots without a gradient on any rank this step
         self.overlap = None
@@ -155,7 +146,7 @@ class SCAPE(torch.optim.Optimizer):
         self._attach_overlap()
         state_io.bind_views(self)
         self._ready = True
-        _LIVE.add(self)
+        LIVE.add(self)
 
     def _settings(self):
         """What every rank of the group must agree on (agreement.py)."""
@@ -211,7 +202,7 @@ class SCAPE(torch.optim.Optimizer):
 
     def _allocate_state(self) -> None:
         n, dev = self.layout.n, self.device
-        self.mirror = ParamMirror(self._tensors, dev)
+        self.mirror = ParamMirror(self._tensors, dev, bind=self.parameters_as_views)
         self._theta = self.mirror.theta
         lo, hi = self._state_range
         self._m = torch.zeros(hi - lo, dtype=torch.float32, device=dev)

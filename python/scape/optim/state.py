@@ -76,6 +76,7 @@ def follow_tensors(opt) -> None:
     for p, part in zip(opt._tensors, parts):  # leaving ones keep a copy of their own
         opt.state[p] = {k: v.clone() for k, v in part.items() if isinstance(v, torch.Tensor)}
     old_ids = {id(p) for p in opt._tensors}
+    opt.mirror.release()  # a tensor that left keeps none of the old buffer alive
     opt._build_layout()
     check_agreement(opt.comm, opt._settings(), f"SCAPE at step {opt._t + 1} (tensors joined or left)",
                     opt.device)
