@@ -115,15 +115,25 @@ def load_race(paths):
     return out
 
 
+MODEL_SETTINGS = ("nodes", "width", "layers", "batch", "block")
+
+
 def base_race(race_by_rate, path):
     """The race whose step-time runs the steps start from: `path`'s (one rate), else the fastest of
-    the races forecast; {"rows", "plan", "path", "rate"}."""
+    the races forecast; {"rows", "plan", "path", "rate"}. A base of another day may hold another
+    corpus (a step's time does not depend on the text's bytes) but must hold the same model."""
     if path is None:
         rate = max(race_by_rate)
         return dict(race_by_rate[rate], rate=rate)
     (rate, entry), *more = load_race([path]).items()
     if more:
         raise RaceInputError(f"{path}: --base holds one rate, this has {len(more) + 1}")
+    for race in race_by_rate.values():
+        for key in MODEL_SETTINGS:
+            mine, theirs = entry["plan"]["settings"].get(key), race["plan"]["settings"].get(key)
+            if mine != theirs:
+                raise RaceInputError(f"{path}: --base ran {key} = {mine}, the race {race['path']} {key} = {theirs}: "
+                                     f"its step times are another model's")
     return dict(entry, rate=rate)
 
 
@@ -463,7 +473,8 @@ def arguments(argv=None):
                                 epilog=__doc__.split("\n\n", 1)[1], formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--race", nargs="+", required=True, help="race-*.csv files, each with its .plan.json beside it")
     p.add_argument("--base", help="the race at the fastest rate, whose step-time runs give each arm's compute and "
-                   "optimizer time (default the fastest of --race)")
+                   "optimizer time (default the fastest of --race); it may be another day's, of another corpus, "
+                   "but must have run the same model (nodes, width, layers, batch, block)")
     p.add_argument("--seeds", help="comma-separated: the simulator's seeds (default every seed each arm raced)")
     p.add_argument("--links", required=True, help="the folder `scripts/netlab race links` wrote (gloo-RATE.h5)")
     p.add_argument("--out", required=True, help="folder of forecast.md, forecast.csv, the hardware files and sim/")
@@ -488,8 +499,7 @@ def main(argv=None):
         race_by_rate = load_race(args.race)
         base = base_race(race_by_rate, args.base)
         os.makedirs(args.out, exist_ok=True)
-        corpus, vocab = corpus_file([e["plan"] for e in race_by_rate.values()] + [base["plan"]], args.corpus_root,
-                                    args.out)
+        corpus, vocab = corpus_file([e["plan"] for e in race_by_rate.values()], args.corpus_root, args.out)
         hardware = {}
         for rate, entry in {**race_by_rate, base["rate"]: base}.items():
             hardware[rate] = {}

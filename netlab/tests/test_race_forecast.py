@@ -157,6 +157,11 @@ def test_bad_input_is_named(tmp_path):
     races = race_forecast.load_race([slow])
     with pytest.raises(RaceInputError, match="--corpus-root"):
         race_forecast.corpus_file([races[100.0]["plan"]], root, tmp_path)
+    other_model = json.loads((tmp_path / "race-1gbit.plan.json").read_text())
+    other_model["settings"] = dict(SETTINGS, width=32)
+    (tmp_path / "race-1gbit.plan.json").write_text(json.dumps(other_model))
+    with pytest.raises(RaceInputError, match=r"--base ran width = 32, the race .* width = 16"):
+        race_forecast.base_race(races, fast)
     (tmp_path / "race-1gbit.plan.json").unlink()
     with pytest.raises(RaceInputError, match="no plan beside it"):
         race_forecast.load_race([fast])
