@@ -270,9 +270,10 @@ def test_a_compiled_model_trains_with_scape_as_the_eager_one_does():
                          ids=["scape", "scape-sharded", "adams", "diloco"])
 def test_opt_state_dict_straight_through_dcp_resumes_bit_identical(make, tmp_path):
     """dcp.save({"optim": opt.state_dict()}) and dcp.load into a fresh optimizer's state_dict,
-    without get_state_dict: DCP loads tensors in place and leaves Python numbers as the fresh
-    optimizer had them, so the counters (the lagged mask's step, DiLoCo's set flag) are 0-d
-    tensors. With them as ints the resumed SCAPE differed in 99 of 244 values after 2 steps."""
+    without get_state_dict: DCP loads tensors in place but writes a Python number under the key
+    "0" beside the entry 0, where load_state_dict does not look, so the counters (the lagged
+    mask's step, DiLoCo's set flag) are 0-d tensors. With them as ints the resumed SCAPE
+    differed in 99 of 244 values after 2 steps."""
     import torch.distributed.checkpoint as dcp
     m = model()
     opt = make(m.parameters())

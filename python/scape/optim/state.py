@@ -161,7 +161,7 @@ def save(opt) -> Dict[str, Any]:
     for j, (slot, p) in enumerate(zip(opt.layout.slots, opt._tensors)):
         part, shape = parts[j], local_tensor(p).shape
         # Counters and flags as 0-d tensors, as torch keeps "step": torch.distributed.checkpoint
-        # loads tensors into the state it is handed but leaves its Python numbers as they were.
+        # loads tensors in place but writes a Python number under "0" beside the entry 0.
         entry = {"format": FORMAT, "step": torch.tensor(float(opt._t)), "world_size": torch.tensor(w),
                  "sharded": torch.tensor(opt.sharded), "skipped_steps": torch.tensor(opt.skipped_steps),
                  "exp_avg": part["exp_avg"].view(shape).clone(),
