@@ -111,6 +111,10 @@ def main():
     trace = read_trace(args.trace)
     for case in json.loads(open(args.cases).read()):
         run_case(case, trace, rank, world, args.out, device)
+    # Every rank past its last collective before any tears the group down. A rank aborted once at
+    # W = 3 at exit ("terminate called without an active exception", not reproduced since), as the
+    # FSDP2 worker's did before its barrier: a peer closing its gloo pairs early is the likely cause.
+    dist.barrier()
     dist.destroy_process_group()
 
 
