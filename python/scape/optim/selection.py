@@ -86,6 +86,7 @@ class RangeSelector:
         self.sizes_t = torch.tensor(self.sizes, dtype=torch.int64, device=device)
         ends = torch.tensor([p.end - lo for p in self.pieces], dtype=torch.int64, device=device)
         self.ends_t = ends
+        self.piece_ids = torch.arange(len(self.pieces), dtype=torch.int64, device=device)
         # Each position's piece, so that per-piece bounds spread over the range by one gather
         # (repeat_interleave recounts the offsets every call and was several times slower).
         self.piece_of = (torch.arange(len(self.pieces), dtype=torch.int32, device=device).repeat_interleave(self.sizes_t)
@@ -188,7 +189,11 @@ class RangeSelector:
         # One scan finds what lies at or above the floor; among those (about k, plus the band)
         # the ceiling, which is at least the floor, separates the certain from the band.
         found = hit.nonzero().view(-1)
-        found_seg = torch.searchsorted(self.ends_t, found, right=True)
+        # Each hit's piece: the pieces' ends searched among the ascending hits (a search a piece,
+        # not one a hit: 3x faster at 10% density) and each piece's id repeated over its hits.
+        cuts = torch.searchsorted(found, self.ends_t)
+        found_seg = self.piece_ids.repeat_interleave(torch.diff(cuts, prepend=cuts.new_zeros(1)),
+                                                     output_size=found.numel())
         is_above = torch.gt(stat.index_select(0, found).abs_(), bounds[:n_pieces].index_select(0, found_seg))
         above = torch.bincount(found_seg.masked_select(is_above), minlength=n_pieces)
         mask.zero_()
