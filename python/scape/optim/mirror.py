@@ -103,7 +103,9 @@ class ParamMirror:
         self.stamps: List[Any] = [None] * len(tensors)
         self.low_precision = [j for j, p in enumerate(tensors) if p.dtype != torch.float32]
         self.bound = [False] * len(tensors)
-        self._copied = list(range(len(tensors)))
+        self._copied: List[int] = []
+        self._copied_shaped: List[torch.Tensor] = []
+        self._set_copied()
         self.pull(everything=True)
         if bind:
             plain = [j for j, p in enumerate(tensors) if p.dtype == torch.float32 and not is_dtensor(p)]
@@ -114,6 +116,11 @@ class ParamMirror:
                               f"out: each is a view into a larger storage, or another tensor holds its storage too "
                               f"(a second parameter, a buffer, a state_dict kept, the tensor it was made of)",
                               stacklevel=4)
+
+    def _set_copied(self) -> None:
+        """The tensors copied in and out, and their shaped slices, kept for every step's copies."""
+        self._copied = [j for j, b in enumerate(self.bound) if not b]
+        self._copied_shaped = [self.shaped[j] for j in self._copied]
 
     @torch.no_grad()
     def _bind(self, candidates: List[int]) -> None:
@@ -132,7 +139,7 @@ class ParamMirror:
                 p.data = self.shaped[j]
                 _BOUND_AT[p] = p.data_ptr()
                 self.bound[j] = True
-        self._copied = [j for j, b in enumerate(self.bound) if not b]
+        self._set_copied()
 
     @torch.no_grad()
     def pull(self, everything: bool = False) -> None:
@@ -145,11 +152,10 @@ class ParamMirror:
             if not _in_a_buffer(p):  # not into another mirror's buffer: the user's storage
                 _MOVED_TO[p] = p.data_ptr()
         if moved:
-            self._copied = [j for j, b in enumerate(self.bound) if not b]
+            self._set_copied()
         if not self.low_precision:  # one op, not one a tensor
             if self._copied:
-                torch._foreach_copy_([self.shaped[j] for j in self._copied],
-                                     [local_tensor(self.tensors[j]) for j in self._copied])
+                torch._foreach_copy_(self._copied_shaped, [local_tensor(self.tensors[j]) for j in self._copied])
             return
         for j in self._copied:
             p, view = self.tensors[j], self.views[j]
@@ -165,8 +171,7 @@ class ParamMirror:
     def push(self) -> None:
         """The flat values into the copied parameters (rounded where they are bf16 or fp16)."""
         if self._copied:
-            torch._foreach_copy_([local_tensor(self.tensors[j]) for j in self._copied],
-                                 [self.shaped[j] for j in self._copied])
+            torch._foreach_copy_([local_tensor(self.tensors[j]) for j in self._copied], self._copied_shaped)
         for j in self.low_precision:
             self.stamps[j] = _stamp(self.tensors[j])
 
@@ -179,7 +184,7 @@ class ParamMirror:
                 p.data = p.data.clone()
                 _BOUND_AT.pop(p, None)
             self.bound[j] = False
-        self._copied = list(range(len(self.tensors)))
+        self._set_copied()
 
     def masters(self) -> Dict[int, torch.Tensor]:
         """The fp32 masters of the low-precision tensors, by position."""
