@@ -21,7 +21,10 @@ first seed, race_plan.best_lr):
                   here; time to target is wall clock either way)
   steps, bytes    to target: the means over the seeds at that first evaluation (bytes a rank sent)
   s/step          the run's training wall time over its steps
-  × DDP AdamW     DDP AdamW's mean time to target over the arm's"""
+  × DDP AdamW     DDP AdamW's mean time to target over the arm's
+  − the lowest    below the table: the arm with the lowest mean loss at B, and every other arm's
+                  loss at B minus its, paired by seed the same way (an interval that holds 0:
+                  level with it), so the table says which arm wins a rate and by how much"""
 import argparse
 import math
 import statistics
@@ -103,8 +106,20 @@ def tables(rows, margin, first_seed=1, path="the CSVs"):
         base = lines[0]["time"]
         for line in lines:
             line["ratio"] = base[0] / line["time"][0] if base and line["time"] else None
+        against_the_lowest(rows, rate, lines, first_seed)
         out[rate] = (target, lines)
     return out
+
+
+def against_the_lowest(rows, rate, lines, first_seed):
+    """Marks the arm with the lowest mean loss at B (`lowest`) and gives every arm its loss at B
+    minus that arm's, paired by seed (`delta_to_lowest`; None without a common seed)."""
+    lowest = min(lines, key=lambda line: line["loss_at_b"][0])
+    lowest_at_b = {s: at_budget(c)["val_loss"] for s, c in chosen_runs(rows, rate, lowest["arm"], first_seed)[0].items()}
+    for line in lines:
+        line["lowest"] = line is lowest
+        curves, _ = chosen_runs(rows, rate, line["arm"], first_seed)
+        line["delta_to_lowest"] = None if line is lowest else paired_delta(curves, lowest_at_b)
 
 
 def paired_delta(curves, base_at_b):
@@ -145,7 +160,7 @@ def markdown(result, margin, rows=None, first_seed=1):
             delta = "–" if a["arm"] == BASELINE or not a["delta_at_b"] else _interval(a["delta_at_b"], 4, signed=True)
             lines.append(f"| {a['arm']} | {a['lr']:g} | {len(a['seeds'])} | {a['steps']:.0f} | {a['s_per_step']:.4f} | {a['end_over_b']:.2f} | "
                          f"{_interval(a['loss_at_b'], 4)} | {delta} | {time} | {ratio} | {steps} | {mb} |")
-        lines.append("")
+        lines += ["", ranking_line(arms), ""]
         if rows is not None:
             lines += [f"Learning rates tried on seed {first_seed} (loss at B; the chosen one, the lowest, in bold):",
                       "", "| arm | rates tried |", "|---|---|"]
@@ -155,6 +170,22 @@ def markdown(result, margin, rows=None, first_seed=1):
                 lines.append(f"| {a['arm']} | {', '.join(tried)} |")
             lines.append("")
     return "\n".join(lines)
+
+
+def ranking_line(arms):
+    """The arm lowest at B and the others' paired distance to it, nearest first."""
+    lowest = next(a for a in arms if a["lowest"])
+    others = sorted((a for a in arms if not a["lowest"] and a["delta_to_lowest"]), key=lambda a: a["delta_to_lowest"][0])
+    level = [a["arm"] for a in others if a["delta_to_lowest"][1] is not None and a["delta_to_lowest"][1] <= 0]
+    one_seed = [a["arm"] for a in others if a["delta_to_lowest"][1] is None]
+    text = (f"Lowest loss at B: **{lowest['arm']}** ({lowest['loss_at_b'][0]:.4f}); each other arm's loss at B "
+            f"minus its, paired by seed [95%]: "
+            + ", ".join(f"{a['arm']} {_interval(a['delta_to_lowest'], 4, signed=True)}" for a in others) + ". ")
+    if one_seed:
+        return text + f"One common seed, no interval, so no winner is claimed: {', '.join(one_seed)}."
+    if level:
+        return text + f"Level with it (the interval holds 0): {', '.join(level)}."
+    return text + "No other arm's interval holds 0: it wins the rate."
 
 
 def figure(rows, result, first_seed, path):

@@ -254,3 +254,24 @@ def test_a_run_without_a_budget_is_read_at_its_end():
     rows = curve("ddp-adamw", 1, 1e-3, [3.0, 2.4], budget=0.0) + curve("ddp-adamw", 1, 2e-3, [2.9, 2.6], budget=0.0)
     assert race_plan.best_lr(rows, 100.0, "ddp-adamw") == 1e-3
     assert race_plan.at_budget(curve("adams", 1, 1e-3, [3.0, 2.4], budget=float("nan")))["val_loss"] == 2.4
+
+
+def test_the_lowest_arm_and_the_others_paired_against_it():
+    # SCAPE ends lowest (1.95, 1.99, 1.97 at B); DDP AdamW (2.00, 2.04, 2.02) is 0.05 above it on
+    # every seed; PowerSGD (2.03, 2.3 at B, seeds 1 and 2) +0.08 and +0.31, mean 0.195,
+    # half 12.706 * 0.16263 / sqrt 2.
+    target, lines = race.tables(race_rows(), 0.02)[100.0]
+    ddp, scape, powersgd = lines
+    assert scape["lowest"] and not ddp["lowest"] and scape["delta_to_lowest"] is None
+    assert ddp["delta_to_lowest"] == pytest.approx((0.05, 0.05, 0.05))
+    half = 12.706 * math.sqrt(2 * 0.115 ** 2) / math.sqrt(2)
+    assert powersgd["delta_to_lowest"] == pytest.approx((0.195, 0.195 - half, 0.195 + half))
+    line = race.ranking_line(lines)
+    assert line.startswith("Lowest loss at B: **scape-99** (1.9700); each other arm's loss at B minus its")
+    assert "ddp-adamw +0.0500 [+0.0500, +0.0500], ddp-powersgd-r1 +0.1950 [-1.2662, +1.6562]." in line
+    assert line.endswith("Level with it (the interval holds 0): ddp-powersgd-r1.")
+    assert line in race.markdown(race.tables(race_rows(), 0.02), 0.02)
+    clear = [dict(a, delta_to_lowest=(0.3, 0.1, 0.5)) if a["arm"] == "ddp-powersgd-r1" else a for a in lines]
+    assert race.ranking_line(clear).endswith("No other arm's interval holds 0: it wins the rate.")
+    single = [dict(a, delta_to_lowest=(0.3, None, None)) if a["arm"] == "ddp-powersgd-r1" else a for a in lines]
+    assert race.ranking_line(single).endswith("no winner is claimed: ddp-powersgd-r1.")
