@@ -170,6 +170,33 @@ def test_a_bad_mesh_is_refused_naming_it(one_rank_mesh):
         st.SCAPE(whole_world.named_parameters(), lr=1e-3, mesh=one_rank_mesh)
 
 
+def test_hierarchical_leaves_a_frozen_tensor_alone_and_refuses_a_change_of_the_trained_set(one_rank_mesh):
+    """A frozen tensor has no rail piece (it trained under weight decay before 2026-12-07): on a
+    1 x 1 mesh Hierarchical(AdamS) is AdamS over the tensors that train, bit for bit, and the
+    frozen one keeps its values; unfreezing it later is refused naming it."""
+    def run(make, steps=4):
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(torch.nn.Linear(6, 5), torch.nn.Linear(5, 3))
+        model[0].weight.requires_grad_(False)
+        frozen = model[0].weight.detach().clone()
+        opt = make(model)
+        for t in range(steps):
+            torch.manual_seed(t)
+            opt.zero_grad(set_to_none=True)
+            model(torch.randn(4, 6)).pow(2).mean().backward()
+            opt.step()
+        assert torch.equal(model[0].weight, frozen)
+        return model, opt
+    _, plain = run(lambda m: st.AdamS([p for p in m.parameters() if p.requires_grad], lr=1e-2))
+    model, hier = run(lambda m: st.Hierarchical(m.named_parameters(), one_rank_mesh, st.AdamS, lr=1e-2))
+    assert torch.equal(hier.inner.flat_params(), plain.flat_params())
+    model[0].weight.requires_grad_(True)
+    model(torch.randn(4, 6)).pow(2).mean().backward()
+    with pytest.raises(ValueError, match=r"^Hierarchical: the tensors that train changed \(requires_grad\) since it "
+                                         r"was built: 0\.weight;"):
+        hier.step()
+
+
 def test_rail_pieces_follow_the_cores_rules_on_hand_cut_cases():
     from scape.optim.hierarchy import rail_pieces
     shapes = [torch.Size((7, 3)), torch.Size((5,)), torch.Size((2, 2))]

@@ -14,6 +14,7 @@ from .arith import AdamScalars, adams_update, adamw_update, decay_factor, f32, m
 from .comm import Group
 from . import rank_state
 from .mirror import ParamMirror
+from .protocol import load_state_dict_with_hooks, refuse_copy, state_dict_with_hooks
 from .params import (added_group, check_tensors, closure_loss, local_tensor, normalize_groups,
                      refuse_sharded_parameters, saved_groups, state_by_param, trainable_tensors)
 
@@ -128,6 +129,11 @@ class AdamS(torch.optim.Optimizer):
 
     @torch.no_grad()
     def step(self, closure=None):
+        return self._adams_step(closure)
+
+    def _adams_step(self, closure):
+        """step()'s body: subclasses call it rather than super().step(), which torch wraps with
+        the step hooks once an AdamS exists, so that their hooks would fire twice."""
         loss = closure_loss(closure)
         grad_scale, found_inf = getattr(self, "grad_scale", None), getattr(self, "found_inf", None)
         self._sync_layout()
@@ -138,6 +144,7 @@ class AdamS(torch.optim.Optimizer):
         if bool(flags[:, 0].gt(0).any()):
             if found_inf is not None or grad_scale is not None:
                 self.skipped_steps += 1
+                self._after_skipped_step()
                 return loss
             from .scape_optimizer import NonFiniteGradient
             raise NonFiniteGradient(f"step {self._t + 1}: a gradient holds inf or NaN on rank(s) "
@@ -195,6 +202,10 @@ class AdamS(torch.optim.Optimizer):
         beside it."""
         return self.comm.all_reduce_mean(self._g, "grad_all_reduce", flags)
 
+    def _after_skipped_step(self) -> None:
+        """What a subclass does when a GradScaler skips the step (here every rank skips it
+        together: the flags ride with the gradient's all-reduce)."""
+
     def _after_update(self, t: int) -> Dict[str, float]:
         """What a subclass does to the flat parameters after step t's update (DiLoCo's outer
         step); returns extra metrics."""
@@ -221,6 +232,15 @@ class AdamS(torch.optim.Optimizer):
 
     def state_dict(self) -> Dict[str, Any]:
         """torch's form, per parameter: step, exp_avg, the fp32 master of a bf16/fp16 one."""
+        return state_dict_with_hooks(self, self._state_dict)
+
+    def load_state_dict(self, state_dict: Dict[str, Any]) -> None:
+        load_state_dict_with_hooks(self, state_dict, self._load_state_dict)
+
+    def __getstate__(self):
+        refuse_copy(self)
+
+    def _state_dict(self) -> Dict[str, Any]:
         index = {id(p): i for i, p in enumerate(p for g in self.param_groups for p in g["params"])}
         masters = self.mirror.masters()
         state = {}
@@ -244,7 +264,7 @@ class AdamS(torch.optim.Optimizer):
     def _load_extra_state(self, entry: Dict[str, Any], a: int, b: int) -> None:
         """A subclass's own entries back into [a, b) of its buffers."""
 
-    def load_state_dict(self, state_dict: Dict[str, Any]) -> None:
+    def _load_state_dict(self, state_dict: Dict[str, Any]) -> None:
         if not isinstance(state_dict, dict):
             raise ValueError(f"state_dict: expected a dict, got {type(state_dict).__name__}")
         by_param = state_by_param(self.param_groups, state_dict)

@@ -148,27 +148,29 @@ class DiLoCo(AdamS):
         self._snapshot = torch.zeros_like(self._theta) if self.overlap_outer else None
         self._global_set = False
         if self._torch_inner is not None:
-            # torch's GradScaler then unscales the gradients and skips a step itself, as for any
-            # optimizer that does not take the scale.
-            self._step_supports_amp_scaling = False
             self._unused_lrs = [g["lr"] for g in self.param_groups]
 
     @torch.no_grad()
     def step(self, closure=None):
         if self._torch_inner is None:
-            return super().step(closure)
+            return self._adams_step(closure)
         return self._step_with_torch_inner(closure)
 
     def _step_with_torch_inner(self, closure):
         """The user's optimizer takes the inner step on the parameters; the outer step then runs
-        on the flat copy, as after an AdamS inner step."""
+        on the flat copy, as after an AdamS inner step. DiLoCo takes GradScaler's scale itself
+        (rather than letting the scaler skip step()), so that a step skipped on one rank still
+        counts in its sync schedule."""
         loss = closure_loss(closure)
+        grad_scale, found_inf = getattr(self, "grad_scale", None), getattr(self, "found_inf", None)
         if [g["lr"] for g in self.param_groups] != self._unused_lrs:
             raise ValueError(f"step {self._t + 1}: DiLoCo's lr was changed (a scheduler on DiLoCo?), but with a "
                              f"torch optimizer as inner its own lr is the inner steps': schedule the inner optimizer")
         self._sync_layout()
         grads = [p.grad for p in self._tensors if p.grad is not None]
-        if grads and not all(bool(torch.isfinite(g).all()) for g in grads):
+        scaled = found_inf is not None or grad_scale is not None
+        overflow = bool(found_inf.gt(0).any()) if found_inf is not None else False
+        if not scaled and grads and not all(bool(torch.isfinite(g).all()) for g in grads):
             from .scape_optimizer import NonFiniteGradient
             raise NonFiniteGradient(f"step {self._t + 1}: a gradient holds inf or NaN on this rank; nothing was "
                                     f"updated")
@@ -176,23 +178,37 @@ class DiLoCo(AdamS):
             self.mirror.pull()
             self._global.copy_(self._theta)
             self._global_set = True
-        self._torch_inner.step()
+        if overflow:
+            self.skipped_steps += 1
+        else:
+            if grad_scale is not None and grads:
+                torch._foreach_mul_(grads, grad_scale.double().reciprocal().float().to(grads[0].device))
+            self._torch_inner.step()
         self.mirror.pull()
-        t = self._t + 1
+        self._close_step(self._t + 1, float(self._torch_inner.param_groups[0]["lr"]))
+        return loss
+
+    def _after_skipped_step(self) -> None:
+        """A GradScaler skipped this rank's inner step: its gradient overflowed here, and inner
+        steps share nothing, so the other ranks may have stepped. The step still counts in the
+        sync schedule, so that every rank's outer syncs stay paired step for step."""
+        self._close_step(self._t + 1, float(self.param_groups[0]["lr"]))
+
+    def _close_step(self, t: int, lr: float) -> None:
+        """Step t's outer step when its turn has come, the parameters pushed and the metrics kept."""
         extra = self._after_update(t)
         self.mirror.push()
         count = self.comm.take_count()
-        self._last = {"step": t, "lr": float(self._torch_inner.param_groups[0]["lr"]), "bytes_sent": count.sent,
-                      "bytes_received": count.received, "mask_density": 1.0, **count.metrics(), **extra}
+        self._last = {"step": t, "lr": lr, "bytes_sent": count.sent, "bytes_received": count.received,
+                      "mask_density": 1.0, **count.metrics(), **extra}
         self._t = t
         self._step_count.fill_(float(t))
-        return loss
 
     # Between syncs each rank's inner moments and parameters are its own.
     _per_rank_state = True
 
-    def state_dict(self) -> Dict[str, Any]:
-        out = super().state_dict()
+    def _state_dict(self) -> Dict[str, Any]:
+        out = super()._state_dict()
         if self._torch_inner is not None:
             end = rank_state.suffix(self.comm.rank, self.comm.size)
             inner = self._torch_inner.state_dict()
@@ -202,7 +218,7 @@ class DiLoCo(AdamS):
             out["inner_optimizer_entries" + end] = len(inner.get("state", {}))
         return out
 
-    def load_state_dict(self, state_dict: Dict[str, Any]) -> None:
+    def _load_state_dict(self, state_dict: Dict[str, Any]) -> None:
         if isinstance(state_dict, dict):
             inner = {k: v for k, v in state_dict.items() if k.startswith("inner_optimizer")}
             state_dict = {**{k: v for k, v in state_dict.items() if k not in inner},
@@ -224,7 +240,7 @@ class DiLoCo(AdamS):
         elif isinstance(state_dict, dict) and "inner_optimizer" in state_dict:
             raise ValueError(f"state_dict: saved with a torch optimizer as inner; this DiLoCo's inner rule is "
                              f"{self._inner_rule!r}")
-        super().load_state_dict(state_dict)
+        super()._load_state_dict(state_dict)
 
     def _settings(self):
         return super()._settings() + [("inner_steps", self.inner_steps), ("outer_lr", self.outer_lr),

@@ -23,6 +23,7 @@ import torch
 
 from .comm import Group
 from .params import MESH_DIMS, check_mesh, closure_loss
+from .protocol import load_state_dict_with_hooks, refuse_copy, state_dict_with_hooks
 
 RAIL_SPLITS = ("tensors", "rows")
 
@@ -91,9 +92,12 @@ class Hierarchical(torch.optim.Optimizer):
             raise ValueError("group, mesh: Hierarchical hands the wrapped optimizer mesh[\"inter\"] itself")
         check_mesh(mesh, None, "Hierarchical")
         groups = _named_groups(params)
-        entries = [(gi, name, p) for gi, g in enumerate(groups) for name, p in g["params"]]
+        # A frozen tensor takes no part (no rail piece, no decay), as in the optimizers it wraps;
+        # the rail parts are cut once, so the tensors that train may not change later (step()).
+        self._given = [(name, p) for g in groups for name, p in g["params"]]
+        entries = [(gi, name, p) for gi, g in enumerate(groups) for name, p in g["params"] if p.requires_grad]
         if not entries:
-            raise ValueError("params: no parameters")
+            raise ValueError("params: no parameters that require a gradient")
         self.node, self.rail = Group(mesh["intra"].get_group()), mesh.get_local_rank("intra")
         self.rail_split = rail_split
         shapes = [p.shape for _, _, p in entries]
@@ -122,9 +126,19 @@ class Hierarchical(torch.optim.Optimizer):
                               else _piece(grad, first, shape.numel()).float())
         return torch.cat(pieces)
 
+    def _check_trainable(self) -> None:
+        now = [id(p) for _, p in self._given if p.requires_grad]
+        if now != [id(p) for p in self._tensors]:
+            built = {id(p) for p in self._tensors}
+            changed = [name for name, p in self._given if p.requires_grad != (id(p) in built)]
+            raise ValueError(f"Hierarchical: the tensors that train changed (requires_grad) since it was built: "
+                             f"{', '.join(changed)}; its rail parts are cut over the tensors that trained then: "
+                             f"build a new Hierarchical (its state_dict does not carry over)")
+
     @torch.no_grad()
     def step(self, closure=None):
         loss = closure_loss(closure)
+        self._check_trainable()
         for j, first, rail_param in self._mine:  # the parameters are the truth, as in SCAPE's mirror
             rail_param.copy_(_piece(self._tensors[j], first, rail_param.numel()).view_as(rail_param))
         gradient = self._gradient_in_rail_order()
@@ -178,10 +192,17 @@ class Hierarchical(torch.optim.Optimizer):
 
     def state_dict(self) -> Dict[str, Any]:
         """This rank's: its rail, the split, and the wrapped optimizer's state of the rail's part."""
-        return {"hierarchical": {"rail": self.rail, "rails": self.node.size, "rail_split": self.rail_split},
-                "inner": self.inner.state_dict()}
+        return state_dict_with_hooks(self, lambda: {
+            "hierarchical": {"rail": self.rail, "rails": self.node.size, "rail_split": self.rail_split},
+            "inner": self.inner.state_dict()})
 
     def load_state_dict(self, state_dict: Dict[str, Any]) -> None:
+        load_state_dict_with_hooks(self, state_dict, self._load_state_dict)
+
+    def __getstate__(self):
+        refuse_copy(self)
+
+    def _load_state_dict(self, state_dict: Dict[str, Any]) -> None:
         mine = {"rail": self.rail, "rails": self.node.size, "rail_split": self.rail_split}
         saved = state_dict.get("hierarchical") if isinstance(state_dict, dict) else None
         if saved != mine:

@@ -25,6 +25,7 @@ gradient and works with the overlap."""
 from __future__ import annotations
 
 import time
+import weakref
 from typing import List, Optional
 
 import torch
@@ -32,6 +33,11 @@ import torch
 from .arith import f32, momentum
 from .comm import _split
 from .params import local_tensor, trainable_tensors
+
+
+def _remove_hooks(handles) -> None:
+    for handle in handles:
+        handle.remove()
 
 
 class _Bucket:
@@ -50,7 +56,10 @@ class _Bucket:
 
 class BackwardOverlap:
     def __init__(self, opt, bucket_bytes: int):
-        self.opt = opt
+        # The hooks live on the user's parameters, which outlive the optimizer: they hold the
+        # overlap weakly, the overlap holds the optimizer weakly, and the hooks are removed once
+        # the optimizer is gone (a SCAPE replaced by another optimizer must not go on packing).
+        self._opt = weakref.ref(opt)
         slots = opt.layout.slots
         self.buckets: List[_Bucket] = []
         current, payload = [], 0.0
@@ -72,13 +81,17 @@ class BackwardOverlap:
         self.buckets_in_backward = 0  # of the last step: buckets whose collective started before step()
         self.mask_wait = self.last_waited = 0.0  # of the last step: seconds waiting for the mask, the buckets
         self.handles = [p.register_post_accumulate_grad_hook(self._hook(j)) for j, p in enumerate(opt._tensors)]
+        weakref.finalize(self, _remove_hooks, self.handles)
+
+    @property
+    def opt(self):
+        return self._opt()
 
     def detach(self) -> None:
         """Removes the hooks (the layout changed, a new overlap takes over)."""
         self.abandon()
-        for handle in self.handles:
-            handle.remove()
-        self.handles = []
+        _remove_hooks(self.handles)
+        self.handles.clear()
 
     def _bucket(self, slots: List[int]) -> _Bucket:
         layout = self.opt.layout.slots
@@ -109,8 +122,12 @@ class BackwardOverlap:
 
     # ----- during backward --------------------------------------------------------------------
     def _hook(self, j: int):
+        overlap = weakref.ref(self)
+
         def on_gradient(param: torch.Tensor) -> None:
-            self._gradient_ready(j, param)
+            live = overlap()
+            if live is not None and live.opt is not None:
+                live._gradient_ready(j, param)
         return on_gradient
 
     def _begin(self) -> bool:

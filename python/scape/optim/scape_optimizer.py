@@ -29,6 +29,7 @@ from .fp8 import Fp8Payload
 from .masks import merge_segments, packed_positions, unpack_bits
 from .metrics import StepMetrics
 from .mirror import ParamMirror
+from .protocol import load_state_dict_with_hooks, refuse_copy, state_dict_with_hooks
 from .params import (added_group, check_mesh, check_tensors, closure_loss, local_tensor, normalize_groups,
                      read_gradients, refuse_sharded_parameters, shaped_views, trainable_tensors)
 from .schedule import DensitySchedule, k_piece
@@ -585,7 +586,10 @@ class SCAPE(torch.optim.Optimizer):
     def state_dict(self) -> Dict[str, Any]:
         """torch's form, per parameter (state.py): resumes bit-identically at the same world
         size and at another through torch.distributed.checkpoint. A collective when W > 1."""
-        return state_io.save(self)
+        return state_dict_with_hooks(self, lambda: state_io.save(self))
 
     def load_state_dict(self, state_dict: Dict[str, Any]) -> None:
-        state_io.load(self, state_dict)
+        load_state_dict_with_hooks(self, state_dict, lambda sd: state_io.load(self, sd))
+
+    def __getstate__(self):
+        refuse_copy(self)
