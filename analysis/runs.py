@@ -364,6 +364,9 @@ def load_run(path):
                 config = json.loads(_text(attrs["config"]))
             except json.JSONDecodeError as e:
                 raise RunFileError(f"{path}: the 'config' attribute is not valid JSON ({e})") from None
+            if not isinstance(config, dict):
+                raise RunFileError(f"{path}: the 'config' attribute is not a JSON object "
+                                   f"(a {type(config).__name__})")
             metrics = _read_series(f["metrics"]) if "metrics" in f else {}
             evals = _read_series(f["eval"]) if "eval" in f else {}
             names, tensors = _read_tensors(f.get("tensors"))
@@ -380,7 +383,8 @@ def load_run(path):
                        archive_block_steps=int(np.asarray(attrs.get("archive_block_steps", 1)).reshape(-1)[0]))
     except RunFileError:
         raise
-    except (OSError, KeyError, ValueError, TypeError, RuntimeError) as e:
+    except (OSError, KeyError, ValueError, TypeError, RuntimeError, IndexError, AttributeError) as e:
+        # IndexError: an attribute that is an empty array where scape writes one number
         raise RunFileError(f"{path}: cannot be read as a run file ({type(e).__name__}: {e})") from None
 
 

@@ -6,6 +6,7 @@
 #include "apps/cli_common.hpp"
 #include "config/sweep_plan.hpp"
 #include "sim/sweep_run.hpp"
+#include "train/stop_signal.hpp"
 
 namespace scape::cli {
 namespace {
@@ -24,6 +25,7 @@ std::string step_time_header(const std::vector<sim::SweepPointRow>& rows) {
 int cmd_sweep(const std::string& file, const std::string& out_dir, const std::vector<std::string>& sets, int jobs,
               bool quiet, bool force_memory) {
   const cfg::SweepPlan plan = cfg::plan_sweep(file, out_dir, sets);
+  tr::install_stop_handlers();
   sim::SweepRunOptions options;
   options.jobs = jobs;
   options.force_memory = force_memory;
@@ -52,9 +54,11 @@ int cmd_sweep(const std::string& file, const std::string& out_dir, const std::ve
     if ((r.status == "diverged" || sim::is_skipped(r.status, "diverged")) && code == kExitOk) code = kExitDiverged;
   }
   for (const auto& r : rows) {
-    if (r.status == "invalid" || r.status == "failed")
+    if (r.status == "invalid" || r.status == "failed" || r.status == "interrupted")
       std::fprintf(stderr, "%s: %s: %s\n", r.label.c_str(), r.status.c_str(), r.note.c_str());
   }
+  // As `scape run` reports a stop signal; a re-run runs the interrupted and unstarted points.
+  if (const int signal = tr::stop_signal(); signal != 0) return 128 + signal;
   return code;
 }
 
@@ -73,7 +77,8 @@ Command add_sweep_command(CLI::App& app) {
       "sweep",
       "run every point of a sweep (grid, points, lr_search, repeat: docs/configuration.md); completed and diverged "
       "points are skipped on a re-run, killed or failed ones run again; each point is checked again just before it "
-      "starts, and a point another sweep into the same folder is running is waited for, never run twice");
+      "starts, and a point another sweep into the same folder is running is waited for, never run twice; SIGTERM or "
+      "SIGINT stops the points running at a step boundary (interrupted) and starts no other, exit 128 + the signal");
   sweep->add_option("sweep", a->config_file, "sweep JSON file")->required()->check(CLI::ExistingPath);
   sweep->add_option("--out", a->out_dir, "output folder for the run files")->required();
   sweep->add_option("--jobs", a->jobs, "points run in parallel (default 1)")->check(CLI::Range(1, 64));

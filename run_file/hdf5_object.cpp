@@ -145,6 +145,11 @@ std::int64_t Object::read_int_attribute(const std::string& attr) const {
   return value;
 }
 
+void Object::remove_link(const std::string& path) const {
+  const auto lock = lock_hdf5();
+  if (H5Ldelete(id(), path.c_str(), H5P_DEFAULT) < 0) throw_h5_error(file_, "remove " + in_quotes(child_path(path)));
+}
+
 bool Object::has_link(const std::string& path) const {
   const auto lock = lock_hdf5();
   // H5Lexists fails rather than answering false when an intermediate group is missing, so

@@ -46,6 +46,8 @@ class Object {
 
   // `path` is relative to this object; every intermediate group must exist for true.
   bool has_link(const std::string& path) const;
+  // Unlinks `path` (its space is not reclaimed; not in SWMR-write mode).
+  void remove_link(const std::string& path) const;
   std::vector<std::string> child_names(const std::string& group_path) const;
   // Creates missing intermediate groups.
   Object create_group(const std::string& path) const;

@@ -90,13 +90,16 @@ void RunRecorder::State::create_objects() {
     describe(tensors.back(), spec.tensor_metric_descriptions, k);
   }
 
-  if (spec.final_params_size > 0) {
-    const hsize_t n = spec.final_params_size;
-    // Chunked so that nothing is allocated until written; NaN marks "never written".
-    final_params = file.create_dataset(
-        "final/params", H5T_IEEE_F32LE,
-        DatasetShape{{n}, {}, {std::min(n, kParamChunkValues)}, std::numeric_limits<double>::quiet_NaN()});
-  }
+  create_final_params();
+}
+
+void RunRecorder::State::create_final_params() {
+  if (spec.final_params_size == 0) return;
+  const hsize_t n = spec.final_params_size;
+  // Chunked so that nothing is allocated until written; NaN marks "never written".
+  final_params = file.create_dataset(
+      "final/params", H5T_IEEE_F32LE,
+      DatasetShape{{n}, {}, {std::min(n, kParamChunkValues)}, std::numeric_limits<double>::quiet_NaN()});
 }
 
 void RunRecorder::State::open_objects() {
@@ -129,12 +132,11 @@ void RunRecorder::State::open_objects() {
       throw_invalid_file(file.file_path(),
                          "'/tensors/" + name + "' must be [steps, " + std::to_string(spec.tensor_names.size()) + "]");
   }
-  if (spec.final_params_size > 0) {
-    final_params = file.open_dataset("final/params");
-    if (final_params->dims() != std::vector<hsize_t>{spec.final_params_size})
-      throw_invalid_file(file.file_path(),
-                         "'/final/params' must hold " + std::to_string(spec.final_params_size) + " values");
-  }
+  // The parameters the stopped run saved when it stopped are not this run's end (a resumed run
+  // that diverges saves none), and log.save_params may change on resume: they go, and come
+  // back unwritten (NaN) when this run saves its own.
+  if (file.has_link("final/params")) file.remove_link("final/params");
+  create_final_params();
 }
 
 void RunRecorder::State::truncate_after(long steps_completed) {

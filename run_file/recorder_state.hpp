@@ -53,6 +53,7 @@ struct RunRecorder::State {
   void open_objects();
   // Drops every row with step > steps_completed (also rows of a flush a kill interrupted).
   void truncate_after(long steps_completed);
+  void create_final_params();
   // Bytes a flush of the pending rows may add to the file: every chunk it starts, whole, and
   // room for the metadata that indexes them and for the rewritten attributes.
   std::uint64_t bytes_to_flush() const;

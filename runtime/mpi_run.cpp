@@ -259,6 +259,7 @@ class FailureMonitor {
     if (log_ != nullptr) {
       try {
         log_->finish(message);
+        log_->close();  // MPI_Abort runs no destructor
       } catch (const std::exception& e) {
         std::fprintf(stderr, "error: could not close the run file: %s\n", e.what());
       }

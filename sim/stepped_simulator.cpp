@@ -83,7 +83,7 @@ bool SteppedSimulator::step(std::span<const std::span<const float>> grads, std::
       const auto i = static_cast<std::size_t>(r);
       constexpr double kNone = std::numeric_limits<double>::quiet_NaN();
       const train::GivenGradient given{grads[i], losses.empty() ? kNone : losses[i],
-                                       compute_s.empty() ? kNone : compute_s[i]};
+                                       compute_s.empty() ? kNone : compute_s[i], !losses.empty()};
       try {
         stop[i] = loops_[i]->step(t, given) ? 1 : 0;
       } catch (...) {

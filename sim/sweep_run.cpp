@@ -13,6 +13,7 @@
 #include "run_file/hdf5.hpp"
 #include "sim/sim_run.hpp"
 #include "train/host_memory.hpp"
+#include "train/stop_signal.hpp"
 
 namespace scape::sim {
 namespace {
@@ -139,6 +140,14 @@ std::vector<SweepPointRow> run_sweep(const cfg::SweepPlan& plan, const std::stri
   hooks.run = [&](std::size_t k, bool) {
     const cfg::PlannedPoint& p = plan.points[plan.to_run[k]];
     SweepPointRow& row = rows[plan.to_run[k]];
+    // After SIGTERM or SIGINT the points running stop at a step boundary (interrupted, as
+    // `scape run` stops); no other point starts.
+    if (const int signal = tr::stop_signal(); signal != 0) {
+      row.status = std::string("not run (") + tr::signal_name(signal) + ")";
+      std::lock_guard guard(mu);
+      std::fprintf(stderr, "[%zu/%zu] %s: %s\n", k + 1, n, row.label.c_str(), row.status.c_str());
+      return;
+    }
     try {
       std::string why;
       const std::string finished = cfg::finished_status(p.file, why);

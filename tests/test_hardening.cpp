@@ -228,6 +228,31 @@ TEST_CASE("a run file that hits a file-size limit: exit 1 naming file and steps,
   }
 }
 
+TEST_CASE("a run whose only flush, at its end, hits a file-size limit ends failed, not running") {
+  TempDir dir;
+  write_file(dir / "q.json", kQuadratic);
+  const fs::path limited = dir / "late.h5";
+  const fs::path log = dir / "late.log";
+  // No flush before the end: all 4000 rows wait for finish(), and they need more than 400 KiB.
+  const int code = with_file_size_limit(400 * 1024, [&] {
+    const std::string command = std::string(SCAPE_BINARY) + " run " + (dir / "q.json").string() + " --out " +
+                                limited.string() + " --quiet --set log.flush_interval=100000 > " + log.string() +
+                                " 2>&1";
+    ::execl("/bin/sh", "sh", "-c", command.c_str(), static_cast<char*>(nullptr));
+    return 127;
+  });
+  const std::string output = read_file(log);
+  CAPTURE(output);
+  CHECK(code == 1);
+  CHECK(output.find("run file '" + limited.string() + "': cannot write steps 1..4000") != std::string::npos);
+  REQUIRE(opens_plainly(limited));
+  const auto s = scape::run_file::read_run_summary(limited);
+  CHECK(s.status == "failed");
+  CHECK(s.steps_completed == 0);
+  CHECK(s.error.find("cannot write steps 1..4000") != std::string::npos);
+  CHECK(s.error.find("the steps up to 0 are kept") != std::string::npos);
+}
+
 TEST_CASE("a recorder stopped by a file-size limit keeps its flushed rows and refuses later writes") {
   TempDir dir;
   const fs::path path = dir / "rec.h5";

@@ -1,7 +1,8 @@
 // A run is never lost or lied about (issue 55): --resume to no further step is refused and keeps
 // the checkpoint; one writer per run file (run, run --resume, repair), a stale lock taken over;
 // SIGTERM and SIGINT stop a run at a step boundary, checkpointed and marked interrupted; a failing
-// repair changes nothing; duplicate JSON keys are refused. Each case drives the scape command.
+// repair changes nothing; duplicate JSON keys are refused; a checkpoint is never resumed into
+// another run's file; log.save_params may change on resume. Each case drives the scape command.
 #include <doctest/doctest.h>
 #include <fcntl.h>
 #include <sys/wait.h>
@@ -433,4 +434,153 @@ TEST_CASE("--resume refuses a SCAPECK1 checkpoint (no checksum) unless --allow-u
   CHECK(r.code == 2);
   CHECK(r.output.find("the checkpoint belongs to another configuration (run id " + id) != std::string::npos);
   CHECK(read_file(tr::checkpoint_path(out)) == v1);
+}
+
+namespace {
+
+std::string resume_command(const TempDir& dir, const fs::path& out, int steps) {
+  return "run " + (dir / "q.json").string() + " --out " + out.string() + " --quiet --resume --set steps=" +
+         std::to_string(steps);
+}
+
+bool has_final_params(const fs::path& out) {
+  return scape::run_file::File::open(out, scape::run_file::Access::read).has_link("final/params");
+}
+
+}  // namespace
+
+TEST_CASE("a run started afresh over an --out removes the checkpoint left there; --resume then has none") {
+  TempDir dir;
+  const fs::path out = dir / "r.h5";
+  killed_run(dir, out);
+  REQUIRE(fs::exists(tr::checkpoint_path(out)));
+  // The fresh run (another seed, so that its file is told from the old one) replaces the file and
+  // is stopped before it ends, with no checkpoint of its own.
+  const pid_t pid = start_scape(
+      {"run", (dir / "q.json").string(), "--out", out.string(), "--quiet", "--force", "--set", "seed=5"},
+      dir / "fresh.log");
+  const bool replaced = wait_for(
+      [&] {
+        try {
+          const auto s = scape::run_file::read_run_summary(out);
+          return s.config_json.find("\"seed\": 5") != std::string::npos && s.steps_completed >= 50;
+        } catch (const std::exception&) {
+          return false;
+        }
+      },
+      120);
+  ::kill(pid, SIGINT);
+  CHECK(wait_exit(pid) == 128 + SIGINT);
+  REQUIRE(replaced);
+  CHECK_FALSE(fs::exists(tr::checkpoint_path(out)));
+  const auto r = run_scape(resume_command(dir, out, 1000));
+  CAPTURE(r.output);
+  CHECK(r.code == 2);
+  CHECK(r.output.find(tr::checkpoint_path(out).string() + ": no checkpoint to resume from") != std::string::npos);
+}
+
+TEST_CASE("--resume refuses a run file that is not the checkpoint's run's: fewer steps, or another config") {
+  TempDir dir;
+  const fs::path out = dir / "r.h5";
+  killed_run(dir, out);
+  const int step = checkpoint_step(dir, out);
+  const std::string checkpoint = read_file(tr::checkpoint_path(out));
+  const std::string run = "run " + (dir / "q.json").string() + " --out " + out.string() + " --quiet --force";
+  // Another run of 10 steps over the same --out (it completes, taking its own checkpoint
+  // away), then the old checkpoint put back: the file holds fewer steps than it resumes after.
+  REQUIRE(run_scape(run + " --set steps=10").code == 0);
+  scape::testing::write_text_file(tr::checkpoint_path(out), checkpoint);
+  const std::string file = read_file(out);
+  auto r = run_scape(resume_command(dir, out, step + 10));
+  CAPTURE(r.output);
+  CHECK(r.code == 2);
+  CHECK(r.output.find(out.string() + ": holds steps up to 10, but the checkpoint " +
+                      tr::checkpoint_path(out).string() + " resumes after step " + std::to_string(step) +
+                      ": they are from different runs") != std::string::npos);
+  CHECK(read_file(out) == file);
+  CHECK(read_file(tr::checkpoint_path(out)) == checkpoint);
+  // Enough steps, but another seed: the keys are named as --resume names a changed config.
+  REQUIRE(run_scape(run + " --set seed=9 --set steps=" + std::to_string(step + 50)).code == 0);
+  scape::testing::write_text_file(tr::checkpoint_path(out), checkpoint);
+  r = run_scape(resume_command(dir, out, step + 10));
+  CAPTURE(r.output);
+  CHECK(r.code == 2);
+  CHECK(r.output.find(out.string() + ": --resume with a changed configuration; only steps and log.* may change, but "
+                                     "these keys differ from the run file's (the run that wrote it is another): "
+                                     "seed (9 -> 3)") != std::string::npos);
+}
+
+TEST_CASE("log.save_params may change on resume: the resumed run's own parameters, or none") {
+  TempDir dir;
+  const fs::path out = dir / "r.h5";
+  // A constant learning rate (min_lr = lr), so that a run of fewer steps takes the same steps.
+  scape::testing::write_text_file(dir / "q.json", kLong);
+  const std::string constant = "optimizer.min_lr=0.01";
+  const pid_t pid = start_scape({"run", (dir / "q.json").string(), "--out", out.string(), "--quiet", "--set",
+                                 constant, "--checkpoint-every", "20"},
+                                dir / "killed.log");
+  REQUIRE(wait_for([&] { return fs::exists(tr::checkpoint_path(out)); }, 120));
+  ::kill(pid, SIGKILL);
+  wait_exit(pid);
+  nlohmann::json config = nlohmann::json::parse(kLong);
+  config["optimizer"]["min_lr"] = 0.01;
+  const int step = tr::load_checkpoint(cfg::parse_experiment(config, dir.path), out, 2000).step;
+  // Turned on: the resumed run saves the parameters a run never stopped ends with, bit for bit.
+  const auto r = run_scape(resume_command(dir, out, step + 5) + " --set " + constant + " --set log.save_params=true");
+  CAPTURE(r.output);
+  REQUIRE(r.code == 0);
+  const fs::path straight = dir / "straight.h5";
+  REQUIRE(run_scape("run " + (dir / "q.json").string() + " --out " + straight.string() + " --quiet --set steps=" +
+                    std::to_string(step + 5) + " --set " + constant + " --set log.save_params=true")
+              .code == 0);
+  const auto read_params = [](const fs::path& f) {
+    const auto file = scape::run_file::File::open(f, scape::run_file::Access::read);
+    return file.open_dataset("final/params").read_all<float>();
+  };
+  const auto resumed = read_params(out), reference = read_params(straight);
+  REQUIRE(resumed.size() == 2000);
+  CHECK(resumed == reference);
+  // Turned off after a run that saved them when it stopped: they go with the stopped run.
+  const fs::path term = dir / "term.h5";
+  const std::vector<std::string> saving = {"--quiet", "--checkpoint-every", "100000000", "--set",
+                                           "log.save_params=true"};
+  CHECK(signalled_run(dir, term, SIGTERM, saving) == 128 + SIGTERM);
+  REQUIRE(has_final_params(term));
+  const int stopped = static_cast<int>(scape::run_file::read_run_summary(term).steps_completed);
+  REQUIRE(run_scape(resume_command(dir, term, stopped + 5)).code == 0);
+  CHECK(scape::run_file::read_run_summary(term).status == "completed");
+  CHECK_FALSE(has_final_params(term));
+}
+
+TEST_CASE("SIGTERM to scape sweep: the running point stops interrupted and opens plainly, no other starts, exit 143") {
+  TempDir dir;
+  scape::testing::write_text_file(dir / "s.json", R"({"base": )" + kLong + R"(, "grid": {"seed": [3, 4]}})");
+  const fs::path out = dir / "out";
+  const pid_t pid = start_scape({"sweep", (dir / "s.json").string(), "--out", out.string(), "--quiet"},
+                                dir / "sweep.log");
+  fs::path first;
+  const bool running = wait_for(
+      [&] {
+        if (!fs::exists(out)) return false;
+        for (const auto& e : fs::directory_iterator(out)) {
+          if (e.path().extension() != ".h5") continue;
+          try {
+            if (scape::run_file::read_run_summary(e.path()).steps_completed >= 50) first = e.path();
+          } catch (const std::exception&) {
+          }
+        }
+        return !first.empty();
+      },
+      120);
+  ::kill(pid, SIGTERM);
+  CHECK(wait_exit(pid) == 128 + SIGTERM);
+  REQUIRE(running);
+  CHECK(opens_plainly(first));
+  CHECK(scape::run_file::read_run_summary(first).status == "interrupted");
+  std::size_t files = 0;
+  for (const auto& e : fs::directory_iterator(out)) files += e.path().extension() == ".h5";
+  CHECK(files == 1);
+  const std::string log = read_file(dir / "sweep.log");
+  CHECK(log.find("[2/2] ") != std::string::npos);
+  CHECK(log.find(": not run (SIGTERM)") != std::string::npos);
 }

@@ -21,6 +21,8 @@
 #include <map>
 #include <sstream>
 
+#include "run_file/hdf5.hpp"
+#include "run_file/run_summary.hpp"
 #include "util/fnv1a.hpp"
 
 namespace scape::train {
@@ -92,7 +94,7 @@ void flatten(const nlohmann::json& j, const std::string& prefix, std::map<std::s
 bool may_change_on_resume(const std::string& key) { return key == "steps" || key.rfind("log.", 0) == 0; }
 
 void check_same_config(const std::filesystem::path& path, const std::string& stored_json,
-                       const config::ExperimentConfig& config) {
+                       const config::ExperimentConfig& config, const std::string& whose = "the checkpoint's") {
   nlohmann::json stored;
   try {
     stored = nlohmann::json::parse(stored_json);
@@ -113,8 +115,7 @@ void check_same_config(const std::filesystem::path& path, const std::string& sto
   if (!differing.empty()) {
     throw config::ConfigError(path.string() +
                               ": --resume with a changed configuration; only steps and log.* "
-                              "may change, but these keys differ from the checkpoint's: " +
-                              differing);
+                              "may change, but these keys differ from " + whose + ": " + differing);
   }
 }
 
@@ -246,6 +247,36 @@ void write_checkpoint(const std::filesystem::path& path, const std::string& conf
   }
 }
 
+namespace {
+
+// The run file --resume appends to must be the one the checkpoint's run wrote: a run started
+// afresh over the same --out replaces the file, and a checkpoint left from before it would
+// append its steps after the other run's rows (a gap, or rows of one config under another).
+// The checkpoint is written after the rows up to its step are flushed, so the file's
+// steps_completed is never below it for the run that wrote both.
+void check_run_file_agrees(const std::filesystem::path& run_file, int step, const config::ExperimentConfig& config) {
+  run_file::RunFileSummary summary;
+  try {
+    summary = run_file::read_run_summary(run_file);
+  } catch (const run_file::H5Error&) {
+    return;  // missing or not a run file: the recorder's own checks name it
+  }
+  const std::string again = "; rerun without --resume (the checkpoint is kept)";
+  if (summary.steps_completed < step) {
+    throw config::ConfigError(run_file.string() + ": holds steps up to " + std::to_string(summary.steps_completed) +
+                              ", but the checkpoint " + checkpoint_path(run_file).string() + " resumes after step " +
+                              std::to_string(step) +
+                              ": they are from different runs (a run started over this --out since)" + again);
+  }
+  try {
+    check_same_config(run_file, summary.config_json, config, "the run file's (the run that wrote it is another)");
+  } catch (const StateFormatError&) {
+    throw config::ConfigError(run_file.string() + ": its config attribute is not JSON" + again);
+  }
+}
+
+}  // namespace
+
 Checkpoint load_checkpoint(const config::ExperimentConfig& config, const std::filesystem::path& run_file, std::size_t n,
                            bool allow_unchecked) {
   const std::filesystem::path path = checkpoint_path(run_file);
@@ -282,6 +313,7 @@ Checkpoint load_checkpoint(const config::ExperimentConfig& config, const std::fi
                               ", at or below the checkpoint's step " + std::to_string(checkpoint.step) +
                               "; give steps above " + std::to_string(checkpoint.step) + " (the checkpoint is kept)");
   }
+  check_run_file_agrees(run_file, checkpoint.step, config);
   return checkpoint;
 }
 

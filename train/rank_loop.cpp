@@ -117,6 +117,7 @@ bool RankLoop::step(int t, const GivenGradient& given) {
   } else {
     grads = given.grads;
     report.loss = given.loss;
+    report.loss_given = given.has_loss;
   }
   report.compute_s = thread_cpu_seconds() - c0;
   report.compute_wall_s = wall_seconds() - w0;

@@ -29,6 +29,7 @@ struct GivenGradient {
   std::span<const float> grads;
   double loss = std::numeric_limits<double>::quiet_NaN();
   double compute_s = std::numeric_limits<double>::quiet_NaN();
+  bool has_loss = false;  // the caller gave a loss: a NaN there is a diverged step, not "no loss"
 };
 
 // The failure a run records when its caller closes it: the caller's own when given; else none

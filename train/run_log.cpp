@@ -142,6 +142,12 @@ RunLog::RunLog(const config::ExperimentConfig& config, const ParamLayout& layout
   recorder_ = std::make_unique<run_file::RunRecorder>(
       options.resume ? run_file::RunRecorder::open_for_resume(options.out, spec, resume_step)
                      : run_file::RunRecorder::create(options.out, spec));
+  if (!options.resume) {
+    // The file a checkpoint left here belonged to was just replaced: the checkpoint would
+    // resume the new file after another run's steps.
+    std::error_code ec;
+    std::filesystem::remove(checkpoint_path(options.out), ec);
+  }
   outcome_.steps_completed = resume_step;
   if (options.resume) checkpoint_step_ = resume_step;
   outcome_.n_params = layout.size();
@@ -170,7 +176,9 @@ StepVerdict RunLog::record_step(int t, std::span<const WorkerReport* const> repo
   const auto r2 = Clock::now();
   combiner_->set_costs(std::chrono::duration<double>(r1 - r0).count(), std::chrono::duration<double>(r2 - r1).count());
   bool bad = !std::isfinite(reports[0]->metrics.update_norm);
-  const bool has_loss = !(source.loss_optional() && std::isnan(reports[0]->loss));
+  // A source whose loss is optional (external gradients, a replayed trace) writes NaN for "none";
+  // a loss the caller stated is checked like any other.
+  const bool has_loss = reports[0]->loss_given || !(source.loss_optional() && std::isnan(reports[0]->loss));
   for (const auto* r : reports) bad = bad || report_diverged(*r, has_loss);
   const double loss = combiner_->value("train_loss");
   outcome_.steps_completed = t;
@@ -214,8 +222,16 @@ void RunLog::write_final_params(std::span<const float> params) {
   if (!diverged_ && config_.log.save_params) recorder_->write_final_params(params);
 }
 
-RunOutcome RunLog::finish(const std::string& failure) {
+RunOutcome RunLog::finish(const std::string& caller_failure) {
   std::lock_guard lock(mutex_);
+  std::string failure = caller_failure;
+  try {
+    // The rows still buffered: a file that cannot take them makes the run failed, recorded in
+    // the room the recorder keeps for its status (rather than left "running").
+    recorder_->flush();
+  } catch (const run_file::H5Error& e) {
+    if (failure.empty()) failure = e.what();
+  }
   if (!failure.empty()) {
     outcome_.status = RunStatus::failed;
     outcome_.error = failure;
@@ -248,6 +264,11 @@ RunOutcome RunLog::finish(const std::string& failure) {
   outcome_.mean_mask_jaccard = jaccard_count_ ? jaccard_total_ / jaccard_count_ : kNaN;
   outcome_.step_time_model = rows_ ? step_time_total_ / rows_ : kNaN;
   return outcome_;
+}
+
+void RunLog::close() {
+  std::lock_guard lock(mutex_);
+  recorder_->close();
 }
 
 int RunLog::steps_completed() const { return outcome_.steps_completed; }

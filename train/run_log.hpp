@@ -85,6 +85,9 @@ class RunLog {
   void write_final_params(std::span<const float> params);
   // Sets the final status (failed when `failure` is not empty) and returns the outcome.
   RunOutcome finish(const std::string& failure);
+  // Closes the run file now (else the destructor does): for a process about to be aborted,
+  // whose destructors never run, so that the file opens plainly rather than needing a repair.
+  void close();
   int steps_completed() const;
   // Rank 0's steady-clock seconds at the start of step t (RankLoop::step), and after the last
   // step (RankLoop::finish): the row of the step before gets its step_wall_time (a column of

@@ -18,6 +18,7 @@ namespace scape::train {
 // them over workers, is train/metric_table.hpp's table.
 struct WorkerReport {
   double loss = 0;
+  bool loss_given = false;  // the caller stated the loss (GivenGradient::has_loss), NaN included
   double compute_s = 0;            // thread CPU seconds of forward/backward
   double optimizer_s = 0;          // thread CPU seconds of the optimizer step and its collectives
   double compute_wall_s = 0;       // wall seconds of forward/backward

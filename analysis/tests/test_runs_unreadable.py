@@ -155,6 +155,29 @@ def test_a_value_changed_after_close_is_named_by_its_checksum(mixed_dir, tmp_pat
     assert "1 run file(s) read" in (tmp_path / "rep" / "summary.md").read_text(encoding="utf-8")
 
 
+def test_foreign_attributes_are_named_not_raised_as_tracebacks(mixed_dir, tmp_path):
+    """A file whose attributes scape would not write (a config that is a JSON list, an empty
+    array where scape writes one number) is a RunFileError naming the file, which the report
+    names and skips, not an IndexError or AttributeError out of the reader."""
+    import numpy as np
+    from analysis.runs import RunFileError, load_run
+
+    cases = {"config-list.h5": ("config", "[]", r"the 'config' attribute is not a JSON object \(a list\)"),
+             "empty-steps.h5": ("steps_completed", np.zeros(0, dtype=np.int64),
+                                r"cannot be read as a run file \(IndexError")}
+    for name, (attr, value, message) in cases.items():
+        path = tmp_path / name
+        shutil.copyfile(mixed_dir / "q-adams.h5", path)
+        with h5py.File(path, "r+") as f:
+            f.attrs[attr] = value
+        with pytest.raises(RunFileError, match=re.escape(str(path)) + ": " + message):
+            load_run(path)
+    proc = subprocess.run([sys.executable, "-m", "analysis", "report", str(tmp_path), "--out", str(tmp_path / "rep")],
+                          capture_output=True, text=True, timeout=120, cwd=REPO)
+    assert "Traceback" not in proc.stderr
+    assert "config-list.h5: the 'config' attribute is not a JSON object" in proc.stderr
+
+
 def test_without_the_library_a_child_reads_first(mixed_dir, tmp_path, monkeypatch):
     """Where h5py's libhdf5 cannot be found (no /proc/self/maps), a file that needs SWMR is read
     by a child within a time limit first: a killed file still opens, a damaged one fails in time."""

@@ -123,6 +123,24 @@ def test_nan_gradient_stops_the_run_as_diverged(tmp_path):
     assert status(tmp_path / "n.h5") == "diverged"
 
 
+def test_a_nan_loss_the_caller_gives_stops_the_run_as_diverged(tmp_path):
+    """losses=None is "no loss" (train_loss NaN, the run goes on); a NaN among the losses given
+    is a diverged step, as a NaN gradient is (it was taken for "no loss" until 2026-12-07)."""
+    from run_files import status
+    g = np.zeros((2, N), np.float32)
+    with scape.Simulator(LAYOUT, 2, {"type": "adams"}, log=str(tmp_path / "n.h5"), steps=4) as sim:
+        _, metrics = sim.step(g)
+        assert not metrics["diverged"]
+        _, metrics = sim.step(g, losses=[1.5, 1.25])
+        assert not metrics["diverged"]
+        _, metrics = sim.step(g, losses=[float("nan"), 1.0])
+        assert metrics["diverged"]
+        outcome = sim.close()
+    assert outcome["status"] == "diverged" and outcome["steps_completed"] == 3
+    assert "step 3" in outcome["error"]
+    assert status(tmp_path / "n.h5") == "diverged"
+
+
 def test_a_failing_eval_closes_the_run_as_failed(tmp_path):
     from run_files import status
 

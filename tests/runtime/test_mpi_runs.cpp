@@ -261,6 +261,7 @@ TEST_CASE("a rank that throws ends every rank within 30 s, with its message, and
   CHECK(r.code != 0);
   CHECK(r.seconds < 30);
   CHECK(r.output.find("rank 2: step 5: injected failure") != std::string::npos);
+  CHECK(scape::run_file::opens_plainly(dir.path / "f.h5"));  // closed before the abort, not left to repair
   const auto s = scape::run_file::read_run_summary(dir.path / "f.h5");
   CHECK(s.status == "failed");
   CHECK(s.error.find("rank 2") != std::string::npos);
