@@ -154,3 +154,66 @@ def test_overlap_backward_hooks_go_with_the_optimizer():
     assert gone() is None
     assert all(not p._post_accumulate_grad_hooks for p in m.parameters())
     train(m, opt, 4, 3)  # two backward passes after the replacement, no hook left to raise
+
+
+@pytest.mark.parametrize("kind", ["scape", "adams", "diloco"])
+def test_betas_and_eps_live_in_the_param_groups_as_in_torch(kind):
+    """A step reads betas and eps from the groups (a scheduler's change takes effect): betas set
+    to (0.8, 0.9) before step 3 give the run of an optimizer built with them from step 3 on; a
+    state dict restores them, as torch's optimizers restore every group key."""
+    def run(betas_from_step_3):
+        m = model()
+        opt = MAKERS[kind](m.parameters())
+        train(m, opt, 1, 2)
+        for g in opt.param_groups:
+            g["betas"] = betas_from_step_3
+        return train(m, opt, 3, 3), opt
+    changed, opt = run((0.8, 0.9))
+    unchanged, _ = run((0.9, 0.95))
+    assert not torch.equal(changed, unchanged)  # the change took effect
+    assert (opt.beta1, opt.beta2) == (0.8, 0.9) and opt.config()["betas"] == [0.8, 0.9]
+    saved = opt.state_dict()
+    fresh = MAKERS[kind](model().parameters())
+    fresh.load_state_dict(saved)
+    assert tuple(fresh.param_groups[0]["betas"]) == (0.8, 0.9) and fresh.eps == opt.eps
+
+
+def test_groups_with_different_betas_raise_naming_the_group():
+    """Given so at construction, or set so later (a scheduler on one group), at the next step."""
+    m = model()
+    message = (r"^param_groups\[1\]: betas \(0\.8, 0\.9\) and eps 1e-08 differ from param_groups\[0\]'s "
+               r"\(0\.9, 0\.95\) and 1e-08: AdamS steps every group")
+    with pytest.raises(ValueError, match=message):
+        st.AdamS([{"params": [m[0].weight]}, {"params": [m[2].weight], "betas": (0.8, 0.9)}], lr=1e-2)
+    opt = st.AdamS([{"params": [m[0].weight]}, {"params": [m[2].weight]}], lr=1e-2)
+    opt.param_groups[1]["betas"] = (0.8, 0.9)
+    torch.manual_seed(0)
+    m(torch.randn(4, 8)).pow(2).mean().backward()
+    with pytest.raises(ValueError, match=message):
+        opt.step()
+    with pytest.raises(ValueError, match=r"^param_groups\[0\]: betas\[1\] must lie in \[0, 1\), got 1\.5"):
+        st.SCAPE([{"params": [m[0].weight], "betas": (0.9, 1.5)}], lr=1e-2)
+
+
+@pytest.mark.parametrize("kind", ["scape", "adams"])
+def test_one_cycle_lr_cycles_the_momentum_and_a_group_copied_back_is_accepted(kind):
+    """OneCycleLR with its default cycle_momentum=True needs betas in the groups (it raised on
+    construction); the first beta it sets is the one the optimizer reports. A group dict copied
+    from param_groups after a scheduler ran (initial_lr, max_lr, ...) is accepted by
+    add_param_group."""
+    m = model()
+    head = torch.nn.Linear(4, 4)
+    opt = MAKERS[kind](m.parameters())
+    sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=1e-2, total_steps=10)
+    betas = []
+    for t in range(4):
+        torch.manual_seed(t)
+        opt.zero_grad(set_to_none=True)
+        m(torch.randn(4, 8)).pow(2).mean().backward()
+        opt.step()
+        sched.step()
+        betas.append(opt.beta1)
+    assert betas[0] < 0.95 and betas[-1] < betas[0]  # max_momentum 0.95 falls while the lr rises
+    copied = {k: v for k, v in opt.param_groups[0].items() if k not in ("params", "names", "named")}
+    opt.add_param_group({**copied, "params": list(head.parameters())})
+    assert opt.param_groups[1]["initial_lr"] == opt.param_groups[0]["initial_lr"]

@@ -15,7 +15,7 @@ from .comm import Group
 from . import rank_state
 from .mirror import ParamMirror
 from .protocol import load_state_dict_with_hooks, refuse_copy, state_dict_with_hooks
-from .params import (added_group, check_tensors, closure_loss, local_tensor, normalize_groups,
+from .params import (added_group, check_tensors, closure_loss, group_hypers, local_tensor, normalize_groups,
                      refuse_sharded_parameters, saved_groups, state_by_param, trainable_tensors)
 
 FORMAT = 2
@@ -44,12 +44,13 @@ class AdamS(torch.optim.Optimizer):
             raise ValueError(f"eps: must be > 0, got {eps}")
         if parameters_as_views not in (True, False):
             raise ValueError(f"parameters_as_views: expected True or False, got {parameters_as_views!r}")
-        groups = normalize_groups(params, dict(lr=lr, weight_decay=weight_decay, sparsity=0.0), [])
+        defaults = dict(lr=lr, weight_decay=weight_decay, sparsity=0.0, betas=(beta1, beta2), eps=float(eps))
+        groups = normalize_groups(params, defaults, [])
         refuse_sharded_parameters(groups, "AdamS")
         self.device = check_tensors(groups)
         self._ready = False
-        super().__init__(groups, dict(lr=lr, weight_decay=weight_decay, sparsity=0.0))
-        self.beta1, self.beta2, self.eps, self.bias_correction = beta1, beta2, float(eps), bool(bias_correction)
+        super().__init__(groups, defaults)
+        self.bias_correction = bool(bias_correction)
         self.comm = Group(group)
         self.parameters_as_views = bool(parameters_as_views)
         self._t = 0
@@ -62,6 +63,11 @@ class AdamS(torch.optim.Optimizer):
             self.comm.broadcast_from_first(self._theta)
             self.mirror.push()
         self._ready = True
+
+    # In the param groups, as torch's optimizers keep them (params.group_hypers).
+    beta1 = property(lambda self: group_hypers(self)[0])
+    beta2 = property(lambda self: group_hypers(self)[1])
+    eps = property(lambda self: group_hypers(self)[2])
 
     def _build(self, kept: Dict[int, torch.Tensor] = None) -> None:
         """The flat layout of the tensors that train now; `kept` first moments carried over."""
@@ -135,6 +141,7 @@ class AdamS(torch.optim.Optimizer):
         """step()'s body: subclasses call it rather than super().step(), which torch wraps with
         the step hooks once an AdamS exists, so that their hooks would fire twice."""
         loss = closure_loss(closure)
+        group_hypers(self)  # groups whose betas or eps disagree raise before anything is sent
         grad_scale, found_inf = getattr(self, "grad_scale", None), getattr(self, "found_inf", None)
         self._sync_layout()
         self.mirror.pull()

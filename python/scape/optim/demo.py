@@ -15,7 +15,7 @@ import torch
 
 from .adams import AdamS
 from .arith import decay_factor
-from .params import closure_loss, trainable_tensors
+from .params import closure_loss, group_hypers, trainable_tensors
 
 MAX_CHUNK = 4096  # the core's demo_chunk range: the basis is chunk² floats
 
@@ -133,6 +133,7 @@ class DeMo(AdamS):
     @torch.no_grad()
     def step(self, closure=None):
         loss = closure_loss(closure)
+        group_hypers(self)
         grad_scale, found_inf = getattr(self, "grad_scale", None), getattr(self, "found_inf", None)
         self._sync_layout()
         self.mirror.pull()

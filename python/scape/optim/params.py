@@ -24,7 +24,10 @@ from typing import Any, Dict, List, Sequence, Tuple
 
 import torch
 
-GROUP_KEYS = ("params", "lr", "weight_decay", "sparsity", "names", "named")
+# Keys torch.optim.lr_scheduler writes into the groups (every scheduler's initial_lr, OneCycleLR's
+# and CyclicLR's bounds): accepted in a group handed back to add_param_group, unused by the step.
+SCHEDULER_KEYS = ("initial_lr", "max_lr", "min_lr", "base_lr", "base_momentum", "max_momentum")
+GROUP_KEYS = ("params", "lr", "weight_decay", "sparsity", "betas", "eps", "names", "named") + SCHEDULER_KEYS
 
 
 def _is_named(item) -> bool:
@@ -43,6 +46,35 @@ def _check_number(value, name: str, where: str, low: float = 0.0) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not float(value) >= low:
         raise ValueError(f"{where}: {name} must be a number >= {low}, got {value!r}")
     return float(value)
+
+
+def check_betas(value, where: str) -> Tuple[float, float]:
+    try:
+        beta1, beta2 = (float(b) for b in value)
+    except (TypeError, ValueError):
+        raise ValueError(f"{where}: betas must be two numbers, got {value!r}") from None
+    for name, b in (("betas[0]", beta1), ("betas[1]", beta2)):
+        if not 0.0 <= b < 1.0:
+            raise ValueError(f"{where}: {name} must lie in [0, 1), got {b}")
+    return beta1, beta2
+
+
+def group_hypers(opt) -> Tuple[float, float, float]:
+    """(beta1, beta2, eps) from the param groups, read at each use as torch's optimizers read
+    theirs, so that a scheduler's change (OneCycleLR's momentum) and a loaded state dict's take
+    effect. The groups share one flat buffer and so one pair and one eps: groups that differ
+    raise ValueError naming the group."""
+    groups = opt.param_groups
+    beta1, beta2 = check_betas(groups[0]["betas"], "param_groups[0]")
+    eps = _check_number(groups[0]["eps"], "eps", "param_groups[0]")
+    for gi, g in enumerate(groups[1:], 1):
+        if check_betas(g["betas"], f"param_groups[{gi}]") != (beta1, beta2) or float(g["eps"]) != eps:
+            raise ValueError(f"param_groups[{gi}]: betas {tuple(g['betas'])} and eps {g['eps']} differ from "
+                             f"param_groups[0]'s ({beta1}, {beta2}) and {eps}: {type(opt).__name__} steps every "
+                             f"group with one pair and one eps (a scheduler must set every group alike)")
+    if not eps > 0:
+        raise ValueError(f"param_groups[0]: eps must be > 0, got {eps}")
+    return beta1, beta2, eps
 
 
 def _dense_by_name(name: str, patterns: Sequence[str]) -> bool:
@@ -86,7 +118,7 @@ def normalize_groups(params, defaults: Dict[str, Any], dense_tensors: Sequence[s
             unknown = sorted(set(g) - set(GROUP_KEYS))
             if unknown:
                 raise ValueError(f"param_groups[{gi}]: unknown key {unknown[0]!r} (accepted: "
-                                 f"{', '.join(GROUP_KEYS)}; betas, eps and the SCAPE switches are the optimizer's)")
+                                 f"{', '.join(GROUP_KEYS)}; the SCAPE switches are the optimizer's)")
             if "params" not in g:
                 raise ValueError(f"param_groups[{gi}]: no 'params'")
             raw = g["params"]
@@ -125,6 +157,10 @@ def normalize_groups(params, defaults: Dict[str, Any], dense_tensors: Sequence[s
         g["sparsity"] = _check_sparsity(g["sparsity"], where)
         g["lr"] = _check_number(g["lr"], "lr", where)
         g["weight_decay"] = _check_number(g["weight_decay"], "weight_decay", where)
+        if "betas" in g:
+            g["betas"] = check_betas(g["betas"], where)
+        if "eps" in g and not _check_number(g["eps"], "eps", where) > 0:
+            raise ValueError(f"{where}: eps must be > 0, got {g['eps']!r}")
     return groups
 
 

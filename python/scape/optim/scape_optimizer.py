@@ -30,7 +30,7 @@ from .masks import merge_segments, packed_positions, unpack_bits
 from .metrics import StepMetrics
 from .mirror import ParamMirror
 from .protocol import load_state_dict_with_hooks, refuse_copy, state_dict_with_hooks
-from .params import (added_group, check_mesh, check_tensors, closure_loss, local_tensor, normalize_groups,
+from .params import (added_group, check_mesh, check_tensors, closure_loss, group_hypers, local_tensor, normalize_groups,
                      read_gradients, refuse_sharded_parameters, shaped_views, trainable_tensors)
 from .schedule import DensitySchedule, k_piece
 from .selection import RangeSelector
@@ -102,7 +102,7 @@ class SCAPE(torch.optim.Optimizer):
             density_cooldown=density_cooldown, density_cooldown_start=density_cooldown_start,
             total_steps=total_steps, bucket_bytes=bucket_bytes, compile=compile,
             parameters_as_views=parameters_as_views)
-        defaults = dict(lr=lr, weight_decay=weight_decay, sparsity=sparsity)
+        defaults = dict(lr=lr, weight_decay=weight_decay, sparsity=sparsity, betas=(beta1, beta2), eps=float(eps))
         self._dense_tensors = list(dense_tensors)
         groups = normalize_groups(params, defaults, self._dense_tensors)
         group = check_mesh(mesh, group, "SCAPE")
@@ -111,7 +111,6 @@ class SCAPE(torch.optim.Optimizer):
         self.device = check_tensors(groups)
         self._ready = False
         super().__init__(groups, defaults)
-        self.beta1, self.beta2, self.eps = beta1, beta2, float(eps)
         self.mask_lag, self.residual, self.residual_decay = mask_lag, bool(residual), float(residual_decay)
         self.clip_grad, self.sharded, self.bias_correction = float(clip_grad), bool(sharded), bool(bias_correction)
         self.density = DensitySchedule(density_warmup, float(density_start), density_cooldown, density_cooldown_start)
@@ -148,6 +147,10 @@ class SCAPE(torch.optim.Optimizer):
         state_io.bind_views(self)
         self._ready = True
         LIVE.add(self)
+
+    beta1 = property(lambda self: group_hypers(self)[0])  # in the param groups, as torch keeps them
+    beta2 = property(lambda self: group_hypers(self)[1])
+    eps = property(lambda self: group_hypers(self)[2])
 
     def _settings(self):
         """What every rank of the group must agree on (agreement.py)."""
@@ -345,8 +348,8 @@ class SCAPE(torch.optim.Optimizer):
         rank is skipped on every rank; without one it raises NonFiniteGradient on every rank,
         naming the step, with nothing changed."""
         loss = closure_loss(closure)
-        grad_scale = getattr(self, "grad_scale", None)
-        found_inf = getattr(self, "found_inf", None)
+        group_hypers(self)  # groups whose betas or eps disagree raise before anything is sent
+        grad_scale, found_inf = getattr(self, "grad_scale", None), getattr(self, "found_inf", None)
         scaled = found_inf is not None or grad_scale is not None
         started = time.perf_counter()
         if self.overlap is None or not self.overlap.in_flight():
