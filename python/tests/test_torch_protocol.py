@@ -191,7 +191,7 @@ def test_groups_with_different_betas_raise_naming_the_group():
     m(torch.randn(4, 8)).pow(2).mean().backward()
     with pytest.raises(ValueError, match=message):
         opt.step()
-    with pytest.raises(ValueError, match=r"^param_groups\[0\]: betas\[1\] must lie in \[0, 1\), got 1\.5"):
+    with pytest.raises(ValueError, match=r"^param_groups\[0\]: betas\[1\]: must lie in \[0, 1\), got 1\.5"):
         st.SCAPE([{"params": [m[0].weight], "betas": (0.9, 1.5)}], lr=1e-2)
 
 

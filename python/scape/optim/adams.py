@@ -15,8 +15,8 @@ from .comm import Group
 from . import rank_state
 from .mirror import ParamMirror
 from .protocol import load_state_dict_with_hooks, refuse_copy, state_dict_with_hooks
-from .params import (added_group, check_tensors, closure_loss, group_hypers, local_tensor, normalize_groups,
-                     refuse_sharded_parameters, saved_groups, state_by_param, trainable_tensors)
+from .params import (added_group, check_betas, check_tensors, closure_loss, group_hypers, local_tensor,
+                     normalize_groups, refuse_sharded_parameters, saved_groups, state_by_param, trainable_tensors)
 
 FORMAT = 2
 INNER_RULES = ("adams", "adamw")
@@ -36,10 +36,7 @@ class AdamS(torch.optim.Optimizer):
     def __init__(self, params, lr: float, betas=(0.9, 0.95), eps: float = 1e-8, weight_decay: float = 0.1, *,
                  bias_correction: bool = True, broadcast_params: bool = True, parameters_as_views: bool = False,
                  group=None):
-        beta1, beta2 = (float(b) for b in betas)
-        for name, value in (("betas[0]", beta1), ("betas[1]", beta2)):
-            if not 0.0 <= value < 1.0:
-                raise ValueError(f"{name}: must lie in [0, 1), got {value}")
+        beta1, beta2 = check_betas(betas)
         if not eps > 0:
             raise ValueError(f"eps: must be > 0, got {eps}")
         if parameters_as_views not in (True, False):

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any, Dict, Sequence, Tuple
 
+from .params import check_betas
+
 FORMULATIONS = ("paper",)
 
 
@@ -26,13 +28,7 @@ def check_arguments(*, formulation, mask_lag, residual, wire_dtype, sharded, ove
     if wire_dtype == "fp8_e5m2" and (sharded or overlap_backward):
         raise ValueError("wire_dtype: fp8_e5m2 needs sharded=False and overlap_backward=False (the core's fp8 "
                          "payload is replicated state's)")
-    try:
-        beta1, beta2 = (float(b) for b in betas)
-    except (TypeError, ValueError):
-        raise ValueError(f"betas: expected two numbers, got {betas!r}") from None
-    for name, value in (("betas[0]", beta1), ("betas[1]", beta2)):
-        if not 0.0 <= value < 1.0:
-            raise ValueError(f"{name}: must lie in [0, 1), got {value}")
+    beta1, beta2 = check_betas(betas)
     if not eps > 0:
         raise ValueError(f"eps: must be > 0, got {eps}")
     if not 0.0 <= residual_decay <= 1.0:

@@ -48,14 +48,16 @@ def _check_number(value, name: str, where: str, low: float = 0.0) -> float:
     return float(value)
 
 
-def check_betas(value, where: str) -> Tuple[float, float]:
+def check_betas(value, where: str = "") -> Tuple[float, float]:
+    """The two betas as floats; ValueError naming them (after `where`, a group) otherwise."""
+    prefix = f"{where}: " if where else ""
     try:
         beta1, beta2 = (float(b) for b in value)
     except (TypeError, ValueError):
-        raise ValueError(f"{where}: betas must be two numbers, got {value!r}") from None
+        raise ValueError(f"{prefix}betas: expected two numbers, got {value!r}") from None
     for name, b in (("betas[0]", beta1), ("betas[1]", beta2)):
         if not 0.0 <= b < 1.0:
-            raise ValueError(f"{where}: {name} must lie in [0, 1), got {b}")
+            raise ValueError(f"{prefix}{name}: must lie in [0, 1), got {b}")
     return beta1, beta2
 
 
