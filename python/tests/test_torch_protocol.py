@@ -217,3 +217,18 @@ def test_one_cycle_lr_cycles_the_momentum_and_a_group_copied_back_is_accepted(ki
     copied = {k: v for k, v in opt.param_groups[0].items() if k not in ("params", "names", "named")}
     opt.add_param_group({**copied, "params": list(head.parameters())})
     assert opt.param_groups[1]["initial_lr"] == opt.param_groups[0]["initial_lr"]
+
+
+@pytest.mark.parametrize("kind", ["scape", "adams"])
+def test_a_flattened_dcp_state_dict_is_refused_naming_the_option(kind):
+    """set_state_dict rebuilds a flattened state dict's entries from opt.state[p]'s keys, not the
+    saved ones, so the load cannot be right: it raises naming the option, not a bare "format"."""
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict, set_state_dict
+    m = model()
+    opt = MAKERS[kind](m.parameters())
+    train(m, opt, 1, 2)
+    options = StateDictOptions(flatten_optimizer_state_dict=True)
+    model_state, optim_state = get_state_dict(m, opt, options=options)
+    with pytest.raises(ValueError, match=r"flatten_optimizer_state_dict=True\), which these optimizers do not "
+                                         r"support: save and load without it"):
+        set_state_dict(m, opt, model_state_dict=model_state, optim_state_dict=optim_state, options=options)

@@ -15,7 +15,7 @@ from .comm import Group
 from . import rank_state
 from .mirror import ParamMirror
 from .protocol import load_state_dict_with_hooks, refuse_copy, state_dict_with_hooks
-from .params import (added_group, check_betas, check_tensors, closure_loss, group_hypers, local_tensor,
+from .params import (FLATTENED_HINT, added_group, check_betas, check_tensors, closure_loss, group_hypers, local_tensor,
                      normalize_groups, refuse_sharded_parameters, saved_groups, state_by_param, trainable_tensors)
 
 FORMAT = 2
@@ -282,7 +282,8 @@ class AdamS(torch.optim.Optimizer):
                 if entry is not None and self._per_rank_state:
                     entry = rank_state.plain_keys(entry, self.comm.rank, self.comm.size, name, type(self).__name__)
                 if entry is None or entry.get("format") != FORMAT or "exp_avg" not in entry:
-                    raise ValueError(f"state_dict: no scape.torch.AdamS state (format {FORMAT}) for {name}")
+                    raise ValueError(f"state_dict: no scape.torch.AdamS state (format {FORMAT}) for {name}"
+                                     + (FLATTENED_HINT if entry is not None and "format" not in entry else ""))
                 for key, _ in self._moments():
                     if key not in entry:
                         raise ValueError(f"state_dict: {name} has no {key} (saved with another inner rule than "

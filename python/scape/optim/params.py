@@ -30,6 +30,14 @@ SCHEDULER_KEYS = ("initial_lr", "max_lr", "min_lr", "base_lr", "base_momentum", 
 GROUP_KEYS = ("params", "lr", "weight_decay", "sparsity", "betas", "eps", "names", "named") + SCHEDULER_KEYS
 
 
+# Where a saved entry has no "format": what torch.distributed.checkpoint's set_state_dict rebuilds
+# from a state dict flattened by StateDictOptions(flatten_optimizer_state_dict=True), whose
+# entries it fills from opt.state[p]'s keys rather than the saved ones.
+FLATTENED_HINT = (" (an entry without 'format' is what set_state_dict rebuilds from a state dict saved with "
+                  "StateDictOptions(flatten_optimizer_state_dict=True), which these optimizers do not support: "
+                  "save and load without it)")
+
+
 def _is_named(item) -> bool:
     return isinstance(item, tuple) and len(item) == 2 and isinstance(item[0], str)
 

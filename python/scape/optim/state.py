@@ -39,7 +39,7 @@ import torch
 
 from .masks import pack_bits, unpack_bits
 from .agreement import check_agreement
-from .params import local_tensor, saved_groups, state_by_param, trainable_tensors
+from .params import FLATTENED_HINT, local_tensor, saved_groups, state_by_param, trainable_tensors
 
 FORMAT = 2
 
@@ -208,7 +208,8 @@ def load(opt, state_dict: Dict[str, Any]) -> None:
                              f"saved by another model or optimizer?")
         if entry.get("format") != FORMAT:
             raise ValueError(f"state_dict: {slot.name} has format {entry.get('format')!r}, this version reads "
-                             f"{FORMAT} (written by another version of scape.torch.SCAPE)")
+                             f"{FORMAT} (written by another version of scape.torch.SCAPE)"
+                             + (FLATTENED_HINT if "format" not in entry else ""))
         if bool(entry.get("sharded")) != opt.sharded:
             raise ValueError(f"state_dict: saved with sharded={entry.get('sharded')}, this optimizer has "
                              f"sharded={opt.sharded}")
