@@ -232,3 +232,18 @@ def test_a_flattened_dcp_state_dict_is_refused_naming_the_option(kind):
     with pytest.raises(ValueError, match=r"flatten_optimizer_state_dict=True\), which these optimizers do not "
                                          r"support: save and load without it"):
         set_state_dict(m, opt, model_state_dict=model_state, optim_state_dict=optim_state, options=options)
+
+
+@pytest.mark.parametrize("kind", ["scape", "adams", "diloco"])
+def test_a_refused_state_dict_leaves_the_groups_settings_as_they_were(kind):
+    m = model()
+    opt = MAKERS[kind](m.parameters())
+    train(m, opt, 1, 2)
+    saved = opt.state_dict()
+    saved["param_groups"] = [dict(g, lr=5e-3, betas=(0.5, 0.6), note="saved") for g in saved["param_groups"]]
+    first = next(iter(saved["state"]))
+    saved["state"][first] = {k: v for k, v in saved["state"][first].items() if k != "format"}
+    before = [{k: v for k, v in g.items() if k != "params"} for g in opt.param_groups]
+    with pytest.raises(ValueError, match="format"):
+        opt.load_state_dict(saved)
+    assert [{k: v for k, v in g.items() if k != "params"} for g in opt.param_groups] == before

@@ -30,14 +30,23 @@ def state_dict_with_hooks(opt, build: Callable[[], Dict[str, Any]]) -> Dict[str,
 def load_state_dict_with_hooks(opt, state_dict, load: Callable[[Any], None]) -> None:
     """torch's Optimizer.load_state_dict order: a shallow copy (the caller's dict is not
     changed), each pre hook (its return value, when not None, replaces the dict), the load,
-    then the post hooks."""
+    then the post hooks. A load that raises leaves the groups' settings as they were (the
+    loads take the saved lr, sparsity and betas before they have checked every entry)."""
     if isinstance(state_dict, dict):
         state_dict = state_dict.copy()
     for hook in opt._optimizer_load_state_dict_pre_hooks.values():
         result = hook(opt, state_dict)
         if result is not None:
             state_dict = result
-    load(state_dict)
+    settings = [{k: v for k, v in g.items() if k != "params"} for g in opt.param_groups]
+    try:
+        load(state_dict)
+    except BaseException:
+        for group, kept in zip(opt.param_groups, settings):
+            for key in [k for k in group if k != "params" and k not in kept]:
+                del group[key]
+            group.update(kept)
+        raise
     for hook in opt._optimizer_load_state_dict_post_hooks.values():
         hook(opt)
 
