@@ -197,6 +197,15 @@ def test_hierarchical_leaves_a_frozen_tensor_alone_and_refuses_a_change_of_the_t
         hier.step()
 
 
+def test_hierarchical_refuses_a_grad_scaler_by_name(one_rank_mesh):
+    model = torch.nn.Linear(4, 3)
+    opt = st.Hierarchical(model.named_parameters(), one_rank_mesh, st.AdamS, lr=1e-2)
+    scaler = torch.amp.GradScaler("cpu", init_scale=8.0)
+    scaler.scale(model(torch.ones(2, 4)).sum()).backward()
+    with pytest.raises(ValueError, match=r"^Hierarchical: not with GradScaler"):
+        scaler.step(opt)
+
+
 def test_rail_pieces_follow_the_cores_rules_on_hand_cut_cases():
     from scape.optim.hierarchy import rail_pieces
     shapes = [torch.Size((7, 3)), torch.Size((5,)), torch.Size((2, 2))]

@@ -87,6 +87,10 @@ class Hierarchical(torch.optim.Optimizer):
     last_metrics adds bytes_sent_intra (this rank's node collectives) and bytes_sent_inter (the
     wrapped optimizer's) to its bytes_sent. state_dict is this rank's own (its rail's state)."""
 
+    # GradScaler then hands step() its scale instead of unscaling the rail pieces' gradients
+    # (set only inside step()) and failing on "no inf checks": step() refuses it by name.
+    _step_supports_amp_scaling = True
+
     def __init__(self, params, mesh, optimizer_class, rail_split: str = "tensors", **options):
         if "group" in options or "mesh" in options:
             raise ValueError("group, mesh: Hierarchical hands the wrapped optimizer mesh[\"inter\"] itself")
@@ -138,6 +142,9 @@ class Hierarchical(torch.optim.Optimizer):
     @torch.no_grad()
     def step(self, closure=None):
         loss = closure_loss(closure)
+        if getattr(self, "grad_scale", None) is not None or getattr(self, "found_inf", None) is not None:
+            raise ValueError("Hierarchical: not with GradScaler (its gradients are the rail pieces', made inside "
+                             "step()); train in bf16, or use SCAPE or AdamS over the whole group, which take it")
         self._check_trainable()
         for j, first, rail_param in self._mine:  # the parameters are the truth, as in SCAPE's mirror
             rail_param.copy_(_piece(self._tensors[j], first, rail_param.numel()).view_as(rail_param))
