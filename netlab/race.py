@@ -1,15 +1,17 @@
 """`scripts/netlab race tables CSV... [--target-margin 0.02] [--out DIR]`: the race's table and
 figure (issue 60, docs/NETLAB.md "The race") from race-*.csv files (race_plan.COLUMNS); Debian's
 python3, no root. Exit status 2, naming the file and column: a CSV that lacks a column, names an
-unknown arm or has no DDP AdamW rows at a rate.
+unknown arm or has no DDP AdamW rows at a rate; naming the run: a run at an arm's chosen rate
+with no evaluation within B or a non-finite loss there (diverged).
 
 Per rate and arm, over the seeds run at the arm's chosen rate (the best of its grid on the
 first seed, race_plan.best_lr):
   target          DDP AdamW's validation loss at B (the mean over its seeds of its last
                   evaluation within B) + the margin
-  time to target  a seed's wall seconds at its first evaluation at or below the target (no
-                  interpolation between evaluations, so it is late by up to one evaluation
-                  interval); "not reached" when any seed never gets there (never extrapolated)
+  time to target  a seed's wall seconds at its first evaluation at or below the target within
+                  B (no interpolation between evaluations, so it is late by up to one
+                  evaluation interval; a run that overshot B does not reach it after B); "not
+                  reached" when any seed never gets there (never extrapolated)
   interval        a Student t 95% interval over the seeds, mean ± t(0.975, n-1) s / sqrt(n);
                   none with one seed
   loss at B       the run's last evaluation within B of wall clock (its step count was planned
@@ -52,11 +54,41 @@ def t_interval(values):
 
 
 def time_to_target(curve, target):
-    """The first evaluation of a run (rows by step) at or below target, or None."""
-    return next((r for r in curve if r["val_loss"] <= target), None)
+    """The first evaluation of a run (rows by step) at or below target within its budget B, or
+    None: a run whose planned count overshot B does not reach the target after B."""
+    last = at_budget(curve)
+    for r in curve:
+        if last is None:
+            return None
+        if r["val_loss"] <= target:
+            return r
+        if r is last:
+            return None
+    return None
 
 
 at_budget = race_plan.at_budget
+
+
+def loss_at_b(curve, arm, rate, seed, lr):
+    """The run's validation loss at B (at_budget); RaceInputError naming the run when there is
+    none (no evaluation within B) or it is not finite (a diverged run): the table cannot
+    average it, and leaving the seed out would report the others as if it had not run."""
+    row = at_budget(curve)
+    if row is None:
+        raise RaceInputError(f"{arm} at {rate:g} Mbit/s, lr {lr:g}, seed {seed}: no evaluation within B (its first "
+                             f"came at {curve[0]['wall_s']:g} s, B = {curve[0]['budget_s']:g} s)")
+    if not math.isfinite(row["val_loss"]):
+        raise RaceInputError(f"{arm} at {rate:g} Mbit/s, lr {lr:g}, seed {seed}: validation loss {row['val_loss']} at "
+                             f"step {row['step']} (a diverged run) at the arm's chosen rate: rerun the seed or "
+                             f"leave the arm out")
+    return row["val_loss"]
+
+
+def losses_at_b(rows, rate, arm, first_seed):
+    """{seed: loss at B} of the arm's runs at its chosen rate."""
+    curves, lr = chosen_runs(rows, rate, arm, first_seed)
+    return {s: loss_at_b(c, arm, rate, s, lr) for s, c in curves.items()}
 
 
 def chosen_runs(rows, rate, arm, first_seed):
@@ -70,7 +102,7 @@ def target_at(rows, rate, margin, first_seed, path="the CSVs"):
     curves, _ = chosen_runs(rows, rate, BASELINE, first_seed)
     if not curves:
         raise RaceInputError(f"{path}: no {BASELINE} rows at {rate:g} Mbit/s (seed {first_seed}): the target is its loss")
-    return statistics.fmean(at_budget(c)["val_loss"] for c in curves.values()) + margin
+    return statistics.fmean(losses_at_b(rows, rate, BASELINE, first_seed).values()) + margin
 
 
 def summary(rows, rate, arm, target, first_seed, base_at_b):
@@ -79,15 +111,16 @@ def summary(rows, rate, arm, target, first_seed, base_at_b):
     curves, lr = chosen_runs(rows, rate, arm, first_seed)
     if not curves:
         raise RaceInputError(f"{arm} at {rate:g} Mbit/s: no run on seed {first_seed}, the seed its rate is chosen on")
+    at_b = losses_at_b(rows, rate, arm, first_seed)
     hits = {s: time_to_target(c, target) for s, c in curves.items()}
     reached = all(h is not None for h in hits.values())
     out = {"arm": arm, "lr": lr, "seeds": sorted(curves), "reached": sum(h is not None for h in hits.values()),
            "steps": statistics.fmean(c[-1]["planned_steps"] for c in curves.values()),
            "budget_s": next(iter(curves.values()))[-1]["budget_s"],
-           "loss_at_b": t_interval([at_budget(c)["val_loss"] for c in curves.values()]),
+           "loss_at_b": t_interval(list(at_b.values())),
            "s_per_step": statistics.fmean(c[-1]["wall_s"] / c[-1]["step"] for c in curves.values()),
            "end_over_b": statistics.fmean(c[-1]["wall_s"] / c[-1]["budget_s"] for c in curves.values()),
-           "delta_at_b": paired_delta(curves, base_at_b), "time": None, "steps_to": None, "bytes_to": None}
+           "delta_at_b": paired_delta(at_b, base_at_b), "time": None, "steps_to": None, "bytes_to": None}
     if reached:
         out["time"] = t_interval([h["wall_s"] for h in hits.values()])
         out["steps_to"] = statistics.fmean(h["step"] for h in hits.values())
@@ -101,7 +134,7 @@ def tables(rows, margin, first_seed=1, path="the CSVs"):
     for rate in sorted({r["rate_mbit"] for r in rows}):
         target = target_at(rows, rate, margin, first_seed, path)
         arms = [BASELINE] + [a for a in dict.fromkeys(r["arm"] for r in rows if r["rate_mbit"] == rate) if a != BASELINE]
-        base_at_b = {s: at_budget(c)["val_loss"] for s, c in chosen_runs(rows, rate, BASELINE, first_seed)[0].items()}
+        base_at_b = losses_at_b(rows, rate, BASELINE, first_seed)
         lines = [summary(rows, rate, a, target, first_seed, base_at_b) for a in arms]
         base = lines[0]["time"]
         for line in lines:
@@ -115,19 +148,19 @@ def against_the_lowest(rows, rate, lines, first_seed):
     """Marks the arm with the lowest mean loss at B (`lowest`) and gives every arm its loss at B
     minus that arm's, paired by seed (`delta_to_lowest`; None without a common seed)."""
     lowest = min(lines, key=lambda line: line["loss_at_b"][0])
-    lowest_at_b = {s: at_budget(c)["val_loss"] for s, c in chosen_runs(rows, rate, lowest["arm"], first_seed)[0].items()}
+    lowest_at_b = losses_at_b(rows, rate, lowest["arm"], first_seed)
     for line in lines:
         line["lowest"] = line is lowest
-        curves, _ = chosen_runs(rows, rate, line["arm"], first_seed)
-        line["delta_to_lowest"] = None if line is lowest else paired_delta(curves, lowest_at_b)
+        at_b = losses_at_b(rows, rate, line["arm"], first_seed)
+        line["delta_to_lowest"] = None if line is lowest else paired_delta(at_b, lowest_at_b)
 
 
-def paired_delta(curves, base_at_b):
-    """The arm's loss at B ({seed: curve}) minus DDP AdamW's on the same seed, over the seeds
-    both ran (mean and t interval): which arm ends lower at equal wall clock, free of the
-    target's margin, and paired so that what a seed's data order does to both arms cancels.
-    None without a common seed."""
-    deltas = [at_budget(c)["val_loss"] - base_at_b[s] for s, c in sorted(curves.items()) if s in base_at_b]
+def paired_delta(at_b, base_at_b):
+    """The arm's loss at B ({seed: loss}) minus another's (DDP AdamW's, or the lowest arm's) on
+    the same seed, over the seeds both ran (mean and t interval): which arm ends lower at equal
+    wall clock, free of the target's margin, and paired so that what a seed's data order does
+    to both arms cancels. None without a common seed."""
+    deltas = [loss - base_at_b[s] for s, loss in sorted(at_b.items()) if s in base_at_b]
     return t_interval(deltas) if deltas else None
 
 
@@ -140,7 +173,8 @@ def _interval(cell, digits, signed=False):
 def rates_tried(rows, rate, arm, first_seed):
     """[(lr, loss at B)] of the arm's runs on the first seed, by rate: its grid and any widening."""
     runs = race_plan.runs(rows)
-    return sorted((lr, at_budget(c)["val_loss"]) for (r, a, s, lr), c in runs.items() if (r, a, s) == (rate, arm, first_seed))
+    tried = [(lr, at_budget(c)) for (r, a, s, lr), c in runs.items() if (r, a, s) == (rate, arm, first_seed)]
+    return sorted((lr, math.nan if row is None else row["val_loss"]) for lr, row in tried)
 
 
 def markdown(result, margin, rows=None, first_seed=1):
@@ -176,11 +210,16 @@ def ranking_line(arms):
     """The arm lowest at B and the others' paired distance to it, nearest first."""
     lowest = next(a for a in arms if a["lowest"])
     others = sorted((a for a in arms if not a["lowest"] and a["delta_to_lowest"]), key=lambda a: a["delta_to_lowest"][0])
-    level = [a["arm"] for a in others if a["delta_to_lowest"][1] is not None and a["delta_to_lowest"][1] <= 0]
+    level = [a["arm"] for a in others if a["delta_to_lowest"][1] is not None
+             and a["delta_to_lowest"][1] <= 0 <= a["delta_to_lowest"][2]]
+    lower = [a["arm"] for a in others if a["delta_to_lowest"][0] < 0]
     one_seed = [a["arm"] for a in others if a["delta_to_lowest"][1] is None]
     text = (f"Lowest loss at B: **{lowest['arm']}** ({lowest['loss_at_b'][0]:.4f}); each other arm's loss at B "
             f"minus its, paired by seed [95%]: "
             + ", ".join(f"{a['arm']} {_interval(a['delta_to_lowest'], 4, signed=True)}" for a in others) + ". ")
+    if lower:
+        return text + (f"On the seeds they share, {', '.join(lower)} end(s) lower than it (the arms ran different "
+                       f"seeds, and its mean is over its own): no winner is claimed.")
     if one_seed:
         return text + f"One common seed, no interval, so no winner is claimed: {', '.join(one_seed)}."
     if level:

@@ -178,7 +178,7 @@ def race_at(args, rate):
         plan["arms"][race_plan.BASELINE] = {"steps": args.ddp_steps, "lr": best}
         for arm in args.arms[1:]:
             measured = measure(args, arm, scratch)
-            steps = race_plan.steps_in_budget(budget, measured["step_s"])
+            steps = race_plan.steps_in_budget(budget, measured["step_s"], race_plan.SYNC_EVERY.get(arm, 1))
             plan["arms"][arm] = dict(measured, steps=steps, lr=grid(args, ctx, arm, steps))
             warn_fast(arm, measured)
         for arm in args.arms:

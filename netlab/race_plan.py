@@ -62,14 +62,17 @@ def check_arm(name, where="--arms"):
     return name
 
 
-def steps_in_budget(budget_s, step_s):
-    """The whole steps of `step_s` seconds that fit in `budget_s` (at least 1: an arm slower
-    than the whole budget still shows its first evaluation)."""
+def steps_in_budget(budget_s, step_s, every=1):
+    """The whole steps of `step_s` seconds that fit in `budget_s`, rounded down to a multiple of
+    `every` (a local-SGD arm's sync interval: its last evaluation, the one read at B, then falls
+    on a sync, where every rank holds the synced parameters; at least `every`: an arm slower than
+    the whole budget still shows its first evaluation)."""
     if not step_s > 0 or not math.isfinite(step_s):
         raise RaceInputError(f"step time: must be a positive number of seconds, got {step_s!r}")
     if not budget_s > 0:
         raise RaceInputError(f"budget: must be a positive number of seconds, got {budget_s!r}")
-    return max(1, math.floor(budget_s / step_s + 1e-9))
+    fit = math.floor(budget_s / step_s + 1e-9)
+    return max(every, fit - fit % every)
 
 
 def warmup_steps(total, fraction=0.05):
@@ -163,15 +166,15 @@ def widened(lrs, best):
 
 
 def at_budget(curve):
-    """The run's last evaluation within its wall-clock budget B (the first, if none is): a run
-    whose planned step count overshot B is read at B, not at its end. A run without a budget
-    (budget_s 0, as race_node writes it, or missing: DDP AdamW's grid, whose winner's wall time
-    becomes B) is read at its end."""
+    """The run's last evaluation within its wall-clock budget B, or None when none is (its first
+    came after B: nothing was measured at B): a run whose planned step count overshot B is read
+    at B, not at its end. A run without a budget (budget_s 0, as race_node writes it, or
+    missing: DDP AdamW's grid, whose winner's wall time becomes B) is read at its end."""
     budgets = [float(r.get("budget_s", math.nan)) for r in curve]
     if not all(math.isfinite(b) and b > 0 for b in budgets):
         return curve[-1]
     within = [r for r in curve if r["wall_s"] <= r["budget_s"]]
-    return within[-1] if within else curve[0]
+    return within[-1] if within else None
 
 
 def best_lr(rows, rate, arm, seed=1):
@@ -179,7 +182,7 @@ def best_lr(rows, rate, arm, seed=1):
     (at_budget: the figure the race compares, so that a run whose planned count overshot B is
     not chosen for steps past it; the driver picks with this and the analysis finds the same
     choice from the CSV alone)."""
-    at_b = {lr: at_budget(curve)["val_loss"] for (r, a, s, lr), curve in runs(rows).items()
-            if (r, a, s) == (rate, arm, seed)}
-    at_b = {lr: loss for lr, loss in at_b.items() if math.isfinite(loss)}
+    at_b = {lr: at_budget(curve) for (r, a, s, lr), curve in runs(rows).items() if (r, a, s) == (rate, arm, seed)}
+    # A run with no evaluation within B, or whose loss there is not finite (diverged), is not chosen.
+    at_b = {lr: row["val_loss"] for lr, row in at_b.items() if row is not None and math.isfinite(row["val_loss"])}
     return min(at_b, key=lambda lr: (at_b[lr], lr)) if at_b else None

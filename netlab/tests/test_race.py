@@ -18,6 +18,12 @@ def test_steps_in_budget_from_a_measured_step():
     assert race_plan.steps_in_budget(173.0, 0.0974) == 1776  # floor(1776.18)
     assert race_plan.steps_in_budget(10.0, 0.1) == 100  # an exact fit is not lost to rounding
     assert race_plan.steps_in_budget(0.05, 0.1) == 1  # slower than the budget: one step, one evaluation
+    # A local-SGD arm's count is whole sync rounds, so its last evaluation (read at B) is on a sync:
+    # 1776 steps fit, H = 50 takes 1750; its evaluations then all fall on syncs.
+    assert race_plan.steps_in_budget(173.0, 0.0974, every=50) == 1750
+    assert race_plan.steps_in_budget(173.0, 0.0974, every=10) == 1770
+    assert race_plan.steps_in_budget(1.0, 0.1, every=50) == 50  # slower than one round: one round
+    assert all(s % 50 == 0 for s in race_plan.eval_steps(1750, 20, every=50))
     for bad in (0.0, -1.0, float("nan"), float("inf")):
         with pytest.raises(RaceInputError, match="step time"):
             race_plan.steps_in_budget(10.0, bad)
@@ -58,6 +64,36 @@ def write(path, rows, columns=race_plan.COLUMNS):
         w.writeheader()
         w.writerows(rows)
     return str(path)
+
+
+def test_time_to_target_is_not_reached_after_b():
+    """An arm whose run overshot B (1.25 s a step, B = 40 s: evaluations at 12.5, 25, 37.5, 50 s)
+    and reaches the target only at 50 s: read at B (2.10 at 37.5 s), not reached."""
+    over = curve("scape-99", 1, 3e-3, [3.0, 2.5, 2.1, 2.01], step_s=1.25)
+    assert race.at_budget(over)["wall_s"] == 37.5
+    assert race.time_to_target(over, 2.02) is None
+    assert race.time_to_target(over, 2.2)["wall_s"] == 37.5  # within B it is found as before
+
+
+def test_a_run_without_loss_at_b_is_named_not_averaged(tmp_path):
+    """A diverged seed at the chosen rate (val_loss nan), or a run whose first evaluation came
+    after B, is a RaceInputError naming it, not a traceback out of statistics or a NaN target;
+    in the grid such a run is just not chosen."""
+    rows = race_rows()
+    for r in rows:
+        if r["arm"] == "ddp-adamw" and r["seed"] == 2 and r["step"] == 40:
+            r["val_loss"] = float("nan")
+    with pytest.raises(RaceInputError, match=r"^ddp-adamw at 100 Mbit/s, lr 0\.001, seed 2: validation loss nan at "
+                                             r"step 40 \(a diverged run\)"):
+        race.tables(rows, 0.02)
+    assert race.main([write(tmp_path / "nan.csv", rows)]) == 2
+    late = [dict(r, budget_s=4.0) if (r["arm"], r["seed"]) == ("scape-99", 2) else r for r in race_rows()]
+    with pytest.raises(RaceInputError, match=r"^scape-99 at 100 Mbit/s, lr 0\.003, seed 2: no evaluation within "
+                                             r"B \(its first came at 5 s, B = 4 s\)"):
+        race.tables(late, 0.02)
+    grid = [dict(r, val_loss=float("nan")) if (r["arm"], r["lr"]) == ("scape-99", 3e-3) and r["seed"] == 1 else r
+            for r in race_rows()]
+    assert race_plan.best_lr(grid, 100.0, "scape-99") == 1e-3  # the diverged rate is not chosen
 
 
 def test_time_to_target_is_the_first_evaluation_at_or_below_it():
@@ -275,3 +311,10 @@ def test_the_lowest_arm_and_the_others_paired_against_it():
     assert race.ranking_line(clear).endswith("No other arm's interval holds 0: it wins the rate.")
     single = [dict(a, delta_to_lowest=(0.3, None, None)) if a["arm"] == "ddp-powersgd-r1" else a for a in lines]
     assert race.ranking_line(single).endswith("no winner is claimed: ddp-powersgd-r1.")
+    # An interval wholly below 0 does not hold 0; an arm lower on the seeds they share (the arms
+    # ran different seeds, so the lowest mean is not the lowest arm) means no winner.
+    below = [dict(a, delta_to_lowest=(-0.02, -0.03, -0.01)) if a["arm"] == "ddp-powersgd-r1" else a for a in lines]
+    line = race.ranking_line(below)
+    assert "Level with it" not in line
+    assert line.endswith("On the seeds they share, ddp-powersgd-r1 end(s) lower than it (the arms ran different "
+                         "seeds, and its mean is over its own): no winner is claimed.")
