@@ -1,4 +1,5 @@
 // scape run: one experiment, in the simulator or as one process per rank over MPI or NCCL.
+#include <cmath>
 #include <cstdio>
 
 #include "apps/cli_common.hpp"
@@ -32,8 +33,13 @@ struct Backend {
 // same config (a rerun), or with --force, so a typo cannot clobber another run's results.
 void prepare_out(const std::filesystem::path& out, const cfg::ExperimentConfig& config, bool force, bool resume) {
   std::error_code ec;
+  // A folder is refused before anything is created (--force would have had the failed creation
+  // remove an empty one).
+  if (!out.has_filename() || std::filesystem::is_directory(out, ec))
+    throw cfg::ConfigError("--out " + out.string() + ": names a folder; give the run file's path (" +
+                           (out / (config.name + ".h5")).lexically_normal().string() + ", say)");
   if (out.has_parent_path()) std::filesystem::create_directories(out.parent_path(), ec);
-  if (ec) throw std::runtime_error("--out " + out.string() + ": cannot create its folder (" + ec.message() + ")");
+  if (ec) throw cfg::ConfigError("--out " + out.string() + ": cannot create its folder (" + ec.message() + ")");
   if (resume || force || !std::filesystem::exists(out)) return;
   // An empty file is a run file whose creation never wrote a byte (a full disk): scape's own start.
   if (std::filesystem::is_regular_file(out, ec) && std::filesystem::file_size(out, ec) == 0 && !ec) return;
@@ -80,9 +86,6 @@ int cmd_run(const std::string& file, std::string out, const std::vector<std::str
 #endif
   }
   if (backend.name == "nccl") {
-    if (backend.deterministic) {
-      throw cfg::ConfigError("--deterministic applies to --backend mpi only (NCCL reduces in its own order)");
-    }
 #if defined(SCAPE_HAVE_NCCL)
     scape::runtime::MpiOptions mpi;
     mpi.collective_timeout_s = backend.collective_timeout_s;
@@ -110,6 +113,23 @@ struct RunArgs {
   Backend backend;
 };
 
+// A flag that does not apply is refused (exit 2), as scape predict refuses them: one that did
+// nothing silently would be a typo or a misunderstanding the user never learns of.
+void check_flags(const RunArgs& a, const CLI::App& run) {
+  if (run.count("--out") > 0 && a.out.empty()) throw cfg::ConfigError("--out: empty; give the run file's path");
+  if (a.backend.deterministic && a.backend.name != "mpi") {
+    throw cfg::ConfigError(std::string("--deterministic applies to --backend mpi only (") +
+                           (a.backend.name == "nccl" ? "NCCL reduces in its own order"
+                                                     : "the simulator reduces in rank order already") + ")");
+  }
+  if (run.count("--collective-timeout") > 0 && a.backend.name == "sim")
+    throw cfg::ConfigError("--collective-timeout applies to --backend mpi and nccl (the simulator's do not block)");
+  if (!std::isfinite(a.backend.collective_timeout_s))
+    throw cfg::ConfigError("--collective-timeout: a finite number of seconds, got " +
+                           std::to_string(a.backend.collective_timeout_s));
+  if (a.allow_unchecked && !a.resume) throw cfg::ConfigError("--allow-unchecked-checkpoint applies to --resume only");
+}
+
 }  // namespace
 
 Command add_run_command(CLI::App& app) {
@@ -120,7 +140,8 @@ Command add_run_command(CLI::App& app) {
   run->add_option("--set", a->sets, "override a config value: key.path=value (JSON, else a string); repeatable");
   run->add_flag("--quiet", a->quiet, "no progress output");
   run->add_option("--checkpoint-every", a->every, "write OUT.ckpt every N steps (0: never)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(CLI::Range(0, 1000000000))
+      ->capture_default_str();
   run->add_flag("--resume", a->resume,
                 "continue from OUT.ckpt; ends bit-identical to an uninterrupted run. Only steps and log.* may differ "
                 "from the checkpoint's config (exit 2 listing the keys otherwise)");
@@ -145,7 +166,8 @@ Command add_run_command(CLI::App& app) {
       ->capture_default_str();
   Command c;
   c.sub = run;
-  c.run = [a] {
+  c.run = [a, run] {
+    check_flags(*a, *run);
     return cmd_run(a->config_file, a->out, a->sets, a->quiet, a->every, a->resume, a->allow_unchecked, a->force,
                    a->force_memory, a->backend);
   };

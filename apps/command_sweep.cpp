@@ -19,11 +19,25 @@ std::string step_time_header(const std::vector<sim::SweepPointRow>& rows) {
     if (!shared.empty() && shared != r.time_model) return "modelled step ms (differs between points)";
     shared = r.time_model;
   }
-  return "modelled step ms (" + shared + ")";
+  return shared.empty() ? "modelled step ms" : "modelled step ms (" + shared + ")";
+}
+
+// --out and --set checked before anything runs or is created: a malformed flag is the command's
+// input (exit 2), not each point's (which made every point invalid, exit 1).
+void check_sweep_flags(const std::string& out_dir, const std::vector<std::string>& sets) {
+  if (out_dir.empty()) throw cfg::ConfigError("--out: empty; give the folder of the run files");
+  std::error_code ec;
+  if (std::filesystem::exists(out_dir, ec) && !std::filesystem::is_directory(out_dir, ec))
+    throw cfg::ConfigError("--out " + out_dir + ": is a file; scape sweep writes its run files into a folder");
+  for (const std::string& assignment : sets) {
+    nlohmann::json probe = nlohmann::json::object();
+    cfg::apply_override(probe, assignment);
+  }
 }
 
 int cmd_sweep(const std::string& file, const std::string& out_dir, const std::vector<std::string>& sets, int jobs,
               bool quiet, bool force_memory) {
+  check_sweep_flags(out_dir, sets);
   const cfg::SweepPlan plan = cfg::plan_sweep(file, out_dir, sets);
   tr::install_stop_handlers();
   sim::SweepRunOptions options;
@@ -37,7 +51,9 @@ int cmd_sweep(const std::string& file, const std::string& out_dir, const std::ve
       step_time_header(rows).c_str());
   std::printf("|---|---|---|---|---|---|---|\n");
   int code = kExitOk;
+  std::size_t invalid = 0;
   for (const auto& r : rows) {
+    invalid += r.status == "invalid";
     const auto& o = r.outcome;
     const bool ran = r.status == "completed" || r.status == "diverged" || sim::is_skipped(r.status, "completed") ||
                      sim::is_skipped(r.status, "diverged");
@@ -59,6 +75,7 @@ int cmd_sweep(const std::string& file, const std::string& out_dir, const std::ve
   }
   // As `scape run` reports a stop signal; a re-run runs the interrupted and unstarted points.
   if (const int signal = tr::stop_signal(); signal != 0) return 128 + signal;
+  if (!rows.empty() && invalid == rows.size()) return kExitInvalid;  // nothing ran: the input is wrong
   return code;
 }
 

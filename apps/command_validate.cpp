@@ -22,8 +22,11 @@ int workers_in_process(const cfg::ExperimentConfig& config, const std::string& b
 int cmd_validate(const std::string& file, const std::vector<std::string>& sets, const std::string& backend,
                  bool force_memory) {
   json j = cfg::read_json_file(file);
-  if (j.is_object() &&
-      (j.contains("grid") || j.contains("points") || j.contains("repeat") || j.contains("lr_search"))) {
+  // A sweep has its base (base or base_file); a config that has a model section and a stray
+  // sweep key is a config with an unknown key, named as scape run names it.
+  const bool sweep_keys = j.is_object() && (j.contains("grid") || j.contains("points") || j.contains("repeat") ||
+                                            j.contains("lr_search"));
+  if (sweep_keys && (j.contains("base") || j.contains("base_file") || !j.contains("model"))) {
     // A sweep: every point must be a valid experiment.
     const auto base_dir = std::filesystem::absolute(file).parent_path();
     auto points = cfg::expand_sweep(j, base_dir);

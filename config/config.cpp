@@ -177,10 +177,23 @@ std::filesystem::path resolve_path(const std::string& p, const std::filesystem::
   return path.lexically_normal();
 }
 
+namespace {
+
+// The name becomes a file name (NAME.h5 without --out, a sweep point's file in --out): a path
+// out of the folder, a hidden file or a folder that does not exist would be written silently.
+void check_name(const std::string& name) {
+  if (name.empty()) fail("name", "is empty; it names the run's files");
+  if (name == "." || name == ".." || name.find('/') != std::string::npos || name.find('\0') != std::string::npos)
+    fail("name", "\"" + name + "\" is not a plain file name (no '/', not '.' or '..'); it names the run's files");
+}
+
+}  // namespace
+
 ExperimentConfig parse_experiment(const json& j, const std::filesystem::path& base_dir) {
   const Section top(j, "", top_keys().fields);
   ExperimentConfig c;
   write_given(top, top_keys(), c);
+  check_name(c.name);
   c.model = parse_model(section_json(j, "model"));
   if (c.device == kernels::DeviceKind::cuda && !c.has_data()) {
     fail("device",

@@ -26,7 +26,7 @@ void check_range(const std::string& p, const Field& f, const json& v) {
 }
 
 void check_integer(const std::string& p, const Field& f, const json& v) {
-  if (!is_integer(v)) fail(p, "expected an integer, got " + type_name(v) + " " + v.dump());
+  if (!is_integer(v)) fail(p, "expected an integer, got " + described(v));
   check_range(p, f, v);
 }
 
@@ -36,17 +36,17 @@ void check_integer_list(const std::string& p, const Field& f, const json& v) {
 }
 
 void check_string_list(const std::string& p, const json& v) {
-  if (!v.is_array()) fail(p, "expected an array of strings, got " + type_name(v) + " " + v.dump());
+  if (!v.is_array()) fail(p, "expected an array of strings, got " + described(v));
   for (std::size_t i = 0; i < v.size(); ++i) {
     if (!v[i].is_string() || v[i].get<std::string>().empty()) {
       fail(p + "[" + std::to_string(i) + "]",
-           "expected a non-empty string, got " + type_name(v[i]) + " " + v[i].dump());
+           "expected a non-empty string, got " + described(v[i]));
     }
   }
 }
 
 void check_string(const std::string& p, const Field& f, const json& v) {
-  if (!v.is_string()) fail(p, "expected a string, got " + type_name(v) + " " + v.dump());
+  if (!v.is_string()) fail(p, "expected a string, got " + described(v));
   const auto& c = f.choices;
   if (!c.empty() && std::find(c.begin(), c.end(), v.get<std::string>()) == c.end()) {
     fail(p, "unknown value " + v.dump() + " (expected one of " + comma_list(c) + ")");
@@ -101,7 +101,17 @@ void fail(const std::string& path, const std::string& what) { throw ConfigError(
 std::string type_name(const json& v) {
   if (is_integer(v)) return "an integer";
   if (v.is_number_float()) return "a number";
-  return std::string("a ") + v.type_name();
+  if (v.is_null()) return "null";
+  if (v.is_array()) return "an array";
+  if (v.is_object()) return "an object";
+  return std::string("a ") + v.type_name();  // a string, a boolean
+}
+
+std::string described(const json& v) {
+  if (v.is_null()) return "null";
+  std::string text = v.dump(-1, ' ', false, json::error_handler_t::replace);
+  if (text.size() > 80) text = text.substr(0, 77) + "...";
+  return type_name(v) + " " + text;
 }
 
 std::string join_path(const std::string& path, const std::string& key) { return path.empty() ? key : path + "." + key; }
@@ -175,11 +185,11 @@ void Section::check(const Field& f, const json& v) const {
   switch (f.kind) {
     case Kind::integer: check_integer(p, f, v); break;
     case Kind::number:
-      if (!v.is_number()) fail(p, "expected a number, got " + type_name(v) + " " + v.dump());
+      if (!v.is_number()) fail(p, "expected a number, got " + described(v));
       check_range(p, f, v);
       break;
     case Kind::boolean:
-      if (!v.is_boolean()) fail(p, "expected true or false, got " + type_name(v) + " " + v.dump());
+      if (!v.is_boolean()) fail(p, "expected true or false, got " + described(v));
       break;
     case Kind::string: check_string(p, f, v); break;
     case Kind::number_pair:

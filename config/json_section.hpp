@@ -58,6 +58,8 @@ auto config_error(F&& f) {
 std::string comma_list(const std::vector<std::string>& items);
 // "a number", "an integer", "a string", ...: for "expected X, got Y" messages.
 std::string type_name(const nlohmann::json& v);
+// "an array [1,2]", "null", "a string \"x\"": what a message says a bad value was (cut at 80 characters).
+std::string described(const nlohmann::json& v);
 std::string join_path(const std::string& path, const std::string& key);
 // Edit distance, for "did you mean" suggestions.
 std::size_t edit_distance(const std::string& a, const std::string& b);

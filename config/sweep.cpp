@@ -22,16 +22,25 @@ namespace {
 
 // A parser callback that refuses an object naming a key twice: nlohmann keeps the last value
 // silently, so `"lr": 0.1, ..., "lr": 0.01` would run with a value the author may not see.
-// Throws ConfigError "<what>: duplicate key 'a.b[2].c'".
+// Throws ConfigError "<what>: duplicate key 'a.b[2].c'", and for a value nested deeper than
+// kMaxDepth levels.
 class DuplicateKeyCheck {
  public:
+  static constexpr std::size_t kMaxDepth = 256;
   // `prefix`: the dotted key the parsed value goes to (a --set value), named before its own keys.
   explicit DuplicateKeyCheck(std::string what, std::string prefix = "")
       : what_(std::move(what)), prefix_(std::move(prefix)) {}
   bool operator()(int, json::parse_event_t event, json& parsed) {
     switch (event) {
-      case json::parse_event_t::object_start: frames_.push_back({true, {}, {}, 0}); break;
-      case json::parse_event_t::array_start: frames_.push_back({false, {}, {}, 0}); break;
+      case json::parse_event_t::object_start:
+      case json::parse_event_t::array_start:
+        // Deeper values would be dumped into error messages recursively, which overflows the
+        // stack (a crash, not an error) near 100000 levels; a config is a few levels deep.
+        if (frames_.size() >= kMaxDepth)
+          throw ConfigError(what_ + ": nested deeper than " + std::to_string(kMaxDepth) + " levels at '" +
+                            path().substr(0, 200) + "...' (a config is a few levels deep)");
+        frames_.push_back({event == json::parse_event_t::object_start, {}, {}, 0});
+        break;
       case json::parse_event_t::key: {
         Frame& top = frames_.back();
         top.key = parsed.get<std::string>();

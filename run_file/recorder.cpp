@@ -127,7 +127,7 @@ RunRecorder RunRecorder::create(const std::filesystem::path& path, const RunFile
     // half-written: a rerun would take it for another program's file.
     state.reset();
     std::error_code ec;
-    std::filesystem::remove(path, ec);
+    if (std::filesystem::is_regular_file(path, ec)) std::filesystem::remove(path, ec);  // never a folder
     throw H5Error("run file " + in_quotes(path.string()) + " could not be created" + system_reason(e.what()) +
                   "; nothing is left behind: " + e.what());
   }

@@ -73,6 +73,7 @@ set(scape_test_map
     "test_hardening apps run_file train"
     "test_fuzz_regressions apps config run_file train fuzz"
     "test_run_guards apps run_file train"
+    "test_cli_input apps config"
     "test_host_memory apps train"
     "test_sweep_concurrency apps run_file sim"
     "test_quickstart scripts predict"
