@@ -99,7 +99,8 @@ Command add_sweep_command(CLI::App& app) {
   sweep->add_option("sweep", a->config_file, "sweep JSON file")->required()->check(CLI::ExistingPath);
   sweep->add_option("--out", a->out_dir, "output folder for the run files")->required();
   sweep->add_option("--jobs", a->jobs, "points run in parallel (default 1)")->check(CLI::Range(1, 64));
-  sweep->add_option("--set", a->sets, "override a value in every point: key.path=value");
+  sweep->add_option("--set", a->sets,
+                    "override a value in every point: key.path=value (JSON, else a string); repeatable");
   sweep->add_flag("--quiet", a->quiet, "no progress output");
   add_force_memory_flag(sweep, a->force_memory);
   Command c;

@@ -78,7 +78,7 @@ Command add_validate_command(CLI::App& app) {
       "check a config (print it with every default filled in, its host memory estimate by part; with device = cuda, "
       "its GPU memory estimate) or every point of a sweep");
   validate->add_option("config", a->config_file, "experiment or sweep JSON file")->required()->check(CLI::ExistingPath);
-  validate->add_option("--set", a->sets, "override a config value: key.path=value");
+  validate->add_option("--set", a->sets, "override a config value: key.path=value (JSON, else a string); repeatable");
   // The defaults of log.oracle and log.gradient_metrics_interval depend on the backend
   // (docs/configuration.md): the printed config is the one `scape run --backend B` records.
   validate->add_option("--backend", a->backend,

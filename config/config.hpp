@@ -152,6 +152,9 @@ ExperimentConfig parse_experiment(const nlohmann::json& j, const std::filesystem
 nlohmann::json read_json_file(const std::filesystem::path& path);
 // "a.b.c=value": value parsed as JSON when it parses, else taken as a string.
 void apply_override(nlohmann::json& j, const std::string& assignment);
+// Sets the dotted key (intermediate objects created) to value; errors name `where` (a sweep's
+// grid or point key, or the --set).
+void set_dotted(nlohmann::json& j, const std::string& key, const nlohmann::json& value, const std::string& where);
 // SHA-256-free stable id: 16 hex digits of a 64-bit hash of the resolved config's dump.
 std::string run_id(const nlohmann::json& resolved);
 // JSON Schema (draft 2020-12) of an experiment config. Keys of the model, data and optimizer

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "config/config.hpp"
+#include "config/json_section.hpp"
 
 namespace scape::config {
 
@@ -118,14 +119,20 @@ void apply_override(json& j, const std::string& assignment) {
   } catch (const json::exception&) {  // parse_error, or out_of_range for a number beyond double
     value = text;                     // not JSON: a plain string such as scape or first_moment
   }
+  set_dotted(j, key, value, "--set " + assignment);
+}
+
+void set_dotted(json& j, const std::string& key, const json& value, const std::string& where) {
   json* node = &j;
   std::size_t start = 0;
   while (true) {
     const auto dot = key.find('.', start);
     const std::string part = key.substr(start, dot == std::string::npos ? std::string::npos : dot - start);
-    if (part.empty()) throw ConfigError("--set " + assignment + ": empty component in key '" + key + "'");
-    if (!node->is_object())
-      throw ConfigError("--set " + assignment + ": '" + key.substr(0, start - 1) + "' is not an object");
+    if (part.empty()) throw ConfigError(where + ": empty component in key '" + key + "'");
+    if (!node->is_object()) {
+      throw ConfigError(where + ": '" + (start == 0 ? std::string("the config") : key.substr(0, start - 1)) +
+                        "' is not an object");
+    }
     if (dot == std::string::npos) {
       (*node)[part] = value;
       return;
@@ -166,9 +173,15 @@ void check_top_keys(const json& sweep) {
         "sweep: give a grid {\"dotted.key\": [values, ...]}, points [{\"dotted.key\": value}, ...], "
         "repeat or lr_search");
   }
-  if (sweep.contains("grid") && !sweep.at("grid").is_object()) {
-    throw ConfigError("sweep.grid: expected an object {\"dotted.key\": [values, ...]}");
+  if (sweep.contains("grid") && (!sweep.at("grid").is_object() || sweep.at("grid").empty())) {
+    throw ConfigError("sweep.grid: expected a non-empty object {\"dotted.key\": [values, ...]}");
   }
+  for (const char* key : {"name", "description"}) {
+    if (sweep.contains(key) && !sweep.at(key).is_string())
+      throw ConfigError(std::string("sweep.") + key + ": expected a string, got " + described(sweep.at(key)));
+  }
+  if (sweep.contains("base") && !sweep.at("base").is_object())
+    throw ConfigError("sweep.base: expected an object (a config), got " + described(sweep.at("base")));
 }
 
 // A non-empty list of distinct, finite, positive learning rates; errors name the entry.
@@ -215,7 +228,7 @@ std::vector<PendingPoint> expand_points(const json& sweep, const json& base) {
         q.lr_search = &value;
         continue;
       }
-      apply_override(q.point.config, key + "=" + value.dump());
+      set_dotted(q.point.config, key, value, where + "." + key);
       q.point.assignment.emplace_back(key, value);
     }
     for (const auto& [key, value] : q.point.assignment) {
@@ -241,7 +254,7 @@ std::vector<PendingPoint> expand_grid(const json& sweep, std::vector<PendingPoin
     for (const auto& p : points) {
       for (const auto& v : values) {
         PendingPoint q = p;
-        apply_override(q.point.config, key + "=" + v.dump());
+        set_dotted(q.point.config, key, v, "sweep.grid." + key);
         q.point.assignment.emplace_back(key, v);
         next.push_back(std::move(q));
       }

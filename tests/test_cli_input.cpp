@@ -110,3 +110,20 @@ TEST_CASE("a bad value's type is named in plain words") {
   write_text_file(dir / "a.json", R"({"steps": [1, 2], "model": {"type": "quadratic", "size": 100}})");
   refused("validate " + (dir / "a.json").string(), "steps: expected an integer, got an array [1,2]");
 }
+
+TEST_CASE("sweep files: an empty grid, a base or name of the wrong type, and a grid key's error are named as such") {
+  TempDir dir;
+  const std::string sweep = "validate ";
+  const auto check = [&](const std::string& body, const std::string& message) {
+    write_text_file(dir / "s.json", body);
+    refused(sweep + (dir / "s.json").string(), message);
+  };
+  check(R"({"base": )" + kConfig + R"(, "grid": {}})", "sweep.grid: expected a non-empty object");
+  check(R"({"base": [1], "grid": {"seed": [1]}})", "sweep.base: expected an object (a config), got an array [1]");
+  check(R"({"name": 5, "base": )" + kConfig + R"(, "grid": {"seed": [1]}})", "sweep.name: expected a string, got an "
+                                                                           "integer 5");
+  check(R"({"base": )" + kConfig + R"(, "grid": {"optimizer..lr": [1]}})",
+        "sweep.grid.optimizer..lr: empty component in key 'optimizer..lr'");
+  // A key with '=' is a key (unknown), not split into key and value.
+  check(R"({"base": )" + kConfig + R"(, "grid": {"optimizer.lr=x": [1]}})", "optimizer.lr=x: unknown key");
+}
