@@ -116,8 +116,10 @@ void apply_override(json& j, const std::string& assignment) {
   json value;
   try {
     value = json::parse(text, DuplicateKeyCheck("--set " + assignment, key));
-  } catch (const json::exception&) {  // parse_error, or out_of_range for a number beyond double
-    value = text;                     // not JSON: a plain string such as scape or first_moment
+  } catch (const json::out_of_range&) {  // a number beyond double, which read as a string
+    throw ConfigError("--set " + assignment + ": the number " + text + " is beyond the range of a double");
+  } catch (const json::exception&) {  // parse_error: not JSON, a plain string such as scape
+    value = text;
   }
   set_dotted(j, key, value, "--set " + assignment);
 }

@@ -127,3 +127,10 @@ TEST_CASE("sweep files: an empty grid, a base or name of the wrong type, and a g
   // A key with '=' is a key (unknown), not split into key and value.
   check(R"({"base": )" + kConfig + R"(, "grid": {"optimizer.lr=x": [1]}})", "optimizer.lr=x: unknown key");
 }
+
+TEST_CASE("--set with a number beyond a double says so, not 'got a string'") {
+  TempDir dir;
+  write_text_file(dir / "ok.json", kConfig);
+  refused("validate " + (dir / "ok.json").string() + " --set optimizer.lr=1e400",
+          "--set optimizer.lr=1e400: the number 1e400 is beyond the range of a double");
+}
