@@ -57,13 +57,13 @@ def time_to_target(curve, target):
     """The first evaluation of a run (rows by step) at or below target within its budget B, or
     None: a run whose planned count overshot B does not reach the target after B."""
     last = at_budget(curve)
+    if last is None:
+        return None
     for r in curve:
-        if last is None:
-            return None
         if r["val_loss"] <= target:
             return r
         if r is last:
-            return None
+            break
     return None
 
 
@@ -120,7 +120,7 @@ def summary(rows, rate, arm, target, first_seed, base_at_b):
            "loss_at_b": t_interval(list(at_b.values())),
            "s_per_step": statistics.fmean(c[-1]["wall_s"] / c[-1]["step"] for c in curves.values()),
            "end_over_b": statistics.fmean(c[-1]["wall_s"] / c[-1]["budget_s"] for c in curves.values()),
-           "delta_at_b": paired_delta(at_b, base_at_b), "time": None, "steps_to": None, "bytes_to": None}
+           "at_b": at_b, "delta_at_b": paired_delta(at_b, base_at_b), "time": None, "steps_to": None, "bytes_to": None}
     if reached:
         out["time"] = t_interval([h["wall_s"] for h in hits.values()])
         out["steps_to"] = statistics.fmean(h["step"] for h in hits.values())
@@ -139,20 +139,18 @@ def tables(rows, margin, first_seed=1, path="the CSVs"):
         base = lines[0]["time"]
         for line in lines:
             line["ratio"] = base[0] / line["time"][0] if base and line["time"] else None
-        against_the_lowest(rows, rate, lines, first_seed)
+        against_the_lowest(lines)
         out[rate] = (target, lines)
     return out
 
 
-def against_the_lowest(rows, rate, lines, first_seed):
+def against_the_lowest(lines):
     """Marks the arm with the lowest mean loss at B (`lowest`) and gives every arm its loss at B
     minus that arm's, paired by seed (`delta_to_lowest`; None without a common seed)."""
     lowest = min(lines, key=lambda line: line["loss_at_b"][0])
-    lowest_at_b = losses_at_b(rows, rate, lowest["arm"], first_seed)
     for line in lines:
         line["lowest"] = line is lowest
-        at_b = losses_at_b(rows, rate, line["arm"], first_seed)
-        line["delta_to_lowest"] = None if line is lowest else paired_delta(at_b, lowest_at_b)
+        line["delta_to_lowest"] = None if line is lowest else paired_delta(line["at_b"], lowest["at_b"])
 
 
 def paired_delta(at_b, base_at_b):

@@ -74,11 +74,13 @@ int wait_exit(pid_t pid) {
 
 // A long run with a checkpoint every 20 steps, killed with SIGKILL once its first checkpoint is
 // on the disk: its file still says running, its checkpoint is good.
-void killed_run(const TempDir& dir, const fs::path& out) {
+// `extra`: more arguments of the run (--set ...).
+void killed_run(const TempDir& dir, const fs::path& out, const std::vector<std::string>& extra = {}) {
   scape::testing::write_text_file(dir / "q.json", kLong);
-  const pid_t pid =
-      start_scape({"run", (dir / "q.json").string(), "--out", out.string(), "--quiet", "--checkpoint-every", "20"},
-                  dir / "killed.log");
+  std::vector<std::string> args = {"run", (dir / "q.json").string(), "--out", out.string(), "--quiet",
+                                   "--checkpoint-every", "20"};
+  args.insert(args.end(), extra.begin(), extra.end());
+  const pid_t pid = start_scape(args, dir / "killed.log");
   REQUIRE(wait_for([&] { return fs::exists(tr::checkpoint_path(out)); }, 120));
   std::this_thread::sleep_for(std::chrono::milliseconds(100));
   ::kill(pid, SIGKILL);
@@ -514,14 +516,8 @@ TEST_CASE("log.save_params may change on resume: the resumed run's own parameter
   TempDir dir;
   const fs::path out = dir / "r.h5";
   // A constant learning rate (min_lr = lr), so that a run of fewer steps takes the same steps.
-  scape::testing::write_text_file(dir / "q.json", kLong);
   const std::string constant = "optimizer.min_lr=0.01";
-  const pid_t pid = start_scape({"run", (dir / "q.json").string(), "--out", out.string(), "--quiet", "--set",
-                                 constant, "--checkpoint-every", "20"},
-                                dir / "killed.log");
-  REQUIRE(wait_for([&] { return fs::exists(tr::checkpoint_path(out)); }, 120));
-  ::kill(pid, SIGKILL);
-  wait_exit(pid);
+  killed_run(dir, out, {"--set", constant});
   nlohmann::json config = nlohmann::json::parse(kLong);
   config["optimizer"]["min_lr"] = 0.01;
   const int step = tr::load_checkpoint(cfg::parse_experiment(config, dir.path), out, 2000).step;
