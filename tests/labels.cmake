@@ -95,6 +95,8 @@ set(scape_test_map
     "test_analysis_py analysis"
     "test_netlab_py netlab"
     "test_python_package python"
+    "test_python_citizen python"
+    "test_python_netlab python netlab"
     # The tree as a whole: the layer order (docs/ARCHITECTURE.md), its checker, this map
     "layers docs"
     "layers_check_detects tests"

@@ -123,16 +123,17 @@ def test_fsdp2_is_refused_and_its_local_shards_are_read_and_written(tmp_path):
         assert rank["mirror_reads_local_shards"] and rank["local_is_a_shard"] and rank["push_writes_local_shards"]
 
 
-def test_twenty_runs_without_finish_exit_cleanly(tmp_path):
+def test_ten_runs_without_finish_exit_cleanly(tmp_path):
     """The lagged all-gather is still in flight when the script ends (found: pending); with and
-    without destroy_process_group, no run may abort."""
+    without destroy_process_group, no run may abort. Before the fix 7 runs in 10 aborted with a
+    collective in flight, so ten clean runs would pass by chance about once in 10^5 times."""
     codes = []
-    for i in range(20):
+    for i in range(10):
         result = torchrun(2, "teardown", tmp_path, "--destroy", i % 2, timeout=120)
         codes.append(result.returncode)
         assert result.returncode == 0, (i, result.stdout[-2000:] + result.stderr[-2000:])
     assert all(r["pending"] for r in found(tmp_path, "teardown", 2))
-    assert codes == [0] * 20
+    assert codes == [0] * 10
 
 
 # ----- one process ----------------------------------------------------------------------------
