@@ -32,12 +32,15 @@ struct Backend {
 // --out: its folder is created; an existing file is overwritten only when it is a run of this
 // same config (a rerun), or with --force, so a typo cannot clobber another run's results.
 void prepare_out(const std::filesystem::path& out, const cfg::ExperimentConfig& config, bool force, bool resume) {
-  std::error_code ec;
   // A folder is refused before anything is created (--force would have had the failed creation
-  // remove an empty one).
-  if (!out.has_filename() || std::filesystem::is_directory(out, ec))
+  // remove an empty one). A path that does not exist yet is no folder: is_directory's error
+  // code then says "no such file", which must not be read as the creation's (a bare `--out
+  // run.h5` was refused so before 2026-12-07).
+  std::error_code absent;
+  if (!out.has_filename() || std::filesystem::is_directory(out, absent))
     throw cfg::ConfigError("--out " + out.string() + ": names a folder; give the run file's path (" +
                            (out / (config.name + ".h5")).lexically_normal().string() + ", say)");
+  std::error_code ec;
   if (out.has_parent_path()) std::filesystem::create_directories(out.parent_path(), ec);
   if (ec) throw cfg::ConfigError("--out " + out.string() + ": cannot create its folder (" + ec.message() + ")");
   if (resume || force || !std::filesystem::exists(out)) return;

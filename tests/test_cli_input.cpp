@@ -67,6 +67,18 @@ TEST_CASE("--out naming a folder, empty, or under a file exits 2 naming --out; a
   refused(run + (dir / "ok.json").string() + "/x.h5", "cannot create its folder (Not a directory)");
 }
 
+// A bare file name has no folder to create: the check for a folder at a path that does not
+// exist yet must not make it "cannot create its folder (No such file or directory)".
+TEST_CASE("--out a bare file name in the working folder runs and writes it there") {
+  TempDir dir;
+  write_text_file(dir / "ok.json", kConfig);
+  const auto r = scape::testing::run_command("cd " + dir.path.string() + " && " + std::string(SCAPE_BINARY) +
+                                             " run ok.json --quiet --out bare.h5");
+  CAPTURE(r.output);
+  CHECK(r.code == 0);
+  CHECK(fs::is_regular_file(dir / "bare.h5"));
+}
+
 TEST_CASE("flags that do not apply exit 2 naming the flag") {
   TempDir dir;
   write_text_file(dir / "ok.json", kConfig);
