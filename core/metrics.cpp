@@ -275,11 +275,13 @@ double energy_capture(const MaskOracle& oracle, std::span<const std::uint64_t> m
 void StalenessTracker::deliver(std::span<const std::uint32_t> indices, int t) {
   if (count_by_last_.size() < static_cast<std::size_t>(t) + 1)
     count_by_last_.resize(static_cast<std::size_t>(t) + 1, 0);
+  // The count at t gains every index at once: incremented in the loop, that one counter made
+  // each iteration wait for the previous one's store (1.6M indices a step at N = 16M, 10%).
   for (std::uint32_t j : indices) {
     --count_by_last_[static_cast<std::size_t>(last_[j])];
-    ++count_by_last_[static_cast<std::size_t>(t)];
     last_[j] = t;
   }
+  count_by_last_[static_cast<std::size_t>(t)] += indices.size();
 }
 
 void StalenessTracker::load(const StateMap& state, const std::string& prefix) {

@@ -172,6 +172,13 @@ inline void reconstruct_gradient_sizes(std::size_t b_bar, std::size_t idx, std::
   require_size(g_bar, idx, "reconstruct_gradient: g_bar");
 }
 
+inline void owner_payload_gradient_sizes(std::size_t b_bar, std::size_t m, std::size_t q, std::size_t idx,
+                                         std::size_t g_bar) {
+  require_size(b_bar, idx, "owner_payload_gradient: b_bar");
+  require_size(g_bar, idx, "owner_payload_gradient: g_bar");
+  if (q != 0) require_size(q, m, "owner_payload_gradient: q");
+}
+
 inline void block_sum_squares_sizes(std::size_t n, std::size_t block, std::size_t partial) {
   if (block == 0) throw std::invalid_argument("block_sum_squares: block must be > 0");
   require_size(partial, (n + block - 1) / block, "block_sum_squares: partial");

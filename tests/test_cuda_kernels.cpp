@@ -73,6 +73,7 @@ constexpr std::string_view kComparedKernels[] = {
     "rebase_indices",
     "add_momentum",
     "reconstruct_gradient",
+    "owner_payload_gradient",
     "round_to_bf16",
     "fill",
     "block_sum_squares",

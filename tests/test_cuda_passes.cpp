@@ -199,7 +199,7 @@ TEST_CASE("DeMo's kernels (chunk_transform, chunk_topk, sign_descent) match the 
   }
 }
 
-TEST_CASE("pack_payload, rebase_indices, add_momentum and reconstruct_gradient match the CPU") {
+TEST_CASE("pack_payload, rebase_indices, add_momentum, reconstruct_gradient and owner_payload_gradient match the CPU") {
   std::uint32_t seed = 800;
   const float b1 = 0.9f, omb1 = static_cast<float>(1.0 - 0.9);
   for (std::size_t n : {std::size_t{1}, std::size_t{65}, std::size_t{1000}, std::size_t{300'007}}) {
@@ -243,6 +243,19 @@ TEST_CASE("pack_payload, rebase_indices, add_momentum and reconstruct_gradient m
     sk::Buffer<float> dg(gpu(), k);
     gpu().reconstruct_gradient(dbb, dm, drebased, b1, omb1, dg);
     check_equal(g_bar, to_host(dg), "reconstruct_gradient " + what);
+
+    const std::vector<float> q = make_values(Family::normal, n - m_offset, ++seed);
+    for (const bool with_q : {true, false}) {
+      std::vector<float> owner_b = b_bar, owner_g(k), owner_q = q;
+      const std::span<float> q_given = with_q ? std::span<float>(owner_q) : std::span<float>{};
+      sk::owner_payload_gradient(owner_b, m, q_given, rebased, b1, omb1, owner_g);
+      sk::Buffer<float> dob = to_gpu(b_bar), dog(gpu(), k), dq = to_gpu(q);
+      const std::span<float> dq_given = with_q ? dq.span() : std::span<float>{};
+      gpu().owner_payload_gradient(dob, dm, dq_given, drebased, b1, omb1, dog);
+      check_equal(owner_b, to_host(dob), "owner_payload_gradient b_bar " + what);
+      check_equal(owner_g, to_host(dog), "owner_payload_gradient g_bar " + what);
+      check_equal(owner_q, to_host(dq), "owner_payload_gradient q " + what);
+    }
 
     std::vector<float> m_clip(k);
     sk::momentum_from_gradient(m, rebased, g_bar, b1, omb1, m_clip);

@@ -117,3 +117,73 @@ TEST_CASE("candidate_statistic_carry rejects mismatched sizes and a short mask")
       std::invalid_argument);
   CHECK(sk::candidate_statistic_carry({}, {}, {}, {}, {}, 0, 0.9f, 0.1f, 1.0f, {}) == 0);
 }
+
+TEST_CASE("owner_payload_gradient: b_bar and g_bar by hand") {
+  // b1 = 0.5, omb1 = 0.25; positions 2 and 0 of m and q: b = 1 + 0.5 * 8 + 2 = 7 and
+  // 3 + 0.5 * 2 + 1 = 5, g = (7 - 4) / 0.25 = 12 and (5 - 1) / 0.25 = 16.
+  const std::vector<float> m = {2, 99, 8};
+  std::vector<float> q = {1, 99, 2};
+  const std::vector<std::uint32_t> idx = {2, 0};
+  std::vector<float> b_bar = {1, 3}, g(2);
+  sk::owner_payload_gradient(b_bar, m, q, idx, 0.5f, 0.25f, g);
+  CHECK(b_bar == std::vector<float>{7, 5});
+  CHECK(g == std::vector<float>{12, 16});
+  CHECK(q == std::vector<float>{0, 99, 0});  // read, then zeroed on the mask
+  // Without q (no carried momentum): b = 1 + 4 = 5 and 3 + 1 = 4, g = 1 / 0.25 and 3 / 0.25.
+  b_bar = {1, 3};
+  sk::owner_payload_gradient(b_bar, m, {}, idx, 0.5f, 0.25f, g);
+  CHECK(b_bar == std::vector<float>{5, 4});
+  CHECK(g == std::vector<float>{4, 12});
+}
+
+// The one pass must give b_bar and g_bar bit for bit as add_momentum (m, then q with b1 = 1) and
+// reconstruct_gradient, and q as zero_at leaves it, with and without q, on the serial and the
+// parallel path (k > 16384), NaN and infinities included.
+TEST_CASE("owner_payload_gradient equals the passes it fuses") {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const float inf = std::numeric_limits<float>::infinity();
+  for (const std::size_t n : {std::size_t{0}, std::size_t{9}, std::size_t{300'007}}) {
+    for (const bool with_q : {true, false}) {
+      CAPTURE(n);
+      CAPTURE(with_q);
+      std::mt19937 rng(static_cast<std::uint32_t>(n + 11));
+      std::normal_distribution<float> normal(0.0f, 1.0f);
+      std::vector<float> m(n), q(n);
+      for (std::size_t j = 0; j < n; ++j) {
+        m[j] = normal(rng);
+        q[j] = normal(rng) * 1e-3f;
+      }
+      std::vector<std::uint32_t> idx;
+      for (std::size_t j = 0; j < n; ++j) {
+        if (j % 3 != 1) idx.push_back(static_cast<std::uint32_t>(j));
+      }
+      const std::size_t k = idx.size();
+      std::vector<float> b_bar(k);
+      for (float& b : b_bar) b = normal(rng);
+      if (k > 4) {
+        b_bar[1] = nan;
+        b_bar[2] = inf;
+        m[idx[3]] = -inf;
+      }
+      std::vector<float> b_separate = b_bar, g_separate(k), b_fused = b_bar, g_fused(k);
+      sk::add_momentum(b_separate, m, idx, 0.9f);
+      if (with_q) sk::add_momentum(b_separate, q, idx, 1.0f);
+      sk::reconstruct_gradient(b_separate, m, idx, 0.9f, static_cast<float>(1.0 - 0.9), g_separate);
+      std::vector<float> q_separate = q, q_fused = q;
+      if (with_q) sk::zero_at(q_separate, idx);
+      const std::span<float> q_given = with_q ? std::span<float>(q_fused) : std::span<float>{};
+      sk::owner_payload_gradient(b_fused, m, q_given, idx, 0.9f, static_cast<float>(1.0 - 0.9), g_fused);
+      CHECK(bits_differ(b_fused, b_separate) == 0);
+      CHECK(bits_differ(g_fused, g_separate) == 0);
+      CHECK(bits_differ(q_fused, q_separate) == 0);
+    }
+  }
+}
+
+TEST_CASE("owner_payload_gradient rejects mismatched sizes") {
+  std::vector<float> a(4), shorter(3);
+  const std::vector<std::uint32_t> idx = {0, 1, 2, 3};
+  CHECK_THROWS_AS(sk::owner_payload_gradient(shorter, a, a, idx, 0.9f, 0.1f, a), std::invalid_argument);
+  CHECK_THROWS_AS(sk::owner_payload_gradient(a, a, a, idx, 0.9f, 0.1f, shorter), std::invalid_argument);
+  CHECK_THROWS_AS(sk::owner_payload_gradient(a, a, shorter, idx, 0.9f, 0.1f, a), std::invalid_argument);
+}

@@ -234,6 +234,27 @@ TEST_CASE("topk on the sampled path across chunks matches the reference") {
   }
 }
 
+// Sparse selections with many marked keys find the k-th among them by a radix select (from
+// 2^15 keys): planted ties at the k-th magnitude, one block of them straddling the chunks'
+// boundary, must go to the lowest indices as the reference's do, whatever the thread count.
+TEST_CASE("topk on the sampled path with many marked keys and ties at the threshold") {
+  const std::size_t n = std::size_t{1} << 20;
+  std::vector<float> x = normal_values(n, 71);
+  for (std::size_t j = 0; j < n; j += 9) x[j] = (j % 2 == 0) ? 1.5f : -1.5f;  // |x| = 1.5: top ~14%
+  for (std::size_t j = n / 2 - 5000; j < n / 2 + 5000; ++j) x[j] = 1.5f;
+  const auto order = reference_order(x);
+  for (const int threads : {1, 2, 3}) {
+    CAPTURE(threads);
+    for (const std::size_t k : {n / 20, n / 10, n / 8}) {
+      CAPTURE(k);
+      with_threads(threads, [&] {
+        check_against_reference(x, order, k);
+        return 0;
+      });
+    }
+  }
+}
+
 TEST_CASE("topk with NaN, inf and signed zeros in a large input") {
   const std::size_t n = 100'000;
   std::vector<float> x = normal_values(n, 41);

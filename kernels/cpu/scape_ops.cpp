@@ -194,6 +194,26 @@ void reconstruct_gradient(std::span<const float> b_bar, std::span<const float> m
   for (std::size_t i = 0; i < idx.size(); ++i) g_bar[i] = (b_bar[i] - b1 * m[idx[i]]) / omb1;
 }
 
+void owner_payload_gradient(std::span<float> b_bar, std::span<const float> m, std::span<float> q,
+                            std::span<const std::uint32_t> idx, float b1, float omb1, std::span<float> g_bar) {
+  checks::owner_payload_gradient_sizes(b_bar.size(), m.size(), q.size(), idx.size(), g_bar.size());
+  const Index k = static_cast<Index>(idx.size());
+  const bool with_q = !q.empty();
+#pragma omp parallel for schedule(static) if (k > 16384)
+  for (Index i = 0; i < k; ++i) {
+    const auto ii = static_cast<std::size_t>(i);
+    const std::size_t j = idx[ii];
+    const float mj = m[j];
+    float b = b_bar[ii] + b1 * mj;
+    if (with_q) {
+      b = b + q[j];  // add_momentum's b1 = 1: 1 * q[j] is q[j] exactly
+      q[j] = 0.0f;
+    }
+    b_bar[ii] = b;
+    g_bar[ii] = (b - b1 * mj) / omb1;
+  }
+}
+
 void round_to_bf16(std::span<const float> in, std::span<float> out) {
   require_size(out.size(), in.size(), "round_to_bf16: out");
   for (std::size_t j = 0; j < in.size(); ++j) out[j] = round_to_bf16(in[j]);

@@ -141,6 +141,23 @@ __global__ void reconstruct_kernel(const float* __restrict__ b_bar, const float*
   }
 }
 
+__global__ void owner_payload_gradient_kernel(float* __restrict__ b_bar, const float* __restrict__ m, std::size_t nm,
+                                              float* __restrict__ q, const std::uint32_t* __restrict__ idx,
+                                              std::size_t k, float b1, float one_minus_b1, float* __restrict__ g_bar) {
+  for (std::size_t i = global_thread(); i < k; i += grid_threads()) {
+    const std::uint32_t j = idx[i];
+    if (j >= nm) continue;
+    const float mj = m[j];
+    float b = b_bar[i] + b1 * mj;
+    if (q != nullptr) {
+      b = b + q[j];
+      q[j] = 0.0f;
+    }
+    b_bar[i] = b;
+    g_bar[i] = (b - b1 * mj) / one_minus_b1;
+  }
+}
+
 // Round-to-nearest-even to bf16 and back (kernels/cpu/bf16.hpp); NaN stays a quiet NaN.
 __device__ inline float round_to_bf16_device(float x) {
   const std::uint32_t u = __float_as_uint(x);
@@ -260,6 +277,14 @@ void reconstruct_gradient(std::span<const float> b_bar, std::span<const float> m
   if (idx.empty()) return;
   launch(reconstruct_kernel, idx.size(), b_bar.data(), m.data(), m.size(), idx.data(), idx.size(), b1, one_minus_b1,
          g_bar.data());
+}
+
+void owner_payload_gradient(std::span<float> b_bar, std::span<const float> m, std::span<float> q,
+                            std::span<const std::uint32_t> idx, float b1, float one_minus_b1, std::span<float> g_bar) {
+  checks::owner_payload_gradient_sizes(b_bar.size(), m.size(), q.size(), idx.size(), g_bar.size());
+  if (idx.empty()) return;
+  launch(owner_payload_gradient_kernel, idx.size(), b_bar.data(), m.data(), m.size(), q.empty() ? nullptr : q.data(),
+         idx.data(), idx.size(), b1, one_minus_b1, g_bar.data());
 }
 
 void round_to_bf16(std::span<const float> in, std::span<float> out) {

@@ -23,8 +23,9 @@ void ScapeOptimizer::carry_momentum() {
   // off the mask, 0 on it (read before step 7 overwrites m). The same pass does step 7's m <- 0
   // off the mask: until then only step 7's update reads m, and only on the mask, where it stays.
   if (q_carried_) {
-    // The residual pass has carried q off the mask and kept it on the mask, where step 3 read it.
-    kernels_.zero_at(q_.span(), update_idx_.span());
+    // The residual pass has carried q off the mask and kept it on the mask, where step 3 read it
+    // (and owner_payload_gradient zeroed it after).
+    if (!owner_momentum_in_step5()) kernels_.zero_at(q_.span(), update_idx_.span());
     return;
   }
   kernels_.carry_momentum_off_mask(q_.span(), m_.span(), mask_.span(), state_begin_, static_cast<float>(config_.beta1),
@@ -92,8 +93,11 @@ void ScapeOptimizer::quantize_payload(int t) {
 
 void ScapeOptimizer::zero_momentum_off_mask() {
   // Step 7's last part (paper and artifact): m = b_bar on the mask, 0 off it (its content lives
-  // on in the residuals). With carried momentum, carry_momentum has zeroed it off the mask.
-  if (!carries_momentum()) kernels_.fill(m_.span(), 0.0f);
+  // on in the residuals). The inner rule has written m = b_bar on the mask; with carried momentum
+  // carry_momentum has zeroed it off the mask, so nothing is left to do (an expand of b_bar here
+  // rewrote the same values: a pass over m's cache lines at 10% density).
+  if (carries_momentum()) return;
+  kernels_.fill(m_.span(), 0.0f);
   kernels_.expand(b_bar_.span(), update_idx_.span(), m_.span());
 }
 

@@ -291,8 +291,10 @@ void ScapeOptimizer::reduce_payload() {
       a_bar_.resize(own);
       comm_.reduce_scatter_mean(a_packed_.span(), a_bar_.span(), counts_, config_.wire_dtype, "accum_reduce_scatter");
     }
-    if (artifact) return;
-    // The owner adds b1 m_prev (and, paper, q: the momentum it carries for every worker).
+    // The owner adds b1 m_prev (and, paper, q: the momentum it carries for every worker): here
+    // when step 5 reads the second collective, else in step 5's own pass (reconstruct_gradient);
+    // the artifact's form added them before the reduce.
+    if (owner_momentum_in_step5() || artifact) return;
     kernels_.add_momentum(b_bar_.span(), m_.span(), update_idx_.span(), b1);
     if (carries_momentum()) kernels_.add_momentum(b_bar_.span(), q_.span(), update_idx_.span(), 1.0f);
     return;
@@ -318,6 +320,15 @@ void ScapeOptimizer::reconstruct_gradient() {
     return;
   }
   g_hat_.resize(update_idx_.size());
+  if (owner_momentum_in_step5()) {
+    // With step 3's additions of the owner (reduce_payload), one read of m at each position, and
+    // step 4's q <- 0 on the mask (carry_momentum).
+    const auto q = carries_momentum() ? q_.span() : std::span<float>{};
+    kernels_.owner_payload_gradient(b_bar_.span(), m_.span(), q, update_idx_.span(),
+                                    static_cast<float>(config_.beta1), static_cast<float>(1.0 - config_.beta1),
+                                    g_hat_.span());
+    return;
+  }
   kernels_.reconstruct_gradient(b_bar_.span(), m_.span(), update_idx_.span(), static_cast<float>(config_.beta1),
                                 static_cast<float>(1.0 - config_.beta1), g_hat_.span());
 }

@@ -65,6 +65,12 @@ class ScapeOptimizer final : public OptimizerBase {
   bool momentum_units() const { return scape_.formulation != Formulation::frozen_momentum; }
   // Sharded momentum-unit residuals: the owner keeps the momentum part (q_).
   bool carries_momentum() const { return carries_owner_momentum(config_, scape_); }
+  // A sharded owner adds b1 m_prev (and q) to the reduced payload in step 5's pass
+  // (owner_payload_gradient), which also zeroes q on the mask, unless the artifact's form or a
+  // second collective needs them added in step 3.
+  bool owner_momentum_in_step5() const {
+    return config_.sharded && scape_.formulation != Formulation::artifact && !two_collectives();
+  }
   // The mask (partitioned) or the index lists (local_union) cross the wire coded.
   bool coded() const { return config_.mask_encoding != MaskEncoding::bitmap; }
   bool two_collectives() const { return scape_.second_moment == SecondMoment::two_collectives; }
