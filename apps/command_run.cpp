@@ -43,7 +43,10 @@ void prepare_out(const std::filesystem::path& out, const cfg::ExperimentConfig& 
   std::error_code ec;
   if (out.has_parent_path()) std::filesystem::create_directories(out.parent_path(), ec);
   if (ec) throw cfg::ConfigError("--out " + out.string() + ": cannot create its folder (" + ec.message() + ")");
-  if (resume || force || !std::filesystem::exists(out)) return;
+  std::error_code probe;  // the throwing exists() made an unreadable path exit 1, not 2 naming --out
+  const bool present = std::filesystem::exists(out, probe);
+  if (probe) throw cfg::ConfigError("--out " + out.string() + ": cannot be read (" + probe.message() + ")");
+  if (resume || force || !present) return;
   // An empty file is a run file whose creation never wrote a byte (a full disk): scape's own start.
   if (std::filesystem::is_regular_file(out, ec) && std::filesystem::file_size(out, ec) == 0 && !ec) return;
   std::string found;

@@ -77,6 +77,9 @@ TEST_CASE("--out a bare file name in the working folder runs and writes it there
   CAPTURE(r.output);
   CHECK(r.code == 0);
   CHECK(fs::is_regular_file(dir / "bare.h5"));
+  // A name the file system refuses is named as --out's, exit 2 (the throwing exists() exited 1).
+  refused("run " + (dir / "ok.json").string() + " --quiet --out " + std::string(300, 'x') + ".h5",
+          ".h5: cannot be read (File name too long)");
 }
 
 TEST_CASE("flags that do not apply exit 2 naming the flag") {

@@ -244,7 +244,8 @@ KthKey kth_largest_key_introselect(std::vector<std::uint32_t> keys, std::uint64_
 constexpr std::size_t kRadixKthMinKeys = std::size_t{1} << 15;
 
 // The same k-th key and ties by the two histograms of select_radix over the keys themselves
-// (high 15 bits, then the low 16 bits of those in the k-th's high bucket).
+// (high 15 bits, then the low 16 bits of those in the k-th's high bucket). The keys are
+// magnitude keys, below 2^31, as the high histogram's size assumes.
 KthKey kth_largest_key_radix(const std::vector<std::uint32_t>& keys, std::uint64_t k) {
   std::vector<std::uint32_t>& high_hist = cleared_histogram(kHighBuckets, 0);
   for (const std::uint32_t key : keys) ++high_hist[key >> kLowBits];
