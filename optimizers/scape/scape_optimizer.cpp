@@ -291,12 +291,12 @@ void ScapeOptimizer::reduce_payload() {
       a_bar_.resize(own);
       comm_.reduce_scatter_mean(a_packed_.span(), a_bar_.span(), counts_, config_.wire_dtype, "accum_reduce_scatter");
     }
-    // The owner adds b1 m_prev (and, paper, q: the momentum it carries for every worker): here
-    // when step 5 reads the second collective, else in step 5's own pass (reconstruct_gradient);
-    // the artifact's form added them before the reduce.
+    // The owner adds b1 m_prev (and, paper, q: the momentum it carries for every worker) in step
+    // 5's own pass (reconstruct_gradient); the artifact's form added them before the reduce. Only
+    // frozen_momentum with two collectives, whose step 5 reads the second one, adds b1 m_prev here
+    // (it carries no q: two_collectives is refused with the momentum-unit formulations).
     if (owner_momentum_in_step5() || artifact) return;
     kernels_.add_momentum(b_bar_.span(), m_.span(), update_idx_.span(), b1);
-    if (carries_momentum()) kernels_.add_momentum(b_bar_.span(), q_.span(), update_idx_.span(), 1.0f);
     return;
   }
   update_offset_ = 0;
