@@ -16,7 +16,7 @@ from scape.optim.selection import RangeSelector, sample_stride  # noqa: E402
 
 def expected_bits(stat, pieces, ks, lo):
     want = torch.zeros(stat.numel(), dtype=torch.bool)
-    sparse = [(p, k) for p, k in zip(pieces, ks) if not p.dense]
+    sparse = [(p, k) for p, k in zip(pieces, ks) if not p.dense and k > 0]  # k = 0: no bit
     picks = topk_indices([stat[p.begin - lo:p.end - lo] for p, _ in sparse], [k for _, k in sparse])
     for (p, _), chosen in zip(sparse, picks):
         want[chosen + p.begin - lo] = True
@@ -74,8 +74,9 @@ def test_the_range_selection_equals_the_per_tensor_one(values, density, gathered
 
 def test_the_cpu_selection_keeps_no_index_of_pieces():
     """Bytes kept between calls, by hand: the dense flags (1 a position) before the first call,
-    then the magnitudes (4) and two flags (1 + 1); the gathered floor adds each position's piece
-    (4) and its floor (4). Both give the same mask."""
+    then the magnitudes (4), two flags (1 + 1) and, the mask being sparse, the dense flags packed
+    (1/8); the gathered floor adds each position's piece (4) and its floor (4). Both give the
+    same mask."""
     n = 20000
     pieces = [Piece(0, 4000, 0, False), Piece(4000, 4100, 1, True), Piece(4100, n, 2, False)]
     by_piece = RangeSelector(0, n, pieces, (0, n // 8), torch.device("cpu"))
@@ -87,7 +88,7 @@ def test_the_cpu_selection_keeps_no_index_of_pieces():
     got = by_piece.select(stat, ks)
     assert torch.equal(got, gathered.select(stat, ks))
     assert int(unpack_bits(got, n).sum()) == 40 + 100 + 159
-    assert by_piece.workspace_bytes() == 7 * n and gathered.workspace_bytes() == 15 * n
+    assert by_piece.workspace_bytes() == 7 * n + n // 8 and gathered.workspace_bytes() == 15 * n + n // 8
 
 
 def test_sample_strides_leave_enough_points_and_divide_no_common_width():
@@ -122,3 +123,65 @@ def test_the_floor_by_piece_flags_what_the_gathered_floor_flags():
     assert torch.equal(got, want)
     assert bool(want[1000:1037].logical_not().all())  # the dense piece's NaN floor
     assert bool(want[5133]) != bool(stat[5133].isnan())  # floor -1: everything but NaN
+
+
+@pytest.mark.parametrize("density", [0.0, 0.002, 0.016, 0.12, 1.0])
+def test_the_word_scan_finds_what_nonzero_finds(density):
+    """flag_positions through 64-bit words against torch's nonzero: flags in the first and last
+    word and in every byte of a word, the storage's padding unset, at densities from none to all."""
+    from scape.optim.selection import flag_positions
+    gen = torch.Generator().manual_seed(11)
+    for n in (8, 64, 1003, 40000):
+        flags = torch.zeros(-(-n // 8) * 8, dtype=torch.bool)
+        flags[:n] = torch.rand(n, generator=gen) < density
+        flags[n - 1] = density > 0
+        if n >= 16:
+            flags[:16] = density > 0
+        want = flags.nonzero().view(-1)
+        assert torch.equal(flag_positions(flags, sparse=True), want)
+        assert torch.equal(flag_positions(flags, sparse=False), want)
+
+
+def test_one_selector_switches_between_its_paths():
+    """A density schedule changes k between calls of one selector, so the word scan and the
+    positions' packing alternate with the flags' paths on the same kept buffers: each call's mask
+    equals the per-tensor selection, with pieces at k = 0, a dense piece, an owner range starting
+    inside a byte, and a piece whose sample misleads its bracket beside the word scan."""
+    gen = torch.Generator().manual_seed(21)
+    lo = 13
+    sizes = [40000, 300, 70000, 12000, 5, 300000]
+    pieces, at = [], lo
+    for j, size in enumerate(sizes):
+        pieces.append(Piece(at, at + size, j, j == 1))
+        at += size
+    first, end = lo // 8, (at + 7) // 8
+    selector = RangeSelector(lo, at, pieces, (first, end), torch.device("cpu"))
+    paths = set()
+    lone_ranking = RangeSelector._select_alone
+    for call, density in enumerate([0.001, 0.2, 0.0, 0.005, 0.5, 0.002, 0.05, 0.001]):
+        stat = torch.randn(at - lo, generator=gen)
+        if call == 5:  # the third piece's sampled positions hold its smallest magnitudes
+            p = pieces[2]
+            stat[p.begin - lo:p.end - lo] = 1.0 + torch.rand(p.size, generator=gen)
+            stride = sample_stride(p.size)
+            stat[p.begin - lo:p.end - lo:stride] = 1e-3
+        ks = [p.size if p.dense else int(density * p.size) for p in pieces]
+        ks[4] = 0
+        if call == 5:  # a k that gives the third piece a ceiling inside its (misleading) sample
+            ks = [4, 300, 3500, 1, 0, 30]
+        sparse_k = sum(k for p, k in zip(pieces, ks) if not p.dense)
+        paths.add(50 * sparse_k < at - lo)
+        alone = []
+        RangeSelector._select_alone = lambda self, *args: (alone.append(args[2]), lone_ranking(self, *args))[1]
+        try:
+            packed = selector.select(stat, ks)
+        finally:
+            RangeSelector._select_alone = lone_ranking
+        bits = unpack_bits(packed, 8 * packed.numel())
+        skip = lo - 8 * first
+        assert not bits[:skip].any() and not bits[skip + at - lo:].any()
+        got = bits[skip:skip + at - lo]
+        assert torch.equal(got, expected_bits(stat, pieces, ks, lo)), f"call {call}, density {density}"
+        if call == 5:
+            assert alone == [[2]] and 50 * sparse_k < at - lo  # the word scan found the hits
+    assert paths == {True, False}
