@@ -24,6 +24,14 @@ def test_packed_positions_equal_the_unpacked_bits_set(density, n):
     assert got.dtype == torch.int64 and torch.equal(got, want)
 
 
+def test_every_byte_value_unpacks_to_its_bits():
+    """The dense branch's 256-entry lookup, each byte value once (every byte set: the dense branch),
+    against bits read by hand."""
+    packed = torch.arange(1, 256, dtype=torch.uint8)
+    want = [8 * i + j for i, b in enumerate(range(1, 256)) for j in range(8) if (b >> j) & 1]
+    assert packed_positions(packed).tolist() == want
+
+
 def special_values(n, seed):
     gen = torch.Generator().manual_seed(seed)
     x = torch.randn(n, generator=gen)

@@ -85,15 +85,31 @@ def pack_positions(positions: torch.Tensor, begin_byte: int, count: int) -> torc
     return out.to(torch.uint8)
 
 
+_BYTE_FLAGS = {}
+
+
+def _byte_flags(device) -> torch.Tensor:
+    """int64 [256]: entry b holds b's eight bits as eight bool bytes, bit j in byte j (read
+    little-endian, as on every device torch runs on)."""
+    key = str(device)
+    if key not in _BYTE_FLAGS:
+        _BYTE_FLAGS[key] = torch.tensor([sum(((b >> j) & 1) << (8 * j) for j in range(8)) for b in range(256)],
+                                        dtype=torch.int64, device=device)
+    return _BYTE_FLAGS[key]
+
+
 def packed_positions(packed: torch.Tensor) -> torch.Tensor:
     """The ascending set positions of a packed mask. A sparse mask touches only its set bytes'
     bits; where more than a quarter of the bytes are set (a 10% mask sets about 57%), the eight
     int64 candidates a set byte makes cost more than unpacking every bit and scanning once
-    (measured 2.6x faster at 10% density, 2x slower at 1%)."""
+    (measured 2.6x faster at 10% density, 2x slower at 1%). The unpacking looks each byte's
+    eight flags up as one 64-bit word: 42 ms for 15.2M bits at 10% on the 2-core machine, one
+    thread, where an AND with eight weights and a comparison took 67."""
     nonzero = packed.nonzero().view(-1)
     weights = _weights(packed.device)
     if 4 * nonzero.numel() > packed.numel():
-        return (packed.view(-1, 1) & weights).ne_(0).view(-1).nonzero().view(-1)
+        flags = _byte_flags(packed.device).index_select(0, packed.to(torch.int64))
+        return flags.view(torch.bool).nonzero().view(-1)
     bytes_ = packed.index_select(0, nonzero)
     bits = (bytes_.view(-1, 1) & weights).ne(0)
     return (nonzero.view(-1, 1) * 8 + torch.arange(8, device=packed.device)).masked_select(bits)
