@@ -30,17 +30,17 @@ sys.path.insert(0, os.path.join(ROOT, "examples"))
 from tiny_gpt import CorpusBatches, TinyGPT, cross_entropy, markov_corpus  # noqa: E402
 
 
-def model_and_groups(width):
+def model_and_groups(width, layers=TORCH_MODEL["n_layer"]):
     model = TinyGPT(vocab=TORCH_MODEL["vocab_size"], block=TORCH_MODEL["context"], n_embd=width,
-                    n_head=TORCH_MODEL["n_head"], n_layer=TORCH_MODEL["n_layer"], seed=1)
+                    n_head=TORCH_MODEL["n_head"], n_layer=layers, seed=1)
     named = list(model.named_parameters())
     groups = [{"params": [p for n, p in named if p.dim() >= 2], "weight_decay": 0.1},
               {"params": [p for n, p in named if p.dim() < 2], "weight_decay": 0.0, "sparsity": 0.0}]
     return model, groups
 
 
-def measure(method, width, steps, warmup, batches, rank, world):
-    model, groups = model_and_groups(width)
+def measure(method, width, layers, steps, warmup, batches, rank, world):
+    model, groups = model_and_groups(width, layers)
     net, sent = model, None
     if method.startswith("ddp"):
         net = torch.nn.parallel.DistributedDataParallel(model)
@@ -102,6 +102,9 @@ def main():
     parser.add_argument("--rate-mbit", type=float, required=True, help="the link rate, for the CSV")
     parser.add_argument("--width", type=int, default=TORCH_MODEL["n_embd"],
                         help="the GPT's width (torch_predict describes the default one)")
+    parser.add_argument("--layers", type=int, default=TORCH_MODEL["n_layer"],
+                        help="the GPT's layers (default %(default)s; 4 at width 256 is the MPI rows' 3.3M-parameter "
+                             "GPT, experiments/configs/calibrate)")
     parser.add_argument("--steps", type=int, default=40)
     parser.add_argument("--warmup", type=int, default=8)
     parser.add_argument("--methods", default="adams,ddp,ddp-powersgd,scape-90,scape-99,scape-99-lag0,scape-99-overlap")
@@ -113,7 +116,7 @@ def main():
                             TORCH_MODEL["context"], seed=1)
     rows = []
     for method in args.methods.split(","):
-        step, exposed, sent = measure(method, args.width, args.steps, args.warmup, batches, rank, world)
+        step, exposed, sent = measure(method, args.width, args.layers, args.steps, args.warmup, batches, rank, world)
         rows.append({"runtime": "torch", "method": method, "workers": world, "rate_mbit": args.rate_mbit,
                      "measured_step_ms": f"{step * 1e3:.2f}", "predicted_step_ms": "",
                      "exposed_comm_ms": f"{exposed * 1e3:.2f}", "bytes_per_step": f"{sent:.0f}"})
