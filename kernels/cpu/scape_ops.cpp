@@ -1,5 +1,6 @@
 // SCAPE elementwise passes on the CPU (docs/algorithms.md, "SCAPE").
 #include <algorithm>
+#include <bit>
 #include <cmath>
 
 #include "kernels/cpu/bf16.hpp"
@@ -115,22 +116,34 @@ std::size_t candidate_statistic_carry(std::span<float> e, std::span<const float>
   float* __restrict qq = q.data();
   float* __restrict mm = m.data();
   float* __restrict s = out.data();
-  const bool scaled = gamma != 1.0f;
   // Each value rounds as in the passes this one replaces: candidate_momentum, then
   // carried_first_moment_statistic on the new e, then carry_momentum_off_mask (q kept on the mask).
-  const auto pass = [&](std::size_t lo, std::size_t hi, std::size_t shift, std::uint64_t word) {
+  // Written so that gcc 12 vectorizes it (3-4x faster alone at N = 16M on an AVX2 host, where the
+  // scalar loop was a quarter of bench_scape_step's samples): the body reads its own restrict copies
+  // of the closure's pointers and scalars, chooses q and m by bit operations on the mask bit
+  // (selects kept the loop scalar), and scales by gamma without a branch on gamma = 1.
+  const auto pass = [=](std::size_t lo, std::size_t hi, std::size_t shift, std::uint64_t word) {
+    float* __restrict e_ = ee;
+    const float* __restrict g_ = gg;
+    float* __restrict q_ = qq;
+    float* __restrict m_ = mm;
+    float* __restrict s_ = s;
+    const float b1_ = b1, omb1_ = omb1, gamma_ = gamma;
     std::size_t nonfinite = 0;
+#pragma omp simd reduction(+ : nonfinite)
     for (std::size_t j = lo; j < hi; ++j) {
-      const float gj = gg[j], mj = mm[j], qj = qq[j];
+      const float gj = g_[j], mj = m_[j], qj = q_[j];
       nonfinite += std::isfinite(gj) ? 0u : 1u;
-      const float a = omb1 * gj + ee[j];
-      ee[j] = a;
-      s[j] = qj + (b1 * mj + a);
-      const bool on = (word >> ((shift + j) % 64)) & 1u;
-      const float carried = b1 * mj + qj;
-      const float kept = scaled ? carried * gamma : carried;
-      qq[j] = on ? qj : kept;
-      mm[j] = on ? mj : 0.0f;
+      const float a = omb1_ * gj + e_[j];
+      e_[j] = a;
+      s_[j] = qj + (b1_ * mj + a);
+      // all ones on the mask, zero off it
+      const auto on = static_cast<std::uint32_t>(0u - static_cast<std::uint32_t>((word >> ((shift + j) % 64)) & 1u));
+      const float carried = b1_ * mj + qj;
+      const float kept = carried * gamma_;  // gamma = 1 leaves every value as it is, a NaN's payload too
+      using std::bit_cast;
+      q_[j] = bit_cast<float>((bit_cast<std::uint32_t>(qj) & on) | (bit_cast<std::uint32_t>(kept) & ~on));
+      m_[j] = bit_cast<float>(bit_cast<std::uint32_t>(mj) & on);
     }
     return nonfinite;
   };
