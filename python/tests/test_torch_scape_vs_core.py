@@ -149,8 +149,8 @@ WIRE_PRECISION = {"bf16": 2.0 ** -8, "fp8_e5m2": 2.0 ** -3}
 
 def wire_precision(case):
     wire = case.get("outer_wire", case.get("wire_dtype", "fp32"))
-    if case["type"] == "sparseloco" and case.get("quant_bits", 2) > 0:
-        return 2.0 ** -case.get("quant_bits", 2)
+    if case["type"] == "sparseloco" and case["quant_bits"] > 0:  # every SparseLoCo case names its bits
+        return 2.0 ** -case["quant_bits"]
     return WIRE_PRECISION.get(wire, 0.0)
 
 

@@ -12,14 +12,20 @@ from typing import List, Sequence, Tuple
 
 import torch
 
-_BIT_WEIGHTS = {}
+_DEVICE_TABLES = {}
+
+
+def _device_table(name: str, device, make) -> torch.Tensor:
+    """A small constant table made once a device: make(device) on the first call."""
+    key = (name, str(device))
+    if key not in _DEVICE_TABLES:
+        _DEVICE_TABLES[key] = make(device)
+    return _DEVICE_TABLES[key]
 
 
 def _weights(device) -> torch.Tensor:
-    key = str(device)
-    if key not in _BIT_WEIGHTS:
-        _BIT_WEIGHTS[key] = torch.tensor([1, 2, 4, 8, 16, 32, 64, 128], dtype=torch.uint8, device=device)
-    return _BIT_WEIGHTS[key]
+    return _device_table("bit weights", device, lambda d: torch.tensor([1, 2, 4, 8, 16, 32, 64, 128],
+                                                                        dtype=torch.uint8, device=d))
 
 
 _SAMPLE_STRIDE = 64
@@ -85,17 +91,11 @@ def pack_positions(positions: torch.Tensor, begin_byte: int, count: int) -> torc
     return out.to(torch.uint8)
 
 
-_BYTE_FLAGS = {}
-
-
 def _byte_flags(device) -> torch.Tensor:
     """int64 [256]: entry b holds b's eight bits as eight bool bytes, bit j in byte j (read
     little-endian, as on every device torch runs on)."""
-    key = str(device)
-    if key not in _BYTE_FLAGS:
-        _BYTE_FLAGS[key] = torch.tensor([sum(((b >> j) & 1) << (8 * j) for j in range(8)) for b in range(256)],
-                                        dtype=torch.int64, device=device)
-    return _BYTE_FLAGS[key]
+    return _device_table("byte flags", device, lambda d: torch.tensor(
+        [sum(((b >> j) & 1) << (8 * j) for j in range(8)) for b in range(256)], dtype=torch.int64, device=d))
 
 
 def packed_positions(packed: torch.Tensor) -> torch.Tensor:
